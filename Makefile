@@ -1,0 +1,37 @@
+# The two commands: `make run` (portal + demo on http://127.0.0.1:8000/) and `make test`.
+# Works with only Python >= 3.12 installed: no DATABASE_URL/REDIS_URL means SQLite and a
+# filesystem broker under var/; set them for PostgreSQL and Redis.
+
+VENV    ?= .venv
+VPY     := $(VENV)/bin/python
+# The first Python >= 3.12 found: python3.13, python3.12, python3, then pyenv's installed versions.
+PYTHON  ?= $(shell for c in python3.14 python3.13 python3.12 python3 $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.1[2-9]*/bin/python 2>/dev/null | sort -r); do \
+             $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$c; break; }; done)
+STAMP   := $(VENV)/.installed
+
+.PHONY: run test venv bench browser-deps clean
+
+run: venv
+	$(VPY) deploy/devstack.py
+
+test: venv
+	$(VPY) deploy/run_tests.py $(ARGS)
+
+bench: venv
+	$(VPY) tests/bench/sandbox_bench.py
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -n "$(PYTHON)" || { echo "Python >= 3.12 is needed (set PYTHON=/path/to/python3.12)"; exit 1; }
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -r requirements.txt
+	@touch $(STAMP)
+
+# Browser tests drive Debian's Chromium (no browser download).
+browser-deps:
+	@command -v chromium >/dev/null || { sudo -n true 2>/dev/null && SUDO=sudo; $${SUDO:-} apt-get install -y chromium; }
+
+clean:
+	rm -rf var/

@@ -1,0 +1,1 @@
+"""Prices, usage intervals and statements. Models arrive with the billing work."""

@@ -1,0 +1,43 @@
+"""`make test`: run the whole suite on PostgreSQL and Redis when they are reachable, else SQLite.
+
+Explicit DATABASE_URL / REDIS_URL win. Prints which database and broker the run uses.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def main(argv: list[str]) -> int:
+    env = os.environ
+    if "DATABASE_URL" not in env and reachable("127.0.0.1", 5432):
+        env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/portal"
+    if "REDIS_URL" not in env and "CELERY_BROKER_URL" not in env and reachable("127.0.0.1", 6379):
+        env["REDIS_URL"] = "redis://127.0.0.1:6379/15"
+    # Tests never share runtime files with a `make run` in the same checkout.
+    env.setdefault("PORTAL_VAR_DIR", str(ROOT / "var" / "test"))
+    database = env.get("DATABASE_URL", "sqlite (var/test)").split("@")[-1]
+    broker = (env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or "filesystem (var/test)").split("@")[-1]
+    print(f"make test: database {database}, broker {broker}", flush=True)
+    workers = env.get("PYTEST_WORKERS", "2")
+    args = [sys.executable, "-m", "pytest", "-n", workers, "--dist", "loadgroup", *argv]
+    os.chdir(ROOT)
+    os.execv(sys.executable, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

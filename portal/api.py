@@ -1,0 +1,72 @@
+"""Shared API plumbing: pagination, the one error format, strict input serializers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, pagination, serializers
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.exceptions import PortalError
+
+
+class Pagination(pagination.PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+def _flatten(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {key: _flatten(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_flatten(value) for value in detail]
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    """Every error has one shape: ``{"error": code, "detail": message, "fields": {...}}``.
+
+    ``fields`` is present on validation errors and maps a field name (``non_field_errors`` for the
+    object as a whole) to a list of messages.
+    """
+    if isinstance(exc, PortalError):
+        exc = exc.as_api_exception()
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        response.data = {"error": "invalid", "detail": "Invalid input.", "fields": _flatten(detail)}
+    else:
+        code = getattr(exc, "default_code", "error")
+        codes = exc.get_codes() if isinstance(exc, exceptions.APIException) else code
+        response.data = {
+            "error": codes if isinstance(codes, str) else code,
+            "detail": str(getattr(exc, "detail", exc)),
+        }
+    return response
+
+
+class StrictSerializerMixin:
+    """Reject unknown input fields with a field error instead of silently ignoring them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            writable = {name for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
+            unknown = sorted(set(data) - writable)
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)  # type: ignore[misc]

@@ -1,0 +1,45 @@
+"""Domain errors. Services raise these; the API handler and the views turn them into responses."""
+
+from __future__ import annotations
+
+from rest_framework import exceptions, status
+
+
+class PortalError(Exception):
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "error"
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def as_api_exception(self) -> exceptions.APIException:
+        if self.field:
+            return exceptions.ValidationError({self.field: [self.message]})
+        exc = exceptions.APIException(self.message, code=self.code)
+        exc.status_code = self.status_code
+        return exc
+
+
+class NotAllowed(PortalError):
+    """The actor may see the object but not do this to it."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    code = "permission_denied"
+
+
+class ReadOnlyTenant(NotAllowed):
+    """The tenant is suspended: its users may read but not change anything."""
+
+    code = "tenant_suspended"
+
+
+class Invalid(PortalError):
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "invalid"
+
+
+class ConflictError(PortalError):
+    status_code = status.HTTP_409_CONFLICT
+    code = "conflict"

@@ -1,0 +1,50 @@
+"""``python -m sandbox --kubeconfig FILE [--port N] [--profile FILE] [--speed X] [--state-file FILE]``
+
+Starts the sandbox cluster on 127.0.0.1, writes a kubeconfig (context ``sandbox``, bearer token) to FILE, prints
+the URL and serves until Ctrl-C or SIGTERM, then saves the state file if one was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from .app import Sandbox
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sandbox", description="Run the sandbox Kubernetes cluster on loopback.")
+    p.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig for this cluster")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: pick a free one)")
+    p.add_argument("--profile", default=None, help="cluster profile YAML (nodes); default: the shipped demo profile")
+    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
+    p.add_argument("--state-file", default=None, help="load state from this JSON file at start, save it at stop")
+    p.add_argument("--token", default=None, help="bearer token to require (default: a random one)")
+    args = p.parse_args(argv)
+
+    stop = threading.Event()
+
+    def _on_signal(signum, frame):  # noqa: ARG001
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    sb = Sandbox(port=args.port, kubeconfig=args.kubeconfig, profile=args.profile, speed=args.speed,
+                 state_file=args.state_file, token=args.token)
+    sb.start()
+    print(f"sandbox cluster listening on {sb.url}", flush=True)
+    print(f"kubeconfig written to {args.kubeconfig} (context 'sandbox')", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        sb.stop()
+        print("sandbox cluster stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The sandbox cluster as one object: Registry + Store + Clock + Controllers + HTTP server.
+
+    with Sandbox(kubeconfig="kubeconfig.yaml") as sb:
+        print(sb.url)            # http://127.0.0.1:PORT, a bearer token is required
+        sb.advance(60)           # move simulated time and reconcile
+
+``python -m sandbox`` wraps this class (see ``sandbox/__main__.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import threading
+from pathlib import Path
+
+import yaml
+
+from .clock import Clock
+from .faults import Faults
+from .registry import default_registry
+from .server import SandboxServer
+from .store import Store
+
+try:  # written by the controllers owner; the sandbox still serves the API without it
+    from .controllers import Controllers
+except ImportError:  # pragma: no cover - only while the controllers package is incomplete
+    Controllers = None  # type: ignore[assignment,misc]
+
+try:
+    from .profile import load_profile
+except ImportError:  # pragma: no cover
+    load_profile = None  # type: ignore[assignment]
+
+MAX_STABLE_TICKS = 100
+
+
+def write_kubeconfig(path: str | os.PathLike, url: str, token: str | None, context: str = "sandbox") -> None:
+    """Write a kubeconfig for ``url`` (plain http, bearer token) with ``context`` as current-context."""
+    user: dict = {"token": token} if token else {}
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": context, "cluster": {"server": url}}],
+        "users": [{"name": f"{context}-user", "user": user}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-user", "namespace": "default"}}],
+        "current-context": context,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        yaml.safe_dump(cfg, fh, sort_keys=False)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+class Sandbox:
+    """A running sandbox cluster (loopback HTTP API + simulated controllers)."""
+
+    def __init__(self, port: int = 0, kubeconfig: str | os.PathLike | None = None, profile: str | os.PathLike | dict | None = None,
+                 speed: float = 1.0, state_file: str | os.PathLike | None = None, token: str | None = None, *,
+                 host: str = "127.0.0.1", controllers: bool = True, tick_interval: float = 0.2, store: Store | None = None):
+        self.host = host
+        self.kubeconfig = str(kubeconfig) if kubeconfig is not None else None
+        self.state_file = str(state_file) if state_file is not None else None
+        self.token = token if token is not None else secrets.token_urlsafe(24)
+        self.tick_interval = tick_interval
+        self.registry = store.registry if store is not None else default_registry()
+        self.store = store if store is not None else Store(self.registry)
+        self.clock = Clock(speed)
+        if hasattr(self.store, "clock"):
+            try:
+                self.store.clock = self.clock  # let the store stamp objects with simulated time when it supports it
+            except AttributeError:
+                pass
+        self.faults = Faults()
+        self.logs: dict[tuple[str, str], list[str]] = {}
+        if isinstance(profile, dict):
+            self.profile = profile
+        elif load_profile is not None:
+            self.profile = load_profile(str(profile) if profile is not None else None)
+        else:
+            self.profile = None
+        self.controllers = None
+        if controllers and Controllers is not None:
+            self.controllers = Controllers(self.store, self.clock, self.profile)
+            if hasattr(self.controllers, "logs"):
+                try:
+                    self.controllers.logs = self.logs
+                except AttributeError:
+                    pass
+        self.server = SandboxServer(self.store, host=host, port=port, token=self.token, faults=self.faults,
+                                    clock=self.clock, logs=self.logs, hooks=self)
+        self._control_lock = threading.RLock()
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> "Sandbox":
+        if self._started:
+            return self
+        if self.state_file and os.path.exists(self.state_file) and os.path.getsize(self.state_file) > 0:
+            with open(self.state_file) as fh:
+                self.store.load(json.load(fh))
+        if self.controllers is not None:
+            self.controllers.seed()
+        self.server.start()
+        if self.kubeconfig:
+            write_kubeconfig(self.kubeconfig, self.url, self.token)
+        if self.controllers is not None and self.tick_interval and self.tick_interval > 0:
+            self.controllers.start(self.tick_interval)
+        self._started = True
+        return self
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self.controllers is not None:
+            try:
+                self.controllers.stop()
+            except Exception:  # noqa: BLE001 - stopping must not fail
+                pass
+        self.server.stop()
+        if self.state_file:
+            self.save_state()
+
+    def save_state(self, path: str | os.PathLike | None = None) -> None:
+        path = Path(path or self.state_file)
+        data = self.store.dump()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- control hooks (also reachable over HTTP: /sandbox/advance, /sandbox/tick, /sandbox/restart) ------------------
+    def tick(self) -> dict:
+        with self._control_lock:
+            if self.controllers is not None:
+                self.controllers.tick()
+            return {"now": self.clock.timestamp(), "resourceVersion": self.store.resource_version()}
+
+    def settle(self, max_ticks: int = MAX_STABLE_TICKS) -> int:
+        """Tick until a tick changes nothing (or ``max_ticks``); returns the number of ticks run."""
+        n = 0
+        with self._control_lock:
+            if self.controllers is None:
+                return 0
+            for n in range(1, max_ticks + 1):
+                before = self.store.resource_version()
+                self.controllers.tick()
+                if self.store.resource_version() == before:
+                    break
+        return n
+
+    def advance(self, seconds: float) -> dict:
+        with self._control_lock:
+            if seconds:
+                self.clock.advance(float(seconds))
+            ticks = self.settle()
+            return {"now": self.clock.timestamp(), "resourceVersion": self.store.resource_version(), "ticks": ticks}
+
+    def restart(self) -> None:
+        """Simulated API server crash and restart: connections and watches drop, state and port are kept."""
+        self.server.restart()

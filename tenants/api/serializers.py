@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from portal.api import StrictSerializerMixin
+
+from ..models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
+
+
+class TenantSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    class Meta:
+        model = Tenant
+        fields = ["id", "name", "slug", "cost_centre", "contact_email", "status", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class TenantCreateSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    class Meta:
+        model = Tenant
+        fields = ["name", "slug", "cost_centre", "contact_email"]
+
+
+class ProjectSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    namespace = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ["id", "tenant", "name", "slug", "namespace", "description", "status", "created_at"]
+        read_only_fields = ["id", "tenant", "namespace", "created_at"]
+
+
+class ProjectCreateSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    # Resolved against the tenants the caller administers; see ProjectViewSet.create.
+    tenant = serializers.SlugField(help_text="Slug of the tenant the project belongs to.")
+
+    class Meta:
+        model = Project
+        fields = ["tenant", "name", "slug", "description"]
+        # Uniqueness is checked by the model and reported as a field error there.
+        validators: list = []
+
+
+class MembershipSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    user = serializers.CharField(source="user.username", read_only=True)
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "tenant", "project", "role", "created_at"]
+        read_only_fields = ["id", "user", "tenant", "project", "created_at"]
+
+
+class MembershipCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    user = serializers.CharField(max_length=150, help_text="Username of an existing user.")
+    tenant = serializers.SlugField()
+    project = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=63)
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class MembershipUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class TokenSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    user = serializers.CharField(source="user.username", read_only=True)
+    active = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "project", "user", "scope", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "active"]
+        read_only_fields = fields
+
+    def get_active(self, token: ApiToken) -> bool:
+        from django.utils import timezone
+
+        return token.revoked_at is None and token.expires_at > timezone.now()
+
+
+class TokenCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    name = serializers.CharField(max_length=80)
+    project = serializers.CharField(max_length=63, help_text="Project slug.")
+    scope = serializers.ChoiceField(choices=ApiToken.Scope.choices, default=ApiToken.Scope.READ)
+    expires_at = serializers.DateTimeField(required=False, help_text="Default: 90 days from now; at most 366 days.")
+
+
+class TokenCreatedSerializer(TokenSerializer):
+    secret = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = TokenSerializer.Meta.fields + ["secret"]
+        read_only_fields = fields
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    actor = serializers.CharField(source="actor_label", read_only=True)
+
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id", "created_at", "actor", "action", "target_type", "target_id", "target_repr",
+            "tenant", "project", "before", "after", "client_address",
+        ]
+        read_only_fields = fields
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    is_ops = serializers.BooleanField()
+    memberships = MembershipSerializer(many=True)
+    token = TokenSerializer(allow_null=True)
+
+
+User = get_user_model()

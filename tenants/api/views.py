@@ -1,0 +1,223 @@
+"""REST API for tenancy. Every queryset starts from a selector; writes go through services."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.exceptions import Invalid, NotAllowed
+
+from .. import selectors, services
+from ..access import Actor
+from ..filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
+from ..models import Membership
+from .serializers import (
+    AuditEntrySerializer,
+    MembershipCreateSerializer,
+    MembershipSerializer,
+    MembershipUpdateSerializer,
+    MeSerializer,
+    ProjectCreateSerializer,
+    ProjectSerializer,
+    TenantCreateSerializer,
+    TenantSerializer,
+    TokenCreatedSerializer,
+    TokenCreateSerializer,
+    TokenSerializer,
+)
+
+
+class IdOrSlugMixin:
+    """``/things/<id>/`` and ``/things/<slug>/`` both work, within the caller's visible set only."""
+
+    lookup_value_regex = "[^/]+"
+
+    def get_object(self):  # noqa: ANN201
+        obj = selectors.lookup(self.get_queryset(), self.kwargs[self.lookup_field])
+        self.check_object_permissions(self.request, obj)
+        return obj
+
+
+def actor_of(request: Request) -> Actor:
+    return Actor.from_request(request)
+
+
+class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Tenants you belong to (ops: all). Ops create tenants and suspend them; tenant admins edit details."""
+
+    serializer_class = TenantSerializer
+    filterset_class = TenantFilter
+    ordering_fields = ["name", "slug", "created_at"]
+    search_fields = ["name", "slug", "cost_centre"]
+    lookup_field = "pk"
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.tenants_for(actor=actor_of(self.request))
+
+    @extend_schema(request=TenantCreateSerializer, responses={201: TenantSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        data = TenantCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = services.tenant_create(actor=actor_of(request), **data.validated_data)
+        return Response(TenantSerializer(tenant).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        tenant = self.get_object()
+        data = TenantSerializer(tenant, data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        tenant = services.tenant_update(actor=actor_of(request), tenant=tenant, **data.validated_data)
+        return Response(TenantSerializer(tenant).data)
+
+
+class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Projects you can see. Tenant admins create and archive; project admins edit the description."""
+
+    serializer_class = ProjectSerializer
+    filterset_class = ProjectFilter
+    ordering_fields = ["name", "slug", "created_at", "tenant__name"]
+    search_fields = ["name", "slug", "description"]
+    lookup_field = "pk"
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.projects_for(actor=actor_of(self.request))
+
+    @extend_schema(request=ProjectCreateSerializer, responses={201: ProjectSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = ProjectCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        tenant = selectors.tenants_for(actor=actor).filter(slug=values.pop("tenant")).first()
+        if tenant is None:
+            raise Invalid("No such tenant.", field="tenant")
+        project = services.project_create(actor=actor, tenant=tenant, **values)
+        return Response(ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        project = self.get_object()
+        data = ProjectSerializer(project, data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        project = services.project_update(actor=actor_of(request), project=project, **data.validated_data)
+        return Response(ProjectSerializer(project).data)
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    """Who holds which role where. Tenant admins and ops add, change and remove memberships."""
+
+    serializer_class = MembershipSerializer
+    filterset_class = MembershipFilter
+    ordering_fields = ["created_at", "role", "user__username"]
+    search_fields = ["user__username", "user__email"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.memberships_for(actor=actor_of(self.request))
+
+    @extend_schema(request=MembershipCreateSerializer, responses={201: MembershipSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = MembershipCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        tenant = selectors.tenants_for(actor=actor).filter(slug=values["tenant"]).first()
+        if tenant is None:
+            raise Invalid("No such tenant.", field="tenant")
+        project = None
+        if values.get("project"):
+            project = selectors.projects_for(actor=actor).filter(tenant=tenant, slug=values["project"]).first()
+            if project is None:
+                raise Invalid("No such project in this tenant.", field="project")
+        user = services.user_by_name(values["user"])
+        membership = services.membership_create(actor=actor, tenant=tenant, project=project, user=user, role=values["role"])
+        return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=MembershipUpdateSerializer, responses={200: MembershipSerializer})
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        membership = self.get_object()
+        data = MembershipUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.membership_update(actor=actor_of(request), membership=membership, role=data.validated_data["role"])
+        return Response(MembershipSerializer(membership).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        services.membership_delete(actor=actor_of(request), membership=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    """API tokens for CI. The secret is in the create response only; DELETE (or POST revoke) revokes at once."""
+
+    serializer_class = TokenSerializer
+    filterset_class = TokenFilter
+    ordering_fields = ["created_at", "expires_at", "last_used_at", "name"]
+    search_fields = ["name", "prefix"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.tokens_for(actor=actor_of(self.request))
+
+    @extend_schema(request=TokenCreateSerializer, responses={201: TokenCreatedSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        if actor.token is not None:
+            raise NotAllowed("API tokens cannot create tokens; sign in to create one.")
+        data = TokenCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        project = selectors.projects_for(actor=actor).filter(slug=values.pop("project")).first()
+        if project is None:
+            raise Invalid("No such project.", field="project")
+        token, secret = services.token_create(actor=actor, project=project, **values)
+        body = TokenSerializer(token).data | {"secret": secret}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: TokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
+        token = services.token_revoke(actor=actor_of(request), token=self.get_object())
+        return Response(TokenSerializer(token).data)
+
+    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        services.token_revoke(actor=actor_of(request), token=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
+    """The append-only audit log: read-only for everyone, scoped to what you administer."""
+
+    serializer_class = AuditEntrySerializer
+    filterset_class = AuditEntryFilter
+    ordering_fields = ["created_at", "action"]
+    search_fields = ["target_repr", "actor_label", "action"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.audit_entries_for(actor=actor_of(self.request))
+
+
+class MeView(APIView):
+    """Who the API thinks you are: user, ops flag, memberships and the token in use."""
+
+    @extend_schema(responses=MeSerializer)
+    def get(self, request: Request) -> Response:
+        actor = actor_of(request)
+        memberships = Membership.objects.filter(user=request.user).select_related("tenant", "project", "user")
+        if actor.token is not None:
+            memberships = memberships.filter(tenant=actor.token.project.tenant_id)
+        body = {
+            "username": request.user.get_username(),
+            "is_ops": actor.is_ops,
+            "memberships": MembershipSerializer(memberships, many=True).data,
+            "token": TokenSerializer(actor.token).data if actor.token else None,
+        }
+        return Response(body)
+
+

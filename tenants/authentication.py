@@ -1,0 +1,64 @@
+"""API token authentication: ``Authorization: Bearer gpp_<prefix>_<secret>``."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from .models import ApiToken
+
+TOKEN_PREFIX = "gpp"
+
+
+def token_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def token_generate() -> tuple[str, str, str]:
+    """A new token: (raw secret shown once, its public prefix, the hash we store)."""
+    prefix = secrets.token_hex(4)
+    raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    return raw, prefix, token_hash(raw)
+
+
+def token_resolve(raw: str) -> ApiToken:
+    """The live token for ``raw``, or AuthenticationFailed (401) for anything else."""
+    parts = raw.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    try:
+        token = ApiToken.objects.select_related("user", "project__tenant").get(prefix=parts[1])
+    except ApiToken.DoesNotExist:
+        raise exceptions.AuthenticationFailed("Invalid token.") from None
+    if not hmac.compare_digest(token.secret_hash, token_hash(raw)):
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    now = timezone.now()
+    if token.revoked_at is not None:
+        raise exceptions.AuthenticationFailed("Token revoked.")
+    if token.expires_at <= now:
+        raise exceptions.AuthenticationFailed("Token expired.")
+    if not token.user.is_active:
+        raise exceptions.AuthenticationFailed("User inactive.")
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    token.last_used_at = now
+    return token
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):  # noqa: ANN001, ANN201
+        header = authentication.get_authorization_header(request).decode(errors="replace").split()
+        if not header or header[0].lower() not in ("bearer", "token"):
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Invalid Authorization header.")
+        token = token_resolve(header[1])
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:  # noqa: ANN001
+        return self.keyword

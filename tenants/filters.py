@@ -1,0 +1,67 @@
+"""FilterSets shared by the API lists and the portal list pages."""
+
+import django_filters as filters
+
+from .models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
+
+
+class TenantFilter(filters.FilterSet):
+    q = filters.CharFilter(method="search", label="Name or slug contains")
+
+    class Meta:
+        model = Tenant
+        fields = ["status", "slug"]
+
+    def search(self, queryset, name, value):  # noqa: ANN001, ANN201
+        return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
+
+
+class ProjectFilter(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
+    q = filters.CharFilter(method="search", label="Name or slug contains")
+
+    class Meta:
+        model = Project
+        fields = ["status", "tenant", "slug"]
+
+    def search(self, queryset, name, value):  # noqa: ANN001, ANN201
+        return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
+
+
+class MembershipFilter(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
+    project = filters.CharFilter(field_name="project__slug", label="Project slug")
+    user = filters.CharFilter(field_name="user__username", label="Username")
+    role = filters.ChoiceFilter(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["tenant", "project", "user", "role"]
+
+
+class TokenFilter(filters.FilterSet):
+    project = filters.CharFilter(field_name="project__slug", label="Project slug")
+    active = filters.BooleanFilter(method="filter_active", label="Not revoked and not expired")
+
+    class Meta:
+        model = ApiToken
+        fields = ["project", "scope"]
+
+    def filter_active(self, queryset, name, value):  # noqa: ANN001, ANN201
+        from django.utils import timezone
+
+        live = queryset.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+        return live if value else queryset.exclude(pk__in=live.values("pk"))
+
+
+class AuditEntryFilter(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
+    project = filters.CharFilter(field_name="project__slug", label="Project slug")
+    action = filters.CharFilter(lookup_expr="startswith")
+    actor = filters.CharFilter(field_name="actor_label", lookup_expr="icontains")
+    since = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEntry
+        fields = ["tenant", "project", "action", "actor", "target_type"]

@@ -1,0 +1,13 @@
+from django.core.management.base import BaseCommand
+
+from tenants.demo import DEMO_PASSWORD, seed_demo
+
+
+class Command(BaseCommand):
+    help = "Create the demo tenants, projects and users (idempotent) and print the logins."
+
+    def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
+        logins = seed_demo()
+        self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
+        for username, what in logins:
+            self.stdout.write(f"  {username:<7} {what}")

@@ -1,0 +1,189 @@
+"""Tenancy: tenants, projects, memberships with roles, API tokens and the append-only audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+DNS1123_LABEL = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit (a DNS-1123 label).",
+)
+
+
+class Tenant(models.Model):
+    """An organisation or department. A suspended tenant's users may read but not change anything."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        SUSPENDED = "suspended", "Suspended"
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=40, unique=True, validators=[DNS1123_LABEL])
+    cost_centre = models.CharField(max_length=60, blank=True)
+    contact_email = models.EmailField(blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("manage_members_tenant", "Manage the tenant's members")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+
+class Project(models.Model):
+    """A project of one tenant. Its slug becomes the Kubernetes namespace, so it is unique portal-wide."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        ARCHIVED = "archived", "Archived"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="projects")
+    name = models.CharField(max_length=100)
+    slug = models.CharField(max_length=63, unique=True, validators=[DNS1123_LABEL])
+    description = models.TextField(blank=True, max_length=2000)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="project_name_unique_in_tenant")]
+        permissions = [
+            ("submit_project", "Submit requests in the project"),
+            ("approve_project", "Approve the project's requests"),
+            ("manage_members_project", "Manage the project's members"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.slug}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+    @property
+    def namespace(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    TENANT_ADMIN = "tenant_admin", "Tenant admin"
+    PROJECT_ADMIN = "project_admin", "Project admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+class Membership(models.Model):
+    """A user's role in a tenant (tenant admin: no project) or in one project (the other roles)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__name", "project__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "tenant"], condition=Q(project__isnull=True), name="one_tenant_role_per_user"
+            ),
+            models.UniqueConstraint(fields=["user", "project"], name="one_project_role_per_user"),
+            models.CheckConstraint(
+                condition=(Q(role="tenant_admin", project__isnull=True) | (~Q(role="tenant_admin") & Q(project__isnull=False))),
+                name="tenant_admin_has_no_project",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = self.project.slug if self.project_id else self.tenant.slug
+        return f"{self.user} is {self.get_role_display()} of {where}"
+
+
+class ApiToken(models.Model):
+    """A named, project-scoped token for CI. Only a hash of the secret is stored."""
+
+    class Scope(models.TextChoices):
+        READ = "read", "Read"
+        SUBMIT = "read+submit", "Read and submit"
+
+    name = models.CharField(max_length=80)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    scope = models.CharField(max_length=12, choices=Scope.choices, default=Scope.READ)
+    prefix = models.CharField(max_length=12, unique=True, help_text="Shown to tell tokens apart; not secret.")
+    secret_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.project.tenant
+
+    @property
+    def can_submit(self) -> bool:
+        return self.scope == self.Scope.SUBMIT
+
+
+class AuditEntryQuerySet(models.QuerySet):
+    def update(self, **kwargs):  # noqa: ANN003
+        raise PermissionError("Audit entries are append-only.")
+
+    def delete(self):
+        raise PermissionError("Audit entries are append-only.")
+
+
+class AuditEntry(models.Model):
+    """One state-changing action. Written in the same transaction as the change; never changed.
+
+    On PostgreSQL a trigger (migration 0002) also refuses UPDATE and DELETE of rows.
+    """
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+"
+    )
+    token = models.ForeignKey(ApiToken, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+")
+    actor_label = models.CharField(max_length=200)
+    action = models.CharField(max_length=60, db_index=True)
+    target_type = models.CharField(max_length=60)
+    target_id = models.CharField(max_length=64)
+    target_repr = models.CharField(max_length=200)
+    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    client_address = models.GenericIPAddressField(null=True, blank=True)
+
+    objects = AuditEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_repr}"
+
+    def save(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        if self.pk is not None:
+            raise PermissionError("Audit entries are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        raise PermissionError("Audit entries are append-only.")

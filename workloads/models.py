@@ -1,0 +1,1 @@
+"""Service templates and requests (issue: the request lifecycle). Models arrive with that work."""
