@@ -49,7 +49,12 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         return None
     if isinstance(exc, exceptions.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        response.data = {"error": "invalid", "detail": "Invalid input.", "fields": _flatten(detail)}
+        conflict = response.status_code == 409
+        response.data = {
+            "error": "conflict" if conflict else "invalid",
+            "detail": "Conflicts with existing data." if conflict else "Invalid input.",
+            "fields": _flatten(detail),
+        }
     else:
         code = getattr(exc, "default_code", "error")
         codes = exc.get_codes() if isinstance(exc, exceptions.APIException) else code

@@ -16,7 +16,9 @@ class PortalError(Exception):
 
     def as_api_exception(self) -> exceptions.APIException:
         if self.field:
-            return exceptions.ValidationError({self.field: [self.message]})
+            exc = exceptions.ValidationError({self.field: [self.message]})
+            exc.status_code = self.status_code
+            return exc
         exc = exceptions.APIException(self.message, code=self.code)
         exc.status_code = self.status_code
         return exc

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -37,14 +38,18 @@ except ImportError:  # pragma: no cover
 MAX_STABLE_TICKS = 100
 
 
-def write_kubeconfig(path: str | os.PathLike, url: str, token: str | None, context: str = "sandbox") -> None:
-    """Write a kubeconfig for ``url`` (plain http, bearer token) with ``context`` as current-context."""
+def write_kubeconfig(path: str | os.PathLike, url: str, token: str | None, context: str = "sandbox",
+                     ca_pem: bytes | None = None) -> None:
+    """Write a kubeconfig for ``url`` (bearer token; CA data when https) with ``context`` as current-context."""
     user: dict = {"token": token} if token else {}
+    cluster: dict = {"server": url}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": [{"name": context, "cluster": {"server": url}}],
+        "clusters": [{"name": context, "cluster": cluster}],
         "users": [{"name": f"{context}-user", "user": user}],
         "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-user", "namespace": "default"}}],
         "current-context": context,
@@ -63,7 +68,8 @@ class Sandbox:
 
     def __init__(self, port: int = 0, kubeconfig: str | os.PathLike | None = None, profile: str | os.PathLike | dict | None = None,
                  speed: float = 1.0, state_file: str | os.PathLike | None = None, token: str | None = None, *,
-                 host: str = "127.0.0.1", controllers: bool = True, tick_interval: float = 0.2, store: Store | None = None):
+                 host: str = "127.0.0.1", controllers: bool = True, tick_interval: float = 0.2, store: Store | None = None,
+                 tls: bool = True):
         self.host = host
         self.kubeconfig = str(kubeconfig) if kubeconfig is not None else None
         self.state_file = str(state_file) if state_file is not None else None
@@ -94,7 +100,7 @@ class Sandbox:
                 except AttributeError:
                     pass
         self.server = SandboxServer(self.store, host=host, port=port, token=self.token, faults=self.faults,
-                                    clock=self.clock, logs=self.logs, hooks=self)
+                                    clock=self.clock, logs=self.logs, hooks=self, tls=tls)
         self._control_lock = threading.RLock()
         self._started = False
 
@@ -102,6 +108,15 @@ class Sandbox:
     @property
     def url(self) -> str:
         return self.server.url
+
+    @property
+    def http_url(self) -> str:
+        """Plain http on the same port (the server sniffs TLS); kubectl only sends the token over https."""
+        return self.server.http_url
+
+    @property
+    def ca_pem(self) -> bytes | None:
+        return self.server.ca_pem
 
     @property
     def port(self) -> int:
@@ -117,7 +132,7 @@ class Sandbox:
             self.controllers.seed()
         self.server.start()
         if self.kubeconfig:
-            write_kubeconfig(self.kubeconfig, self.url, self.token)
+            write_kubeconfig(self.kubeconfig, self.url, self.token, ca_pem=self.server.ca_pem)
         if self.controllers is not None and self.tick_interval and self.tick_interval > 0:
             self.controllers.start(self.tick_interval)
         self._started = True

@@ -18,6 +18,7 @@ import copy
 import hashlib
 import json
 import threading
+from pathlib import Path
 
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 LIST_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
@@ -115,6 +116,106 @@ def _param(name: str, where: str = "query", required: bool = False, schema_type:
     if required:
         p["required"] = True
     return p
+
+
+# -- built-in kinds: schemas from the kubernetes-validate package (JSON Schema of the Kubernetes OpenAPI) ---------------
+_BUILTIN_K8S_VERSION = "v1.32.0"
+_builtin_defs: dict | None = None
+_builtin_lock = threading.Lock()
+
+
+def _load_builtin_defs() -> dict:
+    """{definition name: JSON schema} for Kubernetes built-in types, {} if kubernetes-validate is unavailable."""
+    global _builtin_defs
+    with _builtin_lock:
+        if _builtin_defs is None:
+            defs: dict = {}
+            try:
+                import kubernetes_validate
+
+                base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+                cand = base / f"{_BUILTIN_K8S_VERSION}-local" / "_definitions.json"
+                if not cand.exists():
+                    versions = sorted(p for p in base.glob("v*-local") if p.is_dir())
+                    cand = versions[-1] / "_definitions.json" if versions else cand
+                with open(cand) as fh:
+                    defs = json.load(fh).get("$defs") or {}
+            except Exception:  # noqa: BLE001 - fall back to loose schemas
+                defs = {}
+            _builtin_defs = defs
+        return _builtin_defs
+
+
+def _convert_schema(node):
+    """JSON Schema (kubernetes-validate flavour) -> OpenAPI 3.0 schema as the apiserver publishes it."""
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k == "$ref" and isinstance(v, str):
+            out[k] = "#/components/schemas/" + v.rsplit("/", 1)[-1]
+        elif k == "type" and isinstance(v, list):
+            types = [t for t in v if t != "null"]
+            out[k] = types[0] if types else "object"
+        elif k == "properties" and isinstance(v, dict):
+            out[k] = {pk: _convert_schema(pv) for pk, pv in v.items()}
+        elif k in ("items", "additionalProperties", "not") and isinstance(v, dict):
+            out[k] = _convert_schema(v)
+        elif k in ("allOf", "anyOf", "oneOf") and isinstance(v, list):
+            out[k] = [_convert_schema(x) for x in v]
+        else:
+            out[k] = v
+    if "oneOf" in out and all(isinstance(x, dict) and set(x) == {"type"} for x in out["oneOf"]):
+        kinds = {x["type"] for x in out.pop("oneOf")}
+        out["type"] = "string"
+        if "integer" in kinds:
+            out["format"] = "int-or-string"
+            out["x-kubernetes-int-or-string"] = True
+    if "$ref" in out and len(out) > 1:
+        ref = out.pop("$ref")
+        out["allOf"] = [{"$ref": ref}]
+    return out
+
+
+def _refs(node, acc: set) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str):
+                acc.add(v.rsplit("/", 1)[-1])
+            else:
+                _refs(v, acc)
+    elif isinstance(node, list):
+        for v in node:
+            _refs(v, acc)
+
+
+def builtin_definition_name(rt) -> str | None:
+    defs = _load_builtin_defs()
+    name = f"{_reverse_group(rt.group)}.{rt.version}.{rt.kind}"
+    if name in defs:
+        return name
+    want = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+    for n, d in defs.items():
+        for g in d.get("x-kubernetes-group-version-kind") or []:
+            if g == want:
+                return n
+    return None
+
+
+def builtin_schemas(names: list[str]) -> dict:
+    """The named definitions plus everything they reference, converted to OpenAPI 3 components."""
+    defs = _load_builtin_defs()
+    out: dict = {}
+    todo = [n for n in names if n in defs]
+    while todo:
+        n = todo.pop()
+        if n in out or n not in defs:
+            continue
+        out[n] = _convert_schema(defs[n])
+        acc: set = set()
+        _refs(out[n], acc)
+        todo.extend(a for a in acc if a not in out)
+    return out
 
 
 def _kind_schema(rt) -> dict:
@@ -247,9 +348,18 @@ def gv_document(registry, group: str, version: str) -> dict | None:
         return None
     paths: dict = {}
     schemas: dict = {OBJECT_META: _OBJECT_META_SCHEMA, LIST_META: _LIST_META_SCHEMA, STATUS: _STATUS_SCHEMA}
+    real_meta = builtin_schemas([OBJECT_META, LIST_META])
+    schemas.update(real_meta)
     for rt in sorted(kinds, key=lambda r: r.plural):
         paths.update(_paths_for(rt))
-        schemas[schema_name(rt)] = _kind_schema(rt)
+        builtin = None if rt.schema else builtin_definition_name(rt)
+        if builtin:
+            schemas.update(builtin_schemas([builtin]))
+            # the path operations reference schema_name(rt); alias it when the definition has another name
+            if builtin != schema_name(rt):
+                schemas[schema_name(rt)] = schemas[builtin]
+        else:
+            schemas[schema_name(rt)] = _kind_schema(rt)
         schemas[schema_name(rt) + "List"] = _list_schema(rt)
     return {
         "openapi": "3.0.0",

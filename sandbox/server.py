@@ -309,6 +309,77 @@ class TableBuilder:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# TLS (kubectl only sends bearer tokens over https: client-go clientcmd drops auth info for http servers)
+# ---------------------------------------------------------------------------------------------------------
+
+def make_tls_material(hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> tuple[bytes, bytes, bytes]:
+    """A throwaway CA and a server certificate signed by it: (ca_pem, cert_pem, key_pem)."""
+    import datetime as _dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(hours=1)
+    until = now + _dt.timedelta(days=3650)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sandbox-ca")])
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    cert = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sandbox-apiserver")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now).not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+
+
+def make_ssl_context(cert_pem: bytes, key_pem: bytes):
+    import os
+    import ssl
+    import tempfile
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.set_alpn_protocols(["http/1.1"])
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(cert_pem + b"\n" + key_pem)
+        ctx.load_cert_chain(path)
+    finally:
+        os.unlink(path)
+    return ctx
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The server
 # ---------------------------------------------------------------------------------------------------------
 
@@ -324,6 +395,20 @@ class _HTTPServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):  # quiet: clients drop connections all the time
         pass
 
+    def finish_request(self, request, client_address):
+        """Runs in the connection's thread: sniff a TLS ClientHello and wrap the socket (http and https share the port)."""
+        ctx = self.owner.ssl_context
+        if ctx is not None:
+            try:
+                request.settimeout(10)
+                first = request.recv(1, socket.MSG_PEEK)
+                if first == b"\x16":
+                    request = ctx.wrap_socket(request, server_side=True)
+                request.settimeout(None)
+            except OSError:
+                return
+        self.RequestHandlerClass(request, client_address, self)
+
 
 class SandboxServer:
     """Owns the listening socket, the open connections and the watch streams.
@@ -333,8 +418,13 @@ class SandboxServer:
     """
 
     def __init__(self, store, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 faults: Faults | None = None, clock=None, logs: dict | None = None, hooks=None):
+                 faults: Faults | None = None, clock=None, logs: dict | None = None, hooks=None, tls: bool = True):
         self.store = store
+        self.ssl_context = None
+        self.ca_pem: bytes | None = None
+        if tls:
+            self.ca_pem, cert_pem, key_pem = make_tls_material((host, "localhost"))
+            self.ssl_context = make_ssl_context(cert_pem, key_pem)
         self.registry = store.registry
         self.host = host
         self.port = port
@@ -357,6 +447,12 @@ class SandboxServer:
     # -- lifecycle ------------------------------------------------------------------------------------------
     @property
     def url(self) -> str:
+        """The URL clients should use: https when TLS is on (kubectl sends tokens only over https)."""
+        return f"{'https' if self.ssl_context is not None else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        """Plain-http URL of the same port (handy for curl/requests; kubectl will not send the token to it)."""
         return f"http://{self.host}:{self.port}"
 
     def now(self) -> datetime:
@@ -1007,9 +1103,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _client_gone(self) -> bool:
+        """Clients never send anything while a watch streams, so a readable socket means EOF (or TLS close_notify)."""
         try:
             r, _, _ = select.select([self.connection], [], [], 0)
             if r:
+                if hasattr(self.connection, "pending"):  # ssl.SSLSocket
+                    return True
                 return self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True

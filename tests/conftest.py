@@ -45,6 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"PORTAL_REQUIRE_SERVICES=1 but tests would use {database} and {broker}")
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:  # noqa: ANN001
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @dataclass
 class Cast:
     acme: Tenant

@@ -16,10 +16,15 @@ class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
-    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
+    @factory.post_generation
+    def password(self, create: bool, extracted: str | None, **kwargs) -> None:  # noqa: ANN003
+        self.set_password(extracted or PASSWORD)
+        if create:
+            self.save(update_fields=["password"])
 
 
 _seq = iter(range(1, 10**9))

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from portal.exceptions import Invalid, NotAllowed
 
 from .. import selectors, services
-from ..access import Actor
+from ..access import Actor, has_perm
 from ..filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
 from ..models import Membership
 from .serializers import (
@@ -128,6 +128,8 @@ class MembershipViewSet(viewsets.ModelViewSet):
         tenant = selectors.tenants_for(actor=actor).filter(slug=values["tenant"]).first()
         if tenant is None:
             raise Invalid("No such tenant.", field="tenant")
+        if not has_perm(actor, "manage_members_tenant", tenant):
+            raise NotAllowed("Only tenant admins and ops manage members.")
         project = None
         if values.get("project"):
             project = selectors.projects_for(actor=actor).filter(tenant=tenant, slug=values["project"]).first()

@@ -1,0 +1,139 @@
+"""Portal forms. They only shape and check input; the views hand the cleaned data to services."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+
+from portal.exceptions import PortalError
+
+from .access import client_address
+from .models import ApiToken, Project, Role, Tenant
+from .services import MAX_TOKEN_DAYS
+from .throttle import login_blocked, login_failed, login_succeeded
+
+
+class ThrottledAuthenticationForm(AuthenticationForm):
+    """Django's login form, refusing attempts while the username or the client address is blocked."""
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": "That username and password do not match. Check both and try again.",
+    }
+
+    def clean(self) -> dict[str, Any]:
+        username = self.cleaned_data.get("username") or ""
+        ip = client_address(self.request) if self.request is not None else None
+        blocked = login_blocked(username=username, ip=ip)
+        if blocked is not None:
+            raise ValidationError(blocked.message, code="throttled")
+        try:
+            cleaned = super().clean()
+        except ValidationError as exc:
+            if exc.code == "invalid_login":
+                blocked = login_failed(username=username, ip=ip)
+                if blocked is not None:
+                    raise ValidationError(blocked.message, code="throttled") from None
+            raise
+        login_succeeded(username=username)
+        return cleaned
+
+
+def add_service_error(form: forms.Form, exc: PortalError | ValidationError, fields: Mapping[str, str] | None = None) -> None:
+    """Show a service's refusal on ``form``: next to the field it names when the form has it, else on top.
+
+    ``fields`` maps service/model field names to form field names where they differ.
+    """
+    fields = fields or {}
+    items: Iterable[tuple[str | None, list[str]]]
+    if isinstance(exc, PortalError):
+        items = [(exc.field, [exc.message])]
+    elif hasattr(exc, "error_dict"):
+        items = exc.message_dict.items()
+    else:
+        items = [(None, exc.messages)]
+    for field, messages in items:
+        name = fields.get(field, field) if field and field != NON_FIELD_ERRORS else None
+        target = name if name in form.fields else None
+        for message in messages:
+            form.add_error(target, message)
+
+
+class TenantCreateForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.CharField(
+        max_length=40, help_text="Lower-case letters, digits and '-'. Names cluster objects; cannot change later."
+    )
+    cost_centre = forms.CharField(max_length=60, required=False, label="Cost centre")
+    contact_email = forms.EmailField(required=False, label="Contact email")
+
+
+class TenantDetailsForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    cost_centre = forms.CharField(max_length=60, required=False, label="Cost centre")
+    contact_email = forms.EmailField(required=False, label="Contact email")
+
+    @classmethod
+    def for_tenant(cls, tenant: Tenant, data: Mapping[str, Any] | None = None) -> TenantDetailsForm:
+        initial = {"name": tenant.name, "cost_centre": tenant.cost_centre, "contact_email": tenant.contact_email}
+        return cls(data, initial=initial, prefix="details")
+
+
+class ProjectCreateForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.CharField(
+        max_length=63,
+        help_text="Becomes the Kubernetes namespace: lower-case letters, digits and '-', unique portal-wide.",
+    )
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=2000)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "project")
+        super().__init__(*args, **kwargs)
+
+
+TENANT_WIDE = ""
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    project = forms.ChoiceField(
+        required=False, help_text="Tenant admins hold their role tenant-wide; every other role is held in one project."
+    )
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args: Any, projects: Iterable[Project] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "member")
+        super().__init__(*args, **kwargs)
+        self.projects = {p.slug: p for p in projects}
+        self.fields["project"].choices = [(TENANT_WIDE, "Tenant-wide (tenant admin)")] + [
+            (slug, f"{p.name} ({slug})") for slug, p in self.projects.items()
+        ]
+
+    def cleaned_project(self) -> Project | None:
+        return self.projects.get(self.cleaned_data.get("project") or "")
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class TokenCreateForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="Where it is used, e.g. “CI nightly”.")
+    scope = forms.ChoiceField(choices=ApiToken.Scope.choices, initial=ApiToken.Scope.READ)
+    expires_days = forms.IntegerField(
+        min_value=1, max_value=MAX_TOKEN_DAYS, initial=90, label="Expires in (days)",
+        help_text=f"1 to {MAX_TOKEN_DAYS} days.",
+    )
+
+    def __init__(self, *args: Any, can_submit: bool = True, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "token")
+        super().__init__(*args, **kwargs)
+        if not can_submit:
+            # A token never does more than its user: offer only what this role allows.
+            self.fields["scope"].choices = [(ApiToken.Scope.READ, ApiToken.Scope.READ.label)]
+            self.fields["scope"].help_text = "Your role in this project can read only, so can your tokens."
