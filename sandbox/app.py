@@ -72,6 +72,7 @@ class Sandbox:
                  tls: bool = True):
         self.host = host
         self.kubeconfig = str(kubeconfig) if kubeconfig is not None else None
+        self.kubecache: str | None = None  # a private KUBECACHEDIR for kubectl (set by sandbox.testing)
         self.state_file = str(state_file) if state_file is not None else None
         self.token = token if token is not None else secrets.token_urlsafe(24)
         self.tick_interval = tick_interval

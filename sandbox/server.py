@@ -24,18 +24,7 @@ from . import discovery
 from .faults import REASONS, Faults
 from .openapi import OpenAPI
 
-try:  # the store is written by another module owner; keep the import soft for tooling
-    from .store import ApiError
-except ImportError:  # pragma: no cover
-    class ApiError(Exception):  # type: ignore[no-redef]
-        def __init__(self, code, reason, message, *, causes=None, details=None, retry_after=None):
-            super().__init__(message)
-            self.code, self.reason, self.message = code, reason, message
-            self.causes, self.details, self.retry_after = causes, details, retry_after
-
-        def status(self):
-            return status_body(self.code, self.reason, self.message, self.details)
-
+from .store import ApiError
 
 LOG_ANNOTATION = "sandbox.gpuportal.dev/log"
 PROTOBUF_TYPES = ("application/vnd.kubernetes.protobuf", "application/cbor", "application/apply-patch+cbor")
@@ -869,7 +858,7 @@ class _Handler(BaseHTTPRequestHandler):
             if sub == "log":
                 return self._pod_log(rt, namespace, name)
             if sub == "scale":
-                return self._send_json(200, self._scale(store.get(rt.api_version, rt.kind, name, namespace), rt))
+                return self._send_json(200, store.get_scale(rt.api_version, rt.kind, name, namespace))
             obj = store.get(rt.api_version, rt.kind, name, namespace)
             return self._reply_object(200, rt, obj)
         if sub in ("log",) or sub == "scale" and method not in ("PATCH", "PUT"):
@@ -902,13 +891,6 @@ class _Handler(BaseHTTPRequestHandler):
                                           self.query.get("includeObject", "Metadata"))
             return self._send_json(code, tbl, hdrs)
         return self._send_json(code, obj, hdrs)
-
-    def _scale(self, obj: dict, rt) -> dict:
-        meta = obj.get("metadata") or {}
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta},
-                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
-                "status": {"replicas": (obj.get("status") or {}).get("replicas", 0)}}
 
     def _list(self, rt, namespace):
         q = self.query
@@ -974,9 +956,14 @@ class _Handler(BaseHTTPRequestHandler):
         return self._reply_object(201, rt, out)
 
     def _update(self, rt, namespace, name, sub):
-        obj = self._prepare_body(rt, namespace, name)
         if sub == "scale":
-            raise _Reply(405, "PUT on scale is not supported by the sandbox; use PATCH on the object", "MethodNotAllowed")
+            scale = self._json_body()
+            if not isinstance(scale, dict):
+                raise _Reply(400, "the object provided is unrecognized (must be a Scale object)")
+            out = self.owner.store.update_scale(rt.api_version, rt.kind, name, namespace, scale, dry_run=self._dry_run(),
+                                                field_manager=self.query.get("fieldManager") or None)
+            return self._send_json(200, out, self._warning_headers())
+        obj = self._prepare_body(rt, namespace, name)
         out = self.owner.store.update(obj, subresource=sub, dry_run=self._dry_run(),
                                       field_validation=self._field_validation(),
                                       field_manager=self.query.get("fieldManager") or None, warnings=self.warnings)
@@ -996,11 +983,6 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Reply(400, "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
         elif not isinstance(body, dict):
             raise _Reply(400, "the body of the request must be a JSON object for this patch type")
-        if sub == "scale":
-            replicas = ((body.get("spec") or {}) if isinstance(body, dict) else {}).get("replicas")
-            if replicas is None:
-                raise _Reply(400, "only spec.replicas can be patched through the scale subresource")
-            body, ptype, sub = {"spec": {"replicas": replicas}}, "merge", None
         q = self.query
         store = self.owner.store
         kwargs = dict(subresource=sub, field_manager=q.get("fieldManager") or None, force=_truthy(q.get("force")),
@@ -1016,6 +998,8 @@ class _Handler(BaseHTTPRequestHandler):
                 out = store.patch(rt.api_version, rt.kind, name, namespace, body, ptype, **kwargs)
         else:
             out = store.patch(rt.api_version, rt.kind, name, namespace, body, ptype, **kwargs)
+        if sub == "scale":
+            return self._send_json(code, out, self._warning_headers())
         return self._reply_object(code, rt, out)
 
     def _delete_options(self) -> dict:
@@ -1046,7 +1030,7 @@ class _Handler(BaseHTTPRequestHandler):
         out = self.owner.store.delete(rt.api_version, rt.kind, name, namespace, propagation_policy=o["propagation_policy"],
                                       preconditions=o["preconditions"], dry_run=o["dry_run"])
         meta = (out or {}).get("metadata") or {}
-        if meta.get("deletionTimestamp") and meta.get("finalizers") and not o["dry_run"]:
+        if meta.get("deletionTimestamp") and not o["dry_run"]:  # still there (finalizers, namespace termination)
             return self._send_json(200, out, self._warning_headers())
         details = {"name": name, "kind": rt.plural, "uid": meta.get("uid", "")}
         if rt.group:
@@ -1174,7 +1158,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chunk(b"".join(encode(t, o) for t, o in pre_events))
             idle_since = time.monotonic()
             while True:
-                if stopping.is_set():
+                if stopping.is_set() or getattr(watcher, "closed", False):
                     clean_end = False
                     break
                 now = time.monotonic()

@@ -34,6 +34,12 @@ def _require_writable(actor: Actor, tenant: Tenant) -> None:
         raise ReadOnlyTenant(f"Tenant {tenant.slug} is suspended: its data can be read but not changed.")
 
 
+def _tenant_locked(tenant: Tenant) -> Tenant:
+    """Re-read the tenant under a row lock: its status decides whether writes are allowed, and the
+    lock serialises membership and project changes within one tenant."""
+    return Tenant.objects.select_for_update().get(pk=tenant.pk)
+
+
 def _require_ops(actor: Actor, message: str) -> None:
     if actor.user is not None and not actor.is_ops:
         raise NotAllowed(message)
@@ -79,6 +85,7 @@ def tenant_update(*, actor: Actor, tenant: Tenant, **changes: Any) -> Tenant:
 
 @transaction.atomic
 def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, description: str = "") -> Project:
+    tenant = _tenant_locked(tenant)
     _require(actor, "change_tenant", tenant, "Only tenant admins and ops create projects.")
     _require_writable(actor, tenant)
     project = Project(tenant=tenant, name=name, slug=slug, description=description)
@@ -95,7 +102,7 @@ def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, descri
 
 @transaction.atomic
 def project_update(*, actor: Actor, project: Project, **changes: Any) -> Project:
-    project = Project.objects.select_for_update().select_related("tenant").get(pk=project.pk)
+    project = Project.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=project.pk)
     _require(actor, "change_project", project, "Only project admins, tenant admins and ops change a project.")
     _require_writable(actor, project.tenant)
     if "slug" in changes and changes["slug"] != project.slug:
@@ -133,6 +140,7 @@ def _check_membership_shape(*, tenant: Tenant, project: Project | None, role: st
 
 @transaction.atomic
 def membership_create(*, actor: Actor, tenant: Tenant, user: Any, role: str, project: Project | None = None) -> Membership:
+    tenant = _tenant_locked(tenant)
     _require(actor, "manage_members_tenant", tenant, "Only tenant admins and ops manage members.")
     _require_writable(actor, tenant)
     _check_membership_shape(tenant=tenant, project=project, role=role)
@@ -154,7 +162,7 @@ def membership_create(*, actor: Actor, tenant: Tenant, user: Any, role: str, pro
 
 @transaction.atomic
 def membership_update(*, actor: Actor, membership: Membership, role: str) -> Membership:
-    membership = Membership.objects.select_for_update().select_related("tenant", "project", "user").get(pk=membership.pk)
+    membership = Membership.objects.select_for_update(of=("self",)).select_related("tenant", "project", "user").get(pk=membership.pk)
     _require(actor, "manage_members_tenant", membership.tenant, "Only tenant admins and ops manage members.")
     _require_writable(actor, membership.tenant)
     _check_membership_shape(tenant=membership.tenant, project=membership.project, role=role)
@@ -172,7 +180,7 @@ def membership_update(*, actor: Actor, membership: Membership, role: str) -> Mem
 
 @transaction.atomic
 def membership_delete(*, actor: Actor, membership: Membership) -> None:
-    membership = Membership.objects.select_for_update().select_related("tenant", "project", "user").get(pk=membership.pk)
+    membership = Membership.objects.select_for_update(of=("self",)).select_related("tenant", "project", "user").get(pk=membership.pk)
     _require(actor, "manage_members_tenant", membership.tenant, "Only tenant admins and ops manage members.")
     _require_writable(actor, membership.tenant)
     _guard_last_admin(membership, new_role=None)
@@ -245,7 +253,7 @@ def token_create(
 
 @transaction.atomic
 def token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
-    token = ApiToken.objects.select_for_update().select_related("project__tenant", "user").get(pk=token.pk)
+    token = ApiToken.objects.select_for_update(of=("self",)).select_related("project__tenant", "user").get(pk=token.pk)
     own = actor.user is not None and token.user_id == actor.user.pk and actor.token is None
     if not own and not (actor.token is None and has_perm(actor, "manage_members_tenant", token.project.tenant)):
         raise NotAllowed("Only the token's owner, tenant admins and ops revoke a token.")

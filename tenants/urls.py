@@ -1,4 +1,36 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import TemplateView
 
-urlpatterns = [path("", TemplateView.as_view(template_name="home.html"), name="home")]
+from . import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    # Accounts
+    path("accounts/login/", views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/password/", views.PasswordChangeView.as_view(), name="password_change"),
+    path("accounts/password/done/", views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    # Projects
+    path("projects/<slug:slug>/", views.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/tokens/", views.token_create, name="token-create"),
+    path("projects/<slug:slug>/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("projects/<slug:slug>/status/", views.project_status, name="project-status"),
+    # Tenant admin
+    path("tenants/", views.tenant_list, name="tenant-list"),
+    path("tenants/<slug:slug>/", views.tenant_detail, name="tenant-detail"),
+    path("tenants/<slug:slug>/details/", views.tenant_details, name="tenant-details"),
+    path("tenants/<slug:slug>/projects/", views.project_create, name="project-create"),
+    path("tenants/<slug:slug>/members/", views.tenant_members, name="tenant-members"),
+    path("tenants/<slug:slug>/members/add/", views.member_add, name="member-add"),
+    path("tenants/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
+    path("tenants/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
+    path("tenants/<slug:slug>/audit/", views.tenant_audit, name="tenant-audit"),
+    # Platform ops
+    path("ops/", views.ops_home, name="ops-home"),
+    path("ops/tenants/", views.ops_tenants, name="ops-tenants"),
+    path("ops/tenants/new/", views.ops_tenant_create, name="ops-tenant-create"),
+    path("ops/tenants/<slug:slug>/status/", views.ops_tenant_status, name="ops-tenant-status"),
+    path("ops/projects/", views.ops_projects, name="ops-projects"),
+    path("ops/users/", views.ops_users, name="ops-users"),
+    path("ops/audit/", views.ops_audit, name="ops-audit"),
+]

@@ -1,4 +1,4 @@
-"""On PostgreSQL, the database itself refuses to change or delete audit entries."""
+"""The database itself refuses to change or delete audit entries (PostgreSQL and SQLite)."""
 
 from django.db import migrations
 
@@ -17,14 +17,34 @@ DROP FUNCTION IF EXISTS tenants_auditentry_append_only();
 """
 
 
+SQLITE_FORWARD = [
+    "CREATE TRIGGER tenants_auditentry_no_update BEFORE UPDATE ON tenants_auditentry "
+    "BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END;",
+    "CREATE TRIGGER tenants_auditentry_no_delete BEFORE DELETE ON tenants_auditentry "
+    "BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END;",
+]
+SQLITE_BACKWARD = [
+    "DROP TRIGGER IF EXISTS tenants_auditentry_no_update;",
+    "DROP TRIGGER IF EXISTS tenants_auditentry_no_delete;",
+]
+
+
 def forward(apps, schema_editor):  # noqa: ANN001, ANN201
-    if schema_editor.connection.vendor == "postgresql":
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
         schema_editor.execute(FORWARD)
+    elif vendor == "sqlite":
+        for statement in SQLITE_FORWARD:
+            schema_editor.execute(statement)
 
 
 def backward(apps, schema_editor):  # noqa: ANN001, ANN201
-    if schema_editor.connection.vendor == "postgresql":
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
         schema_editor.execute(BACKWARD)
+    elif vendor == "sqlite":
+        for statement in SQLITE_BACKWARD:
+            schema_editor.execute(statement)
 
 
 class Migration(migrations.Migration):

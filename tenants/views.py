@@ -1,0 +1,619 @@
+"""Portal pages for tenancy. Reads start from ``tenants.selectors``; writes go through ``tenants.services``.
+
+A project or tenant the user cannot see is a 404, exactly as in the API. A tenant page the user can
+see but not administer is a 403. Service refusals (``PortalError``) and model validation errors are
+shown on the form that caused them; nothing is written then.
+
+Small actions (revoke a token, change or remove a member) answer htmx requests with the updated
+table row, and plain POSTs with a redirect and a message, so every page works without JavaScript.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import django_filters as filters
+from django import forms
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Page, Paginator
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_POST
+
+from portal.exceptions import PortalError
+
+from . import selectors, services
+from .access import Actor, has_perm
+from .filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
+from .forms import (
+    MemberAddForm,
+    ProjectCreateForm,
+    RoleForm,
+    TenantCreateForm,
+    TenantDetailsForm,
+    ThrottledAuthenticationForm,
+    TokenCreateForm,
+    add_service_error,
+)
+from .models import ApiToken, Membership, Project, Role, Tenant
+
+PAGE_SIZE = 25
+
+
+# Helpers ---------------------------------------------------------------------------------------
+
+
+class Pager:
+    """A page of a list plus the links to its neighbours, keeping the other query parameters (filters)."""
+
+    def __init__(self, request: HttpRequest, queryset: QuerySet[Any], *, param: str = "page", per_page: int = PAGE_SIZE):
+        self.request = request
+        self.param = param
+        self.page: Page = Paginator(queryset, per_page).get_page(request.GET.get(param))
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.page.object_list)
+
+    def __len__(self) -> int:
+        return len(self.page.object_list)
+
+    def _url(self, number: int) -> str:
+        query = self.request.GET.copy()
+        query[self.param] = str(number)
+        return "?" + query.urlencode()
+
+    @property
+    def first_url(self) -> str | None:
+        return self._url(1) if self.page.number > 2 else None
+
+    @property
+    def previous_url(self) -> str | None:
+        return self._url(self.page.previous_page_number()) if self.page.has_previous() else None
+
+    @property
+    def next_url(self) -> str | None:
+        return self._url(self.page.next_page_number()) if self.page.has_next() else None
+
+    @property
+    def last_url(self) -> str | None:
+        last = self.page.paginator.num_pages
+        return self._url(last) if self.page.number < last - 1 else None
+
+
+def filtered(
+    filterset_class: type[filters.FilterSet],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    hide: tuple[str, ...] = (),
+    selects: dict[str, list[tuple[str, str]]] | None = None,
+) -> filters.FilterSet:
+    """A bound FilterSet for a list page. ``hide`` drops filters the page fixes itself (the tenant
+    on a tenant's page); ``selects`` turns slug text filters into drop-downs of known values."""
+    filterset = filterset_class(request.GET or None, queryset=queryset, request=request)
+    form = filterset.form
+    for name in hide:
+        form.fields.pop(name, None)
+    for name, choices in (selects or {}).items():
+        if name in form.fields:
+            form.fields[name].widget = forms.Select(choices=[("", "Any")] + choices)
+    for name in ("since", "until"):
+        if name in form.fields:
+            form.fields[name].widget = forms.DateTimeInput(attrs={"type": "datetime-local"})
+    filterset.is_active = any(request.GET.get(name) for name in form.fields)
+    return filterset
+
+
+def _refresh_perms(user: Any) -> None:
+    # Permissions are cached on the request's user; a write in this request may have changed them.
+    for attr in ("_perm_cache", "_user_perm_cache", "_group_perm_cache", "_portal_is_ops"):
+        user.__dict__.pop(attr, None)
+
+
+def page(request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
+    """Render a full page with what the navigation needs."""
+    actor = Actor.from_request(request)
+    context.setdefault("actor", actor)
+    context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=actor).exists()
+    return render(request, template, context, status=status)
+
+
+def role_labels(actor: Actor) -> tuple[dict[int, str], dict[int, str]]:
+    """The user's own roles: ({project id: label}, {tenant id: label}) for tenant-wide roles."""
+    by_project: dict[int, str] = {}
+    by_tenant: dict[int, str] = {}
+    mine = selectors.memberships_for(actor=actor).filter(user=actor.user)
+    for membership in mine:
+        if membership.project_id is None:
+            by_tenant[membership.tenant_id] = membership.get_role_display()
+        else:
+            by_project[membership.project_id] = membership.get_role_display()
+    return by_project, by_tenant
+
+
+def role_in(project: Project, by_project: dict[int, str], by_tenant: dict[int, str], actor: Actor) -> str:
+    if project.pk in by_project:
+        return by_project[project.pk]
+    if project.tenant_id in by_tenant:
+        return by_tenant[project.tenant_id]
+    return "Platform ops" if actor.is_ops else "—"
+
+
+def tenant_choices() -> list[tuple[str, str]]:
+    return list(Tenant.objects.order_by("name").values_list("slug", "name"))
+
+
+# Sign-in ---------------------------------------------------------------------------------------
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login, with throttling (``tenants.throttle``) in the form."""
+
+    authentication_form = ThrottledAuthenticationForm
+    redirect_authenticated_user = True
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    def form_valid(self, form):  # noqa: ANN001, ANN201
+        messages.success(self.request, "Your password was changed.")
+        return super().form_valid(form)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=Actor.from_request(self.request)).exists()
+        return context
+
+
+class PasswordChangeDoneView(auth_views.PasswordChangeDoneView):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=Actor.from_request(self.request)).exists()
+        return context
+
+
+# Home ------------------------------------------------------------------------------------------
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """My projects: every project the user can see, with their role in it."""
+    actor = Actor.from_request(request)
+    visible = selectors.projects_for(actor=actor).order_by("tenant__name", "name")
+    filterset = filtered(ProjectFilter, request, visible, hide=("slug",),
+                         selects={"tenant": list(selectors.tenants_for(actor=actor).values_list("slug", "name"))})
+    pager = Pager(request, filterset.qs)
+    by_project, by_tenant = role_labels(actor)
+    rows = [(project, role_in(project, by_project, by_tenant, actor)) for project in pager]
+    return page(request, "tenants/home.html", {"filterset": filterset, "pager": pager, "rows": rows})
+
+
+# Projects --------------------------------------------------------------------------------------
+
+
+def _visible_project(actor: Actor, slug: str) -> Project:
+    return get_object_or_404(selectors.projects_for(actor=actor), slug=slug)
+
+
+def _project_page(
+    request: HttpRequest,
+    actor: Actor,
+    project: Project,
+    *,
+    token_form: TokenCreateForm | None = None,
+    new_token: ApiToken | None = None,
+    new_secret: str | None = None,
+) -> HttpResponse:
+    tenant = project.tenant
+    can_submit = has_perm(actor, "submit_project", project)
+    by_project, by_tenant = role_labels(actor)
+    members = selectors.memberships_for(actor=actor).filter(project=project).order_by("user__username")
+    tokens = selectors.tokens_for(actor=actor).filter(project=project).order_by("-created_at")
+    context = {
+        "project": project,
+        "tenant": tenant,
+        "my_role": role_in(project, by_project, by_tenant, actor),
+        "writable": tenant.is_active or actor.is_ops,
+        "can_manage": has_perm(actor, "manage_members_tenant", tenant),
+        "can_archive": has_perm(actor, "change_tenant", tenant),
+        "can_submit": can_submit,
+        "members": Pager(request, members, param="members_page"),
+        "tokens": Pager(request, tokens, param="tokens_page"),
+        "token_form": token_form or TokenCreateForm(can_submit=can_submit),
+        "new_token": new_token,
+        "new_secret": new_secret,
+        "now": timezone.now(),
+    }
+    response = page(request, "tenants/project_detail.html", context)
+    if new_secret:
+        add_never_cache_headers(response)  # the secret is shown once: no cached copy anywhere
+    return response
+
+
+@login_required
+def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    return _project_page(request, actor, _visible_project(actor, slug))
+
+
+@login_required
+@require_POST
+def token_create(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    project = _visible_project(actor, slug)
+    form = TokenCreateForm(request.POST, can_submit=has_perm(actor, "submit_project", project))
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            token, secret = services.token_create(
+                actor=actor, project=project, name=data["name"], scope=data["scope"],
+                expires_at=timezone.now() + timedelta(days=data["expires_days"]),
+            )
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc, {"expires_at": "expires_days", "project": None})
+        else:
+            messages.success(request, f"Token “{token.name}” created. Copy the secret now: it is shown only once.")
+            return _project_page(request, actor, project, new_token=token, new_secret=secret)
+    return _project_page(request, actor, project, token_form=form)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    project = _visible_project(actor, slug)
+    token = get_object_or_404(selectors.tokens_for(actor=actor).filter(project=project), pk=pk)
+    error = None
+    try:
+        token = services.token_revoke(actor=actor, token=token)
+    except PortalError as exc:
+        error = exc.message
+    if request.htmx:
+        context = {"token": token, "project": project, "error": error, "now": timezone.now(),
+                   "can_manage": has_perm(actor, "manage_members_tenant", project.tenant)}
+        return render(request, "tenants/_token_row.html", context)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Token “{token.name}” revoked: it no longer works.")
+    return redirect("project-detail", slug=project.slug)
+
+
+@login_required
+@require_POST
+def project_status(request: HttpRequest, slug: str) -> HttpResponse:
+    """Archive or restore a project (tenant admins and ops)."""
+    actor = Actor.from_request(request)
+    project = _visible_project(actor, slug)
+    if not has_perm(actor, "change_tenant", project.tenant):
+        raise PermissionDenied("Only tenant admins and ops archive or restore a project.")
+    status = request.POST.get("status")
+    if status not in Project.Status.values:
+        messages.error(request, "Unknown project status.")
+        return redirect("project-detail", slug=project.slug)
+    try:
+        project = services.project_update(actor=actor, project=project, status=status)
+    except (PortalError, ValidationError) as exc:
+        messages.error(request, getattr(exc, "message", None) or "; ".join(exc.messages))
+    else:
+        messages.success(request, f"Project {project.name} is now {project.get_status_display().lower()}.")
+    return redirect("project-detail", slug=project.slug)
+
+
+# Tenant admin ----------------------------------------------------------------------------------
+
+
+def _admin_tenant(actor: Actor, slug: str) -> Tenant:
+    """The tenant ``slug`` if the actor may administer it: 404 if they can't see it, 403 if only see it."""
+    tenant = get_object_or_404(selectors.tenants_for(actor=actor), slug=slug)
+    if not has_perm(actor, "manage_members_tenant", tenant):
+        raise PermissionDenied("Only the tenant's admins and platform ops manage a tenant.")
+    return tenant
+
+
+@login_required
+def tenant_list(request: HttpRequest) -> HttpResponse:
+    """The tenants the user administers (ops: all)."""
+    actor = Actor.from_request(request)
+    filterset = filtered(TenantFilter, request, selectors.admin_tenants_for(actor=actor).order_by("name"), hide=("slug",))
+    pager = Pager(request, filterset.qs)
+    return page(request, "tenants/tenant_list.html", {"filterset": filterset, "pager": pager})
+
+
+def _tenant_overview(
+    request: HttpRequest,
+    actor: Actor,
+    tenant: Tenant,
+    *,
+    details_form: TenantDetailsForm | None = None,
+    project_form: ProjectCreateForm | None = None,
+) -> HttpResponse:
+    projects = selectors.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
+    filterset = filtered(ProjectFilter, request, projects, hide=("tenant", "slug"))
+    context = {
+        "tenant": tenant,
+        "tab": "overview",
+        "writable": tenant.is_active or actor.is_ops,
+        "details_form": details_form or TenantDetailsForm.for_tenant(tenant),
+        "project_form": project_form or ProjectCreateForm(),
+        "filterset": filterset,
+        "pager": Pager(request, filterset.qs),
+    }
+    return page(request, "tenants/tenant_overview.html", context)
+
+
+@login_required
+def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    return _tenant_overview(request, actor, _admin_tenant(actor, slug))
+
+
+@login_required
+@require_POST
+def tenant_details(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    form = TenantDetailsForm.for_tenant(tenant, request.POST)
+    if form.is_valid():
+        try:
+            services.tenant_update(actor=actor, tenant=tenant, **form.cleaned_data)
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc)
+        else:
+            messages.success(request, "Tenant details saved.")
+            return redirect("tenant-detail", slug=tenant.slug)
+    tenant.refresh_from_db()
+    return _tenant_overview(request, actor, tenant, details_form=form)
+
+
+@login_required
+@require_POST
+def project_create(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    form = ProjectCreateForm(request.POST)
+    if form.is_valid():
+        try:
+            project = services.project_create(actor=actor, tenant=tenant, **form.cleaned_data)
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc)
+        else:
+            _refresh_perms(request.user)
+            messages.success(request, f"Project {project.name} created (namespace {project.namespace}).")
+            return redirect("tenant-detail", slug=tenant.slug)
+    return _tenant_overview(request, actor, tenant, project_form=form)
+
+
+def _tenant_members(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: MemberAddForm | None = None) -> HttpResponse:
+    memberships = (
+        selectors.memberships_for(actor=actor).filter(tenant=tenant).order_by("project__name", "user__username")
+    )
+    projects = list(selectors.projects_for(actor=actor).filter(tenant=tenant).order_by("name"))
+    filterset = filtered(MembershipFilter, request, memberships, hide=("tenant",),
+                         selects={"project": [(p.slug, p.name) for p in projects]})
+    context = {
+        "tenant": tenant,
+        "tab": "members",
+        "writable": tenant.is_active or actor.is_ops,
+        "filterset": filterset,
+        "pager": Pager(request, filterset.qs),
+        "form": form or MemberAddForm(projects=projects, initial={"project": request.GET.get("project", "")}),
+        "roles": Role.choices,
+    }
+    return page(request, "tenants/tenant_members.html", context)
+
+
+@login_required
+def tenant_members(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    return _tenant_members(request, actor, _admin_tenant(actor, slug))
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    projects = selectors.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
+    form = MemberAddForm(request.POST, projects=projects)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            user = services.user_by_name(data["username"])
+            membership = services.membership_create(
+                actor=actor, tenant=tenant, user=user, role=data["role"], project=form.cleaned_project()
+            )
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc, {"user": "username"})
+        else:
+            where = membership.project.name if membership.project else tenant.name
+            messages.success(request, f"{user.get_username()} is now {membership.get_role_display()} of {where}.")
+            return redirect("tenant-members", slug=tenant.slug)
+    return _tenant_members(request, actor, tenant, form=form)
+
+
+def _member_answer(
+    request: HttpRequest, tenant: Tenant, membership: Membership | None, *, error: str | None, done: str
+) -> HttpResponse:
+    """htmx: the row (or nothing, once removed). Plain POST: back to the list, with a message."""
+    if request.htmx:
+        if membership is None:
+            return HttpResponse("")
+        actor = Actor.from_request(request)
+        context = {"m": membership, "tenant": tenant, "roles": Role.choices, "error": error,
+                   "note": None if error else done, "writable": tenant.is_active or actor.is_ops}
+        return render(request, "tenants/_member_row.html", context)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, done)
+    back = request.POST.get("next", "")
+    url = reverse("tenant-members", kwargs={"slug": tenant.slug})
+    return redirect(url + (back if back.startswith("?") else ""))
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    membership = get_object_or_404(selectors.memberships_for(actor=actor).filter(tenant=tenant), pk=pk)
+    form = RoleForm(request.POST)
+    error = None
+    if not form.is_valid():
+        error = "Choose one of the listed roles."
+    else:
+        try:
+            membership = services.membership_update(actor=actor, membership=membership, role=form.cleaned_data["role"])
+        except (PortalError, ValidationError) as exc:
+            error = getattr(exc, "message", None) or "; ".join(exc.messages)
+    done = f"{membership.user.get_username()} is now {membership.get_role_display()}."
+    return _member_answer(request, tenant, membership, error=error, done=done)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    membership = get_object_or_404(selectors.memberships_for(actor=actor).filter(tenant=tenant), pk=pk)
+    where = membership.project.name if membership.project_id else tenant.name
+    done = f"{membership.user.get_username()} no longer has a role in {where}."
+    try:
+        services.membership_delete(actor=actor, membership=membership)
+    except PortalError as exc:
+        return _member_answer(request, tenant, membership, error=exc.message, done=done)
+    _refresh_perms(request.user)
+    return _member_answer(request, tenant, None, error=None, done=done)
+
+
+# Audit log -------------------------------------------------------------------------------------
+
+
+def _audit_page(request: HttpRequest, actor: Actor, entries: QuerySet[Any], context: dict[str, Any]) -> HttpResponse:
+    hide = ("target_type",) + (("tenant",) if "tenant" in context else ())
+    filterset = filtered(AuditEntryFilter, request, entries.order_by("-created_at", "-id"), hide=hide,
+                         selects={"tenant": tenant_choices()} if actor.is_ops else None)
+    context |= {"filterset": filterset, "pager": Pager(request, filterset.qs)}
+    return page(request, "tenants/audit_list.html", context)
+
+
+@login_required
+def tenant_audit(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    entries = selectors.audit_entries_for(actor=actor).filter(tenant=tenant)
+    return _audit_page(request, actor, entries, {"tenant": tenant, "tab": "audit"})
+
+
+# Ops -------------------------------------------------------------------------------------------
+
+
+def _ops_only(request: HttpRequest) -> Actor:
+    actor = Actor.from_request(request)
+    if not actor.is_ops:
+        raise Http404("No such page.")  # ops pages don't exist for anyone else
+    return actor
+
+
+class UserFilter(filters.FilterSet):
+    """Ops' user list. Users are not a tenancy model, so this one lives with its only page."""
+
+    q = filters.CharFilter(method="search", label="Name, username or email contains")
+    tenant = filters.CharFilter(field_name="memberships__tenant__slug", label="Tenant", distinct=True)
+
+    class Meta:
+        model = get_user_model()
+        fields = ["q", "tenant", "is_active"]
+
+    def search(self, queryset, name, value):  # noqa: ANN001, ANN201
+        return queryset.filter(
+            Q(username__icontains=value) | Q(email__icontains=value)
+            | Q(first_name__icontains=value) | Q(last_name__icontains=value)
+        )
+
+
+@login_required
+def ops_home(request: HttpRequest) -> HttpResponse:
+    _ops_only(request)
+    return redirect("ops-tenants")
+
+
+def _ops_tenants(request: HttpRequest, actor: Actor, *, form: TenantCreateForm | None = None) -> HttpResponse:
+    filterset = filtered(TenantFilter, request, selectors.tenants_for(actor=actor).order_by("name"), hide=("slug",))
+    context = {"tab": "tenants", "filterset": filterset, "pager": Pager(request, filterset.qs),
+               "form": form or TenantCreateForm()}
+    return page(request, "ops/tenants.html", context)
+
+
+@login_required
+def ops_tenants(request: HttpRequest) -> HttpResponse:
+    return _ops_tenants(request, _ops_only(request))
+
+
+@login_required
+@require_POST
+def ops_tenant_create(request: HttpRequest) -> HttpResponse:
+    actor = _ops_only(request)
+    form = TenantCreateForm(request.POST)
+    if form.is_valid():
+        try:
+            tenant = services.tenant_create(actor=actor, **form.cleaned_data)
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc)
+        else:
+            messages.success(request, f"Tenant {tenant.name} created. Add its first tenant admin on its members page.")
+            return redirect("ops-tenants")
+    return _ops_tenants(request, actor, form=form)
+
+
+@login_required
+@require_POST
+def ops_tenant_status(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = _ops_only(request)
+    tenant = get_object_or_404(selectors.tenants_for(actor=actor), slug=slug)
+    status = request.POST.get("status")
+    if status not in Tenant.Status.values:
+        messages.error(request, "Unknown tenant status.")
+    else:
+        try:
+            tenant = services.tenant_update(actor=actor, tenant=tenant, status=status)
+        except (PortalError, ValidationError) as exc:
+            messages.error(request, getattr(exc, "message", None) or "; ".join(exc.messages))
+        else:
+            what = "suspended: its users can read but not change anything" if status == Tenant.Status.SUSPENDED else "active again"
+            messages.success(request, f"Tenant {tenant.name} is {what}.")
+    back = request.POST.get("next", "")
+    return redirect(reverse("ops-tenants") + (back if back.startswith("?") else ""))
+
+
+@login_required
+def ops_projects(request: HttpRequest) -> HttpResponse:
+    actor = _ops_only(request)
+    projects = selectors.projects_for(actor=actor).order_by("tenant__name", "name")
+    filterset = filtered(ProjectFilter, request, projects, hide=("slug",), selects={"tenant": tenant_choices()})
+    return page(request, "ops/projects.html", {"tab": "projects", "filterset": filterset, "pager": Pager(request, filterset.qs)})
+
+
+@login_required
+def ops_users(request: HttpRequest) -> HttpResponse:
+    _ops_only(request)
+    memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
+    users = get_user_model().objects.order_by("username").prefetch_related(memberships, "groups")
+    filterset = filtered(UserFilter, request, users, selects={"tenant": tenant_choices()})
+    return page(request, "ops/users.html", {"tab": "users", "filterset": filterset, "pager": Pager(request, filterset.qs)})
+
+
+@login_required
+def ops_audit(request: HttpRequest) -> HttpResponse:
+    actor = _ops_only(request)
+    return _audit_page(request, actor, selectors.audit_entries_for(actor=actor), {"tab": "audit", "ops": True})
+
