@@ -1,1 +1,261 @@
-"""Capacity, flavors and quotas (issue: capacity, flavors and quotas). Models arrive with that work."""
+"""Capacity, flavors and quotas: what exists, who is promised how much of it, and what we applied.
+
+A ``Cluster`` runs one reference architecture (A–F). Its ``Node`` rows come from inventory sync and
+are grouped into ``NodePool`` rows; each ``Flavor`` is one GPU offering (whole GPU, a MIG profile, a
+HAMi share) or the CPU/memory flavor, and knows its Kubernetes resource names, node labels and
+tolerations. ``Quota`` rows are per (tenant or project, flavor, resource): nominal quota, borrowing
+limit and lending limit, exactly the numbers of a ClusterQueue's ``resourceGroups``. A tenant's rows
+are its Kueue cohort's pool; a project's rows become its ClusterQueue. ``AppliedObject`` remembers
+what the materializer last applied, so an unchanged object is not written again.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+from tenants.models import DNS1123_LABEL, Project, Tenant
+
+FLAVOR_NAME = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "Use lower-case letters, digits, '-' and '.' (a DNS-1123 subdomain)."
+)
+
+
+class Architecture(models.TextChoices):
+    A = "A", "A · one queue for everyone, whole GPUs"
+    B = "B", "B · cohort per tenant, ClusterQueue per project, whole GPUs"
+    C = "C", "C · B plus MIG flavors"
+    D = "D", "D · B plus HAMi shared vGPU flavors"
+    E = "E", "E · B/C/D plus Volcano queues for gang-scheduled training"
+    F = "F", "F · separate online (inference) and offline (training) pools"
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster the portal drives. The kubeconfig is encrypted at rest or read from a file."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[DNS1123_LABEL])
+    architecture = models.CharField(max_length=1, choices=Architecture.choices, default=Architecture.B)
+    # Architecture E's data planes for training under Volcano: C or D features stay switchable.
+    use_mig = models.BooleanField(default=False, help_text="Offer MIG flavors (architectures C, E, F).")
+    use_hami = models.BooleanField(default=False, help_text="Offer HAMi flavors (architectures D, E, F).")
+    volcano_capacity_plugin = models.BooleanField(default=False, help_text="Volcano runs the capacity plugin: write deserved/guarantee.")
+    kubeconfig_encrypted = models.TextField(blank=True, help_text="Fernet-encrypted kubeconfig (see portal/crypto.py).")
+    kubeconfig_path = models.CharField(max_length=500, blank=True, help_text="Or: a secret file mounted into the portal.")
+    overcommit_percent = models.PositiveIntegerField(
+        default=0, help_text="How far tenants' nominal quotas may exceed capacity, in percent (an ops setting)."
+    )
+    inventory_synced_at = models.DateTimeField(null=True, blank=True)
+    inventory_error = models.TextField(blank=True)
+    reconciled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodePool(models.Model):
+    """Nodes that offer the same thing: one GPU model, one sharing mode, one pool label."""
+
+    class Sharing(models.TextChoices):
+        WHOLE = "whole", "Whole GPUs"
+        MIG = "mig", "MIG slices"
+        HAMI = "hami", "HAMi shared vGPU"
+        NONE = "none", "No GPUs"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
+    name = models.CharField(max_length=100)
+    gpu_product = models.CharField(max_length=100, blank=True)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    sharing = models.CharField(max_length=8, choices=Sharing.choices, default=Sharing.WHOLE)
+    mig_config = models.CharField(max_length=60, blank=True)
+    pool_label = models.CharField(max_length=30, blank=True, help_text="online / offline (architecture F).")
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="pool_name_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class Node(models.Model):
+    """A node as inventory sync last saw it. Vanished or NotReady nodes stay visible, flagged."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    pool = models.ForeignKey(NodePool, on_delete=models.SET_NULL, null=True, related_name="nodes")
+    name = models.CharField(max_length=253)
+    ready = models.BooleanField(default=True)
+    present = models.BooleanField(default=True, help_text="False once the node disappeared from the cluster.")
+    labels = models.JSONField(default=dict)
+    allocatable = models.JSONField(default=dict)
+    mig_config_state = models.CharField(max_length=20, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_name_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def counts_capacity(self) -> bool:
+        """Only ready, present nodes count; a MIG node only while its layout change succeeded."""
+        if not (self.ready and self.present):
+            return False
+        return self.mig_config_state in ("", "success")
+
+
+class Flavor(models.Model):
+    """One GPU offering (or the CPU/memory flavor); a Kueue ResourceFlavor of the same name."""
+
+    class Kind(models.TextChoices):
+        WHOLE = "whole", "Whole GPU"
+        MIG = "mig", "MIG slice"
+        HAMI = "hami", "HAMi shared vGPU"
+        CPU = "cpu", "CPU and memory"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="flavors")
+    name = models.CharField(max_length=63, validators=[FLAVOR_NAME])
+    display_name = models.CharField(max_length=100, blank=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    gpu_product = models.CharField(max_length=100, blank=True, help_text="nvidia.com/gpu.product of the nodes.")
+    gpu_model = models.CharField(max_length=40, blank=True, help_text="Short model key, e.g. a100-80gb, for the MIG profile table.")
+    mig_profile = models.CharField(max_length=20, blank=True, help_text="e.g. 1g.10gb")
+    hami_memory_mib = models.PositiveIntegerField(default=0, help_text="HAMi: memory per vGPU (MiB).")
+    hami_cores_percent = models.PositiveIntegerField(default=0, help_text="HAMi: compute per vGPU (% of a card).")
+    pool_label = models.CharField(max_length=30, blank=True, help_text="online / offline: architecture F pool.")
+    node_labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    tolerations = models.JSONField(default=list, blank=True)
+    order = models.PositiveIntegerField(default=100, help_text="Kueue tries flavors in this order.")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["cluster", "order", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="flavor_name_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def resource_names(self) -> list[str]:
+        """The Kubernetes resources this flavor's quota covers, in ClusterQueue order."""
+        if self.kind == self.Kind.WHOLE:
+            return ["nvidia.com/gpu"]
+        if self.kind == self.Kind.MIG:
+            return [f"nvidia.com/mig-{self.mig_profile}"]
+        if self.kind == self.Kind.HAMI:
+            # Kueue sees HAMi through resource transformations (cluster-apis.md §5.4).
+            return ["nvidia.com/gpu", "nvidia.com/total-gpucores", "nvidia.com/total-gpumem"]
+        return ["cpu", "memory"]
+
+    @property
+    def primary_resource(self) -> str:
+        return self.resource_names[0]
+
+
+class Quota(models.Model):
+    """Nominal quota, borrowing and lending limits for one (tenant or project, flavor, resource).
+
+    Tenant rows (project null) bound the sum of their projects' nominal quotas and form the
+    tenant's cohort; project rows become the project's ClusterQueue. ``None`` limits mean "no limit".
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="quotas")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="quotas")
+    resource = models.CharField(max_length=100)
+    nominal = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), validators=[MinValueValidator(0)])
+    borrowing_limit = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(0)])
+    lending_limit = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(0)])
+    # Read back from the cluster (ClusterQueue status) by the reconcile task.
+    used = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    borrowed = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    usage_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "project", "flavor__order", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "flavor", "resource"], condition=Q(project__isnull=True), name="one_tenant_quota_per_resource"
+            ),
+            models.UniqueConstraint(fields=["project", "flavor", "resource"], name="one_project_quota_per_resource"),
+            models.CheckConstraint(condition=Q(nominal__gte=0), name="quota_nominal_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        owner = self.project.slug if self.project_id else self.tenant.slug
+        return f"{owner} {self.flavor.name} {self.resource}={self.nominal}"
+
+
+class QuotaRequest(models.Model):
+    """A member asks for more quota for a while; an approver with the headroom decides."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        CANCELLED = "cancelled", "Cancelled"
+        REVERTED = "reverted", "Ended (reverted)"
+
+    class Approver(models.TextChoices):
+        PROJECT_ADMIN = "project_admin", "Project admin"
+        TENANT_ADMIN = "tenant_admin", "Tenant admin"
+        OPS = "ops", "Platform ops"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quota_requests")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    resource = models.CharField(max_length=100)
+    amount = models.DecimalField(max_digits=14, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))])
+    until = models.DateTimeField(null=True, blank=True, help_text="When the extra quota ends; empty = permanent.")
+    reason = models.TextField(max_length=2000)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    approver = models.CharField(max_length=16, choices=Approver.choices, help_text="Who owns the headroom, when asked.")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True, max_length=2000)
+    # What approval changed, so the revert undoes exactly that.
+    applied = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"+{self.amount} {self.resource} ({self.flavor.name}) for {self.project.slug}"
+
+
+class AppliedObject(models.Model):
+    """What the materializer last applied for one cluster object, for idempotency and drift repair."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="applied")
+    api_version = models.CharField(max_length=100)
+    kind = models.CharField(max_length=60)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    tenant = models.ForeignKey(Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    hash = models.CharField(max_length=64, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    error_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "kind", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "api_version", "kind", "namespace", "name"], name="applied_object_unique"),
+        ]
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"

@@ -90,7 +90,8 @@ def test_core_configmap_crud_and_conflict(sandbox_cluster, ns):
         listed = v1.list_namespaced_config_map(ns, label_selector="app=x")
         assert [i.metadata.name for i in listed.items] == ["cfg"]
         status = v1.delete_namespaced_config_map("cfg", ns)
-        assert status.status == "Success"
+        status = status if isinstance(status, dict) else status.to_dict()
+        assert status["status"] == "Success" and status["details"]["name"] == "cfg"
         with pytest.raises(ApiException) as exc:
             v1.read_namespaced_config_map("cfg", ns)
         assert exc.value.status == 404 and _reason(exc.value) == "NotFound"
