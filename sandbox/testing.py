@@ -80,13 +80,16 @@ def api_client(sb: Sandbox):
     return config.new_client_from_config(config_file=str(sb.kubeconfig))
 
 
-def control(sb: Sandbox, method: str, path: str, body: dict | None = None, *, token: str | None = None, timeout: float = 30):
+def control(sb: Sandbox, method: str, path: str, body: dict | None = None, *, token: str | None = None, timeout: float = 30,
+            headers: dict | None = None):
     """Call an HTTP endpoint of the sandbox (``/sandbox/faults`` ...) with the bearer token; returns (status, headers, json|text)."""
     ctx = ssl.create_default_context(cadata=sb.ca_pem.decode()) if sb.ca_pem else None
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(sb.url + path, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
     tok = sb.token if token is None else token
     if tok:
         req.add_header("Authorization", f"Bearer {tok}")

@@ -1,1 +1,182 @@
-"""Service templates and requests (issue: the request lifecycle). Models arrive with that work."""
+"""The service catalogue and the requests researchers and CI pipelines make from it.
+
+``ServiceTemplate`` rows are versioned: a request keeps pointing at the version it was made from.
+``WorkloadRequest`` is one notebook, training job or inference service; its ``state`` moves only
+through ``workloads/states.py``. ``RequestEvent`` is its timeline.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from quotas.models import Cluster, Flavor
+from tenants.models import ApiToken, DNS1123_LABEL, Project, Tenant
+
+
+class TemplateKind(models.TextChoices):
+    NOTEBOOK = "notebook", "Notebook"
+    TRAINING = "training", "Training job"
+    INFERENCE = "inference", "Inference service"
+
+
+class Image(models.Model):
+    """A curated container image. Requests may only use listed images unless the project allows custom ones."""
+
+    name = models.CharField(max_length=100)
+    reference = models.CharField(max_length=300, help_text="registry/repo:tag or registry/repo@sha256:digest")
+    description = models.TextField(blank=True)
+    kinds = models.JSONField(default=list, help_text="Template kinds that may use it, e.g. ['notebook', 'training'].")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["reference"], name="image_reference_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.reference})"
+
+
+class ServiceTemplate(models.Model):
+    """A versioned template: what it renders, its limits, and its parameters as a JSON Schema."""
+
+    kind = models.CharField(max_length=10, choices=TemplateKind.choices)
+    slug = models.CharField(max_length=50, validators=[DNS1123_LABEL])
+    version = models.PositiveIntegerField(default=1)
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    parameters_schema = models.JSONField(default=dict, help_text="JSON Schema of the parameters; the form is generated from it.")
+    allowed_flavors = models.ManyToManyField(Flavor, related_name="templates", blank=True)
+    default_gpus = models.PositiveIntegerField(default=1)
+    max_gpus = models.PositiveIntegerField(default=8)
+    default_cpu = models.DecimalField(max_digits=6, decimal_places=2, default=4)
+    max_cpu = models.DecimalField(max_digits=6, decimal_places=2, default=64)
+    default_memory_gib = models.PositiveIntegerField(default=32)
+    max_memory_gib = models.PositiveIntegerField(default=512)
+    max_duration_hours = models.PositiveIntegerField(default=24)
+    idle_timeout_minutes = models.PositiveIntegerField(null=True, blank=True, help_text="Notebooks: stop after this long idle.")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind", "slug", "-version"]
+        constraints = [models.UniqueConstraint(fields=["slug", "version"], name="template_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+
+class ApprovalRule(models.Model):
+    """When a request is approved without a human. Most specific rule wins: project+template, project, template, global."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="approval_rules")
+    template_slug = models.CharField(max_length=50, blank=True, help_text="Empty: every template.")
+    auto_approve_max_gpus = models.PositiveIntegerField(default=0, help_text="Auto-approve up to this many GPUs…")
+    auto_approve_max_hours = models.PositiveIntegerField(default=0, help_text="…and up to this many hours.")
+    require_admin_for_inference = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "template_slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "template_slug"], name="one_rule_per_scope"),
+            models.UniqueConstraint(fields=["template_slug"], condition=Q(project__isnull=True), name="one_global_rule_per_template"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.project or 'all projects'} / {self.template_slug or 'all templates'}"
+
+
+class RequestState(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    APPROVED = "approved", "Approved"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    STOPPED = "stopped", "Stopped"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+    PREEMPTED = "preempted", "Preempted (requeued)"
+
+
+class Priority(models.TextChoices):
+    INTERACTIVE = "interactive", "Interactive"
+    BATCH = "batch", "Batch"
+    PRODUCTION = "production", "Production"
+
+
+class WorkloadRequest(models.Model):
+    """One notebook, training job or inference service, from submission to its end."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="requests")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="requests")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="requests")
+    template = models.ForeignKey(ServiceTemplate, on_delete=models.PROTECT, related_name="requests")
+    name = models.CharField(max_length=40, validators=[DNS1123_LABEL], help_text="Short name, unique in the project while active.")
+    image = models.CharField(max_length=300)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="requests")
+    gpus = models.PositiveIntegerField(default=1, help_text="GPUs (or slices / vGPUs) per replica or worker.")
+    replicas = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(64)], help_text="Inference replicas or training workers.")
+    cpu = models.DecimalField(max_digits=6, decimal_places=2, default=4)
+    memory_gib = models.PositiveIntegerField(default=32)
+    parameters = models.JSONField(default=dict)
+    duration_hours = models.PositiveIntegerField(default=8)
+    priority = models.CharField(max_length=12, choices=Priority.choices, default=Priority.BATCH)
+    state = models.CharField(max_length=20, choices=RequestState.choices, default=RequestState.SUBMITTED, db_index=True)
+    state_reason = models.CharField(max_length=500, blank=True)
+    pending_reason = models.CharField(max_length=500, blank=True, help_text="Plain answer to 'why is it still pending?'.")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    token = models.ForeignKey(ApiToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_active_at = models.DateTimeField(null=True, blank=True, help_text="Notebooks: last activity seen.")
+    # What the cluster said last (conditions, phases), for the detail page and why-pending.
+    cluster_status = models.JSONField(default=dict, blank=True)
+    applied_hash = models.CharField(max_length=64, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["requested_by", "idempotency_key"], condition=~Q(idempotency_key=""), name="idempotency_key_unique_per_user"
+            ),
+        ]
+        indexes = [models.Index(fields=["project", "state"]), models.Index(fields=["cluster", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name} ({self.state})"
+
+    @property
+    def k8s_name(self) -> str:
+        """Cluster object names derive from our key, so a retry can never create a second copy."""
+        return f"req-{self.pk}"
+
+
+class RequestEvent(models.Model):
+    """One step of a request's timeline: a state change or a notable cluster event."""
+
+    request = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    actor_label = models.CharField(max_length=200)
+    message = models.CharField(max_length=1000)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%H:%M:%S} {self.from_state}→{self.to_state} {self.message}"

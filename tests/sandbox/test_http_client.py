@@ -134,13 +134,14 @@ def test_custom_objects_crud(sandbox_cluster, ns):
                                             [{"op": "replace", "path": "/spec/cohortName", "value": "team-c"}],
                                             _content_type="application/json-patch+json")
         assert jp["spec"]["cohortName"] == "team-c"
-        # server-side apply of a new object creates it
+        # server-side apply of a new object creates it (HTTP 201, which this client method maps to None, as against
+        # a real apiserver); applying again updates it (200)
         ssa_name = f"cq-{_uid()}"
-        applied = co.patch_cluster_custom_object(*KUEUE, "clusterqueues", ssa_name, _cq(ssa_name, cohortName="ssa"),
-                                                 _content_type="application/apply-patch+yaml", field_manager="portal",
-                                                 force=True)
-        assert applied["spec"]["cohortName"] == "ssa"
-        assert co.get_cluster_custom_object(*KUEUE, "clusterqueues", ssa_name)["metadata"]["uid"]
+        ssa = dict(_content_type="application/apply-patch+yaml", field_manager="portal", force=True)
+        co.patch_cluster_custom_object(*KUEUE, "clusterqueues", ssa_name, _cq(ssa_name, cohortName="ssa"), **ssa)
+        assert co.get_cluster_custom_object(*KUEUE, "clusterqueues", ssa_name)["spec"]["cohortName"] == "ssa"
+        applied = co.patch_cluster_custom_object(*KUEUE, "clusterqueues", ssa_name, _cq(ssa_name, cohortName="ssa2"), **ssa)
+        assert applied["spec"]["cohortName"] == "ssa2"
         # strategic merge patch on a custom resource is refused like a real apiserver does
         with pytest.raises(ApiException) as exc:
             co.patch_cluster_custom_object(*KUEUE, "clusterqueues", name, {"spec": {"cohortName": "smp"}},
@@ -195,16 +196,16 @@ def test_dynamic_client_server_side_apply(sandbox_cluster, ns, tmp_path):
                 "metadata": {"name": "dyn", "namespace": ns}, "spec": {"clusterQueue": "cq-dyn"}}
         out = dyn.server_side_apply(lqs, body=body, field_manager="portal", force_conflicts=True)
         assert out.metadata.name == "dyn" and out.spec.clusterQueue == "cq-dyn"
-        body["spec"]["clusterQueue"] = "cq-dyn-2"
+        body["metadata"]["labels"] = {"rev": "2"}
         out = dyn.server_side_apply(lqs, body=body, field_manager="portal", force_conflicts=True)
-        assert out.spec.clusterQueue == "cq-dyn-2"
+        assert out.metadata.labels.rev == "2"
         got = lqs.get(name="dyn", namespace=ns)
-        assert got.spec.clusterQueue == "cq-dyn-2"
+        assert got.metadata.labels.rev == "2"
         patched = lqs.patch(body={"metadata": {"name": "dyn", "labels": {"x": "y"}}}, namespace=ns,
                             content_type="application/merge-patch+json")
         assert patched.metadata.labels.x == "y"
         stale = got.to_dict()
-        stale["spec"]["clusterQueue"] = "stale"
+        stale["metadata"]["labels"] = {"rev": "stale"}
         with pytest.raises(ConflictError):
             lqs.replace(body=stale, namespace=ns)
         lqs.delete(name="dyn", namespace=ns, body={"propagationPolicy": "Background"})
@@ -226,11 +227,11 @@ def test_protobuf_body_is_415(sandbox_cluster, ns):
     assert json.loads(exc.value.read())["reason"] == "UnsupportedMediaType"
 
 
-def test_plain_http_on_the_same_port(sandbox_cluster):
+def test_plain_http_on_the_same_port(sandbox_cluster, ns):
     """The port also answers plain http (TLS is sniffed); the bearer token is still required."""
     import urllib.request
 
-    req = urllib.request.Request(f"{sandbox_cluster.http_url}/api/v1/namespaces/default",
+    req = urllib.request.Request(f"{sandbox_cluster.http_url}/api/v1/namespaces/{ns}",
                                  headers={"Authorization": f"Bearer {sandbox_cluster.token}"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.headers["Content-Type"] == "application/json"
@@ -241,10 +242,9 @@ def test_table_output_uses_printer_columns(sandbox_cluster):
     name = f"cq-{_uid()}"
     with api_client(sandbox_cluster) as api:
         client.CustomObjectsApi(api).create_cluster_custom_object(*KUEUE, "clusterqueues", _cq(name, cohortName="tbl"))
-        resp = api.call_api(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{name}", "GET",
-                            header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"},
-                            auth_settings=["BearerToken"], _preload_content=False)
-        table = json.loads(resp.data)
+    status, _, table = control(sandbox_cluster, "GET", f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{name}",
+                               headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+    assert status == 200
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]][:2] == ["Name", "Cohort"]
     assert table["rows"][0]["cells"][:2] == [name, "tbl"]
