@@ -51,6 +51,7 @@ class Project(models.Model):
     slug = models.CharField(max_length=63, unique=True, validators=[DNS1123_LABEL])
     description = models.TextField(blank=True, max_length=2000)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    allow_custom_images = models.BooleanField(default=False, help_text="Requests may use images outside the curated list.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
