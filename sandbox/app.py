@@ -23,7 +23,7 @@ from .clock import Clock
 from .faults import Faults
 from .registry import default_registry
 from .server import SandboxServer
-from .store import Store
+from .store import ApiError, Store
 
 try:  # written by the controllers owner; the sandbox still serves the API without it
     from .controllers import Controllers
@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover
     load_profile = None  # type: ignore[assignment]
 
 MAX_STABLE_TICKS = 100
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 def write_kubeconfig(path: str | os.PathLike, url: str, token: str | None, context: str = "sandbox",
@@ -129,6 +130,7 @@ class Sandbox:
         if self.state_file and os.path.exists(self.state_file) and os.path.getsize(self.state_file) > 0:
             with open(self.state_file) as fh:
                 self.store.load(json.load(fh))
+        self.seed_namespaces()
         if self.controllers is not None:
             self.controllers.seed()
         self.server.start()
@@ -151,6 +153,17 @@ class Sandbox:
         self.server.stop()
         if self.state_file:
             self.save_state()
+
+    def seed_namespaces(self) -> None:
+        """Create the namespaces every cluster has (idempotent)."""
+        for name in DEFAULT_NAMESPACES:
+            try:
+                self.store.get("v1", "Namespace", name)
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+                self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                                  field_manager="sandbox")
 
     def save_state(self, path: str | os.PathLike | None = None) -> None:
         path = Path(path or self.state_file)

@@ -24,11 +24,20 @@ class PatchError(Exception):
 
 
 def deep_copy(v):
+    """Fast deep copy of JSON-like data (dicts, lists, scalars)."""
+    t = type(v)
+    if t is dict:
+        return {k: (deep_copy(x) if type(x) in _CONTAINERS else x) for k, x in v.items()}
+    if t is list:
+        return [(deep_copy(x) if type(x) in _CONTAINERS else x) for x in v]
     if isinstance(v, dict):
         return {k: deep_copy(x) for k, x in v.items()}
     if isinstance(v, list):
         return [deep_copy(x) for x in v]
     return v
+
+
+_CONTAINERS = (dict, list)
 
 
 # ================================================================================================ JSON patch
@@ -656,14 +665,17 @@ def server_side_apply(live: dict | None, applied: dict, manager: str, node, *, f
         if key != me:
             others |= fields
     removed = prev - applied_fields
-    for p in sorted(removed, key=len, reverse=True):
+    still_owned = others | applied_fields
+    for p in sorted(removed, key=lambda x: (len(x), x)):
         if any(_descendant_or_same(o, p) for o in others):
             continue
         if p[-1] == ".":
             # the item itself: only if nobody else owns anything under it
             base = p[:-1]
-            if any(o[: len(base)] == base for o in others | applied_fields):
+            if any(o[: len(base)] == base for o in still_owned):
                 continue
+        elif len(p) >= 2 and p[-2].startswith("k:") and p[-1].startswith("f:") and p[-1][2:] in json.loads(p[-2][2:]):
+            continue  # key fields of a list item go with the item
         remove_path(new, p)
     own[me] = applied_fields
     for key in list(own):

@@ -37,6 +37,7 @@ PATCH_TYPES = {
 CRD_PATCH_TYPES = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 ALL_PATCH_TYPES = CRD_PATCH_TYPES + ", application/strategic-merge-patch+json"
 NOT_FOUND_MSG = "the server could not find the requested resource"
+BOOKMARK_INTERVAL_S = 5.0  # idle time before a BOOKMARK is sent on watches that allow them
 
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -1156,7 +1157,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if pre_events:
                 self._chunk(b"".join(encode(t, o) for t, o in pre_events))
-            idle_since = time.monotonic()
+            last_sent = last_check = time.monotonic()
             while True:
                 if stopping.is_set() or getattr(watcher, "closed", False):
                     clean_end = False
@@ -1177,12 +1178,21 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(_dumps({"type": "ERROR", "object": e.status()}) + b"\n")
                     break
                 if ev is None:
-                    if time.monotonic() - idle_since >= 1.0:
-                        idle_since = time.monotonic()
+                    now = time.monotonic()
+                    if now - last_check >= 1.0:
+                        last_check = now
                         if self._client_gone():
                             clean_end = False
                             break
-                    continue
+                    if bookmarks and now - last_sent >= BOOKMARK_INTERVAL_S:
+                        with store.lock:  # nothing can be committed between "queue empty" and reading the RV
+                            ev = watcher.next(0)
+                            bm = watcher.bookmark() if ev is None else None
+                        if bm is not None:
+                            self._chunk(encode("BOOKMARK", bm))
+                            last_sent = time.monotonic()
+                    if ev is None:
+                        continue
                 buf = [encode(*ev)]
                 while len(buf) < 256:
                     try:
@@ -1193,7 +1203,7 @@ class _Handler(BaseHTTPRequestHandler):
                         break
                     buf.append(encode(*more))
                 self._chunk(b"".join(buf))
-                idle_since = time.monotonic()
+                last_sent = time.monotonic()
             if clean_end:
                 self.wfile.write(b"0\r\n\r\n")
             else:

@@ -508,7 +508,13 @@ class Store:
                 for p in res.unknown:
                     warnings.append(f'unknown field "{p}"')
         if errors:
-            raise invalid(rt, name, errors)
+            seen, uniq = set(), []
+            for e in errors:
+                k = (e.get("field"), e.get("reason"))
+                if k not in seen:
+                    seen.add(k)
+                    uniq.append(e)
+            raise invalid(rt, name, uniq)
 
     def _alloc_cluster_ip(self) -> str:
         for _ in range(100000):

@@ -263,19 +263,24 @@ def test_pod_log_is_text(sandbox_cluster, ns):
 
 def test_fault_injection_429_retry_after_and_latency(fresh_sandbox):
     sb = fresh_sandbox
-    status, _, cfg = control(sb, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [429], "retry_after": 7})
-    assert status == 200 and cfg["error_rate"] == 1.0
+    status, _, cfg = control(sb, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [429], "retry_after": 1})
+    assert status == 200 and cfg["error_rate"] == 1.0 and cfg["error_codes"] == [429]
     with api_client(sb) as api:
         v1 = client.CoreV1Api(api)
+        # urllib3 (under the official client) honours Retry-After on 429/503: three retries one second apart
+        t0 = time.monotonic()
         with pytest.raises(ApiException) as exc:
             v1.list_namespace()
+        assert time.monotonic() - t0 >= 2.9
         assert exc.value.status == 429
-        assert exc.value.headers["Retry-After"] == "7"
+        assert exc.value.headers["Retry-After"] == "1"
         assert _reason(exc.value) == "TooManyRequests"
-        control(sb, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [503], "retry_after": 2})
-        with pytest.raises(ApiException) as exc:
-            v1.list_namespace()
-        assert exc.value.status == 503 and exc.value.headers["Retry-After"] == "2"
+        control(sb, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [503, 500], "retry_after": 0})
+        for _ in range(5):
+            with pytest.raises(ApiException) as exc:
+                v1.list_namespace()
+            assert exc.value.status in (500, 503)
+            assert ("Retry-After" in exc.value.headers) == (exc.value.status == 503)
         control(sb, "PUT", "/sandbox/faults", {"latency_ms": 300})
         t0 = time.monotonic()
         v1.list_namespace()
@@ -285,7 +290,10 @@ def test_fault_injection_429_retry_after_and_latency(fresh_sandbox):
         v1.list_namespace()
         assert time.monotonic() - t0 < 0.3
     status, _, body = control(sb, "PUT", "/sandbox/faults", {"error_rate": 2})
-    assert status == 400
+    assert status == 400 and body["reason"] == "BadRequest"
+    status, _, cfg = control(sb, "GET", "/sandbox/faults")
+    assert cfg == {"error_rate": 0.0, "error_codes": [500, 503, 429], "retry_after": 1, "latency_ms": 0,
+                   "drop_watches_after_s": None}
 
 
 def test_advance_and_tick_endpoints(fresh_sandbox):

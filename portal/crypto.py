@@ -1,0 +1,47 @@
+"""Encryption at rest for secrets the portal stores (cluster kubeconfigs).
+
+Fernet (AES-128-CBC + HMAC-SHA256, from ``cryptography``). The key is the ``PORTAL_ENCRYPTION_KEY``
+setting or environment variable (a urlsafe-base64 32-byte Fernet key; ``Fernet.generate_key()``), else
+it is derived from ``SECRET_KEY`` so a development install needs no extra setting. Rotating
+``SECRET_KEY`` without setting ``PORTAL_ENCRYPTION_KEY`` makes stored tokens unreadable: production
+should set the dedicated key. Several keys may be given comma-separated, newest first (MultiFernet):
+tokens are written with the first and read with any.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from functools import lru_cache
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.conf import settings
+
+__all__ = ["InvalidToken", "decrypt", "encrypt"]
+
+
+def _configured_keys() -> str:
+    return str(getattr(settings, "PORTAL_ENCRYPTION_KEY", "") or os.environ.get("PORTAL_ENCRYPTION_KEY", ""))
+
+
+@lru_cache(maxsize=8)
+def _fernet(keys: str, secret_key: str) -> MultiFernet:
+    if keys.strip():
+        return MultiFernet([Fernet(k.strip().encode()) for k in keys.split(",") if k.strip()])
+    digest = hashlib.sha256(b"gpu-portal/kubeconfig-encryption/" + secret_key.encode()).digest()
+    return MultiFernet([Fernet(base64.urlsafe_b64encode(digest))])
+
+
+def _box() -> MultiFernet:
+    return _fernet(_configured_keys(), str(settings.SECRET_KEY))
+
+
+def encrypt(text: str) -> str:
+    """Encrypt ``text``; the token is ASCII, safe for a TextField."""
+    return _box().encrypt(text.encode("utf-8")).decode("ascii")
+
+
+def decrypt(token: str) -> str:
+    """Decrypt a token made by :func:`encrypt`; raises ``InvalidToken`` for a wrong key or tampering."""
+    return _box().decrypt(token.encode("ascii")).decode("utf-8")

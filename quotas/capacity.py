@@ -1,0 +1,104 @@
+"""Capacity per flavor: what the nodes that count really offer, in the units quotas use.
+
+Units (shared with ``Quota.nominal`` and ``quotas/manifests.py``):
+
+* GPUs, MIG slices, HAMi vGPU slots: a count.
+* ``cpu``: cores (``Decimal("0.5")`` = 500m).
+* ``memory``: GiB (a ``Quota`` decimal cannot hold bytes of a large node).
+* ``nvidia.com/total-gpucores``: percent of a card summed over cards (one L40S = 100).
+* ``nvidia.com/total-gpumem``: MiB summed over cards (HAMi's ``gpumem`` unit).
+
+A node counts while it is ready, present and not in the middle of a MIG layout change
+(``Node.counts_capacity``). A flavor matches a node when every one of the flavor's node labels is on
+the node and, for architecture F, the node is in the flavor's pool. Kueue itself never reads node
+capacity (cluster-apis.md §6), so this is the number ops compare promises against.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from .models import Cluster, Flavor, Node
+
+POOL_LABEL = "gpuportal.dev/pool"
+GPU = "nvidia.com/gpu"
+TOTAL_GPUCORES = "nvidia.com/total-gpucores"
+TOTAL_GPUMEM = "nvidia.com/total-gpumem"
+HAMI_NODE_LABEL = ("gpu", "on")  # HAMi's device plugin runs only on nodes labelled gpu=on (§5.3)
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity ("96", "500m", "2Ti", "1152Gi", "1e3") as a Decimal of base units."""
+    if value is None or value == "":
+        return Decimal(0)
+    if isinstance(value, (int, float, Decimal)):
+        return Decimal(str(value))
+    text = str(value).strip()
+    binary = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    decimal_si = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10**3),
+                  "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
+    for suffix, factor in binary.items():
+        if text.endswith(suffix):
+            return Decimal(text[: -len(suffix)]) * factor
+    if text[-1:] in decimal_si and not text[-2:-1].isalpha():
+        return Decimal(text[:-1]) * decimal_si[text[-1]]
+    return Decimal(text)
+
+
+def node_pool_label(node: Node) -> str:
+    if node.pool_id is not None and node.pool is not None and node.pool.pool_label:
+        return node.pool.pool_label
+    return str((node.labels or {}).get(POOL_LABEL, ""))
+
+
+def flavor_matches(flavor: Flavor, node: Node) -> bool:
+    labels = node.labels or {}
+    if any(labels.get(key) != str(value) for key, value in (flavor.node_labels or {}).items()):
+        return False
+    if flavor.pool_label and node_pool_label(node) != flavor.pool_label:
+        return False
+    return True
+
+
+def node_offers(flavor: Flavor, node: Node) -> dict[str, Decimal]:
+    """What one node offers of each of the flavor's resources (zero when it has none of them)."""
+    alloc = node.allocatable or {}
+    labels = node.labels or {}
+    out: dict[str, Decimal] = {}
+    if flavor.kind == Flavor.Kind.CPU:
+        out["cpu"] = parse_quantity(alloc.get("cpu"))
+        out["memory"] = parse_quantity(alloc.get("memory")) / Decimal(2**30)
+    elif flavor.kind == Flavor.Kind.WHOLE:
+        # A HAMi node advertises vGPU slots as nvidia.com/gpu: never count those as whole GPUs.
+        out[GPU] = Decimal(0) if labels.get(HAMI_NODE_LABEL[0]) == HAMI_NODE_LABEL[1] else parse_quantity(alloc.get(GPU))
+    elif flavor.kind == Flavor.Kind.MIG:
+        resource = flavor.resource_names[0]
+        out[resource] = parse_quantity(alloc.get(resource))
+    elif flavor.kind == Flavor.Kind.HAMI:
+        cards = parse_quantity(labels.get("nvidia.com/gpu.count"))
+        card_mib = parse_quantity(labels.get("nvidia.com/gpu.memory"))
+        out[GPU] = parse_quantity(alloc.get(GPU))
+        out[TOTAL_GPUCORES] = cards * 100
+        out[TOTAL_GPUMEM] = cards * card_mib
+    return out
+
+
+def capacity_by_flavor(cluster: Cluster) -> dict[tuple[int, str], Decimal]:
+    """(flavor id, resource) -> capacity of the cluster's nodes that count, for every active flavor.
+
+    Two queries whatever the size of the cluster. Every (flavor, resource) of an active flavor has an
+    entry, zero when no node matches, so callers can tell "no capacity" from "unknown flavor".
+    """
+    flavors = list(Flavor.objects.filter(cluster=cluster, active=True))
+    nodes = [n for n in Node.objects.filter(cluster=cluster).select_related("pool") if n.counts_capacity]
+    totals: dict[tuple[int, str], Decimal] = {}
+    for flavor in flavors:
+        for resource in flavor.resource_names:
+            totals[(flavor.pk, resource)] = Decimal(0)
+        for node in nodes:
+            if not flavor_matches(flavor, node):
+                continue
+            for resource, amount in node_offers(flavor, node).items():
+                totals[(flavor.pk, resource)] += amount
+    return {key: value.quantize(Decimal("0.001")) for key, value in totals.items()}

@@ -1,0 +1,1080 @@
+"""A faithful-enough simulation of Kueue v1beta2 (what the portal observes), not a second Kueue.
+
+One :meth:`Kueue.reconcile` pass does, in order:
+
+1. **webhooks** — a batch/v1 Job with the label ``kueue.x-k8s.io/queue-name`` (or in a namespace with a LocalQueue
+   named ``default``) is suspended on first sight, before the Job controller can create pods; plain Pods (and
+   pods of non-Kueue owners such as Volcano Jobs, see cluster-apis.md §3.3) that should be managed get the scheduling
+   gate ``kueue.x-k8s.io/admission``. Pods created by the sandbox's Deployment/StatefulSet controllers are gated at
+   creation through :meth:`Kueue.mutate_pod`.
+2. **workloads** — one Workload per Job (``job-<name>-<hash5>``), per Deployment/plain pod (``pod-<name>-<hash5>``;
+   Kueue's pod integration) and per StatefulSet (pod group ``statefulset-<name>-<hash5>``): ownerReference
+   (controller) to the owner, label ``kueue.x-k8s.io/job-uid``, ``spec.queueName``, ``spec.podSets`` (``main``,
+   count, template), ``spec.priorityClassRef``/``spec.priority`` from the ``kueue.x-k8s.io/priority-class`` label
+   (WorkloadPriorityClass) or the pod's ``priorityClassName`` (PriorityClass). Finished owners set ``Finished=True``
+   (reason ``Succeeded``/``Failed``), which releases the quota.
+3. **scheduling** — pending workloads in priority order, then FIFO (creation time, then name): LocalQueue must
+   exist, its ClusterQueue must exist, be active and select the namespace, else ``QuotaReserved=False`` reason
+   ``Inadmissible`` (``LocalQueue x doesn't exist``, ``ClusterQueue x is inactive``...). Flavors are tried in
+   order per resource group; the whole pod set must fit one flavor per group: nominal quota, else borrowing from
+   the cohort (``borrowingLimit`` of the borrower, ``lendingLimit`` of the lenders, plus the quota of Cohort
+   objects in the cohort tree). ``whenCanBorrow: MayStopSearch`` (default) takes the first flavor that fits with
+   borrowing, ``TryNextFlavor`` prefers a later flavor that fits without. No fit: ``QuotaReserved=False`` reason
+   ``Pending`` with Kueue's message (``couldn't assign flavors to pod set main: insufficient unused quota for
+   nvidia.com/gpu in flavor h100-80gb, 4 more needed``) — unless preemption can make room:
+   ``withinClusterQueue: LowerPriority | LowerOrNewerEqualPriority`` evicts lower-priority workloads of the same
+   ClusterQueue; ``reclaimWithinCohort: Any | LowerPriority`` evicts workloads of other ClusterQueues that borrow,
+   when the preemptor fits its own nominal quota. Victims: other queues' borrowers first, then lowest priority,
+   then most recently admitted; a minimal set is kept.
+   ``StrictFIFO`` blocks a ClusterQueue behind its first workload that does not fit.
+   ``stopPolicy: Hold`` stops admissions, ``HoldAndDrain`` also evicts admitted workloads (ClusterQueue and
+   LocalQueue). ``spec.active: false`` evicts/deactivates.
+4. **enforcement** — admitted: the flavor's ``nodeLabels`` go into the pod template's nodeSelector and its
+   ``tolerations`` are added, then the Job is un-suspended / the gates are removed. Evicted: ``Evicted=True``
+   (``Preempted``, ``ClusterQueueStopped``, ``LocalQueueStopped``, ``Deactivated``), ``Preempted=True``
+   (``InClusterQueue``/``InCohortReclamation``), the Job is suspended again with its original template (its pods
+   deleted) or the pods are deleted, then ``Requeued``, ``QuotaReserved=False`` (reason ``Pending``), admission
+   cleared: it waits in the queue again. Re-admission resets ``Evicted``/``Preempted`` to False ("Previously: ...").
+5. **status** — ClusterQueue (``pendingWorkloads``, ``reservingWorkloads``, ``admittedWorkloads``,
+   ``flavorsReservation``/``flavorsUsage`` with ``borrowed``, condition ``Active``) and LocalQueue (same counters and
+   usage without ``borrowed``, condition ``Active``).
+
+Not simulated: admission checks (treated as Ready), partial admission (``minCount``), topology-aware scheduling,
+fair sharing, ``borrowWithinCohort`` preemption, flavor fungibility ``whenCanPreempt``/``preference``,
+``waitForPodsReady``, resource transformations, LimitRanges/RuntimeClass overhead, MultiKueue, the visibility API,
+Cohort borrowing/lending limits (a Cohort object's own ``nominalQuota`` simply adds to the shared pool).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from decimal import Decimal
+
+from sandbox.controllers import resources as R
+from sandbox.controllers.common import (
+    CLUSTER_QUEUE,
+    COHORT,
+    JOB,
+    LOCAL_QUEUE,
+    NAMESPACE,
+    POD,
+    PRIORITY_CLASS,
+    RESOURCE_FLAVOR,
+    STATEFULSET,
+    WORKLOAD,
+    WPC,
+    condition_true,
+    controller_ref,
+    creation_key,
+    find_condition,
+    is_deleting,
+    labels_of,
+    owner_ref,
+    set_condition,
+    short_hash,
+    uid_of,
+)
+from sandbox.controllers.scheduler import matches_node_selector_terms, tolerates
+from sandbox.controllers.workloads import is_terminal, job_finished
+from sandbox.selectors import match_labels
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+GATE = "kueue.x-k8s.io/admission"
+MANAGED_LABEL = "kueue.x-k8s.io/managed"
+POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+CQ_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+LQ_LABEL = "kueue.x-k8s.io/local-queue-name"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+COMPONENT = "kueue-admission"
+JOB_COMPONENT = "kueue-job-controller"
+
+PREEMPTION_REASONS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+}
+
+
+def wl_priority(wl: dict) -> int:
+    try:
+        return int((wl.get("spec") or {}).get("priority") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def is_reserved(wl: dict) -> bool:
+    return condition_true(wl, "QuotaReserved")
+
+
+def is_admitted(wl: dict) -> bool:
+    return condition_true(wl, "Admitted")
+
+
+def is_finished(wl: dict) -> bool:
+    return condition_true(wl, "Finished")
+
+
+def is_active(wl: dict) -> bool:
+    return (wl.get("spec") or {}).get("active", True) is not False
+
+
+def usage_of(wl: dict) -> dict[tuple[str, str], Decimal]:
+    """(flavor, resource) -> amount reserved by an admitted workload (from ``status.admission``)."""
+    out: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    adm = (wl.get("status") or {}).get("admission") or {}
+    for psa in adm.get("podSetAssignments") or []:
+        flv = psa.get("flavors") or {}
+        for r, v in (psa.get("resourceUsage") or {}).items():
+            if r in flv:
+                out[(flv[r], r)] += R.q(v)
+    return dict(out)
+
+
+def taint_str(t: dict) -> str:
+    return f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}"
+
+
+# ------------------------------------------------------------------------------------------------ quota model
+class Quota:
+    """Nominal/borrowing/lending quota and usage of every ClusterQueue, with cohort pools."""
+
+    def __init__(self, cqs: dict[str, dict], cohorts: dict[str, dict]):
+        self.cqs = cqs
+        self.nominal: dict[str, dict] = {}
+        self.blimit: dict[str, dict] = {}
+        self.llimit: dict[str, dict] = {}
+        self.usage: dict[str, dict] = {n: defaultdict(Decimal) for n in cqs}
+        self.root: dict[str, str | None] = {}
+        self.members: dict[str, list[str]] = defaultdict(list)
+        self.cohort_quota: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
+        for name, cq in cqs.items():
+            nom, bl, ll = {}, {}, {}
+            for g in (cq.get("spec") or {}).get("resourceGroups") or []:
+                for f in g.get("flavors") or []:
+                    for r in f.get("resources") or []:
+                        fr = (f.get("name"), r.get("name"))
+                        nom[fr] = R.q(r.get("nominalQuota", 0))
+                        bl[fr] = R.q(r["borrowingLimit"]) if r.get("borrowingLimit") is not None else None
+                        ll[fr] = R.q(r["lendingLimit"]) if r.get("lendingLimit") is not None else None
+            self.nominal[name], self.blimit[name], self.llimit[name] = nom, bl, ll
+            cohort = (cq.get("spec") or {}).get("cohortName")
+            root = self._root_of(cohort, cohorts) if cohort else None
+            self.root[name] = root
+            if root:
+                self.members[root].append(name)
+        for cname, co in cohorts.items():
+            root = self._root_of(cname, cohorts)
+            for g in (co.get("spec") or {}).get("resourceGroups") or []:
+                for f in g.get("flavors") or []:
+                    for r in f.get("resources") or []:
+                        self.cohort_quota[root][(f.get("name"), r.get("name"))] += R.q(r.get("nominalQuota", 0))
+
+    @staticmethod
+    def _root_of(name: str, cohorts: dict[str, dict]) -> str:
+        seen = set()
+        while name in cohorts and name not in seen:
+            seen.add(name)
+            parent = (cohorts[name].get("spec") or {}).get("parentName")
+            if not parent:
+                break
+            name = parent
+        return name
+
+    def n(self, cq, fr) -> Decimal:
+        return self.nominal[cq].get(fr, Decimal(0))
+
+    def u(self, cq, fr) -> Decimal:
+        return self.usage[cq][fr]
+
+    def lendable(self, cq, fr) -> Decimal:
+        nom = self.n(cq, fr)
+        ll = self.llimit[cq].get(fr)
+        return min(ll, nom) if ll is not None else nom
+
+    def guaranteed(self, cq, fr) -> Decimal:
+        return self.n(cq, fr) - self.lendable(cq, fr)
+
+    def pool_capacity(self, root, fr) -> Decimal:
+        return sum((self.lendable(m, fr) for m in self.members[root]), Decimal(0)) + self.cohort_quota[root][fr]
+
+    def pool_used(self, root, fr) -> Decimal:
+        return sum((max(Decimal(0), self.u(m, fr) - self.guaranteed(m, fr)) for m in self.members[root]), Decimal(0))
+
+    def available(self, cq, fr) -> Decimal:
+        nom, used = self.n(cq, fr), self.u(cq, fr)
+        root = self.root.get(cq)
+        if not root:
+            return nom - used
+        avail = max(Decimal(0), self.guaranteed(cq, fr) - used) + self.pool_capacity(root, fr) - self.pool_used(root, fr)
+        bl = self.blimit[cq].get(fr)
+        if bl is not None:
+            avail = min(avail, nom + bl - used)
+        return avail
+
+    def potential(self, cq, fr) -> Decimal:
+        nom = self.n(cq, fr)
+        root = self.root.get(cq)
+        if not root:
+            return nom
+        pot = self.guaranteed(cq, fr) + self.pool_capacity(root, fr)
+        bl = self.blimit[cq].get(fr)
+        if bl is not None:
+            pot = min(pot, nom + bl)
+        return pot
+
+    def borrowed(self, cq, fr) -> Decimal:
+        return max(Decimal(0), self.u(cq, fr) - self.n(cq, fr))
+
+    def add(self, cq, usage: dict, sign: int = 1) -> None:
+        if cq not in self.usage:
+            return
+        for fr, v in usage.items():
+            self.usage[cq][fr] += v * sign
+
+    def snapshot(self):
+        return {cq: dict(u) for cq, u in self.usage.items()}
+
+    def restore(self, snap) -> None:
+        self.usage = {cq: defaultdict(Decimal, u) for cq, u in snap.items()}
+
+
+# ------------------------------------------------------------------------------------------------ controller
+class Kueue:
+    name = "kueue"
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    # -------------------------------------------------------------------------------------------- helpers
+    def _load(self) -> None:
+        ctx = self.ctx
+        self.namespaces = {n["metadata"]["name"]: n for n in ctx.list_items(NAMESPACE)}
+        self.lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q for q in ctx.list_items(LOCAL_QUEUE)}
+        self.cqs = {q["metadata"]["name"]: q for q in ctx.list_items(CLUSTER_QUEUE) if not is_deleting(q)}
+        self.flavors = {f["metadata"]["name"]: f for f in ctx.list_items(RESOURCE_FLAVOR)}
+        self.cohorts = {c["metadata"]["name"]: c for c in ctx.list_items(COHORT)}
+        self.wpcs = {w["metadata"]["name"]: w for w in ctx.list_items(WPC)}
+        self.pcs = {p["metadata"]["name"]: p for p in ctx.list_items(PRIORITY_CLASS)}
+
+    def queue_name(self, obj: dict, namespace: str | None = None) -> str | None:
+        q = labels_of(obj).get(QUEUE_LABEL)
+        if q:
+            return q
+        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        if ns and ns != "kube-system" and (ns, "default") in getattr(self, "lqs", {}):
+            return "default"
+        return None
+
+    def _pod_group_name(self, sts: dict) -> str:
+        return f"statefulset-{sts['metadata']['name']}-{short_hash(sts['metadata']['name'] + '/' + uid_of(sts))}"
+
+    # -------------------------------------------------------------------------------------------- pod webhook
+    def mutate_pod(self, pod: dict, owner: dict) -> None:
+        """Gate pods that Kueue manages as they are created by the sandbox controllers."""
+        if not hasattr(self, "lqs"):
+            self._load()
+        kind = owner.get("kind")
+        api = owner.get("apiVersion") or ""
+        if kind == "Job" and api.startswith("batch/"):
+            return
+        ns = pod["metadata"].get("namespace")
+        if kind in ("Deployment", "StatefulSet"):
+            q = self.queue_name(owner, ns)
+        else:
+            q = self.queue_name(pod, ns)
+        if not q:
+            return
+        labels = pod["metadata"].setdefault("labels", {})
+        labels[QUEUE_LABEL] = q
+        labels[MANAGED_LABEL] = "true"
+        prio = labels_of(owner).get(PRIORITY_LABEL)
+        if prio:
+            labels.setdefault(PRIORITY_LABEL, prio)
+        if kind == "StatefulSet":
+            labels[POD_GROUP_LABEL] = self._pod_group_name(owner)
+            pod["metadata"].setdefault("annotations", {})[POD_GROUP_TOTAL] = str(
+                (owner.get("spec") or {}).get("replicas", 1))
+        gates = pod["spec"].setdefault("schedulingGates", [])
+        if not any(g.get("name") == GATE for g in gates):
+            gates.append({"name": GATE})
+
+    # -------------------------------------------------------------------------------------------- reconcile
+    def reconcile(self) -> None:
+        self._load()
+        self._webhooks()
+        self._sync_workloads()
+        self._schedule()
+        self._enforce()
+        self._status()
+
+    # 1. webhooks -------------------------------------------------------------------------------------
+    def _webhooks(self) -> None:
+        ctx = self.ctx
+        self.wls = ctx.list_items(WORKLOAD)
+        self.wl_by_owner = {}
+        for wl in self.wls:
+            uid = labels_of(wl).get(JOB_UID_LABEL)
+            if uid:
+                self.wl_by_owner[uid] = wl
+        for job in ctx.list_items(JOB):
+            if is_deleting(job) or uid_of(job) in self.wl_by_owner or job_finished(job):
+                continue
+            q = self.queue_name(job)
+            if not q:
+                continue
+            spec = job.get("spec") or {}
+            if spec.get("suspend") and labels_of(job).get(QUEUE_LABEL) == q:
+                continue
+            new = copy.deepcopy(job)
+            new["metadata"].setdefault("labels", {})[QUEUE_LABEL] = q
+            new["spec"]["suspend"] = True
+            ctx.update(new)
+        for pod in ctx.list_items(POD):
+            if not self._manages_pod_individually(pod):
+                continue
+            if labels_of(pod).get(MANAGED_LABEL) or (pod.get("spec") or {}).get("nodeName") or is_terminal(pod):
+                continue
+            new = copy.deepcopy(pod)
+            self.mutate_pod(new, {"kind": "Pod", "apiVersion": "v1", "metadata": pod["metadata"]})
+            ctx.update(new)
+
+    def _manages_pod_individually(self, pod: dict) -> bool:
+        if is_deleting(pod) or labels_of(pod).get(POD_GROUP_LABEL):
+            return False
+        ref = controller_ref(pod)
+        if ref and ref.get("kind") == "Job" and (ref.get("apiVersion") or "").startswith("batch/"):
+            return False
+        if ref and ref.get("kind") == "StatefulSet":
+            return False
+        if ref and ref.get("kind") == "Deployment":
+            return bool(labels_of(pod).get(QUEUE_LABEL))
+        return bool(self.queue_name(pod))
+
+    # 2. workloads ------------------------------------------------------------------------------------
+    def _priority(self, obj: dict, template: dict) -> tuple[dict | None, int, str | None]:
+        wpc = labels_of(obj).get(PRIORITY_LABEL)
+        if wpc:
+            w = self.wpcs.get(wpc)
+            if w is None:
+                return None, 0, f'workloadpriorityclasses.kueue.x-k8s.io "{wpc}" not found'
+            return {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}, int(w.get("value", 0)), None
+        pcn = ((template or {}).get("spec") or {}).get("priorityClassName")
+        if pcn:
+            pc = self.pcs.get(pcn)
+            if pc is None:
+                return None, 0, f'priorityclasses.scheduling.k8s.io "{pcn}" not found'
+            return {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pcn}, int(pc.get("value", 0)), None
+        for pc in self.pcs.values():
+            if pc.get("globalDefault"):
+                return None, int(pc.get("value", 0)), None
+        return None, 0, None
+
+    @staticmethod
+    def _clean_template(t: dict) -> dict:
+        t = copy.deepcopy(t or {})
+        meta = t.get("metadata") or {}
+        out_meta = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
+        spec = t.get("spec") or {}
+        spec.pop("nodeName", None)
+        spec.pop("schedulingGates", None)
+        return {"metadata": out_meta, "spec": spec}
+
+    def _owners(self) -> list[tuple[dict, str, str, int, dict]]:
+        """(owner, workload name, queue, count, template) for every Kueue-managed owner."""
+        ctx = self.ctx
+        out = []
+        for job in ctx.list_items(JOB):
+            if is_deleting(job):
+                continue
+            q = self.queue_name(job)
+            if not q:
+                continue
+            spec = job.get("spec") or {}
+            par = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
+            comp = spec.get("completions")
+            count = min(par, int(comp)) if comp is not None else par
+            name = f"job-{job['metadata']['name']}-{short_hash(job['metadata']['name'] + '/' + uid_of(job))}"
+            out.append((job, name, q, count, spec.get("template") or {}))
+        for pod in ctx.list_items(POD):
+            if not self._manages_pod_individually(pod):
+                continue
+            q = self.queue_name(pod)
+            name = f"pod-{pod['metadata']['name']}-{short_hash(pod['metadata']['name'] + '/' + uid_of(pod))}"
+            out.append((pod, name, q, 1, {"metadata": pod.get("metadata"), "spec": pod.get("spec")}))
+        for sts in ctx.list_items(STATEFULSET):
+            if is_deleting(sts):
+                continue
+            q = self.queue_name(sts)
+            if not q:
+                continue
+            count = int((sts.get("spec") or {}).get("replicas", 1) or 0)
+            out.append((sts, self._pod_group_name(sts), q, count, (sts.get("spec") or {}).get("template") or {}))
+        return out
+
+    def _finished(self, owner: dict) -> tuple[str, str] | None:
+        kind = owner.get("kind")
+        if kind == "Job":
+            f = job_finished(owner)
+            if f == "Complete":
+                return "Succeeded", "Job finished successfully"
+            if f == "Failed":
+                c = find_condition((owner.get("status") or {}).get("conditions"), "Failed") or {}
+                return "Failed", c.get("message") or "Job failed"
+        elif kind == "Pod":
+            phase = (owner.get("status") or {}).get("phase")
+            if phase == "Succeeded":
+                return "Succeeded", "Pod finished successfully"
+            if phase == "Failed":
+                return "Failed", "Pod failed"
+        return None
+
+    def _sync_workloads(self) -> None:
+        ctx = self.ctx
+        now = ctx.ts()
+        for owner, wname, q, count, template in self._owners():
+            wl = self.wl_by_owner.get(uid_of(owner))
+            fin = self._finished(owner)
+            if wl is None:
+                if fin is not None or count <= 0:
+                    continue
+                ref, prio, err = self._priority(owner, template)
+                if err:
+                    ctx.event(owner, "Warning", "ErrWorkloadCompose", err, JOB_COMPONENT, min_interval=60)
+                    continue
+                ns = owner["metadata"]["namespace"]
+                wl = {
+                    "apiVersion": WORKLOAD[0], "kind": "Workload",
+                    "metadata": {"name": wname, "namespace": ns,
+                                 "labels": {JOB_UID_LABEL: uid_of(owner)},
+                                 "ownerReferences": [owner_ref(owner)]},
+                    "spec": {"active": True, "queueName": q, "priority": prio,
+                             "podSets": [{"name": "main", "count": count, "template": self._clean_template(template)}]},
+                }
+                if ref:
+                    wl["spec"]["priorityClassRef"] = ref
+                created = ctx.create(wl)
+                if created is not None:
+                    per_pod = R.pod_requests((template or {}).get("spec"))
+                    ctx.write_status(created, {"resourceRequests": [
+                        {"name": "main", "resources": R.fmt_list(R.scale(per_pod, count))}]})
+                    ctx.event(owner, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wname}", JOB_COMPONENT)
+                continue
+            if fin is not None and not is_finished(wl):
+                status = copy.deepcopy(wl.get("status") or {})
+                conds = status.setdefault("conditions", [])
+                set_condition(conds, "Finished", "True", fin[0], fin[1], now, observedGeneration=wl["metadata"].get("generation", 1))
+                ctx.write_status(wl, status)
+                continue
+            # keep count (StatefulSet scale while pending) and priority (label change) in sync
+            if not is_finished(wl):
+                spec = wl.get("spec") or {}
+                ref, prio, err = self._priority(owner, template)
+                changed = False
+                new = copy.deepcopy(wl)
+                if not err and (spec.get("priority") != prio or spec.get("priorityClassRef") != ref):
+                    new["spec"]["priority"] = prio
+                    if ref:
+                        new["spec"]["priorityClassRef"] = ref
+                    else:
+                        new["spec"].pop("priorityClassRef", None)
+                    changed = True
+                ps = (new["spec"].get("podSets") or [{}])[0]
+                if ps.get("count") != count and not is_reserved(wl) and count > 0:
+                    ps["count"] = count
+                    changed = True
+                if changed:
+                    ctx.update(new)
+        self.wls = ctx.list_items(WORKLOAD)
+
+    # 3. scheduling -----------------------------------------------------------------------------------
+    def _cq_problem(self, cq: dict) -> str | None:
+        missing = [f.get("name") for g in (cq.get("spec") or {}).get("resourceGroups") or []
+                   for f in g.get("flavors") or [] if f.get("name") not in self.flavors]
+        if missing:
+            return "FlavorNotFound"
+        if (cq.get("spec") or {}).get("stopPolicy") in ("Hold", "HoldAndDrain"):
+            return "Stopped"
+        return None
+
+    def _ns_labels(self, ns: str) -> dict:
+        n = self.namespaces.get(ns)
+        labels = dict(labels_of(n)) if n else {}
+        labels.setdefault("kubernetes.io/metadata.name", ns)
+        return labels
+
+    def _queue_check(self, wl: dict) -> tuple[str | None, str | None, str | None]:
+        """(cq name, reason, message): reason/message set when the workload cannot be considered."""
+        ns = wl["metadata"]["namespace"]
+        qn = (wl.get("spec") or {}).get("queueName")
+        lq = self.lqs.get((ns, qn))
+        if lq is None:
+            return None, "Inadmissible", f"LocalQueue {qn} doesn't exist"
+        cqn = (lq.get("spec") or {}).get("clusterQueue")
+        cq = self.cqs.get(cqn)
+        if cq is None:
+            return None, "Inadmissible", f"ClusterQueue {cqn} doesn't exist"
+        if (lq.get("spec") or {}).get("stopPolicy") in ("Hold", "HoldAndDrain"):
+            return cqn, "Inadmissible", f"LocalQueue {qn} is inactive"
+        if self._cq_problem(cq):
+            return cqn, "Inadmissible", f"ClusterQueue {cqn} is inactive"
+        if not match_labels((cq.get("spec") or {}).get("namespaceSelector"), self._ns_labels(ns)):
+            return cqn, "Inadmissible", "Workload namespace doesn't match ClusterQueue selector"
+        return cqn, None, None
+
+    def _flavor_compatible(self, flavor: dict, template: dict) -> str | None:
+        fname = flavor["metadata"]["name"]
+        fspec = flavor.get("spec") or {}
+        pspec = (template or {}).get("spec") or {}
+        tolerations = list(pspec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
+        for t in fspec.get("nodeTaints") or []:
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t):
+                return f"untolerated taint {taint_str(t)} in flavor {fname}"
+        nl = {k: str(v) for k, v in (fspec.get("nodeLabels") or {}).items()}
+        for k, v in (pspec.get("nodeSelector") or {}).items():
+            if k in nl and nl[k] != str(v):
+                return f"flavor {fname} doesn't match node affinity"
+        req = (((pspec.get("affinity") or {}).get("nodeAffinity") or {})
+               .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = req.get("nodeSelectorTerms")
+        if terms:
+            # only the keys the flavor pins are checked (as Kueue does)
+            restricted = []
+            for term in terms:
+                exprs = [e for e in term.get("matchExpressions") or [] if e.get("key") in nl]
+                restricted.append({"matchExpressions": exprs} if exprs else None)
+            if all(t is not None for t in restricted) and not matches_node_selector_terms(restricted, nl, ""):
+                return f"flavor {fname} doesn't match node affinity"
+        return None
+
+    def _assign(self, wl: dict, cqn: str, quota: Quota):
+        """Try to assign flavors. Returns (assignment, mode, message, candidates) where assignment is
+        {"flavors": {res: flavor}, "usage": {(flavor, res): amount}, "podsets": [...]}; mode "fit"/"borrow" or None."""
+        cq = self.cqs[cqn]
+        spec = wl.get("spec") or {}
+        groups = (cq.get("spec") or {}).get("resourceGroups") or []
+        fung = (cq.get("spec") or {}).get("flavorFungibility") or {}
+        try_next_on_borrow = fung.get("whenCanBorrow") == "TryNextFlavor"
+        podsets_out = []
+        total_usage: dict = defaultdict(Decimal)
+        overall_mode = "fit"
+        preempt_options = []  # (podset index, group index, flavor) where preemption might help
+        for ps in spec.get("podSets") or []:
+            count = int(ps.get("count", 1))
+            per_pod = R.pod_requests(((ps.get("template") or {}).get("spec")))
+            req = R.scale(per_pod, count)
+            flavors_for: dict[str, str] = {}
+            for r in sorted(req):
+                if not any(r in (g.get("coveredResources") or []) for g in groups):
+                    return None, None, f"couldn't assign flavors to pod set {ps.get('name', 'main')}: resource {r} unavailable in ClusterQueue", []
+            reasons = []
+            for gi, g in enumerate(groups):
+                greq = {r: v for r, v in req.items() if r in (g.get("coveredResources") or [])}
+                if not greq:
+                    continue
+                chosen = None
+                borrow_pick = None
+                for f in g.get("flavors") or []:
+                    fname = f.get("name")
+                    fobj = self.flavors.get(fname)
+                    if fobj is None:
+                        continue
+                    why = self._flavor_compatible(fobj, ps.get("template"))
+                    if why:
+                        reasons.append(why)
+                        continue
+                    mode = "fit"
+                    msgs = []
+                    for r, v in greq.items():
+                        fr = (fname, r)
+                        val = total_usage[fr] + v
+                        if val > quota.potential(cqn, fr):
+                            msgs.append(
+                                f"insufficient quota for {r} in flavor {fname}, previously considered podsets requests "
+                                f"({R.fmt(r, total_usage[fr])}) + current podset request ({R.fmt(r, v)}) > maximum "
+                                f"capacity ({R.fmt(r, quota.potential(cqn, fr))})")
+                            mode = None
+                            continue
+                        avail = quota.available(cqn, fr)
+                        if val > avail:
+                            msgs.append(f"insufficient unused quota for {r} in flavor {fname}, {R.fmt(r, val - avail)} more needed")
+                            if mode is not None:
+                                mode = "preempt"
+                        elif quota.u(cqn, fr) + val > quota.n(cqn, fr) and mode == "fit":
+                            mode = "borrow"
+                    if mode == "fit":
+                        chosen = (fname, "fit")
+                        break
+                    if mode == "borrow":
+                        if not try_next_on_borrow:
+                            chosen = (fname, "borrow")
+                            break
+                        if borrow_pick is None:
+                            borrow_pick = (fname, "borrow")
+                        continue
+                    if mode == "preempt":
+                        preempt_options.append((fname, greq))
+                    reasons.extend(msgs)
+                if chosen is None:
+                    chosen = borrow_pick
+                if chosen is None:
+                    return None, None, (f"couldn't assign flavors to pod set {ps.get('name', 'main')}: "
+                                        + ", ".join(reasons)), preempt_options
+                fname, mode = chosen
+                if mode == "borrow":
+                    overall_mode = "borrow"
+                for r, v in greq.items():
+                    flavors_for[r] = fname
+                    total_usage[(fname, r)] += v
+            podsets_out.append({"name": ps.get("name", "main"), "flavors": flavors_for,
+                                "resourceUsage": R.fmt_list(req), "count": count})
+        return {"podsets": podsets_out, "usage": dict(total_usage)}, overall_mode, "", []
+
+    def _preemption_targets(self, wl: dict, cqn: str, quota: Quota, options, admitted: list[dict]):
+        """A minimal list of (victim, reason) whose eviction lets ``wl`` fit, or None."""
+        cq = self.cqs[cqn]
+        pol = (cq.get("spec") or {}).get("preemption") or {}
+        within = pol.get("withinClusterQueue") or "Never"
+        reclaim = pol.get("reclaimWithinCohort") or "Never"
+        if within == "Never" and reclaim == "Never":
+            return None
+        prio = wl_priority(wl)
+        wl_key = creation_key(wl)
+        root = quota.root.get(cqn)
+        for fname, greq in options:
+            frs = [(fname, r) for r in greq]
+            cands = []
+            for v in admitted:
+                vcq = ((v.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                vuse = usage_of(v)
+                if not any(fr in vuse for fr in frs):
+                    continue
+                vp = wl_priority(v)
+                if vcq == cqn:
+                    if within == "LowerPriority" and vp < prio:
+                        cands.append((v, "InClusterQueue"))
+                    elif within == "LowerOrNewerEqualPriority" and (vp < prio or (vp == prio and creation_key(v) > wl_key)):
+                        cands.append((v, "InClusterQueue"))
+                elif root and quota.root.get(vcq) == root and reclaim != "Never":
+                    # the preemptor must fit its own nominal quota; the victim's queue must be borrowing
+                    if all(quota.u(cqn, fr) + greq[fr[1]] <= quota.n(cqn, fr) for fr in frs) and \
+                            any(quota.borrowed(vcq, fr) > 0 for fr in frs if fr in vuse):
+                        if reclaim == "Any" or vp < prio:
+                            cands.append((v, "InCohortReclamation"))
+            if not cands:
+                continue
+
+            def order(c):
+                v, reason = c
+                adm = find_condition((v.get("status") or {}).get("conditions"), "QuotaReserved") or {}
+                t = adm.get("lastTransitionTime") or ""
+                return (0 if reason == "InCohortReclamation" else 1, wl_priority(v),
+                        "".join(chr(0x10FFFF - ord(ch)) for ch in t))
+
+            cands.sort(key=order)
+            snap = quota.snapshot()
+
+            def fits() -> bool:
+                return all(greq[r] <= quota.available(cqn, (fname, r)) for r in greq)
+
+            chosen = []
+            for c in cands:
+                quota.add(((c[0].get("status") or {}).get("admission") or {}).get("clusterQueue"), usage_of(c[0]), -1)
+                chosen.append(c)
+                if fits():
+                    break
+            if not fits():
+                quota.restore(snap)
+                continue
+            # minimise: put back victims that are not needed
+            for c in list(reversed(chosen)):
+                vcq = ((c[0].get("status") or {}).get("admission") or {}).get("clusterQueue")
+                quota.add(vcq, usage_of(c[0]), 1)
+                if fits():
+                    chosen.remove(c)
+                else:
+                    quota.add(vcq, usage_of(c[0]), -1)
+            quota.restore(snap)
+            return chosen
+        return None
+
+    def _schedule(self) -> None:
+        ctx = self.ctx
+        quota = Quota(self.cqs, self.cohorts)
+        admitted = []
+        for wl in self.wls:
+            if is_reserved(wl) and not is_finished(wl):
+                cqn = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                quota.add(cqn, usage_of(wl))
+                admitted.append(wl)
+        # drain / deactivate
+        for wl in list(admitted):
+            if is_deleting(wl):
+                continue
+            cqn = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+            cq = self.cqs.get(cqn)
+            lq = self.lqs.get((wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName")))
+            why = None
+            if not is_active(wl):
+                why = ("Deactivated", "The workload is deactivated")
+            elif cq is not None and (cq.get("spec") or {}).get("stopPolicy") == "HoldAndDrain":
+                why = ("ClusterQueueStopped", "The ClusterQueue is stopped")
+            elif lq is not None and (lq.get("spec") or {}).get("stopPolicy") == "HoldAndDrain":
+                why = ("LocalQueueStopped", "The LocalQueue is stopped")
+            if why:
+                self._evict(wl, why[0], why[1], None)
+                quota.add(cqn, usage_of(wl), -1)
+                admitted.remove(wl)
+        # requeue workloads whose stop reason went away
+        for wl in self.wls:
+            self._maybe_requeue(wl)
+        pending = [wl for wl in self.wls
+                   if not is_reserved(wl) and not is_finished(wl) and is_active(wl) and not is_deleting(wl)]
+        pending.sort(key=lambda w: (-wl_priority(w), creation_key(w)))
+        blocked_cqs: set[str] = set()
+        for wl in pending:
+            cqn, reason, msg = self._queue_check(wl)
+            if reason:
+                self._set_pending(wl, reason, msg)
+                continue
+            if cqn in blocked_cqs:
+                continue
+            assignment, mode, msg, options = self._assign(wl, cqn, quota)
+            if assignment is None and options:
+                targets = self._preemption_targets(wl, cqn, quota, options, admitted)
+                if targets:
+                    for victim, preason in targets:
+                        vcq = ((victim.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                        message = (f"Preempted to accommodate a workload (UID: {uid_of(wl)}, JobUID: "
+                                   f"{labels_of(wl).get(JOB_UID_LABEL) or 'UNKNOWN'}) due to "
+                                   f"{PREEMPTION_REASONS[preason]}; preemptor path: {self._path(cqn)}; "
+                                   f"preemptee path: {self._path(vcq)}")
+                        self._evict(victim, "Preempted", message, preason)
+                        quota.add(vcq, usage_of(victim), -1)
+                        admitted = [a for a in admitted if uid_of(a) != uid_of(victim)]
+                    assignment, mode, msg, options = self._assign(wl, cqn, quota)
+            if assignment is None:
+                self._set_pending(wl, "Pending", msg)
+                if ((self.cqs[cqn].get("spec") or {}).get("queueingStrategy") == "StrictFIFO"):
+                    blocked_cqs.add(cqn)
+                continue
+            admitted_wl = self._admit(wl, cqn, assignment)
+            if admitted_wl is not None:
+                quota.add(cqn, assignment["usage"])
+                admitted.append(admitted_wl)
+
+    def _path(self, cqn: str | None) -> str:
+        cq = self.cqs.get(cqn or "")
+        cohort = ((cq or {}).get("spec") or {}).get("cohortName")
+        parts = []
+        seen = set()
+        while cohort and cohort not in seen:
+            seen.add(cohort)
+            parts.insert(0, cohort)
+            cohort = ((self.cohorts.get(cohort) or {}).get("spec") or {}).get("parentName")
+        return "/" + "/".join(parts + [cqn or ""])
+
+    def _set_pending(self, wl: dict, reason: str, message: str) -> None:
+        ctx = self.ctx
+        status = copy.deepcopy(wl.get("status") or {})
+        conds = status.setdefault("conditions", [])
+        prev = find_condition(conds, "QuotaReserved")
+        changed_msg = prev is None or prev.get("message") != message or prev.get("reason") != reason
+        set_condition(conds, "QuotaReserved", "False", reason, message, ctx.ts(),
+                      observedGeneration=wl["metadata"].get("generation", 1))
+        if ctx.write_status(wl, status) is not None and changed_msg:
+            ctx.event(wl, "Warning" if reason == "Inadmissible" else "Normal", reason, message, COMPONENT)
+
+    def _admit(self, wl: dict, cqn: str, assignment: dict) -> dict | None:
+        ctx = self.ctx
+        now = ctx.ts()
+        gen = wl["metadata"].get("generation", 1)
+        status = copy.deepcopy(wl.get("status") or {})
+        status["admission"] = {"clusterQueue": cqn, "podSetAssignments": assignment["podsets"]}
+        conds = status.setdefault("conditions", [])
+        set_condition(conds, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cqn}", now,
+                      observedGeneration=gen)
+        set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observedGeneration=gen)
+        for ctype in ("Evicted", "Preempted"):
+            c = find_condition(conds, ctype)
+            if c is not None and c.get("status") == "True":
+                set_condition(conds, ctype, "False", "QuotaReserved", "Previously: " + (c.get("message") or ""), now,
+                              observedGeneration=gen)
+        res = ctx.write_status(wl, status)
+        if res is None:
+            return None
+        queued = find_condition(conds, "Requeued")
+        since = ctx.since((queued or {}).get("lastTransitionTime") if queued and queued.get("status") == "True"
+                          else wl["metadata"].get("creationTimestamp")) or 0
+        ctx.event(res, "Normal", "QuotaReserved",
+                  f"Quota reserved in ClusterQueue {cqn}, wait time since queued was {max(0, int(since))}s", COMPONENT)
+        ctx.event(res, "Normal", "Admitted",
+                  f"Admitted by ClusterQueue {cqn}, wait time since reservation was 0s", COMPONENT)
+        return res
+
+    def _evict(self, wl: dict, reason: str, message: str, preempted_reason: str | None) -> None:
+        """Evict an admitted workload: conditions, stop its owner, release the quota, requeue."""
+        ctx = self.ctx
+        now = ctx.ts()
+        gen = wl["metadata"].get("generation", 1)
+        status = copy.deepcopy(wl.get("status") or {})
+        conds = status.setdefault("conditions", [])
+        set_condition(conds, "Evicted", "True", reason, message, now, observedGeneration=gen)
+        if preempted_reason:
+            set_condition(conds, "Preempted", "True", preempted_reason, message, now, observedGeneration=gen)
+        self._stop_owner(wl, message)
+        # the owner is stopped synchronously here: clear the reservation (Kueue's second eviction phase)
+        set_condition(conds, "Requeued", "True" if reason == "Preempted" else "False", reason, message, now,
+                      observedGeneration=gen)
+        set_condition(conds, "QuotaReserved", "False", "Pending", message, now, observedGeneration=gen)
+        set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now,
+                      observedGeneration=gen)
+        status.pop("admission", None)
+        stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+        for e in stats:
+            if e.get("reason") == reason:
+                e["count"] = int(e.get("count", 0)) + 1
+                break
+        else:
+            stats.append({"reason": reason, "underlyingCause": "", "count": 1})
+        ctx.write_status(wl, status)
+        ctx.event(wl, "Normal", f"EvictedDue{reason}" if reason != "Preempted" else "EvictedDueToPreempted", message,
+                  COMPONENT)
+        if preempted_reason:
+            ctx.event(wl, "Normal", "Preempted", message, COMPONENT)
+
+    def _maybe_requeue(self, wl: dict) -> None:
+        """Requeued=True once the reason of a non-preemption eviction is gone."""
+        c = find_condition((wl.get("status") or {}).get("conditions"), "Requeued")
+        if c is None or c.get("status") != "False" or is_reserved(wl) or is_finished(wl):
+            return
+        reason = c.get("reason")
+        lq = self.lqs.get((wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName")))
+        cq = self.cqs.get(((lq or {}).get("spec") or {}).get("clusterQueue", ""))
+        new_reason = None
+        if reason == "ClusterQueueStopped" and cq is not None and \
+                (cq.get("spec") or {}).get("stopPolicy") in (None, "", "None"):
+            new_reason = ("ClusterQueueRestarted", "The ClusterQueue was restarted after being stopped")
+        elif reason == "LocalQueueStopped" and lq is not None and \
+                (lq.get("spec") or {}).get("stopPolicy") in (None, "", "None"):
+            new_reason = ("LocalQueueRestarted", "The LocalQueue was restarted after being stopped")
+        elif reason == "Deactivated" and is_active(wl):
+            new_reason = ("Reactivated", "The workload was reactivated")
+        if new_reason:
+            status = copy.deepcopy(wl.get("status") or {})
+            set_condition(status["conditions"], "Requeued", "True", new_reason[0], new_reason[1], self.ctx.ts(),
+                          observedGeneration=wl["metadata"].get("generation", 1))
+            res = self.ctx.write_status(wl, status)
+            if res is not None:
+                wl.clear()
+                wl.update(res)
+
+    # 4. enforcement ----------------------------------------------------------------------------------
+    def _owner_of(self, wl: dict) -> dict | None:
+        ref = controller_ref(wl)
+        if ref is None:
+            return None
+        gvk = {"Job": JOB, "Pod": POD, "StatefulSet": STATEFULSET}.get(ref.get("kind"))
+        if gvk is None or (ref.get("kind") == "Job" and not (ref.get("apiVersion") or "").startswith("batch/")):
+            return None
+        obj = self.ctx.get(gvk, ref["name"], wl["metadata"]["namespace"])
+        if obj is None or uid_of(obj) != ref.get("uid"):
+            return None
+        return obj
+
+    def _group_pods(self, wl: dict, owner: dict) -> list[dict]:
+        if owner.get("kind") == "Pod":
+            return [owner]
+        if owner.get("kind") == "StatefulSet":
+            ns = wl["metadata"]["namespace"]
+            return [p for p in self.ctx.list_items(POD, ns) if labels_of(p).get(POD_GROUP_LABEL) == wl["metadata"]["name"]
+                    and not is_deleting(p)]
+        return []
+
+    def _stop_owner(self, wl: dict, message: str) -> None:
+        ctx = self.ctx
+        owner = self._owner_of(wl)
+        if owner is None:
+            return
+        if owner.get("kind") == "Job":
+            new = copy.deepcopy(owner)
+            new["spec"]["suspend"] = True
+            orig = ((wl.get("spec") or {}).get("podSets") or [{}])[0].get("template") or {}
+            tspec = new["spec"].setdefault("template", {}).setdefault("spec", {})
+            for k in ("nodeSelector", "tolerations"):
+                if (orig.get("spec") or {}).get(k) is not None:
+                    tspec[k] = copy.deepcopy(orig["spec"][k])
+                else:
+                    tspec.pop(k, None)
+            tl = new["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})
+            for k in (CQ_LABEL, LQ_LABEL, PODSET_LABEL):
+                tl.pop(k, None)
+            ctx.update(new)
+            ctx.event(owner, "Normal", "Stopped", message, JOB_COMPONENT)
+        else:
+            for p in self._group_pods(wl, owner):
+                ctx.delete(POD, p["metadata"]["name"], p["metadata"]["namespace"])
+            ctx.event(owner, "Normal", "Stopped", message, JOB_COMPONENT)
+
+    def _enforce(self) -> None:
+        ctx = self.ctx
+        for wl in ctx.list_items(WORKLOAD):
+            if not is_admitted(wl) or is_finished(wl) or is_deleting(wl):
+                continue
+            adm = (wl.get("status") or {}).get("admission") or {}
+            owner = self._owner_of(wl)
+            if owner is None:
+                continue
+            psa = (adm.get("podSetAssignments") or [{}])[0]
+            node_labels: dict = {}
+            tolerations: list = []
+            for fname in dict.fromkeys((psa.get("flavors") or {}).values()):
+                fspec = (self.flavors.get(fname) or {}).get("spec") or {}
+                node_labels.update({k: str(v) for k, v in (fspec.get("nodeLabels") or {}).items()})
+                tolerations.extend(fspec.get("tolerations") or [])
+            cqn = adm.get("clusterQueue")
+            if owner.get("kind") == "Job":
+                if not (owner.get("spec") or {}).get("suspend"):
+                    continue
+                new = copy.deepcopy(owner)
+                tmpl = new["spec"].setdefault("template", {})
+                tspec = tmpl.setdefault("spec", {})
+                _inject(tspec, node_labels, tolerations)
+                tl = tmpl.setdefault("metadata", {}).setdefault("labels", {})
+                tl[CQ_LABEL] = cqn
+                tl[LQ_LABEL] = (wl.get("spec") or {}).get("queueName")
+                tl[PODSET_LABEL] = psa.get("name", "main")
+                new["spec"]["suspend"] = False
+                if ctx.update(new) is not None:
+                    ctx.event(owner, "Normal", "Started", f"Admitted by clusterQueue {cqn}", JOB_COMPONENT)
+            else:
+                for p in self._group_pods(wl, owner):
+                    gates = (p.get("spec") or {}).get("schedulingGates") or []
+                    if not any(g.get("name") == GATE for g in gates) or (p.get("spec") or {}).get("nodeName"):
+                        continue
+                    new = copy.deepcopy(p)
+                    new["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != GATE]
+                    if not new["spec"]["schedulingGates"]:
+                        del new["spec"]["schedulingGates"]
+                    _inject(new["spec"], node_labels, tolerations)
+                    pl = new["metadata"].setdefault("labels", {})
+                    pl[CQ_LABEL] = cqn
+                    pl[LQ_LABEL] = (wl.get("spec") or {}).get("queueName")
+                    ctx.update(new)
+
+    # 5. status ---------------------------------------------------------------------------------------
+    def _status(self) -> None:
+        ctx = self.ctx
+        now = ctx.ts()
+        wls = ctx.list_items(WORKLOAD)
+        quota = Quota(self.cqs, self.cohorts)
+        admitted_use: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
+        counts = defaultdict(lambda: {"pending": 0, "reserving": 0, "admitted": 0})
+        lq_counts = defaultdict(lambda: {"pending": 0, "reserving": 0, "admitted": 0})
+        lq_use: dict = defaultdict(lambda: defaultdict(Decimal))
+        lq_adm_use: dict = defaultdict(lambda: defaultdict(Decimal))
+        for wl in wls:
+            if is_finished(wl):
+                continue
+            lqk = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName"))
+            lq = self.lqs.get(lqk)
+            if is_reserved(wl):
+                cqn = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                use = usage_of(wl)
+                quota.add(cqn, use)
+                counts[cqn]["reserving"] += 1
+                lq_counts[lqk]["reserving"] += 1
+                for fr, v in use.items():
+                    lq_use[lqk][fr] += v
+                if is_admitted(wl):
+                    counts[cqn]["admitted"] += 1
+                    lq_counts[lqk]["admitted"] += 1
+                    for fr, v in use.items():
+                        admitted_use[cqn][fr] += v
+                        lq_adm_use[lqk][fr] += v
+            elif is_active(wl) and lq is not None:
+                counts[(lq.get("spec") or {}).get("clusterQueue")]["pending"] += 1
+                lq_counts[lqk]["pending"] += 1
+        for cqn, cq in self.cqs.items():
+            status = copy.deepcopy(cq.get("status") or {})
+            res_list, use_list = [], []
+            for g in (cq.get("spec") or {}).get("resourceGroups") or []:
+                for f in g.get("flavors") or []:
+                    fname = f.get("name")
+                    rl, ul = [], []
+                    for r in f.get("resources") or []:
+                        fr = (fname, r.get("name"))
+                        u = quota.u(cqn, fr)
+                        au = admitted_use[cqn][fr]
+                        rl.append({"name": r.get("name"), "total": R.fmt(r.get("name"), u),
+                                   "borrowed": R.fmt(r.get("name"), max(Decimal(0), u - quota.n(cqn, fr)))})
+                        ul.append({"name": r.get("name"), "total": R.fmt(r.get("name"), au),
+                                   "borrowed": R.fmt(r.get("name"), max(Decimal(0), au - quota.n(cqn, fr)))})
+                    res_list.append({"name": fname, "resources": rl})
+                    use_list.append({"name": fname, "resources": ul})
+            status["flavorsReservation"] = res_list
+            status["flavorsUsage"] = use_list
+            status["pendingWorkloads"] = counts[cqn]["pending"]
+            status["reservingWorkloads"] = counts[cqn]["reserving"]
+            status["admittedWorkloads"] = counts[cqn]["admitted"]
+            conds = status.setdefault("conditions", [])
+            problem = self._cq_problem(cq)
+            gen = cq["metadata"].get("generation", 1)
+            if problem == "FlavorNotFound":
+                missing = sorted({f.get("name") for g in (cq.get("spec") or {}).get("resourceGroups") or []
+                                  for f in g.get("flavors") or [] if f.get("name") not in self.flavors})
+                set_condition(conds, "Active", "False", "FlavorNotFound",
+                              f"Can't admit new workloads: references missing ResourceFlavor(s): {', '.join(missing)}.",
+                              now, observedGeneration=gen)
+            elif problem == "Stopped":
+                set_condition(conds, "Active", "False", "Stopped", "Can't admit new workloads: is stopped.", now,
+                              observedGeneration=gen)
+            else:
+                set_condition(conds, "Active", "True", "Ready", "Can admit new workloads", now, observedGeneration=gen)
+            ctx.write_status(cq, status)
+        for lqk, lq in self.lqs.items():
+            status = copy.deepcopy(lq.get("status") or {})
+            cqn = (lq.get("spec") or {}).get("clusterQueue")
+            cq = self.cqs.get(cqn)
+            res_list, use_list = [], []
+            for g in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
+                for f in g.get("flavors") or []:
+                    fname = f.get("name")
+                    res_list.append({"name": fname, "resources": [
+                        {"name": r.get("name"), "total": R.fmt(r.get("name"), lq_use[lqk][(fname, r.get("name"))])}
+                        for r in f.get("resources") or []]})
+                    use_list.append({"name": fname, "resources": [
+                        {"name": r.get("name"), "total": R.fmt(r.get("name"), lq_adm_use[lqk][(fname, r.get("name"))])}
+                        for r in f.get("resources") or []]})
+            status["flavorsReservation"] = res_list
+            status["flavorsUsage"] = use_list
+            status["pendingWorkloads"] = lq_counts[lqk]["pending"]
+            status["reservingWorkloads"] = lq_counts[lqk]["reserving"]
+            status["admittedWorkloads"] = lq_counts[lqk]["admitted"]
+            conds = status.setdefault("conditions", [])
+            gen = lq["metadata"].get("generation", 1)
+            if (lq.get("spec") or {}).get("stopPolicy") in ("Hold", "HoldAndDrain"):
+                set_condition(conds, "Active", "False", "Stopped", "LocalQueue is stopped", now, observedGeneration=gen)
+            elif cq is None:
+                set_condition(conds, "Active", "False", "ClusterQueueDoesNotExist",
+                              "Can't submit new workloads to clusterQueue", now, observedGeneration=gen)
+            elif self._cq_problem(cq):
+                set_condition(conds, "Active", "False", "ClusterQueueIsInactive",
+                              "Can't submit new workloads to clusterQueue", now, observedGeneration=gen)
+            else:
+                set_condition(conds, "Active", "True", "Ready", "Can submit new workloads to localQueue", now,
+                              observedGeneration=gen)
+            ctx.write_status(lq, status)
+
+
+def _inject(pod_spec: dict, node_labels: dict, tolerations: list) -> None:
+    if node_labels:
+        sel = pod_spec.setdefault("nodeSelector", {})
+        sel.update(node_labels)
+    if tolerations:
+        tl = pod_spec.setdefault("tolerations", [])
+        for t in tolerations:
+            if t not in tl:
+                tl.append(copy.deepcopy(t))

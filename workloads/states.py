@@ -1,0 +1,146 @@
+"""The request state machine: the one place that knows which state may follow which.
+
+    submitted ─┬─> pending_approval ─┬─> approved ──> queued ──> running ──> succeeded | failed | stopped
+               │                     └─> rejected            ^  │    ^        expired
+               └─> approved                                  │  v    │
+                                                             preempted (requeued by the cluster)
+
+cancelled is reachable from every state before running; stopped, failed and expired from the
+active ones; a stopped or failed request may be restarted (back to approved). Only services and
+the cluster-status watcher call ``move()``; it is a compare-and-set, so two workers (or a worker
+and a user's cancel) can never both move one request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.access import Actor
+from tenants.audit import audit_record
+
+from .models import RequestEvent, RequestState, WorkloadRequest
+
+S = RequestState
+
+ALLOWED: dict[str, set[str]] = {
+    S.SUBMITTED: {S.PENDING_APPROVAL, S.APPROVED, S.REJECTED, S.CANCELLED},
+    S.PENDING_APPROVAL: {S.APPROVED, S.REJECTED, S.CANCELLED, S.EXPIRED},
+    # approved: the portal is creating the cluster objects. The watcher may see it running (or even
+    # finished) before it ever saw it queued, so those edges exist too.
+    S.APPROVED: {S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.STOPPED, S.EXPIRED},
+    S.QUEUED: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.STOPPED, S.CANCELLED, S.EXPIRED, S.PREEMPTED},
+    S.RUNNING: {S.SUCCEEDED, S.FAILED, S.STOPPED, S.EXPIRED, S.PREEMPTED},
+    S.PREEMPTED: {S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.STOPPED, S.EXPIRED},
+    # restart: the objects are created again from the same (already approved) request.
+    S.STOPPED: {S.APPROVED},
+    S.FAILED: {S.APPROVED},
+}
+
+# States in which the request holds (or is about to hold) cluster capacity.
+ACTIVE: frozenset[str] = frozenset({S.APPROVED, S.QUEUED, S.RUNNING, S.PREEMPTED})
+# Nothing more happens to these by itself.
+FINAL: frozenset[str] = frozenset({S.SUCCEEDED, S.FAILED, S.STOPPED, S.REJECTED, S.CANCELLED, S.EXPIRED})
+# A cancel is only possible before the request ever ran.
+CANCELLABLE: frozenset[str] = frozenset({S.SUBMITTED, S.PENDING_APPROVAL, S.APPROVED, S.QUEUED})
+# Waiting for something: the request page answers "why is it pending?" for these.
+WAITING: frozenset[str] = frozenset({S.SUBMITTED, S.PENDING_APPROVAL, S.APPROVED, S.QUEUED, S.PREEMPTED})
+
+
+def sources_of(to: str) -> list[str]:
+    """The states from which ``to`` may be reached."""
+    return sorted(state for state, targets in ALLOWED.items() if to in targets)
+
+
+def can_move(current: str, to: str) -> bool:
+    return to in ALLOWED.get(current, set())
+
+
+@dataclass(frozen=True)
+class LabelledActor(Actor):
+    """A non-user cause (an approval rule, the cluster watcher) that still has a name in the audit log."""
+
+    name: str = "system"
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def _timestamps(to: str, now: Any) -> dict[str, Any]:
+    if to == S.APPROVED:
+        # Also a restart: the request starts a new run, so the old end no longer applies.
+        return {"approved_at": now, "finished_at": None}
+    if to == S.QUEUED:
+        return {"queued_at": now}
+    if to == S.RUNNING:
+        return {"started_at": now}
+    if to in FINAL:
+        return {"finished_at": now}
+    return {}
+
+
+def move(
+    request: WorkloadRequest,
+    *,
+    to: str,
+    actor_label: str,
+    reason: str = "",
+    actor: Actor | None = None,
+    fields: dict[str, Any] | None = None,
+) -> bool:
+    """Compare-and-set ``request`` to ``to``. False: it is no longer in a state that may move there
+    (another worker, an approver or a cancel got there first); nothing was written then.
+
+    On success the row, a timeline entry and an audit entry are written in one transaction, and
+    ``request`` is updated in memory. ``fields`` are further columns to set in the same UPDATE
+    (``approved_by``, ``pending_reason``...). ``actor`` is the user behind the move, if any;
+    ``actor_label`` says who or what caused it ("alice", "approval rule", "cluster").
+    """
+    if to not in RequestState.values:
+        raise ValueError(f"Unknown request state {to!r}.")
+    sources = sources_of(to)
+    if not sources:
+        raise ValueError(f"No state may move to {to!r}.")
+    now = timezone.now()
+    values: dict[str, Any] = {"state": to, "state_reason": reason[:500], "updated_at": now, **_timestamps(to, now)}
+    if to not in WAITING:
+        values["pending_reason"] = ""
+    values.update(fields or {})
+    with transaction.atomic():
+        # The row's current state, read under the same lock the UPDATE takes, is the "from" of the
+        # timeline entry; the filter on state is what makes this a compare-and-set.
+        current = (
+            WorkloadRequest.objects.select_for_update(of=("self",))
+            .filter(pk=request.pk, state__in=sources)
+            .values_list("state", flat=True)
+            .first()
+        )
+        if current is None:
+            return False
+        won = WorkloadRequest.objects.filter(pk=request.pk, state__in=sources).update(**values) == 1
+        if not won:  # pragma: no cover - the lock above makes this unreachable on PostgreSQL
+            return False
+        RequestEvent.objects.create(
+            request_id=request.pk,
+            from_state=current,
+            to_state=to,
+            actor_label=actor_label[:200],
+            message=(reason or f"{current} → {to}")[:1000],
+        )
+        audit_actor = actor if actor is not None else LabelledActor(user=None, name=actor_label[:200])
+        audit_record(
+            actor=audit_actor,
+            action=f"request.{to}",
+            target=request,
+            tenant=request.tenant,
+            project=request.project,
+            before={"state": current},
+            after={"state": to, "reason": reason[:500]} if reason else {"state": to},
+        )
+    for name, value in values.items():
+        setattr(request, name, value)
+    return True
