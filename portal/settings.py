@@ -181,6 +181,8 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
+# Optional: quota request events are also POSTed there as JSON (after commit, 3 s timeout; failures logged).
+PORTAL_WEBHOOK_URL = os.environ.get("PORTAL_WEBHOOK_URL", "")
 
 # Kubernetes: the sandbox cluster's kubeconfig by default.
 KUBECONFIG = os.environ.get("PORTAL_KUBECONFIG", str(VAR_DIR / "sandbox.kubeconfig"))

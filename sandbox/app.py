@@ -1,7 +1,7 @@
 """The sandbox cluster as one object: Registry + Store + Clock + Controllers + HTTP server.
 
     with Sandbox(kubeconfig="kubeconfig.yaml") as sb:
-        print(sb.url)            # http://127.0.0.1:PORT, a bearer token is required
+        print(sb.url)            # https://127.0.0.1:PORT (bearer token required; plain http also answers)
         sb.advance(60)           # move simulated time and reconcile
 
 ``python -m sandbox`` wraps this class (see ``sandbox/__main__.py``).
@@ -20,20 +20,12 @@ from pathlib import Path
 import yaml
 
 from .clock import Clock
+from .controllers import Controllers
 from .faults import Faults
+from .profile import load_profile
 from .registry import default_registry
 from .server import SandboxServer
 from .store import ApiError, Store
-
-try:  # written by the controllers owner; the sandbox still serves the API without it
-    from .controllers import Controllers
-except ImportError:  # pragma: no cover - only while the controllers package is incomplete
-    Controllers = None  # type: ignore[assignment,misc]
-
-try:
-    from .profile import load_profile
-except ImportError:  # pragma: no cover
-    load_profile = None  # type: ignore[assignment]
 
 MAX_STABLE_TICKS = 100
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -65,7 +57,14 @@ def write_kubeconfig(path: str | os.PathLike, url: str, token: str | None, conte
 
 
 class Sandbox:
-    """A running sandbox cluster (loopback HTTP API + simulated controllers)."""
+    """A running sandbox cluster (loopback HTTP API + simulated controllers).
+
+    ``token=None`` picks a random bearer token, ``token=""`` turns authentication off. With ``tls=True`` (default)
+    the kubeconfig points at ``https://`` with the CA of a throwaway certificate, because kubectl (client-go
+    clientcmd) never sends a bearer token to a plain-http server; the same port also answers plain http
+    (``http_url``). ``controllers=False`` or ``tick_interval=0`` keep the simulation still (``tick``/``advance``
+    still work when controllers exist).
+    """
 
     def __init__(self, port: int = 0, kubeconfig: str | os.PathLike | None = None, profile: str | os.PathLike | dict | None = None,
                  speed: float = 1.0, state_file: str | os.PathLike | None = None, token: str | None = None, *,
@@ -80,27 +79,18 @@ class Sandbox:
         self.registry = store.registry if store is not None else default_registry()
         self.store = store if store is not None else Store(self.registry)
         self.clock = Clock(speed)
-        if hasattr(self.store, "clock"):
-            try:
-                self.store.clock = self.clock  # let the store stamp objects with simulated time when it supports it
-            except AttributeError:
-                pass
+        if self.store.clock is None:
+            self.store.clock = self.clock  # timestamps in simulated time
         self.faults = Faults()
         self.logs: dict[tuple[str, str], list[str]] = {}
         if isinstance(profile, dict):
             self.profile = profile
-        elif load_profile is not None:
-            self.profile = load_profile(str(profile) if profile is not None else None)
         else:
-            self.profile = None
+            self.profile = load_profile(str(profile) if profile is not None else None)
         self.controllers = None
-        if controllers and Controllers is not None:
+        if controllers:
             self.controllers = Controllers(self.store, self.clock, self.profile)
-            if hasattr(self.controllers, "logs"):
-                try:
-                    self.controllers.logs = self.logs
-                except AttributeError:
-                    pass
+            self.controllers.logs = self.logs  # shared with the server's pods/log endpoint
         self.server = SandboxServer(self.store, host=host, port=port, token=self.token, faults=self.faults,
                                     clock=self.clock, logs=self.logs, hooks=self, tls=tls)
         self._control_lock = threading.RLock()
@@ -189,16 +179,18 @@ class Sandbox:
 
     def settle(self, max_ticks: int = MAX_STABLE_TICKS) -> int:
         """Tick until a tick changes nothing (or ``max_ticks``); returns the number of ticks run."""
-        n = 0
         with self._control_lock:
             if self.controllers is None:
                 return 0
+            if hasattr(self.controllers, "settle"):
+                return int(self.controllers.settle(max_ticks))
+            n = 0
             for n in range(1, max_ticks + 1):
                 before = self.store.resource_version()
                 self.controllers.tick()
                 if self.store.resource_version() == before:
                     break
-        return n
+            return n
 
     def advance(self, seconds: float) -> dict:
         with self._control_lock:

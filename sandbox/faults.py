@@ -3,13 +3,15 @@
 The settings are read and replaced through ``GET/PUT /sandbox/faults`` (see CONTRACT.md)::
 
     {"error_rate": 0.0, "error_codes": [500, 503, 429], "retry_after": 1,
-     "latency_ms": 0, "drop_watches_after_s": null}
+     "latency_ms": 0, "drop_watches_after_s": null, "drop_watches_mode": "clean"}
 
 * ``error_rate``: probability (0..1) that an ordinary API request is answered with one of
   ``error_codes`` (a Kubernetes Status; 429 and 503 carry ``Retry-After: retry_after``).
 * ``latency_ms``: delay added before every API answer.
-* ``drop_watches_after_s``: watch streams are cut (connection closed without the final chunk)
-  after this many seconds.
+* ``drop_watches_after_s``: watch streams end after this many seconds. With ``drop_watches_mode`` "clean"
+  (default) the stream ends properly, as when an apiserver closes a watch early (``watch.Watch().stream`` then
+  reconnects from the last resourceVersion); with "reset" the connection is cut without the final chunk
+  (the client sees a protocol error).
 
 Control endpoints (``/sandbox/...``), discovery and OpenAPI are never failed on purpose.
 """
@@ -48,6 +50,7 @@ DEFAULTS = {
     "retry_after": 1,
     "latency_ms": 0,
     "drop_watches_after_s": None,
+    "drop_watches_mode": "clean",
 }
 
 
@@ -101,6 +104,9 @@ class Faults:
                 val = float(val)
                 if val < 0:
                     raise ValueError("latency_ms must be >= 0")
+            elif key == "drop_watches_mode":
+                if val not in ("clean", "reset"):
+                    raise ValueError('drop_watches_mode must be "clean" or "reset"')
             elif key == "drop_watches_after_s":
                 if val is not None:
                     val = float(val)
@@ -136,6 +142,10 @@ class Faults:
     @property
     def drop_watches_after_s(self) -> float | None:
         return self._cfg["drop_watches_after_s"]
+
+    @property
+    def drop_watches_reset(self) -> bool:
+        return self._cfg["drop_watches_mode"] == "reset"
 
     def roll(self) -> InjectedError | None:
         """Decide whether this request fails; returns the error to send or None."""

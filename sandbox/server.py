@@ -7,6 +7,7 @@ Watches are streamed with chunked transfer encoding, one JSON event per line.
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 import select
@@ -37,6 +38,7 @@ PATCH_TYPES = {
 CRD_PATCH_TYPES = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 ALL_PATCH_TYPES = CRD_PATCH_TYPES + ", application/strategic-merge-patch+json"
 NOT_FOUND_MSG = "the server could not find the requested resource"
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/livez", "/version"})
 BOOKMARK_INTERVAL_S = 5.0  # idle time before a BOOKMARK is sent on watches that allow them
 
 
@@ -433,6 +435,7 @@ class SandboxServer:
         self._restart_lock = threading.Lock()
         self._discovery_cache: dict[str, bytes] = {}
         self.requests_served = 0
+        self.bookmark_interval = BOOKMARK_INTERVAL_S
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     @property
@@ -637,13 +640,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.method = method
         self.body = body
+        self.warnings = []
         parts = urlsplit(self.path)
         self.rawpath = parts.path
         self.query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         try:
-            if owner.token is not None and not self._authorized():
-                raise _Reply(401, "Unauthorized", "Unauthorized")
             path = self.rawpath
+            # token "" or None: no authentication; health and version are public, as with system:public-info-viewer
+            if owner.token and path not in PUBLIC_PATHS and not self._authorized():
+                raise _Reply(401, "Unauthorized", "Unauthorized")
             if path.startswith("/sandbox/"):
                 return self._control(method, path)
             if path in ("/healthz", "/readyz", "/livez"):
@@ -692,7 +697,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         auth = self.headers.get("Authorization") or ""
         if auth[:7].lower() == "bearer ":
-            return auth[7:].strip() == self.owner.token
+            return hmac.compare_digest(auth[7:].strip().encode(), self.owner.token.encode())
         return False
 
     # -- control endpoints ------------------------------------------------------------------------------------------
@@ -792,15 +797,12 @@ class _Handler(BaseHTTPRequestHandler):
             out.append(("Warning", f'299 - "{w}"'))
         return out
 
-    def _wants_table(self) -> str | None:
+    def _wants_table(self) -> bool:
+        """kubectl's human-readable output asks for ``application/json;as=Table;v=v1;g=meta.k8s.io`` (we answer v1)."""
         accept = self.headers.get("Accept") or ""
         if "as=Table" not in accept:
-            return None
-        for part in accept.split(","):
-            p = part.replace(" ", "")
-            if "as=Table" in p and "g=meta.k8s.io" in p:
-                return "v1beta1" if "v=v1beta1" in p and "v=v1;" not in p + ";" else "v1"
-        return None
+            return False
+        return any("as=Table" in part and "g=meta.k8s.io" in part for part in accept.replace(" ", "").split(","))
 
     def _dry_run(self) -> bool:
         return self.query.get("dryRun", "") == "All"
@@ -866,7 +868,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(405, f"{method} is not allowed on {rt.plural}/{sub}", "MethodNotAllowed")
         if method == "POST":
             if name is not None:
-                raise _Reply(405, f"the server does not allow this method on the requested resource", "MethodNotAllowed")
+                raise _Reply(405, "the server does not allow this method on the requested resource", "MethodNotAllowed")
             return self._create(rt, namespace)
         if method == "PUT":
             if name is None:
@@ -1171,6 +1173,8 @@ class _Handler(BaseHTTPRequestHandler):
                     limits.append(started + drop - now)
                 wait = min(limits)
                 if wait <= 0:
+                    if drop is not None and now >= started + drop and owner.faults.drop_watches_reset:
+                        clean_end = False
                     break
                 try:
                     ev = watcher.next(wait)
@@ -1184,7 +1188,7 @@ class _Handler(BaseHTTPRequestHandler):
                         if self._client_gone():
                             clean_end = False
                             break
-                    if bookmarks and now - last_sent >= BOOKMARK_INTERVAL_S:
+                    if bookmarks and now - last_sent >= owner.bookmark_interval:
                         with store.lock:  # nothing can be committed between "queue empty" and reading the RV
                             ev = watcher.next(0)
                             bm = watcher.bookmark() if ev is None else None

@@ -110,9 +110,11 @@ class MemberAddForm(forms.Form):
         kwargs.setdefault("prefix", "member")
         super().__init__(*args, **kwargs)
         self.projects = {p.slug: p for p in projects}
-        self.fields["project"].choices = [(TENANT_WIDE, "Tenant-wide (tenant admin)")] + [
-            (slug, f"{p.name} ({slug})") for slug, p in self.projects.items()
+        self.fields["project"].choices = [(slug, f"{p.name} ({slug})") for slug, p in self.projects.items()] + [
+            (TENANT_WIDE, "Tenant-wide (tenant admin)")
         ]
+        if not self.is_bound and not self.initial.get("project") and self.projects:
+            self.initial["project"] = next(iter(self.projects))
 
     def cleaned_project(self) -> Project | None:
         return self.projects.get(self.cleaned_data.get("project") or "")

@@ -89,6 +89,19 @@ class Pager:
         return self._url(last) if self.page.number < last - 1 else None
 
 
+# Shorter labels than the FilterSets' own (which the API schema uses).
+FILTER_LABELS = {
+    "tenant": "Tenant",
+    "project": "Project",
+    "user": "Username",
+    "actor": "Who",
+    "action": "Action starts with",
+    "since": "Since (UTC)",
+    "until": "Until (UTC)",
+    "is_active": "Account active",
+}
+
+
 def filtered(
     filterset_class: type[filters.FilterSet],
     request: HttpRequest,
@@ -103,6 +116,12 @@ def filtered(
     form = filterset.form
     for name in hide:
         form.fields.pop(name, None)
+    for name, field in form.fields.items():
+        field.label = FILTER_LABELS.get(name, field.label)
+        if isinstance(field.widget, forms.NullBooleanSelect):
+            field.widget.choices = [(value, "Any" if value == "unknown" else label) for value, label in field.widget.choices]
+        elif hasattr(field, "choices"):
+            field.choices = [(value, "Any" if value == "" else label) for value, label in field.choices]
     for name, choices in (selects or {}).items():
         if name in form.fields:
             form.fields[name].widget = forms.Select(choices=[("", "Any")] + choices)
@@ -405,7 +424,7 @@ def _tenant_members(request: HttpRequest, actor: Actor, tenant: Tenant, *, form:
         "writable": tenant.is_active or actor.is_ops,
         "filterset": filterset,
         "pager": Pager(request, filterset.qs),
-        "form": form or MemberAddForm(projects=projects, initial={"project": request.GET.get("project", "")}),
+        "form": form or MemberAddForm(projects=projects, initial={"project": request.GET.get("project")}),
         "roles": Role.choices,
     }
     return page(request, "tenants/tenant_members.html", context)

@@ -7,7 +7,6 @@ member of globex-llm; ops is platform ops; nobody has no role anywhere.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +21,7 @@ from tenants.services import ops_user_ensure, token_create
 
 from .factories import PASSWORD, UserFactory, make_member, make_project, make_tenant
 
-try:  # TODO(while the sandbox is being written): make unconditional
-    import sandbox.testing  # noqa: F401
-
-    pytest_plugins = ["sandbox.testing"]
-except ImportError:
-    pytest_plugins = []
+pytest_plugins = ["sandbox.testing"]
 
 
 def _services_in_use() -> tuple[str, str]:

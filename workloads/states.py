@@ -14,7 +14,7 @@ and a user's cancel) can never both move one request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from django.db import transaction
 from django.utils import timezone
@@ -91,20 +91,24 @@ def move(
     reason: str = "",
     actor: Actor | None = None,
     fields: dict[str, Any] | None = None,
+    only_from: Iterable[str] | None = None,
 ) -> bool:
     """Compare-and-set ``request`` to ``to``. False: it is no longer in a state that may move there
     (another worker, an approver or a cancel got there first); nothing was written then.
 
     On success the row, a timeline entry and an audit entry are written in one transaction, and
     ``request`` is updated in memory. ``fields`` are further columns to set in the same UPDATE
-    (``approved_by``, ``pending_reason``...). ``actor`` is the user behind the move, if any;
+    (``approved_by``, ``pending_reason``...). ``only_from`` narrows the allowed sources for this
+    move (an approval moves pending requests only, though a restart also reaches approved). ``actor`` is the user behind the move, if any;
     ``actor_label`` says who or what caused it ("alice", "approval rule", "cluster").
     """
     if to not in RequestState.values:
         raise ValueError(f"Unknown request state {to!r}.")
     sources = sources_of(to)
+    if only_from is not None:
+        sources = [state for state in sources if state in set(only_from)]
     if not sources:
-        raise ValueError(f"No state may move to {to!r}.")
+        raise ValueError(f"No state may move to {to!r}" + (f" from {sorted(only_from)}." if only_from is not None else "."))
     now = timezone.now()
     values: dict[str, Any] = {"state": to, "state_reason": reason[:500], "updated_at": now, **_timestamps(to, now)}
     if to not in WAITING:

@@ -319,8 +319,9 @@ class Ctx:
               host: str | None = None, min_interval: float = 0.0) -> None:
         self.events.record(obj, etype, reason, message, component, host=host, min_interval=min_interval)
 
-    def log(self, namespace: str, pod: str, line: str) -> None:
+    def log(self, namespace: str, pod: str, line: str, at: datetime | None = None) -> None:
+        """Append a simulated container log line (prefixed with the simulated time it was written)."""
         lines = self.logs.setdefault((namespace, pod), [])
-        lines.append(f"{self.clock.now().strftime('%Y-%m-%d %H:%M:%S')} {line}")
+        lines.append(f"{(at or self.clock.now()).strftime('%Y-%m-%d %H:%M:%S')} {line}")
         if len(lines) > 5000:
             del lines[: len(lines) - 5000]

@@ -12,8 +12,8 @@ annotation ``sandbox.gpuportal.dev/mig-config-applied``),
    ``failed`` and the previous layout is restored when the name is unknown / does not fit the GPU, or when pods
    using GPUs are still running on the node (mig-parted cannot repartition busy GPUs: drain first).
 
-Changing the label again while ``pending`` restarts the timer with the new value. Setting it back to the applied
-value after a failure turns the state back to ``success``.
+Changing the label again while ``pending`` restarts the timer with the new value. After ``failed`` nothing happens
+until the label changes; setting it back to the applied value turns the state back to ``success``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from sandbox.profile import (
 APPLIED = SANDBOX + "mig-config-applied"
 REQUESTED_AT = SANDBOX + "mig-config-requested-at"
 REQUESTED = SANDBOX + "mig-config-requested"
+FAILED = SANDBOX + "mig-config-failed"
 PAUSED = "paused-for-mig-change"
 OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm", "dcgm-exporter")
 
@@ -90,10 +91,13 @@ class NodeController:
                     pods = ctx.list_items(POD)
                 self._finish(node, group, wanted, applied, pods)
             elif wanted != applied:
+                if state == "failed" and ann.get(FAILED) == wanted:
+                    continue  # failed for this value: wait for a new label value
                 self._start(node, wanted)
             elif state == "failed":
                 new = copy.deepcopy(node)
                 new["metadata"]["labels"][MIG_STATE_LABEL] = "success"
+                new["metadata"].setdefault("annotations", {}).pop(FAILED, None)
                 ctx.update(new)
 
     def _start(self, node: dict, wanted: str) -> None:
@@ -149,6 +153,9 @@ class NodeController:
         ann = new["metadata"].setdefault("annotations", {})
         if ok:
             ann[APPLIED] = wanted
+            ann.pop(FAILED, None)
+        else:
+            ann[FAILED] = wanted
         ann.pop(REQUESTED, None)
         ann.pop(REQUESTED_AT, None)
         res = ctx.update(new)

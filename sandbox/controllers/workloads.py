@@ -125,7 +125,7 @@ def create_pod(ctx, pod: dict) -> dict | None:
 
 
 def template_hash(template: dict) -> str:
-    h = short_hash(json.dumps(template, sort_keys=True), 16)
+    h = short_hash(json.dumps(template, sort_keys=True), 20)
     alphabet = "bcdfghjklmnpqrstvwxz2456789"
     return "".join(alphabet[int(h[i : i + 2], 16) % len(alphabet)] for i in range(0, 20, 2))[:10]
 
@@ -685,12 +685,13 @@ class Kubelet:
                     events.append(("Created", f"Created container: {c['name']}"))
                     events.append(("Started", f"Started container {c['name']}"))
                 gpus = {k: v for k, v in R.pod_requests(pod.get("spec")).items() if R.is_gpu_resource(k)}
-                ctx.log(ns, name, f"INFO sandbox: container started on node {node['metadata']['name']}")
+                at = _dt(started_at)
+                ctx.log(ns, name, f"INFO sandbox: container started on node {node['metadata']['name']}", at)
                 if gpus:
                     ctx.log(ns, name, "INFO sandbox: visible GPU resources " +
-                            ", ".join(f"{k}={R.fmt(k, v)}" for k, v in sorted(gpus.items())))
+                            ", ".join(f"{k}={R.fmt(k, v)}" for k, v in sorted(gpus.items())), at)
                 dur = pod_duration(pod)
-                ctx.log(ns, name, "INFO sandbox: simulated run time " + (f"{dur:.0f}s" if dur is not None else "unbounded"))
+                ctx.log(ns, name, "INFO sandbox: simulated run time " + (f"{dur:.0f}s" if dur is not None else "unbounded"), at)
         if phase == "Running":
             started = _running_since(status)
             dur = pod_duration(pod)
@@ -716,10 +717,11 @@ class Kubelet:
                                                   "containerID": cs.get("containerID", "")}}
                     cs["ready"] = False
                     cs["started"] = False
+                at = _dt(started + dur)
                 if failed:
-                    ctx.log(ns, name, "ERROR sandbox: simulated failure, exiting with code 1")
+                    ctx.log(ns, name, "ERROR sandbox: simulated failure, exiting with code 1", at)
                 else:
-                    ctx.log(ns, name, "INFO sandbox: work finished, exiting with code 0")
+                    ctx.log(ns, name, "INFO sandbox: work finished, exiting with code 0", at)
         ctx.write_status(pod, status)
         for reason, msg in events:
             ctx.event(pod, "Normal", reason, msg, "kubelet", host=node["metadata"]["name"])
@@ -733,7 +735,8 @@ class Kubelet:
         due = int((end - started) // LOG_EVERY_SECONDS)
         for k in range(have + 1, min(due, have + 200) + 1):
             pct = f", {min(100, int(k * LOG_EVERY_SECONDS * 100 / dur))}% done" if dur else ""
-            self.ctx.log(ns, name, f"INFO step {k * 100}: loss={max(0.05, 2.5 / (1 + k * 0.1)):.4f}{pct}")
+            self.ctx.log(ns, name, f"INFO step {k * 100}: loss={max(0.05, 2.5 / (1 + k * 0.1)):.4f}{pct}",
+                         _dt(started + k * LOG_EVERY_SECONDS))
 
 
 def _dt(ts: float):

@@ -98,6 +98,15 @@ def test_core_configmap_crud_and_conflict(sandbox_cluster, ns):
         assert json.loads(exc.value.body)["message"] == 'configmaps "cfg" not found'
 
 
+def test_delete_collection_by_label(sandbox_cluster, ns):
+    with api_client(sandbox_cluster) as api:
+        v1 = client.CoreV1Api(api)
+        for i in range(4):
+            v1.create_namespaced_config_map(ns, {"metadata": {"name": f"dc{i}", "labels": {"drop": str(i % 2)}}, "data": {}})
+        v1.delete_collection_namespaced_config_map(ns, label_selector="drop=1")
+        assert sorted(c.metadata.name for c in v1.list_namespaced_config_map(ns).items) == ["dc0", "dc2"]
+
+
 def test_dry_run_does_not_persist(sandbox_cluster, ns):
     with api_client(sandbox_cluster) as api:
         v1 = client.CoreV1Api(api)
@@ -293,7 +302,7 @@ def test_fault_injection_429_retry_after_and_latency(fresh_sandbox):
     assert status == 400 and body["reason"] == "BadRequest"
     status, _, cfg = control(sb, "GET", "/sandbox/faults")
     assert cfg == {"error_rate": 0.0, "error_codes": [500, 503, 429], "retry_after": 1, "latency_ms": 0,
-                   "drop_watches_after_s": None}
+                   "drop_watches_after_s": None, "drop_watches_mode": "clean"}
 
 
 def test_advance_and_tick_endpoints(fresh_sandbox):

@@ -127,8 +127,12 @@ def test_invalid_kueue_object_is_rejected_naming_the_field(sandbox_cluster, tmp_
     bad["spec"]["bogus"] = True
     f = _write(tmp_path, "unknown.yaml", bad)
     res = kubectl(sandbox_cluster, "apply", "-f", f, check=False)
-    assert res.returncode != 0 and "bogus" in res.stderr
+    assert res.returncode != 0 and 'strict decoding error: unknown field "spec.bogus"' in res.stderr
     assert kubectl(sandbox_cluster, "get", "cq", name, check=False).returncode != 0
+    # --validate=warn: created, the field dropped, a "Warning: 299" header shown by kubectl
+    res = kubectl(sandbox_cluster, "apply", "--validate=warn", "-f", f)
+    assert 'Warning: unknown field "spec.bogus"' in res.stderr
+    assert "bogus" not in json.loads(kubectl(sandbox_cluster, "get", "cq", name, "-o", "json").stdout)["spec"]
 
 
 def test_patch_merge_json_strategic(sandbox_cluster, ns):

@@ -131,6 +131,23 @@ def test_send_initial_events_ends_with_the_bookmark(sandbox_cluster):
     assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
 
+def test_idle_watch_gets_bookmarks_when_allowed(fresh_sandbox):
+    sb = fresh_sandbox
+    sb.server.bookmark_interval = 0.2
+    ns = _ns(sb)
+    with api_client(sb) as api:
+        rv = client.CoreV1Api(api).list_namespaced_config_map(ns).metadata.resource_version
+    _, lines = _raw_stream(sb, f"/api/v1/namespaces/{ns}/configmaps?watch=true&allowWatchBookmarks=true"
+                               f"&resourceVersion={rv}&timeoutSeconds=1")
+    events = list(lines)
+    assert events and {e["type"] for e in events} == {"BOOKMARK"}
+    bm = events[0]["object"]
+    assert bm["kind"] == "ConfigMap" and bm["apiVersion"] == "v1" and int(bm["metadata"]["resourceVersion"]) >= int(rv)
+    # without allowWatchBookmarks: nothing
+    _, lines = _raw_stream(sb, f"/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=1")
+    assert list(lines) == []
+
+
 def test_too_old_resource_version_is_410(tmp_path):
     store = Store(default_registry(), history=10)
     with Sandbox(kubeconfig=tmp_path / "kc", store=store, tick_interval=0) as sb:
@@ -180,6 +197,21 @@ def test_dropped_watch_is_resumed_by_the_client(fresh_sandbox):
             time.sleep(0.1)
         assert done.wait(15)
     assert seen == [f"d{i:02d}" for i in range(12)]
+
+
+def test_reset_mode_cuts_the_watch_connection(fresh_sandbox):
+    sb = fresh_sandbox
+    ns = _ns(sb)
+    control(sb, "PUT", "/sandbox/faults", {"drop_watches_after_s": 0.3, "drop_watches_mode": "reset"})
+    with api_client(sb) as api:
+        v1 = client.CoreV1Api(api)
+        rv = v1.list_namespaced_config_map(ns).metadata.resource_version
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as exc:  # urllib3 ProtocolError: the response ended prematurely
+            for _ in watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=rv):
+                pass
+        assert time.monotonic() - t0 < 5
+    assert not isinstance(exc.value, ApiException)
 
 
 def test_restart_drops_open_watches(fresh_sandbox):

@@ -1,0 +1,326 @@
+"""The one module that talks to Kubernetes (style guide §4): apply, get, list, delete, watch.
+
+Every app renders plain dicts and hands them to a :class:`Kube`. Requests go through the official
+client's ``ApiClient`` (authentication, TLS and proxies from the kubeconfig exactly as in production);
+we build the REST paths ourselves from a small discovery cache, so any kind the server serves works,
+built-in or custom, without the generated per-kind methods.
+
+Errors become two exceptions: :class:`ClusterUnavailable` (5xx, 429, timeouts, connection refused:
+worth retrying, carries ``retry_after``) and :class:`ClusterRejected` (any other 4xx: the request is
+wrong; carries the Kubernetes ``reason``, ``message`` and the field ``causes``). "Already gone"
+is not an error for :meth:`Kube.delete`.
+
+``Kube.calls`` counts requests by verb (``get``, ``list``, ``apply``, ``delete``, ``watch``,
+``discovery``) for benchmarks and tests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+FIELD_MANAGER = "gpu-portal"
+PAGE_SIZE = 500
+REQUEST_TIMEOUT = (5, 30)  # (connect, read) seconds
+
+
+class ClusterError(Exception):
+    """Base of the two cluster errors."""
+
+
+class ClusterUnavailable(ClusterError):
+    """The cluster could not answer now (5xx, 429, timeout, connection refused). Retry later."""
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+@dataclass
+class ClusterRejected(ClusterError):
+    """The cluster refused the request (4xx other than 429). Retrying the same request will not help."""
+
+    status: int
+    reason: str
+    message: str
+    causes: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    @property
+    def fields(self) -> list[str]:
+        return [c.get("field", "") for c in self.causes if c.get("field")]
+
+
+@dataclass(frozen=True)
+class Resource:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        return base
+
+
+def _split(api_version: str) -> tuple[str, str]:
+    return tuple(api_version.split("/", 1)) if "/" in api_version else ("", api_version)  # type: ignore[return-value]
+
+
+class Kube:
+    """A client for one cluster. Thread-safe; build it with :func:`kube_for` or from a kubeconfig."""
+
+    def __init__(self, *, kubeconfig_path: str | None = None, kubeconfig_text: str | None = None,
+                 context: str | None = None, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
+        configuration = k8s_client.Configuration()
+        if kubeconfig_text:
+            k8s_config.load_kube_config_from_dict(yaml.safe_load(kubeconfig_text), context=context,
+                                                  client_configuration=configuration)
+        elif kubeconfig_path:
+            k8s_config.load_kube_config(config_file=kubeconfig_path, context=context, client_configuration=configuration)
+        else:
+            raise ValueError("Kube needs a kubeconfig path or text")
+        # Our callers decide about retries (with backoff and Retry-After); urllib3 must not retry behind them.
+        configuration.retries = 0
+        self.api = k8s_client.ApiClient(configuration)
+        self.timeout = timeout
+        self.calls: Counter[str] = Counter()
+        self._resources: dict[tuple[str, str], Resource] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.api.close()
+
+    # -- transport ---------------------------------------------------------------------------------------------
+    def _request(self, verb: str, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
+                 body: Any = None, content_type: str | None = None, stream: bool = False,
+                 timeout: Any = None) -> tuple[int, Any]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        method, url, headers, body, _ = self.api.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        with self._lock:
+            self.calls[verb] += 1
+        try:
+            response = self.api.call_api(method, url, header_params=headers, body=body,
+                                         _request_timeout=timeout or self.timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnavailable(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
+        except k8s_client.ApiException as exc:  # only raised for transport-level trouble here
+            raise ClusterUnavailable(f"{method} {path}: {exc}", status=exc.status) from exc
+        if stream and 200 <= response.status < 300:
+            return response.status, response.response
+        try:
+            raw = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnavailable(f"{method} {path}: reading the answer failed: {exc}") from exc
+        status = response.status
+        payload: Any = None
+        if raw:
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = raw.decode("utf-8", "replace")
+        if 200 <= status < 300:
+            return status, payload
+        self._raise(status, payload, response.headers, f"{method} {path}")
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _raise(status: int, payload: Any, headers: Any, what: str) -> None:
+        body = payload if isinstance(payload, dict) else {}
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or payload or what)
+        if status == 429 or status >= 500 or status == 0:
+            retry_after: float | None = None
+            value = (headers or {}).get("Retry-After")
+            if value:
+                try:
+                    retry_after = float(value)
+                except ValueError:
+                    retry_after = None
+            if retry_after is None:
+                retry_after = (body.get("details") or {}).get("retryAfterSeconds")
+            raise ClusterUnavailable(f"{what}: {status} {reason or 'error'}: {message}", status=status, retry_after=retry_after)
+        causes = list((body.get("details") or {}).get("causes") or [])
+        raise ClusterRejected(status=status, reason=reason or str(status), message=message, causes=causes)
+
+    # -- discovery ---------------------------------------------------------------------------------------------
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """The REST resource of a kind; one discovery request per group-version, cached."""
+        key = (api_version, kind)
+        found = self._resources.get(key)
+        if found is not None:
+            return found
+        group, version = _split(api_version)
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            _, doc = self._request("discovery", "GET", path)
+        except ClusterRejected as exc:
+            raise ClusterRejected(status=exc.status, reason=exc.reason,
+                                  message=f"the server does not serve {api_version}", causes=[]) from exc
+        for item in (doc or {}).get("resources") or []:
+            if "/" in item.get("name", ""):
+                continue
+            res = Resource(api_version, item["kind"], item["name"], bool(item.get("namespaced")))
+            self._resources.setdefault((api_version, item["kind"]), res)
+        found = self._resources.get(key)
+        if found is None:
+            raise ClusterRejected(status=404, reason="NotFound", message=f"the server has no kind {kind} in {api_version}")
+        return found
+
+    # -- verbs -------------------------------------------------------------------------------------------------
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True,
+              dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply ``obj`` (creates it when missing); returns the object as stored."""
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        meta = obj.get("metadata") or {}
+        query: list[tuple[str, Any]] = [("fieldManager", field_manager), ("fieldValidation", "Strict")]
+        if force:
+            query.append(("force", "true"))
+        if dry_run:
+            query.append(("dryRun", "All"))
+        _, stored = self._request("apply", "PATCH", res.path(meta.get("namespace"), meta["name"]), query=query,
+                                  body=obj, content_type="application/apply-patch+yaml")
+        return stored
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        res = self.resource(api_version, kind)
+        try:
+            _, obj = self._request("get", "GET", res.path(namespace, name))
+        except ClusterRejected as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a kind (in ``namespace``, or all), following ``continue`` pages.
+
+        Returns (items, resourceVersion of the list) — start a watch from that version.
+        """
+        res = self.resource(api_version, kind)
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        version = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", PAGE_SIZE)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            _, page = self._request("list", "GET", res.path(namespace), query=query)
+            page = page or {}
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            version = meta.get("resourceVersion") or version
+            token = meta.get("continue")
+            if not token:
+                return items, version
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete (background propagation). True when deleted now, False when it was already gone."""
+        res = self.resource(api_version, kind)
+        try:
+            self._request("delete", "DELETE", res.path(namespace, name), query=[("propagationPolicy", "Background")])
+        except ClusterRejected as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def watch(self, api_version: str, kind: str, namespace: str | None = None, resource_version: str | None = None,
+              timeout_seconds: int = 60, label_selector: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Yield (type, object) events until the server ends the stream (after ``timeout_seconds``).
+
+        An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`ClusterRejected`; re-list and watch again.
+        A stream cut in the middle raises :class:`ClusterUnavailable`.
+        """
+        res = self.resource(api_version, kind)
+        query: list[tuple[str, Any]] = [("watch", "true"), ("timeoutSeconds", timeout_seconds),
+                                        ("allowWatchBookmarks", "true")]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        _, raw = self._request("watch", "GET", res.path(namespace), query=query, stream=True,
+                               timeout=(self.timeout[0], timeout_seconds + 10))
+        buffer = b""
+        try:
+            for chunk in raw.stream(4096, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    etype, obj = event.get("type", ""), event.get("object") or {}
+                    if etype == "ERROR":
+                        self._raise(int(obj.get("code") or 500), obj, {}, f"watch {kind}")
+                    yield etype, obj
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnavailable(f"watch {kind}: stream broken: {exc}") from exc
+        finally:
+            raw.release_conn()
+
+
+_cache: dict[tuple[int, str], Kube] = {}
+_cache_lock = threading.Lock()
+
+
+def kube_for(cluster: Any) -> Kube:
+    """The :class:`Kube` of a ``quotas.models.Cluster``, cached per cluster and kubeconfig.
+
+    The kubeconfig is the decrypted ``kubeconfig_encrypted`` or the file at ``kubeconfig_path``.
+    A changed kubeconfig (new text or file content) gets a new client.
+    """
+    from .crypto import decrypt
+
+    if cluster.kubeconfig_encrypted:
+        text = decrypt(cluster.kubeconfig_encrypted)
+    elif cluster.kubeconfig_path:
+        with open(cluster.kubeconfig_path, encoding="utf-8") as fh:
+            text = fh.read()
+    else:
+        raise ValueError(f"cluster {cluster.name} has no kubeconfig")
+    key = (cluster.pk, text)
+    with _cache_lock:
+        kube = _cache.get(key)
+        if kube is None:
+            for old in [k for k in _cache if k[0] == cluster.pk]:
+                _cache.pop(old).close()
+            kube = _cache[key] = Kube(kubeconfig_text=text)
+        return kube
+
+
+def kube_cache_clear() -> None:
+    with _cache_lock:
+        for kube in _cache.values():
+            kube.close()
+        _cache.clear()

@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from portal.api import StrictSerializerMixin
+
+from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
+
+QUANTITY = {"max_digits": 14, "decimal_places": 3}
+
+
+class ClusterPublicSerializer(serializers.ModelSerializer):
+    """What everyone may know about a cluster."""
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "architecture"]
+        read_only_fields = fields
+
+
+class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    """The ops view. ``kubeconfig`` is write-only: it is stored encrypted and never shown again."""
+
+    kubeconfig = serializers.CharField(write_only=True, required=False, allow_blank=True, trim_whitespace=False,
+                                       help_text="The whole kubeconfig file; stored encrypted. Empty removes it.")
+    has_kubeconfig = serializers.SerializerMethodField()
+    architecture = serializers.ChoiceField(choices=Architecture.choices, required=False)
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id", "name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent",
+            "kubeconfig", "kubeconfig_path", "has_kubeconfig", "inventory_synced_at", "inventory_error",
+            "reconciled_at", "created_at",
+        ]
+        read_only_fields = ["id", "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at"]
+        # Uniqueness and the architecture rules are checked by the service, as field errors.
+        validators: list = []
+        extra_kwargs = {"name": {"validators": []}}
+
+    def get_has_kubeconfig(self, cluster: Cluster) -> bool:
+        return bool(cluster.kubeconfig_encrypted)
+
+
+class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), help_text="Cluster name.")
+    resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
+    kind = serializers.ChoiceField(choices=Flavor.Kind.choices)
+    node_labels = serializers.JSONField(required=False)
+    taints = serializers.JSONField(required=False)
+    tolerations = serializers.JSONField(required=False)
+
+    class Meta:
+        model = Flavor
+        fields = [
+            "id", "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile",
+            "hami_memory_mib", "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order",
+            "active", "resource_names",
+        ]
+        read_only_fields = ["id", "active", "resource_names"]
+        validators: list = []
+        extra_kwargs = {"name": {"validators": []}}
+
+
+class FlavorUpdateSerializer(FlavorSerializer):
+    """Everything but the id; the service refuses to change cluster, name and kind."""
+
+    class Meta(FlavorSerializer.Meta):
+        read_only_fields = ["id", "resource_names"]
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    cluster = serializers.CharField(source="flavor.cluster.name", read_only=True)
+    flavor_name = serializers.CharField(source="flavor.name", read_only=True)
+
+    class Meta:
+        model = Quota
+        fields = [
+            "id", "tenant", "project", "cluster", "flavor", "flavor_name", "resource", "nominal", "borrowing_limit",
+            "lending_limit", "used", "borrowed", "usage_at", "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class QuotaSetSerializer(StrictSerializerMixin, serializers.Serializer):
+    """Upsert one quota row: a tenant's (ops) or a project's (tenant admins, ops)."""
+
+    tenant = serializers.CharField(required=False, max_length=40, help_text="Tenant slug, for the tenant's own quota.")
+    project = serializers.CharField(required=False, max_length=63, help_text="Project slug, for a project's quota.")
+    cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
+    flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
+    resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
+    nominal = serializers.DecimalField(min_value=Decimal(0), **QUANTITY)
+    borrowing_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY,
+                                               help_text="null: no limit.")
+    lending_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY,
+                                             help_text="null: no limit.")
+
+    def validate(self, attrs: dict) -> dict:
+        if bool(attrs.get("tenant")) == bool(attrs.get("project")):
+            raise serializers.ValidationError({"project": ["Give either a tenant or a project."]})
+        return attrs
+
+
+class QuotaUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
+    nominal = serializers.DecimalField(required=False, min_value=Decimal(0), **QUANTITY)
+    borrowing_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY)
+    lending_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY)
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="project.tenant.slug", read_only=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    cluster = serializers.CharField(source="flavor.cluster.name", read_only=True)
+    flavor_name = serializers.CharField(source="flavor.name", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id", "tenant", "project", "cluster", "flavor", "flavor_name", "resource", "amount", "until", "reason",
+            "requested_by", "status", "approver", "decided_by", "decided_at", "comment", "applied", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    project = serializers.CharField(max_length=63, help_text="Project slug.")
+    cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
+    flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
+    resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
+    amount = serializers.DecimalField(min_value=Decimal("0.001"), **QUANTITY)
+    until = serializers.DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")
+    reason = serializers.CharField(max_length=2000)
+
+
+class DecisionSerializer(StrictSerializerMixin, serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, help_text="Required to reject.")
+
+
+class ProjectQuotaRowSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    flavor_id = serializers.IntegerField()
+    resource = serializers.CharField()
+    nominal = serializers.DecimalField(**QUANTITY)
+    borrowing_limit = serializers.DecimalField(allow_null=True, **QUANTITY)
+    lending_limit = serializers.DecimalField(allow_null=True, **QUANTITY)
+    used = serializers.DecimalField(**QUANTITY)
+    borrowed = serializers.DecimalField(**QUANTITY)
+    free = serializers.DecimalField(**QUANTITY)
+    usage_at = serializers.DateTimeField(allow_null=True)
+
+
+class ProjectQuotaSerializer(serializers.Serializer):
+    tenant = serializers.CharField()
+    project = serializers.CharField()
+    quotas = ProjectQuotaRowSerializer(many=True)
+
+
+class OvercommitRowSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    flavor_id = serializers.IntegerField()
+    resource = serializers.CharField()
+    promised = serializers.DecimalField(**QUANTITY)
+    capacity = serializers.DecimalField(**QUANTITY)
+    over = serializers.DecimalField(**QUANTITY)
+    percent_over = serializers.DecimalField(max_digits=14, decimal_places=1, allow_null=True,
+                                            help_text="null: promised with no capacity at all.")
+    allowed = serializers.DecimalField(**QUANTITY)
+    within_limit = serializers.BooleanField()

@@ -1,0 +1,14 @@
+"""Mounted under /api/v1/ next to the tenancy API (namespace ``quotas-api``)."""
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from .views import ClusterViewSet, FlavorViewSet, ProjectQuotaView, QuotaRequestViewSet, QuotaViewSet
+
+router = SimpleRouter()
+router.register("clusters", ClusterViewSet, basename="cluster")
+router.register("flavors", FlavorViewSet, basename="flavor")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("quota-requests", QuotaRequestViewSet, basename="quotarequest")
+
+urlpatterns = [path("projects/<str:slug>/quota/", ProjectQuotaView.as_view(), name="project-quota"), *router.urls]

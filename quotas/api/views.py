@@ -1,0 +1,282 @@
+"""REST API for clusters, flavors, quotas and quota requests. Querysets start from selectors;
+writes go through services; a row the caller may not see is a 404."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.exceptions import Invalid, NotAllowed
+from tenants.access import Actor
+from tenants.selectors import projects_for, tenants_for
+
+from .. import selectors, services
+from ..filters import ClusterFilter, FlavorFilter, QuotaFilter, QuotaRequestFilter
+from ..models import Flavor, Quota
+from .serializers import (
+    ClusterPublicSerializer,
+    ClusterSerializer,
+    DecisionSerializer,
+    FlavorSerializer,
+    FlavorUpdateSerializer,
+    OvercommitRowSerializer,
+    ProjectQuotaSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestSerializer,
+    QuotaSerializer,
+    QuotaSetSerializer,
+    QuotaUpdateSerializer,
+)
+
+
+def actor_of(request: Request) -> Actor:
+    return Actor.from_request(request)
+
+
+def _require_ops(request: Request, message: str) -> Actor:
+    actor = actor_of(request)
+    if not actor.is_ops:
+        raise NotAllowed(message)
+    return actor
+
+
+def flavor_find(*, actor: Actor, key: Any, cluster: str | None = None) -> Flavor:
+    """A flavor the caller can see, by id or by name (plus cluster name when the name is ambiguous)."""
+    flavors = selectors.flavors_for(actor=actor)
+    if cluster:
+        flavors = flavors.filter(cluster__name=cluster)
+    key = str(key)
+    found = list(flavors.filter(pk=int(key)) if key.isdigit() else flavors.filter(name=key)[:2])
+    if not found:
+        raise Invalid(f"No such flavor: {key}.", field="flavor")
+    if len(found) > 1:
+        raise Invalid(f"Several clusters offer a flavor named {key}: give the cluster too.", field="cluster")
+    return found[0]
+
+
+class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Clusters: everyone sees name and architecture; ops register and configure them."""
+
+    filterset_class = ClusterFilter
+    ordering_fields = ["name", "architecture", "created_at"]
+    search_fields = ["name"]
+    lookup_value_regex = "[^/]+"
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.clusters_for(actor=actor_of(self.request))
+
+    def get_serializer_class(self):  # noqa: ANN201
+        if getattr(self, "swagger_fake_view", False) or actor_of(self.request).is_ops:
+            return ClusterSerializer
+        return ClusterPublicSerializer
+
+    def get_object(self):  # noqa: ANN201
+        return selectors.lookup_by_id_or_name(self.get_queryset(), self.kwargs["pk"])
+
+    @extend_schema(request=ClusterSerializer, responses={201: ClusterSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = _require_ops(request, "Only platform ops register clusters.")
+        data = ClusterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        cluster = services.cluster_create(actor=actor, **data.validated_data)
+        return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ClusterSerializer, responses={200: ClusterSerializer})
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        cluster = self.get_object()
+        actor = _require_ops(request, "Only platform ops change clusters.")
+        data = ClusterSerializer(cluster, data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        cluster = services.cluster_update(actor=actor, cluster=cluster, **data.validated_data)
+        return Response(ClusterSerializer(cluster).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+    @extend_schema(responses={200: OvercommitRowSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def overcommit(self, request: Request, pk: str | None = None) -> Response:
+        """Per flavor and resource: promised to tenants, capacity that counts, and how far over."""
+        cluster = self.get_object()
+        _require_ops(request, "Only platform ops see the cluster's promises.")
+        return Response(OvercommitRowSerializer(selectors.overcommit_for(cluster=cluster), many=True).data)
+
+
+class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Flavors on offer (ops also see deactivated ones). Ops create, change and deactivate them."""
+
+    serializer_class = FlavorSerializer
+    filterset_class = FlavorFilter
+    ordering_fields = ["name", "order", "kind", "cluster__name"]
+    search_fields = ["name", "display_name", "gpu_product", "gpu_model"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.flavors_for(actor=actor_of(self.request))
+
+    @extend_schema(request=FlavorSerializer, responses={201: FlavorSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = _require_ops(request, "Only platform ops define flavors.")
+        data = FlavorSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        flavor = services.flavor_create(actor=actor, **data.validated_data)
+        return Response(FlavorSerializer(flavor).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=FlavorUpdateSerializer, responses={200: FlavorSerializer})
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        flavor = self.get_object()
+        actor = _require_ops(request, "Only platform ops change flavors.")
+        data = FlavorUpdateSerializer(flavor, data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        changes = dict(data.validated_data)
+        if "cluster" in changes:
+            changes["cluster"] = changes["cluster"].pk
+        flavor = services.flavor_update(actor=actor, flavor=flavor, **changes)
+        return Response(FlavorSerializer(flavor).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+    @extend_schema(request=None, responses={200: FlavorSerializer})
+    @action(detail=True, methods=["post"])
+    def deactivate(self, request: Request, pk: str | None = None) -> Response:
+        flavor = self.get_object()
+        actor = _require_ops(request, "Only platform ops deactivate flavors.")
+        return Response(FlavorSerializer(services.flavor_deactivate(actor=actor, flavor=flavor)).data)
+
+
+class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Quota rows you can see. ``POST`` sets (creates or replaces) one row: a tenant's (ops) or a
+    project's (tenant admins, ops); ``PATCH`` changes a row's numbers."""
+
+    serializer_class = QuotaSerializer
+    filterset_class = QuotaFilter
+    ordering_fields = ["tenant__slug", "project__slug", "flavor__name", "resource", "nominal", "updated_at"]
+    search_fields = ["tenant__slug", "project__slug", "flavor__name", "resource"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.quotas_for(actor=actor_of(self.request))
+
+    @extend_schema(request=QuotaSetSerializer, responses={200: QuotaSerializer, 201: QuotaSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = QuotaSetSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        tenant = project = None
+        if values.get("project"):
+            project = projects_for(actor=actor).filter(slug=values["project"]).first()
+            if project is None:
+                raise Invalid("No such project.", field="project")
+        else:
+            tenant = tenants_for(actor=actor).filter(slug=values["tenant"]).first()
+            if tenant is None:
+                raise Invalid("No such tenant.", field="tenant")
+        flavor = flavor_find(actor=actor, key=values["flavor"], cluster=values.get("cluster"))
+        resource = values.get("resource") or flavor.primary_resource
+        existed = Quota.objects.filter(
+            tenant=tenant or project.tenant, project=project, flavor=flavor, resource=resource
+        ).exists()
+        row = services.quota_set(
+            actor=actor, tenant=tenant, project=project, flavor=flavor, resource=resource, nominal=values["nominal"],
+            borrowing_limit=values.get("borrowing_limit"), lending_limit=values.get("lending_limit"),
+        )
+        row = selectors.quotas_for(actor=actor).get(pk=row.pk)
+        return Response(QuotaSerializer(row).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer})
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        row = self.get_object()
+        data = QuotaUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = {"nominal": row.nominal, "borrowing_limit": row.borrowing_limit, "lending_limit": row.lending_limit}
+        values |= data.validated_data
+        owner = {"project": row.project} if row.project_id else {"tenant": row.tenant}
+        services.quota_set(actor=actor, flavor=row.flavor, resource=row.resource, **owner, **values)
+        return Response(QuotaSerializer(self.get_queryset().get(pk=row.pk)).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+
+class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Requests for more quota: your own, and those you approve (``?inbox=true``: waiting for you)."""
+
+    serializer_class = QuotaRequestSerializer
+    filterset_class = QuotaRequestFilter
+    ordering_fields = ["created_at", "decided_at", "status", "amount", "until"]
+    search_fields = ["reason", "project__slug", "flavor__name", "requested_by__username"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.quota_requests_for(actor=actor_of(self.request))
+
+    @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = QuotaRequestCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        project = projects_for(actor=actor).filter(slug=values["project"]).first()
+        if project is None:
+            raise Invalid("No such project.", field="project")
+        flavor = flavor_find(actor=actor, key=values["flavor"], cluster=values.get("cluster"))
+        created = services.quota_request_create(
+            actor=actor, project=project, flavor=flavor, resource=values.get("resource") or flavor.primary_resource,
+            amount=values["amount"], until=values.get("until"), reason=values["reason"],
+        )
+        return Response(QuotaRequestSerializer(created).data, status=status.HTTP_201_CREATED)
+
+    def _decide(self, request: Request, decide: Any) -> Response:
+        quota_request = self.get_object()
+        data = DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        done = decide(actor=actor_of(request), request=quota_request, comment=data.validated_data.get("comment", ""))
+        return Response(QuotaRequestSerializer(done).data)
+
+    @extend_schema(request=DecisionSerializer, responses={200: QuotaRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve and apply the extra quota now (409 when someone else decided first)."""
+        return self._decide(request, services.quota_request_approve)
+
+    @extend_schema(request=DecisionSerializer, responses={200: QuotaRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject, with a comment saying why."""
+        return self._decide(request, services.quota_request_reject)
+
+    @extend_schema(request=None, responses={200: QuotaRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """The requester withdraws a pending request."""
+        done = services.quota_request_cancel(actor=actor_of(request), request=self.get_object())
+        return Response(QuotaRequestSerializer(done).data)
+
+
+class ProjectQuotaView(APIView):
+    """A project's quota per flavor and resource: promised, limits, in use, borrowed and free."""
+
+    @extend_schema(responses=ProjectQuotaSerializer, parameters=[OpenApiParameter("slug", str, OpenApiParameter.PATH)])
+    def get(self, request: Request, slug: str) -> Response:
+        project = projects_for(actor=actor_of(request)).filter(slug=slug).first()
+        if project is None:
+            from django.http import Http404
+
+            raise Http404
+        body = {"tenant": project.tenant.slug, "project": project.slug, "quotas": selectors.project_quota_summary(project=project)}
+        return Response(ProjectQuotaSerializer(body).data)
+
+
+

@@ -1,0 +1,136 @@
+"""Demo data for capacity and quotas: the sandbox cluster, its flavors, and quotas for acme and globex.
+
+Idempotent; called by the seed command after ``tenants.demo.seed_demo()``. Registers the cluster
+named ``sandbox`` with the kubeconfig file of ``settings.KUBECONFIG`` (a path: the sandbox rewrites the
+file with a fresh token on every start), syncs its inventory, creates the discovered flavors and
+gives each tenant and project a quota that fits the demo profile's capacity
+(sandbox/profiles/demo.yaml: 24 offline + 8 online H100, 2 A100 MIG nodes, 2 L40S HAMi nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from tenants.models import Project, Tenant
+
+from .models import Architecture, Cluster, Flavor, Quota
+
+log = logging.getLogger(__name__)
+
+DEMO_CLUSTER = "sandbox"
+# What discovery proposes for the demo profile; used as is when the sandbox is not running.
+FALLBACK_FLAVORS: list[dict[str, Any]] = [
+    {"name": "h100-80gb-offline", "kind": "whole", "gpu_model": "h100-80gb", "gpu_product": "NVIDIA-H100-80GB-HBM3",
+     "pool_label": "offline", "order": 10,
+     "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpuportal.dev/pool": "offline"},
+     "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    {"name": "h100-80gb-online", "kind": "whole", "gpu_model": "h100-80gb", "gpu_product": "NVIDIA-H100-80GB-HBM3",
+     "pool_label": "online", "order": 10,
+     "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpuportal.dev/pool": "online"},
+     "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                {"key": "gpuportal.dev/pool", "value": "online", "effect": "NoSchedule"}],
+     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                     {"key": "gpuportal.dev/pool", "operator": "Exists", "effect": "NoSchedule"}]},
+    *[
+        {"name": f"a100-80gb-mig-{p}", "kind": "mig", "gpu_model": "a100-80gb", "gpu_product": "NVIDIA-A100-SXM4-80GB",
+         "mig_profile": p, "order": 20 + i,
+         "node_labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig.strategy": "mixed"},
+         "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+        for i, p in enumerate(["1g.10gb", "2g.20gb", "3g.40gb"])
+    ],
+    {"name": "l40s-hami", "kind": "hami", "gpu_model": "l40s", "gpu_product": "NVIDIA-L40S", "order": 30,
+     "node_labels": {"nvidia.com/gpu.product": "NVIDIA-L40S", "gpu": "on"},
+     "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    {"name": "cpu", "kind": "cpu", "order": 90},
+]
+
+# owner slug -> [(flavor, resource, nominal, borrowing limit, lending limit)]; memory in GiB.
+QUOTAS: dict[str, list[tuple[str, str, int, int | None, int | None]]] = {
+    "acme": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 16, None, None),
+             ("l40s-hami", "nvidia.com/gpu", 40, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 400, None, None),
+             ("l40s-hami", "nvidia.com/total-gpumem", 92136, None, None),
+             ("cpu", "cpu", 256, None, None), ("cpu", "memory", 2048, None, None)],
+    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 4, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
+                    ("cpu", "cpu", 96, None, None), ("cpu", "memory", 768, None, None)],
+    "acme-nlp": [("h100-80gb-offline", "nvidia.com/gpu", 4, 2, None), ("l40s-hami", "nvidia.com/gpu", 20, None, None),
+                 ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None), ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
+                 ("cpu", "cpu", 64, None, None), ("cpu", "memory", 512, None, None)],
+    "globex": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 8, None, None),
+               ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
+               ("cpu", "cpu", 384, None, None), ("cpu", "memory", 3072, None, None)],
+    "globex-llm": [("h100-80gb-offline", "nvidia.com/gpu", 10, None, 4), ("cpu", "cpu", 160, None, None), ("cpu", "memory", 1280, None, None)],
+    "globex-serving": [("h100-80gb-online", "nvidia.com/gpu", 8, None, None), ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
+                       ("cpu", "cpu", 64, None, None), ("cpu", "memory", 512, None, None)],
+}
+
+
+def _dec(value: int | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def seed_quota_demo(*, architecture: str = Architecture.B, reconcile_now: bool = True) -> dict[str, Any]:
+    """Create (or update) the demo cluster, flavors and quotas. Needs ``tenants.demo.seed_demo()`` first.
+
+    Returns a summary: flavors created, quota rows written, the inventory counts and, when the
+    sandbox answered, what the first reconcile applied.
+    """
+    from portal.kube import ClusterError, kube_for
+
+    from .inventory import flavors_discover, inventory_sync, node_taints
+
+    cluster, _ = Cluster.objects.get_or_create(
+        name=DEMO_CLUSTER,
+        defaults={"architecture": architecture, "use_mig": True, "use_hami": True, "kubeconfig_path": str(settings.KUBECONFIG)},
+    )
+    summary: dict[str, Any] = {"cluster": cluster.name, "architecture": cluster.architecture}
+    kube = None
+    try:
+        kube = kube_for(cluster)
+        summary["inventory"] = inventory_sync(cluster, kube=kube)
+        proposals = flavors_discover(cluster, taints_by_node=node_taints(kube))
+    except (ClusterError, OSError, ValueError) as exc:
+        log.warning("demo: sandbox cluster not reachable (%s); using the demo profile's flavors", exc)
+        summary["inventory"] = f"unavailable: {exc}"
+        kube = None
+        existing = set(cluster.flavors.values_list("name", flat=True))
+        proposals = [Flavor(cluster=cluster, **spec) for spec in FALLBACK_FLAVORS if spec["name"] not in existing]
+    with transaction.atomic():
+        for flavor in proposals:
+            flavor.full_clean()
+        Flavor.objects.bulk_create(proposals)
+        flavors = {f.name: f for f in cluster.flavors.all()}
+        written = 0
+        # The seed writes rows directly: these numbers satisfy the quota invariants by construction
+        # (projects within tenants, tenants within the profile's capacity).
+        for owner, rows in QUOTAS.items():
+            project = Project.objects.filter(slug=owner).select_related("tenant").first()
+            tenant = project.tenant if project else Tenant.objects.filter(slug=owner).first()
+            if tenant is None:
+                continue
+            for flavor_name, resource, nominal, borrowing, lending in rows:
+                flavor = flavors.get(flavor_name)
+                if flavor is None:
+                    continue
+                Quota.objects.update_or_create(
+                    tenant=tenant, project=project, flavor=flavor, resource=resource,
+                    defaults={"nominal": Decimal(nominal), "borrowing_limit": _dec(borrowing), "lending_limit": _dec(lending)},
+                )
+                written += 1
+    summary.update({"flavors_created": len(proposals), "quota_rows": written})
+    if reconcile_now and kube is not None:
+        from .reconcile import reconcile
+
+        try:
+            result = reconcile(cluster, kube=kube)
+            summary["reconcile"] = {"applied": result.applied, "deleted": result.deleted, "failed": result.failed}
+        except ClusterError as exc:
+            summary["reconcile"] = f"unavailable: {exc}"
+    return summary

@@ -1,0 +1,590 @@
+"""Desired cluster state for quotas: plain rows in, Kubernetes objects (dicts) out. No I/O, no queries.
+
+``reconcile.snapshot_load()`` reads the database once into the frozen rows below; everything here is
+a pure function of them, so the rendering is tested as data (tests/quotas/test_render.py) and
+exported as YAML for review.
+
+What each reference architecture renders (cluster-apis.md §1, §2.4, §3; Kueue v1beta2 only):
+
+* every architecture: a ResourceFlavor per active flavor of the kinds the architecture offers, the
+  WorkloadPriorityClasses, and per active project a Namespace (labels ``gpuportal.dev/tenant`` and
+  ``gpuportal.dev/project``), a LocalQueue named after the project, a ResourceQuota that caps GPU
+  requests at the most Kueue could ever admit (a guard rail against pods that bypass Kueue) and a
+  LimitRange with default requests (so Kueue and the ResourceQuota see requests on every container).
+* A: one ClusterQueue ``shared`` for every portal namespace, whole GPUs, no cohort; its quota is the
+  sum of the tenants' quotas. Each namespace's LocalQueue points at it.
+* B: a Cohort per tenant and a ClusterQueue per project (cohortName = tenant slug, namespaceSelector
+  on the project label). C adds MIG flavors, D HAMi flavors.
+* E: B (with MIG/HAMi as the cluster's ``use_mig``/``use_hami`` say) plus a Volcano Queue per project.
+  The offline (training) pool's whole-GPU flavors belong to Volcano, everything else to Kueue — see
+  :func:`volcano_owned`.
+* F: online and offline pools: per project a ClusterQueue ``<project>`` (offline: training and
+  notebooks, LocalQueue ``<project>``) and ``<project>-online`` (inference only, LocalQueue
+  ``<project>-online``), with explicit lending from offline to online — see :func:`_f_queues`.
+
+Units: see ``quotas/capacity.py`` (memory in GiB, cpu in cores, HAMi totals in % and MiB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "gpu-portal"
+TENANT_LABEL = "gpuportal.dev/tenant"
+PROJECT_LABEL = "gpuportal.dev/project"
+POOL_LABEL = "gpuportal.dev/pool"
+VOLCANO_QUEUE_LABEL = "gpuportal.dev/volcano-queue"
+SHARED_QUEUE = "shared"  # architecture A's one ClusterQueue
+GUARDRAIL_NAME = "gpu-portal"  # the ResourceQuota's and LimitRange's name in each namespace
+ONLINE, OFFLINE = "online", "offline"
+VOLCANO_POOL = OFFLINE  # architecture E: the training pool that Volcano, not Kueue, hands out
+
+# (name, value, description). Production inference outranks notebooks, notebooks outrank batch
+# training; F's borrowing-with-preemption threshold is the batch value (see _f_queues).
+PRIORITY_CLASSES: list[tuple[str, int, str]] = [
+    ("production", 1000, "Production inference: preempts batch work, never preempted by it."),
+    ("interactive", 500, "Notebooks and interactive sessions."),
+    ("batch", 100, "Training and batch jobs: the first to be preempted."),
+]
+BATCH_PRIORITY = 100
+
+# Apply order: what an object refers to exists before it (flavors before queues, cohorts before the
+# queues that join them, namespaces before what lives in them). Deletes run in the reverse order.
+KIND_ORDER: list[tuple[str, str]] = [
+    (KUEUE, "ResourceFlavor"),
+    (KUEUE, "WorkloadPriorityClass"),
+    (KUEUE, "Cohort"),
+    (KUEUE, "ClusterQueue"),
+    ("v1", "Namespace"),
+    (KUEUE, "LocalQueue"),
+    ("v1", "ResourceQuota"),
+    ("v1", "LimitRange"),
+    (VOLCANO_QUEUE, "Queue"),
+]
+KIND_RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
+DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
+POD_GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")  # real pod resources (not Kueue's HAMi totals)
+
+
+# ----------------------------------------------------------------------------------------- the snapshot
+@dataclass(frozen=True)
+class FlavorRow:
+    name: str
+    kind: str  # whole | mig | hami | cpu (Flavor.Kind values)
+    resource_names: tuple[str, ...]
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    pool_label: str = ""
+    order: int = 100
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    flavor: str
+    resource: str
+    nominal: Decimal
+    borrowing_limit: Decimal | None = None
+    lending_limit: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    slug: str
+    active: bool = True
+    quotas: tuple[QuotaRow, ...] = ()
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class ProjectRow:
+    slug: str
+    tenant: str
+    active: bool = True
+    quotas: tuple[QuotaRow, ...] = ()
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    name: str
+    architecture: str = "B"
+    use_mig: bool = False
+    use_hami: bool = False
+    volcano_capacity_plugin: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything rendering needs, read in one go. Projects listed are the active ones only."""
+
+    cluster: ClusterRow
+    flavors: tuple[FlavorRow, ...] = ()
+    tenants: tuple[TenantRow, ...] = ()
+    projects: tuple[ProjectRow, ...] = ()
+
+    def with_architecture(self, architecture: str) -> Snapshot:
+        return replace(self, cluster=replace(self.cluster, architecture=architecture))
+
+
+# ----------------------------------------------------------------------------------------- small helpers
+def quantity(resource: str, value: Decimal | int) -> str:
+    """A quota number in our units as a Kubernetes quantity string (stable: same number, same text)."""
+    value = Decimal(value)
+    if resource == "memory":
+        if value == value.to_integral_value():
+            return f"{int(value)}Gi"
+        return f"{int((value * 1024).to_integral_value())}Mi"
+    if resource == "cpu" and value != value.to_integral_value():
+        return f"{int((value * 1000).to_integral_value())}m"
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def labels(**extra: str) -> dict[str, str]:
+    out = {MANAGED_BY: MANAGER}
+    out.update({k: v for k, v in extra.items() if v})
+    return out
+
+
+def _tenant_labels(tenant: str, project: str | None = None) -> dict[str, str]:
+    out = {MANAGED_BY: MANAGER, TENANT_LABEL: tenant}
+    if project:
+        out[PROJECT_LABEL] = project
+    return out
+
+
+def offered_kinds(cluster: ClusterRow) -> set[str]:
+    """Flavor kinds an architecture materializes: A/B whole GPUs; C MIG; D HAMi; E/F as the cluster says."""
+    kinds = {"whole", "cpu"}
+    arch = cluster.architecture
+    if arch == "C" or (arch in ("E", "F") and cluster.use_mig):
+        kinds.add("mig")
+    if arch == "D" or (arch in ("E", "F") and cluster.use_hami):
+        kinds.add("hami")
+    return kinds
+
+
+def volcano_owned(cluster: ClusterRow, flavor: FlavorRow) -> bool:
+    """Architecture E: is this flavor's capacity handed out by Volcano instead of Kueue?
+
+    How E never grants the same GPUs twice: the whole-GPU flavors of the offline (training) pool
+    belong to Volcano alone. They get no ResourceFlavor and appear in no ClusterQueue or Cohort, so
+    Kueue admits nothing onto those nodes (Kueue pins admitted pods to their flavor's nodeLabels);
+    each project's quota rows for them become its Volcano Queue's ``capability`` (and ``deserved`` /
+    ``guarantee``). Every other flavor (online whole GPUs, MIG, HAMi — HAMi under Volcano would need
+    the different ``volcano.sh/vgpu-*`` resources, §5.5) stays Kueue's. The same quota row therefore
+    feeds exactly one of the two systems, and the tenant/capacity invariants over those rows bound both.
+    """
+    return cluster.architecture == "E" and flavor.kind == "whole" and flavor.pool_label == VOLCANO_POOL
+
+
+def kueue_flavors(cluster: ClusterRow, flavors: Iterable[FlavorRow]) -> list[FlavorRow]:
+    kinds = offered_kinds(cluster)
+    chosen = [f for f in flavors if f.kind in kinds and not volcano_owned(cluster, f)]
+    return sorted(chosen, key=lambda f: (f.order, f.name))
+
+
+def local_queue_name(cluster: ClusterRow, project_slug: str, *, inference: bool = False) -> str:
+    """The LocalQueue a workload of ``project_slug`` names in ``kueue.x-k8s.io/queue-name``.
+
+    Never ``default``: a LocalQueue named ``default`` would make Kueue's pod integration gate every
+    unlabelled pod of the namespace, which breaks Volcano gangs in architecture E (§1.5, §3.3).
+    """
+    if cluster.architecture == "F" and inference:
+        return f"{project_slug}-online"
+    return project_slug
+
+
+def _limit_name(base: str, suffix: str) -> str:
+    name = f"{base}{suffix}"
+    return name if len(name) <= 63 else f"{base[: 63 - len(suffix)]}{suffix}"
+
+
+# ----------------------------------------------------------------------------------------- resource groups
+@dataclass
+class _Entry:
+    nominal: Decimal = Decimal(0)
+    borrowing: Decimal | None = None
+    lending: Decimal | None = None
+
+
+def resource_groups(flavors: list[FlavorRow], entries: Mapping[tuple[str, str], _Entry], *, cohort: bool) -> list[dict]:
+    """Kueue ``resourceGroups`` for ``flavors`` (already in the order Kueue should try them).
+
+    Flavors that share a resource name must share a group (a resource may be in only one group), e.g.
+    whole GPUs and HAMi both use ``nvidia.com/gpu``; every flavor of a group lists every covered
+    resource in the same order, with ``0`` where it has none (cluster-apis.md §1.3). Borrowing and
+    lending limits are written only when the queue is in a cohort (Kueue rejects them otherwise).
+    """
+    parent = list(range(len(flavors)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, flavor in enumerate(flavors):
+        for resource in flavor.resource_names:
+            if resource in owner:
+                parent[find(i)] = find(owner[resource])
+            else:
+                owner[resource] = i
+    groups: dict[int, list[FlavorRow]] = {}
+    for i, flavor in enumerate(flavors):
+        groups.setdefault(find(i), []).append(flavor)
+    out = []
+    for members in sorted(groups.values(), key=lambda ms: flavors.index(ms[0])):
+        covered: list[str] = []
+        for flavor in members:
+            covered += [r for r in flavor.resource_names if r not in covered]
+        rendered = []
+        for flavor in members:
+            resources = []
+            for resource in covered:
+                entry = entries.get((flavor.name, resource)) or _Entry()
+                item: dict[str, Any] = {"name": resource, "nominalQuota": quantity(resource, entry.nominal)}
+                if cohort and entry.borrowing is not None:
+                    item["borrowingLimit"] = quantity(resource, entry.borrowing)
+                if cohort and entry.lending is not None:
+                    item["lendingLimit"] = quantity(resource, min(entry.lending, entry.nominal))
+                resources.append(item)
+            rendered.append({"name": flavor.name, "resources": resources})
+        out.append({"coveredResources": covered, "flavors": rendered})
+    return out
+
+
+def _entries(rows: Iterable[QuotaRow]) -> dict[tuple[str, str], _Entry]:
+    return {(r.flavor, r.resource): _Entry(r.nominal, r.borrowing_limit, r.lending_limit) for r in rows}
+
+
+# ----------------------------------------------------------------------------------------- objects
+def render_resource_flavor(flavor: FlavorRow) -> dict:
+    spec: dict[str, Any] = {}
+    if flavor.node_labels:
+        spec["nodeLabels"] = {str(k): str(v) for k, v in sorted(flavor.node_labels.items())}
+    if flavor.taints:
+        spec["nodeTaints"] = [dict(t) for t in flavor.taints]
+    if flavor.tolerations:
+        spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": flavor.name, "labels": labels()}, "spec": spec}
+
+
+def render_priority_classes() -> list[dict]:
+    return [
+        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": name, "labels": labels()},
+         "value": value, "description": description}
+        for name, value, description in PRIORITY_CLASSES
+    ]
+
+
+def render_cohort(tenant: TenantRow, flavors: list[FlavorRow], projects: list[ProjectRow]) -> dict:
+    """The tenant's Cohort. Its own ``resourceGroups`` hold the tenant quota *not* given to projects.
+
+    Why the remainder and not the tenant total: a Cohort's quota is *added* to its members' nominal
+    quotas (cluster-apis.md §1.4), so writing the total would double the tenant's promise. With the
+    remainder the cohort's capacity is exactly the tenant's nominal quota: projects first use their own
+    nominal, then borrow unused sibling quota and this unassigned pool. Borrowing/lending limits are
+    left out: Kueue accepts them on a Cohort only when it has a parent, and tenants have none.
+    """
+    assigned: dict[tuple[str, str], Decimal] = {}
+    for project in projects:
+        for row in project.quotas:
+            assigned[(row.flavor, row.resource)] = assigned.get((row.flavor, row.resource), Decimal(0)) + row.nominal
+    names = {f.name for f in flavors}
+    entries = {
+        (r.flavor, r.resource): _Entry(max(Decimal(0), r.nominal - assigned.get((r.flavor, r.resource), Decimal(0))))
+        for r in tenant.quotas
+        if r.flavor in names
+    }
+    spec: dict[str, Any] = {}
+    if flavors:
+        spec["resourceGroups"] = resource_groups(flavors, entries, cohort=False)
+    return {"apiVersion": KUEUE, "kind": "Cohort", "metadata": {"name": tenant.slug, "labels": _tenant_labels(tenant.slug)},
+            "spec": spec}
+
+
+def _cluster_queue(name: str, *, tenant: str, project: str | None, cohort: str | None, selector: dict,
+                   groups: list[dict], preemption: dict, hold: bool) -> dict:
+    spec: dict[str, Any] = {}
+    if cohort:
+        spec["cohortName"] = cohort
+    spec["namespaceSelector"] = selector
+    spec["queueingStrategy"] = "BestEffortFIFO"
+    spec["resourceGroups"] = groups
+    spec["preemption"] = preemption
+    # A suspended tenant's queues admit nothing new; running work continues (§1.3 "freeze tenant").
+    spec["stopPolicy"] = "Hold" if hold else "None"
+    meta_labels = _tenant_labels(tenant, project) if tenant else labels()
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name, "labels": meta_labels}, "spec": spec}
+
+
+def _project_selector(project: str) -> dict:
+    return {"matchLabels": {PROJECT_LABEL: project}}
+
+
+B_PREEMPTION = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+
+
+def _tenant_flavor_names(tenant: TenantRow, projects: list[ProjectRow]) -> set[str]:
+    names = {r.flavor for r in tenant.quotas}
+    for project in projects:
+        names |= {r.flavor for r in project.quotas}
+    return names
+
+
+def _b_queue(project: ProjectRow, tenant: TenantRow, flavors: list[FlavorRow], hold: bool) -> dict:
+    """Architectures B–E: the project's ClusterQueue in its tenant's cohort.
+
+    It lists every flavor its tenant has quota for, with nominal 0 where the project has none: a
+    ClusterQueue can only borrow a (flavor, resource) it lists (§1.4). No project row = no borrowing
+    limit = it may borrow whatever the cohort has unused.
+    """
+    groups = resource_groups(flavors, _entries(project.quotas), cohort=True)
+    return _cluster_queue(project.slug, tenant=tenant.slug, project=project.slug, cohort=tenant.slug,
+                          selector=_project_selector(project.slug), groups=groups, preemption=dict(B_PREEMPTION), hold=hold)
+
+
+def _f_queues(project: ProjectRow, tenant: TenantRow, tenant_projects: list[ProjectRow], flavors: list[FlavorRow],
+              hold: bool) -> list[dict]:
+    """Architecture F: an offline ClusterQueue (training, notebooks) and an online one (inference only).
+
+    * Offline ``<project>``: the offline-pool flavors and the pool-less ones (CPU), with the project's
+      nominal/borrowing/lending; ``reclaimWithinCohort: Any`` so training takes lent GPUs back at once.
+    * Online ``<project>-online``: the online-pool flavors with the project's quota, then the pool-less
+      flavors with nominal 0 (it borrows CPU/memory from the offline side), then — the explicit lending —
+      the offline GPU flavors with nominal 0 and ``borrowingLimit`` = the sum of the lending limits the
+      tenant's projects set on those offline rows. No lending limit set = nothing lent: an offline GPU
+      flavor is listed on the online side only when some project lends it.
+    * ``borrowWithinCohort: LowerPriority`` with ``maxPriorityThreshold`` = batch: when inference has
+      to borrow and the lent GPUs are held by batch work that is itself above its nominal quota, it
+      preempts that work (never notebooks or production; Kueue only preempts from queues that borrow,
+      so it cannot flap with the offline side's reclaim).
+    * Only inference uses the online LocalQueue; the online flavors' nodes carry the pool taint, which
+      only the online flavors tolerate, so nothing else lands there.
+    """
+    own = _entries(project.quotas)
+    online = [f for f in flavors if f.pool_label == ONLINE]
+    offline = [f for f in flavors if f.pool_label != ONLINE]
+    pool_less = [f for f in offline if not f.pool_label]
+    lent: dict[tuple[str, str], Decimal] = {}
+    for sibling in tenant_projects:
+        for row in sibling.quotas:
+            if row.lending_limit is not None and row.lending_limit > 0:
+                key = (row.flavor, row.resource)
+                lent[key] = lent.get(key, Decimal(0)) + min(row.lending_limit, row.nominal)
+    lent_flavors = [f for f in offline if f.pool_label == OFFLINE and any((f.name, r) in lent for r in f.resource_names)]
+
+    offline_entries = {k: v for k, v in own.items() if k[0] in {f.name for f in offline}}
+    offline_q = _cluster_queue(
+        project.slug, tenant=tenant.slug, project=project.slug, cohort=tenant.slug,
+        selector=_project_selector(project.slug), groups=resource_groups(offline, offline_entries, cohort=True),
+        preemption=dict(B_PREEMPTION), hold=hold,
+    )
+    online_entries: dict[tuple[str, str], _Entry] = {k: v for k, v in own.items() if k[0] in {f.name for f in online}}
+    for flavor in lent_flavors:
+        for resource in flavor.resource_names:
+            online_entries[(flavor.name, resource)] = _Entry(Decimal(0), lent.get((flavor.name, resource), Decimal(0)))
+    online_list = online + pool_less + lent_flavors
+    online_q = _cluster_queue(
+        _limit_name(project.slug, "-online"), tenant=tenant.slug, project=project.slug, cohort=tenant.slug,
+        selector=_project_selector(project.slug), groups=resource_groups(online_list, online_entries, cohort=True),
+        preemption={**B_PREEMPTION, "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": BATCH_PRIORITY}},
+        hold=hold,
+    ) if online_list else None
+    return [q for q in (offline_q, online_q) if q is not None]
+
+
+def render_namespace(project: ProjectRow, cluster: ClusterRow) -> dict:
+    meta_labels = _tenant_labels(project.tenant, project.slug)
+    if cluster.architecture == "E":
+        # Tells the workload renderer which Volcano Queue this namespace's gang jobs go to. The
+        # namespace has no LocalQueue named "default", so Kueue leaves Volcano's pods alone (§3.3).
+        meta_labels[VOLCANO_QUEUE_LABEL] = project.slug
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": project.slug, "labels": meta_labels}}
+
+
+def render_local_queue(project: ProjectRow, name: str, cluster_queue: str) -> dict:
+    return {"apiVersion": KUEUE, "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": project.slug, "labels": _tenant_labels(project.tenant, project.slug)},
+            "spec": {"clusterQueue": cluster_queue}}
+
+
+def render_limit_range(project: ProjectRow) -> dict:
+    # Default *requests* only: a default limit smaller than a request the user gives would make the pod invalid.
+    return {"apiVersion": "v1", "kind": "LimitRange",
+            "metadata": {"name": GUARDRAIL_NAME, "namespace": project.slug, "labels": _tenant_labels(project.tenant, project.slug)},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": dict(DEFAULT_REQUESTS)}]}}
+
+
+def render_resource_quota(project: ProjectRow, ceilings: Mapping[str, Decimal]) -> dict:
+    hard = {f"requests.{resource}": quantity(resource, value) for resource, value in sorted(ceilings.items())}
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": GUARDRAIL_NAME, "namespace": project.slug, "labels": _tenant_labels(project.tenant, project.slug)},
+            "spec": {"hard": hard}}
+
+
+def gpu_ceilings(project: ProjectRow, tenant: TenantRow, flavors: Iterable[FlavorRow]) -> dict[str, Decimal]:
+    """The most of each pod GPU resource the project's namespace could ever be granted, over all flavors.
+
+    Per (flavor, resource): the tenant's nominal (a project can borrow at most its whole tenant), or
+    the project's nominal + borrowing limit when that is smaller. Summed per resource name.
+    """
+    own = _entries(project.quotas)
+    tenant_rows = _entries(tenant.quotas)
+    out: dict[str, Decimal] = {}
+    for flavor in flavors:
+        for resource in flavor.resource_names:
+            if not resource.startswith(POD_GPU_PREFIXES):
+                continue
+            mine = own.get((flavor.name, resource))
+            ceiling = tenant_rows[(flavor.name, resource)].nominal if (flavor.name, resource) in tenant_rows else Decimal(0)
+            if mine is not None:
+                ceiling = max(ceiling, mine.nominal)
+                if mine.borrowing is not None:
+                    ceiling = min(ceiling, mine.nominal + mine.borrowing)
+            out[resource] = out.get(resource, Decimal(0)) + ceiling
+    return out
+
+
+def render_volcano_queue(project: ProjectRow, tenant: TenantRow, flavors: list[FlavorRow], *, capacity_plugin: bool) -> dict:
+    """Architecture E: the project's Volcano Queue over the Volcano-owned flavors (see :func:`volcano_owned`).
+
+    ``capability`` (hard cap) = nominal + borrowing limit (no limit: the tenant's whole training
+    share); ``deserved`` = nominal; ``guarantee`` = nominal − lending limit (what Kueue would never
+    lend), the last two only with Volcano's capacity plugin. ``weight`` ∝ nominal for the default
+    proportion plugin. Volcano queues are flat (no ``parent``: hierarchy needs a scheduler option the
+    portal cannot see). Only GPU resources are capped: CPU and memory stay bounded by the pool's nodes.
+    """
+    own = _entries(project.quotas)
+    tenant_rows = _entries(tenant.quotas)
+    deserved: dict[str, Decimal] = {}
+    capability: dict[str, Decimal] = {}
+    guarantee: dict[str, Decimal] = {}
+    for flavor in flavors:
+        for resource in flavor.resource_names:
+            entry = own.get((flavor.name, resource)) or _Entry()
+            tenant_total = tenant_rows[(flavor.name, resource)].nominal if (flavor.name, resource) in tenant_rows else entry.nominal
+            cap = max(tenant_total, entry.nominal) if entry.borrowing is None else entry.nominal + entry.borrowing
+            deserved[resource] = deserved.get(resource, Decimal(0)) + entry.nominal
+            capability[resource] = capability.get(resource, Decimal(0)) + cap
+            if entry.lending is not None:
+                guarantee[resource] = guarantee.get(resource, Decimal(0)) + max(Decimal(0), entry.nominal - entry.lending)
+    gpus = deserved.get("nvidia.com/gpu", Decimal(0))
+    spec: dict[str, Any] = {
+        "weight": max(1, min(65535, int(gpus))),
+        "reclaimable": True,
+        "capability": {r: quantity(r, v) for r, v in sorted(capability.items())},
+    }
+    if capacity_plugin:
+        spec["deserved"] = {r: quantity(r, v) for r, v in sorted(deserved.items())}
+        if guarantee:
+            spec["guarantee"] = {"resource": {r: quantity(r, v) for r, v in sorted(guarantee.items())}}
+    return {"apiVersion": VOLCANO_QUEUE, "kind": "Queue",
+            "metadata": {"name": project.slug, "labels": _tenant_labels(project.tenant, project.slug)}, "spec": spec}
+
+
+def _a_totals(snapshot: Snapshot) -> dict[tuple[str, str], Decimal]:
+    """Architecture A's quota: per (flavor, resource) the sum over tenants of what each is promised
+    (its tenant row, or its projects' sum when that is larger)."""
+    totals: dict[tuple[str, str], Decimal] = {}
+    for tenant in snapshot.tenants:
+        per = {(r.flavor, r.resource): r.nominal for r in tenant.quotas}
+        sums: dict[tuple[str, str], Decimal] = {}
+        for project in snapshot.projects:
+            if project.tenant == tenant.slug:
+                for r in project.quotas:
+                    sums[(r.flavor, r.resource)] = sums.get((r.flavor, r.resource), Decimal(0)) + r.nominal
+        for key in per.keys() | sums.keys():
+            totals[key] = totals.get(key, Decimal(0)) + max(per.get(key, Decimal(0)), sums.get(key, Decimal(0)))
+    return totals
+
+
+def _shared_queue(totals: Mapping[tuple[str, str], Decimal], flavors: list[FlavorRow]) -> dict:
+    """Architecture A: one ClusterQueue for every portal namespace, no cohort."""
+    entries = {k: _Entry(v) for k, v in totals.items()}
+    selector = {"matchExpressions": [{"key": PROJECT_LABEL, "operator": "Exists"}]}
+    return _cluster_queue(SHARED_QUEUE, tenant="", project=None, cohort=None, selector=selector,
+                          groups=resource_groups(flavors, entries, cohort=False),
+                          preemption={"withinClusterQueue": "LowerPriority"}, hold=False)
+
+
+# ----------------------------------------------------------------------------------------- the whole state
+def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
+    """Every object the portal wants on ``cluster``, in apply order (KIND_ORDER, then name).
+
+    ``cluster`` is a :class:`ClusterRow` or anything with the same attributes (a ``Cluster`` row).
+    """
+    if not isinstance(cluster, ClusterRow):
+        cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
+    arch = cluster.architecture
+    flavors = kueue_flavors(cluster, data.flavors)
+    flavor_names = {f.name for f in flavors}
+    volcano_flavors = sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name))
+    objects: list[dict] = [render_resource_flavor(f) for f in flavors]
+    objects += render_priority_classes()
+    tenants = {t.slug: t for t in data.tenants}
+    projects_by_tenant: dict[str, list[ProjectRow]] = {}
+    for project in data.projects:
+        if project.active and project.tenant in tenants:
+            projects_by_tenant.setdefault(project.tenant, []).append(project)
+    if arch == "A":
+        a_totals = _a_totals(data)
+        objects.append(_shared_queue(a_totals, flavors))
+        a_ceilings: dict[str, Decimal] = {}
+        for f in flavors:
+            for r in f.resource_names:
+                if r.startswith(POD_GPU_PREFIXES):
+                    a_ceilings[r] = a_ceilings.get(r, Decimal(0)) + a_totals.get((f.name, r), Decimal(0))
+    for tenant_slug in sorted(projects_by_tenant.keys() | {t.slug for t in data.tenants}):
+        tenant = tenants[tenant_slug]
+        projects = sorted(projects_by_tenant.get(tenant_slug, []), key=lambda p: p.slug)
+        used = _tenant_flavor_names(tenant, projects) & flavor_names
+        tenant_flavors = [f for f in flavors if f.name in used]
+        hold = not tenant.active
+        if arch != "A":
+            objects.append(render_cohort(tenant, tenant_flavors, projects))
+        for project in projects:
+            objects.append(render_namespace(project, cluster))
+            if arch == "A":
+                objects.append(render_local_queue(project, project.slug, SHARED_QUEUE))
+                objects.append(render_resource_quota(project, a_ceilings))
+            elif arch == "F":
+                queues = _f_queues(project, tenant, projects, tenant_flavors, hold)
+                objects += queues
+                for queue in queues:
+                    objects.append(render_local_queue(project, queue["metadata"]["name"], queue["metadata"]["name"]))
+                objects.append(render_resource_quota(project, gpu_ceilings(project, tenant, tenant_flavors)))
+            else:
+                objects.append(_b_queue(project, tenant, tenant_flavors, hold))
+                objects.append(render_local_queue(project, project.slug, project.slug))
+                objects.append(render_resource_quota(project, gpu_ceilings(project, tenant, tenant_flavors + volcano_flavors)))
+            objects.append(render_limit_range(project))
+            if arch == "E":
+                objects.append(render_volcano_queue(project, tenant, volcano_flavors, capacity_plugin=cluster.volcano_capacity_plugin))
+    return sort_objects(objects)
+
+
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
+
+
+def sort_objects(objects: list[dict]) -> list[dict]:
+    return sorted(objects, key=lambda o: (KIND_RANK.get((o["apiVersion"], o["kind"]), 99), object_key(o)[2], object_key(o)[3]))
+
+
+def owner_of(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(tenant slug, project slug) an object belongs to; (None, None) for cluster-wide objects."""
+    meta_labels = (obj.get("metadata") or {}).get("labels") or {}
+    return meta_labels.get(TENANT_LABEL), meta_labels.get(PROJECT_LABEL)

@@ -1,0 +1,504 @@
+"""Materialization: load a snapshot, render the desired state, plan against the cluster, apply the plan.
+
+    snapshot_load(cluster) -> Snapshot          one function reads the database (5 queries)
+    manifests.desired_state(cluster, snapshot)  pure rendering
+    plan_build(cluster) -> Plan                 one label-selected list call per kind, never a GET per object
+    plan_apply(plan, actor=...) -> ApplyResult  server-side apply in dependency order, deletes, records
+    reconcile(cluster)                          all of the above plus ClusterQueue usage read back
+
+What counts as a change: an object is written when it is missing on the cluster, when the fields we
+own differ there (someone edited or deleted it with kubectl: drift is repaired within one period),
+or when its rendered hash differs from the hash we last applied (so fields we stopped setting are
+dropped by server-side apply). Otherwise nothing is written: a no-op reconcile only lists.
+
+Units: a tenant's objects (cohort, queues, namespaces, guard rails) are applied as one unit, in
+dependency order; the first object that still fails after retries stops that unit and is recorded
+(``AppliedObject.error``), the rest of the unit keeps its old hash, and the next run resumes from the
+live state. Nothing of a tenant is applied out of order, so a half-applied tenant is always a
+consistent prefix (its cohort before its queues, a namespace before what lives in it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import yaml
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.models import Project, Tenant
+
+from . import manifests as m
+from .capacity import parse_quantity
+from .models import AppliedObject, Architecture, Cluster, Flavor, Quota
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
+MANAGED_SELECTOR = f"{m.MANAGED_BY}={m.MANAGER}"
+# Fields Kubernetes refuses to change in place: a different value means delete and create again.
+IMMUTABLE = {("LocalQueue", ("spec", "clusterQueue"))}
+RETRY_ATTEMPTS = 6
+RETRY_CAP_SECONDS = 5.0
+
+
+# ----------------------------------------------------------------------------------------- snapshot
+def snapshot_load(cluster: Cluster) -> m.Snapshot:
+    """Everything rendering needs for ``cluster``, read in a fixed number of queries."""
+    flavors = list(Flavor.objects.filter(cluster=cluster, active=True))
+    by_id = {f.pk: f for f in flavors}
+    tenant_quotas: dict[int, list[m.QuotaRow]] = {}
+    project_quotas: dict[int, list[m.QuotaRow]] = {}
+    rows = Quota.objects.filter(flavor__cluster=cluster, flavor__active=True).values_list(
+        "tenant_id", "project_id", "flavor_id", "resource", "nominal", "borrowing_limit", "lending_limit"
+    ).order_by("tenant_id", "project_id", "flavor_id", "resource")
+    for tenant_id, project_id, flavor_id, resource, nominal, borrowing, lending in rows:
+        flavor = by_id.get(flavor_id)
+        if flavor is None or resource not in flavor.resource_names:
+            continue
+        row = m.QuotaRow(flavor.name, resource, nominal, borrowing, lending)
+        (project_quotas.setdefault(project_id, []) if project_id else tenant_quotas.setdefault(tenant_id, [])).append(row)
+    tenants = [
+        m.TenantRow(t.slug, t.status == Tenant.Status.ACTIVE, tuple(tenant_quotas.get(t.pk, ())), t.pk)
+        for t in Tenant.objects.order_by("slug")
+    ]
+    projects = [
+        m.ProjectRow(p.slug, p.tenant.slug, True, tuple(project_quotas.get(p.pk, ())), p.pk)
+        for p in Project.objects.filter(status=Project.Status.ACTIVE).select_related("tenant").order_by("slug")
+    ]
+    flavor_rows = [
+        m.FlavorRow(f.name, f.kind, tuple(f.resource_names), dict(f.node_labels or {}), tuple(f.taints or ()),
+                    tuple(f.tolerations or ()), f.pool_label, f.order, f.pk)
+        for f in flavors
+    ]
+    cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
+    return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects))
+
+
+def object_hash(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _same(live: Any, want: Any) -> bool:
+    if live == want:
+        return True
+    if isinstance(live, (str, int, float)) and isinstance(want, (str, int, float)):
+        try:  # "16.5" vs "16500m", 4 vs "4": the same quantity written differently
+            return parse_quantity(live) == parse_quantity(want)
+        except Exception:  # noqa: BLE001 - not quantities
+            return False
+    return False
+
+
+def contains(live: Any, want: Any) -> bool:
+    """Does ``live`` carry every field of ``want`` with the same value? (Fields we own; extra live fields are fine.)"""
+    if isinstance(want, dict):
+        return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(live, list) and len(live) == len(want) and all(contains(a, b) for a, b in zip(live, want))
+    return _same(live, want)
+
+
+def project_onto(live: Any, want: Any) -> Any:
+    """``live`` restricted to the shape of ``want``: what a diff of the fields we own should show."""
+    if isinstance(want, dict) and isinstance(live, dict):
+        return {k: project_onto(live[k], v) for k, v in want.items() if k in live}
+    if isinstance(want, list) and isinstance(live, list):
+        return [project_onto(a, want[i]) if i < len(want) else a for i, a in enumerate(live)]
+    return live
+
+
+def _get(obj: dict, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = (obj or {}).get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _yaml(obj: Any) -> list[str]:
+    return yaml.safe_dump(obj, sort_keys=False).splitlines() if obj else []
+
+
+def _strip_live(obj: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in obj.items() if k != "status"}
+    meta = dict(out.get("metadata") or {})
+    for key in ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation"):
+        meta.pop(key, None)
+    out["metadata"] = meta
+    return out
+
+
+# ----------------------------------------------------------------------------------------- plan
+@dataclass
+class Item:
+    action: str  # create | change | replace | delete
+    key: Key
+    desired: dict[str, Any] | None
+    live: dict[str, Any] | None
+    hash: str = ""
+    tenant: str | None = None
+    project: str | None = None
+    diff: str = ""
+
+    @property
+    def label(self) -> str:
+        _, kind, namespace, name = self.key
+        return f"{kind} {namespace + '/' if namespace else ''}{name}"
+
+
+@dataclass
+class Plan:
+    cluster_id: int
+    architecture: str
+    items: list[Item] = field(default_factory=list)
+    unchanged: int = 0
+    desired_count: int = 0
+    live_cluster_queues: list[dict[str, Any]] = field(default_factory=list)
+    ids: dict[str, dict[str, int]] = field(default_factory=dict)  # "tenant"/"project" slug -> id
+    known: set[Key] = field(default_factory=set)  # desired or live: AppliedObject rows for anything else are stale
+
+    def of(self, action: str) -> list[Item]:
+        return [i for i in self.items if i.action == action]
+
+    @property
+    def creates(self) -> list[Item]:
+        return self.of("create")
+
+    @property
+    def changes(self) -> list[Item]:
+        return self.of("change") + self.of("replace")
+
+    @property
+    def deletes(self) -> list[Item]:
+        return self.of("delete")
+
+    @property
+    def empty(self) -> bool:
+        return not self.items
+
+    def summary(self) -> str:
+        return (f"{len(self.creates)} to create, {len(self.changes)} to change, {len(self.deletes)} to delete, "
+                f"{self.unchanged} unchanged")
+
+    def text(self) -> str:
+        """The whole plan as one reviewable unified diff."""
+        parts = [f"# plan for architecture {self.architecture}: {self.summary()}"]
+        parts += [item.diff for item in self.items]
+        return "\n".join(parts) + "\n"
+
+
+def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]]) -> tuple[dict[Key, dict], list[dict]]:
+    """Our objects on the cluster: one (paginated) list call per kind, selected by our managed-by label."""
+    from portal.kube import ClusterRejected
+
+    live: dict[Key, dict] = {}
+    queues: list[dict] = []
+    for api_version, kind in m.KIND_ORDER:
+        try:
+            items, _ = kube.list(api_version, kind, label_selector=MANAGED_SELECTOR)
+        except ClusterRejected as exc:
+            if exc.status == 404 and (api_version, kind) not in desired_kinds:
+                continue  # e.g. no Volcano on a cluster that does not need it
+            raise
+        for obj in items:
+            live[m.object_key(obj)] = obj
+            if kind == "ClusterQueue":
+                queues.append(obj)
+    return live, queues
+
+
+def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | None = None,
+               architecture: str | None = None) -> Plan:
+    """Compare the desired state with the cluster (and what we last applied); nothing is written."""
+    from portal.kube import kube_for
+
+    kube = kube or kube_for(cluster)
+    snapshot = snapshot or snapshot_load(cluster)
+    if architecture:
+        snapshot = snapshot.with_architecture(architecture)
+    desired = m.desired_state(snapshot.cluster, snapshot)
+    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired})
+    applied = {(a.api_version, a.kind, a.namespace, a.name): a.hash for a in AppliedObject.objects.filter(cluster=cluster)}
+    plan = Plan(cluster.pk, snapshot.cluster.architecture, desired_count=len(desired), live_cluster_queues=queues,
+                ids={"tenant": {t.slug: t.id for t in snapshot.tenants if t.id},
+                     "project": {p.slug: p.id for p in snapshot.projects if p.id}})
+    wanted: set[Key] = set()
+    for obj in desired:
+        key = m.object_key(obj)
+        wanted.add(key)
+        digest = object_hash(obj)
+        tenant, project = m.owner_of(obj)
+        current = live.get(key)
+        name = f"{key[1]}/{key[2] + '/' if key[2] else ''}{key[3]}"
+        if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
+            diff = "\n".join(difflib.unified_diff([], _yaml(obj), f"live/{name}", f"desired/{name}", lineterm=""))
+            plan.items.append(Item("create", key, obj, current, digest, tenant, project, diff))
+            continue
+        if contains(current, obj) and applied.get(key) == digest:
+            plan.unchanged += 1
+            continue
+        action = "change"
+        for kind, path in IMMUTABLE:
+            if key[1] == kind and _get(current, path) != _get(obj, path):
+                action = "replace"
+        diff = "\n".join(difflib.unified_diff(_yaml(project_onto(current, obj)), _yaml(obj), f"live/{name}",
+                                              f"desired/{name}", lineterm=""))
+        plan.items.append(Item(action, key, obj, current, digest, tenant, project, diff))
+    for key, obj in live.items():
+        if key in wanted or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        tenant, project = m.owner_of(obj)
+        name = f"{key[1]}/{key[2] + '/' if key[2] else ''}{key[3]}"
+        diff = "\n".join(difflib.unified_diff(_yaml(_strip_live(obj)), [], f"live/{name}", f"desired/{name}", lineterm=""))
+        plan.items.append(Item("delete", key, None, obj, "", tenant, project, diff))
+    plan.known = wanted | set(live)
+    return plan
+
+
+def plan_for_architecture_change(cluster: Cluster, new_architecture: str, *, kube: Any = None) -> Plan:
+    """What switching ``cluster`` to ``new_architecture`` would create, change and delete. Writes nothing;
+    apply it with ``plan_apply(plan, actor=...)``, which also records the new architecture."""
+    if new_architecture not in Architecture.values:
+        raise ValueError(f"unknown architecture {new_architecture!r}")
+    return plan_build(cluster, kube=kube, architecture=new_architecture)
+
+
+# ----------------------------------------------------------------------------------------- apply
+@dataclass
+class ApplyResult:
+    applied: int = 0
+    deleted: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (object label, error)
+    skipped: int = 0  # objects of a unit not attempted because an earlier one failed
+    unavailable: bool = False  # some failure was the cluster being unavailable: worth retrying soon
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _rank(item: Item) -> int:
+    return m.KIND_RANK.get((item.key[0], item.key[1]), 99)
+
+
+def _units(plan: Plan) -> list[tuple[str, list[Item]]]:
+    """Cluster-wide writes first, then one unit per tenant (writes in order, then deletes in reverse
+    order), then cluster-wide deletes (a removed flavor goes after the queues that named it changed)."""
+    cluster_writes = sorted((i for i in plan.items if i.tenant is None and i.action != "delete"), key=_rank)
+    cluster_deletes = sorted((i for i in plan.items if i.tenant is None and i.action == "delete"), key=_rank, reverse=True)
+    tenants: dict[str, list[Item]] = {}
+    for item in plan.items:
+        if item.tenant is not None:
+            tenants.setdefault(item.tenant, []).append(item)
+    units: list[tuple[str, list[Item]]] = []
+    if cluster_writes:
+        units.append(("", cluster_writes))
+    for slug in sorted(tenants):
+        items = tenants[slug]
+        writes = sorted((i for i in items if i.action != "delete"), key=lambda i: (_rank(i), i.key))
+        deletes = sorted((i for i in items if i.action == "delete"), key=lambda i: (_rank(i), i.key), reverse=True)
+        units.append((slug, writes + deletes))
+    if cluster_deletes:
+        units.append(("", cluster_deletes))
+    return units
+
+
+def _with_retries(call: Callable[[], Any], *, attempts: int, sleep: Callable[[float], None]) -> Any:
+    from portal.kube import ClusterUnavailable
+
+    delay = 0.1
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ClusterUnavailable as exc:
+            if attempt == attempts - 1:
+                raise
+            wait = exc.retry_after if exc.retry_after is not None else delay
+            sleep(min(max(float(wait), 0.0), RETRY_CAP_SECONDS))
+            delay = min(delay * 2, RETRY_CAP_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def _error_text(exc: Exception) -> str:
+    from portal.kube import ClusterRejected
+
+    if isinstance(exc, ClusterRejected):
+        fields = ", ".join(exc.fields)
+        return f"{exc.status} {exc.reason}: {exc.message}" + (f" [fields: {fields}]" if fields else "")
+    return f"unavailable: {exc}"
+
+
+def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int = RETRY_ATTEMPTS,
+               sleep: Callable[[float], None] = time.sleep) -> ApplyResult:
+    """Apply ``plan`` to its cluster: server-side apply (field manager ``gpu-portal``) and deletes.
+
+    With ``actor`` this is an explicit ops action and is audited (and, for a plan made by
+    :func:`plan_for_architecture_change`, records the new architecture first). Without one (the
+    periodic task) the plan must be for the cluster's current architecture.
+    """
+    from portal.kube import ClusterError, ClusterUnavailable, kube_for
+
+    cluster = Cluster.objects.get(pk=plan.cluster_id)
+    if actor is not None:
+        from tenants.audit import audit_record
+
+        with transaction.atomic():
+            before = {"architecture": cluster.architecture}
+            if plan.architecture != cluster.architecture:
+                Cluster.objects.filter(pk=cluster.pk).update(architecture=plan.architecture)
+                cluster.architecture = plan.architecture
+            audit_record(actor=actor, action="cluster.apply", target=cluster, before=before,
+                         after={"architecture": plan.architecture, "create": len(plan.creates),
+                                "change": len(plan.changes), "delete": len(plan.deletes)})
+    elif plan.architecture != cluster.architecture:
+        raise ValueError("an architecture change is applied only by an explicit, audited plan_apply(actor=...)")
+    kube = kube or kube_for(cluster)
+    result = ApplyResult()
+    rows = {(a.api_version, a.kind, a.namespace, a.name): a for a in AppliedObject.objects.filter(cluster=cluster)}
+    for _unit, items in _units(plan):
+        done: list[tuple[Item, str]] = []  # (item, "applied" | "deleted" | error text)
+        broken = False
+        for item in items:
+            if broken:
+                result.skipped += 1
+                continue
+            try:
+                if item.action == "delete":
+                    _with_retries(lambda i=item: kube.delete(i.key[0], i.key[1], i.key[3], i.key[2] or None),
+                                  attempts=attempts, sleep=sleep)
+                    result.deleted += 1
+                    done.append((item, "deleted"))
+                    continue
+                if item.action == "replace":
+                    _with_retries(lambda i=item: kube.delete(i.key[0], i.key[1], i.key[3], i.key[2] or None),
+                                  attempts=attempts, sleep=sleep)
+                _with_retries(lambda i=item: kube.apply(i.desired), attempts=attempts, sleep=sleep)
+                result.applied += 1
+                done.append((item, "applied"))
+            except ClusterError as exc:
+                text = _error_text(exc)
+                log.warning("reconcile %s: %s failed: %s", cluster.name, item.label, text)
+                result.failed.append((item.label, text))
+                result.unavailable |= isinstance(exc, ClusterUnavailable)
+                done.append((item, text))
+                broken = True
+        _record(cluster, plan, done, rows)
+    # Records of objects that are neither wanted nor on the cluster any more.
+    stale = [row.pk for key, row in rows.items() if key not in plan.known and row.pk is not None]
+    if stale:
+        AppliedObject.objects.filter(pk__in=stale).delete()
+    return result
+
+
+def _record(cluster: Cluster, plan: Plan, done: list[tuple[Item, str]], rows: dict[Key, AppliedObject]) -> None:
+    """Write what one unit did: hash/time for successes, the error for a failure; a few queries per unit."""
+    now = timezone.now()
+    create: list[AppliedObject] = []
+    update: list[AppliedObject] = []
+    gone: list[int] = []
+    for item, outcome in done:
+        row = rows.get(item.key)
+        if outcome == "deleted":
+            if row is not None:
+                gone.append(row.pk)
+                rows.pop(item.key)
+            continue
+        if row is None:
+            row = AppliedObject(cluster=cluster, api_version=item.key[0], kind=item.key[1], namespace=item.key[2],
+                                name=item.key[3])
+            rows[item.key] = row
+            create.append(row)
+        elif row.pk is not None:
+            update.append(row)
+        row.tenant_id = plan.ids["tenant"].get(item.tenant or "")
+        row.project_id = plan.ids["project"].get(item.project or "")
+        if outcome == "applied":
+            row.hash, row.applied_at, row.error, row.error_at = item.hash, now, "", None
+        else:
+            row.error, row.error_at = outcome[:4000], now
+    if create:
+        AppliedObject.objects.bulk_create(create)
+    if update:
+        AppliedObject.objects.bulk_update(update, ["tenant_id", "project_id", "hash", "applied_at", "error", "error_at"])
+    if gone:
+        AppliedObject.objects.filter(pk__in=gone).delete()
+
+
+# ----------------------------------------------------------------------------------------- usage read-back
+def _amount(resource: str, value: Any) -> Decimal:
+    amount = parse_quantity(value)
+    if resource == "memory":
+        amount = amount / Decimal(2**30)
+    return amount.quantize(Decimal("0.001"))
+
+
+def usage_readback(cluster: Cluster, queues: list[dict[str, Any]]) -> int:
+    """Copy ClusterQueue status (reserved quota and what is borrowed) into ``Quota.used``/``borrowed``.
+
+    Project rows get their queues' numbers (two queues per project in F); tenant rows the sum of their
+    projects'. Only rows whose numbers changed are written. Returns the number of rows written.
+    """
+    per_project: dict[tuple[str, str, str], list[Decimal]] = {}
+    for cq in queues:
+        project = ((cq.get("metadata") or {}).get("labels") or {}).get(m.PROJECT_LABEL)
+        status = cq.get("status") or {}
+        flavors = status.get("flavorsReservation") or status.get("flavorsUsage") or []
+        if not project:
+            continue
+        for flavor in flavors:
+            for res in flavor.get("resources") or []:
+                key = (project, flavor.get("name", ""), res.get("name", ""))
+                acc = per_project.setdefault(key, [Decimal(0), Decimal(0)])
+                acc[0] += _amount(key[2], res.get("total"))
+                acc[1] += _amount(key[2], res.get("borrowed"))
+    per_tenant: dict[tuple[int, str, str], Decimal] = {}
+    now = timezone.now()
+    changed: list[Quota] = []
+    rows = list(Quota.objects.filter(flavor__cluster=cluster).select_related("project", "flavor"))
+    for row in rows:
+        if row.project_id is None:
+            continue
+        used, borrowed = per_project.get((row.project.slug, row.flavor.name, row.resource), [Decimal(0), Decimal(0)])
+        key = (row.tenant_id, row.flavor.name, row.resource)
+        per_tenant[key] = per_tenant.get(key, Decimal(0)) + used
+        if row.used != used or row.borrowed != borrowed:
+            row.used, row.borrowed, row.usage_at = used, borrowed, now
+            changed.append(row)
+    for row in rows:
+        if row.project_id is None:
+            used = per_tenant.get((row.tenant_id, row.flavor.name, row.resource), Decimal(0))
+            if row.used != used:
+                row.used, row.usage_at = used, now
+                changed.append(row)
+    if changed:
+        Quota.objects.bulk_update(changed, ["used", "borrowed", "usage_at"])
+    return len(changed)
+
+
+# ----------------------------------------------------------------------------------------- entry points
+def reconcile(cluster: Cluster, *, kube: Any = None, sleep: Callable[[float], None] = time.sleep) -> ApplyResult:
+    """Bring ``cluster`` to the desired state (the periodic and on-change task). Idempotent."""
+    from portal.kube import kube_for
+
+    kube = kube or kube_for(cluster)
+    plan = plan_build(cluster, kube=kube)
+    result = plan_apply(plan, kube=kube, sleep=sleep) if not plan.empty else ApplyResult()
+    usage_readback(cluster, plan.live_cluster_queues)
+    Cluster.objects.filter(pk=cluster.pk).update(reconciled_at=timezone.now())
+    return result
+
+
+def export_yaml(cluster: Cluster, tenant: Tenant | str | None = None) -> str:
+    """The desired state as multi-document YAML, for the cluster or one tenant's objects (for review in Git)."""
+    objects = m.desired_state(cluster, snapshot_load(cluster))
+    if tenant is not None:
+        slug = tenant.slug if isinstance(tenant, Tenant) else tenant
+        objects = [o for o in objects if m.owner_of(o)[0] == slug]
+    return yaml.safe_dump_all(objects, sort_keys=False)

@@ -1,0 +1,236 @@
+"""Every read of capacity, flavors and quotas that depends on who asks, plus the sums the
+invariants are made of. The API viewsets, the portal pages and the services start here."""
+
+from __future__ import annotations
+
+from decimal import ROUND_FLOOR, Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet, Sum
+from guardian.shortcuts import get_objects_for_user
+
+from tenants.access import OPS_GROUP, Actor, is_ops
+from tenants.models import Project, Role, Tenant
+from tenants.selectors import admin_tenants_for, projects_for, projects_where
+
+from .capacity import capacity_by_flavor
+from .models import Cluster, Flavor, Quota, QuotaRequest
+
+ZERO = Decimal(0)
+MILLI = Decimal("0.001")
+Approver = QuotaRequest.Approver
+TIER_RANK = {Approver.PROJECT_ADMIN: 0, Approver.TENANT_ADMIN: 1, Approver.OPS: 2}
+
+
+def _ops(actor: Actor) -> bool:
+    return actor.token is None and is_ops(actor.user)
+
+
+# Clusters and flavors --------------------------------------------------------------------------
+
+
+def clusters_for(*, actor: Actor) -> QuerySet[Cluster]:
+    """Every signed-in user sees that clusters exist (name and architecture; the API shows ops the rest)."""
+    return Cluster.objects.all()
+
+
+def flavors_for(*, actor: Actor) -> QuerySet[Flavor]:
+    """Everyone sees the active flavors; ops also the deactivated ones."""
+    base = Flavor.objects.select_related("cluster")
+    return base if _ops(actor) else base.filter(active=True)
+
+
+def lookup_by_id_or_name(queryset: QuerySet[Any], key: str) -> Any:
+    """``/clusters/<id>/`` or ``/clusters/<name>/`` within an already-scoped queryset; else 404."""
+    from django.shortcuts import get_object_or_404
+
+    if str(key).isdigit():
+        return get_object_or_404(queryset, pk=int(key))
+    return get_object_or_404(queryset, name=key)
+
+
+# Quotas ----------------------------------------------------------------------------------------
+
+
+def _change_tenants(actor: Actor) -> QuerySet[Tenant]:
+    """Tenants whose settings (and quota split) ``actor`` may change: tenant admins' tenants."""
+    if actor.token is not None:
+        return Tenant.objects.none()
+    if is_ops(actor.user):
+        return Tenant.objects.all()
+    return get_objects_for_user(actor.user, "tenants.change_tenant", klass=Tenant, accept_global_perms=False)
+
+
+def quotas_for(*, actor: Actor) -> QuerySet[Quota]:
+    """Scoped like projects: ops see every row; tenant admins their tenants' rows (the tenant's own
+    and its projects'); members and viewers the rows of the projects they see."""
+    base = Quota.objects.select_related("tenant", "project", "flavor__cluster")
+    if _ops(actor):
+        return base
+    return base.filter(Q(tenant__in=admin_tenants_for(actor=actor)) | Q(project__in=projects_for(actor=actor)))
+
+
+def projects_promised(*, tenant: Tenant, flavor: Flavor, resource: str, exclude_project_id: int | None = None) -> Decimal:
+    """Sum of the nominal quotas of ``tenant``'s projects for (flavor, resource), archived ones included
+    (restoring a project must not break the invariant)."""
+    rows = Quota.objects.filter(tenant=tenant, project__isnull=False, flavor=flavor, resource=resource)
+    if exclude_project_id is not None:
+        rows = rows.exclude(project_id=exclude_project_id)
+    return rows.aggregate(total=Sum("nominal"))["total"] or ZERO
+
+
+def tenants_promised(*, flavor: Flavor, resource: str, exclude_tenant_id: int | None = None) -> Decimal:
+    """Sum of the tenants' nominal quotas for (flavor, resource)."""
+    rows = Quota.objects.filter(project__isnull=True, flavor=flavor, resource=resource)
+    if exclude_tenant_id is not None:
+        rows = rows.exclude(tenant_id=exclude_tenant_id)
+    return rows.aggregate(total=Sum("nominal"))["total"] or ZERO
+
+
+def tenant_nominal(*, tenant: Tenant, flavor: Flavor, resource: str) -> Decimal:
+    row = Quota.objects.filter(tenant=tenant, project__isnull=True, flavor=flavor, resource=resource).first()
+    return row.nominal if row else ZERO
+
+
+def allowed_promise(cluster: Cluster, capacity: Decimal) -> Decimal:
+    """What the tenants may be promised in total: capacity plus the cluster's explicit overcommit."""
+    allowed = capacity * (100 + cluster.overcommit_percent) / 100
+    return allowed.quantize(MILLI, rounding=ROUND_FLOOR)
+
+
+def capacity_of(cluster: Cluster, flavor: Flavor, resource: str) -> Decimal:
+    return capacity_by_flavor(cluster).get((flavor.pk, resource), ZERO)
+
+
+def headroom(*, project: Project, flavor: Flavor, resource: str) -> dict[str, Decimal]:
+    """The tenant's unassigned quota and the cluster's unpromised capacity (within overcommit)."""
+    tenant = project.tenant
+    cluster = flavor.cluster
+    unassigned = tenant_nominal(tenant=tenant, flavor=flavor, resource=resource) - projects_promised(
+        tenant=tenant, flavor=flavor, resource=resource
+    )
+    allowed = allowed_promise(cluster, capacity_of(cluster, flavor, resource))
+    unpromised = allowed - tenants_promised(flavor=flavor, resource=resource)
+    return {"unassigned": unassigned, "unpromised": unpromised}
+
+
+def approver_for(*, project: Project, flavor: Flavor, resource: str, amount: Decimal) -> str:
+    """Who owns the headroom for ``amount`` more: the tenant's unassigned quota (project admin),
+    else the cluster's unpromised capacity for the shortfall (tenant admin), else ops."""
+    room = headroom(project=project, flavor=flavor, resource=resource)
+    if room["unassigned"] >= amount:
+        return Approver.PROJECT_ADMIN
+    shortfall = amount - max(room["unassigned"], ZERO)
+    if room["unpromised"] >= shortfall:
+        return Approver.TENANT_ADMIN
+    return Approver.OPS
+
+
+def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
+    """The project's quota per (flavor, resource): promised, limits, in use, borrowed, and free
+    (what is left of its own nominal quota; borrowing may add to it when the cohort has room)."""
+    rows = (
+        Quota.objects.filter(project=project, flavor__active=True)
+        .select_related("flavor__cluster")
+        .order_by("flavor__cluster__name", "flavor__order", "flavor__name", "resource")
+    )
+    return [
+        {
+            "cluster": row.flavor.cluster.name,
+            "flavor": row.flavor.name,
+            "flavor_id": row.flavor_id,
+            "resource": row.resource,
+            "nominal": row.nominal,
+            "borrowing_limit": row.borrowing_limit,
+            "lending_limit": row.lending_limit,
+            "used": row.used,
+            "borrowed": row.borrowed,
+            "free": max(row.nominal - row.used, ZERO),
+            "usage_at": row.usage_at,
+        }
+        for row in rows
+    ]
+
+
+def overcommit_for(*, cluster: Cluster) -> list[dict[str, Any]]:
+    """Per active (flavor, resource): what the tenants are promised against the capacity that counts.
+
+    ``percent_over`` is how far the promises exceed the capacity (0 when they fit; ``None`` when
+    something is promised and there is no capacity at all); ``allowed`` adds the cluster's overcommit.
+    """
+    capacity = capacity_by_flavor(cluster)
+    promised = {
+        (row["flavor_id"], row["resource"]): row["total"]
+        for row in Quota.objects.filter(flavor__cluster=cluster, project__isnull=True)
+        .values("flavor_id", "resource")
+        .annotate(total=Sum("nominal"))
+    }
+    out = []
+    for flavor in Flavor.objects.filter(cluster=cluster, active=True):
+        for resource in flavor.resource_names:
+            cap = capacity.get((flavor.pk, resource), ZERO)
+            prom = promised.get((flavor.pk, resource)) or ZERO
+            over = max(prom - cap, ZERO)
+            if cap > 0:
+                percent = (over * 100 / cap).quantize(Decimal("0.1"))
+            else:
+                percent = None if prom > 0 else Decimal("0.0")
+            allowed = allowed_promise(cluster, cap)
+            out.append(
+                {
+                    "flavor": flavor.name,
+                    "flavor_id": flavor.pk,
+                    "resource": resource,
+                    "promised": prom,
+                    "capacity": cap,
+                    "over": over,
+                    "percent_over": percent,
+                    "allowed": allowed,
+                    "within_limit": prom <= allowed,
+                }
+            )
+    return out
+
+
+# Quota requests --------------------------------------------------------------------------------
+
+
+def quota_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[QuotaRequest]:
+    """Your own requests and those of projects you approve for (tenant admins: the whole tenant).
+
+    ``inbox``: only pending requests ``actor`` may decide now, by the tier the request was routed to
+    (the same rule as ``services.quota_request_approve``; it may still escalate at decision time).
+    """
+    base = QuotaRequest.objects.select_related("project__tenant", "flavor__cluster", "requested_by", "decided_by")
+    if _ops(actor):
+        return base.filter(status=QuotaRequest.Status.PENDING) if inbox else base
+    user = actor.user
+    if actor.token is not None:
+        return base.none() if inbox else base.filter(project_id=actor.token.project_id, requested_by=user)
+    approve_projects = projects_where(actor=actor, perm="approve_project").values("pk")
+    admin_tenants = _change_tenants(actor).values("pk")
+    if not inbox:
+        return base.filter(Q(requested_by=user) | Q(project__in=approve_projects) | Q(project__tenant__in=admin_tenants))
+    tenant_tier = Q(approver__in=[Approver.PROJECT_ADMIN, Approver.TENANT_ADMIN], project__tenant__in=admin_tenants)
+    project_tier = Q(approver=Approver.PROJECT_ADMIN, project__in=approve_projects) & ~Q(requested_by=user)
+    return base.filter(status=QuotaRequest.Status.PENDING).filter(tenant_tier | project_tier)
+
+
+def ops_users() -> QuerySet[Any]:
+    User = get_user_model()
+    return User.objects.filter(is_active=True).filter(Q(is_superuser=True) | Q(is_staff=True, groups__name=OPS_GROUP)).distinct()
+
+
+def quota_request_approvers(*, request: QuotaRequest) -> list[Any]:
+    """The people who may decide ``request`` at the tier it was routed to (ops only for ops requests)."""
+    User = get_user_model()
+    tenant_admins = Q(memberships__tenant_id=request.project.tenant_id, memberships__role=Role.TENANT_ADMIN)
+    if request.approver == Approver.OPS:
+        users = ops_users()
+    elif request.approver == Approver.TENANT_ADMIN:
+        users = User.objects.filter(tenant_admins, is_active=True)
+    else:
+        project_admins = Q(memberships__project_id=request.project_id, memberships__role=Role.PROJECT_ADMIN)
+        users = User.objects.filter(tenant_admins | project_admins, is_active=True)
+    return list(users.distinct().order_by("username"))

@@ -1,0 +1,791 @@
+"""Every write to clusters, flavors, quotas and quota requests: check the rules, write, audit, and
+schedule the reconcile (and notifications) for after commit. One transaction each.
+
+Quota invariants, kept under row locks so concurrent changes cannot break them:
+
+1. a tenant's projects' nominal quotas for (flavor, resource) sum to at most the tenant's nominal
+   quota: every change of a project row, and every lowering of a tenant row, holds the lock on the
+   tenant's ``Quota`` row (created with nominal 0 when missing, under a lock on the ``Tenant`` row);
+2. the tenants' nominal quotas sum to at most capacity x (1 + overcommit_percent / 100): every
+   raise of a tenant row holds the lock on the ``Cluster`` row.
+
+Locks are always taken in one order: quota request, cluster, tenant, tenant quota row, project
+quota row. Only increases are checked against the limit above them, so a cluster that lost nodes
+can still have its promises lowered; ``selectors.overcommit_for`` shows what is over.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from tenants.access import Actor, has_perm
+from tenants.audit import audit_record, snapshot
+from tenants.models import DNS1123_LABEL, Project, Tenant
+
+from . import selectors
+from .events import schedule_reconcile
+from .exceptions import AlreadyDecided, QuotaExceeded
+from .mig import MIG_PROFILES, validate_mig_profile
+from .models import Architecture, Cluster, Flavor, Quota, QuotaRequest
+from .notify import quota_request_notify
+
+ZERO = Decimal(0)
+MILLI = Decimal("0.001")
+MAX_QUANTITY = Decimal("99999999999")  # fits Quota's DecimalField(max_digits=14, decimal_places=3)
+Approver = QuotaRequest.Approver
+Status = QuotaRequest.Status
+
+CLUSTER_FIELDS = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path"]
+FLAVOR_FIELDS = [
+    "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile", "hami_memory_mib",
+    "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order", "active",
+]
+REQUEST_FIELDS = ["status", "approver", "comment", "decided_at"]
+MIG_ARCHITECTURES = {Architecture.C, Architecture.E, Architecture.F}
+HAMI_ARCHITECTURES = {Architecture.D, Architecture.E, Architecture.F}
+MAX_OVERCOMMIT_PERCENT = 1000
+POOL_LABELS = {"", "online", "offline"}
+TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
+
+
+def fmt(value: Any) -> str:
+    """A quantity for people: ``12`` rather than ``12.000``, ``0.5`` rather than ``5E-1``."""
+    if value is None:
+        return "unlimited"
+    text = format(Decimal(value).normalize(), "f")
+    return "0" if text in ("-0", "") else text
+
+
+def _require_ops(actor: Actor, message: str) -> None:
+    if actor.user is not None and not actor.is_ops:
+        raise NotAllowed(message)
+
+
+def _require_writable(actor: Actor, tenant: Tenant) -> None:
+    if not tenant.is_active and not actor.is_ops and actor.user is not None:
+        raise ReadOnlyTenant(f"Tenant {tenant.slug} is suspended: its data can be read but not changed.")
+
+
+def _full_clean(obj: Any, exclude: list[str] | None = None) -> None:
+    """Model validation as field errors (``non_field_errors`` rather than Django's ``__all__``)."""
+    try:
+        obj.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise ValidationError({("non_field_errors" if k == "__all__" else k): v for k, v in exc.message_dict.items()}) from None
+
+
+# Clusters --------------------------------------------------------------------------------------
+
+
+def _cluster_check(cluster: Cluster) -> None:
+    if cluster.architecture not in Architecture.values:
+        raise Invalid(f"Architecture must be one of {', '.join(Architecture.values)}.", field="architecture")
+    if cluster.use_mig and cluster.architecture not in MIG_ARCHITECTURES:
+        raise Invalid(f"MIG flavors belong to architectures C, E and F, not {cluster.architecture}.", field="use_mig")
+    if cluster.use_hami and cluster.architecture not in HAMI_ARCHITECTURES:
+        raise Invalid(f"HAMi flavors belong to architectures D, E and F, not {cluster.architecture}.", field="use_hami")
+    if not 0 <= int(cluster.overcommit_percent) <= MAX_OVERCOMMIT_PERCENT:
+        raise Invalid(f"Overcommit is a percentage from 0 to {MAX_OVERCOMMIT_PERCENT}.", field="overcommit_percent")
+    if cluster.kubeconfig_path and not cluster.kubeconfig_path.startswith("/"):
+        raise Invalid("Give the absolute path of the kubeconfig file mounted into the portal.", field="kubeconfig_path")
+    _full_clean(cluster, exclude=["kubeconfig_encrypted"])
+    if Cluster.objects.filter(name=cluster.name).exclude(pk=cluster.pk).exists():
+        raise Invalid(f"A cluster named {cluster.name!r} already exists.", field="name")
+
+
+def _kubeconfig_encrypted(kubeconfig: str) -> str:
+    """Check that ``kubeconfig`` looks like one, and encrypt it for storage (portal/crypto.py)."""
+    from portal.crypto import encrypt
+
+    if len(kubeconfig) > 1_000_000:
+        raise Invalid("The kubeconfig is larger than 1 MB.", field="kubeconfig")
+    try:
+        data = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        raise Invalid("The kubeconfig is not valid YAML.", field="kubeconfig") from None
+    if not isinstance(data, dict) or not isinstance(data.get("clusters"), list) or not data["clusters"]:
+        raise Invalid("The kubeconfig has no clusters: paste the whole file.", field="kubeconfig")
+    return encrypt(kubeconfig)
+
+
+@transaction.atomic
+def cluster_create(
+    *,
+    actor: Actor,
+    name: str,
+    architecture: str = Architecture.B,
+    use_mig: bool = False,
+    use_hami: bool = False,
+    volcano_capacity_plugin: bool = False,
+    overcommit_percent: int = 0,
+    kubeconfig: str = "",
+    kubeconfig_path: str = "",
+) -> Cluster:
+    _require_ops(actor, "Only platform ops register clusters.")
+    cluster = Cluster(
+        name=name, architecture=architecture, use_mig=use_mig, use_hami=use_hami,
+        volcano_capacity_plugin=volcano_capacity_plugin, overcommit_percent=overcommit_percent,
+        kubeconfig_path=kubeconfig_path,
+    )
+    _cluster_check(cluster)
+    if kubeconfig:
+        cluster.kubeconfig_encrypted = _kubeconfig_encrypted(kubeconfig)
+    cluster.save()
+    after = snapshot(cluster, CLUSTER_FIELDS) | {"kubeconfig": "set" if kubeconfig else ""}
+    audit_record(actor=actor, action="cluster.create", target=cluster, after=after)
+    schedule_reconcile(cluster.pk)
+    return cluster
+
+
+@transaction.atomic
+def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster:
+    """Change a cluster's settings. ``kubeconfig`` replaces the stored one (write-only)."""
+    _require_ops(actor, "Only platform ops change clusters.")
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    allowed = set(CLUSTER_FIELDS) | {"kubeconfig"}
+    for key in changes:
+        if key not in allowed:
+            raise Invalid("This field cannot be changed.", field=key)
+    before = snapshot(cluster, CLUSTER_FIELDS)
+    old_overcommit = cluster.overcommit_percent
+    kubeconfig = changes.pop("kubeconfig", None)
+    for field, value in changes.items():
+        setattr(cluster, field, value)
+    _cluster_check(cluster)
+    quotas = Quota.objects.filter(flavor__cluster=cluster)
+    if cluster.architecture == Architecture.A and quotas.filter(project__isnull=False).exclude(
+        borrowing_limit__isnull=True, lending_limit__isnull=True
+    ).exists():
+        raise Invalid(
+            "Architecture A has no cohorts: clear the borrowing and lending limits of this cluster's quotas first.",
+            field="architecture",
+        )
+    for flag, kind in (("use_mig", Flavor.Kind.MIG), ("use_hami", Flavor.Kind.HAMI)):
+        if not getattr(cluster, flag) and cluster.flavors.filter(kind=kind, active=True).exists():
+            raise Invalid(f"Deactivate the cluster's {kind} flavors first.", field=flag)
+    if cluster.overcommit_percent < old_overcommit:
+        _check_promises_fit(cluster)
+    extra = {}
+    if kubeconfig is not None:
+        cluster.kubeconfig_encrypted = _kubeconfig_encrypted(kubeconfig) if kubeconfig else ""
+        extra = {"kubeconfig": "replaced" if kubeconfig else "removed"}
+    cluster.save()
+    audit_record(actor=actor, action="cluster.update", target=cluster, before=before, after=snapshot(cluster, CLUSTER_FIELDS) | extra)
+    schedule_reconcile(cluster.pk)
+    return cluster
+
+
+def cluster_set_kubeconfig(*, actor: Actor, cluster: Cluster, kubeconfig: str) -> Cluster:
+    """Store a new kubeconfig, encrypted at rest (an empty string removes it)."""
+    return cluster_update(actor=actor, cluster=cluster, kubeconfig=kubeconfig)
+
+
+def _check_promises_fit(cluster: Cluster) -> None:
+    """Lowering the overcommit must leave every (flavor, resource)'s promises within the new limit."""
+    for row in selectors.overcommit_for(cluster=cluster):
+        if not row["within_limit"]:
+            over = row["promised"] - row["allowed"]
+            raise QuotaExceeded(
+                f"tenants of cluster {cluster.name} are promised {fmt(row['promised'])} x {row['resource']} in "
+                f"{row['flavor']} but {cluster.overcommit_percent}% overcommit allows {fmt(row['allowed'])} "
+                f"({fmt(over)} over); lower the tenants' quotas first",
+                constraint="cluster", over=over,
+            )
+
+
+# Flavors ---------------------------------------------------------------------------------------
+
+
+def _check_label_key(key: Any, field: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise Invalid("Label and taint keys are non-empty strings.", field=field)
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not all(DNS1123_LABEL.regex.match(part) for part in prefix.split("."))):
+        raise Invalid(f"{key!r}: the prefix must be a DNS subdomain.", field=field)
+    if len(name) > 63 or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", name):
+        raise Invalid(f"{key!r} is not a valid Kubernetes label key.", field=field)
+
+
+def _check_label_value(value: Any, field: str) -> None:
+    if not isinstance(value, str) or len(value) > 63 or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", value):
+        raise Invalid(f"{value!r} is not a valid Kubernetes label value (a string of at most 63 characters).", field=field)
+
+
+def _flavor_check(flavor: Flavor, cluster: Cluster) -> None:
+    if flavor.kind not in Flavor.Kind.values:
+        raise Invalid(f"Unknown kind {flavor.kind!r}; use one of {', '.join(Flavor.Kind.values)}.", field="kind")
+    if flavor.kind == Flavor.Kind.MIG:
+        if not cluster.use_mig:
+            raise Invalid(f"Cluster {cluster.name} does not offer MIG flavors (use_mig is off).", field="kind")
+        flavor.gpu_model = (flavor.gpu_model or "").strip().lower()
+        flavor.mig_profile = validate_mig_profile(flavor.gpu_model, flavor.mig_profile)
+    else:
+        if flavor.mig_profile:
+            raise Invalid("Only MIG flavors have a MIG profile.", field="mig_profile")
+        if flavor.gpu_model and flavor.gpu_model.lower() not in MIG_PROFILES and not DNS1123_LABEL.regex.match(flavor.gpu_model):
+            raise Invalid("Use a short model key like h100-80gb.", field="gpu_model")
+    if flavor.kind == Flavor.Kind.HAMI:
+        if not cluster.use_hami:
+            raise Invalid(f"Cluster {cluster.name} does not offer HAMi flavors (use_hami is off).", field="kind")
+        if not flavor.hami_memory_mib or flavor.hami_memory_mib <= 0:
+            raise Invalid("A HAMi flavor needs the memory per vGPU in MiB (more than 0).", field="hami_memory_mib")
+        if not flavor.hami_cores_percent or not 0 < flavor.hami_cores_percent <= 100:
+            raise Invalid("A HAMi flavor needs the compute per vGPU, 1 to 100 (% of a card).", field="hami_cores_percent")
+    else:
+        if flavor.hami_memory_mib:
+            raise Invalid("Only HAMi flavors have memory per vGPU.", field="hami_memory_mib")
+        if flavor.hami_cores_percent:
+            raise Invalid("Only HAMi flavors have cores per vGPU.", field="hami_cores_percent")
+    if flavor.pool_label not in POOL_LABELS:
+        raise Invalid("The pool is empty, 'online' or 'offline'.", field="pool_label")
+    if not isinstance(flavor.node_labels, dict):
+        raise Invalid("Node labels are an object of label key to value.", field="node_labels")
+    for key, value in flavor.node_labels.items():
+        _check_label_key(key, "node_labels")
+        _check_label_value(value, "node_labels")
+    if not isinstance(flavor.taints, list):
+        raise Invalid("Taints are a list.", field="taints")
+    for taint in flavor.taints:
+        if not isinstance(taint, dict) or set(taint) - {"key", "value", "effect"} or "key" not in taint:
+            raise Invalid("Each taint is {key, value, effect}.", field="taints")
+        _check_label_key(taint["key"], "taints")
+        _check_label_value(taint.get("value", ""), "taints")
+        if taint.get("effect") not in TAINT_EFFECTS:
+            raise Invalid(f"A taint's effect is one of {', '.join(sorted(TAINT_EFFECTS))}.", field="taints")
+    if not isinstance(flavor.tolerations, list):
+        raise Invalid("Tolerations are a list.", field="tolerations")
+    for toleration in flavor.tolerations:
+        if not isinstance(toleration, dict) or set(toleration) - {"key", "operator", "value", "effect", "tolerationSeconds"}:
+            raise Invalid("Each toleration is {key, operator, value, effect, tolerationSeconds}.", field="tolerations")
+        if toleration.get("operator", "Equal") not in ("Equal", "Exists"):
+            raise Invalid("A toleration's operator is Equal or Exists.", field="tolerations")
+        if toleration.get("effect", "") not in TAINT_EFFECTS | {""}:
+            raise Invalid(f"A toleration's effect is empty or one of {', '.join(sorted(TAINT_EFFECTS))}.", field="tolerations")
+        if toleration.get("key"):
+            _check_label_key(toleration["key"], "tolerations")
+    _full_clean(flavor, exclude=["cluster"])
+    if Flavor.objects.filter(cluster=cluster, name=flavor.name).exclude(pk=flavor.pk).exists():
+        raise Invalid(f"Cluster {cluster.name} already has a flavor named {flavor.name!r}.", field="name")
+
+
+@transaction.atomic
+def flavor_create(
+    *,
+    actor: Actor,
+    cluster: Cluster,
+    name: str,
+    kind: str,
+    display_name: str = "",
+    gpu_product: str = "",
+    gpu_model: str = "",
+    mig_profile: str = "",
+    hami_memory_mib: int = 0,
+    hami_cores_percent: int = 0,
+    pool_label: str = "",
+    node_labels: dict[str, str] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    order: int = 100,
+) -> Flavor:
+    _require_ops(actor, "Only platform ops define flavors.")
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    flavor = Flavor(
+        cluster=cluster, name=name, kind=kind, display_name=display_name, gpu_product=gpu_product,
+        gpu_model=gpu_model, mig_profile=mig_profile, hami_memory_mib=hami_memory_mib,
+        hami_cores_percent=hami_cores_percent, pool_label=pool_label, node_labels=node_labels or {},
+        taints=taints or [], tolerations=tolerations or [], order=order,
+    )
+    _flavor_check(flavor, cluster)
+    flavor.save()
+    audit_record(actor=actor, action="flavor.create", target=flavor, after=snapshot(flavor, FLAVOR_FIELDS))
+    schedule_reconcile(cluster.pk)
+    return flavor
+
+
+@transaction.atomic
+def flavor_update(*, actor: Actor, flavor: Flavor, **changes: Any) -> Flavor:
+    """Change a flavor. Its cluster, name and kind name cluster objects and quota rows: fixed.
+    Its GPU model and MIG profile decide its resource names: fixed once it has quotas."""
+    _require_ops(actor, "Only platform ops change flavors.")
+    cluster = Cluster.objects.select_for_update().get(pk=flavor.cluster_id)
+    flavor = Flavor.objects.get(pk=flavor.pk)
+    for key, value in changes.items():
+        if key not in FLAVOR_FIELDS:
+            raise Invalid("Unknown field.", field=key)
+        if key in ("cluster", "name", "kind") and value != getattr(flavor, key if key != "cluster" else "cluster_id"):
+            raise Invalid(f"The {key} of a flavor cannot change; create another flavor.", field=key)
+    before = snapshot(flavor, FLAVOR_FIELDS)
+    old_resources = flavor.resource_names
+    for field, value in changes.items():
+        if field != "cluster":
+            setattr(flavor, field, value)
+    _flavor_check(flavor, cluster)
+    if flavor.resource_names != old_resources and Quota.objects.filter(flavor=flavor).exists():
+        raise Invalid("This flavor has quotas: its MIG profile cannot change; create another flavor.", field="mig_profile")
+    flavor.save()
+    action = "flavor.update"
+    if before and before["active"] != flavor.active:
+        action = "flavor.activate" if flavor.active else "flavor.deactivate"
+    audit_record(actor=actor, action=action, target=flavor, before=before, after=snapshot(flavor, FLAVOR_FIELDS))
+    schedule_reconcile(cluster.pk)
+    return flavor
+
+
+def flavor_deactivate(*, actor: Actor, flavor: Flavor) -> Flavor:
+    """Stop offering a flavor: new quotas and requests refuse it; the reconcile removes its
+    ResourceFlavor and the quota entries that name it. Its quota rows stay, for history."""
+    return flavor_update(actor=actor, flavor=flavor, active=False)
+
+
+# Quantities ------------------------------------------------------------------------------------
+
+
+def parse_quantity(value: Any, *, field: str, resource: str, allow_none: bool = False, positive: bool = False) -> Decimal | None:
+    """A quota number from user input: a non-negative decimal with at most 3 places; whole numbers
+    for GPU-like resources (``nvidia.com/...``). Raises ``Invalid`` naming ``field``."""
+    if value is None or value == "":
+        if allow_none:
+            return None
+        raise Invalid("A number is required.", field=field)
+    if isinstance(value, bool):
+        raise Invalid("A number is required.", field=field)
+    try:
+        number = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise Invalid(f"{value!r} is not a number.", field=field) from None
+    if not number.is_finite():
+        raise Invalid("A finite number is required.", field=field)
+    if number < 0:
+        raise Invalid("Must be 0 or more.", field=field)
+    if positive and number == 0:
+        raise Invalid("Must be more than 0.", field=field)
+    if number > MAX_QUANTITY:
+        raise Invalid(f"Must be at most {fmt(MAX_QUANTITY)}.", field=field)
+    if number != number.quantize(MILLI):
+        raise Invalid("At most 3 decimal places.", field=field)
+    if resource.startswith("nvidia.com/") and number != number.to_integral_value():
+        raise Invalid(f"{resource} is counted in whole units.", field=field)
+    return number.quantize(MILLI)
+
+
+def _check_flavor_resource(flavor: Flavor, resource: str) -> Flavor:
+    flavor = Flavor.objects.select_related("cluster").get(pk=flavor.pk)
+    if not flavor.active:
+        raise Invalid(f"Flavor {flavor.name} is no longer offered.", field="flavor")
+    if resource not in flavor.resource_names:
+        raise Invalid(f"Flavor {flavor.name} covers {', '.join(flavor.resource_names)}, not {resource!r}.", field="resource")
+    return flavor
+
+
+# Quotas ----------------------------------------------------------------------------------------
+
+
+def _quota_snapshot(row: Quota, tenant: Tenant, project: Project | None, flavor: Flavor) -> dict[str, Any]:
+    return {
+        "tenant": tenant.slug,
+        "project": project.slug if project else None,
+        "cluster": flavor.cluster.name,
+        "flavor": flavor.name,
+        "resource": row.resource,
+        "nominal": fmt(row.nominal),
+        "borrowing_limit": None if row.borrowing_limit is None else fmt(row.borrowing_limit),
+        "lending_limit": None if row.lending_limit is None else fmt(row.lending_limit),
+    }
+
+
+class _Locked:
+    """The rows one quota change holds locks on, in the order they were locked."""
+
+    def __init__(self, *, cluster: Cluster, cluster_locked: bool, tenant: Tenant, project: Project | None, flavor: Flavor,
+                 resource: str, tenant_row: Quota, project_row: Quota | None):
+        self.cluster, self.cluster_locked = cluster, cluster_locked
+        self.tenant, self.project, self.flavor, self.resource = tenant, project, flavor, resource
+        self.tenant_row, self.project_row = tenant_row, project_row
+
+
+def _lock(*, tenant: Tenant, project: Project | None, flavor: Flavor, resource: str, with_cluster: bool) -> _Locked:
+    """Lock cluster (when a tenant row may grow), tenant, the tenant's row, the project's row."""
+    if with_cluster:
+        cluster = Cluster.objects.select_for_update().get(pk=flavor.cluster_id)
+        flavor.cluster = cluster
+    else:
+        cluster = flavor.cluster
+    # The tenant lock serialises creating its Quota rows (no unique-violation races) and re-reads its status.
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    tenant_row = _row(tenant=tenant, project=None, flavor=flavor, resource=resource)
+    project_row = _row(tenant=tenant, project=project, flavor=flavor, resource=resource) if project else None
+    if project is not None:
+        project.tenant = tenant
+    return _Locked(cluster=cluster, cluster_locked=with_cluster, tenant=tenant, project=project, flavor=flavor, resource=resource,
+                   tenant_row=tenant_row, project_row=project_row)
+
+
+def _row(*, tenant: Tenant, project: Project | None, flavor: Flavor, resource: str) -> Quota:
+    row, _ = Quota.objects.get_or_create(tenant=tenant, project=project, flavor=flavor, resource=resource)
+    return Quota.objects.select_for_update().get(pk=row.pk)
+
+
+def _raise_tenant_fit(locked: _Locked, *, new: Decimal) -> None:
+    """Invariant 1, for a project row growing to ``new``."""
+    others = selectors.projects_promised(
+        tenant=locked.tenant, flavor=locked.flavor, resource=locked.resource, exclude_project_id=locked.project.pk
+    )
+    total, has = others + new, locked.tenant_row.nominal
+    if total > has:
+        raise QuotaExceeded(
+            f"projects of {locked.tenant.slug} would be promised {fmt(total)} x {locked.resource} in {locked.flavor.name} "
+            f"but the tenant has {fmt(has)} ({fmt(total - has)} over)",
+            constraint="tenant", over=total - has,
+        )
+
+
+def _raise_projects_fit(locked: _Locked, *, new: Decimal) -> None:
+    """Invariant 1, for a tenant row shrinking to ``new``."""
+    promised = selectors.projects_promised(tenant=locked.tenant, flavor=locked.flavor, resource=locked.resource)
+    if promised > new:
+        raise QuotaExceeded(
+            f"projects of {locked.tenant.slug} are promised {fmt(promised)} x {locked.resource} in {locked.flavor.name} "
+            f"but the tenant would have {fmt(new)} ({fmt(promised - new)} over); lower the projects' quotas first",
+            constraint="projects", over=promised - new,
+        )
+
+
+def _raise_cluster_fit(locked: _Locked, *, new: Decimal) -> None:
+    """Invariant 2, for a tenant row growing to ``new``. Needs the cluster lock."""
+    cluster = locked.cluster
+    capacity = selectors.capacity_of(cluster, locked.flavor, locked.resource)
+    allowed = selectors.allowed_promise(cluster, capacity)
+    total = selectors.tenants_promised(flavor=locked.flavor, resource=locked.resource, exclude_tenant_id=locked.tenant.pk) + new
+    if total > allowed:
+        if cluster.overcommit_percent:
+            limit = f"allows {fmt(allowed)} ({fmt(capacity)} with {cluster.overcommit_percent}% overcommit)"
+        else:
+            limit = f"has {fmt(capacity)}"
+        raise QuotaExceeded(
+            f"tenants of cluster {cluster.name} would be promised {fmt(total)} x {locked.resource} in {locked.flavor.name} "
+            f"but the cluster {limit} ({fmt(total - allowed)} over)",
+            constraint="cluster", over=total - allowed,
+        )
+
+
+_KEEP: Any = object()
+
+
+def _write(locked: _Locked, row: Quota, *, actor: Actor, action: str, nominal: Decimal,
+           borrowing_limit: Any = _KEEP, lending_limit: Any = _KEEP) -> Quota:
+    """Check the invariant the change could break, write the row, audit, schedule the reconcile."""
+    project = locked.project if row.project_id else None
+    if project is not None:
+        if nominal > row.nominal:
+            _raise_tenant_fit(locked, new=nominal)
+    else:
+        if nominal < row.nominal:
+            _raise_projects_fit(locked, new=nominal)
+        elif nominal > row.nominal:
+            if not locked.cluster_locked:
+                raise RuntimeError("a tenant quota may only grow under the cluster lock")
+            _raise_cluster_fit(locked, new=nominal)
+    before = _quota_snapshot(row, locked.tenant, project, locked.flavor)
+    row.nominal = nominal
+    if borrowing_limit is not _KEEP:
+        row.borrowing_limit = borrowing_limit
+    if lending_limit is not _KEEP:
+        row.lending_limit = lending_limit
+    if row.lending_limit is not None and row.lending_limit > row.nominal:
+        row.lending_limit = row.nominal  # a ClusterQueue cannot lend more than it is promised
+    row.save(update_fields=["nominal", "borrowing_limit", "lending_limit", "updated_at"])
+    after = _quota_snapshot(row, locked.tenant, project, locked.flavor)
+    if after != before:
+        audit_record(actor=actor, action=action, target=row, tenant=locked.tenant, project=project, before=before, after=after)
+        schedule_reconcile(locked.cluster.pk)
+    return row
+
+
+@transaction.atomic
+def quota_set(
+    *,
+    actor: Actor,
+    flavor: Flavor,
+    resource: str,
+    nominal: Any,
+    tenant: Tenant | None = None,
+    project: Project | None = None,
+    borrowing_limit: Any = None,
+    lending_limit: Any = None,
+) -> Quota:
+    """Set the nominal quota and limits of a tenant (ops) or a project (tenant admins, ops).
+
+    ``None`` limits mean "no limit" (Kueue's default). Raises ``QuotaExceeded`` naming the broken
+    invariant and the excess; ``Invalid`` (with a field) for bad input; ``NotAllowed``.
+    """
+    if (tenant is None) == (project is None):
+        raise Invalid("Give either a tenant or a project.", field="project" if project is None else "tenant")
+    if project is not None:
+        project = Project.objects.select_related("tenant").get(pk=project.pk)
+        tenant = project.tenant
+        if not has_perm(actor, "change_tenant", tenant):
+            raise NotAllowed("Only tenant admins and ops split the tenant's quota across its projects.")
+    else:
+        _require_ops(actor, "Only platform ops set a tenant's quota.")
+    assert tenant is not None
+    _require_writable(actor, tenant)
+    if not isinstance(resource, str) or not resource:
+        raise Invalid("A resource name is required.", field="resource")
+    flavor = _check_flavor_resource(flavor, resource)
+    nominal = parse_quantity(nominal, field="nominal", resource=resource)
+    borrowing = parse_quantity(borrowing_limit, field="borrowing_limit", resource=resource, allow_none=True)
+    lending = parse_quantity(lending_limit, field="lending_limit", resource=resource, allow_none=True)
+    if borrowing is not None or lending is not None:
+        field = "borrowing_limit" if borrowing is not None else "lending_limit"
+        if flavor.cluster.architecture == Architecture.A:
+            raise Invalid(
+                f"Cluster {flavor.cluster.name} runs architecture A: there is no cohort to borrow from or lend to.", field=field
+            )
+        if project is None:
+            raise Invalid(
+                "A tenant's quota is its cohort's pool, and a cohort without a parent cannot borrow or lend: "
+                "set limits on project quotas.", field=field,
+            )
+    if lending is not None and lending > nominal:
+        raise Invalid(f"A project cannot lend more than its nominal quota ({fmt(nominal)}).", field="lending_limit")
+    locked = _lock(tenant=tenant, project=project, flavor=flavor, resource=resource, with_cluster=project is None)
+    _require_writable(actor, locked.tenant)
+    row = locked.project_row if project is not None else locked.tenant_row
+    return _write(locked, row, actor=actor, action="quota.set", nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
+
+
+# Quota requests --------------------------------------------------------------------------------
+
+
+def _request_snapshot(request: QuotaRequest) -> dict[str, Any]:
+    return {
+        "project": request.project.slug,
+        "flavor": request.flavor.name,
+        "resource": request.resource,
+        "amount": fmt(request.amount),
+        "until": request.until.isoformat() if request.until else None,
+        "status": request.status,
+        "approver": request.approver,
+        "decided_by": request.decided_by.get_username() if request.decided_by_id else None,
+        "comment": request.comment,
+        "applied": request.applied or {},
+    }
+
+
+def _reload(request: QuotaRequest) -> QuotaRequest:
+    return QuotaRequest.objects.select_related("project__tenant", "flavor__cluster", "requested_by", "decided_by").get(pk=request.pk)
+
+
+@transaction.atomic
+def quota_request_create(
+    *,
+    actor: Actor,
+    project: Project,
+    flavor: Flavor,
+    resource: str,
+    amount: Any,
+    reason: str,
+    until: datetime | None = None,
+) -> QuotaRequest:
+    """A member asks for ``amount`` more of (flavor, resource) for the project, maybe until a date.
+    It is routed to whoever owns the headroom (``selectors.approver_for``)."""
+    project = Project.objects.select_related("tenant").get(pk=project.pk)
+    if actor.user is None:
+        raise NotAllowed("Quota requests are made by people.")
+    if not has_perm(actor, "submit_project", project):
+        raise NotAllowed("Your role in this project cannot ask for quota.")
+    _require_writable(actor, project.tenant)
+    if not project.is_active:
+        raise Invalid("The project is archived.", field="project")
+    if not isinstance(resource, str) or not resource:
+        raise Invalid("A resource name is required.", field="resource")
+    flavor = _check_flavor_resource(flavor, resource)
+    amount = parse_quantity(amount, field="amount", resource=resource, positive=True)
+    if until is not None and until <= timezone.now():
+        raise Invalid("The end must be in the future.", field="until")
+    reason = (reason or "").strip()
+    if not reason:
+        raise Invalid("Say why the project needs it.", field="reason")
+    request = QuotaRequest(
+        project=project, flavor=flavor, resource=resource, amount=amount, until=until, reason=reason,
+        requested_by=actor.user,
+        approver=selectors.approver_for(project=project, flavor=flavor, resource=resource, amount=amount),
+    )
+    _full_clean(request, exclude=["applied", "decided_by", "requested_by", "project", "flavor"])
+    request.save()
+    request = _reload(request)
+    audit_record(actor=actor, action="quota_request.create", target=request, tenant=project.tenant, project=project,
+                 after=_request_snapshot(request))
+    quota_request_notify(request=request, event="submitted", actor_label=actor.label)
+    return request
+
+
+def may_decide(actor: Actor, request: QuotaRequest, *, tier: str) -> bool:
+    """Project tier: the project's approvers (not the requester, unless a tenant admin); tenant tier:
+    tenant admins; ops tier: ops. A higher tier may always decide a lower one."""
+    if actor.user is None:
+        return True
+    if actor.is_ops:
+        return True
+    if tier == Approver.OPS:
+        return False
+    tenant_admin = has_perm(actor, "change_tenant", request.project.tenant)
+    if tier == Approver.TENANT_ADMIN:
+        return tenant_admin
+    if tenant_admin:
+        return True
+    return has_perm(actor, "approve_project", request.project) and actor.user.pk != request.requested_by_id
+
+
+_TIER_WHO = {
+    Approver.PROJECT_ADMIN: "a project admin (not the requester), a tenant admin or ops",
+    Approver.TENANT_ADMIN: "a tenant admin or ops",
+    Approver.OPS: "platform ops",
+}
+
+
+def _require_decider(actor: Actor, request: QuotaRequest, *, tier: str, why: str = "") -> None:
+    if not may_decide(actor, request, tier=tier):
+        raise NotAllowed(f"{why}Only {_TIER_WHO[tier]} may decide this request.")
+
+
+def _cas(request: QuotaRequest, *, source: str, **values: Any) -> None:
+    """Compare-and-set on status: of two deciders clicking at once exactly one wins."""
+    won = QuotaRequest.objects.filter(pk=request.pk, status=source).update(**values) == 1
+    if not won:
+        current = QuotaRequest.objects.filter(pk=request.pk).values_list("status", flat=True).first()
+        raise AlreadyDecided(f"The request is already {current}.")
+    for field, value in values.items():
+        setattr(request, field, value)
+
+
+@transaction.atomic
+def quota_request_approve(*, actor: Actor, request: QuotaRequest, comment: str = "") -> QuotaRequest:
+    """Approve and apply at once: the project's quota grows by the amount; when the tenant's
+    unassigned quota does not cover it, the tenant's grows by the shortfall (tenant admins, ops).
+    ``applied`` records what was added to which rows so the revert subtracts exactly that."""
+    request = _reload(request)
+    if request.status != Status.PENDING:
+        raise AlreadyDecided(f"The request is already {request.status}.")
+    _require_decider(actor, request, tier=request.approver)
+    _require_writable(actor, request.project.tenant)
+    now = timezone.now()
+    if request.until is not None and request.until <= now:
+        raise ConflictError("The request's end date has passed; ask again.")
+    before = _request_snapshot(request)
+    _cas(request, source=Status.PENDING, status=Status.APPROVED, decided_by=actor.user, decided_at=now, comment=comment or "")
+    project, flavor, resource, amount = request.project, request.flavor, request.resource, request.amount
+    flavor = _check_flavor_resource(flavor, resource)
+    locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
+    # Who owns the headroom now, under the locks: the routing at submission is a floor.
+    need = selectors.approver_for(project=project, flavor=flavor, resource=resource, amount=amount)
+    if selectors.TIER_RANK[need] > selectors.TIER_RANK[request.approver]:
+        _require_decider(actor, request, tier=need, why="The tenant's unassigned quota no longer covers this. ")
+    unassigned = locked.tenant_row.nominal - selectors.projects_promised(tenant=locked.tenant, flavor=flavor, resource=resource)
+    shortfall = max(amount - max(unassigned, ZERO), ZERO)
+    applied: dict[str, Any] = {}
+    if shortfall > 0:
+        _write(locked, locked.tenant_row, actor=actor, action="quota.raise", nominal=locked.tenant_row.nominal + shortfall)
+        applied["tenant"] = {"quota": locked.tenant_row.pk, "added": fmt(shortfall)}
+    assert locked.project_row is not None
+    _write(locked, locked.project_row, actor=actor, action="quota.raise", nominal=locked.project_row.nominal + amount)
+    applied["project"] = {"quota": locked.project_row.pk, "added": fmt(amount)}
+    request.applied = applied
+    request.save(update_fields=["applied"])
+    audit_record(actor=actor, action="quota_request.approve", target=request, tenant=project.tenant, project=project,
+                 before=before, after=_request_snapshot(request))
+    quota_request_notify(request=request, event="approved", actor_label=actor.label, also=[actor.user])
+    return request
+
+
+@transaction.atomic
+def quota_request_reject(*, actor: Actor, request: QuotaRequest, comment: str) -> QuotaRequest:
+    request = _reload(request)
+    if request.status != Status.PENDING:
+        raise AlreadyDecided(f"The request is already {request.status}.")
+    _require_decider(actor, request, tier=request.approver)
+    _require_writable(actor, request.project.tenant)
+    comment = (comment or "").strip()
+    if not comment:
+        raise Invalid("Say why, so the requester knows what to do.", field="comment")
+    before = _request_snapshot(request)
+    _cas(request, source=Status.PENDING, status=Status.REJECTED, decided_by=actor.user, decided_at=timezone.now(), comment=comment)
+    audit_record(actor=actor, action="quota_request.reject", target=request, tenant=request.project.tenant,
+                 project=request.project, before=before, after=_request_snapshot(request))
+    quota_request_notify(request=request, event="rejected", actor_label=actor.label, also=[actor.user])
+    return request
+
+
+@transaction.atomic
+def quota_request_cancel(*, actor: Actor, request: QuotaRequest) -> QuotaRequest:
+    """The requester withdraws a pending request."""
+    request = _reload(request)
+    if actor.user is None or actor.user.pk != request.requested_by_id:
+        raise NotAllowed("Only the requester can cancel a request; approvers reject it.")
+    if request.status != Status.PENDING:
+        raise AlreadyDecided(f"The request is already {request.status}.")
+    before = _request_snapshot(request)
+    _cas(request, source=Status.PENDING, status=Status.CANCELLED, decided_at=timezone.now())
+    audit_record(actor=actor, action="quota_request.cancel", target=request, tenant=request.project.tenant,
+                 project=request.project, before=before, after=_request_snapshot(request))
+    quota_request_notify(request=request, event="cancelled", actor_label=actor.label)
+    return request
+
+
+@transaction.atomic
+def quota_request_revert(*, request_id: int, now: datetime) -> bool:
+    """End an approved request whose ``until`` has passed: subtract what approval added, never
+    taking the project's quota below 0 nor the tenant's below what its projects are still promised.
+    False when there is nothing to do (not due, or another worker got there first)."""
+    won = QuotaRequest.objects.filter(pk=request_id, status=Status.APPROVED, until__lte=now).update(status=Status.REVERTED) == 1
+    if not won:
+        return False
+    actor = Actor.system()
+    request = _reload(QuotaRequest(pk=request_id))
+    before = _request_snapshot(request) | {"status": Status.APPROVED}
+    project, flavor, resource = request.project, request.flavor, request.resource
+    locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
+    applied = dict(request.applied or {})
+    reverted: dict[str, str] = {}
+    added = Decimal(applied.get("project", {}).get("added", "0"))
+    assert locked.project_row is not None
+    take = min(added, locked.project_row.nominal)
+    _write(locked, locked.project_row, actor=actor, action="quota.revert", nominal=locked.project_row.nominal - take)
+    reverted["project"] = fmt(take)
+    added = Decimal(applied.get("tenant", {}).get("added", "0"))
+    if added > 0:
+        promised = selectors.projects_promised(tenant=locked.tenant, flavor=flavor, resource=resource)
+        take = min(added, max(locked.tenant_row.nominal - promised, ZERO))
+        _write(locked, locked.tenant_row, actor=actor, action="quota.revert", nominal=locked.tenant_row.nominal - take)
+        reverted["tenant"] = fmt(take)
+    request.applied = applied | {"reverted": reverted, "reverted_at": now.isoformat()}
+    request.save(update_fields=["applied"])
+    audit_record(actor=actor, action="quota_request.revert", target=request, tenant=project.tenant, project=project,
+                 before=before, after=_request_snapshot(request))
+    quota_request_notify(request=request, event="reverted", actor_label=actor.label)
+    return True
+
+
+@transaction.atomic
+def quota_request_lapse(*, request_id: int, now: datetime) -> bool:
+    """A pending request whose ``until`` passed before anyone decided is closed (rejected by the system)."""
+    won = QuotaRequest.objects.filter(pk=request_id, status=Status.PENDING, until__lte=now).update(
+        status=Status.REJECTED, decided_at=now, comment="Ended before anyone decided."
+    ) == 1
+    if not won:
+        return False
+    request = _reload(QuotaRequest(pk=request_id))
+    audit_record(actor=Actor.system(), action="quota_request.lapse", target=request, tenant=request.project.tenant,
+                 project=request.project, before=_request_snapshot(request) | {"status": Status.PENDING},
+                 after=_request_snapshot(request))
+    quota_request_notify(request=request, event="lapsed", actor_label="system")
+    return True

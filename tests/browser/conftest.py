@@ -1,0 +1,109 @@
+"""Browser tests: Playwright (sync API) driving Debian's Chromium against pytest-django's live server.
+
+The live server runs in a thread of this process. Playwright's sync API keeps an event loop running
+in the main thread, which makes Django refuse ORM calls there (fixtures, assertions) unless told
+that this is safe, as it is here: nothing else runs on that loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium (apt-get install chromium). "
+            "They fail rather than skip, so a missing browser is never mistaken for a pass.",
+            pytrace=False,
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(autouse=True)
+def private_cache(settings) -> None:  # noqa: ANN001
+    """Login throttling counts failures in the cache: keep them out of the shared file cache."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "browser-tests"}}
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture
+def new_page(browser, live_server) -> Iterator[Callable[..., object]]:  # noqa: ANN001
+    """``new_page()`` opens a page in a fresh browser context (its own cookies) on the live server."""
+    contexts = []
+
+    def make(width: int = 1280, height: int = 900) -> object:
+        context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": height})
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def signed_in(new_page, cast, password) -> Callable[..., object]:  # noqa: ANN001
+    """``signed_in("alice")`` is a page where alice has signed in through the login form."""
+
+    def make(who: str, **size: int) -> object:
+        page = new_page(**size)
+        page.goto("/accounts/login/")
+        page.get_by_label("Username").fill(who)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/")
+        return page
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def audit_rows_cleared(transactional_db) -> Iterator[None]:  # noqa: ANN001
+    """Let the live-server tests' database flush run on SQLite.
+
+    There, migration 0002's trigger refuses DELETE on audit entries, so Django's flush after a
+    transactional test would fail. Depending on ``transactional_db`` makes this teardown run before
+    that flush: it removes the rows with the trigger briefly dropped, then puts the trigger back.
+    (PostgreSQL flushes with TRUNCATE, which row triggers don't see.)
+    """
+    yield
+    from importlib import import_module
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        return
+    migration = import_module("tenants.migrations.0002_audit_append_only")
+    with connection.cursor() as cursor:
+        for statement in migration.SQLITE_BACKWARD:
+            cursor.execute(statement)
+        cursor.execute("DELETE FROM tenants_auditentry")
+        for statement in migration.SQLITE_FORWARD:
+            cursor.execute(statement)

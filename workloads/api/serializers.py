@@ -1,0 +1,189 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.api import StrictSerializerMixin
+from quotas.models import Flavor
+
+from .. import selectors
+from ..models import ApprovalRule, Image, Priority, RequestEvent, ServiceTemplate, TemplateKind, WorkloadRequest
+from ..schema import form_fields
+
+
+class FlavorBriefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Flavor
+        fields = ["id", "name", "display_name", "kind"]
+        read_only_fields = fields
+
+
+class TemplateSerializer(serializers.ModelSerializer):
+    allowed_flavors = FlavorBriefSerializer(many=True, read_only=True)
+    form_fields = serializers.SerializerMethodField(help_text="The new-request form's fields, generated from parameters_schema.")
+
+    class Meta:
+        model = ServiceTemplate
+        fields = [
+            "id", "kind", "slug", "version", "name", "description", "parameters_schema", "form_fields",
+            "allowed_flavors", "default_gpus", "max_gpus", "default_cpu", "max_cpu", "default_memory_gib",
+            "max_memory_gib", "max_duration_hours", "idle_timeout_minutes", "active", "created_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_form_fields(self, template: ServiceTemplate) -> list[dict[str, Any]]:
+        return form_fields(template.parameters_schema)
+
+
+class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    allowed_flavors = serializers.PrimaryKeyRelatedField(
+        many=True, queryset=Flavor.objects.filter(active=True), required=False, help_text="Flavor ids."
+    )
+    parameters_schema = serializers.JSONField(required=False)
+
+    class Meta:
+        model = ServiceTemplate
+        fields = [
+            "kind", "slug", "name", "description", "parameters_schema", "allowed_flavors", "default_gpus", "max_gpus",
+            "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib", "max_duration_hours",
+            "idle_timeout_minutes", "active",
+        ]
+        validators: list = []  # slug+version uniqueness: the service picks the next version
+
+
+class ImageSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    kinds = serializers.ListField(child=serializers.ChoiceField(choices=TemplateKind.choices), allow_empty=False)
+
+    class Meta:
+        model = Image
+        fields = ["id", "name", "reference", "description", "kinds", "active"]
+        read_only_fields = ["id"]
+        validators: list = []  # reference uniqueness: reported by the model's full_clean as a field error
+
+
+class ApprovalRuleSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+
+    class Meta:
+        model = ApprovalRule
+        fields = [
+            "id", "project", "template_slug", "auto_approve_max_gpus", "auto_approve_max_hours",
+            "require_admin_for_inference", "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class ApprovalRuleWriteSerializer(StrictSerializerMixin, serializers.Serializer):
+    project = serializers.CharField(
+        max_length=63, allow_null=True, required=False, default=None,
+        help_text="Project slug; null for a global rule (ops only).",
+    )
+    template_slug = serializers.CharField(max_length=50, allow_blank=True, required=False, default="")
+    auto_approve_max_gpus = serializers.IntegerField(min_value=0, required=False)
+    auto_approve_max_hours = serializers.IntegerField(min_value=0, required=False)
+    require_admin_for_inference = serializers.BooleanField(required=False)
+
+
+class TemplateBriefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ServiceTemplate
+        fields = ["id", "kind", "slug", "version", "name"]
+        read_only_fields = fields
+
+
+class RequestEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RequestEvent
+        fields = ["at", "from_state", "to_state", "actor_label", "message"]
+        read_only_fields = fields
+
+
+class RequestSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    namespace = serializers.CharField(source="project.namespace", read_only=True)
+    k8s_name = serializers.CharField(read_only=True)
+    template = TemplateBriefSerializer(read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    approved_by = serializers.CharField(source="approved_by.username", read_only=True, allow_null=True, default=None)
+    pending_reason = serializers.SerializerMethodField(help_text="Why it is not running yet; empty when not waiting.")
+    cost_estimate = serializers.SerializerMethodField(help_text="Null until billing exists.")
+
+    class Meta:
+        model = WorkloadRequest
+        fields = [
+            "id", "name", "k8s_name", "namespace", "tenant", "project", "template", "image", "flavor", "gpus",
+            "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority", "state", "state_reason",
+            "pending_reason", "cost_estimate", "requested_by", "approved_by", "created_at", "updated_at",
+            "approved_at", "queued_at", "started_at", "finished_at", "expires_at",
+        ]
+        read_only_fields = fields
+
+    def get_pending_reason(self, req: WorkloadRequest) -> str:
+        return selectors.request_pending_reason(req)
+
+    @extend_schema_field(OpenApiTypes.DECIMAL)
+    def get_cost_estimate(self, req: WorkloadRequest) -> None:
+        return None
+
+
+class RequestDetailSerializer(RequestSerializer):
+    timeline = serializers.SerializerMethodField()
+
+    class Meta(RequestSerializer.Meta):
+        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline"]
+        read_only_fields = fields
+
+    @extend_schema_field(RequestEventSerializer(many=True))
+    def get_timeline(self, req: WorkloadRequest) -> list[dict[str, Any]]:
+        return RequestEventSerializer(selectors.request_timeline(req), many=True).data
+
+
+class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    project = serializers.CharField(max_length=63, required=False, help_text="Project slug; with a token, defaults to its project.")
+    template = serializers.CharField(max_length=60, help_text="Template id, or slug (its newest active version).")
+    image = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    flavor = serializers.CharField(max_length=63, required=False, help_text="Flavor name; default: the template's first.")
+    gpus = serializers.IntegerField(min_value=0, required=False)
+    replicas = serializers.IntegerField(min_value=1, required=False)
+    cpu = serializers.DecimalField(max_digits=6, decimal_places=2, min_value=0, required=False)
+    memory_gib = serializers.IntegerField(min_value=1, required=False)
+    parameters = serializers.JSONField(required=False, help_text="Checked against the template's parameters_schema.")
+    duration_hours = serializers.IntegerField(min_value=1, required=False)
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+    name = serializers.CharField(max_length=40, required=False, allow_blank=True)
+
+
+class CommentSerializer(StrictSerializerMixin, serializers.Serializer):
+    comment = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+class ReasonSerializer(StrictSerializerMixin, serializers.Serializer):
+    reason = serializers.CharField(max_length=400, required=False, allow_blank=True, default="")
+
+
+class ExtendSerializer(StrictSerializerMixin, serializers.Serializer):
+    hours = serializers.IntegerField(min_value=1, max_value=24 * 366)
+
+
+class ScaleSerializer(StrictSerializerMixin, serializers.Serializer):
+    replicas = serializers.IntegerField(min_value=1, max_value=64)
+
+
+class InboxSerializer(RequestSerializer):
+    context = serializers.SerializerMethodField(
+        help_text="quota (the project's rows for this flavor), in_use, waiting_ahead, cost_estimate (null until billing)."
+    )
+
+    class Meta(RequestSerializer.Meta):
+        fields = RequestSerializer.Meta.fields + ["context"]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_context(self, req: WorkloadRequest) -> dict[str, Any]:
+        return selectors.approval_context(req)

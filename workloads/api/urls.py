@@ -1,0 +1,13 @@
+from rest_framework.routers import SimpleRouter
+
+from .views import ApprovalInboxViewSet, ApprovalRuleViewSet, ImageViewSet, RequestViewSet, TemplateViewSet
+
+# SimpleRouter: the API root at /api/v1/ belongs to the tenancy router.
+router = SimpleRouter()
+router.register("templates", TemplateViewSet, basename="template")
+router.register("images", ImageViewSet, basename="image")
+router.register("approval-rules", ApprovalRuleViewSet, basename="approval-rule")
+router.register("requests", RequestViewSet, basename="request")
+router.register("approvals", ApprovalInboxViewSet, basename="approval")
+
+urlpatterns = router.urls

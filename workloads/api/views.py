@@ -1,0 +1,342 @@
+"""REST API for the catalogue and requests. Querysets start from selectors; writes go through services."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from django.shortcuts import get_object_or_404
+from django.utils.http import parse_etags
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
+
+from portal.exceptions import Invalid, NotAllowed
+from quotas.models import Flavor
+from tenants.access import Actor
+from tenants.selectors import projects_for
+
+from .. import selectors, services
+from ..filters import ImageFilter, RequestFilter, TemplateFilter
+from ..models import ServiceTemplate, WorkloadRequest
+from .serializers import (
+    ApprovalRuleSerializer,
+    ApprovalRuleWriteSerializer,
+    CommentSerializer,
+    ExtendSerializer,
+    ImageSerializer,
+    InboxSerializer,
+    ReasonSerializer,
+    RequestCreateSerializer,
+    RequestDetailSerializer,
+    RequestSerializer,
+    ScaleSerializer,
+    TemplateSerializer,
+    TemplateWriteSerializer,
+)
+
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+    description="A retried POST with the same key (same user) returns the first request (200) and creates nothing.",
+)
+
+
+def actor_of(request: Request) -> Actor:
+    return Actor.from_request(request)
+
+
+def _by_id_or_slug(queryset, key: str):  # noqa: ANN001, ANN202
+    """A template by id, or by slug: its newest version in ``queryset``."""
+    if key.isdigit():
+        return get_object_or_404(queryset, pk=int(key))
+    found = queryset.filter(slug=key).order_by("-version").first()
+    if found is None:
+        return get_object_or_404(queryset.none(), pk=0)
+    return found
+
+
+class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """The service catalogue. Everyone reads the active templates (with the generated form's fields);
+    ops create templates and new versions (POST with an existing slug) and edit or retire them."""
+
+    serializer_class = TemplateSerializer
+    filterset_class = TemplateFilter
+    ordering_fields = ["kind", "slug", "version", "name", "created_at"]
+    search_fields = ["name", "slug", "description"]
+    lookup_value_regex = "[^/]+"
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.templates_for(actor=actor_of(self.request))
+
+    def get_object(self):  # noqa: ANN201
+        return _by_id_or_slug(self.get_queryset(), self.kwargs["pk"])
+
+    @extend_schema(request=TemplateWriteSerializer, responses={201: TemplateSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        if not actor.is_ops:
+            raise NotAllowed("Only platform ops manage templates.")
+        data = TemplateWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        template = services.template_create(actor=actor, **data.validated_data)
+        return Response(TemplateSerializer(template).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=TemplateWriteSerializer, responses={200: TemplateSerializer})
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        template = self.get_object()
+        if not actor.is_ops:
+            raise NotAllowed("Only platform ops manage templates.")
+        data = TemplateWriteSerializer(template, data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        template = services.template_update(actor=actor, template=template, **data.validated_data)
+        return Response(TemplateSerializer(template).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+
+class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """The curated image list: everyone reads the active images; ops add, change and retire them."""
+
+    serializer_class = ImageSerializer
+    filterset_class = ImageFilter
+    ordering_fields = ["name", "reference"]
+    search_fields = ["name", "reference", "description"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.images_for(actor=actor_of(self.request))
+
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        if not actor.is_ops:
+            raise NotAllowed("Only platform ops manage the image list.")
+        data = ImageSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        image = services.image_create(actor=actor, **data.validated_data)
+        return Response(ImageSerializer(image).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        image = self.get_object()
+        if not actor.is_ops:
+            raise NotAllowed("Only platform ops manage the image list.")
+        data = ImageSerializer(image, data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        image = services.image_update(actor=actor, image=image, **data.validated_data)
+        return Response(ImageSerializer(image).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+
+class ApprovalRuleViewSet(viewsets.ModelViewSet):
+    """When requests are approved without a human. Project admins set their projects' rules; ops the
+    global ones. Everyone reads the global rules and those of the projects they see."""
+
+    serializer_class = ApprovalRuleSerializer
+    ordering_fields = ["template_slug", "updated_at"]
+    filterset_fields = ["template_slug"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.approval_rules_for(actor=actor_of(self.request))
+
+    def _project(self, actor: Actor, slug: str | None):  # noqa: ANN202
+        if not slug:
+            return None
+        project = projects_for(actor=actor).filter(slug=slug).first()
+        if project is None:
+            raise Invalid("No such project.", field="project")
+        return project
+
+    @extend_schema(request=ApprovalRuleWriteSerializer, responses={201: ApprovalRuleSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = ApprovalRuleWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        project = self._project(actor, values.pop("project", None))
+        rule = services.approval_rule_create(actor=actor, project=project, **values)
+        return Response(ApprovalRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ApprovalRuleWriteSerializer, responses={200: ApprovalRuleSerializer})
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        rule = self.get_object()
+        data = ApprovalRuleWriteSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        if "project" in values and values.pop("project") != (rule.project.slug if rule.project else None):
+            raise Invalid("The project of a rule cannot change; create another rule.", field="project")
+        rule = services.approval_rule_update(actor=actor_of(request), rule=rule, **values)
+        return Response(ApprovalRuleSerializer(rule).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        services.approval_rule_delete(actor=actor_of(request), rule=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _etag(body: object) -> str:
+    raw = json.dumps(body, cls=JSONEncoder, sort_keys=True, separators=(",", ":")).encode()
+    return f'"{hashlib.sha256(raw).hexdigest()[:32]}"'
+
+
+class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Requests in the projects you can see. POST submits (honouring ``Idempotency-Key``); the
+    detail carries the timeline and "why is it pending?" and an ETag for cheap polling
+    (``If-None-Match`` → 304). Actions: approve, reject, cancel, stop, restart, extend, scale;
+    DELETE removes the cluster objects and volumes (the record stays, ended)."""
+
+    serializer_class = RequestSerializer
+    filterset_class = RequestFilter
+    ordering_fields = ["created_at", "updated_at", "state", "name", "gpus", "priority", "project__slug"]
+    ordering = ["-created_at", "-id"]
+    search_fields = ["name", "project__slug", "template__slug"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.requests_for(actor=actor_of(self.request))
+
+    def _detail(self, req: WorkloadRequest, *, code: int = status.HTTP_200_OK, headers: dict | None = None) -> Response:
+        req = self.get_queryset().get(pk=req.pk)  # re-read with the relations the serializer uses
+        body = RequestDetailSerializer(req).data
+        return Response(body, status=code, headers={"ETag": _etag(body), **(headers or {})})
+
+    @extend_schema(responses={200: RequestDetailSerializer})
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        req = self.get_object()
+        body = RequestDetailSerializer(req).data
+        etag = _etag(body)
+        if etag in parse_etags(request.headers.get("If-None-Match", "")) or request.headers.get("If-None-Match") == "*":
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+        return Response(body, headers={"ETag": etag})
+
+    @extend_schema(
+        request=RequestCreateSerializer, parameters=[IDEMPOTENCY_HEADER],
+        responses={201: RequestDetailSerializer, 200: RequestDetailSerializer},
+    )
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = RequestCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+
+        slug = values.pop("project", None)
+        if slug is None and actor.token is not None:
+            slug = actor.token.project.slug
+        if not slug:
+            raise Invalid("Choose a project.", field="project")
+        project = projects_for(actor=actor).filter(slug=slug).first()
+        if project is None:
+            raise Invalid("No such project.", field="project")
+
+        key = values.pop("template")
+        templates = selectors.templates_for(actor=actor).filter(active=True)
+        template = templates.filter(pk=int(key)).first() if key.isdigit() else templates.filter(slug=key).order_by("-version").first()
+        if template is None:
+            raise Invalid("No such template.", field="template")
+
+        flavor = None
+        flavor_name = values.pop("flavor", None)
+        if flavor_name:
+            flavor = (
+                template.allowed_flavors.filter(name=flavor_name).first()
+                or Flavor.objects.filter(name=flavor_name, active=True).order_by("pk").first()
+            )
+            if flavor is None:
+                raise Invalid(f"No such flavor {flavor_name}.", field="flavor")
+
+        req = services.request_submit(
+            actor=actor, project=project, template=template, flavor=flavor,
+            idempotency_key=request.headers.get("Idempotency-Key", ""), **values,
+        )
+        if getattr(req, "replayed", False):
+            return self._detail(req, headers={"Idempotent-Replayed": "true"})
+        return self._detail(req, code=status.HTTP_201_CREATED, headers={"Location": f"{request.path}{req.pk}/"})
+
+    @extend_schema(request=None, responses={202: RequestDetailSerializer})
+    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        req = services.request_delete(actor=actor_of(request), request=self.get_object())
+        return self._detail(req, code=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        req = self.get_object()
+        data = CommentSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        req = services.request_approve(actor=actor_of(request), request=req, comment=data.validated_data["comment"])
+        return self._detail(req)
+
+    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        req = self.get_object()
+        data = CommentSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        req = services.request_reject(actor=actor_of(request), request=req, comment=data.validated_data["comment"])
+        return self._detail(req)
+
+    @extend_schema(request=ReasonSerializer, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        req = self.get_object()
+        data = ReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        req = services.request_cancel(actor=actor_of(request), request=req, reason=data.validated_data["reason"])
+        return self._detail(req)
+
+    @extend_schema(request=ReasonSerializer, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        req = self.get_object()
+        data = ReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        req = services.request_stop(actor=actor_of(request), request=req, reason=data.validated_data["reason"])
+        return self._detail(req)
+
+    @extend_schema(request=None, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def restart(self, request: Request, pk: str | None = None) -> Response:
+        req = services.request_restart(actor=actor_of(request), request=self.get_object())
+        return self._detail(req)
+
+    @extend_schema(request=ExtendSerializer, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, pk: str | None = None) -> Response:
+        req = self.get_object()
+        data = ExtendSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        req = services.request_extend(actor=actor_of(request), request=req, hours=data.validated_data["hours"])
+        return self._detail(req)
+
+    @extend_schema(request=ScaleSerializer, responses={200: RequestDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def scale(self, request: Request, pk: str | None = None) -> Response:
+        req = self.get_object()
+        data = ScaleSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        req = services.request_scale(actor=actor_of(request), request=req, replicas=data.validated_data["replicas"])
+        return self._detail(req)
+
+
+class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
+    """Requests awaiting your approval, oldest first, each with its context (quota, queue, cost)."""
+
+    serializer_class = InboxSerializer
+    filterset_class = RequestFilter
+    ordering_fields = ["created_at", "gpus"]
+    ordering = ["created_at", "id"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.approvals_inbox_for(actor=actor_of(self.request))

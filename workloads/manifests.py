@@ -1,0 +1,482 @@
+"""A request's Kubernetes objects, as plain dicts: our rows in, manifests out. No I/O, no queries, no settings.
+
+``request_manifests(request)`` reads the request and the rows it points at (template, flavor, cluster,
+project, tenant — load them with ``select_related``) and returns every object the request needs, in the
+order they are applied:
+
+==============  ============================================================  =====================================
+template        objects                                                        held back by
+==============  ============================================================  =====================================
+notebook        Secret (access token), Service, StatefulSet (1 replica, home  Kueue (the set is one Workload)
+                PVC template, JupyterLab or VS Code server)
+training, 1     batch/v1 Job                                                   Kueue (``spec.suspend``)
+training, n>1   headless Service + Indexed batch/v1 Job                        Kueue (all n pods admitted together)
+training, E     on a Volcano-owned flavor (offline whole GPUs): Volcano Job    Volcano (the project's Volcano Queue)
+                (gang of n: ``master`` + ``worker`` tasks, ``pytorch``/``env``/
+                ``svc`` plugins), single-node too
+inference       Service, Deployment (replicas, port, readiness probe, model   Kueue (each pod is its own Workload)
+                location); architecture F: pinned to the online pool
+==============  ============================================================  =====================================
+
+Names derive from ``request.k8s_name`` (``req-<pk>``), so applying the same request twice writes the same
+objects. Every object carries the owner labels (tenant, project, request), and so does every pod template, so
+the status follower can find pods by label. Kueue-managed top-level objects carry the queue-name and
+priority-class labels; Volcano Jobs carry neither, here or on their pods (cluster-apis.md §3.3: a queue label on
+a Volcano pod would make each pod its own Kueue Workload and break the gang).
+
+GPU resources come from the flavor, always explicit (cluster-apis.md §5.4): ``nvidia.com/gpu`` for whole GPUs,
+``nvidia.com/mig-<profile>`` for MIG slices, ``nvidia.com/gpu`` + ``nvidia.com/gpumem`` + ``nvidia.com/gpucores``
+for HAMi. CPU and memory requests equal limits. The pod templates select the flavor's nodes (``nodeSelector`` =
+its node labels, plus its tolerations): Kueue would inject them on admission, but writing them pins the flavor
+the user chose among a ClusterQueue's flavors, and Volcano (which Kueue never touches) needs them anyway.
+
+Training objects carry the sandbox cluster's ``sandbox.gpuportal.dev/duration`` annotation (the request's
+duration), so the demo's simulated jobs end; a real cluster ignores it.
+
+Template parameters read here (all optional; the catalogue's JSON Schemas define them): ``command``, ``args``,
+``env`` (mapping), ``working_dir``; notebooks ``ide`` (``jupyterlab`` | ``vscode``), ``home_size_gib``;
+training ``data_volume`` (a PVC name, mounted at ``/data``), ``retries`` (``distributed``/``workers`` arrive as
+``request.replicas``); inference ``port``, ``readiness_path``, ``model_uri`` (the catalogue's JSON Schemas,
+``workloads/catalogue.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from quotas import manifests as quota_manifests
+
+if TYPE_CHECKING:  # pragma: no cover
+    from quotas.models import Flavor
+
+    from .models import WorkloadRequest
+
+Manifest = dict[str, Any]
+
+# Labels and annotations.
+TENANT_LABEL = "gpuportal.dev/tenant"
+PROJECT_LABEL = "gpuportal.dev/project"
+REQUEST_LABEL = "gpuportal.dev/request"
+KIND_LABEL = "gpuportal.dev/kind"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpu-portal"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+POOL_LABEL = "gpuportal.dev/pool"
+SANDBOX_DURATION = "sandbox.gpuportal.dev/duration"
+
+# Ports and paths.
+NOTEBOOK_PORT = 8888
+NOTEBOOK_HOME = "/home/jovyan"
+DEFAULT_HOME_GIB = 20
+DEFAULT_INFERENCE_PORT = 8000
+DEFAULT_READINESS_PATH = "/health"
+PYTORCH_PORT = 23456
+DATA_MOUNT = "/data"
+
+# Under these architectures a distributed training job is a Volcano Job; elsewhere an Indexed Job through Kueue.
+VOLCANO_ARCHITECTURES = frozenset({"E"})
+# Architecture F keeps production inference on the online pool (and its own LocalQueue, ``<project>-online``).
+ONLINE_POOL_ARCHITECTURES = frozenset({"F"})
+ONLINE_POOL = "online"
+
+
+def local_queue_name(t: Target) -> str:
+    """The LocalQueue named in the queue label: the project's, or its online one for inference under F.
+
+    The names are the quota side's (``quotas.manifests.local_queue_name``), so both always agree.
+    """
+    return quota_manifests.local_queue_name(t, t.project, inference=t.kind == "inference")
+
+
+def cluster_queue_name(t: Target) -> str:
+    """The ClusterQueue behind that LocalQueue: ``shared`` under A, else the LocalQueue's own name."""
+    return quota_manifests.SHARED_QUEUE if t.architecture == "A" else local_queue_name(t)
+
+
+def volcano_queue_name(project_slug: str) -> str:
+    """The project's Volcano Queue under E (cluster-scoped, named after the project; ``quotas.manifests``)."""
+    return project_slug
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and as what a request lands: the bits of the surrounding rows the renderer needs."""
+
+    name: str
+    namespace: str
+    tenant: str
+    project: str
+    request_id: int
+    kind: str
+    architecture: str
+    priority: str
+
+
+def request_manifests(request: WorkloadRequest, *, notebook_token: str = "") -> list[Manifest]:
+    """Every object of ``request``, in apply order. ``notebook_token`` is the notebook's access token."""
+    target = Target(
+        name=request.k8s_name,
+        namespace=request.project.namespace,
+        tenant=request.tenant.slug,
+        project=request.project.slug,
+        request_id=int(request.pk),
+        kind=request.template.kind,
+        architecture=request.cluster.architecture,
+        priority=request.priority,
+    )
+    if target.kind == "notebook":
+        return render_notebook(request, target, token=notebook_token)
+    if target.kind == "training":
+        return render_training(request, target)
+    if target.kind == "inference":
+        return render_inference(request, target)
+    raise ValueError(f"Unknown template kind {target.kind!r}.")
+
+
+def workload_kinds(kind: str) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of every object any request of ``kind`` may own, to delete or follow them."""
+    if kind == "notebook":
+        return [("apps/v1", "StatefulSet"), ("v1", "Service"), ("v1", "Secret")]
+    if kind == "training":
+        return [("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"), ("v1", "Service")]
+    return [("apps/v1", "Deployment"), ("v1", "Service")]
+
+
+def manifests_hash(objects: list[Manifest]) -> str:
+    """A stable digest of what is applied: equal for equal content, whatever the dict order."""
+    return hashlib.sha256(json.dumps(objects, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- building blocks
+def owner_labels(t: Target) -> dict[str, str]:
+    return {
+        TENANT_LABEL: t.tenant,
+        PROJECT_LABEL: t.project,
+        REQUEST_LABEL: str(t.request_id),
+        KIND_LABEL: t.kind,
+        MANAGED_BY_LABEL: MANAGED_BY,
+    }
+
+
+def kueue_labels(t: Target) -> dict[str, str]:
+    return {QUEUE_LABEL: local_queue_name(t), PRIORITY_LABEL: t.priority}
+
+
+def metadata(t: Target, name: str | None = None, *, labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name or t.name, "namespace": t.namespace, "labels": {**owner_labels(t), **(labels or {})}}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def quantity_cpu(cpu: Decimal | int | float | str) -> str:
+    value = Decimal(str(cpu))
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
+    """The flavor's extended resources for ``gpus`` GPUs (slices, vGPUs); always explicit for HAMi (§5.4)."""
+    if gpus <= 0 or flavor.kind == "cpu":
+        return {}
+    if flavor.kind == "whole":
+        return {"nvidia.com/gpu": str(gpus)}
+    if flavor.kind == "mig":
+        return {f"nvidia.com/mig-{flavor.mig_profile}": str(gpus)}
+    if flavor.kind == "hami":
+        return {
+            "nvidia.com/gpu": str(gpus),
+            "nvidia.com/gpumem": str(flavor.hami_memory_mib),
+            "nvidia.com/gpucores": str(flavor.hami_cores_percent),
+        }
+    raise ValueError(f"Unknown flavor kind {flavor.kind!r}.")
+
+
+def container_resources(request: WorkloadRequest) -> dict[str, dict[str, str]]:
+    amounts = {"cpu": quantity_cpu(request.cpu), "memory": f"{int(request.memory_gib)}Gi",
+               **gpu_resources(request.flavor, int(request.gpus))}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def placement(request: WorkloadRequest, t: Target) -> dict[str, Any]:
+    """nodeSelector and tolerations of the flavor (and of the online pool for inference under F)."""
+    flavor = request.flavor
+    selector = {str(k): str(v) for k, v in (flavor.node_labels or {}).items()}
+    tolerations = [dict(tol) for tol in (flavor.tolerations or [])]
+    pool = flavor.pool_label
+    if t.kind == "inference" and t.architecture in ONLINE_POOL_ARCHITECTURES:
+        pool = pool or ONLINE_POOL
+    if pool and t.architecture in ONLINE_POOL_ARCHITECTURES:
+        selector.setdefault(POOL_LABEL, pool)
+        pool_toleration = {"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+        if pool_toleration not in tolerations:
+            tolerations.append(pool_toleration)
+    out: dict[str, Any] = {}
+    if selector:
+        out["nodeSelector"] = selector
+    if tolerations:
+        out["tolerations"] = tolerations
+    return out
+
+
+def env_list(values: Any) -> list[dict[str, Any]]:
+    if isinstance(values, dict):
+        return [{"name": str(k), "value": str(v)} for k, v in sorted(values.items())]
+    if isinstance(values, list):
+        return [dict(item) for item in values if isinstance(item, dict) and item.get("name")]
+    return []
+
+
+def as_command(value: Any) -> list[str] | None:
+    if value in (None, "", []):
+        return None
+    if isinstance(value, str):
+        return ["/bin/sh", "-c", value]
+    return [str(part) for part in value]
+
+
+def main_container(request: WorkloadRequest, *, command: list[str] | None = None, env: list[dict[str, Any]] | None = None,
+                   ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    params = request.parameters or {}
+    container: dict[str, Any] = {"name": "main", "image": request.image, "imagePullPolicy": "IfNotPresent"}
+    cmd = as_command(params.get("command")) or command
+    if cmd:
+        container["command"] = cmd
+    if params.get("args"):
+        container["args"] = [str(a) for a in params["args"]]
+    if params.get("working_dir"):
+        container["workingDir"] = str(params["working_dir"])
+    all_env = (env or []) + env_list(params.get("env"))
+    if all_env:
+        container["env"] = all_env
+    if ports:
+        container["ports"] = ports
+    container["resources"] = container_resources(request)
+    return container
+
+
+def pod_template(request: WorkloadRequest, t: Target, containers: list[dict[str, Any]], *, restart_policy: str,
+                 extra_labels: dict[str, str] | None = None, volumes: list[dict[str, Any]] | None = None,
+                 spec_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"restartPolicy": restart_policy, "containers": containers, **placement(request, t)}
+    if volumes:
+        spec["volumes"] = volumes
+    spec.update(spec_extra or {})
+    return {"metadata": {"labels": {**owner_labels(t), **(extra_labels or {})}}, "spec": spec}
+
+
+def selector_labels(t: Target) -> dict[str, str]:
+    return {REQUEST_LABEL: str(t.request_id)}
+
+
+def service(t: Target, *, name: str | None = None, port: int, target_port: int | str, headless: bool = False,
+            selector: dict[str, str] | None = None) -> Manifest:
+    spec: dict[str, Any] = {
+        "selector": selector or selector_labels(t),
+        "ports": [{"name": "http" if not headless else "dist", "port": port, "targetPort": target_port, "protocol": "TCP"}],
+    }
+    if headless:
+        spec["clusterIP"] = "None"
+        spec["publishNotReadyAddresses"] = True
+    else:
+        spec["type"] = "ClusterIP"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata(t, name), "spec": spec}
+
+
+# ---------------------------------------------------------------------------------------------- notebook
+def notebook_command(ide: str, t: Target) -> list[str]:
+    base_url = f"/notebooks/{t.namespace}/{t.name}/"
+    if ide == "vscode":
+        return ["code-server", "--bind-addr", f"0.0.0.0:{NOTEBOOK_PORT}", "--auth", "password", NOTEBOOK_HOME]
+    return [
+        "jupyter", "lab", "--ip=0.0.0.0", f"--port={NOTEBOOK_PORT}", "--no-browser",
+        f"--ServerApp.base_url={base_url}", "--IdentityProvider.token=$(NOTEBOOK_TOKEN)",
+        f"--ServerApp.root_dir={NOTEBOOK_HOME}",
+    ]
+
+
+def render_notebook(request: WorkloadRequest, t: Target, *, token: str = "") -> list[Manifest]:
+    params = request.parameters or {}
+    ide = str(params.get("ide") or "jupyterlab")
+    home_gib = int(params.get("home_size_gib") or DEFAULT_HOME_GIB)
+    secret_name = f"{t.name}-token"
+    token_env = {"name": "NOTEBOOK_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "token"}}}
+    # code-server reads its password from $PASSWORD.
+    password_env = {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "token"}}}
+    container = main_container(
+        request,
+        command=notebook_command(ide, t),
+        env=[token_env, password_env, {"name": "HOME", "value": NOTEBOOK_HOME}],
+        ports=[{"name": "http", "containerPort": NOTEBOOK_PORT, "protocol": "TCP"}],
+    )
+    container["volumeMounts"] = [{"name": "home", "mountPath": NOTEBOOK_HOME}]
+    container["readinessProbe"] = {"tcpSocket": {"port": NOTEBOOK_PORT}, "periodSeconds": 10}
+    secret = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata(t, secret_name),
+        "stringData": {"token": token},
+    }
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(t, labels=kueue_labels(t)),
+        "spec": {
+            "replicas": 1,
+            "serviceName": t.name,
+            # Kueue runs a StatefulSet as one pod group and forces Parallel; say so rather than be overridden.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector_labels(t)},
+            "template": pod_template(request, t, [container], restart_policy="Always"),
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "home", "labels": owner_labels(t)},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{home_gib}Gi"}}},
+            }],
+        },
+    }
+    return [secret, service(t, port=80, target_port="http"), statefulset]
+
+
+# ---------------------------------------------------------------------------------------------- training
+def uses_volcano(request: WorkloadRequest, architecture: str) -> bool:
+    """Under E, training on a Volcano-owned flavor (the offline pool's whole GPUs, ``quotas.manifests.volcano_owned``)
+    is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those nodes. Training on any other flavor
+    (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, §5.5) stays with Kueue."""
+    return architecture in VOLCANO_ARCHITECTURES and request.flavor.kind == "whole" and (
+        request.flavor.pool_label == quota_manifests.VOLCANO_POOL)
+
+
+def training_volumes(request: WorkloadRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    claim = (request.parameters or {}).get("data_volume")
+    if not claim:
+        return [], []
+    return ([{"name": "data", "persistentVolumeClaim": {"claimName": str(claim)}}],
+            [{"name": "data", "mountPath": DATA_MOUNT}])
+
+
+def duration_annotations(request: WorkloadRequest) -> dict[str, str]:
+    return {SANDBOX_DURATION: f"{int(request.duration_hours)}h"}
+
+
+def retries(request: WorkloadRequest) -> int:
+    return max(0, int((request.parameters or {}).get("retries") or 0))
+
+
+def render_training(request: WorkloadRequest, t: Target) -> list[Manifest]:
+    if uses_volcano(request, t.architecture):
+        return [render_volcano_job(request, t)]
+    if int(request.replicas) > 1:
+        return render_indexed_job(request, t)
+    volumes, mounts = training_volumes(request)
+    container = main_container(request)
+    if mounts:
+        container["volumeMounts"] = mounts
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(t, labels=kueue_labels(t), annotations=duration_annotations(request)),
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": retries(request),
+            "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes),
+        },
+    }
+    return [job]
+
+
+def render_indexed_job(request: WorkloadRequest, t: Target) -> list[Manifest]:
+    """n pods through Kueue (admitted all together as one pod set), ranks from the completion index."""
+    n = int(request.replicas)
+    volumes, mounts = training_volumes(request)
+    dist_env = [
+        {"name": "MASTER_ADDR", "value": f"{t.name}-0.{t.name}"},
+        {"name": "MASTER_PORT", "value": str(PYTORCH_PORT)},
+        {"name": "WORLD_SIZE", "value": str(n)},
+        {"name": "RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+    ]
+    container = main_container(request, env=dist_env,
+                               ports=[{"name": "dist", "containerPort": PYTORCH_PORT, "protocol": "TCP"}])
+    if mounts:
+        container["volumeMounts"] = mounts
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(t, labels=kueue_labels(t), annotations=duration_annotations(request)),
+        "spec": {
+            "completionMode": "Indexed",
+            "parallelism": n,
+            "completions": n,
+            "backoffLimit": retries(request),
+            "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
+                                     spec_extra={"subdomain": t.name}),
+        },
+    }
+    # The headless Service gives the pods their <job>-<index>.<job> names; it comes first so DNS is there.
+    return [service(t, port=PYTORCH_PORT, target_port=PYTORCH_PORT, headless=True), job]
+
+
+def render_volcano_job(request: WorkloadRequest, t: Target) -> Manifest:
+    """A gang of n pods (1 master + n-1 workers) in the project's Volcano Queue; no Kueue labels anywhere."""
+    n = int(request.replicas)
+    volumes, mounts = training_volumes(request)
+
+    def task(name: str, replicas: int) -> dict[str, Any]:
+        container = main_container(request)
+        if mounts:
+            container["volumeMounts"] = mounts
+        template = pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
+                                extra_labels={"gpuportal.dev/task": name})
+        return {"name": name, "replicas": replicas, "minAvailable": replicas, "template": template}
+
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": metadata(t, annotations=duration_annotations(request)),
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": volcano_queue_name(t.project),
+            "minAvailable": n,
+            "maxRetry": max(1, retries(request)),
+            "plugins": {
+                "pytorch": ["--master=master", "--worker=worker", f"--port={PYTORCH_PORT}"],
+                "env": [],
+                "svc": [],
+            },
+            # An evicted pod restarts the whole gang; a failed one too, until maxRetry is spent.
+            "policies": [{"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "RestartJob"}],
+            "tasks": [task("master", 1)] + ([task("worker", n - 1)] if n > 1 else []),
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------- inference
+def render_inference(request: WorkloadRequest, t: Target) -> list[Manifest]:
+    params = request.parameters or {}
+    port = int(params.get("port") or DEFAULT_INFERENCE_PORT)
+    env = []
+    if params.get("model_uri"):
+        env.append({"name": "MODEL_URI", "value": str(params["model_uri"])})
+    container = main_container(request, env=env, ports=[{"name": "http", "containerPort": port, "protocol": "TCP"}])
+    container["readinessProbe"] = {
+        "httpGet": {"path": str(params.get("readiness_path") or DEFAULT_READINESS_PATH), "port": port},
+        "initialDelaySeconds": 5,
+        "periodSeconds": 10,
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(t, labels=kueue_labels(t)),
+        "spec": {
+            "replicas": int(request.replicas),
+            "selector": {"matchLabels": selector_labels(t)},
+            "template": pod_template(request, t, [container], restart_policy="Always"),
+        },
+    }
+    return [service(t, port=80, target_port="http"), deployment]

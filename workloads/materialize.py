@@ -1,0 +1,233 @@
+"""The cluster side of a request's lifecycle: create its objects, remove them, keep them in line with the row.
+
+Services decide (approve, stop, cancel, scale...) and move the state; these functions make the cluster match,
+called from the thin tasks in ``workloads/tasks.py`` with ids only. Each re-reads the request, decides from its
+current state, and may run twice: names come from our key and objects are written with server-side apply, so
+applying again changes nothing, and every state change is a compare-and-set (``states.move``).
+
+A worker killed after applying and before recording leaves the request ``approved`` with its objects in the
+cluster; the next run (the task's retry, or the housekeeping sweep of approved requests) applies the same objects
+again — a no-op — and records ``queued``. There is never a second set of objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db.models import F, Q
+from django.utils import timezone
+
+from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
+
+from .manifests import REQUEST_LABEL, request_manifests
+from .manifests import manifests_hash as objects_hash
+from .models import RequestEvent, RequestState, TemplateKind, WorkloadRequest
+from .states import ACTIVE, FINAL, move
+
+logger = logging.getLogger(__name__)
+S = RequestState
+
+MATERIALIZER = "materializer"
+HOUSEKEEPING = "housekeeping"
+# Approved requests older than this without objects are materialized again by the housekeeping sweep
+# (a lost task message, a worker killed mid-way).
+SWEEP_AFTER = timedelta(minutes=2)
+# Test hook: a file path. When set, the materializer writes it after applying and then sleeps, so a test can
+# kill the process between "applied" and "recorded" (tests/workloads/test_lifecycle.py).
+PAUSE_AFTER_APPLY_ENV = "PORTAL_TEST_PAUSE_AFTER_APPLY"
+
+
+def _load(request_id: int) -> WorkloadRequest | None:
+    return (
+        WorkloadRequest.objects.select_related("tenant", "project", "cluster", "template", "flavor", "requested_by")
+        .filter(pk=request_id)
+        .first()
+    )
+
+
+def notebook_token(request: WorkloadRequest) -> str:
+    """The notebook's access token: derived from our secret and the request, so re-rendering gives the same one."""
+    if request.template.kind != TemplateKind.NOTEBOOK:
+        return ""
+    return hmac.new(settings.SECRET_KEY.encode(), f"notebook:{request.pk}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def request_objects(request: WorkloadRequest) -> list[dict[str, Any]]:
+    return request_manifests(request, notebook_token=notebook_token(request))
+
+
+def _pause_after_apply() -> None:
+    marker = os.environ.get(PAUSE_AFTER_APPLY_ENV)
+    if marker:
+        Path(marker).write_text("applied")
+        time.sleep(120)
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    return f"{obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+# ------------------------------------------------------------------------------------------------ create
+def request_materialize(*, request_id: int) -> str:
+    """Apply an approved request's objects and record it queued. Returns what happened (for logs and tests).
+
+    Raises ``ClusterUnavailable`` (the task retries with backoff). A refusal by the cluster fails the request
+    with the cluster's message, and whatever was already applied is removed.
+    """
+    req = _load(request_id)
+    if req is None or req.state != S.APPROVED:
+        return "skipped"
+    objects = request_objects(req)
+    WorkloadRequest.objects.filter(pk=req.pk).update(attempts=F("attempts") + 1)
+    kube = kube_for(req.cluster)
+    current = objects[0]
+    try:
+        for current in objects:
+            kube.apply(current)
+    except ClusterRejected as exc:
+        reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
+        if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED]):
+            _delete_objects(kube, req, objects)
+        return "rejected"
+    _pause_after_apply()
+    fields = {"applied_hash": objects_hash(objects), "pending_reason": "Handed to the cluster; waiting for the queue to look at it."}
+    if move(req, to=S.QUEUED, actor_label=MATERIALIZER, reason="Objects created in the cluster.", fields=fields,
+            only_from=[S.APPROVED]):
+        return "queued"
+    # Someone got there first. The status follower (it saw the objects run) is fine; a cancel or stop that
+    # happened while we were applying is not: its clean-up may have run before our apply, so clean up again.
+    req.refresh_from_db(fields=["state"])
+    if req.state in FINAL:
+        _delete_objects(kube, req, objects)
+        return "cleaned"
+    return "raced"
+
+
+# ------------------------------------------------------------------------------------------------ remove
+def _delete_objects(kube: Kube, req: WorkloadRequest, objects: list[dict[str, Any]] | None = None, *,
+                    volumes: bool = False) -> int:
+    """Delete the request's objects, top-level object first (its pods go with it). "Already gone" counts as done."""
+    deleted = 0
+    for obj in reversed(objects if objects is not None else request_objects(req)):
+        meta = obj["metadata"]
+        deleted += kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+    if volumes:
+        claims, _ = kube.list("v1", "PersistentVolumeClaim", req.project.namespace,
+                              label_selector=f"{REQUEST_LABEL}={req.pk}")
+        for claim in claims:
+            deleted += kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], req.project.namespace)
+    return deleted
+
+
+def request_act(*, request_id: int, action: str) -> str:
+    """Make the cluster match a lifecycle action a service already recorded.
+
+    ``stop``/``cancel``: remove the objects (a notebook keeps its home volume); ``delete``: remove them with their
+    volumes; ``scale``: apply again (the Deployment gets the new replica count); ``extend``: nothing in the cluster
+    (the deadline is ours: ``requests_expire``); ``restart``: materialize again.
+    """
+    req = _load(request_id)
+    if req is None:
+        return "gone"
+    if action == "restart":
+        return request_materialize(request_id=request_id)
+    kube = kube_for(req.cluster)
+    if action in ("stop", "cancel", "delete", "expire", "cull"):
+        if req.state in ACTIVE:
+            return "still active"  # a restart won meanwhile; its objects must stay
+        _delete_objects(kube, req, volumes=action == "delete")
+        return "deleted"
+    if action == "scale":
+        if req.state not in (S.QUEUED, S.RUNNING, S.PREEMPTED):
+            return "not in the cluster"
+        objects = request_objects(req)
+        for obj in objects:
+            kube.apply(obj)
+        WorkloadRequest.objects.filter(pk=req.pk).update(applied_hash=objects_hash(objects))
+        return "applied"
+    if action == "extend":
+        return "nothing to do"
+    raise ValueError(f"Unknown action {action!r}.")
+
+
+# ------------------------------------------------------------------------------------------------ deadlines
+def _end(req: WorkloadRequest, *, to: str, reason: str, action: str) -> bool:
+    """Move an active request to its end, then remove its objects; a cluster outage leaves that to a retried task."""
+    if not move(req, to=to, actor_label=HOUSEKEEPING, reason=reason, only_from=[S.QUEUED, S.RUNNING, S.PREEMPTED]):
+        return False
+    try:
+        _delete_objects(kube_for(req.cluster), req)
+    except (ClusterUnavailable, ClusterRejected):
+        from .tasks import request_changed_task
+
+        request_changed_task.delay(req.pk, action)
+    return True
+
+
+def requests_expire(now: datetime | None = None) -> int:
+    """End every active request past its deadline (``expires_at``). Returns how many expired."""
+    now = now or timezone.now()
+    due = _select_active().filter(expires_at__lte=now)
+    count = 0
+    for req in due:
+        count += _end(req, to=S.EXPIRED, reason=f"Reached its maximum duration of {req.duration_hours} h.", action="expire")
+    return count
+
+
+def notebooks_cull_idle(now: datetime | None = None) -> int:
+    """Stop running notebooks idle longer than their template's timeout, and tell their owners."""
+    now = now or timezone.now()
+    candidates = _select_active().filter(
+        state=S.RUNNING, template__kind=TemplateKind.NOTEBOOK, template__idle_timeout_minutes__isnull=False
+    )
+    count = 0
+    for req in candidates:
+        timeout = timedelta(minutes=req.template.idle_timeout_minutes or 0)
+        since = max(t for t in (req.last_active_at, req.started_at, req.queued_at) if t is not None) if (
+            req.last_active_at or req.started_at or req.queued_at) else None
+        if since is None or since + timeout > now:
+            continue
+        minutes = int((now - since).total_seconds() // 60)
+        reason = (f"Stopped after {minutes} minutes without activity (the limit is {req.template.idle_timeout_minutes}). "
+                  "Its home volume is kept: restart it to continue.")
+        if _end(req, to=S.STOPPED, reason=reason, action="cull"):
+            _notice(req, reason)
+            count += 1
+    return count
+
+
+def requests_sweep_approved(now: datetime | None = None) -> list[int]:
+    """Approved requests that should have been queued by now (a lost task, a killed worker): their ids."""
+    now = now or timezone.now()
+    return list(
+        WorkloadRequest.objects.filter(state=S.APPROVED)
+        .filter(Q(approved_at__lte=now - SWEEP_AFTER) | Q(approved_at__isnull=True))
+        .values_list("pk", flat=True)[:500]
+    )
+
+
+def _select_active():  # noqa: ANN202
+    return WorkloadRequest.objects.select_related("tenant", "project", "cluster", "template", "flavor", "requested_by").filter(
+        state__in=[S.QUEUED, S.RUNNING, S.PREEMPTED]
+    )
+
+
+def _notice(req: WorkloadRequest, text: str) -> None:
+    email = getattr(req.requested_by, "email", "")
+    if not email:
+        return
+    try:
+        send_mail(f"[GPU portal] {req.project.slug}/{req.name} stopped", f"{text}\n", None, [email], fail_silently=False)
+    except Exception:  # the mail server's trouble never undoes the stop
+        logger.exception("could not send the idle notice for request %s", req.pk)
+    else:
+        RequestEvent.objects.create(request_id=req.pk, actor_label=HOUSEKEEPING, message=f"Notice sent to {email}.")

@@ -1,0 +1,186 @@
+""""Why is it still pending?" — one plain sentence from what the portal and the cluster know.
+
+``pending_sentence()`` is pure: the request's state and numbers, the summary the status follower keeps in
+``request.cluster_status`` (Workload conditions, pods' scheduling messages, Volcano phase), the ClusterQueue's
+status (``flavorsUsage`` against its nominal quota) and how many requests are ahead. The follower calls
+:func:`request_pending_reason` for the requests whose cluster state changed and stores the answer in
+``request.pending_reason``; the approval side can call :func:`awaiting_approval_sentence`.
+
+    waiting for 4 x H100: your project uses 6 of 8, your tenant's cohort has nothing to lend; 2 requests are ahead of you
+    awaiting approval by a project admin since 10:42
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.utils import timezone
+
+from .models import RequestState, WorkloadRequest
+
+S = RequestState
+_INSUFFICIENT = re.compile(r"insufficient (?:unused )?quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+)")
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    """One (flavor, resource) of a ClusterQueue: what it is promised, what it uses, what it may borrow."""
+
+    nominal: Decimal
+    used: Decimal
+    borrowing_limit: Decimal | None  # None: unlimited (with a cohort)
+    cohort: str
+
+
+def _num(value: Any) -> Decimal:
+    try:
+        text = str(value)
+        for suffix, factor in (("Gi", 1), ("Mi", Decimal(1) / 1024), ("m", Decimal("0.001"))):
+            if text.endswith(suffix):
+                return Decimal(text[: -len(suffix)]) * factor
+        return Decimal(text)
+    except (InvalidOperation, ValueError):
+        return Decimal(0)
+
+
+def _fmt(value: Decimal) -> str:
+    return str(int(value)) if value == value.to_integral_value() else format(value.normalize(), "f")
+
+
+def queue_usage(cluster_queue: dict[str, Any] | None, flavor: str, resource: str) -> QueueUsage | None:
+    """The ClusterQueue's numbers for one flavor and resource (spec nominal/borrowingLimit, status flavorsUsage)."""
+    if not cluster_queue:
+        return None
+    spec = cluster_queue.get("spec") or {}
+    found = None
+    for group in spec.get("resourceGroups") or []:
+        for fl in group.get("flavors") or []:
+            if fl.get("name") != flavor:
+                continue
+            for res in fl.get("resources") or []:
+                if res.get("name") == resource:
+                    found = res
+    if found is None:
+        return None
+    used = Decimal(0)
+    for fl in (cluster_queue.get("status") or {}).get("flavorsUsage") or []:
+        if fl.get("name") == flavor:
+            for res in fl.get("resources") or []:
+                if res.get("name") == resource:
+                    used = _num(res.get("total", 0))
+    limit = found.get("borrowingLimit")
+    return QueueUsage(nominal=_num(found.get("nominalQuota", 0)), used=used,
+                      borrowing_limit=None if limit is None else _num(limit), cohort=str(spec.get("cohortName") or ""))
+
+
+def _cond(summary: dict[str, Any], ctype: str) -> list[str] | None:
+    return (summary.get("c") or {}).get(ctype)
+
+
+def _ahead(n: int) -> str:
+    if n <= 0:
+        return "nothing is ahead of you"
+    return "1 request is ahead of you" if n == 1 else f"{n} requests are ahead of you"
+
+
+def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str, flavor_label: str, resource: str,
+                     cluster_status: dict[str, Any], cluster_queue: dict[str, Any] | None = None, ahead: int = 0,
+                     since: datetime | None = None, volcano: bool = False) -> str:
+    """The plain answer for a waiting request; "" when it is not waiting."""
+    if state == S.SUBMITTED:
+        return "being checked"
+    if state == S.PENDING_APPROVAL:
+        return awaiting_approval_sentence(since)
+    if state == S.APPROVED:
+        return "approved; its objects are being created in the cluster"
+    if state not in (S.QUEUED, S.PREEMPTED):
+        return ""
+    objects = cluster_status.get("objects") or {}
+    what = f"{gpus_total} x {flavor_label}" if gpus_total else "CPU and memory"
+    prefix = "preempted and requeued; " if state == S.PREEMPTED else ""
+
+    pods = [v for k, v in objects.items() if k.startswith("pod/")]
+    unschedulable = [p for p in pods if (p.get("sched") or [None])[0] == "False"]
+    if volcano:
+        vc = objects.get("vcjob") or {}
+        phase = vc.get("phase") or "Pending"
+        if unschedulable:
+            return f"{prefix}waiting for {what}: no node has room for the whole gang ({unschedulable[0]['sched'][2]})"
+        return f"{prefix}waiting for {what} in the project's Volcano queue (job {phase.lower()}); {_ahead(ahead)}"
+
+    workloads = [v for k, v in objects.items() if k.startswith("workload/")]
+    if not workloads:
+        return f"{prefix}waiting for Kueue to pick it up"
+    admitted = [w for w in workloads if (_cond(w, "Admitted") or [None])[0] == "True"]
+    if admitted and len(admitted) == len(workloads):
+        if unschedulable:
+            message = unschedulable[0]["sched"][2] or "no node fits"
+            return f"{prefix}admitted; waiting for a node: {message}"
+        return f"{prefix}admitted; its pods are starting"
+    waiting = next((w for w in workloads if (_cond(w, "Admitted") or [None])[0] != "True"), workloads[0])
+    reserved = _cond(waiting, "QuotaReserved") or ["Unknown", "", ""]
+    status, reason, message = (reserved + ["", "", ""])[:3]
+    if status == "True":
+        return f"{prefix}quota reserved; waiting for admission checks"
+    if reason == "Inadmissible":
+        return f"{prefix}the project's queue cannot take it: {message}"
+    match = _INSUFFICIENT.search(message or "")
+    usage = queue_usage(cluster_queue, match.group("flavor") if match else flavor_name,
+                        match.group("resource") if match else resource)
+    parts = [f"{prefix}waiting for {what}"]
+    if usage is not None:
+        detail = f"your project uses {_fmt(usage.used)} of {_fmt(usage.nominal)}"
+        if not usage.cohort:
+            detail += ", with no cohort to borrow from"
+        elif usage.borrowing_limit is not None and usage.used >= usage.nominal + usage.borrowing_limit:
+            detail += f", and may borrow at most {_fmt(usage.borrowing_limit)} more than that"
+        else:
+            detail += ", your tenant's cohort has nothing to lend"
+        parts.append(": " + detail)
+    elif message:
+        parts.append(f": {message}")
+    return "".join(parts) + f"; {_ahead(ahead)}"
+
+
+def awaiting_approval_sentence(since: datetime | None) -> str:
+    if since is None:
+        return "awaiting approval by a project admin"
+    return f"awaiting approval by a project admin since {timezone.localtime(since):%H:%M}"
+
+
+def requests_ahead(request: WorkloadRequest) -> int:
+    """Requests of the same project and flavor that Kueue orders before this one and that still wait."""
+    from .models import Priority
+
+    rank = {Priority.BATCH: 0, Priority.INTERACTIVE: 1, Priority.PRODUCTION: 2}
+    mine = rank.get(request.priority, 0)
+    higher = [p for p, r in rank.items() if r > mine]
+    same = [p for p, r in rank.items() if r == mine]
+    waiting = WorkloadRequest.objects.filter(
+        project_id=request.project_id, flavor_id=request.flavor_id, state__in=[S.QUEUED, S.PREEMPTED]
+    ).exclude(pk=request.pk)
+    from django.db.models import Q
+
+    return waiting.filter(Q(priority__in=higher) | Q(priority__in=same, created_at__lt=request.created_at)).count()
+
+
+def request_pending_reason(request: WorkloadRequest, *, cluster_queue: dict[str, Any] | None, volcano: bool,
+                           ahead: int | None = None) -> str:
+    flavor = request.flavor
+    return pending_sentence(
+        state=request.state,
+        kind=request.template.kind,
+        gpus_total=int(request.gpus) * int(request.replicas),
+        flavor_name=flavor.name,
+        flavor_label=str(flavor.display_name or flavor.gpu_model or flavor.name),
+        resource=flavor.primary_resource,
+        cluster_status=request.cluster_status or {},
+        cluster_queue=cluster_queue,
+        ahead=requests_ahead(request) if ahead is None else ahead,
+        since=request.updated_at,
+        volcano=volcano,
+    )[:500]

@@ -1,0 +1,135 @@
+"""Every read of requests that depends on who asks. API viewsets and portal pages both start here."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Mapping
+
+from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from quotas.models import Quota
+from tenants.access import Actor, is_ops
+from tenants.selectors import projects_for, projects_where
+
+from .filters import RequestFilter
+from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
+
+S = RequestState
+# Waiting for capacity in the project's queue (ahead of a request that gets approved now).
+IN_QUEUE = [S.APPROVED, S.QUEUED, S.PREEMPTED]
+
+
+def _is_ops(actor: Actor) -> bool:
+    return actor.token is None and is_ops(actor.user)
+
+
+def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, request: Any = None) -> QuerySet[WorkloadRequest]:
+    """Requests in the projects ``actor`` can see (a token: its project only); ops see all."""
+    base = WorkloadRequest.objects.select_related(
+        "tenant", "project", "template", "flavor", "requested_by", "approved_by"
+    )
+    visible = base if _is_ops(actor) else base.filter(project__in=projects_for(actor=actor).values("pk"))
+    if filters:
+        return RequestFilter(filters, queryset=visible, request=request).qs
+    return visible
+
+
+def request_timeline(request: WorkloadRequest) -> QuerySet[RequestEvent]:
+    return request.events.order_by("at", "id")
+
+
+def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
+    """Requests awaiting approval in the projects where ``actor`` may approve, oldest first.
+
+    Each row carries its context for the approver: ``waiting_ahead`` (requests of the project in
+    the same flavor already approved and waiting for capacity), ``in_use`` (GPUs, or CPUs for the
+    CPU flavor, that the project's running requests hold in that flavor) and ``quota_rows`` (the
+    project's Quota rows, prefetched). See ``approval_context()``.
+    """
+    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    same = WorkloadRequest.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor")).order_by()
+    ahead = same.filter(state__in=IN_QUEUE).values("project").annotate(n=Count("pk")).values("n")
+    in_use = (
+        same.filter(state=S.RUNNING)
+        .values("project")
+        .annotate(n=Sum(F("gpus") * F("replicas"), output_field=IntegerField()))
+        .values("n")
+    )
+    return (
+        requests_for(actor=actor)
+        .filter(state=S.PENDING_APPROVAL, project__in=approvable)
+        .annotate(
+            waiting_ahead=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)),
+            in_use=Coalesce(Subquery(in_use, output_field=IntegerField()), Value(0)),
+        )
+        .prefetch_related(
+            Prefetch("project__quotas", queryset=Quota.objects.select_related("flavor"), to_attr="quota_rows")
+        )
+        .order_by("created_at", "id")
+    )
+
+
+def _number(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def approval_context(request: WorkloadRequest) -> dict[str, Any]:
+    """What an approver needs beside the request: usage against quota, the queue, the cost."""
+    rows = [
+        row for row in getattr(request.project, "quota_rows", None) or Quota.objects.filter(project=request.project)
+        if row.flavor_id == request.flavor_id
+    ]
+    return {
+        "quota": [
+            {
+                "resource": row.resource,
+                "nominal": _number(row.nominal),
+                "borrowing_limit": _number(row.borrowing_limit),
+                "used": _number(row.used),
+            }
+            for row in rows
+        ],
+        "in_use": getattr(request, "in_use", None),
+        "waiting_ahead": getattr(request, "waiting_ahead", None),
+        # Billing does not exist yet; the estimate comes from its price list once it does.
+        "cost_estimate": None,
+    }
+
+
+def request_pending_reason(request: WorkloadRequest) -> str:
+    """A plain answer to "why is it not running yet?", or "" when it is not waiting."""
+    since = f" since {timezone.localtime(request.updated_at):%Y-%m-%d %H:%M}" if request.updated_at else ""
+    if request.state == S.PENDING_APPROVAL:
+        # pending_reason holds why the rule did not approve it ("4 GPUs is more than the 2 ...").
+        why = f": {request.pending_reason}" if request.pending_reason else "."
+        return f"Awaiting approval by a project admin{since}{why}"
+    if request.state == S.SUBMITTED:
+        return "Submitted; the approval rules are being applied."
+    if request.state == S.APPROVED:
+        return request.pending_reason or "Approved; the portal is creating it in the cluster."
+    if request.state in (S.QUEUED, S.PREEMPTED):
+        return request.pending_reason or (
+            f"Waiting in project {request.project.slug}'s queue for {request.gpus} x {request.flavor}"
+            + (f" x {request.replicas}" if request.replicas > 1 else "") + "."
+        )
+    return ""
+
+
+def templates_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
+    """The catalogue: active templates for everyone; ops also see retired versions."""
+    base = ServiceTemplate.objects.prefetch_related("allowed_flavors")
+    return base if _is_ops(actor) else base.filter(active=True)
+
+
+def images_for(*, actor: Actor) -> QuerySet[Image]:
+    return Image.objects.all() if _is_ops(actor) else Image.objects.filter(active=True)
+
+
+def approval_rules_for(*, actor: Actor) -> QuerySet[ApprovalRule]:
+    """Global rules (everyone may read what applies to them) and the rules of visible projects."""
+    base = ApprovalRule.objects.select_related("project__tenant")
+    if _is_ops(actor):
+        return base
+    return base.filter(Q(project__isnull=True) | Q(project__in=projects_for(actor=actor).values("pk")))

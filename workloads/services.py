@@ -1,0 +1,800 @@
+"""Every write to the catalogue and to requests: check the rules, write, audit, schedule side effects.
+
+The request lifecycle up to "approved" lives here (submit, the approval rules, approve, reject) plus
+the user's actions on a request (cancel, stop, restart, delete, extend, scale). What happens in the
+cluster afterwards is scheduled through ``workloads.hooks`` on commit; this module never talks to
+the cluster. State changes go through ``states.move()`` only.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Iterable
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F, Sum
+
+from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from quotas.models import Flavor, Quota
+from tenants.access import Actor, has_perm
+from tenants.audit import audit_record, snapshot
+from tenants.models import DNS1123_LABEL, Project
+
+from . import hooks, notify
+from .models import ApprovalRule, Image, Priority, RequestEvent, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from .schema import parameters_validate, schema_errors
+from .states import ACTIVE, CANCELLABLE, FINAL, move
+
+S = RequestState
+RULE_LABEL = "approval rule"
+REQUEST_FIELDS = ["name", "image", "flavor", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "state"]
+DEFAULT_PRIORITY = {
+    TemplateKind.NOTEBOOK: Priority.INTERACTIVE,
+    TemplateKind.TRAINING: Priority.BATCH,
+    TemplateKind.INFERENCE: Priority.PRODUCTION,
+}
+DEFAULT_DURATION_HOURS = 8
+MAX_REPLICAS = 64
+
+
+# Small checks shared by the services -----------------------------------------------------------
+
+
+def _require(actor: Actor, perm: str, project: Project, message: str) -> None:
+    if not has_perm(actor, perm, project):
+        raise NotAllowed(message)
+
+
+def _require_ops(actor: Actor, message: str) -> None:
+    if actor.user is not None and not actor.is_ops:
+        raise NotAllowed(message)
+
+
+def _require_usable(project: Project, doing: str) -> None:
+    """Nothing that adds usage happens in a suspended tenant or an archived project (not even by ops)."""
+    if not project.tenant.is_active:
+        raise ReadOnlyTenant(f"Tenant {project.tenant.slug} is suspended: {doing} is not possible.")
+    if not project.is_active:
+        raise Invalid(f"Project {project.slug} is archived: {doing} is not possible.", field="project")
+
+
+def _may_approve(actor: Actor, project: Project) -> bool:
+    return has_perm(actor, "approve_project", project)
+
+
+def _is_requester(actor: Actor, req: WorkloadRequest) -> bool:
+    return actor.user is not None and actor.user.pk == req.requested_by_id
+
+
+def _require_owner_or_approver(actor: Actor, req: WorkloadRequest, doing: str) -> None:
+    """The requester (while they may still submit in the project) or an approver of the project."""
+    if _may_approve(actor, req.project):
+        return
+    if _is_requester(actor, req) and has_perm(actor, "submit_project", req.project):
+        return
+    raise NotAllowed(f"Only the requester or a project admin may {doing} this request.")
+
+
+def _locked(req: WorkloadRequest) -> WorkloadRequest:
+    """Re-read the request with what the services need; the caller's copy may be stale."""
+    return WorkloadRequest.objects.select_related("project__tenant", "tenant", "template", "flavor").get(pk=req.pk)
+
+
+def _event(req: WorkloadRequest, *, actor_label: str, message: str) -> RequestEvent:
+    """A timeline entry that is not a state change (an extension, a scale, a deletion)."""
+    return RequestEvent.objects.create(request=req, actor_label=actor_label[:200], message=message[:1000])
+
+
+def _on_commit_changed(req: WorkloadRequest, action: str) -> None:
+    pk = req.pk
+    transaction.on_commit(lambda: hooks.request_changed(pk, action))
+
+
+def _on_commit_approved(req: WorkloadRequest, *, notify_requester: bool) -> None:
+    pk = req.pk
+    if notify_requester:
+        transaction.on_commit(lambda: notify.request_decided_notify(pk))
+    transaction.on_commit(lambda: hooks.request_approved(pk))
+
+
+# Quota: what can never run --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most of one flavor's primary resource the project can ever get at once."""
+
+    resource: str
+    nominal: Decimal
+    borrowable: Decimal | None  # None: no borrowing limit, bounded by the tenant's cohort
+    total: Decimal
+
+
+def quota_ceiling(*, project: Project, flavor: Flavor) -> Ceiling:
+    """Nominal quota plus what the project may borrow, for ``flavor``'s primary resource.
+
+    No quota row means nothing. A missing borrowing limit means "as much as the cohort has": the
+    tenant's row for the flavor (its pool) if there is one, else the sum of its projects' quotas.
+    """
+    resource = flavor.primary_resource
+    row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
+    if row is None:
+        return Ceiling(resource, Decimal(0), Decimal(0), Decimal(0))
+    if row.borrowing_limit is not None:
+        return Ceiling(resource, row.nominal, row.borrowing_limit, row.nominal + row.borrowing_limit)
+    tenant_row = Quota.objects.filter(tenant_id=project.tenant_id, project__isnull=True, flavor=flavor, resource=resource).first()
+    if tenant_row is not None:
+        cohort = tenant_row.nominal
+    else:
+        cohort = Quota.objects.filter(
+            tenant_id=project.tenant_id, project__isnull=False, flavor=flavor, resource=resource
+        ).aggregate(total=Sum("nominal"))["total"] or Decimal(0)
+    return Ceiling(resource, row.nominal, None, max(row.nominal, cohort))
+
+
+def request_demand(*, flavor: Flavor, gpus: int, replicas: int, cpu: Decimal) -> Decimal:
+    """How much of the flavor's primary resource the whole request needs at once."""
+    per_pod = Decimal(cpu) if flavor.kind == Flavor.Kind.CPU else Decimal(gpus)
+    return per_pod * replicas
+
+
+def _fmt(value: Decimal) -> str:
+    return f"{value.normalize():f}"
+
+
+def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, field: str = "gpus") -> None:
+    ceiling = quota_ceiling(project=project, flavor=flavor)
+    if demand <= ceiling.total:
+        return
+    what = f"{_fmt(demand)} x {flavor} ({ceiling.resource})"
+    if ceiling.total == 0:
+        message = f"This can never run: project {project.slug} has no quota for {flavor}. Ask for quota or choose another flavor."
+    else:
+        borrow = "no borrowing limit" if ceiling.borrowable is None else f"{_fmt(ceiling.borrowable)} borrowable"
+        message = (
+            f"This can never run: {what} is more than project {project.slug} can ever get "
+            f"({_fmt(ceiling.nominal)} nominal + {borrow} = {_fmt(ceiling.total)}). Ask for more quota or request less."
+        )
+    raise Invalid(message, field=field)
+
+
+# Approval rules --------------------------------------------------------------------------------
+
+
+def approval_rule_for(*, project: Project, template: ServiceTemplate) -> ApprovalRule | None:
+    """The most specific rule: project + template, project, template, global; None if there is none."""
+    candidates = list(
+        ApprovalRule.objects.filter(project__in=[project], template_slug__in=[template.slug, ""])
+        | ApprovalRule.objects.filter(project__isnull=True, template_slug__in=[template.slug, ""])
+    )
+
+    def specificity(rule: ApprovalRule) -> tuple[int, int]:
+        return (rule.project_id is not None, rule.template_slug != "")
+
+    return max(candidates, key=specificity, default=None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    auto: bool
+    reason: str
+
+
+def approval_decide(
+    *, actor: Actor, project: Project, template: ServiceTemplate, gpus_total: int, hours: int
+) -> Decision:
+    """Whether a request (or an extension or scale-up) is approved without a human, and why (not)."""
+    if actor.token is None and actor.user is not None and _may_approve(actor, project):
+        return Decision(True, f"Approved on submission: {actor.label} may approve requests in {project.slug}.")
+    rule = approval_rule_for(project=project, template=template)
+    if rule is None:
+        return Decision(False, "No approval rule applies, so a project admin decides.")
+    if template.kind == TemplateKind.INFERENCE and rule.require_admin_for_inference:
+        return Decision(False, "Inference services need a project admin's approval.")
+    if gpus_total > rule.auto_approve_max_gpus:
+        return Decision(False, f"{gpus_total} GPUs is more than the {rule.auto_approve_max_gpus} approved automatically.")
+    if hours > rule.auto_approve_max_hours:
+        return Decision(False, f"{hours} hours is more than the {rule.auto_approve_max_hours} approved automatically.")
+    return Decision(
+        True,
+        f"Within the automatic limit ({rule.auto_approve_max_gpus} GPUs, {rule.auto_approve_max_hours} hours) of {rule}.",
+    )
+
+
+def _gpus_total(*, flavor: Flavor, gpus: int, replicas: int) -> int:
+    return 0 if flavor.kind == Flavor.Kind.CPU else gpus * replicas
+
+
+# Submitting ------------------------------------------------------------------------------------
+
+
+def _replay(actor: Actor, key: str) -> WorkloadRequest | None:
+    if not key or actor.user is None:
+        return None
+    found = (
+        WorkloadRequest.objects.select_related("project__tenant", "template", "flavor")
+        .filter(requested_by=actor.user, idempotency_key=key)
+        .first()
+    )
+    if found is not None:
+        found.replayed = True  # type: ignore[attr-defined]
+    return found
+
+
+def _check_replay_matches(found: WorkloadRequest, *, project: Project, template: ServiceTemplate) -> None:
+    # A key names one request. Reusing it for a different one is a client bug, not a retry.
+    if found.project_id != project.pk or found.template.slug != template.slug:
+        raise ConflictError(
+            "This Idempotency-Key was already used for a different request "
+            f"({found.project.slug}/{found.name}); use a new key.",
+            field="idempotency_key",
+        )
+
+
+def _request_snapshot(req: WorkloadRequest) -> dict[str, Any]:
+    out = snapshot(req, REQUEST_FIELDS) or {}
+    return out | {"cpu": str(req.cpu)}
+
+
+def _default_name(template: ServiceTemplate) -> str:
+    return f"{template.slug[:33].rstrip('-')}-{secrets.token_hex(3)}"
+
+
+def request_submit(
+    *,
+    actor: Actor,
+    project: Project,
+    template: ServiceTemplate,
+    image: str = "",
+    flavor: Flavor | None = None,
+    gpus: int | None = None,
+    replicas: int | None = None,
+    cpu: Decimal | int | float | None = None,
+    memory_gib: int | None = None,
+    parameters: dict[str, Any] | None = None,
+    duration_hours: int | None = None,
+    priority: str = "",
+    name: str = "",
+    idempotency_key: str = "",
+) -> WorkloadRequest:
+    """Validate and record a request, then approve it by rule or leave it pending approval.
+
+    Refused at once (nothing created) when it is invalid or can never run. With an
+    ``idempotency_key``, a retry by the same user returns the request the first call made and
+    creates nothing; the returned request's ``replayed`` attribute says which happened.
+    """
+    if actor.user is None:
+        raise NotAllowed("Requests are made by users (or their tokens).")
+    project = Project.objects.select_related("tenant").get(pk=project.pk)
+    _require(actor, "submit_project", project, "You may not submit requests in this project.")
+    idempotency_key = (idempotency_key or "").strip()
+    if len(idempotency_key) > 200:
+        raise Invalid("An Idempotency-Key has at most 200 characters.", field="idempotency_key")
+
+    found = _replay(actor, idempotency_key)
+    if found is not None:
+        _check_replay_matches(found, project=project, template=template)
+        return found
+
+    try:
+        with transaction.atomic():
+            req = _submit(
+                actor=actor, project=project, template=template, image=image, flavor=flavor, gpus=gpus,
+                replicas=replicas, cpu=cpu, memory_gib=memory_gib, parameters=parameters,
+                duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
+            )
+    except IntegrityError:
+        # A concurrent retry with the same key won the insert (the unique constraint decides).
+        found = _replay(actor, idempotency_key)
+        if found is None:
+            raise
+        _check_replay_matches(found, project=project, template=template)
+        return found
+    req.replayed = False  # type: ignore[attr-defined]
+    return req
+
+
+def _submit(
+    *,
+    actor: Actor,
+    project: Project,
+    template: ServiceTemplate,
+    image: str,
+    flavor: Flavor | None,
+    gpus: int | None,
+    replicas: int | None,
+    cpu: Decimal | int | float | None,
+    memory_gib: int | None,
+    parameters: dict[str, Any] | None,
+    duration_hours: int | None,
+    priority: str,
+    name: str,
+    idempotency_key: str,
+) -> WorkloadRequest:
+    _require_usable(project, "submitting a request")
+    if not template.active:
+        raise Invalid(f"Template {template.slug} v{template.version} is no longer offered.", field="template")
+
+    errors: dict[str, list[str]] = {}
+
+    def error(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    # Flavor: one the template allows, active. Default: the first allowed one.
+    allowed = list(template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name"))
+    if flavor is None:
+        flavor = allowed[0] if allowed else None
+        if flavor is None:
+            error("flavor", f"Template {template.slug} allows no flavor at the moment.")
+    elif flavor.pk not in {f.pk for f in allowed}:
+        names = ", ".join(f.name for f in allowed) or "none"
+        error("flavor", f"Flavor {flavor.name} is not allowed for {template.name} (allowed: {names}).")
+
+    # Image: curated for this kind of template, unless the project may use its own.
+    image = (image or "").strip()
+    curated = [i for i in Image.objects.filter(active=True) if template.kind in (i.kinds or [])]
+    if not image:
+        if curated:
+            image = curated[0].reference
+        else:
+            error("image", f"No curated image for {template.get_kind_display().lower()}s; name one.")
+    elif image not in {i.reference for i in curated} and not project.allow_custom_images:
+        error("image", f"Image {image} is not in the curated list for {template.get_kind_display().lower()}s.")
+    if len(image) > 300:
+        error("image", "At most 300 characters.")
+
+    # Parameters: the template's JSON Schema, defaults filled in.
+    try:
+        parameters = parameters_validate(template.parameters_schema, parameters)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            for message in messages:
+                error(field, message)
+        parameters = {}
+
+    # Resources: defaults from the template, within its maxima.
+    is_cpu = flavor is not None and flavor.kind == Flavor.Kind.CPU
+    gpus = (0 if is_cpu else template.default_gpus) if gpus is None else gpus
+    if gpus < (0 if is_cpu else 1):
+        error("gpus", "At least 1 GPU (or slice) for a GPU flavor.")
+    elif gpus > template.max_gpus:
+        error("gpus", f"At most {template.max_gpus} per replica for {template.name}.")
+    cpu = template.default_cpu if cpu is None else Decimal(str(cpu))
+    if cpu <= 0 or cpu > template.max_cpu:
+        error("cpu", f"Between 0 and {_fmt(template.max_cpu)} CPUs for {template.name}.")
+    memory_gib = template.default_memory_gib if memory_gib is None else memory_gib
+    if memory_gib < 1 or memory_gib > template.max_memory_gib:
+        error("memory_gib", f"Between 1 and {template.max_memory_gib} GiB for {template.name}.")
+    duration_hours = min(DEFAULT_DURATION_HOURS, template.max_duration_hours) if duration_hours is None else duration_hours
+    if duration_hours < 1:
+        error("duration_hours", "At least 1 hour.")
+    elif duration_hours > template.max_duration_hours:
+        error("duration_hours", f"At most {template.max_duration_hours} hours for {template.name}.")
+
+    # Replicas: inference replicas, or distributed training's workers (one source: the parameters).
+    if template.kind == TemplateKind.TRAINING:
+        derived = int(parameters.get("workers", 1)) if parameters.get("distributed") else 1
+        if replicas is not None and replicas != derived:
+            error("replicas", "For training, set parameters.workers (with parameters.distributed) instead.")
+        replicas = derived
+    elif template.kind == TemplateKind.NOTEBOOK:
+        if replicas not in (None, 1):
+            error("replicas", "A notebook has one replica.")
+        replicas = 1
+    replicas = 1 if replicas is None else replicas
+    if not 1 <= replicas <= MAX_REPLICAS:
+        error("replicas", f"Between 1 and {MAX_REPLICAS}.")
+
+    priority = priority or DEFAULT_PRIORITY.get(template.kind, Priority.BATCH)
+    if priority not in Priority.values:
+        error("priority", f"One of {', '.join(Priority.values)}.")
+
+    name = (name or "").strip() or _default_name(template)
+    try:
+        DNS1123_LABEL(name)
+        if len(name) > 40:
+            raise ValidationError("At most 40 characters.")
+    except ValidationError as exc:
+        for message in exc.messages:
+            error("name", message)
+    else:
+        live = WorkloadRequest.objects.filter(project=project, name=name).exclude(state__in=FINAL)
+        if live.exists():
+            error("name", f"{name} is already in use by an active request in {project.slug}.")
+
+    if errors:
+        raise ValidationError(errors)
+    assert flavor is not None
+
+    # The request could never be admitted: refuse now rather than queue it forever.
+    demand = request_demand(flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu)
+    _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if replicas > 1 else "gpus")
+
+    req = WorkloadRequest.objects.create(
+        tenant=project.tenant, project=project, cluster=flavor.cluster, template=template, name=name,
+        image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu, memory_gib=memory_gib,
+        parameters=parameters, duration_hours=duration_hours, priority=priority, state=S.SUBMITTED,
+        requested_by=actor.user, token=actor.token, idempotency_key=idempotency_key,
+    )
+    RequestEvent.objects.create(
+        request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
+        message=f"Submitted: {template.name} v{template.version}, {gpus} x {flavor} x {replicas}, {duration_hours} h.",
+    )
+    audit_record(
+        actor=actor, action="request.submit", target=req, tenant=project.tenant, project=project,
+        after=_request_snapshot(req) | {"template": f"{template.slug} v{template.version}"},
+    )
+
+    decision = approval_decide(
+        actor=actor, project=project, template=template,
+        gpus_total=_gpus_total(flavor=flavor, gpus=gpus, replicas=replicas), hours=duration_hours,
+    )
+    if decision.auto:
+        move(req, to=S.APPROVED, actor_label=RULE_LABEL, reason=decision.reason)
+        _on_commit_approved(req, notify_requester=False)
+    else:
+        move(
+            req, to=S.PENDING_APPROVAL, actor_label=RULE_LABEL, reason=decision.reason,
+            fields={"pending_reason": decision.reason},
+        )
+    return req
+
+
+# Deciding --------------------------------------------------------------------------------------
+
+
+def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> WorkloadRequest:
+    req = _locked(req)
+    _require(actor, "approve_project", req.project, "Only project admins, tenant admins and ops decide on requests.")
+    if to == S.APPROVED:
+        _require_usable(req.project, "approving a request")
+    verb = "Approved" if to == S.APPROVED else "Rejected"
+    reason = f"{verb} by {actor.label}" + (f": {comment}" if comment else ".")
+    fields: dict[str, Any] = {"approved_by": actor.user} if to == S.APPROVED and actor.user is not None else {}
+    won = move(
+        req, to=to, actor_label=actor.label, actor=actor, reason=reason,
+        only_from=[S.SUBMITTED, S.PENDING_APPROVAL], fields=fields,
+    )
+    if not won:
+        current = WorkloadRequest.objects.filter(pk=req.pk).values_list("state", flat=True).first()
+        raise ConflictError(f"The request is {current} now: someone already decided on it, or it was cancelled.")
+    if to == S.APPROVED:
+        _on_commit_approved(req, notify_requester=True)
+    else:
+        pk = req.pk
+        transaction.on_commit(lambda: notify.request_decided_notify(pk))
+    return req
+
+
+@transaction.atomic
+def request_approve(*, actor: Actor, request: WorkloadRequest, comment: str = "") -> WorkloadRequest:
+    """An approver lets the request go ahead. Two approvers at once: one wins, the other gets 409."""
+    return _decide(actor=actor, req=request, to=S.APPROVED, comment=comment.strip())
+
+
+@transaction.atomic
+def request_reject(*, actor: Actor, request: WorkloadRequest, comment: str = "") -> WorkloadRequest:
+    return _decide(actor=actor, req=request, to=S.REJECTED, comment=comment.strip())
+
+
+# The requester's (and approvers') actions -------------------------------------------------------
+
+
+def _refused(req: WorkloadRequest, doing: str, hint: str = "") -> ConflictError:
+    current = WorkloadRequest.objects.filter(pk=req.pk).values_list("state", flat=True).first()
+    return ConflictError(f"A {current} request cannot be {doing}." + (f" {hint}" if hint else ""))
+
+
+@transaction.atomic
+def request_cancel(*, actor: Actor, request: WorkloadRequest, reason: str = "") -> WorkloadRequest:
+    """Withdraw a request before it ever ran (a running one is stopped instead)."""
+    req = _locked(request)
+    _require_owner_or_approver(actor, req, "cancel")
+    text = f"Cancelled by {actor.label}" + (f": {reason}" if reason else ".")
+    if not move(req, to=S.CANCELLED, actor_label=actor.label, actor=actor, reason=text, only_from=CANCELLABLE):
+        raise _refused(req, "cancelled", "Stop it instead." if req.state not in FINAL else "")
+    _on_commit_changed(req, "cancel")
+    return req
+
+
+@transaction.atomic
+def request_stop(*, actor: Actor, request: WorkloadRequest, reason: str = "") -> WorkloadRequest:
+    """Stop an active request; its cluster objects are removed (a notebook keeps its home volume)."""
+    req = _locked(request)
+    _require_owner_or_approver(actor, req, "stop")
+    text = f"Stopped by {actor.label}" + (f": {reason}" if reason else ".")
+    if not move(req, to=S.STOPPED, actor_label=actor.label, actor=actor, reason=text, only_from=ACTIVE):
+        raise _refused(req, "stopped", "Cancel it instead." if req.state in CANCELLABLE else "")
+    _on_commit_changed(req, "stop")
+    return req
+
+
+@transaction.atomic
+def request_restart(*, actor: Actor, request: WorkloadRequest) -> WorkloadRequest:
+    """Run a stopped or failed request again, under its original approval."""
+    req = _locked(request)
+    _require_owner_or_approver(actor, req, "restart")
+    _require_usable(req.project, "restarting a request")
+    if not req.template.active:
+        raise Invalid(f"Template {req.template.slug} v{req.template.version} is no longer offered; submit a new request.")
+    # Quotas may have shrunk since it was submitted.
+    demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=req.replicas, cpu=req.cpu)
+    _check_can_ever_run(project=req.project, flavor=req.flavor, demand=demand)
+    # A new run: what the cluster said about the last one, and what was applied then, no longer hold.
+    fields = {
+        "pending_reason": "", "started_at": None, "queued_at": None, "expires_at": None, "attempts": 0,
+        "cluster_status": {}, "applied_hash": "",
+    }
+    if not move(req, to=S.APPROVED, actor_label=actor.label, actor=actor, reason=f"Restarted by {actor.label}.",
+                only_from=[S.STOPPED, S.FAILED], fields=fields):
+        raise _refused(req, "restarted", "Only stopped or failed requests restart.")
+    _on_commit_approved(req, notify_requester=False)
+    return req
+
+
+@transaction.atomic
+def request_delete(*, actor: Actor, request: WorkloadRequest) -> WorkloadRequest:
+    """Remove the request's cluster objects, volumes included; it ends (cancelled or stopped).
+
+    The row stays, with its timeline: it is the record of what ran and what it cost.
+    """
+    req = _locked(request)
+    _require_owner_or_approver(actor, req, "delete")
+    text = f"Deleted by {actor.label}."
+    if req.state in CANCELLABLE:
+        move(req, to=S.CANCELLED, actor_label=actor.label, actor=actor, reason=text, only_from=CANCELLABLE)
+    elif req.state in ACTIVE:
+        move(req, to=S.STOPPED, actor_label=actor.label, actor=actor, reason=text, only_from=ACTIVE)
+    _event(req, actor_label=actor.label, message="Deleted: its cluster objects and volumes are removed.")
+    audit_record(actor=actor, action="request.delete", target=req, tenant=req.tenant, project=req.project)
+    _on_commit_changed(req, "delete")
+    return req
+
+
+@transaction.atomic
+def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> WorkloadRequest:
+    """Give a request more time, within its template's maximum.
+
+    Pending approval: the approver decides on the new duration. Otherwise it applies at once when
+    the approval rule would approve the new total (or the actor is an approver), and is refused with
+    a plain message when it needs a project admin.
+    """
+    req = _locked(request)
+    _require_owner_or_approver(actor, req, "extend")
+    _require_usable(req.project, "extending a request")
+    if hours < 1:
+        raise Invalid("Extend by at least 1 hour.", field="hours")
+    if req.state in FINAL:
+        raise _refused(req, "extended")
+    total = req.duration_hours + hours
+    limit = req.template.max_duration_hours
+    if total > limit:
+        raise Invalid(
+            f"{total} hours is more than {req.template.name}'s maximum of {limit} hours "
+            f"(it has {req.duration_hours}; at most {max(0, limit - req.duration_hours)} more).",
+            field="hours",
+        )
+    if req.state not in (S.SUBMITTED, S.PENDING_APPROVAL):
+        decision = approval_decide(
+            actor=actor, project=req.project, template=req.template,
+            gpus_total=_gpus_total(flavor=req.flavor, gpus=req.gpus, replicas=req.replicas), hours=total,
+        )
+        if not decision.auto:
+            raise NotAllowed(f"Extending to {total} hours needs a project admin: {decision.reason} Ask one to extend it.")
+    before = {"duration_hours": req.duration_hours, "expires_at": req.expires_at.isoformat() if req.expires_at else None}
+    updated = (
+        WorkloadRequest.objects.filter(pk=req.pk, duration_hours=req.duration_hours)
+        .exclude(state__in=FINAL)
+        .update(duration_hours=F("duration_hours") + hours, expires_at=F("expires_at") + timedelta(hours=hours))
+    )
+    if updated != 1:
+        raise ConflictError("The request changed meanwhile; reload and try again.")
+    req.refresh_from_db(fields=["duration_hours", "expires_at", "updated_at"])
+    _event(req, actor_label=actor.label, message=f"Extended by {hours} h to {req.duration_hours} h by {actor.label}.")
+    audit_record(
+        actor=actor, action="request.extend", target=req, tenant=req.tenant, project=req.project, before=before,
+        after={"duration_hours": req.duration_hours, "expires_at": req.expires_at.isoformat() if req.expires_at else None},
+    )
+    _on_commit_changed(req, "extend")
+    return req
+
+
+@transaction.atomic
+def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> WorkloadRequest:
+    """Change an inference service's replicas: down always, up within quota and the approval rule."""
+    req = _locked(request)
+    _require_owner_or_approver(actor, req, "scale")
+    if req.template.kind != TemplateKind.INFERENCE:
+        raise Invalid("Only inference services scale.", field="replicas")
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise Invalid(f"Between 1 and {MAX_REPLICAS} replicas.", field="replicas")
+    if req.state in FINAL:
+        raise _refused(req, "scaled")
+    if replicas > req.replicas:
+        _require_usable(req.project, "scaling up")
+        demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=replicas, cpu=req.cpu)
+        _check_can_ever_run(project=req.project, flavor=req.flavor, demand=demand, field="replicas")
+        if req.state not in (S.SUBMITTED, S.PENDING_APPROVAL):
+            decision = approval_decide(
+                actor=actor, project=req.project, template=req.template,
+                gpus_total=_gpus_total(flavor=req.flavor, gpus=req.gpus, replicas=replicas), hours=req.duration_hours,
+            )
+            if not decision.auto:
+                raise NotAllowed(f"Scaling up to {replicas} replicas needs a project admin: {decision.reason}")
+    before = req.replicas
+    if before == replicas:
+        return req
+    updated = (
+        WorkloadRequest.objects.filter(pk=req.pk, replicas=before).exclude(state__in=FINAL).update(replicas=replicas)
+    )
+    if updated != 1:
+        raise ConflictError("The request changed meanwhile; reload and try again.")
+    req.replicas = replicas
+    _event(req, actor_label=actor.label, message=f"Scaled from {before} to {replicas} replicas by {actor.label}.")
+    audit_record(
+        actor=actor, action="request.scale", target=req, tenant=req.tenant, project=req.project,
+        before={"replicas": before}, after={"replicas": replicas},
+    )
+    _on_commit_changed(req, "scale")
+    return req
+
+
+# The catalogue (ops) and approval rules (project admins, ops) -----------------------------------
+
+TEMPLATE_FIELDS = [
+    "kind", "slug", "version", "name", "active", "default_gpus", "max_gpus", "max_duration_hours", "idle_timeout_minutes",
+]
+# What may change on a template version that requests already use: nothing that changes meaning.
+TEMPLATE_COSMETIC = {"name", "description", "active"}
+IMAGE_FIELDS = ["name", "reference", "kinds", "active"]
+RULE_FIELDS = ["project", "template_slug", "auto_approve_max_gpus", "auto_approve_max_hours", "require_admin_for_inference"]
+
+
+def _check_template(template: ServiceTemplate) -> None:
+    problems = schema_errors(template.parameters_schema)
+    if problems:
+        raise ValidationError({"parameters_schema": problems})
+    if template.default_gpus > template.max_gpus:
+        raise ValidationError({"default_gpus": [f"At most max_gpus ({template.max_gpus})."]})
+    template.full_clean(exclude=["allowed_flavors"])
+
+
+@transaction.atomic
+def template_create(*, actor: Actor, allowed_flavors: Iterable[Flavor] = (), **values: Any) -> ServiceTemplate:
+    """A new template, or a new version of an existing slug (version = last + 1)."""
+    _require_ops(actor, "Only platform ops manage templates.")
+    last = ServiceTemplate.objects.select_for_update().filter(slug=values.get("slug", "")).order_by("-version").first()
+    values["version"] = (last.version + 1) if last else 1
+    template = ServiceTemplate(**values)
+    _check_template(template)
+    template.save()
+    template.allowed_flavors.set(list(allowed_flavors))
+    audit_record(actor=actor, action="template.create", target=template, after=snapshot(template, TEMPLATE_FIELDS))
+    return template
+
+
+@transaction.atomic
+def template_update(
+    *, actor: Actor, template: ServiceTemplate, allowed_flavors: Iterable[Flavor] | None = None, **changes: Any
+) -> ServiceTemplate:
+    """Edit a version in place. Once requests use it, only name, description and active may change:
+    anything else makes a new version (POST with the same slug), so old requests keep their meaning."""
+    _require_ops(actor, "Only platform ops manage templates.")
+    template = ServiceTemplate.objects.select_for_update().get(pk=template.pk)
+    for fixed in ("kind", "slug", "version"):
+        if fixed in changes and changes[fixed] != getattr(template, fixed):
+            raise Invalid(f"{fixed} cannot change; create a new template or version.", field=fixed)
+    meaningful = {k for k, v in changes.items() if getattr(template, k) != v} - TEMPLATE_COSMETIC
+    if allowed_flavors is not None:
+        if {f.pk for f in allowed_flavors} != set(template.allowed_flavors.values_list("pk", flat=True)):
+            meaningful.add("allowed_flavors")
+    if meaningful and template.requests.exists():
+        raise ConflictError(
+            f"Requests use {template.slug} v{template.version}; changing {', '.join(sorted(meaningful))} needs a new version."
+        )
+    before = snapshot(template, TEMPLATE_FIELDS)
+    for field, value in changes.items():
+        setattr(template, field, value)
+    _check_template(template)
+    template.save()
+    if allowed_flavors is not None:
+        template.allowed_flavors.set(list(allowed_flavors))
+    audit_record(actor=actor, action="template.update", target=template, before=before, after=snapshot(template, TEMPLATE_FIELDS))
+    return template
+
+
+@transaction.atomic
+def image_create(*, actor: Actor, **values: Any) -> Image:
+    _require_ops(actor, "Only platform ops manage the image list.")
+    image = Image(**values)
+    _check_image(image)
+    image.save()
+    audit_record(actor=actor, action="image.create", target=image, after=snapshot(image, IMAGE_FIELDS))
+    return image
+
+
+@transaction.atomic
+def image_update(*, actor: Actor, image: Image, **changes: Any) -> Image:
+    _require_ops(actor, "Only platform ops manage the image list.")
+    image = Image.objects.select_for_update().get(pk=image.pk)
+    before = snapshot(image, IMAGE_FIELDS)
+    for field, value in changes.items():
+        setattr(image, field, value)
+    _check_image(image)
+    image.save()
+    audit_record(actor=actor, action="image.update", target=image, before=before, after=snapshot(image, IMAGE_FIELDS))
+    return image
+
+
+def _check_image_kinds(image: Image) -> None:
+    kinds = image.kinds if isinstance(image.kinds, list) else None
+    if not kinds or any(kind not in TemplateKind.values for kind in kinds):
+        raise ValidationError({"kinds": [f"A list of template kinds: {', '.join(TemplateKind.values)}."]})
+
+
+def _check_image(image: Image) -> None:
+    _check_image_kinds(image)
+    image.full_clean()
+
+
+def _require_rule_scope(actor: Actor, project: Project | None) -> None:
+    if project is None:
+        _require_ops(actor, "Only platform ops set global approval rules.")
+    else:
+        _require(actor, "approve_project", project, "Only project admins, tenant admins and ops set the project's approval rules.")
+        if not project.tenant.is_active and not actor.is_ops:
+            raise ReadOnlyTenant(f"Tenant {project.tenant.slug} is suspended: its data can be read but not changed.")
+
+
+@transaction.atomic
+def approval_rule_create(*, actor: Actor, project: Project | None, **values: Any) -> ApprovalRule:
+    if actor.token is not None:
+        raise NotAllowed("API tokens cannot change approval rules.")
+    _require_rule_scope(actor, project)
+    if ApprovalRule.objects.filter(project=project, template_slug=values.get("template_slug", "")).exists():
+        raise ConflictError("A rule for this project and template exists already; change it instead.", field="template_slug")
+    rule = ApprovalRule(project=project, **values)
+    rule.full_clean(validate_unique=False, validate_constraints=False)
+    rule.save()
+    audit_record(
+        actor=actor, action="approval_rule.create", target=rule, tenant=project.tenant if project else None,
+        project=project, after=snapshot(rule, RULE_FIELDS),
+    )
+    return rule
+
+
+@transaction.atomic
+def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **changes: Any) -> ApprovalRule:
+    if actor.token is not None:
+        raise NotAllowed("API tokens cannot change approval rules.")
+    rule = ApprovalRule.objects.select_for_update().select_related("project__tenant").get(pk=rule.pk)
+    _require_rule_scope(actor, rule.project)
+    if "template_slug" in changes and changes["template_slug"] != rule.template_slug:
+        raise Invalid("The template of a rule cannot change; create another rule.", field="template_slug")
+    before = snapshot(rule, RULE_FIELDS)
+    for field, value in changes.items():
+        setattr(rule, field, value)
+    rule.full_clean(validate_unique=False, validate_constraints=False)
+    rule.save()
+    audit_record(
+        actor=actor, action="approval_rule.update", target=rule, tenant=rule.project.tenant if rule.project else None,
+        project=rule.project, before=before, after=snapshot(rule, RULE_FIELDS),
+    )
+    return rule
+
+
+@transaction.atomic
+def approval_rule_delete(*, actor: Actor, rule: ApprovalRule) -> None:
+    if actor.token is not None:
+        raise NotAllowed("API tokens cannot change approval rules.")
+    rule = ApprovalRule.objects.select_for_update().select_related("project__tenant").get(pk=rule.pk)
+    _require_rule_scope(actor, rule.project)
+    audit_record(
+        actor=actor, action="approval_rule.delete", target=rule, tenant=rule.project.tenant if rule.project else None,
+        project=rule.project, before=snapshot(rule, RULE_FIELDS),
+    )
+    rule.delete()

@@ -1,0 +1,497 @@
+"""The status follower: the cluster says what happens to a request's objects, this moves the request along.
+
+It follows seven kinds — Kueue Workloads, batch/v1 Jobs, Volcano Jobs, Deployments, StatefulSets, Pods (ours
+carry the ``gpuportal.dev/request`` label; Workloads and Events are matched by their owner's / object's name,
+``req-<pk>``) and Warning Events — with *list, then watch from the list's resourceVersion*. A cycle watches
+every kind from where the last one stopped (in parallel, for ``watch_seconds``), so what it reads, the cluster
+calls it makes and the database writes it does grow with the number of changes, not of requests. A dropped
+connection is resumed from the last resourceVersion seen; an expired one (410) re-lists that kind; every
+``resync_seconds`` everything is re-listed and compared (an unchanged request is not written).
+
+Per request we keep a small summary of its objects in ``request.cluster_status`` (conditions, phases, counts;
+no timestamps, so an object that changed nothing we care about changes nothing), and derive the state from it
+(cluster-apis.md §1.9, §2.2):
+
+* Workload ``Finished=True`` → succeeded / failed (checked first: Kueue keeps ``Admitted`` on finished ones);
+  Job ``Complete`` / ``Failed`` likewise; Volcano ``Completed`` → succeeded, ``Failed``/``Aborted``/``Terminated``
+  → failed.
+* A Workload newly ``Evicted`` (its ``schedulingStats.evictions`` count went up), or a running Volcano Job
+  ``Restarting`` → preempted, then queued again (Kueue requeues it), then running once its pods run again.
+* Running: a pod of it runs (Job, StatefulSet), at least one replica is ready (Deployment), Volcano ``Running``.
+* Otherwise it waits: queued, with the answer to "why is it pending?" (``workloads/pending.py``).
+
+Requests whose top-level object disappeared while active (deleted outside the portal) fail. Only
+``states.move`` changes a state, so the follower, a user's stop and the materializer never fight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.utils import timezone
+
+from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
+
+from .manifests import REQUEST_LABEL, cluster_queue_name, uses_volcano
+from .models import RequestState, TemplateKind, WorkloadRequest
+from .pending import request_pending_reason
+from .states import ACTIVE, move
+
+logger = logging.getLogger(__name__)
+S = RequestState
+ACTOR = "cluster"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+NAME_RE = re.compile(r"(?:^|-)req-(\d+)(?:-|$)")
+WORKLOAD_CONDITIONS = ("QuotaReserved", "Admitted", "Evicted", "Preempted", "Requeued", "Finished")
+JOB_CONDITIONS = ("Complete", "Failed", "Suspended")
+VOLCANO_DONE = {"Completed": S.SUCCEEDED, "Completing": S.SUCCEEDED, "Failed": S.FAILED, "Aborted": S.FAILED,
+                "Aborting": S.FAILED, "Terminated": S.FAILED, "Terminating": S.FAILED}
+TOP_LEVEL = ("job", "vcjob", "deployment", "statefulset")
+MISSING_GRACE = timedelta(seconds=60)
+WARNINGS_KEPT = 3
+
+
+@dataclass(frozen=True)
+class Followed:
+    key: str
+    api_version: str
+    kind: str
+    labelled: bool = True  # carries our request label (else matched by name)
+
+    @property
+    def selector(self) -> str | None:
+        return REQUEST_LABEL if self.labelled else None
+
+
+FOLLOWED: tuple[Followed, ...] = (
+    Followed("workload", KUEUE, "Workload", labelled=False),
+    Followed("job", "batch/v1", "Job"),
+    Followed("vcjob", "batch.volcano.sh/v1alpha1", "Job"),
+    Followed("deployment", "apps/v1", "Deployment"),
+    Followed("statefulset", "apps/v1", "StatefulSet"),
+    Followed("pod", "v1", "Pod"),
+    Followed("event", "v1", "Event", labelled=False),
+)
+
+
+# ------------------------------------------------------------------------------------------------ pure parts
+def request_id_of(f: Followed, obj: dict[str, Any]) -> int | None:
+    meta = obj.get("metadata") or {}
+    if f.labelled:
+        value = (meta.get("labels") or {}).get(REQUEST_LABEL, "")
+        return int(value) if str(value).isdigit() else None
+    names = [ref.get("name", "") for ref in meta.get("ownerReferences") or []]
+    if f.key == "event":
+        names = [(obj.get("involvedObject") or {}).get("name", "")]
+    for name in names:
+        match = NAME_RE.search(name or "")
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _conditions(status: dict[str, Any], wanted: Iterable[str]) -> dict[str, list[str]]:
+    keep = set(wanted)
+    return {
+        c["type"]: [str(c.get("status", "")), str(c.get("reason") or ""), str(c.get("message") or "")[:300]]
+        for c in status.get("conditions") or []
+        if c.get("type") in keep
+    }
+
+
+def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What we keep of an object: only what the state mapping and the pending sentence read."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if key == "workload":
+        evictions = sum(int(e.get("count") or 0) for e in (status.get("schedulingStats") or {}).get("evictions") or [])
+        return {"c": _conditions(status, WORKLOAD_CONDITIONS), "ev": evictions,
+                "cq": (status.get("admission") or {}).get("clusterQueue", "")}
+    if key == "job":
+        return {"c": _conditions(status, JOB_CONDITIONS), "active": status.get("active", 0), "ready": status.get("ready", 0),
+                "succeeded": status.get("succeeded", 0), "failed": status.get("failed", 0), "suspend": bool(spec.get("suspend"))}
+    if key == "vcjob":
+        state = status.get("state") or {}
+        return {"phase": state.get("phase") or "Pending", "msg": str(state.get("message") or state.get("reason") or "")[:300],
+                "retry": status.get("retryCount", 0), "running": status.get("running", 0)}
+    if key in ("deployment", "statefulset"):
+        return {"replicas": spec.get("replicas", 1), "ready": status.get("readyReplicas", 0) or 0}
+    if key == "pod":
+        sched = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+        return {"phase": status.get("phase") or "Pending",
+                "sched": [str(sched.get("status")), str(sched.get("reason") or ""), str(sched.get("message") or "")[:300]]
+                if sched else None}
+    raise ValueError(key)
+
+
+def object_key(f: Followed, obj: dict[str, Any]) -> str:
+    name = (obj.get("metadata") or {}).get("name", "")
+    return f"{f.key}/{name}" if f.key in ("workload", "pod") else f.key
+
+
+def newly_evicted(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    """The eviction message when a Workload was evicted since we last looked at it, else None."""
+    evicted = (new.get("c") or {}).get("Evicted") or ["", "", ""]
+    if old is not None:
+        if int(new.get("ev") or 0) > int(old.get("ev") or 0):
+            return evicted[2] or "evicted by Kueue"
+        return None
+    admitted = ((new.get("c") or {}).get("Admitted") or [""])[0] == "True"
+    if evicted[0] == "True" and not admitted:
+        return evicted[2] or "evicted by Kueue"
+    return None
+
+
+@dataclass(frozen=True)
+class Derived:
+    state: str
+    reason: str
+
+
+def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
+    """The request state the cluster's objects say (cluster-apis.md §1.9 and §2.2). Finished before admitted."""
+    workloads = [v for k, v in objects.items() if k.startswith("workload/")]
+    for wl in workloads:
+        fin = (wl.get("c") or {}).get("Finished")
+        if fin and fin[0] == "True":
+            if fin[1] == "Succeeded":
+                return Derived(S.SUCCEEDED, f"Finished: {fin[2] or 'succeeded'}.")
+            return Derived(S.FAILED, f"Failed: {fin[2] or fin[1]}.")
+    job = objects.get("job")
+    if job:
+        conds = job.get("c") or {}
+        if (conds.get("Complete") or [""])[0] == "True":
+            return Derived(S.SUCCEEDED, "Finished: the Job completed.")
+        if (conds.get("Failed") or [""])[0] == "True":
+            failed = conds["Failed"]
+            return Derived(S.FAILED, f"Failed: {failed[2] or failed[1] or 'the Job failed'}.")
+    pods = [v for k, v in objects.items() if k.startswith("pod/")]
+    running = sum(1 for p in pods if p.get("phase") == "Running")
+    vc = objects.get("vcjob")
+    if vc:
+        phase = vc.get("phase") or "Pending"
+        if phase in VOLCANO_DONE:
+            done = VOLCANO_DONE[phase]
+            text = vc.get("msg") or phase.lower()
+            return Derived(done, f"Finished: {text}." if done == S.SUCCEEDED else f"Failed: Volcano job {phase.lower()}: {text}.")
+        if phase == "Restarting":
+            return Derived(S.PREEMPTED, f"Volcano restarts the gang: {vc.get('msg') or 'a pod was evicted or failed'}.")
+        if phase == "Running":
+            return Derived(S.RUNNING, f"Volcano scheduled the gang; {vc.get('running') or running} pod(s) running.")
+        return Derived(S.QUEUED, "Waiting in the Volcano queue.")
+    if kind == TemplateKind.INFERENCE:
+        dep = objects.get("deployment") or {}
+        if int(dep.get("ready") or 0) >= 1:
+            return Derived(S.RUNNING, f"{dep.get('ready')} of {dep.get('replicas')} replica(s) ready.")
+        return Derived(S.QUEUED, "No replica is ready yet.")
+    if kind == TemplateKind.NOTEBOOK:
+        sts = objects.get("statefulset") or {}
+        if int(sts.get("ready") or 0) >= 1 or running:
+            return Derived(S.RUNNING, "Admitted; the notebook is running.")
+        return Derived(S.QUEUED, "Waiting for admission.")
+    if running and not (job or {}).get("suspend"):
+        return Derived(S.RUNNING, f"Admitted; {running} pod(s) running.")
+    return Derived(S.QUEUED, "Waiting for admission.")
+
+
+# ------------------------------------------------------------------------------------------------ the follower
+@dataclass
+class CycleStats:
+    events: int = 0
+    requests_touched: int = 0
+    db_writes: int = 0
+    moves: int = 0
+    cluster_calls: int = 0
+    resynced: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Tracked:
+    request: WorkloadRequest
+    original: dict[str, Any]
+    status: dict[str, Any]
+    changed: bool = False
+
+
+def _state_key(cluster: Any, kube: Kube) -> str:
+    # The API server's address is part of the key: resourceVersions mean nothing to another cluster.
+    host = hashlib.sha256(str(getattr(kube.api.configuration, "host", "")).encode()).hexdigest()[:12]
+    return f"workloads:follow:{cluster.pk}:{host}"
+
+
+class StatusFollower:
+    """Follows one cluster. Keep one per process (``follow_cluster``), or rebuild it each cycle: the
+    resourceVersions it resumes from are kept in the cache (a lost cache only costs one re-list)."""
+
+    def __init__(self, cluster: Any, *, kube: Kube | None = None, watch_seconds: int = 1, resync_seconds: float = 300) -> None:
+        self.cluster = cluster
+        self.kube = kube or kube_for(cluster)
+        self.watch_seconds = watch_seconds
+        self.resync_seconds = resync_seconds
+        self.state_key = _state_key(cluster, self.kube)
+        saved = cache.get(self.state_key) or {}
+        self.versions: dict[str, str] = dict(saved.get("versions") or {})
+        self.resynced_at: float = float(saved.get("resynced_at") or 0)
+        self.unserved: set[str] = set()
+
+    # -- one cycle -------------------------------------------------------------------------------------------
+    def cycle(self, *, resync: bool | None = None) -> CycleStats:
+        stats = CycleStats()
+        calls_before = sum(self.kube.calls.values())
+        due = resync if resync is not None else (
+            time.time() - self.resynced_at >= self.resync_seconds or any(
+                f.key not in self.versions for f in FOLLOWED if f.key not in self.unserved))
+        if due:
+            self._resync(stats)
+        else:
+            self._follow(stats)
+        stats.cluster_calls = sum(self.kube.calls.values()) - calls_before
+        cache.set(self.state_key, {"versions": self.versions, "resynced_at": self.resynced_at}, None)
+        return stats
+
+    def _list(self, f: Followed) -> list[dict[str, Any]] | None:
+        try:
+            items, version = self.kube.list(f.api_version, f.kind, label_selector=f.selector)
+        except ClusterRejected as exc:
+            if exc.status == 404:  # this cluster does not serve the kind (no Volcano): nothing to follow
+                self.unserved.add(f.key)
+                return None
+            raise
+        self.versions[f.key] = version
+        return items
+
+    def _watch(self, f: Followed) -> list[tuple[str, dict[str, Any]]] | None:
+        """Events since our resourceVersion; None when it expired (410) and the kind must be re-listed."""
+        events: list[tuple[str, dict[str, Any]]] = []
+        try:
+            for etype, obj in self.kube.watch(f.api_version, f.kind, resource_version=self.versions.get(f.key),
+                                              timeout_seconds=self.watch_seconds, label_selector=f.selector):
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if version:
+                    self.versions[f.key] = version
+                if etype != "BOOKMARK":
+                    events.append((etype, obj))
+        except ClusterRejected as exc:
+            if exc.status in (410, 0) or exc.reason in ("Expired", "Gone"):
+                return None
+            raise
+        except ClusterUnavailable as exc:
+            # A dropped stream: keep what arrived; the next cycle resumes from the last version we saw.
+            logger.info("watch %s on %s broke: %s", f.kind, self.cluster, exc)
+        return events
+
+    def _follow(self, stats: CycleStats) -> None:
+        kinds = [f for f in FOLLOWED if f.key not in self.unserved]
+        with ThreadPoolExecutor(max_workers=len(kinds)) as pool:
+            results = dict(zip([f.key for f in kinds], pool.map(self._watch_safely, kinds), strict=True))
+        expired = [f for f in kinds if results[f.key] is None]
+        if expired:
+            # Too far behind for a watch: a full resync is the simple, correct answer (rare).
+            self._resync(stats)
+            return
+        batch = [(f, etype, obj) for f in kinds for etype, obj in results[f.key] or []]
+        stats.events = len(batch)
+        if not batch:
+            return
+        ids = {rid for f, _, obj in batch if (rid := request_id_of(f, obj)) is not None}
+        tracked = self._load(ids)
+        for f, etype, obj in batch:
+            rid = request_id_of(f, obj)
+            item = tracked.get(rid) if rid is not None else None
+            if item is None:
+                continue
+            self._apply_event(item, f, etype, obj, stats)
+        self._save(tracked.values(), stats)
+
+    def _watch_safely(self, f: Followed) -> list[tuple[str, dict[str, Any]]] | None:
+        try:
+            return self._watch(f)
+        except ClusterUnavailable as exc:
+            logger.info("watch %s on %s failed: %s", f.kind, self.cluster, exc)
+            return []
+
+    def _resync(self, stats: CycleStats) -> None:
+        stats.resynced = True
+        listed: dict[int, list[tuple[Followed, dict[str, Any]]]] = defaultdict(list)
+        warnings: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for f in FOLLOWED:
+            if f.key in self.unserved:
+                continue
+            items = self._list(f)
+            for obj in items or []:
+                rid = request_id_of(f, obj)
+                if rid is None:
+                    continue
+                if f.key == "event":
+                    if obj.get("type") == "Warning":
+                        warnings[rid].append(obj)
+                else:
+                    listed[rid].append((f, obj))
+        self.resynced_at = time.time()
+        active = (
+            WorkloadRequest.objects.filter(cluster=self.cluster, state__in=ACTIVE)
+            .select_related("template", "flavor", "project", "cluster")
+            .order_by("pk")
+        )
+        now = timezone.now()
+        touched: list[_Tracked] = []
+        for req in active.iterator(chunk_size=2000):
+            item = _Tracked(req, req.cluster_status or {}, dict(req.cluster_status or {}))
+            old_objects = dict(item.status.get("objects") or {})
+            new_objects: dict[str, dict[str, Any]] = {}
+            preempted = None
+            for f, obj in listed.get(req.pk, []):
+                key = object_key(f, obj)
+                summary = summarize(f.key, obj)
+                new_objects[key] = summary
+                if f.key == "workload":
+                    preempted = newly_evicted(old_objects.get(key), summary) or preempted
+            item.status["objects"] = new_objects
+            for event in sorted(warnings.get(req.pk, []), key=lambda e: e["metadata"].get("resourceVersion", "")):
+                self._note_warning(item, event)
+            stats.events += len(listed.get(req.pk, []))
+            if not any(k in new_objects for k in TOP_LEVEL):
+                if req.state in (S.QUEUED, S.RUNNING, S.PREEMPTED) and (req.queued_at or now) < now - MISSING_GRACE:
+                    if move(req, to=S.FAILED, actor_label=ACTOR, reason="Its objects are gone from the cluster (deleted outside the portal)."):
+                        stats.moves += 1
+                continue
+            self._transition(item, preempted, stats)
+            touched.append(item)
+        self._save(touched, stats)
+
+    # -- applying what we saw ------------------------------------------------------------------------------------
+    def _load(self, ids: set[int]) -> dict[int, _Tracked]:
+        if not ids:
+            return {}
+        rows = (
+            WorkloadRequest.objects.filter(pk__in=ids, cluster=self.cluster, state__in=ACTIVE)
+            .select_related("template", "flavor", "project", "cluster")
+        )
+        return {r.pk: _Tracked(r, r.cluster_status or {}, dict(r.cluster_status or {})) for r in rows}
+
+    def _apply_event(self, item: _Tracked, f: Followed, etype: str, obj: dict[str, Any], stats: CycleStats) -> None:
+        if f.key == "event":
+            if obj.get("type") == "Warning" and etype != "DELETED":
+                self._note_warning(item, obj)
+            return
+        objects = dict(item.status.get("objects") or {})
+        key = object_key(f, obj)
+        preempted = None
+        if etype == "DELETED":
+            objects.pop(key, None)
+            item.status["objects"] = objects
+            if key in TOP_LEVEL and self._deleted_outside(item, f, obj):
+                return
+        else:
+            summary = summarize(f.key, obj)
+            if f.key == "workload":
+                preempted = newly_evicted(objects.get(key), summary)
+            objects[key] = summary
+            item.status["objects"] = objects
+        self._transition(item, preempted, stats)
+
+    def _deleted_outside(self, item: _Tracked, f: Followed, obj: dict[str, Any]) -> bool:
+        req = item.request
+        if req.state not in (S.QUEUED, S.RUNNING, S.PREEMPTED):
+            return False
+        meta = obj.get("metadata") or {}
+        # A stop-and-restart deletes and re-creates the same name: only an object that is really gone counts.
+        if self.kube.get(f.api_version, f.kind, meta.get("name", ""), meta.get("namespace")) is not None:
+            return False
+        return move(req, to=S.FAILED, actor_label=ACTOR, reason=f"Its {f.kind} was deleted outside the portal.")
+
+    @staticmethod
+    def _note_warning(item: _Tracked, event: dict[str, Any]) -> None:
+        entry = [str(event.get("reason") or ""), str(event.get("message") or "")[:300]]
+        kept = list(item.status.get("warnings") or [])
+        if kept and kept[-1] == entry:
+            return
+        item.status["warnings"] = (kept + [entry])[-WARNINGS_KEPT:]
+
+    def _transition(self, item: _Tracked, preempted: str | None, stats: CycleStats) -> None:
+        req = item.request
+        objects = item.status.get("objects") or {}
+        if preempted and req.state in (S.QUEUED, S.RUNNING):
+            stats.moves += move(req, to=S.PREEMPTED, actor_label=ACTOR, reason=f"Preempted: {preempted}"[:500])
+        derived = derive(req.template.kind, objects)
+        target = derived.state
+        if target == req.state:
+            return
+        if target == S.PREEMPTED:
+            if req.state == S.RUNNING:
+                stats.moves += move(req, to=S.PREEMPTED, actor_label=ACTOR, reason=derived.reason)
+            return
+        if target == S.QUEUED:
+            if req.state == S.PREEMPTED:
+                stats.moves += move(req, to=S.QUEUED, actor_label=ACTOR, reason="Requeued by the cluster.")
+            return  # approved → queued is the materializer's to record
+        if target == S.RUNNING and req.state == S.PREEMPTED:
+            stats.moves += move(req, to=S.QUEUED, actor_label=ACTOR, reason="Requeued by the cluster.")
+        fields: dict[str, Any] = {}
+        if target == S.RUNNING and req.expires_at is None:
+            fields["expires_at"] = timezone.now() + timedelta(hours=int(req.duration_hours))
+        stats.moves += move(req, to=target, actor_label=ACTOR, reason=derived.reason, fields=fields)
+
+    def _save(self, items: Iterable[_Tracked], stats: CycleStats) -> None:
+        """Write each request whose summary (or pending sentence) changed; unchanged ones cost nothing."""
+        queues: dict[str, dict[str, Any] | None] = {}
+        for item in items:
+            req = item.request
+            stats.requests_touched += 1
+            values: dict[str, Any] = {}
+            if item.status != item.original:
+                values["cluster_status"] = item.status
+                req.cluster_status = item.status
+            if req.state in (S.QUEUED, S.PREEMPTED) and (values or not req.pending_reason):
+                volcano = uses_volcano(req, req.cluster.architecture)
+                cq = None
+                if not volcano:
+                    name = cluster_queue_name(_target_of(req))
+                    if name not in queues:
+                        try:
+                            queues[name] = self.kube.get(KUEUE, "ClusterQueue", name)
+                        except (ClusterUnavailable, ClusterRejected):
+                            queues[name] = None
+                    cq = queues[name]
+                sentence = request_pending_reason(req, cluster_queue=cq, volcano=volcano)
+                if sentence != req.pending_reason:
+                    values["pending_reason"] = sentence
+                    req.pending_reason = sentence
+            if values:
+                stats.db_writes += WorkloadRequest.objects.filter(pk=req.pk).update(**values)
+
+
+def _target_of(req: WorkloadRequest) -> Any:
+    from .manifests import Target
+
+    return Target(name=req.k8s_name, namespace=req.project.namespace, tenant="", project=req.project.slug,
+                  request_id=int(req.pk), kind=req.template.kind, architecture=req.cluster.architecture, priority=req.priority)
+
+
+def requests_sync(*, cluster: Any | None = None, watch_seconds: int = 1) -> dict[str, CycleStats]:
+    """One status cycle for every cluster (or one). Overlapping cycles of one cluster are skipped."""
+    from quotas.models import Cluster
+
+    clusters = [cluster] if cluster is not None else list(Cluster.objects.exclude(kubeconfig_encrypted="", kubeconfig_path=""))
+    out: dict[str, CycleStats] = {}
+    for c in clusters:
+        lock = f"workloads:follow-lock:{c.pk}:{c.kubeconfig_path or c.name}"
+        if not cache.add(lock, "1", timeout=120):
+            continue
+        try:
+            out[c.name] = StatusFollower(c, watch_seconds=watch_seconds).cycle()
+        except ClusterUnavailable as exc:
+            logger.warning("status sync of %s: cluster unavailable: %s", c, exc)
+        finally:
+            cache.delete(lock)
+    return out

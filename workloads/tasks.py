@@ -1,0 +1,66 @@
+"""Celery entry points of the request lifecycle: thin wrappers around ``materialize`` and ``status``.
+
+Each takes ids, re-reads, and may run twice (style guide §5). A cluster that cannot answer
+(``ClusterUnavailable``) retries the task with exponential backoff; everything else is decided inside.
+
+Beat schedule (``CELERY_BEAT_SCHEDULE``, see ``BEAT_SCHEDULE`` below): ``requests_sync_task`` every 5 s (one
+status cycle per cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from portal.kube import ClusterUnavailable
+
+from . import materialize, status
+
+RETRY = {
+    "autoretry_for": (ClusterUnavailable,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 30,
+}
+
+BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    "workloads-requests-sync": {"task": "workloads.tasks.requests_sync_task", "schedule": 5.0},
+    "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
+}
+
+
+@shared_task(acks_late=True, **RETRY)
+def request_materialize_task(request_id: int) -> str:
+    """An approved request: create its objects in the cluster and record it queued."""
+    return materialize.request_materialize(request_id=request_id)
+
+
+@shared_task(acks_late=True, **RETRY)
+def request_changed_task(request_id: int, action: str) -> str:
+    """A lifecycle action a service recorded (stop, cancel, delete, scale, extend, restart): make the cluster match."""
+    return materialize.request_act(request_id=request_id, action=action)
+
+
+# The name the issue uses; the hooks call ``request_changed_task``.
+request_action_task = request_changed_task
+
+
+@shared_task(ignore_result=True)
+def requests_sync_task() -> dict[str, dict[str, Any]]:
+    """One status-following cycle for every cluster."""
+    out = status.requests_sync()
+    return {name: {"events": s.events, "moves": s.moves, "db_writes": s.db_writes, "cluster_calls": s.cluster_calls}
+            for name, s in out.items()}
+
+
+@shared_task(ignore_result=True)
+def requests_housekeeping_task() -> dict[str, int]:
+    """Deadlines and idle notebooks; and approved requests whose materialization got lost are queued again."""
+    expired = materialize.requests_expire()
+    culled = materialize.notebooks_cull_idle()
+    swept = materialize.requests_sweep_approved()
+    for request_id in swept:
+        request_materialize_task.delay(request_id)
+    return {"expired": expired, "culled": culled, "requeued": len(swept)}
