@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .capacity import POOL_LABEL, parse_quantity
-from .mig import canonical_profile, mig_profiles_for
+from .mig import MIG_PROFILES, canonical_profile, mig_profiles_for
 from .models import Cluster, Flavor, Node, NodePool
 
 MODEL_LABEL = "gpuportal.dev/gpu-model"
@@ -43,10 +43,15 @@ def model_key(labels: dict[str, str]) -> str:
     parts = product.split("-")
     name = parts[0]
     memory = next((p for p in parts[1:] if re.fullmatch(r"\d+gb", p)), "")
-    if not memory and name in ("h100", "h200", "a100", "b200", "a30"):
-        mib = int(parse_quantity(labels.get("nvidia.com/gpu.memory", "0")))
-        memory = f"{round(mib / 1024)}gb" if mib else ""
-    return f"{name}-{memory}" if memory else name
+    if memory:
+        return f"{name}-{memory}"
+    # No size in the product name (NVIDIA-H200, NVIDIA-B200): use the MIG table's key for the model,
+    # the one whose size is nearest to GFD's memory label when there are several.
+    known = [k for k in MIG_PROFILES if k == name or k.startswith(name + "-")]
+    if len(known) > 1:
+        gib = int(parse_quantity(labels.get("nvidia.com/gpu.memory", "0"))) / 1024
+        known.sort(key=lambda k: abs(int(re.sub(r"\D", "", k.rsplit("-", 1)[-1]) or 0) - gib))
+    return known[0] if known else name
 
 
 def node_sharing(labels: dict[str, str], allocatable: dict[str, Any]) -> str:

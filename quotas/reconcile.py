@@ -194,7 +194,8 @@ class Plan:
         return "\n".join(parts) + "\n"
 
 
-def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]]) -> tuple[dict[Key, dict], list[dict]]:
+def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, sleep: Callable[[float], None] = time.sleep,
+                  ) -> tuple[dict[Key, dict], list[dict]]:
     """Our objects on the cluster: one (paginated) list call per kind, selected by our managed-by label."""
     from portal.kube import ClusterRejected
 
@@ -202,7 +203,8 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]]) -> tuple[dict[
     queues: list[dict] = []
     for api_version, kind in m.KIND_ORDER:
         try:
-            items, _ = kube.list(api_version, kind, label_selector=MANAGED_SELECTOR)
+            items, _ = _with_retries(lambda a=api_version, k=kind: kube.list(a, k, label_selector=MANAGED_SELECTOR),
+                                     attempts=RETRY_ATTEMPTS, sleep=sleep)
         except ClusterRejected as exc:
             if exc.status == 404 and (api_version, kind) not in desired_kinds:
                 continue  # e.g. no Volcano on a cluster that does not need it
@@ -215,7 +217,7 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]]) -> tuple[dict[
 
 
 def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | None = None,
-               architecture: str | None = None) -> Plan:
+               architecture: str | None = None, sleep: Callable[[float], None] = time.sleep) -> Plan:
     """Compare the desired state with the cluster (and what we last applied); nothing is written."""
     from portal.kube import kube_for
 
@@ -224,7 +226,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     if architecture:
         snapshot = snapshot.with_architecture(architecture)
     desired = m.desired_state(snapshot.cluster, snapshot)
-    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired})
+    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired}, sleep=sleep)
     applied = {(a.api_version, a.kind, a.namespace, a.name): a.hash for a in AppliedObject.objects.filter(cluster=cluster)}
     plan = Plan(cluster.pk, snapshot.cluster.architecture, desired_count=len(desired), live_cluster_queues=queues,
                 ids={"tenant": {t.slug: t.id for t in snapshot.tenants if t.id},
@@ -488,7 +490,7 @@ def reconcile(cluster: Cluster, *, kube: Any = None, sleep: Callable[[float], No
     from portal.kube import kube_for
 
     kube = kube or kube_for(cluster)
-    plan = plan_build(cluster, kube=kube)
+    plan = plan_build(cluster, kube=kube, sleep=sleep)
     result = plan_apply(plan, kube=kube, sleep=sleep) if not plan.empty else ApplyResult()
     usage_readback(cluster, plan.live_cluster_queues)
     Cluster.objects.filter(pk=cluster.pk).update(reconciled_at=timezone.now())

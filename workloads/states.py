@@ -110,9 +110,10 @@ def move(
     if not sources:
         raise ValueError(f"No state may move to {to!r}" + (f" from {sorted(only_from)}." if only_from is not None else "."))
     now = timezone.now()
-    values: dict[str, Any] = {"state": to, "state_reason": reason[:500], "updated_at": now, **_timestamps(to, now)}
-    if to not in WAITING:
-        values["pending_reason"] = ""
+    # A pending reason describes the state it was written for; a move clears it unless it brings one.
+    values: dict[str, Any] = {
+        "state": to, "state_reason": reason[:500], "pending_reason": "", "updated_at": now, **_timestamps(to, now),
+    }
     values.update(fields or {})
     with transaction.atomic():
         # The row's current state, read under the same lock the UPDATE takes, is the "from" of the

@@ -82,28 +82,3 @@ def signed_in(new_page, cast, password) -> Callable[..., object]:  # noqa: ANN00
         return page
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def audit_rows_cleared(transactional_db) -> Iterator[None]:  # noqa: ANN001
-    """Let the live-server tests' database flush run on SQLite.
-
-    There, migration 0002's trigger refuses DELETE on audit entries, so Django's flush after a
-    transactional test would fail. Depending on ``transactional_db`` makes this teardown run before
-    that flush: it removes the rows with the trigger briefly dropped, then puts the trigger back.
-    (PostgreSQL flushes with TRUNCATE, which row triggers don't see.)
-    """
-    yield
-    from importlib import import_module
-
-    from django.db import connection
-
-    if connection.vendor != "sqlite":
-        return
-    migration = import_module("tenants.migrations.0002_audit_append_only")
-    with connection.cursor() as cursor:
-        for statement in migration.SQLITE_BACKWARD:
-            cursor.execute(statement)
-        cursor.execute("DELETE FROM tenants_auditentry")
-        for statement in migration.SQLITE_FORWARD:
-            cursor.execute(statement)
