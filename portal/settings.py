@@ -162,6 +162,8 @@ if CELERY_BROKER_URL == "filesystem://":
         "processed_folder": str(_queue_dir / "processed"),
         "store_processed": False,
     }
+    for _folder in ("queue", "processed"):
+        (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

@@ -26,6 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -48,6 +49,7 @@ MANAGED_SELECTOR = f"{m.MANAGED_BY}={m.MANAGER}"
 IMMUTABLE = {("LocalQueue", ("spec", "clusterQueue"))}
 RETRY_ATTEMPTS = 6
 RETRY_CAP_SECONDS = 5.0
+APPLY_WORKERS = 8  # tenant units applied side by side
 
 
 # ----------------------------------------------------------------------------------------- snapshot
@@ -338,7 +340,7 @@ def _error_text(exc: Exception) -> str:
 
 
 def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int = RETRY_ATTEMPTS,
-               sleep: Callable[[float], None] = time.sleep) -> ApplyResult:
+               sleep: Callable[[float], None] = time.sleep, workers: int = APPLY_WORKERS) -> ApplyResult:
     """Apply ``plan`` to its cluster: server-side apply (field manager ``gpu-portal``) and deletes.
 
     With ``actor`` this is an explicit ops action and is audited (and, for a plan made by
@@ -364,34 +366,57 @@ def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int
     kube = kube or kube_for(cluster)
     result = ApplyResult()
     rows = {(a.api_version, a.kind, a.namespace, a.name): a for a in AppliedObject.objects.filter(cluster=cluster)}
-    for _unit, items in _units(plan):
+
+    def run_unit(items: list[Item]) -> tuple[list[tuple[Item, str]], ApplyResult]:
+        """Apply one unit in order; stop at its first lasting failure. Cluster calls only (any thread)."""
         done: list[tuple[Item, str]] = []  # (item, "applied" | "deleted" | error text)
-        broken = False
-        for item in items:
-            if broken:
-                result.skipped += 1
-                continue
+        part = ApplyResult()
+        for n, item in enumerate(items):
             try:
-                if item.action == "delete":
+                if item.action in ("delete", "replace"):
                     _with_retries(lambda i=item: kube.delete(i.key[0], i.key[1], i.key[3], i.key[2] or None),
                                   attempts=attempts, sleep=sleep)
-                    result.deleted += 1
+                if item.action == "delete":
+                    part.deleted += 1
                     done.append((item, "deleted"))
                     continue
-                if item.action == "replace":
-                    _with_retries(lambda i=item: kube.delete(i.key[0], i.key[1], i.key[3], i.key[2] or None),
-                                  attempts=attempts, sleep=sleep)
                 _with_retries(lambda i=item: kube.apply(i.desired), attempts=attempts, sleep=sleep)
-                result.applied += 1
+                part.applied += 1
                 done.append((item, "applied"))
             except ClusterError as exc:
                 text = _error_text(exc)
                 log.warning("reconcile %s: %s failed: %s", cluster.name, item.label, text)
-                result.failed.append((item.label, text))
-                result.unavailable |= isinstance(exc, ClusterUnavailable)
+                part.failed.append((item.label, text))
+                part.unavailable = isinstance(exc, ClusterUnavailable)
+                part.skipped = len(items) - n - 1
                 done.append((item, text))
-                broken = True
-        _record(cluster, plan, done, rows)
+                break
+        return done, part
+
+    def merge(done: list[tuple[Item, str]], part: ApplyResult) -> None:
+        result.applied += part.applied
+        result.deleted += part.deleted
+        result.failed += part.failed
+        result.skipped += part.skipped
+        result.unavailable |= part.unavailable
+        _record(cluster, plan, done, rows)  # database writes stay on this thread
+
+    units = _units(plan)
+    first = units[0] if units and units[0][0] == "" and units[0][1][0].action != "delete" else None
+    last = units[-1] if units and units[-1][0] == "" and units[-1][1][0].action == "delete" else None
+    tenant_units = [u for u in units if u is not first and u is not last]
+    if first:  # flavors and priority classes before any queue names them
+        merge(*run_unit(first[1]))
+    if workers > 1 and len(tenant_units) > 1:
+        # Tenants are independent of each other: their units run side by side.
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for done, part in pool.map(lambda u: run_unit(u[1]), tenant_units):
+                merge(done, part)
+    else:
+        for _slug, items in tenant_units:
+            merge(*run_unit(items))
+    if last:  # removed flavors after the queues stopped naming them
+        merge(*run_unit(last[1]))
     # Records of objects that are neither wanted nor on the cluster any more.
     stale = [row.pk for key, row in rows.items() if key not in plan.known and row.pk is not None]
     if stale:

@@ -113,6 +113,7 @@ class Controllers:
         """One reconcile pass of every controller, in the fixed order."""
         with self._tick_lock, self.store.lock:
             self.ticks += 1
+            self.ctx.informer.check()
             for c in self.order:
                 try:
                     c.reconcile()

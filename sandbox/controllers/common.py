@@ -15,6 +15,7 @@ import copy
 import hashlib
 import random
 import re
+import threading
 from collections import deque
 from datetime import datetime
 
@@ -159,11 +160,17 @@ def set_condition(conds: list, ctype: str, status: str, reason: str, message: st
         c["status"] = status
         c["lastTransitionTime"] = now
         changed = True
-    for k, v in (("reason", reason), ("message", message), *extra.items()):
+    stamps = {k: v for k, v in extra.items() if k in _STAMPS}
+    for k, v in (("reason", reason), ("message", message), *((k, v) for k, v in extra.items() if k not in _STAMPS)):
         if c.get(k) != v:
             c[k] = v
             changed = True
+    if changed:  # probe/update stamps only move when the condition itself changed (no write on every pass)
+        c.update(stamps)
     return changed
+
+
+_STAMPS = ("lastProbeTime", "lastUpdateTime", "lastHeartbeatTime")
 
 
 def remove_condition(conds: list, ctype: str) -> bool:
@@ -196,6 +203,92 @@ def creation_key(obj: dict) -> tuple[str, str]:
     return (m.get("creationTimestamp") or "", m.get("name") or "")
 
 
+# ---------------------------------------------------------------------------------------------------- informer
+class Informer:
+    """A read cache of the store fed by its change subscription (like client-go informers).
+
+    ``list`` returns the cached objects themselves — callers must treat them as read-only and deep-copy before
+    changing anything (every controller does). A kind is loaded with one ``store.list`` on first use; afterwards only
+    change notifications update it. ``check()`` compares the highest resourceVersion seen with the store's and reloads
+    everything when they differ (``Store.load`` does not notify, a notification may still be in flight)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.lock = threading.Lock()
+        self.objs: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
+        self.seen_rv = 0
+        self.reloads = 0
+        store.subscribe(self.on_event)
+
+    def on_event(self, etype: str, obj: dict) -> None:
+        key = (obj.get("apiVersion"), obj.get("kind"))
+        m = obj.get("metadata") or {}
+        with self.lock:
+            try:
+                self.seen_rv = max(self.seen_rv, int(m.get("resourceVersion") or 0))
+            except ValueError:
+                pass
+            bucket = self.objs.get(key)
+            if bucket is None:
+                return  # kind not loaded yet: it will be listed in full on first use
+            k = (m.get("namespace") or "", m.get("name") or "")
+            if etype == "DELETED":
+                bucket.pop(k, None)
+            else:
+                old = bucket.get(k)
+                if old is not None and _rv(old) > _rv(obj):
+                    return  # a late notification for an older version
+                bucket[k] = obj
+
+    def _load(self, gvk: tuple[str, str]) -> dict:
+        res = self.store.list(gvk[0], gvk[1])
+        bucket = {((o.get("metadata") or {}).get("namespace") or "", o["metadata"]["name"]): o for o in res["items"]}
+        with self.lock:
+            self.objs[gvk] = bucket
+            try:
+                self.seen_rv = max(self.seen_rv, int(res["metadata"].get("resourceVersion") or 0))
+            except ValueError:
+                pass
+        return bucket
+
+    def check(self) -> None:
+        try:
+            rv = int(self.store.resource_version())
+        except (TypeError, ValueError):
+            return
+        with self.lock:
+            stale = rv != self.seen_rv
+            kinds = list(self.objs) if stale else []
+        if stale:
+            self.reloads += 1
+            for gvk in kinds:
+                self._load(gvk)
+            with self.lock:
+                self.seen_rv = max(self.seen_rv, rv)
+
+    def list(self, gvk: tuple[str, str], namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
+        with self.lock:
+            bucket = self.objs.get(gvk)
+        if bucket is None:
+            bucket = self._load(gvk)
+        with self.lock:
+            items = sorted(bucket.items())
+        out = [o for (ns, _), o in items if not namespace or ns == namespace]
+        if label_selector:
+            from sandbox.selectors import parse_label_selector
+
+            sel = parse_label_selector(label_selector)
+            out = [o for o in out if sel.matches((o.get("metadata") or {}).get("labels") or {})]
+        return out
+
+
+def _rv(obj: dict) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 # ---------------------------------------------------------------------------------------------------- context
 class Ctx:
     """What every controller gets: the store, the clock, the event recorder, pod logs and a seeded RNG."""
@@ -212,6 +305,7 @@ class Ctx:
         self.logs: dict[tuple[str, str], list[str]] = {}
         self.events = EventRecorder(self)
         self._status_sub: dict[tuple[str, str], bool] = {}
+        self.informer = Informer(store)
 
     # time ------------------------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -232,12 +326,12 @@ class Ctx:
 
     # reads -----------------------------------------------------------------------------------------------
     def list_items(self, gvk: tuple[str, str], namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
+        """Objects of a kind from the informer cache, sorted by (namespace, name). READ-ONLY: deep-copy to change."""
         try:
-            res = self.store.list(gvk[0], gvk[1], namespace, label_selector=label_selector)
+            return self.informer.list(gvk, namespace, label_selector)
         except Exception as exc:  # unknown kind (e.g. CRDs not loaded) or store error
             self._error("list", gvk, "", exc)
             return []
-        return list(res.get("items") or [])
 
     def get(self, gvk: tuple[str, str], name: str, namespace: str | None = None) -> dict | None:
         try:

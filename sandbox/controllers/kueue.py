@@ -303,12 +303,17 @@ class Kueue:
 
     # -------------------------------------------------------------------------------------------- reconcile
     def reconcile(self) -> None:
+        # Kueue is purely state driven (no timers): nothing changed since the last pass -> nothing to do
+        rv = self.ctx.store.resource_version()
+        if rv == getattr(self, "_last_rv", None):
+            return
         self._load()
         self._webhooks()
         self._sync_workloads()
         self._schedule()
         self._enforce()
         self._status()
+        self._last_rv = self.ctx.store.resource_version()
 
     # 1. webhooks -------------------------------------------------------------------------------------
     def _webhooks(self) -> None:
@@ -472,20 +477,19 @@ class Kueue:
             if not is_finished(wl):
                 spec = wl.get("spec") or {}
                 ref, prio, err = self._priority(owner, template)
-                changed = False
-                new = copy.deepcopy(wl)
-                if not err and (spec.get("priority") != prio or spec.get("priorityClassRef") != ref):
-                    new["spec"]["priority"] = prio
-                    if ref:
-                        new["spec"]["priorityClassRef"] = ref
-                    else:
-                        new["spec"].pop("priorityClassRef", None)
-                    changed = True
-                ps = (new["spec"].get("podSets") or [{}])[0]
-                if ps.get("count") != count and not is_reserved(wl) and count > 0:
-                    ps["count"] = count
-                    changed = True
-                if changed:
+                prio_changed = not err and (spec.get("priority") != prio or spec.get("priorityClassRef") != ref)
+                count_changed = ((spec.get("podSets") or [{}])[0].get("count") != count and not is_reserved(wl)
+                                 and count > 0)
+                if prio_changed or count_changed:
+                    new = copy.deepcopy(wl)
+                    if prio_changed:
+                        new["spec"]["priority"] = prio
+                        if ref:
+                            new["spec"]["priorityClassRef"] = ref
+                        else:
+                            new["spec"].pop("priorityClassRef", None)
+                    if count_changed:
+                        new["spec"]["podSets"][0]["count"] = count
                     ctx.update(new)
         self.wls = ctx.list_items(WORKLOAD)
 

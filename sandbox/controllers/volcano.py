@@ -48,7 +48,7 @@ from sandbox.controllers.common import (
     uid_of,
 )
 from sandbox.controllers.scheduler import account, bind, filter_node, is_gated, node_infos, pod_priority
-from sandbox.controllers.workloads import build_pod, is_terminal, owned_pods, pod_phase
+from sandbox.controllers.workloads import build_pod, is_terminal, owned_pods, pod_phase, pods_by_owner
 
 GROUP_ANN = "scheduling.k8s.io/group-name"
 TERMINAL = ("Completed", "Failed", "Terminated", "Aborted")
@@ -169,7 +169,7 @@ class Volcano:
 
     def _jobs(self) -> None:
         ctx = self.ctx
-        pods = ctx.list_items(POD)
+        pods = pods_by_owner(ctx.list_items(POD))
         pgs = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in ctx.list_items(VC_PODGROUP)}
         for job in ctx.list_items(VC_JOB):
             if is_deleting(job):
@@ -429,7 +429,9 @@ class Volcano:
             status["controlledResources"] = {f"plugin-{k}": k for k in sorted(plugins)}
         first_run = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
                           if c.get("status") == "Running"), None)
-        if first_run:
+        unchanged = {k: v for k, v in status.items() if k != "runningDuration"} == \
+            {k: v for k, v in (cur.get("status") or {}).items() if k != "runningDuration"}
+        if first_run and not unchanged:  # like Volcano: refreshed with other status updates, not on every pass
             end = None
             st = status.get("state") or {}
             if st.get("phase") in TERMINAL:

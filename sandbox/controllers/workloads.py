@@ -79,9 +79,21 @@ def is_ready(p: dict) -> bool:
     return condition_true(p, "Ready")
 
 
-def owned_pods(pods: list[dict], owner: dict) -> list[dict]:
+def owned_pods(pods, owner: dict) -> list[dict]:
+    """Pods whose controller is ``owner``; ``pods`` is a list or a :func:`pods_by_owner` index."""
     uid = uid_of(owner)
+    if isinstance(pods, dict):
+        return list(pods.get(uid, ()))
     return [p for p in pods if (controller_ref(p) or {}).get("uid") == uid]
+
+
+def pods_by_owner(pods: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for p in pods:
+        ref = controller_ref(p)
+        if ref is not None:
+            out.setdefault(ref.get("uid"), []).append(p)
+    return out
 
 
 def build_pod(ctx, owner: dict, template: dict, name: str, *, labels: dict | None = None,
@@ -166,6 +178,12 @@ def _fmt_indexes(idx: set[int]) -> str:
     return ",".join(out)
 
 
+def _counted(job: dict, pods: list[dict]) -> bool:
+    st = job.get("status") or {}
+    return (st.get("succeeded", 0) == sum(1 for p in pods if pod_phase(p) == "Succeeded")
+            and st.get("failed", 0) == sum(1 for p in pods if pod_phase(p) == "Failed"))
+
+
 def job_finished(job: dict) -> str | None:
     """"Complete" / "Failed" when the Job has that condition True, else None."""
     for t in ("Complete", "Failed"):
@@ -182,12 +200,16 @@ class JobController:
 
     def reconcile(self) -> None:
         ctx = self.ctx
-        pods = ctx.list_items(POD)
+        pods = pods_by_owner(ctx.list_items(POD))
         for job in ctx.list_items(JOB):
             if is_deleting(job):
                 continue
+            mine = owned_pods(pods, job)
+            if job_finished(job) and (job.get("spec") or {}).get("ttlSecondsAfterFinished") is None and \
+                    not any(not is_terminal(p) for p in mine) and _counted(job, mine):
+                continue  # finished and settled: nothing left to do
             try:
-                self._sync(job, owned_pods(pods, job))
+                self._sync(job, mine)
             except Exception as exc:  # keep the other jobs going
                 ctx._error("job-sync", JOB, job["metadata"]["name"], exc)
 
@@ -362,7 +384,7 @@ class DeploymentController:
 
     def reconcile(self) -> None:
         ctx = self.ctx
-        pods = ctx.list_items(POD)
+        pods = pods_by_owner(ctx.list_items(POD))
         for d in ctx.list_items(DEPLOYMENT):
             if is_deleting(d):
                 continue
@@ -448,11 +470,6 @@ class DeploymentController:
         else:
             set_condition(conds, "Progressing", "True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.',
                           now, lastUpdateTime=now)
-        # lastUpdateTime only moves when something else changed (avoid a write every tick)
-        for c in conds:
-            prev = find_condition((d.get("status") or {}).get("conditions"), c["type"])
-            if prev and all(prev.get(k) == c.get(k) for k in ("status", "reason", "message")):
-                c["lastUpdateTime"] = prev.get("lastUpdateTime", now)
         ctx.write_status(d, status)
 
 
@@ -478,7 +495,7 @@ class StatefulSetController:
 
     def reconcile(self) -> None:
         ctx = self.ctx
-        pods = ctx.list_items(POD)
+        pods = pods_by_owner(ctx.list_items(POD))
         for s in ctx.list_items(STATEFULSET):
             if is_deleting(s):
                 continue

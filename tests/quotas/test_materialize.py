@@ -239,3 +239,32 @@ def test_architecture_changes_are_planned_then_applied_and_audited(demo, path: s
     assert entries.count() == len(path) - 1
     with pytest.raises(ValueError):
         plan_apply(plan_for_architecture_change(cluster, path[0], kube=kube), kube=kube)  # not without an actor
+
+
+def test_task_and_command(demo, capsys) -> None:  # noqa: ANN001
+    from django.core.management import call_command
+
+    from portal.kube import kube_cache_clear
+    from quotas.tasks import reconcile_all_task, reconcile_cluster_task
+
+    cluster, kube, _ = demo
+    kube_cache_clear()
+    call_command("reconcile", "sandbox", "plan")
+    out = capsys.readouterr().out
+    assert out.startswith("# plan for architecture B:") and "+++ desired/ClusterQueue/acme-vision" in out
+    outcome = reconcile_cluster_task.apply(args=[cluster.pk]).get()
+    assert outcome["failed"] == 0 and outcome["applied"] > 0
+    assert reconcile_cluster_task.apply(args=[cluster.pk]).get() == {"applied": 0, "deleted": 0, "failed": 0}  # idempotent
+    assert reconcile_cluster_task.apply(args=[10**9]).get() is None  # a deleted cluster is not an error
+    call_command("reconcile", "sandbox", "export", "--tenant", "acme")
+    exported = capsys.readouterr().out
+    assert "kind: Cohort" in exported and "globex" not in exported
+    call_command("reconcile", "sandbox", "apply", "--architecture", "C", "--yes")
+    assert "applied" in capsys.readouterr().out
+    cluster.refresh_from_db()
+    assert cluster.architecture == "C"
+    assert "a100-80gb-mig-1g.10gb" in names(kube, KUEUE, "ResourceFlavor")
+    with pytest.MonkeyPatch.context() as mp:
+        calls = []
+        mp.setattr(reconcile_cluster_task, "delay", lambda cid: calls.append(cid))
+        assert reconcile_all_task.apply().get() == 1 and calls == [cluster.pk]

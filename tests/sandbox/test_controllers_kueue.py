@@ -559,3 +559,31 @@ def test_settles_quickly_and_stays_quiet(sim):
     sim.tick()
     assert sim.store.resource_version() == rv
     assert not list(sim.controllers.errors)
+
+
+def test_pending_event_only_when_message_changes(sim):
+    cpu_setup(sim, quota=1)
+    sim.create(sim.job("big", "t", requests={"cpu": 2}, queue="lq", tolerations=TOL))
+    sim.settle()
+    sim.advance(100)
+    pend = [e for e in sim.events("t", "Pending") if e["involvedObject"]["kind"] == "Workload"]
+    assert len(pend) == 1 and pend[0]["count"] == 1
+    assert pend[0]["message"].startswith("couldn't assign flavors to pod set main: insufficient quota for cpu in "
+                                         "flavor default, previously considered podsets requests (0) + current podset "
+                                         "request (2) > maximum capacity (1)")
+
+
+def test_volcano_pods_in_namespace_with_default_local_queue_are_gated_one_by_one(sim):
+    """cluster-apis.md §3.3: Kueue's pod integration gates every pod of a non-Kueue owner in such namespaces."""
+    cpu_setup(sim, quota=1)
+    sim.create(sim.local_queue("default", "t", "cq"))
+    tmpl = Sim.pod_template({"cpu": 1}, tolerations=TOL)
+    sim.create({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "vc", "namespace": "t"},
+                "spec": {"minAvailable": 2, "tasks": [{"name": "w", "replicas": 2, "template": tmpl}]}})
+    sim.settle()
+    pods = sim.pods("t", "volcano.sh/job-name=vc")
+    assert len(pods) == 2
+    wls = [w for w in sim.items(KUEUE, "Workload", "t") if w["metadata"]["name"].startswith("pod-vc-")]
+    assert len(wls) == 2  # the gang is split into single-pod workloads; only one fits the quota
+    assert sum(1 for p in pods if p["spec"].get("schedulingGates")) == 1
+    assert all(not p["spec"].get("nodeName") for p in pods)  # and the gang can never start
