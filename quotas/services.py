@@ -689,7 +689,9 @@ def quota_request_approve(*, actor: Actor, request: QuotaRequest, comment: str =
     # Who owns the headroom now, under the locks: the routing at submission is a floor.
     need = selectors.approver_for(project=project, flavor=flavor, resource=resource, amount=amount)
     if selectors.TIER_RANK[need] > selectors.TIER_RANK[request.approver]:
-        _require_decider(actor, request, tier=need, why="The tenant's unassigned quota no longer covers this. ")
+        why = ("The tenant's unassigned quota no longer covers this. " if need == Approver.TENANT_ADMIN
+               else "Neither the tenant's unassigned quota nor the cluster's unpromised capacity covers this any more. ")
+        _require_decider(actor, request, tier=need, why=why)
     unassigned = locked.tenant_row.nominal - selectors.projects_promised(tenant=locked.tenant, flavor=flavor, resource=resource)
     shortfall = max(amount - max(unassigned, ZERO), ZERO)
     applied: dict[str, Any] = {}

@@ -192,8 +192,7 @@ def notebooks_cull_idle(now: datetime | None = None) -> int:
     count = 0
     for req in candidates:
         timeout = timedelta(minutes=req.template.idle_timeout_minutes or 0)
-        since = max(t for t in (req.last_active_at, req.started_at, req.queued_at) if t is not None) if (
-            req.last_active_at or req.started_at or req.queued_at) else None
+        since = req.last_active_at or req.started_at or req.queued_at
         if since is None or since + timeout > now:
             continue
         minutes = int((now - since).total_seconds() // 60)

@@ -39,9 +39,13 @@ One :meth:`Kueue.reconcile` pass does, in order:
    ``flavorsReservation``/``flavorsUsage`` with ``borrowed``, condition ``Active``) and LocalQueue (same counters and
    usage without ``borrowed``, condition ``Active``).
 
+Quota is computed from the pod template's requests (limits when requests are missing) x count, after the Kueue
+``resources.transformations`` of the HAMi recipe (``nvidia.com/gpumem`` x ``nvidia.com/gpu`` ->
+``nvidia.com/total-gpumem``, same for ``gpucores``; override with the profile key ``kueue.transformations``).
+
 Not simulated: admission checks (treated as Ready), partial admission (``minCount``), topology-aware scheduling,
 fair sharing, ``borrowWithinCohort`` preemption, flavor fungibility ``whenCanPreempt``/``preference``,
-``waitForPodsReady``, resource transformations, LimitRanges/RuntimeClass overhead, MultiKueue, the visibility API,
+``waitForPodsReady``, LimitRanges/RuntimeClass overhead, MultiKueue, the visibility API,
 Cohort borrowing/lending limits (a Cohort object's own ``nominalQuota`` simply adds to the shared pool).
 """
 
@@ -91,6 +95,34 @@ LQ_LABEL = "kueue.x-k8s.io/local-queue-name"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 COMPONENT = "kueue-admission"
 JOB_COMPONENT = "kueue-job-controller"
+
+# Kueue Configuration ``resources.transformations`` the sandbox applies (profile key ``kueue.transformations``
+# overrides): by default the HAMi recipe of cluster-apis.md §5.4 — per-vGPU memory/cores become totals.
+DEFAULT_TRANSFORMATIONS = [
+    {"input": "nvidia.com/gpucores", "strategy": "Replace", "multiplyBy": "nvidia.com/gpu",
+     "outputs": {"nvidia.com/total-gpucores": "1"}},
+    {"input": "nvidia.com/gpumem", "strategy": "Replace", "multiplyBy": "nvidia.com/gpu",
+     "outputs": {"nvidia.com/total-gpumem": "1"}},
+]
+
+
+def transform(per_pod: dict, transformations: list[dict]) -> dict:
+    """Apply Kueue resource transformations to one pod's requests."""
+    out = dict(per_pod)
+    for t in transformations or []:
+        name = t.get("input")
+        if name not in per_pod:
+            continue
+        value = per_pod[name]
+        mult = t.get("multiplyBy")
+        if mult:
+            value = value * per_pod.get(mult, Decimal(1))
+        if (t.get("strategy") or "Retain") == "Replace":
+            out.pop(name, None)
+        for oname, factor in (t.get("outputs") or {}).items():
+            out[oname] = out.get(oname, Decimal(0)) + value * R.q(factor)
+    return out
+
 
 PREEMPTION_REASONS = {
     "InClusterQueue": "prioritization in the ClusterQueue",
@@ -258,6 +290,12 @@ class Kueue:
         self.cohorts = {c["metadata"]["name"]: c for c in ctx.list_items(COHORT)}
         self.wpcs = {w["metadata"]["name"]: w for w in ctx.list_items(WPC)}
         self.pcs = {p["metadata"]["name"]: p for p in ctx.list_items(PRIORITY_CLASS)}
+
+    def _requests(self, pod_spec: dict | None) -> dict:
+        """One pod's requests as Kueue accounts them (after the configured resource transformations)."""
+        cfg = (self.ctx.profile or {}).get("kueue") or {}
+        tr = cfg.get("transformations", DEFAULT_TRANSFORMATIONS)
+        return transform(R.pod_requests(pod_spec), tr)
 
     def queue_name(self, obj: dict, namespace: str | None = None) -> str | None:
         q = labels_of(obj).get(QUEUE_LABEL)
@@ -462,7 +500,7 @@ class Kueue:
                     wl["spec"]["priorityClassRef"] = ref
                 created = ctx.create(wl)
                 if created is not None:
-                    per_pod = R.pod_requests((template or {}).get("spec"))
+                    per_pod = self._requests((template or {}).get("spec"))
                     ctx.write_status(created, {"resourceRequests": [
                         {"name": "main", "resources": R.fmt_list(R.scale(per_pod, count))}]})
                     ctx.event(owner, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wname}", JOB_COMPONENT)
@@ -567,7 +605,7 @@ class Kueue:
         preempt_options = []  # (podset index, group index, flavor) where preemption might help
         for ps in spec.get("podSets") or []:
             count = int(ps.get("count", 1))
-            per_pod = R.pod_requests(((ps.get("template") or {}).get("spec")))
+            per_pod = self._requests(((ps.get("template") or {}).get("spec")))
             req = R.scale(per_pod, count)
             flavors_for: dict[str, str] = {}
             for r in sorted(req):

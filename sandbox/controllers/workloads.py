@@ -656,6 +656,12 @@ class Kubelet:
         phase = status.get("phase") or "Pending"
         events = []
         if phase == "Pending":
+            if sched is None:  # created with spec.nodeName: no scheduler involved
+                set_condition(conds, "PodScheduled", "True", "", "", format_time(bound_at), lastProbeTime=None)
+                for c in conds:
+                    if c["type"] == "PodScheduled":
+                        c.pop("reason", None)
+                        c.pop("message", None)
             if not status.get("startTime"):
                 status["startTime"] = format_time(bound_at)
                 status["hostIP"] = host_ip

@@ -587,3 +587,22 @@ def test_volcano_pods_in_namespace_with_default_local_queue_are_gated_one_by_one
     assert len(wls) == 2  # the gang is split into single-pod workloads; only one fits the quota
     assert sum(1 for p in pods if p["spec"].get("schedulingGates")) == 1
     assert all(not p["spec"].get("nodeName") for p in pods)  # and the gang can never start
+
+
+def test_hami_job_quota_uses_transformed_totals(sim):
+    sim.create(sim.flavor("l40s-share", {"gpu": "on"}, tolerations=[GPU_TOLERATION]))
+    sim.create(sim.cluster_queue("share", {"l40s-share": {"cpu": 16, "nvidia.com/gpu": 8, "nvidia.com/total-gpumem": 80000,
+                                                          "nvidia.com/total-gpucores": 200}}))
+    sim.create(sim.local_queue("lq", "t", "share"))
+    req = {"cpu": 1, "nvidia.com/gpu": 2, "nvidia.com/gpumem": 20000, "nvidia.com/gpucores": 50}
+    sim.create(sim.job("a", "t", requests=req, queue="lq"))
+    sim.create(sim.job("b", "t", requests=req, queue="lq"))
+    sim.create(sim.job("c", "t", requests=req, queue="lq"))
+    sim.settle()
+    assert admitted_jobs(sim) == {"a", "b"}
+    usage = wl(sim, "a")["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    assert usage == {"cpu": "1", "nvidia.com/gpu": "2", "nvidia.com/total-gpucores": "100",
+                     "nvidia.com/total-gpumem": "40k"}
+    assert "total-gpucores" in cond(wl(sim, "c"), "QuotaReserved")["message"]
+    pod = sim.pods("t", "job-name=a")[0]
+    assert pod["spec"]["nodeName"].startswith("gpu-l40s-hami-")

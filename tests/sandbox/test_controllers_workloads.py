@@ -270,3 +270,14 @@ def test_parse_duration():
     assert parse_duration("1h30m") == 5400
     assert parse_duration("1.5h") == 5400
     assert parse_duration("soon") is None
+
+
+def test_pod_with_node_name_skips_the_scheduler(sim):
+    sim.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned", "namespace": "t"},
+                "spec": {"nodeName": "gpu-h100-2", "containers": [Sim.container({"cpu": 1})]}})
+    sim.settle()
+    sim.advance(2)
+    p = sim.get("v1", "Pod", "pinned", "t")
+    assert p["status"]["phase"] == "Running"
+    assert cond(p, "PodScheduled")["status"] == "True"
+    assert not sim.events("t", "Scheduled")

@@ -62,7 +62,7 @@ class World:
         requests_sync(cluster=self.cluster, watch_seconds=1)
 
     def wait(self, req: WorkloadRequest, predicate: Callable[[WorkloadRequest], bool], *, timeout: float = 40,
-             advance: float = 0) -> WorkloadRequest:
+             advance: float = 0, also: WorkloadRequest | None = None) -> WorkloadRequest:
         """Run follower cycles (moving simulated time by ``advance`` each) until ``predicate`` holds."""
         deadline = time.monotonic() + timeout
         while True:
@@ -70,8 +70,13 @@ class World:
             if predicate(req):
                 return req
             if time.monotonic() > deadline:
+                other = ""
+                if also is not None:
+                    also.refresh_from_db()
+                    other = f"\nalso {also.pk} {also.state}: {also.state_reason} / {also.pending_reason} {also.cluster_status}"
                 raise AssertionError(f"request {req.pk} stuck in {req.state}: {req.state_reason} / {req.pending_reason}\n"
-                                     f"{req.cluster_status}\n{list(req.events.values_list('from_state', 'to_state', 'message'))}")
+                                     f"{req.cluster_status}\n{list(req.events.values_list('from_state', 'to_state', 'message'))}"
+                                     + other)
             if advance:
                 self.sandbox.advance(advance)
             self.sync()
@@ -163,8 +168,12 @@ def test_failing_training_job_fails(world: World) -> None:
     req = world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1)
     req = world.wait(req, lambda r: r.state in (S.QUEUED, S.RUNNING))
     # The sandbox's outcome annotation makes the simulated container exit 1 (sandbox/CONTRACT.md).
-    world.sandbox.store.patch("batch/v1", "Job", req.k8s_name, req.project.namespace,
-                              {"metadata": {"annotations": {"sandbox.gpuportal.dev/outcome": "Failed"}}}, "merge")
+    # Pods may exist already: they get it too (the kubelet reads it when the run ends).
+    failed = {"metadata": {"annotations": {"sandbox.gpuportal.dev/outcome": "Failed"}}}
+    store = world.sandbox.store
+    store.patch("batch/v1", "Job", req.k8s_name, req.project.namespace, failed, "merge")
+    for pod in store.list("v1", "Pod", req.project.namespace, label_selector=f"{REQUEST_LABEL}={req.pk}")["items"]:
+        store.patch("v1", "Pod", pod["metadata"]["name"], req.project.namespace, failed, "merge")
     req = world.wait(req, lambda r: r.state == S.FAILED, advance=1800)
     assert "Failed" in req.state_reason or "fail" in req.state_reason.lower()
 
@@ -223,8 +232,10 @@ def test_preempted_training_job_is_requeued_and_runs_again(world: World) -> None
         job = world.approve(job)
     job = world.wait(job, lambda r: r.state == S.RUNNING, advance=5)
     notebook = world.submit("bob", "notebook", "h100-80gb-offline", gpus=1, duration_hours=2)
+    notebook.refresh_from_db()
+    assert notebook.priority == "interactive", notebook.priority
     job = world.wait(job, lambda r: r.state in (S.PREEMPTED, S.QUEUED) and "Preempted" in " ".join(
-        r.events.values_list("message", flat=True)), advance=2)
+        r.events.values_list("message", flat=True)), advance=2, also=notebook)
     notebook = world.wait(notebook, lambda r: r.state == S.RUNNING, advance=5)
     job.refresh_from_db()
     assert job.state == S.QUEUED

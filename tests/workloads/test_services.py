@@ -432,7 +432,9 @@ def test_actions_on_a_suspended_tenant(cast, cat) -> None:  # noqa: ANN001
 
 
 def test_hooks_queue_the_tasks_once_they_exist(monkeypatch) -> None:  # noqa: ANN001
-    hooks.request_approved(1)  # no tasks module yet (or no such task): logs, no error
+    monkeypatch.setitem(sys.modules, "workloads.tasks", types.ModuleType("workloads.tasks"))
+    hooks.request_approved(1)  # a tasks module without the task: logs, no error
+    hooks.request_changed(1, "stop")
     queued: list[tuple] = []
 
     class Task:

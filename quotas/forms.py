@@ -1,0 +1,216 @@
+"""Portal forms for capacity, flavors and quotas. They shape and check input; the views hand the
+cleaned data to ``quotas.services``, whose refusals (with their numbers) are shown on these forms.
+
+A quota is always for one (flavor, resource): the forms offer them as one choice, ``"<flavor id>|<resource>"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from tenants.models import Project, Tenant
+
+from .models import Architecture, Cluster, Flavor
+
+QUANTITY_HELP = "GPUs, MIG slices and vGPU slots are whole numbers; CPU in cores, memory in GiB."
+LIMIT_HELP = "Empty: no limit (Kueue's default)."
+
+
+def target_key(flavor: Flavor, resource: str) -> str:
+    return f"{flavor.pk}|{resource}"
+
+
+def target_choices(flavors: Iterable[Flavor]) -> list[tuple[str, str]]:
+    """One choice per (flavor, resource) the flavors cover, labelled for people; names the cluster
+    only when there is more than one."""
+    flavors = list(flavors)
+    several = len({f.cluster_id for f in flavors}) > 1
+    choices = []
+    for flavor in flavors:
+        where = f"{flavor.cluster.name} · " if several else ""
+        for resource in flavor.resource_names:
+            choices.append((target_key(flavor, resource), f"{where}{flavor.name} — {resource}"))
+    return choices
+
+
+def _quantity(label: str, *, required: bool = True, help_text: str = "", positive: bool = False) -> forms.DecimalField:
+    return forms.DecimalField(
+        label=label, required=required, min_value=Decimal("0.001") if positive else Decimal(0),
+        max_digits=14, decimal_places=3, help_text=help_text,
+        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+    )
+
+
+class TargetMixin:
+    """A ``target`` choice field resolved to (flavor, resource) among the flavors given."""
+
+    flavors: dict[int, Flavor]
+
+    def _set_targets(self, flavors: Iterable[Flavor]) -> None:
+        flavors = list(flavors)
+        self.flavors = {f.pk: f for f in flavors}
+        self.fields["target"].choices = [("", "Choose…")] + target_choices(flavors)  # type: ignore[attr-defined]
+
+    def cleaned_target(self) -> tuple[Flavor, str]:
+        flavor_id, _, resource = self.cleaned_data["target"].partition("|")  # type: ignore[attr-defined]
+        return self.flavors[int(flavor_id)], resource
+
+
+class TenantQuotaForm(TargetMixin, forms.Form):
+    """Ops: what one tenant is promised of one (flavor, resource)."""
+
+    tenant = forms.ChoiceField()
+    target = forms.ChoiceField(label="Flavor and resource")
+    nominal = _quantity("Nominal quota", help_text=QUANTITY_HELP)
+
+    def __init__(self, *args: Any, tenants: Iterable[Tenant] = (), flavors: Iterable[Flavor] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "tq")
+        super().__init__(*args, **kwargs)
+        self.tenants = {t.slug: t for t in tenants}
+        self.fields["tenant"].choices = [("", "Choose…")] + [(slug, f"{t.name} ({slug})") for slug, t in self.tenants.items()]
+        self._set_targets(flavors)
+
+    def cleaned_tenant(self) -> Tenant:
+        return self.tenants[self.cleaned_data["tenant"]]
+
+
+class ProjectQuotaForm(TargetMixin, forms.Form):
+    """Tenant admins: one project's share of the tenant's quota, with its cohort limits."""
+
+    project = forms.ChoiceField()
+    target = forms.ChoiceField(label="Flavor and resource")
+    nominal = _quantity("Nominal quota", help_text=QUANTITY_HELP)
+    borrowing_limit = _quantity("Borrowing limit", required=False, help_text="How much more it may take from the tenant's cohort. " + LIMIT_HELP)
+    lending_limit = _quantity("Lending limit", required=False, help_text="How much of its unused quota it lends out. " + LIMIT_HELP)
+
+    def __init__(self, *args: Any, projects: Iterable[Project] = (), flavors: Iterable[Flavor] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "pq")
+        super().__init__(*args, **kwargs)
+        self.projects = {p.slug: p for p in projects}
+        self.fields["project"].choices = [("", "Choose…")] + [(slug, f"{p.name} ({slug})") for slug, p in self.projects.items()]
+        self._set_targets(flavors)
+
+    def cleaned_project(self) -> Project:
+        return self.projects[self.cleaned_data["project"]]
+
+
+class QuotaRequestForm(TargetMixin, forms.Form):
+    """A member asks for more of one (flavor, resource), maybe until a date."""
+
+    target = forms.ChoiceField(label="Flavor and resource")
+    amount = _quantity("How much more", positive=True, help_text=QUANTITY_HELP)
+    until = forms.DateTimeField(
+        required=False, label="Until (UTC)", help_text="Empty: permanent. The extra quota is removed when it ends.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
+    )
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000, help_text="What it is for; approvers see this.")
+
+    def __init__(self, *args: Any, flavors: Iterable[Flavor] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "qr")
+        super().__init__(*args, **kwargs)
+        self._set_targets(flavors)
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}),
+                              help_text="Required to reject: say why, so the requester knows what to do.")
+
+
+class ClusterSettingsForm(forms.Form):
+    """Settings that change what may be promised or offered; the architecture changes through a plan."""
+
+    overcommit_percent = forms.IntegerField(
+        min_value=0, label="Overcommit (%)",
+        help_text="How far the tenants' nominal quotas may exceed capacity. 0: promises must fit.",
+    )
+    use_mig = forms.BooleanField(required=False, label="Offer MIG flavors (C, E, F)")
+    use_hami = forms.BooleanField(required=False, label="Offer HAMi flavors (D, E, F)")
+    volcano_capacity_plugin = forms.BooleanField(required=False, label="Volcano runs the capacity plugin")
+
+    @classmethod
+    def for_cluster(cls, cluster: Cluster, data: Any = None) -> ClusterSettingsForm:
+        initial = {name: getattr(cluster, name) for name in cls.base_fields}
+        return cls(data, initial=initial, prefix="settings")
+
+
+class ArchitectureForm(forms.Form):
+    architecture = forms.ChoiceField(choices=Architecture.choices, label="Reference architecture")
+
+
+class FlavorForm(forms.Form):
+    """Create or edit a flavor. On edit, cluster, name and kind are fixed (they name cluster objects)."""
+
+    cluster = forms.ChoiceField()
+    name = forms.CharField(max_length=63, help_text="Becomes the ResourceFlavor's name, e.g. h100-80gb.")
+    display_name = forms.CharField(max_length=100, required=False, label="Display name")
+    kind = forms.ChoiceField(choices=Flavor.Kind.choices)
+    gpu_product = forms.CharField(max_length=100, required=False, label="GPU product", help_text="nvidia.com/gpu.product of the nodes.")
+    gpu_model = forms.CharField(max_length=40, required=False, label="GPU model", help_text="Short key for the MIG profile table, e.g. a100-80gb.")
+    mig_profile = forms.CharField(max_length=20, required=False, label="MIG profile", help_text="MIG flavors only, e.g. 1g.10gb.")
+    hami_memory_mib = forms.IntegerField(min_value=0, initial=0, label="HAMi memory per vGPU (MiB)", help_text="HAMi flavors only.")
+    hami_cores_percent = forms.IntegerField(min_value=0, initial=0, label="HAMi cores per vGPU (%)", help_text="HAMi flavors only.")
+    pool_label = forms.ChoiceField(choices=[("", "Any pool"), ("online", "online"), ("offline", "offline")], required=False,
+                                   label="Pool", help_text="Architecture F: the pool this flavor's nodes are in.")
+    node_labels = forms.JSONField(required=False, label="Node labels (JSON object)", widget=forms.Textarea(attrs={"rows": 3}),
+                                  help_text='e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}')
+    taints = forms.JSONField(required=False, label="Taints (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
+    tolerations = forms.JSONField(required=False, label="Tolerations (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
+    order = forms.IntegerField(min_value=0, initial=100, help_text="Kueue tries flavors in this order.")
+
+    FIXED = ("cluster", "name", "kind")
+
+    def __init__(self, *args: Any, clusters: Iterable[Cluster] = (), flavor: Flavor | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "flavor")
+        if flavor is not None and "initial" not in kwargs:
+            kwargs["initial"] = {
+                "cluster": flavor.cluster.name, "name": flavor.name, "display_name": flavor.display_name,
+                "kind": flavor.kind, "gpu_product": flavor.gpu_product, "gpu_model": flavor.gpu_model,
+                "mig_profile": flavor.mig_profile, "hami_memory_mib": flavor.hami_memory_mib,
+                "hami_cores_percent": flavor.hami_cores_percent, "pool_label": flavor.pool_label,
+                "node_labels": flavor.node_labels, "taints": flavor.taints, "tolerations": flavor.tolerations,
+                "order": flavor.order,
+            }
+        super().__init__(*args, **kwargs)
+        self.clusters = {c.name: c for c in clusters}
+        self.fields["cluster"].choices = [(name, name) for name in self.clusters]
+        self.flavor = flavor
+        if flavor is not None:
+            for name in self.FIXED:
+                self.fields[name].disabled = True
+                self.fields[name].help_text = "Fixed: it names cluster objects and quota rows."
+            self.fields["cluster"].choices = [(flavor.cluster.name, flavor.cluster.name)]
+
+    def clean_node_labels(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("node_labels") or {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Give a JSON object of label key to value.")
+        return value
+
+    def _clean_list(self, name: str) -> list[Any]:
+        value = self.cleaned_data.get(name) or []
+        if not isinstance(value, list):
+            raise forms.ValidationError("Give a JSON list.")
+        return value
+
+    def clean_taints(self) -> list[Any]:
+        return self._clean_list("taints")
+
+    def clean_tolerations(self) -> list[Any]:
+        return self._clean_list("tolerations")
+
+    def service_kwargs(self) -> dict[str, Any]:
+        """What ``flavor_create`` (or, without the fixed fields, ``flavor_update``) takes."""
+        data = dict(self.cleaned_data)
+        data["pool_label"] = data.get("pool_label") or ""
+        if self.flavor is not None:
+            for name in self.FIXED:
+                data.pop(name, None)
+        else:
+            data["cluster"] = self.clusters[data["cluster"]]
+        return data

@@ -1,0 +1,31 @@
+"""Portal pages for capacity, flavors and quotas; mounted at the root next to ``tenants.urls``."""
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    # Platform ops
+    path("ops/capacity/", views.capacity, name="ops-capacity"),
+    path("ops/capacity/tenant-quota/", views.tenant_quota_set, name="ops-tenant-quota"),
+    path("ops/clusters/<str:name>/", views.cluster_detail, name="ops-cluster"),
+    path("ops/clusters/<str:name>/settings/", views.cluster_settings, name="ops-cluster-settings"),
+    path("ops/clusters/<str:name>/apply/", views.cluster_apply, name="ops-cluster-apply"),
+    path("ops/clusters/<str:name>/export.yaml", views.cluster_export, name="ops-cluster-export"),
+    path("ops/clusters/<str:name>/objects/", views.cluster_objects, name="ops-cluster-objects"),
+    path("ops/flavors/", views.flavor_list, name="ops-flavors"),
+    path("ops/flavors/new/", views.flavor_create, name="ops-flavor-create"),
+    path("ops/flavors/<int:pk>/", views.flavor_detail, name="ops-flavor"),
+    path("ops/flavors/<int:pk>/active/", views.flavor_active, name="ops-flavor-active"),
+    # Tenant admins: split the tenant's quota across its projects
+    path("tenants/<slug:slug>/quotas/", views.tenant_quotas, name="tenant-quotas"),
+    path("tenants/<slug:slug>/quotas/set/", views.project_quota_set, name="tenant-quota-set"),
+    # Project members: the project's quota, and asking for more
+    path("projects/<slug:slug>/quota/", views.project_quota, name="project-quota"),
+    path("projects/<slug:slug>/quota/request/", views.quota_request_create, name="project-quota-request"),
+    # Quota requests: mine and the approver's inbox
+    path("quota-requests/", views.quota_requests, name="quota-requests"),
+    path("quota-requests/<int:pk>/", views.quota_request_detail, name="quota-request"),
+    path("quota-requests/<int:pk>/decide/", views.quota_request_decide, name="quota-request-decide"),
+    path("quota-requests/<int:pk>/cancel/", views.quota_request_cancel, name="quota-request-cancel"),
+]

@@ -1,0 +1,879 @@
+"""Portal pages for capacity, flavors and quotas. Reads start from ``quotas.selectors`` (and the
+tenancy selectors for who sees which tenant or project); writes go through ``quotas.services``;
+plans and applies through ``quotas.reconcile``.
+
+Who sees what, as on the tenancy pages: ops pages (capacity, clusters, flavors) are a 404 for
+everyone else; a tenant's quota split is for its tenant admins (404 for outsiders, 403 for members
+who can see the tenant); a project's quota page is for everyone who sees the project (404 otherwise).
+Service refusals are shown on the form that caused them, with the service's numbers ("4 over");
+nothing is written then.
+
+Numbers people compare are also charts: the views hand ``static/js/charts.js`` a small JSON spec
+(``json_script``); every chart's numbers are in a table next to it, so the page reads without JavaScript.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import django_filters as filters
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import F, Q, Sum
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from portal.exceptions import PortalError
+from tenants import selectors as tenancy
+from tenants.access import Actor, has_perm
+from tenants.forms import add_service_error
+from tenants.models import Project, Tenant
+from tenants.views import Pager, filtered, page
+
+from . import reconcile, selectors, services
+from .capacity import flavor_matches, node_offers
+from .exceptions import QuotaExceeded
+from .filters import FlavorFilter, QuotaFilter, QuotaRequestFilter
+from .forms import (
+    ArchitectureForm,
+    ClusterSettingsForm,
+    DecisionForm,
+    FlavorForm,
+    ProjectQuotaForm,
+    QuotaRequestForm,
+    TenantQuotaForm,
+    target_key,
+)
+from .models import AppliedObject, Architecture, Cluster, Flavor, Node, NodePool, Quota, QuotaRequest
+
+log = logging.getLogger(__name__)
+ZERO = Decimal(0)
+GPU_KINDS = (Flavor.Kind.WHOLE, Flavor.Kind.MIG, Flavor.Kind.HAMI)
+# Chart colours (match static/css/portal.css): capacity, promised, in use, over, free, borrowed.
+COLOURS = {
+    "capacity": "#94a3b8", "promised": "#2f5bd3", "used": "#1f7a3d", "over": "#b42318",
+    "free": "#c9d6f6", "borrowed": "#d97706", "unassigned": "#cbd5e1", "warning": "#d97706",
+}
+PALETTE = ["#2f5bd3", "#1f7a3d", "#7c3aed", "#0e7490", "#b45309", "#be185d", "#4d7c0f", "#475569"]
+SERVICE_FIELDS = {"flavor": "target", "resource": "target", "amount": "amount", "until": "until", "reason": "reason",
+                  "nominal": "nominal", "borrowing_limit": "borrowing_limit", "lending_limit": "lending_limit",
+                  "tenant": "tenant", "project": "project", "comment": "comment"}
+
+
+# Helpers ---------------------------------------------------------------------------------------
+
+
+def _ops_only(request: HttpRequest) -> Actor:
+    actor = Actor.from_request(request)
+    if not actor.is_ops:
+        raise Http404("No such page.")  # ops pages don't exist for anyone else
+    return actor
+
+
+def _ops_page(request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
+    context["ops_capacity_section"] = True  # base.html: highlight "Capacity", not "Ops"
+    return page(request, template, context, status=status)
+
+
+def _show_error(form: forms.Form, exc: PortalError | ValidationError) -> None:
+    """A service refusal on the form: a broken quota invariant reads as "Not saved: ... (4 over)"."""
+    if isinstance(exc, QuotaExceeded):
+        form.add_error(None, f"Not saved: {exc.message}.")
+    else:
+        add_service_error(form, exc, SERVICE_FIELDS)
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, PortalError):
+        return exc.message
+    if isinstance(exc, ValidationError):
+        return "; ".join(exc.messages)
+    return str(exc)
+
+
+def _num(value: Any) -> float:
+    return float(value or 0)
+
+
+def _safe_next(request: HttpRequest, default: str) -> str:
+    back = request.POST.get("next", "")
+    return back if back.startswith("/") and not back.startswith("//") else default
+
+
+def bar_chart(*, title: str, labels: list[str], datasets: list[dict[str, Any]], stacked: bool = False,
+              notes: list[str] | None = None, unit: str = "") -> dict[str, Any]:
+    """The JSON ``static/js/charts.js`` renders: Chart.js data without functions."""
+    return {"type": "bar", "title": title, "labels": labels, "datasets": datasets, "stacked": stacked,
+            "notes": notes or [], "unit": unit}
+
+
+def dataset(label: str, values: list[Any], colour: str, colours: list[str] | None = None, stack: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"label": label, "data": [_num(v) for v in values], "color": colour}
+    if colours:
+        data["colors"] = colours
+    if stack:
+        data["stack"] = stack
+    return data
+
+
+def _visible_project(actor: Actor, slug: str) -> Project:
+    return get_object_or_404(tenancy.projects_for(actor=actor).select_related("tenant"), slug=slug)
+
+
+def _admin_tenant(actor: Actor, slug: str) -> Tenant:
+    """The tenant whose quota ``actor`` may split: 404 if they can't see it, 403 if they only see it."""
+    tenant = get_object_or_404(tenancy.tenants_for(actor=actor), slug=slug)
+    if not has_perm(actor, "change_tenant", tenant):
+        raise PermissionDenied("Only the tenant's admins and platform ops split its quota.")
+    return tenant
+
+
+def _filters_of(form: forms.Form, request: HttpRequest) -> SimpleNamespace:
+    """A plain form dressed as a FilterSet for ``quotas/_filters.html``."""
+    return SimpleNamespace(form=form, is_active=any(request.GET.get(name) for name in form.fields))
+
+
+# Capacity (ops) ---------------------------------------------------------------------------------
+
+
+class NodeFilter(filters.FilterSet):
+    """Nodes on the capacity page; lives with its only page."""
+
+    STATES = [("problem", "Any problem"), ("notready", "NotReady"), ("vanished", "Vanished"),
+              ("mig", "MIG change pending"), ("ok", "Counting")]
+
+    node = filters.CharFilter(field_name="name", lookup_expr="icontains", label="Node name contains")
+    pool = filters.CharFilter(field_name="pool__name", label="Pool")
+    state = filters.ChoiceFilter(choices=STATES, method="filter_state", label="State")
+
+    class Meta:
+        model = Node
+        fields = ["node", "pool", "state"]
+
+    def filter_state(self, queryset, name, value):  # noqa: ANN001, ANN201
+        mig_pending = ~Q(mig_config_state__in=["", "success"])
+        return queryset.filter({
+            "problem": Q(ready=False) | Q(present=False) | mig_pending,
+            "notready": Q(ready=False, present=True),
+            "vanished": Q(present=False),
+            "mig": Q(present=True) & mig_pending,
+            "ok": Q(ready=True, present=True, mig_config_state__in=["", "success"]),
+        }[value])
+
+
+def node_flags(node: Node) -> list[tuple[str, str]]:
+    """(css modifier, text) for what keeps a node from counting."""
+    flags = []
+    if not node.present:
+        flags.append(("vanished", "Vanished"))
+    elif not node.ready:
+        flags.append(("notready", "NotReady"))
+    if node.mig_config_state not in ("", "success"):
+        flags.append(("mig", f"MIG change {node.mig_config_state}"))
+    return flags
+
+
+def _project_sums(cluster: Cluster) -> dict[tuple[int, str], dict[str, Decimal]]:
+    """(flavor id, resource) -> what the projects are promised ("assigned") and use, for one cluster."""
+    rows = (
+        Quota.objects.filter(flavor__cluster=cluster, project__isnull=False)
+        .values("flavor_id", "resource")
+        .annotate(assigned=Sum("nominal"), used=Sum("used"), borrowed=Sum("borrowed"))
+    )
+    return {(r["flavor_id"], r["resource"]): r for r in rows}
+
+
+def _flavor_rows(cluster: Cluster, flavors: dict[int, Flavor]) -> list[dict[str, Any]]:
+    sums = _project_sums(cluster)
+    rows = []
+    for row in selectors.overcommit_for(cluster=cluster):
+        extra = sums.get((row["flavor_id"], row["resource"]), {})
+        flavor = flavors[row["flavor_id"]]
+        rows.append(row | {
+            "flavor_obj": flavor,
+            "primary": row["resource"] == flavor.primary_resource,
+            "assigned": extra.get("assigned") or ZERO,
+            "used": extra.get("used") or ZERO,
+            "over_allowed": max(row["promised"] - row["allowed"], ZERO),
+        })
+    return rows
+
+
+def _flavor_chart(cluster: Cluster, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    shown = [r for r in rows if r["primary"] and r["flavor_obj"].kind in GPU_KINDS]
+    if not shown:
+        return None
+    notes = []
+    for r in shown:
+        if r["over"] > 0:
+            percent = "no capacity at all" if r["percent_over"] is None else f"{r['percent_over']}%"
+            notes.append(f"OVERCOMMITTED: {services.fmt(r['over'])} over capacity ({percent})")
+        else:
+            notes.append(f"{services.fmt(r['capacity'] - r['promised'])} not yet promised")
+    promised_colours = [COLOURS["over"] if r["over"] > 0 else COLOURS["promised"] for r in shown]
+    return bar_chart(
+        title=f"Capacity, promised and in use per flavor on {cluster.name}",
+        labels=[f"{r['flavor']} ({r['resource'].removeprefix('nvidia.com/')})" for r in shown],
+        datasets=[
+            dataset("Capacity", [r["capacity"] for r in shown], COLOURS["capacity"]),
+            dataset("Promised to tenants", [r["promised"] for r in shown], COLOURS["promised"], promised_colours),
+            dataset("In use", [r["used"] for r in shown], COLOURS["used"]),
+        ],
+        notes=notes,
+    )
+
+
+def _pool_rows(cluster: Cluster, flavors: dict[int, Flavor], flavor_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per node pool: its nodes by state, and what it offers of each flavor (counting, and lost to
+    nodes that do not count), next to the flavor's totals. Promises are per flavor, not per pool."""
+    by_flavor = {(r["flavor_id"], r["resource"]): r for r in flavor_rows}
+    pools: dict[int | None, dict[str, Any]] = {}
+    for pool in NodePool.objects.filter(cluster=cluster).order_by("name"):
+        pools[pool.pk] = {"pool": pool, "nodes": 0, "counting": 0, "notready": 0, "vanished": 0, "mig": 0,
+                          "offers": defaultdict(lambda: [ZERO, ZERO])}
+    gpu_flavors = [f for f in flavors.values() if f.kind in GPU_KINDS]
+    for node in Node.objects.filter(cluster=cluster).select_related("pool"):
+        entry = pools.setdefault(node.pool_id, {"pool": None, "nodes": 0, "counting": 0, "notready": 0, "vanished": 0,
+                                                "mig": 0, "offers": defaultdict(lambda: [ZERO, ZERO])})
+        entry["nodes"] += 1
+        counts = node.counts_capacity
+        if counts:
+            entry["counting"] += 1
+        for css, _text in node_flags(node):
+            entry[css] += 1
+        for flavor in gpu_flavors:
+            if not flavor_matches(flavor, node):
+                continue
+            amount = node_offers(flavor, node).get(flavor.primary_resource, ZERO)
+            if amount:
+                entry["offers"][flavor.pk][0 if counts else 1] += amount
+    out = []
+    for entry in pools.values():
+        offers = []
+        for flavor_id, (counting, lost) in sorted(entry["offers"].items(), key=lambda kv: (flavors[kv[0]].order, flavors[kv[0]].name)):
+            flavor = flavors[flavor_id]
+            totals = by_flavor.get((flavor_id, flavor.primary_resource), {})
+            offers.append({"flavor": flavor, "resource": flavor.primary_resource, "counting": counting, "lost": lost,
+                           "capacity": totals.get("capacity", ZERO), "promised": totals.get("promised", ZERO),
+                           "used": totals.get("used", ZERO)})
+        out.append(entry | {"offers": offers})
+    return out
+
+
+def _pool_chart(cluster: Cluster, pools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not any(p["nodes"] for p in pools):
+        return None
+    labels = [p["pool"].name if p["pool"] else "(no pool)" for p in pools]
+    return bar_chart(
+        title=f"Nodes per pool on {cluster.name}",
+        labels=labels,
+        datasets=[
+            dataset("Counting", [p["counting"] for p in pools], COLOURS["used"], stack="nodes"),
+            dataset("NotReady", [p["notready"] for p in pools], COLOURS["warning"], stack="nodes"),
+            dataset("Vanished", [p["vanished"] for p in pools], COLOURS["over"], stack="nodes"),
+            dataset("MIG change pending", [p["mig"] for p in pools], COLOURS["capacity"], stack="nodes"),
+        ],
+        stacked=True,
+        unit="nodes",
+    )
+
+
+def _cluster_from_query(request: HttpRequest) -> tuple[list[Cluster], Cluster | None]:
+    clusters = list(Cluster.objects.order_by("name"))
+    name = request.GET.get("cluster")
+    if not clusters:
+        return clusters, None
+    if not name:
+        return clusters, clusters[0]
+    cluster = next((c for c in clusters if c.name == name), None)
+    if cluster is None:
+        raise Http404("No such cluster.")
+    return clusters, cluster
+
+
+def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], cluster: Cluster | None, *,
+                   form: TenantQuotaForm | None = None) -> HttpResponse:
+    context: dict[str, Any] = {"tab": "capacity", "clusters": clusters, "cluster": cluster}
+    if cluster is None:
+        return _ops_page(request, "quotas/capacity.html", context)
+    flavors = {f.pk: f for f in Flavor.objects.filter(cluster=cluster, active=True)}
+    flavor_rows = _flavor_rows(cluster, flavors)
+    pools = _pool_rows(cluster, flavors, flavor_rows)
+
+    nodes = Node.objects.filter(cluster=cluster).select_related("pool").order_by("present", "ready", "name")
+    node_filter = filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in cluster.pools.order_by("name")]})
+    node_pager = Pager(request, node_filter.qs, param="nodes_page")
+    node_rows = [(node, node_flags(node)) for node in node_pager]
+
+    promises = Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor").order_by(
+        "tenant__name", "flavor__order", "flavor__name", "resource")
+    quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
+                            selects={"tenant": list(Tenant.objects.order_by("name").values_list("slug", "name")),
+                                     "flavor_name": [(f.name, f.name) for f in flavors.values()]})
+    tenants = tenancy.tenants_for(actor=actor).order_by("name")
+    context |= {
+        "flavor_rows": flavor_rows,
+        "overcommitted": [r for r in flavor_rows if r["over"] > 0],
+        "flavor_chart": _flavor_chart(cluster, flavor_rows),
+        "pools": pools,
+        "pool_chart": _pool_chart(cluster, pools),
+        "node_filter": node_filter,
+        "node_pager": node_pager,
+        "node_rows": node_rows,
+        "quota_filter": quota_filter,
+        "quota_pager": Pager(request, quota_filter.qs, param="quotas_page"),
+        "keep": [("cluster", cluster.name)],
+        "form": form or TenantQuotaForm(tenants=tenants, flavors=flavors.values()),
+    }
+    return _ops_page(request, "quotas/capacity.html", context)
+
+
+@login_required
+def capacity(request: HttpRequest) -> HttpResponse:
+    actor = _ops_only(request)
+    clusters, cluster = _cluster_from_query(request)
+    return _capacity_page(request, actor, clusters, cluster)
+
+
+@login_required
+@require_POST
+def tenant_quota_set(request: HttpRequest) -> HttpResponse:
+    """Ops set what a tenant is promised; the cluster invariant (capacity plus overcommit) is the service's."""
+    actor = _ops_only(request)
+    clusters, cluster = _cluster_from_query(request)
+    if cluster is None:
+        raise Http404("No cluster yet.")
+    flavors = Flavor.objects.filter(cluster=cluster, active=True).select_related("cluster")
+    form = TenantQuotaForm(request.POST, tenants=tenancy.tenants_for(actor=actor).order_by("name"), flavors=flavors)
+    if form.is_valid():
+        flavor, resource = form.cleaned_target()
+        tenant = form.cleaned_tenant()
+        try:
+            row = services.quota_set(actor=actor, tenant=tenant, flavor=flavor, resource=resource, nominal=form.cleaned_data["nominal"])
+        except (PortalError, ValidationError) as exc:
+            _show_error(form, exc)
+        else:
+            messages.success(request, f"{tenant.name} is now promised {services.fmt(row.nominal)} × {resource} of {flavor.name}.")
+            return redirect(reverse("ops-capacity") + f"?cluster={cluster.name}")
+    return _capacity_page(request, actor, clusters, cluster, form=form)
+
+
+# Clusters (ops): settings, plan and apply, export, applied objects ---------------------------------
+
+
+def _ops_cluster(actor: Actor, name: str) -> Cluster:
+    return get_object_or_404(selectors.clusters_for(actor=actor), name=name)
+
+
+def plan_fingerprint(plan: reconcile.Plan) -> str:
+    """What the person reviewed: applying re-plans and refuses when this differs."""
+    return hashlib.sha256(plan.text().encode()).hexdigest()
+
+
+def _plan_for(cluster: Cluster, architecture: str) -> tuple[reconcile.Plan | None, str | None]:
+    try:
+        if architecture != cluster.architecture:
+            return reconcile.plan_for_architecture_change(cluster, architecture), None
+        return reconcile.plan_build(cluster), None
+    except Exception as exc:  # noqa: BLE001 - an unreachable or misconfigured cluster must not break the page
+        log.warning("plan for cluster %s failed: %s", cluster.name, exc)
+        return None, _error_text(exc) or exc.__class__.__name__
+
+
+def diff_lines(diff: str) -> list[tuple[str, str]]:
+    """A unified diff as (css class, line) for colouring."""
+    out = []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            css = "file"
+        elif line.startswith("@@"):
+            css = "hunk"
+        elif line.startswith("+"):
+            css = "add"
+        elif line.startswith("-"):
+            css = "del"
+        else:
+            css = "ctx"
+        out.append((css, line))
+    return out
+
+
+class PlanFilterForm(forms.Form):
+    action = forms.ChoiceField(required=False, label="Action", choices=[
+        ("", "Any"), ("create", "Create"), ("change", "Change"), ("delete", "Delete")])
+    owner = forms.CharField(required=False, label="Tenant slug")
+
+
+def _cluster_page(request: HttpRequest, actor: Actor, cluster: Cluster, *, architecture: str | None = None,
+                  settings_form: ClusterSettingsForm | None = None) -> HttpResponse:
+    architecture = architecture or cluster.architecture
+    plan, plan_error = _plan_for(cluster, architecture)
+    filter_form = PlanFilterForm(request.GET or None)
+    items: list[Any] = []
+    if plan is not None:
+        items = plan.items
+        if filter_form.is_valid():
+            action, owner = filter_form.cleaned_data["action"], filter_form.cleaned_data["owner"]
+            if action:
+                items = [i for i in items if (i.action == "replace" and action == "change") or i.action == action]
+            if owner:
+                items = [i for i in items if i.tenant == owner]
+    pager = Pager(request, items, param="plan_page")  # type: ignore[arg-type]
+    context = {
+        "tab": "plan",
+        "cluster": cluster,
+        "architecture": architecture,
+        "architecture_label": Architecture(architecture).label,
+        "changing_architecture": architecture != cluster.architecture,
+        "arch_form": ArchitectureForm(initial={"architecture": architecture}),
+        "settings_form": settings_form or ClusterSettingsForm.for_cluster(cluster),
+        "plan": plan,
+        "plan_error": plan_error,
+        "fingerprint": plan_fingerprint(plan) if plan is not None else "",
+        "plan_filter": _filters_of(filter_form, request),
+        "keep": [("architecture", architecture)],
+        "pager": pager,
+        "plan_items": [(item, diff_lines(item.diff)) for item in pager],
+        "tenants": Tenant.objects.order_by("name").values_list("slug", "name"),
+        "errors_count": AppliedObject.objects.filter(cluster=cluster).exclude(error="").count(),
+    }
+    return _ops_page(request, "quotas/cluster_detail.html", context)
+
+
+@login_required
+def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    form = ArchitectureForm(request.GET)
+    architecture = form.cleaned_data["architecture"] if "architecture" in request.GET and form.is_valid() else None
+    return _cluster_page(request, actor, cluster, architecture=architecture)
+
+
+@login_required
+@require_POST
+def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    form = ClusterSettingsForm.for_cluster(cluster, request.POST)
+    if form.is_valid():
+        try:
+            services.cluster_update(actor=actor, cluster=cluster, **form.cleaned_data)
+        except (PortalError, ValidationError) as exc:
+            _show_error(form, exc)
+        else:
+            messages.success(request, f"Settings of {cluster.name} saved.")
+            return redirect("ops-cluster", name=cluster.name)
+    cluster.refresh_from_db()
+    return _cluster_page(request, actor, cluster, settings_form=form)
+
+
+@login_required
+@require_POST
+def cluster_apply(request: HttpRequest, name: str) -> HttpResponse:
+    """Apply the plan the person reviewed: re-plan, compare fingerprints, apply (audited by ``plan_apply``)."""
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    form = ArchitectureForm(request.POST)
+    url = reverse("ops-cluster", kwargs={"name": cluster.name})
+    if not form.is_valid():
+        messages.error(request, "Choose one of the reference architectures.")
+        return redirect(url)
+    architecture = form.cleaned_data["architecture"]
+    if architecture != cluster.architecture:
+        url += f"?architecture={architecture}"
+    plan, error = _plan_for(cluster, architecture)
+    if plan is None:
+        messages.error(request, f"Nothing was applied: the plan could not be made ({error}).")
+        return redirect(url)
+    if plan_fingerprint(plan) != request.POST.get("fingerprint"):
+        messages.warning(request, "Nothing was applied: the plan changed since you reviewed it. Review the new plan below.")
+        return redirect(url)
+    if plan.empty and architecture == cluster.architecture:
+        messages.info(request, "Nothing to apply: the cluster already matches the desired state.")
+        return redirect(url)
+    result = reconcile.plan_apply(plan, actor=actor)
+    done = f"{result.applied} applied, {result.deleted} deleted"
+    if result.ok:
+        messages.success(request, f"Plan applied to {cluster.name} (architecture {architecture}): {done}.")
+    else:
+        label, text = result.failed[0]
+        messages.error(request, f"Plan partly applied to {cluster.name}: {done}, {len(result.failed)} failed, "
+                                f"{result.skipped} not attempted. First failure: {label}: {text}. See applied objects.")
+    return redirect(reverse("ops-cluster", kwargs={"name": cluster.name}))
+
+
+@login_required
+def cluster_export(request: HttpRequest, name: str) -> HttpResponse:
+    """The desired state as YAML (the cluster's, or one tenant's), as a download for review in Git."""
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    slug = request.GET.get("tenant") or None
+    tenant = get_object_or_404(Tenant, slug=slug) if slug else None
+    text = reconcile.export_yaml(cluster, tenant)
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    filename = f"{cluster.name}-{tenant.slug}.yaml" if tenant else f"{cluster.name}.yaml"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+class AppliedObjectFilter(filters.FilterSet):
+    """What the materializer applied to one cluster; lives with its only page."""
+
+    kind = filters.CharFilter(label="Kind")
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant")
+    name = filters.CharFilter(lookup_expr="icontains", label="Name contains")
+    errors = filters.BooleanFilter(method="filter_errors", label="Only errors")
+
+    class Meta:
+        model = AppliedObject
+        fields = ["kind", "tenant", "name", "errors"]
+
+    def filter_errors(self, queryset, name, value):  # noqa: ANN001, ANN201
+        if value is None:
+            return queryset
+        return queryset.exclude(error="") if value else queryset.filter(error="")
+
+
+@login_required
+def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    rows = AppliedObject.objects.filter(cluster=cluster).select_related("tenant", "project").order_by(
+        F("error_at").desc(nulls_last=True), "kind", "namespace", "name")
+    kinds = AppliedObject.objects.filter(cluster=cluster).order_by("kind").values_list("kind", flat=True).distinct()
+    filterset = filtered(AppliedObjectFilter, request, rows, selects={
+        "kind": [(k, k) for k in kinds], "tenant": list(Tenant.objects.order_by("name").values_list("slug", "name"))})
+    context = {"tab": "objects", "cluster": cluster, "filterset": filterset, "pager": Pager(request, filterset.qs),
+               "errors_count": rows.exclude(error="").count()}
+    return _ops_page(request, "quotas/cluster_objects.html", context)
+
+
+# Flavors (ops) -------------------------------------------------------------------------------------
+
+
+def _flavor_list(request: HttpRequest, actor: Actor, *, form: FlavorForm | None = None) -> HttpResponse:
+    flavors = selectors.flavors_for(actor=actor).order_by("cluster__name", "order", "name")
+    clusters = list(Cluster.objects.order_by("name"))
+    filterset = filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
+    context = {"tab": "flavors", "filterset": filterset, "pager": Pager(request, filterset.qs),
+               "form": form or FlavorForm(clusters=clusters), "has_clusters": bool(clusters)}
+    return _ops_page(request, "quotas/flavor_list.html", context)
+
+
+@login_required
+def flavor_list(request: HttpRequest) -> HttpResponse:
+    return _flavor_list(request, _ops_only(request))
+
+
+@login_required
+@require_POST
+def flavor_create(request: HttpRequest) -> HttpResponse:
+    actor = _ops_only(request)
+    form = FlavorForm(request.POST, clusters=Cluster.objects.order_by("name"))
+    if form.is_valid():
+        try:
+            flavor = services.flavor_create(actor=actor, **form.service_kwargs())
+        except (PortalError, ValidationError) as exc:
+            _show_error(form, exc)
+        else:
+            messages.success(request, f"Flavor {flavor.name} created on {flavor.cluster.name}. The next reconcile adds its ResourceFlavor.")
+            return redirect("ops-flavors")
+    return _flavor_list(request, actor, form=form)
+
+
+def _flavor(actor: Actor, pk: int) -> Flavor:
+    return get_object_or_404(selectors.flavors_for(actor=actor), pk=pk)
+
+
+@login_required
+def flavor_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = _ops_only(request)
+    flavor = _flavor(actor, pk)
+    form = FlavorForm(clusters=[flavor.cluster], flavor=flavor)
+    if request.method == "POST":
+        form = FlavorForm(request.POST, clusters=[flavor.cluster], flavor=flavor)
+        if form.is_valid():
+            try:
+                flavor = services.flavor_update(actor=actor, flavor=flavor, **form.service_kwargs())
+            except (PortalError, ValidationError) as exc:
+                _show_error(form, exc)
+            else:
+                messages.success(request, f"Flavor {flavor.name} saved.")
+                return redirect("ops-flavor", pk=flavor.pk)
+    quotas = Quota.objects.filter(flavor=flavor).count()
+    return _ops_page(request, "quotas/flavor_detail.html", {"tab": "flavors", "flavor": flavor, "form": form, "quota_rows": quotas})
+
+
+@login_required
+@require_POST
+def flavor_active(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = _ops_only(request)
+    flavor = _flavor(actor, pk)
+    active = request.POST.get("active") == "true"
+    try:
+        flavor = services.flavor_update(actor=actor, flavor=flavor, active=active)
+    except (PortalError, ValidationError) as exc:
+        messages.error(request, _error_text(exc))
+    else:
+        what = "offered again" if active else "no longer offered: the next reconcile removes its ResourceFlavor"
+        messages.success(request, f"Flavor {flavor.name} is {what}.")
+    return redirect("ops-flavor", pk=flavor.pk)
+
+
+# Tenant quota split (tenant admins, ops) ---------------------------------------------------------
+
+
+def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: ProjectQuotaForm | None = None) -> HttpResponse:
+    tenant_rows = list(
+        Quota.objects.filter(tenant=tenant, project__isnull=True, flavor__active=True).select_related("flavor__cluster")
+        .order_by("flavor__cluster__name", "flavor__order", "flavor__name", "resource")
+    )
+    project_rows = Quota.objects.filter(tenant=tenant, project__isnull=False).select_related("project", "flavor__cluster")
+    split: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(lambda: {"assigned": ZERO, "used": ZERO})
+    by_project: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(dict)
+    for row in project_rows.values("project__slug", "flavor_id", "resource", "nominal", "used"):
+        key = (row["flavor_id"], row["resource"])
+        split[key]["assigned"] += row["nominal"]
+        split[key]["used"] += row["used"]
+        by_project[key][row["project__slug"]] = row["nominal"]
+    summary = []
+    for row in tenant_rows:
+        s = split[(row.flavor_id, row.resource)]
+        summary.append({"row": row, "assigned": s["assigned"], "unassigned": row.nominal - s["assigned"], "used": s["used"]})
+
+    projects = list(tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name"))
+    charted = [s for s in summary if s["row"].flavor.kind in GPU_KINDS and s["row"].resource == s["row"].flavor.primary_resource]
+    chart = None
+    if charted:
+        datasets = [
+            dataset(p.name, [by_project[(s["row"].flavor_id, s["row"].resource)].get(p.slug, ZERO) for s in charted],
+                    PALETTE[i % len(PALETTE)], stack="split")
+            for i, p in enumerate(projects)
+        ]
+        datasets.append(dataset("Unassigned", [max(s["unassigned"], ZERO) for s in charted], COLOURS["unassigned"], stack="split"))
+        chart = bar_chart(title=f"How {tenant.name} splits its quota across projects",
+                          labels=[f"{s['row'].flavor.name} ({s['row'].resource.removeprefix('nvidia.com/')})" for s in charted],
+                          datasets=datasets, stacked=True,
+                          notes=[f"tenant quota {services.fmt(s['row'].nominal)}, in use {services.fmt(s['used'])}" for s in charted])
+
+    rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
+    flavors = [s["row"].flavor for s in summary]
+    unique_flavors = list({f.pk: f for f in flavors}.values())
+    filterset = filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
+                         selects={"project": [(p.slug, p.name) for p in projects],
+                                  "flavor_name": [(f.name, f.name) for f in unique_flavors]})
+    pager = Pager(request, filterset.qs)
+    if form is None:
+        initial: dict[str, Any] = {}
+        edit = request.GET.get("edit")
+        if edit and edit.isdigit():
+            editing = Quota.objects.filter(tenant=tenant, project__isnull=False, pk=int(edit)).select_related("project", "flavor").first()
+            if editing is not None:
+                initial = {"project": editing.project.slug, "target": target_key(editing.flavor, editing.resource),
+                           "nominal": editing.nominal, "borrowing_limit": editing.borrowing_limit,
+                           "lending_limit": editing.lending_limit}
+        form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=unique_flavors, initial=initial)
+    context = {"tenant": tenant, "tab": "quotas", "writable": tenant.is_active or actor.is_ops, "summary": summary,
+               "chart": chart, "filterset": filterset, "pager": pager, "form": form}
+    return page(request, "quotas/tenant_quotas.html", context)
+
+
+@login_required
+def tenant_quotas(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    return _tenant_quotas(request, actor, _admin_tenant(actor, slug))
+
+
+@login_required
+@require_POST
+def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    projects = tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
+    flavors = Flavor.objects.filter(active=True, quotas__tenant=tenant, quotas__project__isnull=True).select_related("cluster").distinct()
+    form = ProjectQuotaForm(request.POST, projects=projects, flavors=flavors)
+    if form.is_valid():
+        flavor, resource = form.cleaned_target()
+        project = form.cleaned_project()
+        data = form.cleaned_data
+        try:
+            row = services.quota_set(actor=actor, project=project, flavor=flavor, resource=resource, nominal=data["nominal"],
+                                     borrowing_limit=data["borrowing_limit"], lending_limit=data["lending_limit"])
+        except (PortalError, ValidationError) as exc:
+            _show_error(form, exc)
+        else:
+            messages.success(request, f"{project.name} now has {services.fmt(row.nominal)} × {resource} of {flavor.name}.")
+            return redirect("tenant-quotas", slug=tenant.slug)
+    return _tenant_quotas(request, actor, tenant, form=form)
+
+
+# Project quota (members) -------------------------------------------------------------------------
+
+
+def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    flavors = {f.pk: f for f in Flavor.objects.filter(pk__in={r["flavor_id"] for r in rows})}
+    shown = [r for r in rows if flavors[r["flavor_id"]].kind in GPU_KINDS and r["resource"] == flavors[r["flavor_id"]].primary_resource]
+    if not shown:
+        return None
+    return bar_chart(
+        title=f"{project.name}: quota in use, borrowed and free",
+        labels=[f"{r['flavor']} ({r['resource'].removeprefix('nvidia.com/')})" for r in shown],
+        datasets=[
+            dataset("In use (own quota)", [max(r["used"] - r["borrowed"], ZERO) for r in shown], COLOURS["used"], stack="q"),
+            dataset("Borrowed", [r["borrowed"] for r in shown], COLOURS["borrowed"], stack="q"),
+            dataset("Free", [r["free"] for r in shown], COLOURS["free"], stack="q"),
+        ],
+        stacked=True,
+        notes=[f"nominal quota {services.fmt(r['nominal'])}" for r in shown],
+    )
+
+
+def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
+    tenant = project.tenant
+    rows = selectors.project_quota_summary(project=project)
+    can_request = has_perm(actor, "submit_project", project) and project.is_active and (tenant.is_active or actor.is_ops)
+    requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
+    filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
+    flavors = selectors.flavors_for(actor=actor).filter(active=True).order_by("cluster__name", "order", "name")
+    context = {
+        "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
+        "can_request": can_request,
+        "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
+        "filterset": filterset, "pager": Pager(request, filterset.qs),
+        "can_split": has_perm(actor, "change_tenant", tenant),
+    }
+    return page(request, "quotas/project_quota.html", context)
+
+
+@login_required
+def project_quota(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    return _project_quota(request, actor, _visible_project(actor, slug))
+
+
+@login_required
+@require_POST
+def quota_request_create(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    project = _visible_project(actor, slug)
+    form = QuotaRequestForm(request.POST, flavors=selectors.flavors_for(actor=actor).filter(active=True))
+    if form.is_valid():
+        flavor, resource = form.cleaned_target()
+        data = form.cleaned_data
+        try:
+            created = services.quota_request_create(actor=actor, project=project, flavor=flavor, resource=resource,
+                                                    amount=data["amount"], reason=data["reason"], until=data["until"])
+        except (PortalError, ValidationError) as exc:
+            _show_error(form, exc)
+        else:
+            messages.success(request, f"Request #{created.pk} sent: +{services.fmt(created.amount)} × {resource} of "
+                                      f"{flavor.name}. It waits for {created.get_approver_display().lower()} approval.")
+            return redirect("project-quota", slug=project.slug)
+    return _project_quota(request, actor, project, form=form)
+
+
+# Quota requests: mine and the approver's inbox ---------------------------------------------------
+
+
+def _context_for(requests: list[QuotaRequest]) -> dict[int, Quota]:
+    """request id -> the project's current quota row for what it asks (one query for the page)."""
+    if not requests:
+        return {}
+    wanted = Q()
+    for r in requests:
+        wanted |= Q(project_id=r.project_id, flavor_id=r.flavor_id, resource=r.resource)
+    rows = {(q.project_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(wanted)}
+    return {r.pk: rows.get((r.project_id, r.flavor_id, r.resource)) for r in requests}  # type: ignore[misc]
+
+
+def _item_context(actor: Actor, item: QuotaRequest, *, error: str | None = None, note: str | None = None,
+                  form: DecisionForm | None = None) -> dict[str, Any]:
+    current = _context_for([item]).get(item.pk)
+    return {"r": item, "current": current, "error": error, "note": note, "form": form,
+            "may_decide": item.status == QuotaRequest.Status.PENDING and services.may_decide(actor, item, tier=item.approver),
+            "mine": actor.user is not None and item.requested_by_id == actor.user.pk}
+
+
+@login_required
+def quota_requests(request: HttpRequest) -> HttpResponse:
+    actor = Actor.from_request(request)
+    inbox_qs = selectors.quota_requests_for(actor=actor, inbox=True).order_by("created_at")
+    inbox = Pager(request, inbox_qs, param="inbox_page")
+    inbox_items = list(inbox)
+    current = _context_for(inbox_items)
+    visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
+    filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
+        "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
+        "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
+    })
+    context = {"inbox": inbox, "inbox_items": [(r, current.get(r.pk)) for r in inbox_items],
+               "filterset": filterset, "pager": Pager(request, filterset.qs)}
+    return page(request, "quotas/request_list.html", context)
+
+
+def _visible_request(actor: Actor, pk: int) -> QuotaRequest:
+    return get_object_or_404(selectors.quota_requests_for(actor=actor), pk=pk)
+
+
+@login_required
+def quota_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    item = _visible_request(actor, pk)
+    return page(request, "quotas/request_detail.html", _item_context(actor, item) | {"detail": True})
+
+
+def _answer(request: HttpRequest, actor: Actor, item: QuotaRequest, *, error: str | None, done: str,
+            form: DecisionForm | None = None) -> HttpResponse:
+    """htmx: the request's card, updated. Plain POST: back where it came from, with a message."""
+    if request.htmx:
+        item = _visible_request(actor, item.pk)
+        return render(request, "quotas/_request_card.html", _item_context(actor, item, error=error, note=None if error else done, form=form))
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, done)
+    return redirect(_safe_next(request, reverse("quota-requests")))
+
+
+@login_required
+@require_POST
+def quota_request_decide(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    item = _visible_request(actor, pk)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, actor, item, error="Choose Approve or Reject.", done="", form=form)
+    decision, comment = form.cleaned_data["decision"], form.cleaned_data["comment"]
+    try:
+        if decision == "approve":
+            item = services.quota_request_approve(actor=actor, request=item, comment=comment)
+            done = (f"Request #{item.pk} approved: {item.project.name} has {services.fmt(item.amount)} more "
+                    f"× {item.resource} of {item.flavor.name}.")
+        else:
+            item = services.quota_request_reject(actor=actor, request=item, comment=comment)
+            done = f"Request #{item.pk} rejected."
+    except (PortalError, ValidationError) as exc:
+        return _answer(request, actor, item, error=_error_text(exc), done="", form=form)
+    return _answer(request, actor, item, error=None, done=done)
+
+
+@login_required
+@require_POST
+def quota_request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = Actor.from_request(request)
+    item = _visible_request(actor, pk)
+    try:
+        item = services.quota_request_cancel(actor=actor, request=item)
+    except (PortalError, ValidationError) as exc:
+        return _answer(request, actor, item, error=_error_text(exc), done="")
+    return _answer(request, actor, item, error=None, done=f"Request #{item.pk} cancelled.")
+

@@ -1,0 +1,302 @@
+"""Portal forms for requests. They shape input; ``workloads.services`` checks it and decides.
+
+The new-request form is built per template: fixed fields (project, flavor, image, GPUs, duration...)
+plus one field per parameter of the template's JSON Schema, described by ``schema.form_fields()``.
+The form only converts text to the schema's types (a number, a list, a mapping); every rule —
+required, minimum, enum, pattern — is checked by the service against the same schema as the API,
+and its errors (``parameters.<name>``, ``gpus``...) are put back next to the field they name.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from portal.exceptions import PortalError
+from quotas.models import Flavor
+from tenants.forms import add_service_error
+from tenants.models import Project
+
+from .models import Image, Priority, ServiceTemplate, TemplateKind
+from .schema import PREFIX, form_fields
+from .services import DEFAULT_DURATION_HOURS, DEFAULT_PRIORITY, MAX_REPLICAS
+
+PARAM = "param_"
+CUSTOM_IMAGE = "__custom__"
+
+
+def _lines(value: str) -> list[str]:
+    return [line.strip() for line in (value or "").splitlines() if line.strip()]
+
+
+class ListField(forms.CharField):
+    """A JSON Schema array, one item per line; items converted to the schema's item type."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def __init__(self, *args: Any, item_type: str = "string", **kwargs: Any) -> None:
+        self.item_type = item_type
+        super().__init__(*args, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return "\n".join(str(v) for v in value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[Any] | None:
+        text = super().to_python(value)
+        if not text:
+            return None
+        items: list[Any] = []
+        for number, line in enumerate(_lines(text), start=1):
+            try:
+                items.append(_convert(line, self.item_type))
+            except (ValueError, ArithmeticError):
+                raise ValidationError(f"Line {number}: “{line}” is not a {self.item_type}.") from None
+        return items
+
+
+class MappingField(forms.CharField):
+    """A JSON Schema object of strings, one ``NAME=value`` per line."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def prepare_value(self, value: Any) -> Any:
+        return "\n".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
+
+    def to_python(self, value: Any) -> dict[str, str] | None:
+        text = super().to_python(value)
+        if not text:
+            return None
+        out: dict[str, str] = {}
+        for number, line in enumerate(_lines(text), start=1):
+            name, sep, rest = line.partition("=")
+            if not sep or not name.strip():
+                raise ValidationError(f"Line {number}: write NAME=value.")
+            out[name.strip()] = rest.strip()
+        return out
+
+
+def _convert(text: str, kind: str) -> Any:
+    if kind == "integer":
+        return int(text)
+    if kind == "number":
+        return float(Decimal(text))
+    if kind == "boolean":
+        return text.lower() in ("1", "true", "yes", "on")
+    return text
+
+
+def _hint_attrs(spec: dict[str, Any]) -> dict[str, Any]:
+    """HTML hints (the form is ``novalidate``: the service has the last word)."""
+    attrs: dict[str, Any] = {}
+    for key, attr in (("minimum", "min"), ("maximum", "max"), ("max_length", "maxlength")):
+        if spec.get(key) is not None:
+            attrs[attr] = spec[key]
+    return attrs
+
+
+def parameter_field(spec: dict[str, Any]) -> forms.Field:
+    """A form field for one parameter. Never ``required`` here: the schema says what is missing."""
+    common: dict[str, Any] = {
+        "label": spec["label"] + ("" if spec["required"] else " (optional)") if spec["widget"] != "checkbox" else spec["label"],
+        "required": False,
+        "help_text": spec.get("description") or "",
+        "initial": spec.get("default"),
+    }
+    widget = spec["widget"]
+    if widget == "select":
+        values = list(spec.get("enum") or [])
+        by_text = {str(v): v for v in values}
+        choices = [(str(v), str(v)) for v in values]
+        if not spec["required"] and spec.get("default") is None:
+            choices = [("", "—")] + choices
+        common["initial"] = None if spec.get("default") is None else str(spec["default"])
+        return forms.TypedChoiceField(choices=choices, coerce=lambda text: by_text.get(text, text), empty_value=None, **common)
+    if widget == "checkbox":
+        return forms.BooleanField(**common)
+    if widget == "integer":
+        return forms.IntegerField(widget=forms.NumberInput(attrs=_hint_attrs(spec)), **common)
+    if widget == "number":
+        return forms.FloatField(widget=forms.NumberInput(attrs={**_hint_attrs(spec), "step": "any"}), **common)
+    if widget == "list":
+        item_type = (spec.get("items") or {}).get("type", "string")
+        common["help_text"] = " ".join(filter(None, [common["help_text"], "One per line."]))
+        return ListField(item_type=item_type, **common)
+    if widget == "mapping":
+        common["help_text"] = " ".join(filter(None, [common["help_text"], "One NAME=value per line."]))
+        return MappingField(**common)
+    attrs = _hint_attrs(spec)
+    if (spec.get("max_length") or 0) > 300:
+        return forms.CharField(widget=forms.Textarea(attrs={"rows": 2, **attrs}), strip=True, **common)
+    return forms.CharField(widget=forms.TextInput(attrs=attrs), strip=True, **common)
+
+
+class RequestForm(forms.Form):
+    """A new request from one template. ``parameter_names`` are the generated fields, in schema order."""
+
+    project = forms.ChoiceField(help_text="Where it runs and whose quota it uses.")
+    name = forms.CharField(
+        max_length=40, required=False,
+        help_text="Optional. Lower-case letters, digits and '-'; a name is made up when empty.",
+    )
+    flavor = forms.ChoiceField(label="GPU flavor")
+    gpus = forms.IntegerField(label="GPUs", min_value=0, help_text="Per replica or worker.")
+    replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=1, help_text="Copies of the service behind its address.")
+    image = forms.ChoiceField()
+    custom_image = forms.CharField(
+        max_length=300, required=False, label="Custom image",
+        help_text="registry/repo:tag or @sha256:digest. Only in projects allowed to use their own images.",
+    )
+    duration_hours = forms.IntegerField(label="Duration (hours)", min_value=1)
+    priority = forms.ChoiceField(choices=Priority.choices)
+    cpu = forms.DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
+    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1)
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
+
+    # Fields grouped for the page: what, resources, then the generated parameters.
+    GENERAL = ("project", "name", "image", "custom_image")
+    RESOURCES = ("flavor", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority")
+
+    def __init__(
+        self,
+        *args: Any,
+        template: ServiceTemplate,
+        projects: Iterable[Project],
+        images: Iterable[Image],
+        flavors: Iterable[Flavor],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.template = template
+        self.projects = {p.slug: p for p in projects}
+        self.flavors = {str(f.pk): f for f in flavors}
+        fields = self.fields
+        fields["project"].choices = [(slug, f"{p.name} ({p.tenant.name})") for slug, p in self.projects.items()]
+        fields["flavor"].choices = [(pk, str(f)) for pk, f in self.flavors.items()]
+        curated = [i for i in images if template.kind in (i.kinds or [])]
+        fields["image"].choices = [(i.reference, f"{i.name} — {i.reference}") for i in curated] + [
+            (CUSTOM_IMAGE, "Custom image…")
+        ]
+        fields["gpus"].max_value = template.max_gpus
+        fields["gpus"].widget.attrs["max"] = template.max_gpus
+        fields["gpus"].help_text = f"Per replica or worker; at most {template.max_gpus}."
+        fields["cpu"].help_text = f"Per replica; at most {template.max_cpu.normalize():f}."
+        fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
+        fields["duration_hours"].help_text = f"At most {template.max_duration_hours} hours; it stops then."
+        if template.kind != TemplateKind.INFERENCE:
+            # Notebooks have one replica; training workers come from the parameters (workers, distributed).
+            del fields["replicas"]
+        self.initial.update({
+            "gpus": template.default_gpus,
+            "cpu": template.default_cpu,
+            "memory_gib": template.default_memory_gib,
+            "duration_hours": min(DEFAULT_DURATION_HOURS, template.max_duration_hours),
+            "priority": DEFAULT_PRIORITY.get(TemplateKind(template.kind), Priority.BATCH),
+            "image": curated[0].reference if curated else CUSTOM_IMAGE,
+        })
+        if not self.is_bound and not self.initial.get("idempotency_key"):
+            # One key per rendered form: a double-click or a resubmitted POST makes one request, not two.
+            self.initial["idempotency_key"] = uuid.uuid4().hex
+        self.parameter_specs = form_fields(template.parameters_schema)
+        self.parameter_names: list[str] = []
+        for spec in self.parameter_specs:
+            name = PARAM + spec["name"]
+            fields[name] = parameter_field(spec)
+            self.parameter_names.append(name)
+
+    # -- groups for the template -------------------------------------------------------------------
+    def _group(self, names: Iterable[str]) -> list[forms.BoundField]:
+        return [self[name] for name in names if name in self.fields]
+
+    @property
+    def general_fields(self) -> list[forms.BoundField]:
+        return self._group(self.GENERAL)
+
+    @property
+    def resource_fields(self) -> list[forms.BoundField]:
+        return self._group(self.RESOURCES)
+
+    @property
+    def parameter_fields(self) -> list[forms.BoundField]:
+        return self._group(self.parameter_names)
+
+    # -- cleaned data for the service --------------------------------------------------------------
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("image") == CUSTOM_IMAGE and not (data.get("custom_image") or "").strip():
+            self.add_error("custom_image", "Name the image, or pick one from the list.")
+        return data
+
+    def parameters(self) -> dict[str, Any]:
+        """The parameters as the API takes them: empty optional fields left out, so defaults apply."""
+        out: dict[str, Any] = {}
+        for spec, name in zip(self.parameter_specs, self.parameter_names):
+            value = self.cleaned_data.get(name)
+            if spec["widget"] == "checkbox":
+                out[spec["name"]] = bool(value)
+            elif value is not None and value != "":
+                out[spec["name"]] = value
+        return out
+
+    def submit_values(self) -> dict[str, Any]:
+        """Keyword arguments for ``services.request_submit`` (without actor and template)."""
+        data = self.cleaned_data
+        image = data["custom_image"].strip() if data["image"] == CUSTOM_IMAGE else data["image"]
+        values: dict[str, Any] = {
+            "project": self.projects[data["project"]],
+            "flavor": self.flavors[data["flavor"]],
+            "image": image,
+            "gpus": data["gpus"],
+            "cpu": data["cpu"],
+            "memory_gib": data["memory_gib"],
+            "duration_hours": data["duration_hours"],
+            "priority": data["priority"],
+            "name": data.get("name") or "",
+            "parameters": self.parameters(),
+            "idempotency_key": data.get("idempotency_key") or "",
+        }
+        if "replicas" in self.fields:
+            values["replicas"] = data["replicas"]
+        return values
+
+    # -- the service's refusals, next to their fields ---------------------------------------------
+    def field_for(self, key: str | None) -> str | None:
+        """The form field that shows a service error keyed ``key`` (``parameters.args.0`` → ``param_args``)."""
+        if not key:
+            return None
+        if key.startswith(PREFIX + "."):
+            name = PARAM + key.split(".")[1]
+            return name if name in self.fields else None
+        if key == "image" and self.data.get("image") == CUSTOM_IMAGE:
+            return "custom_image"
+        return key if key in self.fields else None
+
+    def add_service_error(self, exc: PortalError | ValidationError) -> None:
+        if isinstance(exc, PortalError):
+            keys = [exc.field]
+        elif hasattr(exc, "error_dict"):
+            keys = list(exc.error_dict)
+        else:
+            keys = []
+        # Keys the form has no field for (``replicas`` on a training form, ``cluster``) go on top.
+        mapping = {key: self.field_for(key) or "__all__" for key in keys if key}
+        add_service_error(self, exc, mapping)
+
+
+class DecisionForm(forms.Form):
+    comment = forms.CharField(
+        max_length=1000, required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Optional; the requester sees it.",
+    )
+
+
+class ExtendForm(forms.Form):
+    hours = forms.IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
+
+
+class ScaleForm(forms.Form):
+    replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("requests/", views.request_list, name="request-list"),
+    path("requests/new/", views.request_new, name="request-new"),
+    path("requests/<int:pk>/", views.request_detail, name="request-detail"),
+    path("requests/<int:pk>/logs/", views.request_logs, name="request-logs"),
+    path("requests/<int:pk>/decide/", views.request_decide, name="request-decide"),
+    path("requests/<int:pk>/cancel/", views.request_cancel, name="request-cancel"),
+    path("requests/<int:pk>/stop/", views.request_stop, name="request-stop"),
+    path("requests/<int:pk>/restart/", views.request_restart, name="request-restart"),
+    path("requests/<int:pk>/delete/", views.request_delete, name="request-delete"),
+    path("requests/<int:pk>/extend/", views.request_extend, name="request-extend"),
+    path("requests/<int:pk>/scale/", views.request_scale, name="request-scale"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("ops/requests/", views.ops_requests, name="ops-requests"),
+]
