@@ -164,13 +164,20 @@ if CELERY_BROKER_URL == "filesystem://":
     }
     for _folder in ("queue", "processed"):
         (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
+elif os.environ.get("PYTEST_XDIST_WORKER"):
+    # Parallel test processes share one Redis: each gets its own queues.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"test-{os.environ['PYTEST_XDIST_WORKER']}:"}
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    # The reconcile period is the drift-repair promise: hand edits are undone within a minute.
+    "quotas-reconcile-all": {"task": "quotas.reconcile_all", "schedule": 60.0},
+    "quotas-inventory-all": {"task": "quotas.inventory_sync_all", "schedule": 300.0},
+}
 
 # Email
 EMAIL_BACKEND = os.environ.get(
@@ -185,6 +192,9 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 # Optional: quota request events are also POSTed there as JSON (after commit, 3 s timeout; failures logged).
 PORTAL_WEBHOOK_URL = os.environ.get("PORTAL_WEBHOOK_URL", "")
+
+# Fernet key(s) for kubeconfigs at rest (comma-separated for rotation); derived from SECRET_KEY if unset.
+PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")
 
 # Kubernetes: the sandbox cluster's kubeconfig by default.
 KUBECONFIG = os.environ.get("PORTAL_KUBECONFIG", str(VAR_DIR / "sandbox.kubeconfig"))

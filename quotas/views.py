@@ -116,10 +116,8 @@ def bar_chart(*, title: str, labels: list[str], datasets: list[dict[str, Any]], 
             "notes": notes or [], "unit": unit}
 
 
-def dataset(label: str, values: list[Any], colour: str, colours: list[str] | None = None, stack: str | None = None) -> dict[str, Any]:
+def dataset(label: str, values: list[Any], colour: str, stack: str | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {"label": label, "data": [_num(v) for v in values], "color": colour}
-    if colours:
-        data["colors"] = colours
     if stack:
         data["stack"] = stack
     return data
@@ -135,6 +133,17 @@ def _admin_tenant(actor: Actor, slug: str) -> Tenant:
     if not has_perm(actor, "change_tenant", tenant):
         raise PermissionDenied("Only the tenant's admins and platform ops split its quota.")
     return tenant
+
+
+def _filtered(filterset_class: type[filters.FilterSet], request: HttpRequest, queryset: Any, **kwargs: Any) -> filters.FilterSet:
+    """``tenants.views.filtered``, plus: django-filter's choice fields add their own empty choice
+    ("---------"); label it "Any" and keep only that one."""
+    filterset = filtered(filterset_class, request, queryset, **kwargs)
+    for field in filterset.form.fields.values():
+        if getattr(field, "empty_label", None) is not None and hasattr(field, "choices"):
+            field.empty_label = "Any"
+            field.choices = [(value, label) for value, label in field.choices if value != ""]
+    return filterset
 
 
 def _filters_of(form: forms.Form, request: HttpRequest) -> SimpleNamespace:
@@ -219,15 +228,17 @@ def _flavor_chart(cluster: Cluster, rows: list[dict[str, Any]]) -> dict[str, Any
             notes.append(f"OVERCOMMITTED: {services.fmt(r['over'])} over capacity ({percent})")
         else:
             notes.append(f"{services.fmt(r['capacity'] - r['promised'])} not yet promised")
-    promised_colours = [COLOURS["over"] if r["over"] > 0 else COLOURS["promised"] for r in shown]
+    # Promises are one bar in two parts: what fits the capacity, and the overcommit on top, in red.
     return bar_chart(
         title=f"Capacity, promised and in use per flavor on {cluster.name}",
         labels=[f"{r['flavor']} ({r['resource'].removeprefix('nvidia.com/')})" for r in shown],
         datasets=[
-            dataset("Capacity", [r["capacity"] for r in shown], COLOURS["capacity"]),
-            dataset("Promised to tenants", [r["promised"] for r in shown], COLOURS["promised"], promised_colours),
-            dataset("In use", [r["used"] for r in shown], COLOURS["used"]),
+            dataset("Capacity", [r["capacity"] for r in shown], COLOURS["capacity"], stack="capacity"),
+            dataset("Promised to tenants", [min(r["promised"], r["capacity"]) for r in shown], COLOURS["promised"], stack="promised"),
+            dataset("Promised over capacity (overcommit)", [r["over"] for r in shown], COLOURS["over"], stack="promised"),
+            dataset("In use", [r["used"] for r in shown], COLOURS["used"], stack="used"),
         ],
+        stacked=True,
         notes=notes,
     )
 
@@ -310,13 +321,13 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     pools = _pool_rows(cluster, flavors, flavor_rows)
 
     nodes = Node.objects.filter(cluster=cluster).select_related("pool").order_by("present", "ready", "name")
-    node_filter = filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in cluster.pools.order_by("name")]})
+    node_filter = _filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in cluster.pools.order_by("name")]})
     node_pager = Pager(request, node_filter.qs, param="nodes_page")
     node_rows = [(node, node_flags(node)) for node in node_pager]
 
     promises = Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor").order_by(
         "tenant__name", "flavor__order", "flavor__name", "resource")
-    quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
+    quota_filter = _filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
                             selects={"tenant": list(Tenant.objects.order_by("name").values_list("slug", "name")),
                                      "flavor_name": [(f.name, f.name) for f in flavors.values()]})
     tenants = tenancy.tenants_for(actor=actor).order_by("name")
@@ -550,7 +561,7 @@ def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
     rows = AppliedObject.objects.filter(cluster=cluster).select_related("tenant", "project").order_by(
         F("error_at").desc(nulls_last=True), "kind", "namespace", "name")
     kinds = AppliedObject.objects.filter(cluster=cluster).order_by("kind").values_list("kind", flat=True).distinct()
-    filterset = filtered(AppliedObjectFilter, request, rows, selects={
+    filterset = _filtered(AppliedObjectFilter, request, rows, selects={
         "kind": [(k, k) for k in kinds], "tenant": list(Tenant.objects.order_by("name").values_list("slug", "name"))})
     context = {"tab": "objects", "cluster": cluster, "filterset": filterset, "pager": Pager(request, filterset.qs),
                "errors_count": rows.exclude(error="").count()}
@@ -563,7 +574,7 @@ def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
 def _flavor_list(request: HttpRequest, actor: Actor, *, form: FlavorForm | None = None) -> HttpResponse:
     flavors = selectors.flavors_for(actor=actor).order_by("cluster__name", "order", "name")
     clusters = list(Cluster.objects.order_by("name"))
-    filterset = filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
+    filterset = _filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
     context = {"tab": "flavors", "filterset": filterset, "pager": Pager(request, filterset.qs),
                "form": form or FlavorForm(clusters=clusters), "has_clusters": bool(clusters)}
     return _ops_page(request, "quotas/flavor_list.html", context)
@@ -668,7 +679,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
     rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
     flavors = [s["row"].flavor for s in summary]
     unique_flavors = list({f.pk: f for f in flavors}.values())
-    filterset = filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
+    filterset = _filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
                          selects={"project": [(p.slug, p.name) for p in projects],
                                   "flavor_name": [(f.name, f.name) for f in unique_flavors]})
     pager = Pager(request, filterset.qs)
@@ -679,8 +690,9 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
             editing = Quota.objects.filter(tenant=tenant, project__isnull=False, pk=int(edit)).select_related("project", "flavor").first()
             if editing is not None:
                 initial = {"project": editing.project.slug, "target": target_key(editing.flavor, editing.resource),
-                           "nominal": editing.nominal, "borrowing_limit": editing.borrowing_limit,
-                           "lending_limit": editing.lending_limit}
+                           "nominal": services.fmt(editing.nominal),
+                           "borrowing_limit": None if editing.borrowing_limit is None else services.fmt(editing.borrowing_limit),
+                           "lending_limit": None if editing.lending_limit is None else services.fmt(editing.lending_limit)}
         form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=unique_flavors, initial=initial)
     context = {"tenant": tenant, "tab": "quotas", "writable": tenant.is_active or actor.is_ops, "summary": summary,
                "chart": chart, "filterset": filterset, "pager": pager, "form": form}
@@ -742,7 +754,7 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     rows = selectors.project_quota_summary(project=project)
     can_request = has_perm(actor, "submit_project", project) and project.is_active and (tenant.is_active or actor.is_ops)
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
-    filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
+    filterset = _filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(active=True).order_by("cluster__name", "order", "name")
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
@@ -811,7 +823,7 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
     inbox_items = list(inbox)
     current = _context_for(inbox_items)
     visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
-    filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
+    filterset = _filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
         "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
         "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
     })

@@ -11,6 +11,7 @@ from portal.celery import app, ping
 def test_worker_runs_a_task_through_the_broker() -> None:
     backend = settings.REDIS_URL or "cache+memory://"
     app.conf.update(result_backend=backend, task_ignore_result=False)
+    app.control.purge()  # tasks other tests queued on commit are not this worker's business
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
             assert ping.apply_async(ignore_result=False).get(timeout=20) == "pong"

@@ -77,10 +77,10 @@ def _number(value: Decimal | None) -> float | None:
 
 def approval_context(request: WorkloadRequest) -> dict[str, Any]:
     """What an approver needs beside the request: usage against quota, the queue, the cost."""
-    rows = [
-        row for row in getattr(request.project, "quota_rows", None) or Quota.objects.filter(project=request.project)
-        if row.flavor_id == request.flavor_id
-    ]
+    rows = getattr(request.project, "quota_rows", None)  # prefetched by approvals_inbox_for()
+    if rows is None:
+        rows = Quota.objects.filter(project=request.project)
+    rows = [row for row in rows if row.flavor_id == request.flavor_id]
     return {
         "quota": [
             {

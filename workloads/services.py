@@ -79,7 +79,7 @@ def _require_owner_or_approver(actor: Actor, req: WorkloadRequest, doing: str) -
     raise NotAllowed(f"Only the requester or a project admin may {doing} this request.")
 
 
-def _locked(req: WorkloadRequest) -> WorkloadRequest:
+def _fresh(req: WorkloadRequest) -> WorkloadRequest:
     """Re-read the request with what the services need; the caller's copy may be stale."""
     return WorkloadRequest.objects.select_related("project__tenant", "tenant", "template", "flavor").get(pk=req.pk)
 
@@ -448,7 +448,7 @@ def _submit(
 
 
 def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> WorkloadRequest:
-    req = _locked(req)
+    req = _fresh(req)
     _require(actor, "approve_project", req.project, "Only project admins, tenant admins and ops decide on requests.")
     if to == S.APPROVED:
         _require_usable(req.project, "approving a request")
@@ -492,7 +492,7 @@ def _refused(req: WorkloadRequest, doing: str, hint: str = "") -> ConflictError:
 @transaction.atomic
 def request_cancel(*, actor: Actor, request: WorkloadRequest, reason: str = "") -> WorkloadRequest:
     """Withdraw a request before it ever ran (a running one is stopped instead)."""
-    req = _locked(request)
+    req = _fresh(request)
     _require_owner_or_approver(actor, req, "cancel")
     text = f"Cancelled by {actor.label}" + (f": {reason}" if reason else ".")
     if not move(req, to=S.CANCELLED, actor_label=actor.label, actor=actor, reason=text, only_from=CANCELLABLE):
@@ -504,7 +504,7 @@ def request_cancel(*, actor: Actor, request: WorkloadRequest, reason: str = "") 
 @transaction.atomic
 def request_stop(*, actor: Actor, request: WorkloadRequest, reason: str = "") -> WorkloadRequest:
     """Stop an active request; its cluster objects are removed (a notebook keeps its home volume)."""
-    req = _locked(request)
+    req = _fresh(request)
     _require_owner_or_approver(actor, req, "stop")
     text = f"Stopped by {actor.label}" + (f": {reason}" if reason else ".")
     if not move(req, to=S.STOPPED, actor_label=actor.label, actor=actor, reason=text, only_from=ACTIVE):
@@ -516,7 +516,7 @@ def request_stop(*, actor: Actor, request: WorkloadRequest, reason: str = "") ->
 @transaction.atomic
 def request_restart(*, actor: Actor, request: WorkloadRequest) -> WorkloadRequest:
     """Run a stopped or failed request again, under its original approval."""
-    req = _locked(request)
+    req = _fresh(request)
     _require_owner_or_approver(actor, req, "restart")
     _require_usable(req.project, "restarting a request")
     if not req.template.active:
@@ -542,7 +542,7 @@ def request_delete(*, actor: Actor, request: WorkloadRequest) -> WorkloadRequest
 
     The row stays, with its timeline: it is the record of what ran and what it cost.
     """
-    req = _locked(request)
+    req = _fresh(request)
     _require_owner_or_approver(actor, req, "delete")
     text = f"Deleted by {actor.label}."
     if req.state in CANCELLABLE:
@@ -563,7 +563,7 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
     the approval rule would approve the new total (or the actor is an approver), and is refused with
     a plain message when it needs a project admin.
     """
-    req = _locked(request)
+    req = _fresh(request)
     _require_owner_or_approver(actor, req, "extend")
     _require_usable(req.project, "extending a request")
     if hours < 1:
@@ -606,7 +606,7 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
 @transaction.atomic
 def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> WorkloadRequest:
     """Change an inference service's replicas: down always, up within quota and the approval rule."""
-    req = _locked(request)
+    req = _fresh(request)
     _require_owner_or_approver(actor, req, "scale")
     if req.template.kind != TemplateKind.INFERENCE:
         raise Invalid("Only inference services scale.", field="replicas")
@@ -771,7 +771,7 @@ def approval_rule_create(*, actor: Actor, project: Project | None, **values: Any
 def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **changes: Any) -> ApprovalRule:
     if actor.token is not None:
         raise NotAllowed("API tokens cannot change approval rules.")
-    rule = ApprovalRule.objects.select_for_update().select_related("project__tenant").get(pk=rule.pk)
+    rule = ApprovalRule.objects.select_for_update(of=("self",)).select_related("project__tenant").get(pk=rule.pk)
     _require_rule_scope(actor, rule.project)
     if "template_slug" in changes and changes["template_slug"] != rule.template_slug:
         raise Invalid("The template of a rule cannot change; create another rule.", field="template_slug")
@@ -791,7 +791,7 @@ def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **changes: Any) ->
 def approval_rule_delete(*, actor: Actor, rule: ApprovalRule) -> None:
     if actor.token is not None:
         raise NotAllowed("API tokens cannot change approval rules.")
-    rule = ApprovalRule.objects.select_for_update().select_related("project__tenant").get(pk=rule.pk)
+    rule = ApprovalRule.objects.select_for_update(of=("self",)).select_related("project__tenant").get(pk=rule.pk)
     _require_rule_scope(actor, rule.project)
     audit_record(
         actor=actor, action="approval_rule.delete", target=rule, tenant=rule.project.tenant if rule.project else None,

@@ -99,8 +99,9 @@ def move(
     On success the row, a timeline entry and an audit entry are written in one transaction, and
     ``request`` is updated in memory. ``fields`` are further columns to set in the same UPDATE
     (``approved_by``, ``pending_reason``...). ``only_from`` narrows the allowed sources for this
-    move (an approval moves pending requests only, though a restart also reaches approved). ``actor`` is the user behind the move, if any;
-    ``actor_label`` says who or what caused it ("alice", "approval rule", "cluster").
+    move (an approval moves pending requests only, though a restart also reaches approved).
+    ``actor`` is the user behind the move, if any; ``actor_label`` says who or what caused it
+    ("alice", "approval rule", "cluster").
     """
     if to not in RequestState.values:
         raise ValueError(f"Unknown request state {to!r}.")

@@ -127,7 +127,9 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
         return {"replicas": spec.get("replicas", 1), "ready": status.get("readyReplicas", 0) or 0}
     if key == "pod":
         sched = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
-        return {"phase": status.get("phase") or "Pending",
+        # A pod on its way out (preemption, stop) no longer counts as running.
+        phase = "Terminating" if (obj.get("metadata") or {}).get("deletionTimestamp") else status.get("phase") or "Pending"
+        return {"phase": phase,
                 "sched": [str(sched.get("status")), str(sched.get("reason") or ""), str(sched.get("message") or "")[:300]]
                 if sched else None}
     raise ValueError(key)
@@ -193,12 +195,14 @@ def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
         if int(dep.get("ready") or 0) >= 1:
             return Derived(S.RUNNING, f"{dep.get('ready')} of {dep.get('replicas')} replica(s) ready.")
         return Derived(S.QUEUED, "No replica is ready yet.")
+    # Kueue's word first: a pod still shown running while its Workload was just evicted is on its way out.
+    admitted = not workloads or any(((w.get("c") or {}).get("Admitted") or [""])[0] == "True" for w in workloads)
     if kind == TemplateKind.NOTEBOOK:
         sts = objects.get("statefulset") or {}
-        if int(sts.get("ready") or 0) >= 1 or running:
+        if admitted and (int(sts.get("ready") or 0) >= 1 or running):
             return Derived(S.RUNNING, "Admitted; the notebook is running.")
         return Derived(S.QUEUED, "Waiting for admission.")
-    if running and not (job or {}).get("suspend"):
+    if admitted and running and not (job or {}).get("suspend"):
         return Derived(S.RUNNING, f"Admitted; {running} pod(s) running.")
     return Derived(S.QUEUED, "Waiting for admission.")
 

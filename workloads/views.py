@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -71,11 +72,17 @@ def _request_filters(
     for name, field in form.fields.items():
         field.label = FILTER_LABELS.get(name, field.label)
     if "state" in form.fields:
-        # A multiple choice is a long box; one state at a time is what people pick on a page.
-        from django import forms
-
-        form.fields["state"].widget = forms.Select(choices=[("", "Any")] + list(RequestState.choices))
+        # The API takes several states; on a page one at a time is what people pick.
+        form.fields["state"].widget = OneOf(choices=[("", "Any")] + list(RequestState.choices))
     return filterset
+
+
+class OneOf(forms.Select):
+    """A drop-down feeding a multiple-choice filter: its one value as a list (none: no filter)."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
+        value = data.get(name)
+        return [value] if value else []
 
 
 def _polling(rows: Any) -> bool:
@@ -376,7 +383,7 @@ def _is_approver(actor: Actor) -> bool:
 
 
 def _inbox_row(req: WorkloadRequest) -> dict[str, Any]:
-    return {"req": req, "context": selectors.approval_context(req), "form": DecisionForm(prefix=f"decide-{req.pk}")}
+    return {"req": req, "info": selectors.approval_context(req), "form": DecisionForm(prefix=f"decide-{req.pk}")}
 
 
 @login_required

@@ -18,7 +18,7 @@ from tenants.selectors import projects_for, tenants_for
 
 from .. import selectors, services
 from ..filters import ClusterFilter, FlavorFilter, QuotaFilter, QuotaRequestFilter
-from ..models import Flavor, Quota
+from ..models import Flavor, Quota, QuotaRequest
 from .serializers import (
     ClusterPublicSerializer,
     ClusterSerializer,
@@ -165,6 +165,8 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self):  # noqa: ANN201
+        if getattr(self, "swagger_fake_view", False):
+            return Quota.objects.none()
         return selectors.quotas_for(actor=actor_of(self.request))
 
     @extend_schema(request=QuotaSetSerializer, responses={200: QuotaSerializer, 201: QuotaSerializer})
@@ -220,6 +222,8 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     search_fields = ["reason", "project__slug", "flavor__name", "requested_by__username"]
 
     def get_queryset(self):  # noqa: ANN201
+        if getattr(self, "swagger_fake_view", False):
+            return QuotaRequest.objects.none()
         return selectors.quota_requests_for(actor=actor_of(self.request))
 
     @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})

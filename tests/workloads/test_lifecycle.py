@@ -132,10 +132,17 @@ def _world(sandbox: Any, cast: Any, *, architecture: str, gpus: int = 8) -> Worl
     return World(sandbox, cluster, flavors, templates, cast)
 
 
-@pytest.fixture
-def worker(transactional_db) -> Iterator[None]:  # noqa: ANN001
+@pytest.fixture(scope="module")
+def celery_worker_thread() -> Iterator[None]:
+    """One real worker for the module. (A worker per test would leave the previous one's blocking pop on the
+    Redis queue behind, which can swallow the next test's first message.)"""
     with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=20):
         yield
+
+
+@pytest.fixture
+def worker(celery_worker_thread, transactional_db) -> Iterator[None]:  # noqa: ANN001
+    yield
     connections.close_all()
 
 

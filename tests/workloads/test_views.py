@@ -105,7 +105,8 @@ def test_ops_requests_page_is_for_ops_only(as_user, cat, who, status) -> None:  
 
 def test_navigation_links_follow_the_role(as_user, cat) -> None:  # noqa: ANN001
     nav = lambda who: text(as_user(who).get("/")).split('aria-label="Main"')[1].split("</nav>")[0]  # noqa: E731
-    carol, bob, ops = nav("carol"), nav("bob"), nav("ops")
+    carol, bob, ops, dave = nav("carol"), nav("bob"), nav("ops"), nav("dave")
+    assert ">Requests<" in dave and "New request" not in dave and "Approvals" not in dave
     assert ">Requests<" in carol and ">New request<" in carol and "Approvals" not in carol and "All requests" not in carol
     assert ">Approvals<" in bob and "All requests" not in bob
     assert ">Approvals<" in ops and ">All requests<" in ops
@@ -115,7 +116,8 @@ def test_project_page_links_to_its_requests(as_user, cat) -> None:  # noqa: ANN0
     body = text(as_user("carol").get("/projects/acme-vision/"))
     assert "/requests/?scope=projects&amp;project=acme-vision" in body
     assert "/requests/new/?project=acme-vision" in body
-    assert "/requests/new/" not in text(as_user("dave").get("/projects/acme-vision/"))  # viewers do not submit
+    dave = text(as_user("dave").get("/projects/acme-vision/"))
+    assert "/requests/new/" not in dave  # viewers do not submit: no button, no nav link
 
 
 # New request: the generated form ----------------------------------------------------------------
@@ -193,7 +195,7 @@ def test_the_same_form_sent_twice_makes_one_request(as_user, cat, hooks_called) 
         ({"gpus": "9"}, "gpus", "At most 8 per replica"),
         ({"duration_hours": "100"}, "duration_hours", "At most 72 hours"),
         ({"image": "__custom__", "custom_image": "evil/miner:latest"}, "custom_image", "not in the curated list"),
-        ({"name": "Not A Label"}, "name", "Enter a valid"),
+        ({"name": "Not A Label"}, "name", "DNS-1123 label"),
     ],
 )
 def test_invalid_input_is_refused_next_to_its_field(as_user, cat, hooks_called, overrides, field, message) -> None:  # noqa: ANN001
@@ -209,11 +211,30 @@ def test_invalid_input_is_refused_next_to_its_field(as_user, cat, hooks_called, 
     assert not WorkloadRequest.objects.exists() and hooks_called == []
 
 
-def test_refusal_without_a_field_shows_on_top(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_suspended_tenant_offers_nothing_to_submit_to(as_user, cast, cat) -> None:  # noqa: ANN001
     tenant_update(actor=Actor.system(), tenant=cast.acme, status=Tenant.Status.SUSPENDED)
-    # A suspended tenant's projects are no longer offered; posting anyway is refused by the form.
     response = as_user("carol").post("/requests/new/?template=training", training_form(cat))
-    assert "Select a valid choice" in text(response) and not WorkloadRequest.objects.exists()
+    assert "cannot submit work in any active project" in text(response) and not WorkloadRequest.objects.exists()
+
+
+def test_service_errors_map_onto_the_generated_fields(cast, cat) -> None:  # noqa: ANN001
+    from django.core.exceptions import ValidationError
+
+    from portal.exceptions import Invalid
+    from workloads.forms import RequestForm
+    from workloads.models import Image
+
+    form = RequestForm(training_form(cat, image="__custom__", custom_image="x/y:1"), template=cat.training,
+                       projects=[cast.vision], images=Image.objects.all(), flavors=[cat.h100])
+    assert form.is_valid(), form.errors
+    form.add_service_error(ValidationError({
+        "parameters.args.0": ["Too long."], "parameters.nope": ["Unknown parameter."], "image": ["Not curated."],
+        "replicas": ["For training, set parameters.workers instead."],
+    }))
+    form.add_service_error(Invalid("The cluster is gone.", field="cluster"))
+    assert form.errors["param_args"] == ["Too long."]
+    assert form.errors["custom_image"] == ["Not curated."]
+    assert form.non_field_errors() == ["Unknown parameter.", "For training, set parameters.workers instead.", "The cluster is gone."]
 
 
 def test_unknown_template_goes_back_to_the_picker(as_user, cat) -> None:  # noqa: ANN001
@@ -327,7 +348,7 @@ def test_actions_are_shown_only_when_allowed(as_user, cast, cat, state, template
     assert {name for name, label in BUTTONS.items() if label in body} == shown
 
 
-def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called) -> None:  # noqa: ANN001
+def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
     client = as_user("carol")
     pending = submit(cast, cat, gpus=4)
     response = client.post(f"/requests/{pending.pk}/cancel/", follow=True)
@@ -335,15 +356,18 @@ def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called) ->
     pending.refresh_from_db()
     assert pending.state == S.CANCELLED
 
+    training = make_request(cat, cast.vision, cast.carol, state=S.RUNNING)
+    response = client.post(f"/requests/{training.pk}/extend/", {"extend-hours": "2"}, follow=True)
+    training.refresh_from_db()
+    assert training.duration_hours == 6 and "now runs for up to 6 hours" in text(response)
+
     running = make_request(cat, cast.vision, cast.carol, state=S.RUNNING, template=cat.inference)
-    client.post(f"/requests/{running.pk}/extend/", {"extend-hours": "2"})
-    running.refresh_from_db()
-    assert running.duration_hours == 6
     response = client.post(f"/requests/{running.pk}/scale/", {"scale-replicas": "2"}, follow=True)
     running.refresh_from_db()
     # Scaling an inference service up needs a project admin under the global rule: refused, with the reason.
     assert running.replicas == 1 and "needs a project admin" in text(response)
-    as_user("bob").post(f"/requests/{running.pk}/scale/", {"scale-replicas": "2"})
+    with django_capture_on_commit_callbacks(execute=True):
+        as_user("bob").post(f"/requests/{running.pk}/scale/", {"scale-replicas": "2"})
     running.refresh_from_db()
     assert running.replicas == 2
 
@@ -354,7 +378,8 @@ def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called) ->
     client.post(f"/requests/{running.pk}/restart/")
     running.refresh_from_db()
     assert running.state == S.APPROVED
-    response = client.post(f"/requests/{running.pk}/delete/", follow=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/requests/{running.pk}/delete/", follow=True)
     running.refresh_from_db()
     assert running.state == S.CANCELLED and "deleted" in text(response)
     assert ("scale", running.pk) in hooks_called and ("delete", running.pk) in hooks_called
@@ -381,7 +406,7 @@ def test_logs_without_a_cluster_connection(as_user, cast, cat) -> None:  # noqa:
 # Approvals ------------------------------------------------------------------------------------------
 
 
-def test_inbox_shows_context_and_approves_in_place(as_user, cast, cat, hooks_called) -> None:  # noqa: ANN001
+def test_inbox_shows_context_and_approves_in_place(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
     waiting = submit(cast, cat, template=cat.inference, name="llm-api")
     make_request(cat, cast.vision, cast.bob, state=S.RUNNING, gpus=3)
     make_request(cat, cast.vision, cast.bob, state=S.QUEUED)
@@ -395,7 +420,8 @@ def test_inbox_shows_context_and_approves_in_place(as_user, cast, cat, hooks_cal
     assert "1 approved request waiting for capacity" in body
     assert "Billing not configured." in body
 
-    response = client.post(f"/requests/{waiting.pk}/decide/", {"decision": "approve", f"decide-{waiting.pk}-comment": "go ahead"}, **HTMX)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/requests/{waiting.pk}/decide/", {"decision": "approve", f"decide-{waiting.pk}-comment": "go ahead"}, **HTMX)
     assert response.status_code == 200 and "<html" not in text(response)
     assert "llm-api approved." in text(response) and "Approve" not in text(response).split("</dl>")[1]
     waiting.refresh_from_db()

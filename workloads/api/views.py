@@ -21,7 +21,7 @@ from tenants.selectors import projects_for
 
 from .. import selectors, services
 from ..filters import ImageFilter, RequestFilter, TemplateFilter
-from ..models import ServiceTemplate, WorkloadRequest
+from ..models import ApprovalRule, Image, ServiceTemplate, WorkloadRequest
 from .serializers import (
     ApprovalRuleSerializer,
     ApprovalRuleWriteSerializer,
@@ -62,6 +62,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     """The service catalogue. Everyone reads the active templates (with the generated form's fields);
     ops create templates and new versions (POST with an existing slug) and edit or retire them."""
 
+    queryset = ServiceTemplate.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = TemplateSerializer
     filterset_class = TemplateFilter
     ordering_fields = ["kind", "slug", "version", "name", "created_at"]
@@ -104,6 +105,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
 class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """The curated image list: everyone reads the active images; ops add, change and retire them."""
 
+    queryset = Image.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = ImageSerializer
     filterset_class = ImageFilter
     ordering_fields = ["name", "reference"]
@@ -141,6 +143,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
     """When requests are approved without a human. Project admins set their projects' rules; ops the
     global ones. Everyone reads the global rules and those of the projects they see."""
 
+    queryset = ApprovalRule.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = ApprovalRuleSerializer
     ordering_fields = ["template_slug", "updated_at"]
     filterset_fields = ["template_slug"]
@@ -198,6 +201,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     (``If-None-Match`` → 304). Actions: approve, reject, cancel, stop, restart, extend, scale;
     DELETE removes the cluster objects and volumes (the record stays, ended)."""
 
+    queryset = WorkloadRequest.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = RequestSerializer
     filterset_class = RequestFilter
     ordering_fields = ["created_at", "updated_at", "state", "name", "gpus", "priority", "project__slug"]
@@ -333,6 +337,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
 class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
     """Requests awaiting your approval, oldest first, each with its context (quota, queue, cost)."""
 
+    queryset = WorkloadRequest.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = InboxSerializer
     filterset_class = RequestFilter
     ordering_fields = ["created_at", "gpus"]

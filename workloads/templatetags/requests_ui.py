@@ -1,4 +1,4 @@
-"""Template helpers for the request pages: whether to show "Approvals" in the navigation (usable from
+"""Template helpers for the request pages: which request links the navigation shows (usable from
 ``base.html`` whatever view rendered it) and the badge colour of a request state."""
 
 from __future__ import annotations
@@ -22,16 +22,19 @@ BADGES = {
 
 
 @register.simple_tag(takes_context=True)
-def can_approve(context: dict[str, Any]) -> bool:
-    """Whether the signed-in user approves requests anywhere. One query, cached on the request."""
+def request_nav(context: dict[str, Any]) -> dict[str, bool]:
+    """Whether the signed-in user may submit (``submit``) and approve (``approve``) anywhere: the nav's links.
+    Two small queries, cached on the request."""
     request = context.get("request")
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return False
-    cached = getattr(request, "_portal_can_approve", None)
+        return {"submit": False, "approve": False}
+    cached = getattr(request, "_portal_request_nav", None)
     if cached is None:
-        cached = projects_where(actor=Actor(user=user), perm="approve_project").exists()
-        request._portal_can_approve = cached
+        actor = Actor(user=user)
+        cached = {perm.split("_")[0]: projects_where(actor=actor, perm=perm).exists()
+                  for perm in ("submit_project", "approve_project")}
+        request._portal_request_nav = cached
     return cached
 
 

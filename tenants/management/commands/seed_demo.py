@@ -8,6 +8,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
         logins = seed_demo()
+        from quotas.demo import seed_quota_demo
+
+        seed_quota_demo()
         self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
         for username, what in logins:
             self.stdout.write(f"  {username:<7} {what}")

@@ -1,0 +1,141 @@
+"""Requests in a real browser: a researcher submits from the generated form and watches the state change
+live; an approver decides from the inbox and the researcher's open page follows; bad parameters are shown
+next to their field; outsiders find nothing.
+
+No cluster runs here: what the cluster would do (queue the job, run it) is done with ``states.move``, the
+same call the status follower makes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.workloads.factories import make_catalogue
+from workloads import hooks
+from workloads.models import RequestState, WorkloadRequest
+from workloads.states import move
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+S = RequestState
+
+
+@pytest.fixture(autouse=True)
+def request_pages(settings, monkeypatch) -> None:  # noqa: ANN001
+    # The request pages' URLconf (the portal's own once it includes them); nothing is handed to Celery.
+    settings.ROOT_URLCONF = "tests.workloads.test_views"
+    monkeypatch.setattr(hooks, "request_approved", lambda request_id: None)
+    monkeypatch.setattr(hooks, "request_changed", lambda request_id, action: None)
+
+
+@pytest.fixture
+def cat(cast):  # noqa: ANN001, ANN201
+    return make_catalogue(cast)
+
+
+def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, cat) -> None:  # noqa: ANN001
+    page = signed_in("carol")
+    nav = page.get_by_role("navigation", name="Main")
+    expect(nav.get_by_role("link", name="Approvals")).to_have_count(0)
+    nav.get_by_role("link", name="New request").click()
+    page.get_by_role("link", name="Use Training job template").click()
+    expect(page.get_by_role("heading", name="New training job")).to_be_visible()
+    expect(page.locator("#cost-estimate")).to_contain_text("Billing not configured")
+
+    page.get_by_label("Name").fill("resnet-50")
+    page.get_by_label("Command").fill("python train.py --arch resnet50")
+    page.get_by_label("Arguments (optional)").fill("--epochs\n3")
+    page.get_by_label("Environment (optional)").fill("SEED=7")
+    page.get_by_label("GPUs").fill("2")
+    page.get_by_role("button", name="Submit request").click()
+
+    expect(page.get_by_role("heading", name="resnet-50")).to_be_visible()
+    expect(page.get_by_role("status").first).to_contain_text("Request resnet-50 submitted and approved.")
+    req = WorkloadRequest.objects.get(name="resnet-50")
+    assert req.parameters["args"] == ["--epochs", "3"] and req.parameters["env"] == {"SEED": "7"} and req.gpus == 2
+
+    nav.get_by_role("link", name="Requests").click()
+    row = page.locator("tr", has_text="resnet-50")
+    expect(row.locator(".state")).to_have_text("Approved")
+
+    # The cluster takes it: the list follows without a reload.
+    page.evaluate("window.__stayed = true")
+    move(req, to=S.QUEUED, actor_label="materializer", reason="Objects created in the cluster.")
+    expect(row.locator(".state")).to_have_text("Queued")
+    move(req, to=S.RUNNING, actor_label="cluster", reason="Its pods run.")
+    expect(row.locator(".state")).to_have_text("Running")
+    assert page.evaluate("window.__stayed") is True
+
+    row.get_by_role("link", name="resnet-50").click()
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline).to_contain_text("Its pods run.")
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    expect(page.get_by_role("button", name="Cancel request")).to_have_count(0)
+
+
+def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, cast, cat) -> None:  # noqa: ANN001
+    carol = signed_in("carol")
+    carol.goto("/requests/new/?template=inference")
+    carol.get_by_label("Name").fill("llm-api")
+    carol.get_by_label("Model").fill("hf://meta-llama/Llama-3.1-8B-Instruct")
+    carol.get_by_role("button", name="Submit request").click()
+    expect(carol.get_by_role("heading", name="llm-api")).to_be_visible()
+    expect(carol.locator(".state-line .state")).to_have_text("Pending approval")
+    expect(carol.locator(".pending")).to_contain_text("Awaiting approval by a project admin")
+    expect(carol.locator(".pending")).to_contain_text("Inference services need a project admin's approval.")
+    carol.evaluate("window.__stayed = true")
+
+    bob = signed_in("bob")
+    bob.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals").click()
+    item = bob.get_by_role("listitem").filter(has_text="llm-api")
+    expect(item).to_contain_text("8 nominal + 2 borrowable")
+    expect(item).to_contain_text("Billing not configured.")
+    item.get_by_label("Comment on llm-api").fill("ok for the demo")
+    bob.evaluate("window.__stayed = true")
+    item.get_by_role("button", name="Approve llm-api").click()
+    expect(item).to_contain_text("llm-api approved.")
+    expect(item.get_by_role("button")).to_have_count(0)
+    assert bob.evaluate("window.__stayed") is True  # decided in place
+
+    # carol's open page follows by itself.
+    expect(carol.locator(".state-line .state")).to_have_text("Approved")
+    expect(carol.get_by_role("list", name="Timeline")).to_contain_text("Approved by bob: ok for the demo")
+    assert carol.evaluate("window.__stayed") is True
+    req = WorkloadRequest.objects.get(name="llm-api")
+    move(req, to=S.QUEUED, actor_label="materializer", reason="Objects created in the cluster.",
+         fields={"pending_reason": "waiting for 1 x H100 80GB: your project uses 8 of 8; nothing is ahead of you"})
+    expect(carol.locator(".state-line .state")).to_have_text("Queued")
+    expect(carol.locator(".pending")).to_contain_text("your project uses 8 of 8")
+
+    bob.reload()
+    expect(bob.get_by_text("Nothing waits for you.")).to_be_visible()
+
+
+def test_an_invalid_parameter_is_shown_next_to_its_field(signed_in, cast, cat) -> None:  # noqa: ANN001
+    page = signed_in("carol")
+    page.goto("/requests/new/?template=training")
+    page.get_by_label("Command").fill("python train.py")
+    page.get_by_label("Retries (optional)").fill("99")
+    page.get_by_role("button", name="Submit request").click()
+    retries = page.get_by_label("Retries (optional)")
+    expect(retries).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#id_param_retries_error")).to_contain_text("99 is greater than the maximum of 10")
+    expect(retries).to_have_value("99")  # what was typed stays
+    expect(page.get_by_label("Command")).to_have_value("python train.py")
+    assert not WorkloadRequest.objects.exists()
+
+
+def test_outsiders_find_no_request(signed_in, cast, cat) -> None:  # noqa: ANN001
+    from tests.workloads.factories import make_request
+
+    req = make_request(cat, cast.vision, cast.carol, state=S.RUNNING, name="secret-run")
+    frank = signed_in("frank")
+    frank.goto(f"/requests/{req.pk}/")
+    expect(frank.get_by_role("heading", name="Not found")).to_be_visible()
+    frank.goto("/requests/?scope=projects")
+    expect(frank.get_by_text("secret-run")).to_have_count(0)
+    frank.goto("/approvals/")
+    expect(frank.get_by_role("heading", name="Not found")).to_be_visible()
+    assert re.search(r"/accounts/login/", frank.url) is None
