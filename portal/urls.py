@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 urlpatterns = [
     path("", include("tenants.urls")),
+    path("", include("quotas.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(("tenants.api.urls", "api"), namespace="api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.utils import timezone
 
 from tenants.models import Project, Tenant
 
@@ -104,7 +105,7 @@ class QuotaRequestForm(TargetMixin, forms.Form):
     target = forms.ChoiceField(label="Flavor and resource")
     amount = _quantity("How much more", positive=True, help_text=QUANTITY_HELP)
     until = forms.DateTimeField(
-        required=False, label="Until (UTC)", help_text="Empty: permanent. The extra quota is removed when it ends.",
+        required=False, label="Until", help_text="Empty: permanent. The extra quota is removed when it ends.",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
     )
@@ -113,6 +114,7 @@ class QuotaRequestForm(TargetMixin, forms.Form):
     def __init__(self, *args: Any, flavors: Iterable[Flavor] = (), **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "qr")
         super().__init__(*args, **kwargs)
+        self.fields["until"].label = f"Until ({timezone.get_current_timezone_name()})"
         self._set_targets(flavors)
 
 

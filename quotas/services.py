@@ -733,6 +733,7 @@ def quota_request_cancel(*, actor: Actor, request: QuotaRequest) -> QuotaRequest
     request = _reload(request)
     if actor.user is None or actor.user.pk != request.requested_by_id:
         raise NotAllowed("Only the requester can cancel a request; approvers reject it.")
+    _require_writable(actor, request.project.tenant)
     if request.status != Status.PENDING:
         raise AlreadyDecided(f"The request is already {request.status}.")
     before = _request_snapshot(request)

@@ -71,6 +71,9 @@ def _request_filters(
     form = filterset.form
     for name, field in form.fields.items():
         field.label = FILTER_LABELS.get(name, field.label)
+        if getattr(field, "empty_label", None) is not None:
+            field.empty_label = "Any"
+            field.choices = [(value, label) for value, label in field.choices if value != ""]
     if "state" in form.fields:
         # The API takes several states; on a page one at a time is what people pick.
         form.fields["state"].widget = OneOf(choices=[("", "Any")] + list(RequestState.choices))

@@ -139,3 +139,15 @@ def test_outsiders_find_no_request(signed_in, cast, cat) -> None:  # noqa: ANN00
     frank.goto("/approvals/")
     expect(frank.get_by_role("heading", name="Not found")).to_be_visible()
     assert re.search(r"/accounts/login/", frank.url) is None
+
+
+@pytest.mark.parametrize("who, path", [("carol", "/requests/"), ("carol", "/requests/new/?template=training"),
+                                       ("carol", "detail"), ("bob", "/approvals/"), ("ops", "/ops/requests/")])
+def test_request_pages_fit_a_phone(signed_in, cast, cat, who, path) -> None:  # noqa: ANN001
+    from tests.workloads.factories import make_request
+
+    req = make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL, name="a-rather-long-request-name-here")
+    page = signed_in(who, width=375, height=740)
+    page.goto(f"/requests/{req.pk}/" if path == "detail" else path)
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375

@@ -136,8 +136,20 @@ def _world(sandbox: Any, cast: Any, *, architecture: str, gpus: int = 8) -> Worl
 def celery_worker_thread() -> Iterator[None]:
     """One real worker for the module. (A worker per test would leave the previous one's blocking pop on the
     Redis queue behind, which can swallow the next test's first message.)"""
-    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=20):
-        yield
+    # A queue of our own: no other test process's worker (another xdist worker, another checkout's run on the
+    # same Redis) can take our tasks to its own database, and ours takes none of theirs.
+    queue = f"lifecycle-{os.getpid()}"
+    app.conf.task_routes = {"workloads.tasks.*": {"queue": queue}}
+    app.amqp.flush_routes()
+    app.amqp.__dict__.pop("router", None)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=20,
+                          queues=[queue]):
+            yield
+    finally:
+        app.conf.task_routes = None
+        app.amqp.flush_routes()
+        app.amqp.__dict__.pop("router", None)
 
 
 @pytest.fixture
