@@ -177,6 +177,7 @@ CELERY_BEAT_SCHEDULE: dict = {
     # The reconcile period is the drift-repair promise: hand edits are undone within a minute.
     "quotas-reconcile-all": {"task": "quotas.reconcile_all", "schedule": 60.0},
     "quotas-inventory-all": {"task": "quotas.inventory_sync_all", "schedule": 300.0},
+    "quotas-requests-expire": {"task": "quotas.quota_requests_expire", "schedule": 60.0},
 }
 
 # Email

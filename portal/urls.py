@@ -7,6 +7,8 @@ urlpatterns = [
     path("", include("quotas.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(("tenants.api.urls", "api"), namespace="api")),
+    path("api/v1/", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")),
+    path("api/v1/", include(("workloads.api.urls", "workloads-api"), namespace="workloads-api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),

@@ -78,3 +78,13 @@ def inventory_sync_all_task() -> int:
     for cluster_id in ids:
         inventory_sync_task.delay(cluster_id)
     return len(ids)
+
+
+@shared_task(name="quotas.quota_requests_expire")
+def quota_requests_expire_task() -> dict:
+    """Revert approved quota requests whose end date passed; close lapsed pending ones."""
+    from django.utils import timezone
+
+    from .jobs import quota_requests_expire
+
+    return quota_requests_expire(timezone.now())

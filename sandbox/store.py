@@ -332,16 +332,29 @@ class Store:
             self._outbox.clear() if not self._subs else None
             return
         with self._flush_lock:
-            while True:
+            self._deliver()
+
+    def _deliver(self):  # with _flush_lock held
+        while True:
+            try:
+                etype, obj = self._outbox.popleft()
+            except IndexError:
+                break
+            for fn in list(self._subs):
                 try:
-                    etype, obj = self._outbox.popleft()
-                except IndexError:
-                    break
-                for fn in list(self._subs):
-                    try:
-                        fn(etype, copy_obj(obj))
-                    except Exception:  # noqa: BLE001 - a subscriber must not break writers
-                        pass
+                    fn(etype, copy_obj(obj))
+                except Exception:  # noqa: BLE001 - a subscriber must not break writers
+                    pass
+
+    def drain_notifications(self) -> None:
+        """Deliver now the change notifications still in flight (a writer that has committed and released the lock
+        but not yet called the subscribers); returns once they are all delivered. Must not be called from a
+        subscriber."""
+        with self._flush_lock:  # waits for a writer that is delivering
+            if self._subs:
+                self._deliver()
+            else:
+                self._outbox.clear()
 
     def subscribe(self, fn: Callable[[str, dict], None]) -> None:
         with self.lock:

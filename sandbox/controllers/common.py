@@ -16,7 +16,7 @@ import hashlib
 import random
 import re
 import threading
-from collections import deque
+from collections import defaultdict, deque
 from datetime import datetime
 
 from sandbox.clock import format_time, parse_time
@@ -209,8 +209,14 @@ class Informer:
 
     ``list`` returns the cached objects themselves — callers must treat them as read-only and deep-copy before
     changing anything (every controller does). A kind is loaded with one ``store.list`` on first use; afterwards only
-    change notifications update it. ``check()`` compares the highest resourceVersion seen with the store's and reloads
-    everything when they differ (``Store.load`` does not notify, a notification may still be in flight)."""
+    change notifications update it. ``check()`` compares the highest resourceVersion seen with the store's; when they
+    differ it first lets notifications still in flight arrive (``Store.drain_notifications``) and reloads everything
+    only if that does not close the gap (``Store.load`` does not notify).
+
+    Bookkeeping for incremental controllers: ``version[gvk]`` counts the changes seen per kind (loaded or not),
+    ``epoch`` counts full reloads, and ``listen(fn)`` registers ``fn(gvk, etype, new, old)`` called after each change
+    is applied (``old`` is the previously cached object, None when unknown). Sorted lists are cached per kind and per
+    (kind, namespace) until that kind/namespace changes."""
 
     def __init__(self, store):
         self.store = store
@@ -218,53 +224,90 @@ class Informer:
         self.objs: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.seen_rv = 0
         self.reloads = 0
+        self.epoch = 0
+        self.version: dict[tuple[str, str], int] = defaultdict(int)
+        self.listeners: list = []
+        self._sorted: dict[tuple[str, str], list] = {}
+        self._sorted_ns: dict[tuple, list] = {}
         store.subscribe(self.on_event)
+
+    def listen(self, fn) -> None:
+        self.listeners.append(fn)
 
     def on_event(self, etype: str, obj: dict) -> None:
         key = (obj.get("apiVersion"), obj.get("kind"))
         m = obj.get("metadata") or {}
+        old = None
+        try:
+            rv = int(m.get("resourceVersion") or 0)
+        except ValueError:
+            rv = 0
         with self.lock:
-            try:
-                self.seen_rv = max(self.seen_rv, int(m.get("resourceVersion") or 0))
-            except ValueError:
-                pass
             bucket = self.objs.get(key)
-            if bucket is None:
-                return  # kind not loaded yet: it will be listed in full on first use
             k = (m.get("namespace") or "", m.get("name") or "")
-            if etype == "DELETED":
-                bucket.pop(k, None)
-            else:
+            if bucket is not None:
                 old = bucket.get(k)
-                if old is not None and _rv(old) > _rv(obj):
+                if etype != "DELETED" and old is not None and _rv(old) > rv:
+                    self.seen_rv = max(self.seen_rv, rv)
                     return  # a late notification for an older version
-                bucket[k] = obj
+                if etype == "DELETED":
+                    bucket.pop(k, None)
+                else:
+                    bucket[k] = obj
+                self._sorted.pop(key, None)
+                self._sorted_ns.pop((key, k[0]), None)
+            self.version[key] += 1
+        for fn in self.listeners:
+            fn(key, etype, obj, old)
+        with self.lock:  # only now: check() trusts that everything up to seen_rv has reached the listeners
+            self.seen_rv = max(self.seen_rv, rv)
 
     def _load(self, gvk: tuple[str, str]) -> dict:
         res = self.store.list(gvk[0], gvk[1])
         bucket = {((o.get("metadata") or {}).get("namespace") or "", o["metadata"]["name"]): o for o in res["items"]}
         with self.lock:
             self.objs[gvk] = bucket
+            self._sorted.pop(gvk, None)
+            for k in [k for k in self._sorted_ns if k[0] == gvk]:
+                del self._sorted_ns[k]
+            self.version[gvk] += 1
             try:
                 self.seen_rv = max(self.seen_rv, int(res["metadata"].get("resourceVersion") or 0))
             except ValueError:
                 pass
         return bucket
 
-    def check(self) -> None:
+    def _stale(self) -> tuple[bool, int]:
         try:
             rv = int(self.store.resource_version())
         except (TypeError, ValueError):
-            return
+            return False, 0
         with self.lock:
-            stale = rv != self.seen_rv
-            kinds = list(self.objs) if stale else []
+            return rv != self.seen_rv, rv
+
+    def check(self) -> None:
+        stale, rv = self._stale()
+        if stale:  # most often a writer that has committed but not notified yet: let it finish
+            drain = getattr(self.store, "drain_notifications", None)
+            if drain is not None:
+                drain()
+                stale, rv = self._stale()
         if stale:
+            with self.lock:
+                kinds = list(self.objs)
             self.reloads += 1
+            self.epoch += 1
             for gvk in kinds:
                 self._load(gvk)
             with self.lock:
                 self.seen_rv = max(self.seen_rv, rv)
+
+    def get(self, gvk: tuple[str, str], name: str, namespace: str | None = None) -> dict | None:
+        """The cached object (READ-ONLY) or None."""
+        bucket = self.objs.get(gvk)
+        if bucket is None:
+            bucket = self._load(gvk)
+        return bucket.get((namespace or "", name))
 
     def list(self, gvk: tuple[str, str], namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
         with self.lock:
@@ -272,8 +315,20 @@ class Informer:
         if bucket is None:
             bucket = self._load(gvk)
         with self.lock:
-            items = sorted(bucket.items())
-        out = [o for (ns, _), o in items if not namespace or ns == namespace]
+            if namespace:
+                out = self._sorted_ns.get((gvk, namespace))
+                if out is None:
+                    out = self._sorted.get(gvk)
+                    if out is not None:
+                        out = [o for o in out if (o.get("metadata") or {}).get("namespace") == namespace]
+                    else:
+                        out = [o for (ns, _), o in sorted(bucket.items()) if ns == namespace]
+                    self._sorted_ns[(gvk, namespace)] = out
+            else:
+                out = self._sorted.get(gvk)
+                if out is None:
+                    out = self._sorted[gvk] = [o for _, o in sorted(bucket.items())]
+            out = list(out)
         if label_selector:
             from sandbox.selectors import parse_label_selector
 
@@ -301,6 +356,7 @@ class Ctx:
         self.profile = profile or {}
         self.rng = random.Random(seed)
         self.writes = 0
+        self.error_count = 0  # errors recorded so far (``errors`` keeps only the last 500)
         self.errors: deque = deque(maxlen=500)
         self.logs: dict[tuple[str, str], list[str]] = {}
         self.events = EventRecorder(self)
@@ -341,6 +397,7 @@ class Ctx:
 
     # writes ----------------------------------------------------------------------------------------------
     def _error(self, op: str, gvk, name: str, exc: Exception) -> None:
+        self.error_count += 1
         self.errors.append(f"{self.ts()} {op} {gvk[1] if gvk else '?'} {name}: {exc}")
 
     def _done(self, res):

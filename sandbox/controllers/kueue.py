@@ -52,6 +52,7 @@ Cohort borrowing/lending limits (a Cohort object's own ``nominalQuota`` simply a
 from __future__ import annotations
 
 import copy
+import threading
 from collections import defaultdict
 from decimal import Decimal
 
@@ -153,8 +154,26 @@ def is_active(wl: dict) -> bool:
     return (wl.get("spec") or {}).get("active", True) is not False
 
 
+_USAGE_MEMO: dict[tuple, dict] = {}
+
+
 def usage_of(wl: dict) -> dict[tuple[str, str], Decimal]:
-    """(flavor, resource) -> amount reserved by an admitted workload (from ``status.admission``)."""
+    """(flavor, resource) -> amount reserved by an admitted workload (from ``status.admission``). READ-ONLY result,
+    memoised per (uid, resourceVersion)."""
+    m = wl.get("metadata") or {}
+    key = (m.get("uid"), m.get("resourceVersion"))
+    if key[0] and key[1]:
+        hit = _USAGE_MEMO.get(key)
+        if hit is not None:
+            return hit
+        if len(_USAGE_MEMO) > 50000:
+            _USAGE_MEMO.clear()
+        out = _USAGE_MEMO[key] = _usage_of(wl)
+        return out
+    return _usage_of(wl)
+
+
+def _usage_of(wl: dict) -> dict[tuple[str, str], Decimal]:
     out: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     adm = (wl.get("status") or {}).get("admission") or {}
     for psa in adm.get("podSetAssignments") or []:
@@ -173,7 +192,8 @@ def taint_str(t: dict) -> str:
 class Quota:
     """Nominal/borrowing/lending quota and usage of every ClusterQueue, with cohort pools."""
 
-    def __init__(self, cqs: dict[str, dict], cohorts: dict[str, dict]):
+    def __init__(self, cqs: dict[str, dict], cohorts: dict[str, dict], parsed: dict | None = None):
+        """``parsed``: optional cache name -> ((uid, generation), nominal, borrowing, lending) kept by the caller."""
         self.cqs = cqs
         self.nominal: dict[str, dict] = {}
         self.blimit: dict[str, dict] = {}
@@ -183,14 +203,22 @@ class Quota:
         self.members: dict[str, list[str]] = defaultdict(list)
         self.cohort_quota: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
         for name, cq in cqs.items():
-            nom, bl, ll = {}, {}, {}
-            for g in (cq.get("spec") or {}).get("resourceGroups") or []:
-                for f in g.get("flavors") or []:
-                    for r in f.get("resources") or []:
-                        fr = (f.get("name"), r.get("name"))
-                        nom[fr] = R.q(r.get("nominalQuota", 0))
-                        bl[fr] = R.q(r["borrowingLimit"]) if r.get("borrowingLimit") is not None else None
-                        ll[fr] = R.q(r["lendingLimit"]) if r.get("lendingLimit") is not None else None
+            m = cq.get("metadata") or {}
+            pkey = (m.get("uid"), m.get("generation"))
+            hit = parsed.get(name) if parsed is not None else None
+            if hit is not None and hit[0] == pkey and pkey[0]:
+                nom, bl, ll = hit[1], hit[2], hit[3]
+            else:
+                nom, bl, ll = {}, {}, {}
+                for g in (cq.get("spec") or {}).get("resourceGroups") or []:
+                    for f in g.get("flavors") or []:
+                        for r in f.get("resources") or []:
+                            fr = (f.get("name"), r.get("name"))
+                            nom[fr] = R.q(r.get("nominalQuota", 0))
+                            bl[fr] = R.q(r["borrowingLimit"]) if r.get("borrowingLimit") is not None else None
+                            ll[fr] = R.q(r["lendingLimit"]) if r.get("lendingLimit") is not None else None
+                if parsed is not None:
+                    parsed[name] = (pkey, nom, bl, ll)
             self.nominal[name], self.blimit[name], self.llimit[name] = nom, bl, ll
             cohort = (cq.get("spec") or {}).get("cohortName")
             root = self._root_of(cohort, cohorts) if cohort else None
@@ -275,10 +303,80 @@ class Quota:
 
 # ------------------------------------------------------------------------------------------------ controller
 class Kueue:
+    """Incremental: the full pass runs only when one of ``watches`` changed (see :class:`Controllers`); within it,
+    admission is re-run only for the quota groups (a cohort tree, or a ClusterQueue without cohort) whose inputs
+    changed since the last pass — their Workloads, ClusterQueues, LocalQueues, namespaces, or any ResourceFlavor/
+    Cohort — and ClusterQueue/LocalQueue status is rebuilt only when its inputs (object version, counters, usage)
+    differ from those of the status last written. A clean group's pass would be a no-op: admission is a deterministic
+    function of those inputs."""
+
     name = "kueue"
+    watches = (NAMESPACE, LOCAL_QUEUE, CLUSTER_QUEUE, RESOURCE_FLAVOR, COHORT, WPC, PRIORITY_CLASS, WORKLOAD, JOB,
+               POD, STATEFULSET)
 
     def __init__(self, ctx):
         self.ctx = ctx
+        self._dlock = threading.Lock()
+        self._d_all = True  # the first pass looks at everything
+        self._d_cqs: set[str] = set()
+        self._d_cohorts: set[str] = set()
+        self._d_lqs: set[tuple] = set()
+        self._d_ns: set[str] = set()
+        self._epoch = None
+        self._parsed: dict = {}  # Quota parse cache
+        self._cq_keys: dict[str, tuple] = {}  # inputs of the ClusterQueue status last written
+        self._lq_keys: dict[tuple, tuple] = {}
+        self._wl_names: dict[str, str] = {}
+        ctx.informer.listen(self._on_change)
+
+    # -------------------------------------------------------------------------------------------- dirty sets
+    def _on_change(self, gvk, etype: str, new: dict, old: dict | None) -> None:
+        if gvk == WORKLOAD:
+            with self._dlock:
+                for o in (old, new):
+                    if o is None:
+                        continue
+                    cq = ((o.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                    if cq:
+                        self._d_cqs.add(cq)
+                    self._d_lqs.add(((o.get("metadata") or {}).get("namespace") or "",
+                                     (o.get("spec") or {}).get("queueName")))
+            return
+        if gvk not in (CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, COHORT, NAMESPACE):
+            return
+        if etype != "DELETED" and old is not None and is_deleting(old) == is_deleting(new):
+            if gvk == NAMESPACE:
+                if labels_of(old) == labels_of(new):
+                    return
+            elif old.get("spec") == new.get("spec"):
+                return  # a status-only change
+        with self._dlock:
+            if gvk in (RESOURCE_FLAVOR, COHORT):
+                self._d_all = True
+            elif gvk == NAMESPACE:
+                self._d_ns.add((new.get("metadata") or {}).get("name"))
+            else:
+                for o in (old, new):
+                    if o is None:
+                        continue
+                    spec = o.get("spec") or {}
+                    if gvk == CLUSTER_QUEUE:
+                        self._d_cqs.add((o.get("metadata") or {}).get("name"))
+                        if spec.get("cohortName"):
+                            self._d_cohorts.add(spec["cohortName"])
+                    elif spec.get("clusterQueue"):
+                        self._d_cqs.add(spec["clusterQueue"])
+
+    def _take_dirty(self) -> None:
+        with self._dlock:
+            epoch = self.ctx.informer.epoch
+            self._cur = (self._d_all or epoch != self._epoch, self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns)
+            self._epoch = epoch
+            self._d_all = False
+            self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns = set(), set(), set(), set()
+        if self._cur[0]:
+            self._cq_keys.clear()
+            self._lq_keys.clear()
 
     # -------------------------------------------------------------------------------------------- helpers
     def _load(self) -> None:
@@ -341,17 +439,14 @@ class Kueue:
 
     # -------------------------------------------------------------------------------------------- reconcile
     def reconcile(self) -> None:
-        # Kueue is purely state driven (no timers): nothing changed since the last pass -> nothing to do
-        rv = self.ctx.store.resource_version()
-        if rv == getattr(self, "_last_rv", None):
-            return
+        # Kueue is purely state driven (no timers): Controllers skips this pass when none of ``watches`` changed
+        self._take_dirty()
         self._load()
         self._webhooks()
         self._sync_workloads()
         self._schedule()
         self._enforce()
         self._status()
-        self._last_rv = self.ctx.store.resource_version()
 
     # 1. webhooks -------------------------------------------------------------------------------------
     def _webhooks(self) -> None:
@@ -439,13 +534,13 @@ class Kueue:
             par = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
             comp = spec.get("completions")
             count = min(par, int(comp)) if comp is not None else par
-            name = f"job-{job['metadata']['name']}-{short_hash(job['metadata']['name'] + '/' + uid_of(job))}"
+            name = self._wl_name("job", job)
             out.append((job, name, q, count, spec.get("template") or {}))
         for pod in ctx.list_items(POD):
             if not self._manages_pod_individually(pod):
                 continue
             q = self.queue_name(pod)
-            name = f"pod-{pod['metadata']['name']}-{short_hash(pod['metadata']['name'] + '/' + uid_of(pod))}"
+            name = self._wl_name("pod", pod)
             out.append((pod, name, q, 1, {"metadata": pod.get("metadata"), "spec": pod.get("spec")}))
         for sts in ctx.list_items(STATEFULSET):
             if is_deleting(sts):
@@ -456,6 +551,16 @@ class Kueue:
             count = int((sts.get("spec") or {}).get("replicas", 1) or 0)
             out.append((sts, self._pod_group_name(sts), q, count, (sts.get("spec") or {}).get("template") or {}))
         return out
+
+    def _wl_name(self, prefix: str, owner: dict) -> str:
+        n, uid = owner["metadata"]["name"], uid_of(owner)
+        key = f"{prefix}/{n}/{uid}"
+        name = self._wl_names.get(key)
+        if name is None:
+            if len(self._wl_names) > 100000:
+                self._wl_names.clear()
+            name = self._wl_names[key] = f"{prefix}-{n}-{short_hash(n + '/' + uid)}"
+        return name
 
     def _finished(self, owner: dict) -> tuple[str, str] | None:
         kind = owner.get("kind")
@@ -742,9 +847,27 @@ class Kueue:
             return chosen
         return None
 
+    def _dirty_groups(self, quota: Quota) -> set | None:
+        """Quota groups to re-run admission for (None: all)."""
+        all_dirty, d_cqs, d_cohorts, d_lqs, _ = self._cur
+        if all_dirty:
+            return None
+        out = set()
+        for lqk in d_lqs:
+            lq = self.lqs.get(lqk)
+            if lq is not None:
+                d_cqs.add((lq.get("spec") or {}).get("clusterQueue"))
+        for c in d_cqs:
+            out.add(_group(quota, c))
+        for co in d_cohorts:
+            out.add(("co", Quota._root_of(co, self.cohorts)))
+        return out
+
     def _schedule(self) -> None:
         ctx = self.ctx
-        quota = Quota(self.cqs, self.cohorts)
+        quota = Quota(self.cqs, self.cohorts, self._parsed)
+        dirty = self._dirty_groups(quota)
+        dirty_ns = self._cur[4]
         admitted = []
         for wl in self.wls:
             if is_reserved(wl) and not is_finished(wl):
@@ -781,6 +904,8 @@ class Kueue:
             if reason:
                 self._set_pending(wl, reason, msg)
                 continue
+            if dirty is not None and _group(quota, cqn) not in dirty and wl["metadata"]["namespace"] not in dirty_ns:
+                continue  # nothing this group's admission depends on changed since the last pass
             if cqn in blocked_cqs:
                 continue
             assignment, mode, msg, options = self._assign(wl, cqn, quota)
@@ -820,6 +945,11 @@ class Kueue:
 
     def _set_pending(self, wl: dict, reason: str, message: str) -> None:
         ctx = self.ctx
+        prev = find_condition((wl.get("status") or {}).get("conditions"), "QuotaReserved")
+        if prev is not None and prev.get("status") == "False" and prev.get("reason") == reason and \
+                prev.get("message") == message and \
+                prev.get("observedGeneration") == wl["metadata"].get("generation", 1):
+            return  # already says so: no write, no event
         status = copy.deepcopy(wl.get("status") or {})
         conds = status.setdefault("conditions", [])
         prev = find_condition(conds, "QuotaReserved")
@@ -921,7 +1051,7 @@ class Kueue:
         gvk = {"Job": JOB, "Pod": POD, "StatefulSet": STATEFULSET}.get(ref.get("kind"))
         if gvk is None or (ref.get("kind") == "Job" and not (ref.get("apiVersion") or "").startswith("batch/")):
             return None
-        obj = self.ctx.get(gvk, ref["name"], wl["metadata"]["namespace"])
+        obj = self.ctx.informer.get(gvk, ref["name"], wl["metadata"]["namespace"])  # READ-ONLY
         if obj is None or uid_of(obj) != ref.get("uid"):
             return None
         return obj
@@ -1011,7 +1141,8 @@ class Kueue:
         ctx = self.ctx
         now = ctx.ts()
         wls = ctx.list_items(WORKLOAD)
-        quota = Quota(self.cqs, self.cohorts)
+        quota = Quota(self.cqs, self.cohorts, self._parsed)
+        flavor_sig = tuple(sorted(self.flavors))
         admitted_use: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
         counts = defaultdict(lambda: {"pending": 0, "reserving": 0, "admitted": 0})
         lq_counts = defaultdict(lambda: {"pending": 0, "reserving": 0, "admitted": 0})
@@ -1040,6 +1171,10 @@ class Kueue:
                 counts[(lq.get("spec") or {}).get("clusterQueue")]["pending"] += 1
                 lq_counts[lqk]["pending"] += 1
         for cqn, cq in self.cqs.items():
+            key = (cq["metadata"].get("resourceVersion"), flavor_sig, tuple(counts[cqn].values()),
+                   _ukey(quota.usage.get(cqn)), _ukey(admitted_use.get(cqn)))
+            if self._cq_keys.get(cqn) == key:
+                continue  # same inputs as the status last written
             status = copy.deepcopy(cq.get("status") or {})
             res_list, use_list = [], []
             for g in (cq.get("spec") or {}).get("resourceGroups") or []:
@@ -1075,11 +1210,18 @@ class Kueue:
                               observedGeneration=gen)
             else:
                 set_condition(conds, "Active", "True", "Ready", "Can admit new workloads", now, observedGeneration=gen)
-            ctx.write_status(cq, status)
+            res = ctx.write_status(cq, status)
+            if res is not None:
+                self._cq_keys[cqn] = (res["metadata"].get("resourceVersion"),) + key[1:]
         for lqk, lq in self.lqs.items():
-            status = copy.deepcopy(lq.get("status") or {})
             cqn = (lq.get("spec") or {}).get("clusterQueue")
             cq = self.cqs.get(cqn)
+            cqm = (cq or {}).get("metadata") or {}
+            key = (lq["metadata"].get("resourceVersion"), (cqm.get("uid"), cqm.get("generation")) if cq else None,
+                   flavor_sig, tuple(lq_counts[lqk].values()), _ukey(lq_use.get(lqk)), _ukey(lq_adm_use.get(lqk)))
+            if self._lq_keys.get(lqk) == key:
+                continue
+            status = copy.deepcopy(lq.get("status") or {})
             res_list, use_list = [], []
             for g in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
                 for f in g.get("flavors") or []:
@@ -1108,7 +1250,19 @@ class Kueue:
             else:
                 set_condition(conds, "Active", "True", "Ready", "Can submit new workloads to localQueue", now,
                               observedGeneration=gen)
-            ctx.write_status(lq, status)
+            res = ctx.write_status(lq, status)
+            if res is not None:
+                self._lq_keys[lqk] = (res["metadata"].get("resourceVersion"),) + key[1:]
+
+
+def _ukey(usage: dict | None) -> tuple:
+    return tuple(sorted((fr, v) for fr, v in (usage or {}).items() if v))
+
+
+def _group(quota: Quota, cqn: str | None) -> tuple:
+    """The quota group of a ClusterQueue: its cohort tree's root, or the queue itself without a cohort."""
+    root = quota.root.get(cqn)
+    return ("co", root) if root else ("cq", cqn)
 
 
 def _inject(pod_spec: dict, node_labels: dict, tolerations: list) -> None:

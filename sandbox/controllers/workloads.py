@@ -378,6 +378,7 @@ class JobController:
 # ------------------------------------------------------------------------------------------------ Deployment
 class DeploymentController:
     name = "deployment-controller"
+    watches = (DEPLOYMENT, POD)
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -489,6 +490,7 @@ def _max_unavailable(spec: dict, replicas: int) -> int:
 # ------------------------------------------------------------------------------------------------ StatefulSet
 class StatefulSetController:
     name = "statefulset-controller"
+    watches = (STATEFULSET, POD, PVC)
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -790,6 +792,7 @@ class GarbageCollector:
     OWNER_KINDS = {("batch/v1", "Job"): JOB, ("apps/v1", "Deployment"): DEPLOYMENT,
                    ("apps/v1", "StatefulSet"): STATEFULSET, ("batch.volcano.sh/v1alpha1", "Job"): VC_JOB,
                    ("v1", "Pod"): POD}
+    watches = (JOB, DEPLOYMENT, STATEFULSET, VC_JOB, POD, WORKLOAD, VC_PODGROUP)
 
     def __init__(self, ctx):
         self.ctx = ctx

@@ -6,20 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.urls import include, path
 from playwright.sync_api import expect
 
-from portal.urls import urlpatterns as _portal_urls
 from quotas import services
 from quotas.models import Quota, QuotaRequest
 from tests.quotas.factories import GPU, make_fleet
 
-# TODO(wiring): portal/urls.py will include quotas.urls; until it does, these tests mount it here.
-urlpatterns = list(_portal_urls)
-if not any(getattr(p, "urlconf_name", None) == "quotas.urls" for p in _portal_urls):
-    urlpatterns.append(path("", include("quotas.urls")))
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

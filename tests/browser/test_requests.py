@@ -38,8 +38,8 @@ def cat(cast):  # noqa: ANN001, ANN201
 def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, cat) -> None:  # noqa: ANN001
     page = signed_in("carol")
     nav = page.get_by_role("navigation", name="Main")
-    expect(nav.get_by_role("link", name="Approvals")).to_have_count(0)
-    nav.get_by_role("link", name="New request").click()
+    expect(nav.get_by_role("link", name="Approvals", exact=True)).to_have_count(0)
+    nav.get_by_role("link", name="New request", exact=True).click()
     page.get_by_role("link", name="Use Training job template").click()
     expect(page.get_by_role("heading", name="New training job")).to_be_visible()
     expect(page.locator("#cost-estimate")).to_contain_text("Billing not configured")
@@ -56,7 +56,7 @@ def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, c
     req = WorkloadRequest.objects.get(name="resnet-50")
     assert req.parameters["args"] == ["--epochs", "3"] and req.parameters["env"] == {"SEED": "7"} and req.gpus == 2
 
-    nav.get_by_role("link", name="Requests").click()
+    nav.get_by_role("link", name="Requests", exact=True).click()
     row = page.locator("tr", has_text="resnet-50")
     expect(row.locator(".state")).to_have_text("Approved")
 
@@ -88,7 +88,7 @@ def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, ca
     carol.evaluate("window.__stayed = true")
 
     bob = signed_in("bob")
-    bob.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals").click()
+    bob.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals", exact=True).click()
     item = bob.get_by_role("listitem").filter(has_text="llm-api")
     expect(item).to_contain_text("8 nominal + 2 borrowable")
     expect(item).to_contain_text("Billing not configured.")

@@ -7,22 +7,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.urls import include, path
 from django.utils import timezone
 
-from portal.urls import urlpatterns as _portal_urls
 from quotas import services
 from quotas.models import Cluster, Flavor, Quota, QuotaRequest
 from tenants.models import AuditEntry
 
 from .factories import GPU, MIG_1G, make_fleet
 
-# TODO(wiring): portal/urls.py will mount quotas.api.urls; until it does, these tests mount it here.
-urlpatterns = list(_portal_urls)
-if not any(getattr(p, "namespace", None) == "quotas-api" for p in _portal_urls):
-    urlpatterns.append(path("api/v1/", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")))
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.django_db]
 
 API = "/api/v1"
 KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://10.1.2.3:6443'}\n"

@@ -15,22 +15,17 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client
-from django.urls import include, path, reverse
+from django.urls import reverse
 from django.utils import timezone
 
-from portal.urls import urlpatterns as _portal_urls
 from quotas import services
 from quotas.models import AppliedObject, Cluster, Flavor, Node, Quota, QuotaRequest
 from tenants.models import AuditEntry
 
 from .factories import GPU, MIG_1G, make_fleet, make_node
 
-# TODO(wiring): portal/urls.py will include quotas.urls; until it does, these tests mount it here.
-urlpatterns = list(_portal_urls)
-if not any(getattr(p, "urlconf_name", None) == "quotas.urls" for p in _portal_urls):
-    urlpatterns.append(path("", include("quotas.urls")))
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.django_db]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 

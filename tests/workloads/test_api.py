@@ -9,7 +9,7 @@ from workloads.models import ApprovalRule, Image, RequestState, WorkloadRequest
 
 from .factories import make_request
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.workloads.urls")]
+pytestmark = [pytest.mark.django_db]
 
 API = "/api/v1"
 S = RequestState

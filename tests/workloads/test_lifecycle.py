@@ -368,3 +368,17 @@ def test_fifty_concurrent_submissions_agree_with_the_cluster(fresh_sandbox, cast
     cq = store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", cast.vision.slug)
     used = {r["name"]: r["total"] for f in cq["status"]["flavorsUsage"] for r in f["resources"] if f["name"] == "h100-80gb-offline"}
     assert str(used["nvidia.com/gpu"]) == "8"
+
+
+# ------------------------------------------------------------------------------------------------ demo
+def test_demo_requests_reach_their_states(world: World) -> None:
+    from workloads.demo import seed_request_demo
+
+    made = {r.name: r for r in seed_request_demo()}
+    assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep"}
+    assert made["hparam-sweep"].state == S.PENDING_APPROVAL
+    world.wait(made["resnet-baseline"], lambda r: r.state == S.RUNNING, advance=5)
+    world.wait(made["explore-data"], lambda r: r.state == S.RUNNING, advance=5)
+    pending = world.wait(made["llm-finetune"], lambda r: r.state == S.QUEUED and r.pending_reason.startswith("waiting for"))
+    assert "your project uses" in pending.pending_reason
+    assert len(seed_request_demo()) == 4 and WorkloadRequest.objects.count() == 4  # idempotent

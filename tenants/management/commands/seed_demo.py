@@ -11,6 +11,9 @@ class Command(BaseCommand):
         from quotas.demo import seed_quota_demo
 
         seed_quota_demo()
+        from workloads.catalogue import seed_catalogue
+
+        seed_catalogue()
         self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
         for username, what in logins:
             self.stdout.write(f"  {username:<7} {what}")

@@ -1,0 +1,243 @@
+"""Benchmark of the request lifecycle (a script, not a test): submission through the API, and status following.
+
+    python tests/bench/requests_bench.py [--submit 1000] [--active 1000,5000] [--changes 0,10,100]
+
+It makes a throwaway test database (PostgreSQL when DATABASE_URL points at one) and starts sandbox clusters in
+this process; nothing of a running portal is touched.
+
+1. Submission: N POSTs to ``/api/v1/requests/`` with a project token (``Idempotency-Key`` each); prints p50/p95
+   latency and database queries per request (first and last hundred: constant, not growing with N). The
+   approved requests are materialized meanwhile by 8 threads (standing in for Celery workers) calling the
+   materializer; prints the time until all are ``queued`` in the sandbox.
+2. Status following: with A active requests whose Jobs exist in a sandbox (controllers off: only our changes
+   happen), one resync, then follower cycles in which C requests change (a pod of theirs starts running);
+   prints cluster calls, database queries and writes per cycle for each (A, C): they follow C, not A.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("PORTAL_VAR_DIR", str(REPO / "var" / "bench"))
+
+import django  # noqa: E402
+
+django.setup()
+
+from decimal import Decimal  # noqa: E402
+
+from django.conf import settings  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def make_world(sandbox, *, gpus: int, architecture: str = "B"):  # noqa: ANN001, ANN201
+    from portal.kube import kube_for
+    from quotas.inventory import flavors_discover, inventory_sync, node_taints
+    from quotas.models import Cluster, Flavor, Quota
+    from quotas.reconcile import reconcile
+    from tenants.models import Role
+    from tests.factories import UserFactory, make_member, make_project, make_tenant
+    from workloads.catalogue import seed_catalogue
+    from workloads.models import ServiceTemplate
+
+    suffix = str(time.monotonic_ns())[-6:]
+    tenant = make_tenant(f"bench-{suffix}")
+    project = make_project(tenant, f"bench-{suffix}-p")
+    admin = UserFactory(username=f"bench-admin-{suffix}")
+    make_member(admin, tenant, Role.PROJECT_ADMIN, project)
+    cluster = Cluster.objects.create(name=f"bench-{suffix}", architecture=architecture, kubeconfig_path=str(sandbox.kubeconfig))
+    kube = kube_for(cluster)
+    if sandbox.controllers is not None:
+        inventory_sync(cluster, kube=kube)
+        for flavor in flavors_discover(cluster, taints_by_node=node_taints(kube)):
+            flavor.save()
+    else:
+        Flavor.objects.create(cluster=cluster, name="h100", display_name="H100", kind="whole",
+                              node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    for flavor in Flavor.objects.filter(cluster=cluster):
+        for resource in flavor.resource_names:
+            amount = {"cpu": 100000, "memory": 1000000}.get(resource, gpus)
+            if resource.startswith("nvidia.com/total-gpu"):
+                amount = 100 * gpus if "cores" in resource else 46068 * gpus
+            Quota.objects.create(tenant=tenant, flavor=flavor, resource=resource, nominal=Decimal(amount))
+            Quota.objects.create(tenant=tenant, project=project, flavor=flavor, resource=resource, nominal=Decimal(amount),
+                                 borrowing_limit=Decimal(0))
+    seed_catalogue()
+    for template in ServiceTemplate.objects.all():
+        template.allowed_flavors.set(Flavor.objects.filter(cluster=cluster))
+    if sandbox.controllers is not None:
+        reconcile(cluster, kube=kube, sleep=lambda s: None)
+    return cluster, tenant, project, admin
+
+
+# ------------------------------------------------------------------------------------------------ 1. submission
+def bench_submit(n: int, tmp: Path) -> None:
+    from rest_framework.test import APIClient
+
+    from sandbox.app import Sandbox
+    from tenants.access import Actor
+    from tenants.services import token_create
+    from workloads import hooks
+    from workloads.materialize import request_materialize
+    from workloads.models import RequestState, WorkloadRequest
+
+    sandbox = Sandbox(kubeconfig=tmp / "submit.kubeconfig").start()
+    try:
+        cluster, _, project, admin = make_world(sandbox, gpus=4 * n)
+        token, raw = token_create(actor=Actor(user=admin), project=project, name="ci", scope="read+submit")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        settings.ROOT_URLCONF = "tests.workloads.urls"
+
+        approved: queue.Queue[int | None] = queue.Queue()
+        hooks_before = hooks.request_approved
+        hooks.request_approved = approved.put  # the Celery queue, here: 8 threads below are the workers
+        done = threading.Event()
+        queued_at: list[float] = []
+
+        def materializer() -> None:
+            while True:
+                rid = approved.get()
+                if rid is None:
+                    break
+                request_materialize(request_id=rid)
+                queued_at.append(time.perf_counter())
+            connections.close_all()
+
+        workers = [threading.Thread(target=materializer, daemon=True) for _ in range(8)]
+        for w in workers:
+            w.start()
+        latencies: list[float] = []
+        queries: list[int] = []
+        start = time.perf_counter()
+        for i in range(n):
+            body = {"template": "training", "flavor": "h100-80gb-offline", "gpus": 1, "duration_hours": 1,
+                    "parameters": {"command": f"python train.py --seed {i}"}, "image": "nvcr.io/nvidia/pytorch:26.10-py3"}
+            with CaptureQueriesContext(connection) as ctx:
+                t0 = time.perf_counter()
+                response = client.post("/api/v1/requests/", body, format="json", HTTP_IDEMPOTENCY_KEY=f"bench-{i}")
+                latencies.append(time.perf_counter() - t0)
+            assert response.status_code == 201, (response.status_code, response.content[:500])
+            queries.append(len(ctx.captured_queries))
+        submitted = time.perf_counter()
+        for _ in workers:
+            approved.put(None)
+        for w in workers:
+            w.join()
+        done.set()
+        hooks.request_approved = hooks_before
+        states = dict(WorkloadRequest.objects.filter(cluster=cluster).values_list("state").annotate(n=__import__("django.db.models", fromlist=["Count"]).Count("pk")))
+        jobs = len(sandbox.store.list("batch/v1", "Job", project.namespace)["items"])
+        print(f"\n1. submit {n} requests through the API with a project token")
+        print(f"   latency p50 {pct(latencies, 50) * 1000:.1f} ms, p95 {pct(latencies, 95) * 1000:.1f} ms, "
+              f"throughput {n / (submitted - start):.0f}/s")
+        print(f"   DB queries per request: first 100 avg {statistics.mean(queries[:100]):.1f}, "
+              f"last 100 avg {statistics.mean(queries[-100:]):.1f}, min {min(queries)}, max {max(queries)}")
+        print(f"   all {n} queued in the sandbox {max(queued_at) - start:.1f} s after the first POST "
+              f"(states: {states}; Jobs in the cluster: {jobs})")
+        assert states.get(RequestState.QUEUED, 0) + states.get(RequestState.RUNNING, 0) == n
+    finally:
+        sandbox.stop()
+
+
+# ------------------------------------------------------------------------------------------------ 2. following
+def bench_follow(active_counts: list[int], change_counts: list[int], tmp: Path) -> None:
+    from portal.kube import kube_cache_clear
+    from sandbox.app import Sandbox
+    from workloads.manifests import request_manifests
+    from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
+    from workloads.status import StatusFollower
+
+    print("\n2. status following (controllers off: only the changes below happen)")
+    print("   active  changes  cluster calls  DB queries  DB writes  moves   cycle s")
+    for active in active_counts:
+        kube_cache_clear()
+        sandbox = Sandbox(kubeconfig=tmp / f"follow-{active}.kubeconfig", controllers=False).start()
+        try:
+            cluster, tenant, project, admin = make_world(sandbox, gpus=10 * active)
+            store = sandbox.store
+            store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": project.namespace}})
+            from quotas.models import Flavor
+
+            flavor = Flavor.objects.get(cluster=cluster, name="h100")
+            template = ServiceTemplate.objects.get(slug="training", version=1)
+            rows = [WorkloadRequest(tenant=tenant, project=project, cluster=cluster, template=template, name=f"r{i}",
+                                    image="img:1", flavor=flavor, gpus=1, duration_hours=1, state=RequestState.QUEUED,
+                                    requested_by=admin, parameters={"command": "x"})
+                    for i in range(active)]
+            rows = WorkloadRequest.objects.bulk_create(rows, batch_size=1000)
+            for req in rows:
+                req.tenant, req.project, req.cluster, req.template, req.flavor = tenant, project, cluster, template, flavor
+                for obj in request_manifests(req):
+                    store.create(obj)
+            follower = StatusFollower(cluster, watch_seconds=1)
+            with CaptureQueriesContext(connection) as ctx:
+                stats = follower.cycle(resync=True)
+            writes = sum(1 for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT")))
+            print(f"   {active:6d}  resync   {stats.cluster_calls:13d}  {len(ctx.captured_queries):10d}  {writes:9d}  "
+                  f"{stats.moves:5d}  (first sight of every request)")
+            offset = 0
+            for changes in change_counts:
+                for req in rows[offset:offset + changes]:
+                    pod = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": f"{req.k8s_name}-x", "namespace": project.namespace,
+                                        "labels": {"gpuportal.dev/request": str(req.pk)}},
+                           "spec": {"containers": [{"name": "main", "image": "img:1"}], "nodeName": "n"}}
+                    created = store.create(pod)
+                    created["status"] = {"phase": "Running"}
+                    store.update(created, subresource="status")
+                offset += changes
+                t0 = time.perf_counter()
+                with CaptureQueriesContext(connection) as ctx:
+                    stats = follower.cycle(resync=False)
+                took = time.perf_counter() - t0
+                writes = sum(1 for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith(("UPDATE", "INSERT")))
+                print(f"   {active:6d}  {changes:7d}  {stats.cluster_calls:13d}  {len(ctx.captured_queries):10d}  "
+                      f"{writes:9d}  {stats.moves:5d}  {took:7.2f}")
+        finally:
+            sandbox.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--submit", type=int, default=1000)
+    parser.add_argument("--active", default="1000,5000")
+    parser.add_argument("--changes", default="0,10,100")
+    args = parser.parse_args()
+    setup_test_environment()
+    settings.DEBUG = False
+    db = connection.settings_dict
+    db.setdefault("TEST", {})["NAME"] = f"test_bench_requests_{os.getpid()}"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    print(f"database {db['ENGINE'].rsplit('.', 1)[-1]} ({db['NAME']})")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.submit:
+                bench_submit(args.submit, Path(tmp))
+            bench_follow([int(x) for x in args.active.split(",") if x], [int(x) for x in args.changes.split(",") if x], Path(tmp))
+    finally:
+        connections.close_all()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Demo requests, so a newcomer sees a live system at once: a running training job, one pending for quota,
+one awaiting approval, and a notebook.
+
+``seed_request_demo()`` runs after ``tenants.demo.seed_demo()``, ``quotas.demo.seed_quota_demo()`` (cluster,
+flavors, quotas, reconciled into the sandbox) and ``workloads.catalogue.seed_catalogue()``. It submits through
+the services, like a user, with idempotency keys, so running it again creates nothing. The Celery worker then
+materializes the approved ones and the status follower moves them along (running, or pending with the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+from django.db.models import Sum
+
+from quotas.models import Flavor, Quota
+from tenants.access import Actor
+from tenants.models import Membership, Role
+
+from . import services
+from .models import ServiceTemplate, WorkloadRequest
+
+logger = logging.getLogger(__name__)
+TRAINING_IMAGE = "nvcr.io/nvidia/pytorch:26.10-py3"
+NOTEBOOK_IMAGE = "jupyter/pytorch-notebook:2026.10"
+
+
+def _pick() -> tuple[Quota, Membership, Membership] | None:
+    """A project with whole-GPU quota that has a project admin and a member to act as."""
+    rows = (
+        Quota.objects.filter(project__isnull=False, flavor__kind=Flavor.Kind.WHOLE, flavor__active=True, nominal__gt=0,
+                             resource="nvidia.com/gpu", project__status="active")
+        .select_related("project", "flavor", "flavor__cluster")
+        .order_by("-nominal", "project__slug")
+    )
+    for row in rows:
+        members = Membership.objects.filter(project=row.project).select_related("user")
+        admin = next((m for m in members if m.role == Role.PROJECT_ADMIN), None)
+        member = next((m for m in members if m.role == Role.MEMBER), None)
+        template = ServiceTemplate.objects.filter(slug="training", active=True).first()
+        if admin and member and template and template.allowed_flavors.filter(pk=row.flavor_id).exists():
+            return row, admin, member
+    return None
+
+
+def seed_request_demo() -> list[WorkloadRequest]:
+    """Submit the demo requests that are missing. Returns them (empty when there is nothing to seed on)."""
+    picked = _pick()
+    if picked is None:
+        logger.warning("request demo skipped: no project with whole-GPU quota, a project admin and a member")
+        return []
+    quota, admin, member = picked
+    project, flavor = quota.project, quota.flavor
+    templates = {t.slug: t for t in ServiceTemplate.objects.filter(active=True).order_by("slug", "-version")}
+    nominal = int(quota.nominal)
+    borrow = int(quota.borrowing_limit) if quota.borrowing_limit is not None else 0
+    made: list[WorkloadRequest] = []
+
+    def submit(who: Membership, key: str, template: str, **values) -> None:  # noqa: ANN003
+        try:
+            made.append(services.request_submit(actor=Actor(user=who.user), project=project, template=templates[template],
+                                                idempotency_key=f"demo-{key}", flavor=flavor, **values))
+        except Exception:  # a demo request the rules refuse must not stop the demo
+            logger.exception("demo request %s not submitted", key)
+
+    # Running: a one-GPU training job, approved by the global rule; it finishes after its 2 simulated hours.
+    submit(member, "training-running", "training", image=TRAINING_IMAGE, gpus=1, duration_hours=2,
+           parameters={"command": "python train.py --epochs 20", "env": {"WANDB_MODE": "offline"}}, name="resnet-baseline")
+    # A notebook (one GPU, auto-approved).
+    submit(member, "notebook", "notebook", image=NOTEBOOK_IMAGE, gpus=1, duration_hours=8, parameters={"ide": "jupyterlab"},
+           name="explore-data")
+    # Pending for quota: the project admin approves it (as submitter) but it needs more than is left.
+    used = 2
+    want = max(1, min(nominal + borrow, 8) - used + 1)
+    if want + used > nominal:
+        submit(admin, "training-pending", "training", image=TRAINING_IMAGE, gpus=min(want, 8), duration_hours=4,
+               parameters={"command": "torchrun --nproc-per-node 8 train.py"}, name="llm-finetune")
+    # Awaiting approval: more than the rule approves alone (2 GPUs, 8 h).
+    submit(member, "training-approval", "training", image=TRAINING_IMAGE, gpus=min(4, max(3, nominal)), duration_hours=24,
+           parameters={"command": "python sweep.py"}, name="hparam-sweep")
+    return made
+
+
+def demo_gpu_usage() -> Decimal:
+    """GPUs the demo's requests ask for (for the demo's summary line)."""
+    total = WorkloadRequest.objects.filter(idempotency_key__startswith="demo-").aggregate(s=Sum("gpus"))["s"]
+    return Decimal(total or 0)

@@ -1,0 +1,56 @@
+"""``manage.py follow_cluster``: the status follower as a long-running process (for ``make run``).
+
+Keeps one :class:`workloads.status.StatusFollower` per cluster and runs its cycles back to back: each cycle
+watches every followed kind for ``--watch`` seconds from the last resourceVersion, so changes reach the portal
+within about that long; a dropped connection resumes, an expired one re-lists, and everything is re-listed every
+``--resync`` seconds. The alternative is beat running ``workloads.tasks.requests_sync_task`` every few seconds;
+run one or the other (a cache lock keeps two cycles of one cluster from overlapping anyway).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from portal.kube import ClusterUnavailable
+from quotas.models import Cluster
+from workloads.status import StatusFollower
+
+
+class Command(BaseCommand):
+    help = "Follow the clusters' workload status and move requests along (runs until stopped)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--watch", type=int, default=2, help="Seconds each cycle watches (latency).")
+        parser.add_argument("--resync", type=float, default=300, help="Seconds between full re-lists.")
+        parser.add_argument("--once", action="store_true", help="Run one cycle per cluster and exit.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        followers: dict[int, StatusFollower] = {}
+        while True:
+            close_old_connections()
+            clusters = list(Cluster.objects.exclude(kubeconfig_encrypted="", kubeconfig_path=""))
+            if not clusters:
+                time.sleep(options["watch"])
+            for cluster in clusters:
+                follower = followers.get(cluster.pk)
+                if follower is None or follower.cluster.kubeconfig_path != cluster.kubeconfig_path:
+                    try:
+                        follower = followers[cluster.pk] = StatusFollower(
+                            cluster, watch_seconds=options["watch"], resync_seconds=options["resync"])
+                    except Exception as exc:  # a broken kubeconfig must not stop the others
+                        self.stderr.write(f"{cluster}: {exc}")
+                        continue
+                try:
+                    stats = follower.cycle()
+                except ClusterUnavailable as exc:
+                    self.stderr.write(f"{cluster}: unavailable: {exc}")
+                    time.sleep(options["watch"])
+                    continue
+                if stats.moves or stats.resynced:
+                    self.stdout.write(f"{cluster}: {stats.events} events, {stats.moves} moves, {stats.db_writes} writes")
+            if options["once"]:
+                return
