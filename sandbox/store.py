@@ -510,6 +510,8 @@ class Store:
         errors.extend(V.check_annotations(meta.get("annotations")))
         if not rt.crd:
             errors.extend(V.builtin_checks(rt, obj, old))
+        else:
+            errors.extend(V.crd_checks(rt, obj, old))
         if res.unknown:
             fv = (field_validation or "Strict")
             if fv == "Strict":

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .quantity import is_quantity
+from .quantity import is_quantity, parse_quantity
 
 _KV_DIR_CANDIDATES = ("v1.32.0-local",)
 
@@ -1080,6 +1080,36 @@ def _selector_matches_template(spec: dict, path: str, errs: list[dict]) -> None:
         ok = False
     if not ok:
         errs.append(err_invalid(f"{path}.template.metadata.labels", labels, "`selector` does not match template `labels`"))
+
+
+def crd_checks(rt, obj: dict, old: dict | None = None) -> list[dict]:
+    """Hand-written checks of custom resources that their admission webhooks make (beyond the CRD schema).
+
+    Kueue (ClusterQueue, Cohort): ``nominalQuota``, ``borrowingLimit`` and ``lendingLimit`` must not be negative
+    (``ValidateNonnegativeQuantity`` in Kueue's webhook: ``must be greater than or equal to 0``)."""
+    errs: list[dict] = []
+    if rt.group == "kueue.x-k8s.io" and rt.kind in ("ClusterQueue", "Cohort"):
+        spec = obj.get("spec")
+        groups = spec.get("resourceGroups") if isinstance(spec, dict) else None
+        for gi, g in enumerate(groups if isinstance(groups, list) else []):
+            flavors = g.get("flavors") if isinstance(g, dict) else None
+            for fi, f in enumerate(flavors if isinstance(flavors, list) else []):
+                resources = f.get("resources") if isinstance(f, dict) else None
+                for ri, r in enumerate(resources if isinstance(resources, list) else []):
+                    if not isinstance(r, dict):
+                        continue
+                    for fld in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                        v = r.get(fld)
+                        if v is None or not is_quantity(v):
+                            continue
+                        try:
+                            negative = parse_quantity(v) < 0
+                        except (ValueError, ArithmeticError):
+                            continue
+                        if negative:
+                            errs.append(err_invalid(f"spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}].{fld}",
+                                                    v, "must be greater than or equal to 0"))
+    return errs
 
 
 def builtin_checks(rt, obj: dict, old: dict | None = None) -> list[dict]:

@@ -198,7 +198,7 @@ class Quota:
         self.nominal: dict[str, dict] = {}
         self.blimit: dict[str, dict] = {}
         self.llimit: dict[str, dict] = {}
-        self.usage: dict[str, dict] = {n: defaultdict(Decimal) for n in cqs}
+        self.usage: dict[str, dict] = _usage_map()
         self.root: dict[str, str | None] = {}
         self.members: dict[str, list[str]] = defaultdict(list)
         self.cohort_quota: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
@@ -289,7 +289,7 @@ class Quota:
         return max(Decimal(0), self.u(cq, fr) - self.n(cq, fr))
 
     def add(self, cq, usage: dict, sign: int = 1) -> None:
-        if cq not in self.usage:
+        if cq not in self.nominal:
             return
         for fr, v in usage.items():
             self.usage[cq][fr] += v * sign
@@ -298,7 +298,17 @@ class Quota:
         return {cq: dict(u) for cq, u in self.usage.items()}
 
     def restore(self, snap) -> None:
-        self.usage = {cq: defaultdict(Decimal, u) for cq, u in snap.items()}
+        self.usage = _usage_map({cq: defaultdict(Decimal, u) for cq, u in snap.items()})
+
+    def fresh(self) -> Quota:
+        """The same quotas with no usage (the quota part is shared: read-only)."""
+        q = copy.copy(self)
+        q.usage = _usage_map()
+        return q
+
+
+def _usage_map(init: dict | None = None) -> defaultdict:
+    return defaultdict(lambda: defaultdict(Decimal), init or {})
 
 
 # ------------------------------------------------------------------------------------------------ controller
@@ -322,8 +332,16 @@ class Kueue:
         self._d_cohorts: set[str] = set()
         self._d_lqs: set[tuple] = set()
         self._d_ns: set[str] = set()
+        # status: ClusterQueues/LocalQueues whose status inputs may have changed
+        self._s_cqs: set[str] = set()
+        self._s_lqs: set[tuple] = set()
+        self._s_lq_cqs: set[str] = set()  # ClusterQueues whose spec changed: refresh their LocalQueues
+        self._s_all = False
+        self._lqs_of: defaultdict = defaultdict(set)  # ClusterQueue name -> LocalQueue keys (rebuilt on full passes)
         self._epoch = None
         self._parsed: dict = {}  # Quota parse cache
+        self._spec_gen = 0  # bumped on every ClusterQueue/Cohort spec change
+        self._quota_base: tuple | None = None
         self._cq_keys: dict[str, tuple] = {}  # inputs of the ClusterQueue status last written
         self._lq_keys: dict[tuple, tuple] = {}
         self._wl_names: dict[str, str] = {}
@@ -339,11 +357,34 @@ class Kueue:
                     cq = ((o.get("status") or {}).get("admission") or {}).get("clusterQueue")
                     if cq:
                         self._d_cqs.add(cq)
-                    self._d_lqs.add(((o.get("metadata") or {}).get("namespace") or "",
-                                     (o.get("spec") or {}).get("queueName")))
+                        self._s_cqs.add(cq)
+                    lqk = ((o.get("metadata") or {}).get("namespace") or "", (o.get("spec") or {}).get("queueName"))
+                    self._d_lqs.add(lqk)
+                    self._s_lqs.add(lqk)
             return
         if gvk not in (CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, COHORT, NAMESPACE):
             return
+        with self._dlock:  # status inputs: any change, status included
+            if gvk == CLUSTER_QUEUE:
+                name = (new.get("metadata") or {}).get("name")
+                self._s_cqs.add(name)
+                if etype != "ADDED" and (old is None or old.get("spec") != new.get("spec") or etype == "DELETED"):
+                    self._s_lq_cqs.add(name)
+                elif etype == "ADDED":
+                    self._s_lq_cqs.add(name)
+            elif gvk == LOCAL_QUEUE:
+                m = new.get("metadata") or {}
+                lqk = (m.get("namespace") or "", m.get("name"))
+                self._s_lqs.add(lqk)
+                for o in (old, new):
+                    if o is not None and (o.get("spec") or {}).get("clusterQueue"):
+                        self._s_cqs.add(o["spec"]["clusterQueue"])
+                if old is not None:
+                    self._lqs_of[(old.get("spec") or {}).get("clusterQueue")].discard(lqk)
+                if etype != "DELETED":
+                    self._lqs_of[(new.get("spec") or {}).get("clusterQueue")].add(lqk)
+            elif gvk == RESOURCE_FLAVOR:
+                self._s_all = True
         if etype != "DELETED" and old is not None and is_deleting(old) == is_deleting(new):
             if gvk == NAMESPACE:
                 if labels_of(old) == labels_of(new):
@@ -351,6 +392,8 @@ class Kueue:
             elif old.get("spec") == new.get("spec"):
                 return  # a status-only change
         with self._dlock:
+            if gvk in (CLUSTER_QUEUE, COHORT):
+                self._spec_gen += 1
             if gvk in (RESOURCE_FLAVOR, COHORT):
                 self._d_all = True
             elif gvk == NAMESPACE:
@@ -370,20 +413,28 @@ class Kueue:
     def _take_dirty(self) -> None:
         with self._dlock:
             epoch = self.ctx.informer.epoch
-            self._cur = (self._d_all or epoch != self._epoch, self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns)
+            full = self._d_all or epoch != self._epoch
+            self._cur = (full, self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns)
+            self._cur_s = (full or self._s_all, self._s_cqs, self._s_lqs, self._s_lq_cqs)
             self._epoch = epoch
-            self._d_all = False
+            self._d_all = self._s_all = False
             self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns = set(), set(), set(), set()
-        if self._cur[0]:
+            self._s_cqs, self._s_lqs, self._s_lq_cqs = set(), set(), set()
+        if full:
             self._cq_keys.clear()
             self._lq_keys.clear()
 
     # -------------------------------------------------------------------------------------------- helpers
     def _load(self) -> None:
         ctx = self.ctx
-        self.namespaces = {n["metadata"]["name"]: n for n in ctx.list_items(NAMESPACE)}
-        self.lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q for q in ctx.list_items(LOCAL_QUEUE)}
-        self.cqs = {q["metadata"]["name"]: q for q in ctx.list_items(CLUSTER_QUEUE) if not is_deleting(q)}
+        inf = ctx.informer
+        inf.list(NAMESPACE)  # make sure the kinds are loaded
+        inf.list(LOCAL_QUEUE)
+        inf.list(CLUSTER_QUEUE)
+        # the informer's own (ns, name) -> object maps, READ-ONLY; nothing else writes them during a tick
+        self.namespaces = inf.objs[NAMESPACE]
+        self.lqs = inf.objs[LOCAL_QUEUE]
+        self.cqs = {k[1]: q for k, q in inf.objs[CLUSTER_QUEUE].items() if not is_deleting(q)}
         self.flavors = {f["metadata"]["name"]: f for f in ctx.list_items(RESOURCE_FLAVOR)}
         self.cohorts = {c["metadata"]["name"]: c for c in ctx.list_items(COHORT)}
         self.wpcs = {w["metadata"]["name"]: w for w in ctx.list_items(WPC)}
@@ -647,7 +698,7 @@ class Kueue:
         return None
 
     def _ns_labels(self, ns: str) -> dict:
-        n = self.namespaces.get(ns)
+        n = self.namespaces.get(("", ns))
         labels = dict(labels_of(n)) if n else {}
         labels.setdefault("kubernetes.io/metadata.name", ns)
         return labels
@@ -847,6 +898,13 @@ class Kueue:
             return chosen
         return None
 
+    def _quota(self) -> Quota:
+        """A Quota with no usage; the parsed quotas are reused while no ClusterQueue/Cohort spec changed."""
+        key = (self._spec_gen, self.ctx.informer.epoch, id(self.cqs))
+        if self._quota_base is None or self._quota_base[0] != key[:2] or self._quota_base[2] != len(self.cqs):
+            self._quota_base = (key[:2], Quota(self.cqs, self.cohorts, self._parsed), len(self.cqs))
+        return self._quota_base[1].fresh()
+
     def _dirty_groups(self, quota: Quota) -> set | None:
         """Quota groups to re-run admission for (None: all)."""
         all_dirty, d_cqs, d_cohorts, d_lqs, _ = self._cur
@@ -865,7 +923,7 @@ class Kueue:
 
     def _schedule(self) -> None:
         ctx = self.ctx
-        quota = Quota(self.cqs, self.cohorts, self._parsed)
+        quota = self._quota()
         dirty = self._dirty_groups(quota)
         dirty_ns = self._cur[4]
         admitted = []
@@ -1141,7 +1199,7 @@ class Kueue:
         ctx = self.ctx
         now = ctx.ts()
         wls = ctx.list_items(WORKLOAD)
-        quota = Quota(self.cqs, self.cohorts, self._parsed)
+        quota = self._quota()
         flavor_sig = tuple(sorted(self.flavors))
         admitted_use: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
         counts = defaultdict(lambda: {"pending": 0, "reserving": 0, "admitted": 0})
@@ -1170,7 +1228,25 @@ class Kueue:
             elif is_active(wl) and lq is not None:
                 counts[(lq.get("spec") or {}).get("clusterQueue")]["pending"] += 1
                 lq_counts[lqk]["pending"] += 1
-        for cqn, cq in self.cqs.items():
+        s_all, s_cqs, s_lqs, s_lq_cqs = self._cur_s
+        if s_all:
+            cq_names, lq_keys = sorted(self.cqs), sorted(self.lqs)
+            self._lqs_of = defaultdict(set)
+            for k, lq in self.lqs.items():
+                self._lqs_of[(lq.get("spec") or {}).get("clusterQueue")].add(k)
+        else:
+            cq_names = set(s_cqs)
+            lq_keys = set(s_lqs)
+            for lqk in s_lqs:
+                cqn = ((self.lqs.get(lqk) or {}).get("spec") or {}).get("clusterQueue")
+                if cqn:
+                    cq_names.add(cqn)
+            for cqn in s_lq_cqs:
+                lq_keys.update(self._lqs_of.get(cqn, ()))
+            cq_names = sorted(n for n in cq_names if n in self.cqs)
+            lq_keys = sorted(k for k in lq_keys if k in self.lqs)
+        for cqn in cq_names:
+            cq = self.cqs[cqn]
             key = (cq["metadata"].get("resourceVersion"), flavor_sig, tuple(counts[cqn].values()),
                    _ukey(quota.usage.get(cqn)), _ukey(admitted_use.get(cqn)))
             if self._cq_keys.get(cqn) == key:
@@ -1213,7 +1289,8 @@ class Kueue:
             res = ctx.write_status(cq, status)
             if res is not None:
                 self._cq_keys[cqn] = (res["metadata"].get("resourceVersion"),) + key[1:]
-        for lqk, lq in self.lqs.items():
+        for lqk in lq_keys:
+            lq = self.lqs[lqk]
             cqn = (lq.get("spec") or {}).get("clusterQueue")
             cq = self.cqs.get(cqn)
             cqm = (cq or {}).get("metadata") or {}

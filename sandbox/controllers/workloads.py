@@ -32,7 +32,9 @@
 from __future__ import annotations
 
 import copy
+import heapq
 import json
+import threading
 
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
@@ -193,25 +195,73 @@ def job_finished(job: dict) -> str | None:
 
 
 class JobController:
+    """Incremental: a pass syncs only the Jobs that changed or whose pods changed since the last pass (informer
+    listener), the Jobs whose sync failed, and — every pass — the Jobs whose outcome depends on time
+    (``activeDeadlineSeconds``, ``ttlSecondsAfterFinished``). A Job outside those sets would sync to a no-op."""
+
     name = "job-controller"
 
     def __init__(self, ctx):
         self.ctx = ctx
+        self._lock = threading.Lock()
+        self._dirty: set[tuple[str, str]] = set()
+        self._timed: set[tuple[str, str]] = set()
+        self._epoch = None
+        ctx.informer.listen(self._on_change)
+
+    def _on_change(self, gvk, etype: str, new: dict, old: dict | None) -> None:
+        if gvk == JOB:
+            m = new.get("metadata") or {}
+            key = (m.get("namespace") or "", m.get("name") or "")
+            spec = new.get("spec") or {}
+            with self._lock:
+                self._dirty.add(key)
+                if etype != "DELETED" and (spec.get("activeDeadlineSeconds") is not None
+                                           or spec.get("ttlSecondsAfterFinished") is not None):
+                    self._timed.add(key)
+                else:
+                    self._timed.discard(key)
+        elif gvk == POD:
+            with self._lock:
+                for o in (old, new):
+                    ref = controller_ref(o) if o is not None else None
+                    if ref and ref.get("kind") == "Job" and (ref.get("apiVersion") or "").startswith("batch/"):
+                        self._dirty.add(((o.get("metadata") or {}).get("namespace") or "", ref.get("name") or ""))
 
     def reconcile(self) -> None:
         ctx = self.ctx
+        inf = ctx.informer
+        with self._lock:
+            full = inf.epoch != self._epoch
+            self._epoch = inf.epoch
+            keys = self._dirty | self._timed
+            self._dirty = set()
+        if full:
+            jobs = ctx.list_items(JOB)
+            with self._lock:
+                self._timed = {(j["metadata"].get("namespace") or "", j["metadata"]["name"]) for j in jobs
+                               if (j.get("spec") or {}).get("activeDeadlineSeconds") is not None
+                               or (j.get("spec") or {}).get("ttlSecondsAfterFinished") is not None}
+        else:
+            if not keys:
+                return
+            jobs = [j for j in (inf.get(JOB, k[1], k[0]) for k in sorted(keys)) if j is not None]
         pods = pods_by_owner(ctx.list_items(POD))
-        for job in ctx.list_items(JOB):
+        for job in jobs:
             if is_deleting(job):
                 continue
             mine = owned_pods(pods, job)
             if job_finished(job) and (job.get("spec") or {}).get("ttlSecondsAfterFinished") is None and \
                     not any(not is_terminal(p) for p in mine) and _counted(job, mine):
                 continue  # finished and settled: nothing left to do
+            before = ctx.error_count
             try:
                 self._sync(job, mine)
             except Exception as exc:  # keep the other jobs going
                 ctx._error("job-sync", JOB, job["metadata"]["name"], exc)
+            if ctx.error_count != before:  # a failed write: try again on the next pass
+                with self._lock:
+                    self._dirty.add((job["metadata"].get("namespace") or "", job["metadata"]["name"]))
 
     def _sync(self, job: dict, pods: list[dict]) -> None:
         ctx = self.ctx
@@ -620,28 +670,103 @@ def _ordinal(pod_name: str) -> int:
 
 # ------------------------------------------------------------------------------------------------ kubelet
 class Kubelet:
-    """Runs bound pods through Pending -> Running -> Succeeded/Failed in simulated time."""
+    """Runs bound pods through Pending -> Running -> Succeeded/Failed in simulated time.
+
+    Incremental: a pass syncs the pods that changed since the last pass (informer listener; any Node change: all
+    pods) and the pods whose next transition or progress-log line is due (a heap of due times, simulated epoch
+    seconds); a pod outside those sets would sync to a no-op."""
 
     name = "kubelet"
 
     def __init__(self, ctx, start_delay: float = START_DELAY_SECONDS):
         self.ctx = ctx
         self.start_delay = start_delay
+        self._lock = threading.Lock()
+        self._dirty: set[tuple[str, str]] = set()
+        self._all = True
+        self._epoch = None
+        self._heap: list[tuple[float, tuple[str, str]]] = []
+        self._due: dict[tuple[str, str], float] = {}
+        ctx.informer.listen(self._on_change)
+
+    def _on_change(self, gvk, etype: str, new: dict, old: dict | None) -> None:
+        if gvk == POD:
+            m = new.get("metadata") or {}
+            with self._lock:
+                self._dirty.add((m.get("namespace") or "", m.get("name") or ""))
+        elif gvk == NODE:
+            with self._lock:
+                self._all = True
 
     def reconcile(self) -> None:
         ctx = self.ctx
+        inf = ctx.informer
+        now = ctx.now().timestamp()
+        with self._lock:
+            full = self._all or inf.epoch != self._epoch
+            self._all, self._epoch = False, inf.epoch
+            keys, self._dirty = self._dirty, set()
+        while self._heap and self._heap[0][0] <= now:
+            due, key = heapq.heappop(self._heap)
+            if self._due.get(key) == due:
+                del self._due[key]
+                keys.add(key)
+        if full:
+            pods = ctx.list_items(POD)
+            self._heap, self._due = [], {}
+        elif not keys:
+            return
+        else:
+            pods = [p for p in (inf.get(POD, k[1], k[0]) for k in sorted(keys)) if p is not None]
         nodes = {n["metadata"]["name"]: n for n in ctx.list_items(NODE)}
-        for pod in ctx.list_items(POD):
+        for pod in pods:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if not node_name or is_terminal(pod) or is_deleting(pod):
                 continue
             node = nodes.get(node_name)
             if node is None:
                 continue
+            key = (pod["metadata"].get("namespace") or "", pod["metadata"]["name"])
+            before = ctx.error_count
             try:
                 self._sync(pod, node)
             except Exception as exc:
                 ctx._error("kubelet", POD, pod["metadata"]["name"], exc)
+            if ctx.error_count != before:
+                with self._lock:
+                    self._dirty.add(key)
+                continue
+            self._schedule_next(key, now)
+
+    def _schedule_next(self, key: tuple[str, str], now: float) -> None:
+        """Remember when the pod (as now stored) next needs a pass: start, finish or the next progress-log line."""
+        pod = self.ctx.informer.get(POD, key[1], key[0])
+        if pod is None or is_terminal(pod) or is_deleting(pod):
+            return
+        status = pod.get("status") or {}
+        phase = status.get("phase") or "Pending"
+        due = None
+        if phase == "Pending":
+            sched = find_condition(status.get("conditions"), "PodScheduled")
+            bound_at = parse_time((sched or {}).get("lastTransitionTime")) or parse_time(
+                pod["metadata"].get("creationTimestamp"))
+            due = (bound_at.timestamp() if bound_at else now) + self.start_delay
+        elif phase == "Running":
+            started = _running_since(status)
+            if started is None:
+                return
+            dur = pod_duration(pod)
+            have = sum(1 for ln in self.ctx.logs.get(key) or [] if " step " in ln)
+            due = started + (have + 1) * LOG_EVERY_SECONDS  # the next progress line not written yet
+            if dur is not None:
+                due = min(due, started + dur)
+        if due is None:
+            return
+        # (a due time already past — more log lines due than one pass writes — is taken on the next pass)
+        if self._due.get(key) == due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._heap, (due, key))
 
     def _sync(self, pod: dict, node: dict) -> None:
         ctx = self.ctx

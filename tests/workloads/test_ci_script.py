@@ -28,11 +28,6 @@ SCRIPT = ROOT / "deploy" / "ci_submit.py"
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-@pytest.fixture(autouse=True)
-def api_urls(settings) -> None:  # noqa: ANN001
-    settings.ROOT_URLCONF = "tests.workloads.test_views"  # the workloads API, until portal/urls.py includes it
-
-
 @pytest.fixture
 def ci(cast, cat, live_server, hooks_called):  # noqa: ANN001, ANN201
     """``ci(*args)`` runs the script with a fresh submit-scoped token of carol's in acme-vision."""

@@ -6,7 +6,8 @@ is platform ops; nobody has no role. The catalogue (tests/workloads/factories.py
 notebook and inference templates; the global rule approves up to 2 GPUs and 8 hours, inference never.
 
 This module is also the URLconf of the request-page tests (``PORTAL_URLS``): the portal's own URLs,
-plus the request pages and the workloads API for as long as ``portal/urls.py`` does not include them.
+plus the request pages (and the workloads API) for as long as ``portal/urls.py`` does not include them;
+once it does, it is the portal's URLconf as-is.
 """
 
 from __future__ import annotations
@@ -24,18 +25,21 @@ from tenants.services import tenant_update
 from workloads import services
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
+from portal.urls import urlpatterns as _portal_urls
+
 from .factories import make_request
-from .urls import urlpatterns as _with_api
 
 S = RequestState
 HTMX = {"HTTP_HX_REQUEST": "true"}
 PORTAL_URLS = "tests.workloads.test_views"
 
-urlpatterns = list(_with_api)
+urlpatterns = list(_portal_urls)
 try:
     resolve("/requests/", urlconf="portal.urls")
 except Resolver404:
     urlpatterns.append(path("", include("workloads.urls")))
+if not any(getattr(p, "namespace", None) == "workloads-api" for p in urlpatterns):
+    urlpatterns.append(path("api/v1/", include(("workloads.api.urls", "workloads-api"), namespace="workloads-api")))
 
 
 @pytest.fixture(autouse=True)
