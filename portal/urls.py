@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 urlpatterns = [
     path("", include("tenants.urls")),
     path("", include("quotas.urls")),
+    path("", include("workloads.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(("tenants.api.urls", "api"), namespace="api")),
     path("api/v1/", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")),

@@ -14,20 +14,11 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.workloads.factories import make_catalogue
-from workloads import hooks
 from workloads.models import RequestState, WorkloadRequest
 from workloads.states import move
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 S = RequestState
-
-
-@pytest.fixture(autouse=True)
-def request_pages(settings, monkeypatch) -> None:  # noqa: ANN001
-    # The request pages' URLconf (the portal's own once it includes them); nothing is handed to Celery.
-    settings.ROOT_URLCONF = "tests.workloads.test_views"
-    monkeypatch.setattr(hooks, "request_approved", lambda request_id: None)
-    monkeypatch.setattr(hooks, "request_changed", lambda request_id, action: None)
 
 
 @pytest.fixture

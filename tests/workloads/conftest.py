@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,11 +19,23 @@ def cat(cast) -> Catalogue:  # noqa: ANN001
 
 
 @pytest.fixture
-def hooks_called(monkeypatch) -> list[tuple[Any, ...]]:  # noqa: ANN001
-    """Records what the services hand to materialization (workloads.hooks), instead of queueing it."""
-    from workloads import hooks
+def hooks_called() -> Iterator[list[tuple[Any, ...]]]:
+    """What the services handed to materialization: the Celery tasks really published to the broker.
+
+    Observed through Celery's ``before_task_publish`` signal, as ("approved", id) for a
+    materialization and (action, id) for a lifecycle change. Nothing of ours is replaced.
+    """
+    from celery.signals import before_task_publish
 
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(hooks, "request_approved", lambda request_id: calls.append(("approved", request_id)))
-    monkeypatch.setattr(hooks, "request_changed", lambda request_id, action: calls.append((action, request_id)))
-    return calls
+
+    def record(sender: str | None = None, body: Any = None, **kwargs: Any) -> None:
+        args = body[0] if isinstance(body, (tuple, list)) else ()
+        if sender == "workloads.tasks.request_materialize_task":
+            calls.append(("approved", args[0]))
+        elif sender == "workloads.tasks.request_changed_task":
+            calls.append((args[1], args[0]))
+
+    before_task_publish.connect(record, weak=False)
+    yield calls
+    before_task_publish.disconnect(record)

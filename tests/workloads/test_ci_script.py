@@ -113,28 +113,30 @@ def test_a_bad_token_or_no_portal(ci, live_server) -> None:  # noqa: ANN001
     assert run.returncode == 2 and "Set PORTAL_TOKEN" in run.stderr
 
 
-def test_runs_to_success_in_the_sandbox_cluster(ci, cast, fresh_sandbox, monkeypatch) -> None:  # noqa: ANN001
+def test_runs_to_success_in_the_sandbox_cluster(ci, cast, fresh_sandbox) -> None:  # noqa: ANN001
     """With a cluster: the portal materializes the job into the sandbox, the status follower moves it along,
     and the script sees queued → running → succeeded on its own."""
-    from workloads import hooks
-    from workloads.materialize import request_materialize
+    from celery.contrib.testing.worker import start_worker
+
+    from portal.celery import app
     from workloads.status import requests_sync
 
     from .test_lifecycle import _world
 
     world = _world(fresh_sandbox, cast, architecture="B")
-    # Materialize at once in the server (no Celery worker in this test); the follower runs below, as beat would.
-    monkeypatch.setattr(hooks, "request_approved", lambda request_id: request_materialize(request_id=request_id))
-    process = ci("--command", "python train.py", "--flavor", "h100-80gb-offline", "--gpus", "1",
-                 "--duration-hours", "1", "--key", "sandbox-run", background=True)
-    deadline = time.monotonic() + 60
-    while process.poll() is None:
-        assert time.monotonic() < deadline, "the script did not finish"
-        if WorkloadRequest.objects.exists():
-            requests_sync(cluster=world.cluster, watch_seconds=1)
-            fresh_sandbox.advance(600)
-        time.sleep(0.2)
-    out, err = process.communicate()
+    # A real worker materializes what the API queues; the follower runs below, as beat would.
+    app.control.purge()
+    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
+        process = ci("--command", "python train.py", "--flavor", "h100-80gb-offline", "--gpus", "1",
+                     "--duration-hours", "1", "--key", "sandbox-run", background=True)
+        deadline = time.monotonic() + 60
+        while process.poll() is None:
+            assert time.monotonic() < deadline, "the script did not finish"
+            if WorkloadRequest.objects.exists():
+                requests_sync(cluster=world.cluster, watch_seconds=1)
+                fresh_sandbox.advance(600)
+            time.sleep(0.2)
+        out, err = process.communicate()
     assert process.returncode == 0, out + err
     states = [line.split()[1] for line in out.splitlines() if line.startswith("state: ")]
     assert states[-1] == "succeeded" and "running" in states

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
-import sys
 import threading
-import types
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -429,28 +427,6 @@ def test_actions_on_a_suspended_tenant(cast, cat) -> None:  # noqa: ANN001
 
 
 # Hooks, catalogue, schema ---------------------------------------------------------------------
-
-
-def test_hooks_queue_the_tasks_once_they_exist(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setitem(sys.modules, "workloads.tasks", types.ModuleType("workloads.tasks"))
-    hooks.request_approved(1)  # a tasks module without the task: logs, no error
-    hooks.request_changed(1, "stop")
-    queued: list[tuple] = []
-
-    class Task:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def delay(self, *args) -> None:  # noqa: ANN002
-            queued.append((self.name, *args))
-
-    fake = types.ModuleType("workloads.tasks")
-    fake.request_materialize_task = Task("materialize")
-    fake.request_changed_task = Task("changed")
-    monkeypatch.setitem(sys.modules, "workloads.tasks", fake)
-    hooks.request_approved(7)
-    hooks.request_changed(7, "stop")
-    assert queued == [("materialize", 7), ("changed", 7, "stop")]
 
 
 @pytest.mark.django_db

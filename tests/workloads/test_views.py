@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from django.urls import Resolver404, include, path, resolve
 
 from tenants.access import Actor
 from tenants.models import Tenant
@@ -25,27 +24,10 @@ from tenants.services import tenant_update
 from workloads import services
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
-from portal.urls import urlpatterns as _portal_urls
-
 from .factories import make_request
 
 S = RequestState
 HTMX = {"HTTP_HX_REQUEST": "true"}
-PORTAL_URLS = "tests.workloads.test_views"
-
-urlpatterns = list(_portal_urls)
-try:
-    resolve("/requests/", urlconf="portal.urls")
-except Resolver404:
-    urlpatterns.append(path("", include("workloads.urls")))
-if not any(getattr(p, "namespace", None) == "workloads-api" for p in urlpatterns):
-    urlpatterns.append(path("api/v1/", include(("workloads.api.urls", "workloads-api"), namespace="workloads-api")))
-
-
-@pytest.fixture(autouse=True)
-def portal_urls(settings) -> None:  # noqa: ANN001
-    settings.ROOT_URLCONF = PORTAL_URLS
-
 
 @pytest.fixture
 def as_user(cast, client):  # noqa: ANN001, ANN201
