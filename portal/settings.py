@@ -178,6 +178,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     "quotas-reconcile-all": {"task": "quotas.reconcile_all", "schedule": 60.0},
     "quotas-inventory-all": {"task": "quotas.inventory_sync_all", "schedule": 300.0},
     "quotas-requests-expire": {"task": "quotas.quota_requests_expire", "schedule": 60.0},
+    # Requests follow the cluster every few seconds (cost grows with changes, not with requests).
+    "workloads-requests-sync": {"task": "workloads.tasks.requests_sync_task", "schedule": 5.0},
+    "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
 }
 
 # Email

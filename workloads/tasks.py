@@ -3,8 +3,8 @@
 Each takes ids, re-reads, and may run twice (style guide §5). A cluster that cannot answer
 (``ClusterUnavailable``) retries the task with exponential backoff; everything else is decided inside.
 
-Beat schedule (``CELERY_BEAT_SCHEDULE``, see ``BEAT_SCHEDULE`` below): ``requests_sync_task`` every 5 s (one
-status cycle per cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s.
+Beat (``CELERY_BEAT_SCHEDULE`` in portal/settings.py): ``requests_sync_task`` every 5 s (one status cycle per
+cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s.
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ RETRY = {
     "max_retries": 30,
 }
 
-BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
-    "workloads-requests-sync": {"task": "workloads.tasks.requests_sync_task", "schedule": 5.0},
-    "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
-}
 
 
 @shared_task(acks_late=True, **RETRY)

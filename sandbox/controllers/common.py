@@ -11,7 +11,6 @@ Every controller gets one :class:`Ctx`. It wraps the :class:`sandbox.store.Store
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
 import re
@@ -19,6 +18,7 @@ import threading
 from collections import defaultdict, deque
 from datetime import datetime
 
+from sandbox.patch import deep_copy
 from sandbox.clock import format_time, parse_time
 
 # ---------------------------------------------------------------------------------------------------- constants
@@ -433,7 +433,7 @@ class Ctx:
         """Replace ``obj.status`` with ``status`` if it differs (through the status subresource when there is one)."""
         if obj.get("status") == status:
             return obj
-        new = copy.deepcopy(obj)
+        new = dict(obj)  # the store copies what it is given: a shallow copy is enough
         new["status"] = status
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         try:

@@ -56,6 +56,7 @@ import threading
 from collections import defaultdict
 from decimal import Decimal
 
+from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     CLUSTER_QUEUE,
@@ -517,7 +518,7 @@ class Kueue:
             spec = job.get("spec") or {}
             if spec.get("suspend") and labels_of(job).get(QUEUE_LABEL) == q:
                 continue
-            new = copy.deepcopy(job)
+            new = deep_copy(job)
             new["metadata"].setdefault("labels", {})[QUEUE_LABEL] = q
             new["spec"]["suspend"] = True
             ctx.update(new)
@@ -526,7 +527,7 @@ class Kueue:
                 continue
             if labels_of(pod).get(MANAGED_LABEL) or (pod.get("spec") or {}).get("nodeName") or is_terminal(pod):
                 continue
-            new = copy.deepcopy(pod)
+            new = deep_copy(pod)
             self.mutate_pod(new, {"kind": "Pod", "apiVersion": "v1", "metadata": pod["metadata"]})
             ctx.update(new)
 
@@ -563,7 +564,7 @@ class Kueue:
 
     @staticmethod
     def _clean_template(t: dict) -> dict:
-        t = copy.deepcopy(t or {})
+        t = deep_copy(t or {})
         meta = t.get("metadata") or {}
         out_meta = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
         spec = t.get("spec") or {}
@@ -662,7 +663,7 @@ class Kueue:
                     ctx.event(owner, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wname}", JOB_COMPONENT)
                 continue
             if fin is not None and not is_finished(wl):
-                status = copy.deepcopy(wl.get("status") or {})
+                status = deep_copy(wl.get("status") or {})
                 conds = status.setdefault("conditions", [])
                 set_condition(conds, "Finished", "True", fin[0], fin[1], now, observedGeneration=wl["metadata"].get("generation", 1))
                 ctx.write_status(wl, status)
@@ -675,7 +676,7 @@ class Kueue:
                 count_changed = ((spec.get("podSets") or [{}])[0].get("count") != count and not is_reserved(wl)
                                  and count > 0)
                 if prio_changed or count_changed:
-                    new = copy.deepcopy(wl)
+                    new = deep_copy(wl)
                     if prio_changed:
                         new["spec"]["priority"] = prio
                         if ref:
@@ -1008,7 +1009,7 @@ class Kueue:
                 prev.get("message") == message and \
                 prev.get("observedGeneration") == wl["metadata"].get("generation", 1):
             return  # already says so: no write, no event
-        status = copy.deepcopy(wl.get("status") or {})
+        status = deep_copy(wl.get("status") or {})
         conds = status.setdefault("conditions", [])
         prev = find_condition(conds, "QuotaReserved")
         changed_msg = prev is None or prev.get("message") != message or prev.get("reason") != reason
@@ -1021,7 +1022,7 @@ class Kueue:
         ctx = self.ctx
         now = ctx.ts()
         gen = wl["metadata"].get("generation", 1)
-        status = copy.deepcopy(wl.get("status") or {})
+        status = deep_copy(wl.get("status") or {})
         status["admission"] = {"clusterQueue": cqn, "podSetAssignments": assignment["podsets"]}
         conds = status.setdefault("conditions", [])
         set_condition(conds, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cqn}", now,
@@ -1049,7 +1050,7 @@ class Kueue:
         ctx = self.ctx
         now = ctx.ts()
         gen = wl["metadata"].get("generation", 1)
-        status = copy.deepcopy(wl.get("status") or {})
+        status = deep_copy(wl.get("status") or {})
         conds = status.setdefault("conditions", [])
         set_condition(conds, "Evicted", "True", reason, message, now, observedGeneration=gen)
         if preempted_reason:
@@ -1093,7 +1094,7 @@ class Kueue:
         elif reason == "Deactivated" and is_active(wl):
             new_reason = ("Reactivated", "The workload was reactivated")
         if new_reason:
-            status = copy.deepcopy(wl.get("status") or {})
+            status = deep_copy(wl.get("status") or {})
             set_condition(status["conditions"], "Requeued", "True", new_reason[0], new_reason[1], self.ctx.ts(),
                           observedGeneration=wl["metadata"].get("generation", 1))
             res = self.ctx.write_status(wl, status)
@@ -1129,13 +1130,13 @@ class Kueue:
         if owner is None:
             return
         if owner.get("kind") == "Job":
-            new = copy.deepcopy(owner)
+            new = deep_copy(owner)
             new["spec"]["suspend"] = True
             orig = ((wl.get("spec") or {}).get("podSets") or [{}])[0].get("template") or {}
             tspec = new["spec"].setdefault("template", {}).setdefault("spec", {})
             for k in ("nodeSelector", "tolerations"):
                 if (orig.get("spec") or {}).get(k) is not None:
-                    tspec[k] = copy.deepcopy(orig["spec"][k])
+                    tspec[k] = deep_copy(orig["spec"][k])
                 else:
                     tspec.pop(k, None)
             tl = new["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})
@@ -1168,7 +1169,7 @@ class Kueue:
             if owner.get("kind") == "Job":
                 if not (owner.get("spec") or {}).get("suspend"):
                     continue
-                new = copy.deepcopy(owner)
+                new = deep_copy(owner)
                 tmpl = new["spec"].setdefault("template", {})
                 tspec = tmpl.setdefault("spec", {})
                 _inject(tspec, node_labels, tolerations)
@@ -1184,7 +1185,7 @@ class Kueue:
                     gates = (p.get("spec") or {}).get("schedulingGates") or []
                     if not any(g.get("name") == GATE for g in gates) or (p.get("spec") or {}).get("nodeName"):
                         continue
-                    new = copy.deepcopy(p)
+                    new = deep_copy(p)
                     new["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != GATE]
                     if not new["spec"]["schedulingGates"]:
                         del new["spec"]["schedulingGates"]
@@ -1251,7 +1252,7 @@ class Kueue:
                    _ukey(quota.usage.get(cqn)), _ukey(admitted_use.get(cqn)))
             if self._cq_keys.get(cqn) == key:
                 continue  # same inputs as the status last written
-            status = copy.deepcopy(cq.get("status") or {})
+            status = deep_copy(cq.get("status") or {})
             res_list, use_list = [], []
             for g in (cq.get("spec") or {}).get("resourceGroups") or []:
                 for f in g.get("flavors") or []:
@@ -1298,7 +1299,7 @@ class Kueue:
                    flavor_sig, tuple(lq_counts[lqk].values()), _ukey(lq_use.get(lqk)), _ukey(lq_adm_use.get(lqk)))
             if self._lq_keys.get(lqk) == key:
                 continue
-            status = copy.deepcopy(lq.get("status") or {})
+            status = deep_copy(lq.get("status") or {})
             res_list, use_list = [], []
             for g in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
                 for f in g.get("flavors") or []:
@@ -1350,4 +1351,4 @@ def _inject(pod_spec: dict, node_labels: dict, tolerations: list) -> None:
         tl = pod_spec.setdefault("tolerations", [])
         for t in tolerations:
             if t not in tl:
-                tl.append(copy.deepcopy(t))
+                tl.append(deep_copy(t))

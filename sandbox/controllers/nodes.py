@@ -18,8 +18,8 @@ until the label changes; setting it back to the applied value turns the state ba
 
 from __future__ import annotations
 
-import copy
 
+from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import NODE, POD, SANDBOX
 from sandbox.profile import (
@@ -95,14 +95,14 @@ class NodeController:
                     continue  # failed for this value: wait for a new label value
                 self._start(node, wanted)
             elif state == "failed":
-                new = copy.deepcopy(node)
+                new = deep_copy(node)
                 new["metadata"]["labels"][MIG_STATE_LABEL] = "success"
                 new["metadata"].setdefault("annotations", {}).pop(FAILED, None)
                 ctx.update(new)
 
     def _start(self, node: dict, wanted: str) -> None:
         ctx = self.ctx
-        new = copy.deepcopy(node)
+        new = deep_copy(node)
         labels = new["metadata"]["labels"]
         ann = new["metadata"].setdefault("annotations", {})
         labels[MIG_STATE_LABEL] = "pending"
@@ -113,7 +113,7 @@ class NodeController:
         res = ctx.update(new)
         if res is None:
             return
-        status = copy.deepcopy(res.get("status") or {})
+        status = deep_copy(res.get("status") or {})
         for key in ("capacity", "allocatable"):
             for r in list((status.get(key) or {}).keys()):
                 if is_gpu_resource_name(r):
@@ -142,7 +142,7 @@ class NodeController:
                 target = mig_layout(gpu["model"], "all-disabled", n, ctx.profile)
             new_state = "failed"
         glabels, gres, _ = gpu_node_state(name, gpu, target)
-        new = copy.deepcopy(node)
+        new = deep_copy(node)
         labels = new["metadata"]["labels"]
         for k in [k for k in labels if k.startswith(R.MIG_PREFIX)]:
             del labels[k]
@@ -161,7 +161,7 @@ class NodeController:
         res = ctx.update(new)
         if res is None:
             return
-        status = copy.deepcopy(res.get("status") or {})
+        status = deep_copy(res.get("status") or {})
         for key in ("capacity", "allocatable"):
             cur = status.setdefault(key, {})
             for r in list(cur):

@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import NODE, POD, condition_true, set_condition
 from sandbox.profile import hami_devices
@@ -382,7 +383,7 @@ def pod_priority(pod: dict) -> int:
 def bind(ctx, pod: dict, node_name: str, alloc: list | None, component: str) -> dict | None:
     """Bind ``pod`` to ``node_name`` (spec.nodeName, PodScheduled=True, HAMi annotations) and emit ``Scheduled``."""
     ns, name = pod["metadata"].get("namespace"), pod["metadata"]["name"]
-    new = copy.deepcopy(pod)
+    new = deep_copy(pod)
     new["spec"]["nodeName"] = node_name
     if alloc:
         ann = new["metadata"].setdefault("annotations", {})
@@ -395,7 +396,7 @@ def bind(ctx, pod: dict, node_name: str, alloc: list | None, component: str) -> 
     res = bind_object(ctx, new)
     if res is None:
         return None
-    status = copy.deepcopy(res.get("status") or {})
+    status = deep_copy(res.get("status") or {})
     conds = status.setdefault("conditions", [])
     set_condition(conds, "PodScheduled", "True", "", "", ctx.ts(), lastProbeTime=None)
     for c in conds:
@@ -444,7 +445,7 @@ def qos_class(spec: dict) -> str:
 
 
 def mark_unschedulable(ctx, pod: dict, message: str, component: str = "default-scheduler") -> None:
-    status = copy.deepcopy(pod.get("status") or {})
+    status = deep_copy(pod.get("status") or {})
     status.setdefault("phase", "Pending")
     conds = status.setdefault("conditions", [])
     set_condition(conds, "PodScheduled", "False", "Unschedulable", message, ctx.ts(), lastProbeTime=None)

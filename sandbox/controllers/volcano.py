@@ -29,10 +29,10 @@
 
 from __future__ import annotations
 
-import copy
 from collections import Counter, defaultdict
 from decimal import Decimal
 
+from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     NODE,
@@ -112,7 +112,7 @@ class Volcano:
             if target.get("kind") == "Queue":
                 q = ctx.get(VC_QUEUE, target.get("name", ""))
                 if q is not None and action in ("OpenQueue", "CloseQueue"):
-                    status = copy.deepcopy(q.get("status") or {})
+                    status = deep_copy(q.get("status") or {})
                     if action == "OpenQueue":
                         status["state"] = "Open"
                     else:
@@ -152,7 +152,7 @@ class Volcano:
     # ------------------------------------------------------------------------------------------ job controller
     def _set_phase(self, job: dict, phase: str, reason: str = "", message: str = "", **extra) -> dict | None:
         ctx = self.ctx
-        status = copy.deepcopy(job.get("status") or {})
+        status = deep_copy(job.get("status") or {})
         state = status.setdefault("state", {})
         if state.get("phase") == phase and not extra:
             return job
@@ -257,7 +257,7 @@ class Volcano:
                 ctx.delete(POD, p["metadata"]["name"], ns)
             pg = pgs.get((ns, self._pg_name(job)))
             if pg is not None and phase == "Completed" and (pg.get("status") or {}).get("phase") != "Completed":
-                st = copy.deepcopy(pg.get("status") or {})
+                st = deep_copy(pg.get("status") or {})
                 st["phase"] = "Completed"
                 ctx.write_status(pg, st)
             self._write_counters(job, [p for p in live if p not in active])
@@ -350,7 +350,7 @@ class Volcano:
         jname, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         queue = spec.get("queue") or "default"
         version = str((job.get("status") or {}).get("version", 0))
-        template = copy.deepcopy(task.get("template") or {})
+        template = deep_copy(task.get("template") or {})
         tspec = template.setdefault("spec", {})
         tspec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
         if spec.get("priorityClassName") and not tspec.get("priorityClassName"):
@@ -408,7 +408,7 @@ class Volcano:
         ctx = self.ctx
         pods = pods or []
         cur = self.ctx.get(VC_JOB, job["metadata"]["name"], job["metadata"]["namespace"]) or job
-        status = copy.deepcopy(cur.get("status") or {})
+        status = deep_copy(cur.get("status") or {})
         counts = Counter(pod_phase(p) for p in pods if not is_deleting(p))
         status["pending"] = counts.get("Pending", 0)
         status["running"] = counts.get("Running", 0)
@@ -456,7 +456,7 @@ class Volcano:
         out = {}
         for q in self.ctx.list_items(VC_QUEUE):
             if not (q.get("status") or {}).get("state"):
-                st = copy.deepcopy(q.get("status") or {})
+                st = deep_copy(q.get("status") or {})
                 st["state"] = "Open"
                 q = self.ctx.write_status(q, st) or q
             out[q["metadata"]["name"]] = q
@@ -518,7 +518,7 @@ class Volcano:
                     self._pg_unschedulable(pg, "NotEnoughResources", "queue resource quota insufficient")
                     continue
                 inqueue_res[qname] = R.add(inqueue_res[qname], need)
-                st = copy.deepcopy(pg.get("status") or {})
+                st = deep_copy(pg.get("status") or {})
                 st["phase"] = "Inqueue"
                 ctx.write_status(pg, st)
                 continue  # pods are created by the job controller on the next pass
@@ -581,7 +581,7 @@ class Volcano:
                     _mark_pod(ctx, p, msg)
                 return
         running = sum(1 for p in members if pod_phase(p) == "Running")
-        st = copy.deepcopy(pg.get("status") or {})
+        st = deep_copy(pg.get("status") or {})
         phase = st.get("phase") or "Pending"
         if len(bound) + len(done) >= min_member and min_member > 0:
             phase = "Running"
@@ -620,7 +620,7 @@ class Volcano:
 
     def _pg_unschedulable(self, pg: dict, reason: str, message: str, node_msg: str | None = None) -> None:
         ctx = self.ctx
-        st = copy.deepcopy(pg.get("status") or {})
+        st = deep_copy(pg.get("status") or {})
         st.setdefault("phase", "Pending")
         conds = st.setdefault("conditions", [])
         c = find_condition(conds, "Unschedulable")
@@ -651,7 +651,7 @@ class Volcano:
             name = q["metadata"]["name"]
             counts = Counter((pg.get("status") or {}).get("phase") or "Pending" for pg in pgs
                              if ((pg.get("spec") or {}).get("queue") or "default") == name)
-            st = copy.deepcopy(q.get("status") or {})
+            st = deep_copy(q.get("status") or {})
             st.setdefault("state", "Open")
             if st["state"] == "Closing" and not (counts.get("Running") or counts.get("Inqueue")):
                 st["state"] = "Closed"

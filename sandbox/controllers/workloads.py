@@ -31,11 +31,11 @@
 
 from __future__ import annotations
 
-import copy
 import heapq
 import json
 import threading
 
+from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     DEPLOYMENT,
@@ -101,8 +101,8 @@ def pods_by_owner(pods: list[dict]) -> dict[str, list[dict]]:
 def build_pod(ctx, owner: dict, template: dict, name: str, *, labels: dict | None = None,
               annotations: dict | None = None) -> dict:
     """A Pod from a pod template, owned by ``owner``; runs the registered pod "webhooks" (Kueue gating, HAMi)."""
-    tmeta = copy.deepcopy(template.get("metadata") or {})
-    spec = copy.deepcopy(template.get("spec") or {})
+    tmeta = deep_copy(template.get("metadata") or {})
+    spec = deep_copy(template.get("spec") or {})
     ann = dict(tmeta.get("annotations") or {})
     for k, v in sandbox_annotations(owner, template).items():
         ann.setdefault(k, v)
@@ -267,7 +267,7 @@ class JobController:
         ctx = self.ctx
         now = ctx.ts()
         spec = job.get("spec") or {}
-        status = copy.deepcopy(job.get("status") or {})
+        status = deep_copy(job.get("status") or {})
         conds = status.setdefault("conditions", [])
         active = [p for p in pods if not is_terminal(p) and not is_deleting(p)]
         succeeded = [p for p in pods if pod_phase(p) == "Succeeded"]
@@ -491,7 +491,7 @@ class DeploymentController:
         ready = sum(1 for p in cur + old if is_ready(p))
         total = len(cur) + len(old)
         now = ctx.ts()
-        status = copy.deepcopy(d.get("status") or {})
+        status = deep_copy(d.get("status") or {})
         conds = status.setdefault("conditions", [])
         status.update({
             "observedGeneration": d["metadata"].get("generation", 1),
@@ -605,7 +605,7 @@ class StatefulSetController:
         pods_now = list(live.values())
         ready = sum(1 for p in pods_now if is_ready(p))
         current = sum(1 for p in pods_now if (p["metadata"].get("labels") or {}).get("controller-revision-hash") == rev)
-        status = copy.deepcopy(s.get("status") or {})
+        status = deep_copy(s.get("status") or {})
         status.update({
             "observedGeneration": s["metadata"].get("generation", 1),
             "replicas": len(pods_now),
@@ -635,7 +635,7 @@ class StatefulSetController:
             out.append((tname, cname))
             if ctx.get(PVC, cname, ns) is not None:
                 continue
-            tspec = copy.deepcopy(tpl.get("spec") or {})
+            tspec = deep_copy(tpl.get("spec") or {})
             tspec.setdefault("accessModes", ["ReadWriteOnce"])
             tspec.setdefault("storageClassName", "standard")
             tspec.setdefault("volumeMode", "Filesystem")
@@ -771,7 +771,7 @@ class Kubelet:
     def _sync(self, pod: dict, node: dict) -> None:
         ctx = self.ctx
         now_dt = ctx.now()
-        status = copy.deepcopy(pod.get("status") or {})
+        status = deep_copy(pod.get("status") or {})
         conds = status.setdefault("conditions", [])
         sched = find_condition(conds, "PodScheduled")
         bound_at = parse_time((sched or {}).get("lastTransitionTime")) or parse_time(

@@ -14,6 +14,9 @@ class Command(BaseCommand):
         from workloads.catalogue import seed_catalogue
 
         seed_catalogue()
+        from workloads.demo import seed_request_demo
+
+        seed_request_demo()
         self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
         for username, what in logins:
             self.stdout.write(f"  {username:<7} {what}")
