@@ -160,9 +160,10 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_queue_dir / "queue"),
         "data_folder_out": str(_queue_dir / "queue"),
         "processed_folder": str(_queue_dir / "processed"),
+        "control_folder": str(_queue_dir / "control"),
         "store_processed": False,
     }
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 elif os.environ.get("PYTEST_XDIST_WORKER"):
     # Parallel test processes share one Redis: each gets its own queues.

@@ -18,8 +18,8 @@ import threading
 from collections import defaultdict, deque
 from datetime import datetime
 
-from sandbox.patch import deep_copy
 from sandbox.clock import format_time, parse_time
+from sandbox.patch import deep_copy
 
 # ---------------------------------------------------------------------------------------------------- constants
 SANDBOX = "sandbox.gpuportal.dev/"

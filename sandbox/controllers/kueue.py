@@ -56,7 +56,6 @@ import threading
 from collections import defaultdict
 from decimal import Decimal
 
-from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     CLUSTER_QUEUE,
@@ -83,6 +82,7 @@ from sandbox.controllers.common import (
 )
 from sandbox.controllers.scheduler import matches_node_selector_terms, tolerates
 from sandbox.controllers.workloads import is_terminal, job_finished
+from sandbox.patch import deep_copy
 from sandbox.selectors import match_labels
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

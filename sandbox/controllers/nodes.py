@@ -19,9 +19,9 @@ until the label changes; setting it back to the applied value turns the state ba
 from __future__ import annotations
 
 
-from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import NODE, POD, SANDBOX
+from sandbox.patch import deep_copy
 from sandbox.profile import (
     MIG_CONFIG_LABEL,
     MIG_MANAGER_LABEL,

@@ -28,9 +28,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import NODE, POD, condition_true, set_condition
+from sandbox.patch import deep_copy
 from sandbox.profile import hami_devices
 
 DEFAULT_SCHEDULERS = ("default-scheduler", "", None, "hami-scheduler")

@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from decimal import Decimal
 
-from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     NODE,
@@ -49,6 +48,7 @@ from sandbox.controllers.common import (
 )
 from sandbox.controllers.scheduler import account, bind, filter_node, is_gated, node_infos, pod_priority
 from sandbox.controllers.workloads import build_pod, is_terminal, owned_pods, pod_phase, pods_by_owner
+from sandbox.patch import deep_copy
 
 GROUP_ANN = "scheduling.k8s.io/group-name"
 TERMINAL = ("Completed", "Failed", "Terminated", "Aborted")

@@ -35,7 +35,6 @@ import heapq
 import json
 import threading
 
-from sandbox.patch import deep_copy
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     DEPLOYMENT,
@@ -61,6 +60,7 @@ from sandbox.controllers.common import (
     uid_of,
 )
 from sandbox.clock import format_time, parse_time
+from sandbox.patch import deep_copy
 
 DEFAULT_BATCH_SECONDS = 180.0
 START_DELAY_SECONDS = 2.0
