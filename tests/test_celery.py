@@ -1,21 +1,33 @@
-"""The Celery app runs tasks through the configured broker with a real worker."""
+"""The Celery app runs tasks through the configured broker (Redis in CI) with a real worker."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 from celery.contrib.testing.worker import start_worker
-from django.conf import settings
+from celery.signals import task_postrun
 
 from portal.celery import app, ping
 
 
 def test_worker_runs_a_task_through_the_broker() -> None:
-    backend = settings.REDIS_URL or "cache+memory://"
-    app.conf.update(result_backend=backend, task_ignore_result=False)
-    app._local.__dict__.pop("backend", None)  # Celery caches the backend per thread; re-read the setting
+    done = threading.Event()
+    results: dict[str, object] = {}
+
+    def record(sender=None, task_id=None, retval=None, state=None, **kwargs) -> None:  # noqa: ANN001
+        results[task_id] = (state, retval)
+        done.set()
+
+    task_postrun.connect(record, weak=False)
     app.control.purge()  # tasks other tests queued on commit are not this worker's business
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
-            assert ping.apply_async(ignore_result=False).get(timeout=20) == "pong"
+            sent = ping.delay()
+            deadline = time.monotonic() + 30
+            while sent.id not in results and time.monotonic() < deadline:
+                done.wait(timeout=0.5)
+                done.clear()
     finally:
-        app.conf.update(result_backend=None, task_ignore_result=True)
-        app._local.__dict__.pop("backend", None)
+        task_postrun.disconnect(record)
+    assert results.get(sent.id) == ("SUCCESS", "pong"), results

@@ -52,6 +52,7 @@ Cohort borrowing/lending limits (a Cohort object's own ``nominalQuota`` simply a
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections import defaultdict
 from decimal import Decimal
@@ -200,6 +201,7 @@ class Quota:
         self.blimit: dict[str, dict] = {}
         self.llimit: dict[str, dict] = {}
         self.usage: dict[str, dict] = _usage_map()
+        self.mutations = 0  # bumped by every usage change: keys the flavor-assignment memo of a pass
         self.root: dict[str, str | None] = {}
         self.members: dict[str, list[str]] = defaultdict(list)
         self.cohort_quota: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
@@ -292,6 +294,7 @@ class Quota:
     def add(self, cq, usage: dict, sign: int = 1) -> None:
         if cq not in self.nominal:
             return
+        self.mutations += 1
         for fr, v in usage.items():
             self.usage[cq][fr] += v * sign
 
@@ -299,12 +302,14 @@ class Quota:
         return {cq: dict(u) for cq, u in self.usage.items()}
 
     def restore(self, snap) -> None:
+        self.mutations += 1
         self.usage = _usage_map({cq: defaultdict(Decimal, u) for cq, u in snap.items()})
 
     def fresh(self) -> Quota:
         """The same quotas with no usage (the quota part is shared: read-only)."""
         q = copy.copy(self)
         q.usage = _usage_map()
+        q.mutations = 0
         return q
 
 
@@ -340,12 +345,14 @@ class Kueue:
         self._s_all = False
         self._lqs_of: defaultdict = defaultdict(set)  # ClusterQueue name -> LocalQueue keys (rebuilt on full passes)
         self._epoch = None
+        self._full = True
         self._parsed: dict = {}  # Quota parse cache
         self._spec_gen = 0  # bumped on every ClusterQueue/Cohort spec change
         self._quota_base: tuple | None = None
         self._cq_keys: dict[str, tuple] = {}  # inputs of the ClusterQueue status last written
         self._lq_keys: dict[tuple, tuple] = {}
         self._wl_names: dict[str, str] = {}
+        self._shapes: dict[tuple, str] = {}
         ctx.informer.listen(self._on_change)
 
     # -------------------------------------------------------------------------------------------- dirty sets
@@ -412,14 +419,23 @@ class Kueue:
                         self._d_cqs.add(spec["clusterQueue"])
 
     def _take_dirty(self) -> None:
+        """Admission inputs changed so far (taken right before scheduling, so that the Workloads created and the
+        Jobs suspended earlier in this pass count)."""
         with self._dlock:
             epoch = self.ctx.informer.epoch
             full = self._d_all or epoch != self._epoch
             self._cur = (full, self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns)
-            self._cur_s = (full or self._s_all, self._s_cqs, self._s_lqs, self._s_lq_cqs)
+            self._full = full
             self._epoch = epoch
-            self._d_all = self._s_all = False
+            self._d_all = False
             self._d_cqs, self._d_cohorts, self._d_lqs, self._d_ns = set(), set(), set(), set()
+
+    def _take_status_dirty(self) -> None:
+        """Status inputs changed so far (taken right before the status step: this pass's admissions count)."""
+        with self._dlock:
+            full = self._full or self._s_all or self.ctx.informer.epoch != self._epoch
+            self._cur_s = (full, self._s_cqs, self._s_lqs, self._s_lq_cqs)
+            self._s_all = False
             self._s_cqs, self._s_lqs, self._s_lq_cqs = set(), set(), set()
         if full:
             self._cq_keys.clear()
@@ -492,12 +508,13 @@ class Kueue:
     # -------------------------------------------------------------------------------------------- reconcile
     def reconcile(self) -> None:
         # Kueue is purely state driven (no timers): Controllers skips this pass when none of ``watches`` changed
-        self._take_dirty()
         self._load()
         self._webhooks()
         self._sync_workloads()
+        self._take_dirty()
         self._schedule()
         self._enforce()
+        self._take_status_dirty()
         self._status()
 
     # 1. webhooks -------------------------------------------------------------------------------------
@@ -831,6 +848,22 @@ class Kueue:
                                 "resourceUsage": R.fmt_list(req), "count": count})
         return {"podsets": podsets_out, "usage": dict(total_usage)}, overall_mode, "", []
 
+    def _assign_memo(self, wl: dict, cqn: str, quota: Quota, memo: dict):
+        """:meth:`_assign`, shared by the workloads of one shape (pod sets) while the quota usage does not change
+        (a long queue of identical jobs is evaluated once per admission, not once per job). Read-only results."""
+        m = wl["metadata"]
+        skey = (m.get("uid"), m.get("generation"))
+        shape = self._shapes.get(skey)
+        if shape is None:
+            if len(self._shapes) > 50000:
+                self._shapes.clear()
+            shape = self._shapes[skey] = json.dumps((wl.get("spec") or {}).get("podSets"), sort_keys=True, default=str)
+        key = (cqn, quota.mutations, shape)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = self._assign(wl, cqn, quota)
+        return hit
+
     def _preemption_targets(self, wl: dict, cqn: str, quota: Quota, options, admitted: list[dict]):
         """A minimal list of (victim, reason) whose eviction lets ``wl`` fit, or None."""
         cq = self.cqs[cqn]
@@ -958,6 +991,7 @@ class Kueue:
                    if not is_reserved(wl) and not is_finished(wl) and is_active(wl) and not is_deleting(wl)]
         pending.sort(key=lambda w: (-wl_priority(w), creation_key(w)))
         blocked_cqs: set[str] = set()
+        memo: dict = {}
         for wl in pending:
             cqn, reason, msg = self._queue_check(wl)
             if reason:
@@ -967,7 +1001,7 @@ class Kueue:
                 continue  # nothing this group's admission depends on changed since the last pass
             if cqn in blocked_cqs:
                 continue
-            assignment, mode, msg, options = self._assign(wl, cqn, quota)
+            assignment, mode, msg, options = self._assign_memo(wl, cqn, quota, memo)
             if assignment is None and options:
                 targets = self._preemption_targets(wl, cqn, quota, options, admitted)
                 if targets:
