@@ -216,6 +216,19 @@ class Kube:
             raise
         return obj
 
+    def pod_log(self, namespace: str, name: str, *, tail_lines: int = 200) -> str | None:
+        """The last ``tail_lines`` lines of a pod's log; None if the pod is gone."""
+        try:
+            _, text = self._request("log", "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+                                    query=[("tailLines", tail_lines)])
+        except ClusterRejected as exc:
+            if exc.status in (400, 404):  # gone, or not started yet
+                return None
+            raise
+        if text is None:
+            return ""
+        return text if isinstance(text, str) else json.dumps(text)
+
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         """Every object of a kind (in ``namespace``, or all), following ``continue`` pages.

@@ -301,13 +301,10 @@ def _pod_logs(req: WorkloadRequest) -> list[dict[str, Any]]:
 
     kube = kube_for(req.cluster)
     items, _ = kube.list("v1", "Pod", req.project.namespace, label_selector=f"{REQUEST_LABEL}={req.pk}")
-    read_log = getattr(kube, "pod_log", None)  # portal.kube has no log reader yet: phases only until it does
     pods = []
     for pod in sorted(items, key=lambda p: p["metadata"]["name"]):
         name = pod["metadata"]["name"]
-        text = None
-        if read_log is not None:
-            text = read_log(req.project.namespace, name, tail_lines=LOG_LINES)
+        text = kube.pod_log(req.project.namespace, name, tail_lines=LOG_LINES)
         pods.append({"name": name, "phase": (pod.get("status") or {}).get("phase", ""),
                      "node": (pod.get("spec") or {}).get("nodeName", ""), "log": text})
     return pods

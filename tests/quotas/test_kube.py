@@ -101,3 +101,15 @@ def test_kube_for_reads_an_encrypted_kubeconfig_and_caches(fresh_sandbox) -> Non
     assert kube_for(by_path) is not kube
     with pytest.raises(ValueError):
         kube_for(Cluster.objects.create(name="none"))
+
+
+def test_pod_log_reads_the_tail(fresh_sandbox) -> None:  # noqa: ANN001
+    kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "logs"}})
+    kube.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "logs",
+                "annotations": {"sandbox.gpuportal.dev/duration": "60s"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}})
+    fresh_sandbox.advance(120)
+    text = kube.pod_log("logs", "p", tail_lines=50)
+    assert isinstance(text, str) and text.strip(), text
+    assert kube.pod_log("logs", "missing") is None
