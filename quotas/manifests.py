@@ -30,7 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .models import Cluster, Flavor
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
@@ -173,8 +176,11 @@ def offered_kinds(cluster: ClusterRow) -> set[str]:
     return kinds
 
 
-def volcano_owned(cluster: ClusterRow, flavor: FlavorRow) -> bool:
+def volcano_owned(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
     """Architecture E: is this flavor's capacity handed out by Volcano instead of Kueue?
+
+    Reads only ``cluster.architecture``, ``flavor.kind`` and ``flavor.pool_label``, so the rows here
+    and the models (the workload renderer, the submit checks) ask the same question of one function.
 
     How E never grants the same GPUs twice: the whole-GPU flavors of the offline (training) pool
     belong to Volcano alone. They get no ResourceFlavor and appear in no ClusterQueue or Cohort, so

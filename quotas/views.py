@@ -135,17 +135,6 @@ def _admin_tenant(actor: Actor, slug: str) -> Tenant:
     return tenant
 
 
-def _filtered(filterset_class: type[filters.FilterSet], request: HttpRequest, queryset: Any, **kwargs: Any) -> filters.FilterSet:
-    """``tenants.views.filtered``, plus: django-filter's choice fields add their own empty choice
-    ("---------"); label it "Any" and keep only that one."""
-    filterset = filtered(filterset_class, request, queryset, **kwargs)
-    for field in filterset.form.fields.values():
-        if getattr(field, "empty_label", None) is not None and hasattr(field, "choices"):
-            field.empty_label = "Any"
-            field.choices = [(value, label) for value, label in field.choices if value != ""]
-    return filterset
-
-
 def _filters_of(form: forms.Form, request: HttpRequest) -> SimpleNamespace:
     """A plain form dressed as a FilterSet for ``quotas/_filters.html``."""
     return SimpleNamespace(form=form, is_active=any(request.GET.get(name) for name in form.fields))
@@ -321,13 +310,13 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     pools = _pool_rows(cluster, flavors, flavor_rows)
 
     nodes = Node.objects.filter(cluster=cluster).select_related("pool").order_by("present", "ready", "name")
-    node_filter = _filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in cluster.pools.order_by("name")]})
+    node_filter = filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in cluster.pools.order_by("name")]})
     node_pager = Pager(request, node_filter.qs, param="nodes_page")
     node_rows = [(node, node_flags(node)) for node in node_pager]
 
     promises = Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor").order_by(
         "tenant__name", "flavor__order", "flavor__name", "resource")
-    quota_filter = _filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
+    quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
                             selects={"tenant": list(Tenant.objects.order_by("name").values_list("slug", "name")),
                                      "flavor_name": [(f.name, f.name) for f in flavors.values()]})
     tenants = tenancy.tenants_for(actor=actor).order_by("name")
@@ -561,7 +550,7 @@ def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
     rows = AppliedObject.objects.filter(cluster=cluster).select_related("tenant", "project").order_by(
         F("error_at").desc(nulls_last=True), "kind", "namespace", "name")
     kinds = AppliedObject.objects.filter(cluster=cluster).order_by("kind").values_list("kind", flat=True).distinct()
-    filterset = _filtered(AppliedObjectFilter, request, rows, selects={
+    filterset = filtered(AppliedObjectFilter, request, rows, selects={
         "kind": [(k, k) for k in kinds], "tenant": list(Tenant.objects.order_by("name").values_list("slug", "name"))})
     context = {"tab": "objects", "cluster": cluster, "filterset": filterset, "pager": Pager(request, filterset.qs),
                "errors_count": rows.exclude(error="").count()}
@@ -574,7 +563,7 @@ def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
 def _flavor_list(request: HttpRequest, actor: Actor, *, form: FlavorForm | None = None) -> HttpResponse:
     flavors = selectors.flavors_for(actor=actor).order_by("cluster__name", "order", "name")
     clusters = list(Cluster.objects.order_by("name"))
-    filterset = _filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
+    filterset = filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
     context = {"tab": "flavors", "filterset": filterset, "pager": Pager(request, filterset.qs),
                "form": form or FlavorForm(clusters=clusters), "has_clusters": bool(clusters)}
     return _ops_page(request, "quotas/flavor_list.html", context)
@@ -679,7 +668,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
     rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
     flavors = [s["row"].flavor for s in summary]
     unique_flavors = list({f.pk: f for f in flavors}.values())
-    filterset = _filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
+    filterset = filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
                          selects={"project": [(p.slug, p.name) for p in projects],
                                   "flavor_name": [(f.name, f.name) for f in unique_flavors]})
     pager = Pager(request, filterset.qs)
@@ -754,7 +743,7 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     rows = selectors.project_quota_summary(project=project)
     can_request = has_perm(actor, "submit_project", project) and project.is_active and (tenant.is_active or actor.is_ops)
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
-    filterset = _filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
+    filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(active=True).order_by("cluster__name", "order", "name")
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
@@ -823,7 +812,7 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
     inbox_items = list(inbox)
     current = _context_for(inbox_items)
     visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
-    filterset = _filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
+    filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
         "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
         "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
     })

@@ -58,7 +58,7 @@ def seed_demo() -> list[tuple[str, str]]:
         return user
 
     ops = ensure_user(OPS_USER[0], OPS_USER[1])
-    ops_user_ensure(ops)
+    ops_user_ensure(actor=system, user=ops)
     logins = [(OPS_USER[0], OPS_USER[2])]
     for username, full_name, tenant_slug, project_slug, role, what in USERS:
         user = ensure_user(username, full_name)

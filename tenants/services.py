@@ -269,14 +269,68 @@ def token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
     return token
 
 
-def ops_user_ensure(user: Any) -> None:
-    """Make ``user`` platform ops (staff in the ops group)."""
+# Platform ops ----------------------------------------------------------------------------------
+
+
+def _ops_snapshot(user: Any) -> dict[str, Any]:
+    from .access import OPS_GROUP
+
+    return {"is_staff": user.is_staff, "ops_group": user.groups.filter(name=OPS_GROUP).exists()}
+
+
+def _forget_perms(user: Any) -> None:
+    # is_ops() and Django cache permissions on the user object; this one may be the request's user.
+    for attr in ("_portal_is_ops", "_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        user.__dict__.pop(attr, None)
+
+
+@transaction.atomic
+def ops_user_ensure(*, actor: Actor, user: Any) -> bool:
+    """Make ``user`` platform ops (staff in the ops group). Audited when it changes something;
+    returns whether it did (making ops twice is a no-op, not an error)."""
     from django.contrib.auth.models import Group
 
     from .access import OPS_GROUP
 
+    _require_ops(actor, "Only platform ops make other users ops.")
+    locked = get_user_model().objects.select_for_update().get(pk=user.pk)
+    before = _ops_snapshot(locked)
     group, _ = Group.objects.get_or_create(name=OPS_GROUP)
+    if not locked.is_staff:
+        locked.is_staff = True
+        locked.save(update_fields=["is_staff"])
+    locked.groups.add(group)
     user.is_staff = True
-    user.save(update_fields=["is_staff"])
-    user.groups.add(group)
-    user.__dict__.pop("_portal_is_ops", None)
+    _forget_perms(user)
+    after = _ops_snapshot(locked)
+    if after == before:
+        return False
+    audit_record(actor=actor, action="user.make_ops", target=locked, before=before, after=after)
+    return True
+
+
+@transaction.atomic
+def ops_user_remove(*, actor: Actor, user: Any) -> bool:
+    """Take platform ops away from ``user`` (out of the ops group, no longer staff). Audited when it
+    changes something; returns whether it did. Nobody removes their own ops role, so there is always
+    someone left who can give it back."""
+    from .access import OPS_GROUP
+
+    _require_ops(actor, "Only platform ops remove other users' ops role.")
+    if actor.user is not None and actor.user.pk == user.pk:
+        raise ConflictError("You cannot remove your own ops role: ask another ops user.", field="user")
+    locked = get_user_model().objects.select_for_update().get(pk=user.pk)
+    if locked.is_superuser:
+        raise ConflictError(f"{locked.get_username()} is a superuser, which counts as ops; that is not changed here.", field="user")
+    before = _ops_snapshot(locked)
+    locked.groups.remove(*locked.groups.filter(name=OPS_GROUP))
+    if locked.is_staff:
+        locked.is_staff = False
+        locked.save(update_fields=["is_staff"])
+    user.is_staff = False
+    _forget_perms(user)
+    after = _ops_snapshot(locked)
+    if after == before:
+        return False
+    audit_record(actor=actor, action="user.remove_ops", target=locked, before=before, after=after)
+    return True

@@ -32,5 +32,6 @@ urlpatterns = [
     path("ops/tenants/<slug:slug>/status/", views.ops_tenant_status, name="ops-tenant-status"),
     path("ops/projects/", views.ops_projects, name="ops-projects"),
     path("ops/users/", views.ops_users, name="ops-users"),
+    path("ops/users/<int:pk>/ops/", views.ops_user_ops, name="ops-user-ops"),
     path("ops/audit/", views.ops_audit, name="ops-audit"),
 ]

@@ -10,6 +10,7 @@ table row, and plain POSTs with a redirect and a message, so every page works wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -32,7 +33,7 @@ from django.views.decorators.http import require_POST
 from portal.exceptions import PortalError
 
 from . import selectors, services
-from .access import Actor, has_perm
+from .access import OPS_GROUP, Actor, has_perm
 from .filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
 from .forms import (
     MemberAddForm,
@@ -109,17 +110,25 @@ def filtered(
     *,
     hide: tuple[str, ...] = (),
     selects: dict[str, list[tuple[str, str]]] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> filters.FilterSet:
     """A bound FilterSet for a list page. ``hide`` drops filters the page fixes itself (the tenant
-    on a tenant's page); ``selects`` turns slug text filters into drop-downs of known values."""
+    on a tenant's page); ``selects`` turns slug text filters into drop-downs of known values;
+    ``labels`` are the page's own short labels, over ``FILTER_LABELS``. Every "no filter" choice reads "Any"."""
     filterset = filterset_class(request.GET or None, queryset=queryset, request=request)
     form = filterset.form
+    labels = FILTER_LABELS | dict(labels or {})
     for name in hide:
         form.fields.pop(name, None)
     for name, field in form.fields.items():
-        field.label = FILTER_LABELS.get(name, field.label)
+        field.label = labels.get(name, field.label)
         if isinstance(field.widget, forms.NullBooleanSelect):
             field.widget.choices = [(value, "Any" if value == "unknown" else label) for value, label in field.widget.choices]
+        elif getattr(field, "empty_label", None) is not None:
+            # django-filter's choice fields put their own empty choice ("---------") in front of
+            # whatever ``choices`` holds: relabel that one and keep it out of the list, or there are two.
+            field.empty_label = "Any"
+            field.choices = [(value, label) for value, label in field.choices if value != ""]
         elif hasattr(field, "choices"):
             field.choices = [(value, "Any" if value == "" else label) for value, label in field.choices]
     for name, choices in (selects or {}).items():
@@ -628,7 +637,37 @@ def ops_users(request: HttpRequest) -> HttpResponse:
     memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
     users = get_user_model().objects.order_by("username").prefetch_related(memberships, "groups")
     filterset = filtered(UserFilter, request, users, selects={"tenant": tenant_choices()})
-    return page(request, "ops/users.html", {"tab": "users", "filterset": filterset, "pager": Pager(request, filterset.qs)})
+    pager = Pager(request, filterset.qs)
+    for user in pager:
+        # Ops through the ops group (from the prefetched groups); superusers are ops regardless.
+        user.in_ops_group = user.is_staff and any(g.name == OPS_GROUP for g in user.groups.all())
+    return page(request, "ops/users.html", {"tab": "users", "filterset": filterset, "pager": pager})
+
+
+@login_required
+@require_POST
+def ops_user_ops(request: HttpRequest, pk: int) -> HttpResponse:
+    """Make a user platform ops (``ops=true``) or take it away (``ops=false``); never your own."""
+    actor = _ops_only(request)
+    user = get_object_or_404(get_user_model(), pk=pk)
+    make = request.POST.get("ops")
+    if make not in ("true", "false"):
+        messages.error(request, "Say whether to make the user ops or not.")
+    else:
+        name = user.get_username()
+        try:
+            if make == "true":
+                changed = services.ops_user_ensure(actor=actor, user=user)
+                done = f"{name} is now platform ops." if changed else f"{name} was already platform ops."
+            else:
+                changed = services.ops_user_remove(actor=actor, user=user)
+                done = f"{name} is no longer platform ops." if changed else f"{name} was not platform ops."
+        except PortalError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, done)
+    back = request.POST.get("next", "")
+    return redirect(reverse("ops-users") + (back if back.startswith("?") else ""))
 
 
 @login_required

@@ -77,7 +77,7 @@ def cast(db) -> Cast:  # noqa: ANN001
     nlp = make_project(acme, "acme-nlp", name="NLP")
     llm = make_project(globex, "globex-llm", name="LLM")
     users = {name: UserFactory(username=name) for name in ["ops", "alice", "bob", "carol", "dave", "erin", "frank", "nobody"]}
-    ops_user_ensure(users["ops"])
+    ops_user_ensure(actor=Actor.system(), user=users["ops"])
     make_member(users["alice"], acme, Role.TENANT_ADMIN)
     make_member(users["bob"], acme, Role.PROJECT_ADMIN, vision)
     make_member(users["carol"], acme, Role.MEMBER, vision)

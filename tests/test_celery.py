@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -20,10 +21,11 @@ def test_worker_runs_a_task_through_the_broker() -> None:
         done.set()
 
     task_postrun.connect(record, weak=False)
-    app.control.purge()  # tasks other tests queued on commit are not this worker's business
+    # A queue of its own: tasks other tests queued on commit are not this worker's business.
+    queue = f"ping-{os.getpid()}"
     try:
-        with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
-            sent = ping.delay()
+        with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", queues=[queue]):
+            sent = ping.apply_async(queue=queue)
             deadline = time.monotonic() + 30
             while sent.id not in results and time.monotonic() < deadline:
                 done.wait(timeout=0.5)

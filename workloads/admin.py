@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from portal.exceptions import PortalError
 from tenants.access import Actor, is_ops
+from tenants.admin import OpsReadOnlyAdmin
 from tenants.audit import audit_record, snapshot
 
 from . import services
@@ -21,26 +21,17 @@ from .models import ApprovalRule, Image, RequestEvent, ServiceTemplate, Workload
 from .schema import schema_errors
 
 
-class OpsAdmin(admin.ModelAdmin):
-    """Visible to and editable by platform ops only; saves and deletions are audited."""
+class OpsAdmin(OpsReadOnlyAdmin):
+    """Visible to platform ops only, who may also add and change here (never delete); saves are audited."""
 
     audit_fields: list[str] = []
     audit_name = ""
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_ops(request.user)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_ops(request.user)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return is_ops(request.user)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return is_ops(request.user)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         before = snapshot(type(obj).objects.get(pk=obj.pk), self.audit_fields) if change else None
@@ -133,7 +124,7 @@ class RequestEventInline(admin.TabularInline):
 
 
 @admin.register(WorkloadRequest)
-class WorkloadRequestAdmin(admin.ModelAdmin):
+class WorkloadRequestAdmin(OpsReadOnlyAdmin):
     list_display = ["id", "name", "project", "template", "flavor", "gpus", "replicas", "state", "requested_by", "created_at"]
     list_filter = ["state", "template__kind", "priority", "project__tenant"]
     search_fields = ["name", "project__slug", "requested_by__username", "image"]
@@ -141,34 +132,6 @@ class WorkloadRequestAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [RequestEventInline]
     actions = ["approve", "reject", "stop", "cancel"]
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_ops(request.user)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_ops(request.user)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def _each(self, request: HttpRequest, queryset: QuerySet[WorkloadRequest], done: str, call: Any) -> None:
-        actor = Actor.from_request(request)
-        count = 0
-        for obj in queryset:
-            try:
-                call(actor, obj)
-                count += 1
-            except (PortalError, ValidationError) as exc:
-                text = getattr(exc, "message", None) or "; ".join(exc.messages)
-                self.message_user(request, f"{obj}: {text}", messages.ERROR)
-        if count:
-            self.message_user(request, f"{count} {done}.", messages.SUCCESS)
 
     @admin.action(description="Approve")
     def approve(self, request: HttpRequest, queryset: QuerySet[WorkloadRequest]) -> None:

@@ -347,8 +347,17 @@ def uses_volcano(request: WorkloadRequest, architecture: str) -> bool:
     """Under E, training on a Volcano-owned flavor (the offline pool's whole GPUs, ``quotas.manifests.volcano_owned``)
     is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those nodes. Training on any other flavor
     (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, §5.5) stays with Kueue."""
-    return architecture in VOLCANO_ARCHITECTURES and request.flavor.kind == "whole" and (
-        request.flavor.pool_label == quota_manifests.VOLCANO_POOL)
+    return architecture in VOLCANO_ARCHITECTURES and quota_manifests.volcano_owned(request.cluster, request.flavor)
+
+
+def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
+    """Would a request of template ``kind`` on ``flavor`` render to Kueue objects that Kueue can never admit?
+
+    True for notebooks and inference on a Volcano-owned flavor (architecture E, offline whole GPUs): they
+    always render to Kueue-managed objects, and Kueue has no ResourceFlavor for those nodes. Training there
+    is a Volcano Job (:func:`uses_volcano`), single-node too, so it is never stranded.
+    """
+    return kind != "training" and quota_manifests.volcano_owned(flavor.cluster, flavor)
 
 
 def training_volumes(request: WorkloadRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

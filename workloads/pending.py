@@ -147,9 +147,12 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
 
 
 def awaiting_approval_sentence(since: datetime | None) -> str:
+    """"awaiting approval by a project admin since 10:42"; the date too when it is not today's."""
     if since is None:
         return "awaiting approval by a project admin"
-    return f"awaiting approval by a project admin since {timezone.localtime(since):%H:%M}"
+    local = timezone.localtime(since)
+    when = f"{local:%H:%M}" if local.date() == timezone.localdate() else f"{local:%Y-%m-%d %H:%M}"
+    return f"awaiting approval by a project admin since {when}"
 
 
 def requests_ahead(request: WorkloadRequest) -> int:

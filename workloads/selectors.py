@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
-from django.utils import timezone
+from django.utils.text import capfirst
 
 from quotas.models import Quota
 from tenants.access import Actor, is_ops
@@ -15,6 +15,7 @@ from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
 from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
+from .pending import awaiting_approval_sentence
 
 S = RequestState
 # Waiting for capacity in the project's queue (ahead of a request that gets approved now).
@@ -100,11 +101,11 @@ def approval_context(request: WorkloadRequest) -> dict[str, Any]:
 
 def request_pending_reason(request: WorkloadRequest) -> str:
     """A plain answer to "why is it not running yet?", or "" when it is not waiting."""
-    since = f" since {timezone.localtime(request.updated_at):%Y-%m-%d %H:%M}" if request.updated_at else ""
     if request.state == S.PENDING_APPROVAL:
-        # pending_reason holds why the rule did not approve it ("4 GPUs is more than the 2 ...").
+        # pending_reason holds why the rule did not approve it ("4 GPUs is more than the 2 ..."); the
+        # approvers' inbox shows it alone, as "Why you".
         why = f": {request.pending_reason}" if request.pending_reason else "."
-        return f"Awaiting approval by a project admin{since}{why}"
+        return capfirst(awaiting_approval_sentence(request.updated_at)) + why
     if request.state == S.SUBMITTED:
         return "Submitted; the approval rules are being applied."
     if request.state == S.APPROVED:

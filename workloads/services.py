@@ -24,7 +24,7 @@ from tenants.access import Actor, has_perm
 from tenants.audit import audit_record, snapshot
 from tenants.models import DNS1123_LABEL, Project
 
-from . import hooks, notify
+from . import hooks, manifests, notify
 from .models import ApprovalRule, Image, Priority, RequestEvent, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .schema import parameters_validate, schema_errors
 from .states import ACTIVE, CANCELLABLE, FINAL, move
@@ -333,6 +333,11 @@ def _submit(
     elif flavor.pk not in {f.pk for f in allowed}:
         names = ", ".join(f.name for f in allowed) or "none"
         error("flavor", f"Flavor {flavor.name} is not allowed for {template.name} (allowed: {names}).")
+    if flavor is not None and "flavor" not in errors and manifests.kueue_cannot_admit(kind=template.kind, flavor=flavor):
+        # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
+        error("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "
+                        f"{flavor.cluster.name}: {template.name} ({template.get_kind_display().lower()}) could never "
+                        f"start there. Choose another flavor; training jobs may use this one.")
 
     # Image: curated for this kind of template, unless the project may use its own.
     image = (image or "").strip()

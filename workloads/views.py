@@ -67,13 +67,8 @@ def _error_text(exc: PortalError | ValidationError) -> str:
 def _request_filters(
     request: HttpRequest, queryset: QuerySet[WorkloadRequest], *, hide: tuple[str, ...], selects: dict[str, list[tuple[str, str]]]
 ) -> Any:
-    filterset = filtered(RequestFilter, request, queryset, hide=hide, selects=selects)
+    filterset = filtered(RequestFilter, request, queryset, hide=hide, selects=selects, labels=FILTER_LABELS)
     form = filterset.form
-    for name, field in form.fields.items():
-        field.label = FILTER_LABELS.get(name, field.label)
-        if getattr(field, "empty_label", None) is not None:
-            field.empty_label = "Any"
-            field.choices = [(value, label) for value, label in field.choices if value != ""]
     if "state" in form.fields:
         # The API takes several states; on a page one at a time is what people pick.
         form.fields["state"].widget = OneOf(choices=[("", "Any")] + list(RequestState.choices))

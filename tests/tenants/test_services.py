@@ -106,3 +106,30 @@ def test_role_change_takes_effect_at_once(cast) -> None:  # noqa: ANN001
     assert not has_perm(dave, "submit_project", cast.vision)
     services.membership_update(actor=cast.actor("alice"), membership=membership, role=Role.MEMBER)
     assert has_perm(cast.actor("dave"), "submit_project", cast.vision)
+
+
+def test_making_ops_is_audited_once_and_removing_it_too(cast) -> None:  # noqa: ANN001
+    ops = cast.actor("ops")
+    assert services.ops_user_ensure(actor=ops, user=cast.carol) is True
+    assert has_perm(Actor(user=cast.carol), "change_tenant", cast.globex)
+    assert services.ops_user_ensure(actor=ops, user=cast.carol) is False  # already ops: no change, no entry
+    made = AuditEntry.objects.filter(action="user.make_ops", target_id=str(cast.carol.pk))
+    assert made.count() == 1 and made.get().actor == cast.ops and made.get().target_repr == "carol"
+    assert (made.get().before, made.get().after) == ({"is_staff": False, "ops_group": False}, {"is_staff": True, "ops_group": True})
+
+    assert services.ops_user_remove(actor=ops, user=cast.carol) is True
+    assert not has_perm(Actor(user=cast.carol), "change_tenant", cast.globex)
+    assert services.ops_user_remove(actor=ops, user=cast.carol) is False
+    assert AuditEntry.objects.filter(action="user.remove_ops", target_id=str(cast.carol.pk)).count() == 1
+
+
+def test_only_ops_change_ops_and_never_their_own(cast) -> None:  # noqa: ANN001
+    before = AuditEntry.objects.count()
+    with pytest.raises(NotAllowed):
+        services.ops_user_ensure(actor=cast.actor("alice"), user=cast.alice)
+    with pytest.raises(NotAllowed):
+        services.ops_user_remove(actor=cast.actor("alice"), user=cast.ops)
+    with pytest.raises(PortalError, match="your own ops role"):
+        services.ops_user_remove(actor=cast.actor("ops"), user=cast.ops)
+    assert AuditEntry.objects.count() == before
+    assert Actor(user=cast.ops).is_ops and not Actor(user=cast.alice).is_ops

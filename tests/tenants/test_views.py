@@ -448,6 +448,15 @@ def test_members_page_lists_tenant_members_only(as_user) -> None:  # noqa: ANN00
     assert "<strong>dave</strong>" in body and "<strong>carol</strong>" not in body
 
 
+def test_choice_filters_offer_one_any_and_no_dashes(as_user) -> None:  # noqa: ANN001
+    """django-filter's choice fields bring their own empty choice; the page shows it once, as "Any"."""
+    body = text(as_user("alice").get("/tenants/acme/members/"))
+    role = re.search(r'<select name="role".*?</select>', body, re.S)
+    assert role is not None
+    assert role.group(0).count(">Any</option>") == 1
+    assert "---------" not in body
+
+
 ADD_NOBODY = {"member-username": "nobody", "member-project": "acme-nlp", "member-role": "member"}
 
 
@@ -743,6 +752,75 @@ def test_ops_users_lists_memberships(as_user, cast, django_assert_max_num_querie
     assert "<strong>carol</strong>" in body and "<strong>alice</strong>" not in body
     body = text(client.get("/ops/users/?tenant=globex"))
     assert "<strong>erin</strong>" in body and "<strong>frank</strong>" in body and "<strong>carol</strong>" not in body
+
+
+def _is_ops(user) -> bool:  # noqa: ANN001
+    from tenants.access import is_ops
+
+    user.refresh_from_db()
+    user.__dict__.pop("_portal_is_ops", None)
+    return is_ops(user)
+
+
+def test_ops_make_and_remove_ops_on_the_users_page(as_user, cast) -> None:  # noqa: ANN001
+    client = as_user("ops")
+    body = text(client.get("/ops/users/?q=caro"))
+    assert "Make ops" in body and reverse("ops-user-ops", args=[cast.carol.pk]) in body
+    response = client.post(reverse("ops-user-ops", args=[cast.carol.pk]), {"ops": "true", "next": "?q=caro"}, follow=True)
+    assert response.redirect_chain[-1][0] == "/ops/users/?q=caro"
+    assert "carol is now platform ops." in text(response) and "Remove ops" in text(response)
+    assert _is_ops(cast.carol)
+    entry = AuditEntry.objects.get(action="user.make_ops", target_id=str(cast.carol.pk))
+    assert entry.actor == cast.ops and entry.tenant is None
+    assert as_user("carol").get("/ops/tenants/").status_code == 200  # carol now has the ops pages
+
+    client = as_user("ops")
+    response = client.post(reverse("ops-user-ops", args=[cast.carol.pk]), {"ops": "false"}, follow=True)
+    assert "carol is no longer platform ops." in text(response)
+    assert not _is_ops(cast.carol)
+    assert AuditEntry.objects.filter(action="user.remove_ops", target_id=str(cast.carol.pk), actor=cast.ops).count() == 1
+    assert as_user("carol").get("/ops/tenants/").status_code == 404
+
+
+def test_ops_cannot_remove_their_own_ops_role(as_user, cast) -> None:  # noqa: ANN001
+    client = as_user("ops")
+    body = text(client.get("/ops/users/?q=ops"))
+    assert reverse("ops-user-ops", args=[cast.ops.pk]) not in body  # no button on your own row
+    response = client.post(reverse("ops-user-ops", args=[cast.ops.pk]), {"ops": "false"}, follow=True)
+    assert "You cannot remove your own ops role" in text(response)
+    assert _is_ops(cast.ops)
+    assert not AuditEntry.objects.filter(action="user.remove_ops").exists()
+
+
+def test_making_an_ops_user_ops_again_changes_nothing(as_user, cast) -> None:  # noqa: ANN001
+    from tenants.access import Actor
+    from tenants.services import ops_user_ensure
+
+    ops_user_ensure(actor=Actor.system(), user=cast.bob)
+    before = AuditEntry.objects.count()
+    response = as_user("ops").post(reverse("ops-user-ops", args=[cast.bob.pk]), {"ops": "true"}, follow=True)
+    assert "bob was already platform ops." in text(response)
+    assert AuditEntry.objects.count() == before
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "carol", "erin", "nobody"])
+def test_only_ops_change_who_is_ops(as_user, cast, who) -> None:  # noqa: ANN001
+    response = as_user(who).post(reverse("ops-user-ops", args=[cast.dave.pk]), {"ops": "true"})
+    assert response.status_code == 404
+    assert not _is_ops(cast.dave)
+    response = as_user(who).post(reverse("ops-user-ops", args=[cast.ops.pk]), {"ops": "false"})
+    assert response.status_code == 404
+    assert _is_ops(cast.ops)
+    assert not AuditEntry.objects.filter(action__in=["user.make_ops", "user.remove_ops"], actor__isnull=False).exists()
+
+
+def test_ops_user_action_is_post_only_and_checks_its_input(as_user, cast) -> None:  # noqa: ANN001
+    client = as_user("ops")
+    assert client.get(reverse("ops-user-ops", args=[cast.carol.pk])).status_code == 405
+    assert client.post(reverse("ops-user-ops", args=[999999]), {"ops": "true"}).status_code == 404
+    response = client.post(reverse("ops-user-ops", args=[cast.carol.pk]), {"ops": "maybe"}, follow=True)
+    assert "Say whether to make the user ops or not." in text(response)
+    assert not _is_ops(cast.carol)
 
 
 # Django admin for ops -------------------------------------------------------------------------

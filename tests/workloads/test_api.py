@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils.timezone import localtime
 
 from tenants.models import Project, Tenant
 from workloads.models import ApprovalRule, Image, RequestState, WorkloadRequest
@@ -115,6 +118,15 @@ def test_pending_request_says_why(api, cat) -> None:  # noqa: ANN001
     assert body["state"] == S.PENDING_APPROVAL
     assert body["pending_reason"].startswith("Awaiting approval by a project admin since ")
     assert body["pending_reason"].endswith("4 GPUs is more than the 2 approved automatically.")
+    # One sentence for "awaiting approval" (workloads.pending), with the clock time it started waiting.
+    req = WorkloadRequest.objects.get(pk=body["id"])
+    assert body["pending_reason"] == (f"Awaiting approval by a project admin since {localtime(req.updated_at):%H:%M}: "
+                                      "4 GPUs is more than the 2 approved automatically.")
+    # Waiting since an earlier day: the date too.
+    earlier = req.updated_at - timedelta(days=3)
+    WorkloadRequest.objects.filter(pk=req.pk).update(updated_at=earlier)
+    body = api("carol").get(f"{API}/requests/{req.pk}/").json()
+    assert body["pending_reason"].startswith(f"Awaiting approval by a project admin since {localtime(earlier):%Y-%m-%d %H:%M}: ")
 
 
 def test_idempotency_key(api, cat) -> None:  # noqa: ANN001

@@ -162,6 +162,39 @@ def test_invalid_requests_name_the_field(cast, cat, values, field, text) -> None
     assert nothing_created()
 
 
+def volcano_owned_h100(cat, *, architecture: str = "E", pool: str = "offline") -> None:  # noqa: ANN001
+    """The H100 flavor as the offline pool's whole GPUs: under E Volcano alone hands them out."""
+    type(cat.cluster).objects.filter(pk=cat.cluster.pk).update(architecture=architecture)
+    type(cat.h100).objects.filter(pk=cat.h100.pk).update(pool_label=pool)
+    cat.h100.refresh_from_db()
+
+
+@pytest.mark.parametrize("slug", ["notebook", "inference"])
+def test_kueue_workloads_on_volcano_owned_gpus_are_refused(cast, cat, slug) -> None:  # noqa: ANN001
+    # Notebooks and inference always render to Kueue objects; Kueue has no ResourceFlavor for these nodes.
+    volcano_owned_h100(cat)
+    with pytest.raises(ValidationError) as exc:
+        submit(cast, cat, template=getattr(cat, slug), gpus=1)
+    errors = exc.value.message_dict
+    assert list(errors) == ["flavor"], errors
+    assert "only Volcano schedules" in errors["flavor"][0] and "Choose another flavor" in errors["flavor"][0]
+    assert nothing_created()
+
+
+@pytest.mark.parametrize("parameters", [TRAIN, TRAIN | {"distributed": True, "workers": 2}])
+def test_training_on_volcano_owned_gpus_goes_ahead(cast, cat, parameters) -> None:  # noqa: ANN001
+    # Training there renders to a Volcano Job, single-node too (workloads.manifests.uses_volcano).
+    volcano_owned_h100(cat)
+    req = submit(cast, cat, gpus=1, parameters=parameters)
+    assert req.flavor == cat.h100 and req.state == S.APPROVED
+
+
+@pytest.mark.parametrize(("architecture", "pool"), [("E", "online"), ("E", ""), ("F", "offline"), ("C", "offline")])
+def test_notebooks_on_gpus_kueue_owns_go_ahead(cast, cat, architecture, pool) -> None:  # noqa: ANN001
+    volcano_owned_h100(cat, architecture=architecture, pool=pool)
+    assert submit(cast, cat, template=cat.notebook, gpus=1).flavor == cat.h100
+
+
 def test_several_problems_are_reported_together(cast, cat) -> None:  # noqa: ANN001
     with pytest.raises(ValidationError) as exc:
         submit(cast, cat, gpus=9, duration_hours=100, parameters={"retries": -1})
