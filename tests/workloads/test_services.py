@@ -264,7 +264,6 @@ def test_same_idempotency_key_returns_the_same_request(cast, cat, hooks_called, 
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent connections (PostgreSQL)")
 def test_concurrent_retries_with_one_key_create_one_request(cast, cat) -> None:  # noqa: ANN001
     barrier = threading.Barrier(4)
     ids: list[int] = []

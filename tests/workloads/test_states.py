@@ -93,7 +93,6 @@ def test_only_from_narrows_the_sources(cast, cat) -> None:  # noqa: ANN001
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent connections (PostgreSQL)")
 @pytest.mark.parametrize(
     "source, targets",
     [
