@@ -147,6 +147,22 @@ def cluster_create(
 
 
 @transaction.atomic
+def cluster_sync(*, actor: Actor, cluster: Cluster) -> None:
+    """On demand: read the cluster's nodes again, then reconcile (both as Celery tasks after commit)."""
+    _require_ops(actor, "Only platform ops sync a cluster's inventory.")
+    audit_record(actor=actor, action="cluster.sync", target=cluster)
+
+    def queue() -> None:
+        from celery import chain
+
+        from .tasks import inventory_sync_task, reconcile_cluster_task
+
+        chain(inventory_sync_task.si(cluster.pk), reconcile_cluster_task.si(cluster.pk)).delay()
+
+    transaction.on_commit(queue)
+
+
+@transaction.atomic
 def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster:
     """Change a cluster's settings. ``kubeconfig`` replaces the stored one (write-only)."""
     _require_ops(actor, "Only platform ops change clusters.")

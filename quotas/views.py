@@ -478,6 +478,17 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
+def cluster_sync(request: HttpRequest, name: str) -> HttpResponse:
+    """Queue an inventory sync and a reconcile of one cluster now (instead of waiting for beat)."""
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    services.cluster_sync(actor=actor, cluster=cluster)
+    messages.success(request, f"Inventory sync and reconcile of {cluster.name} queued; refresh in a moment.")
+    return redirect(f"{reverse('ops-capacity')}?cluster={cluster.name}")
+
+
+@login_required
+@require_POST
 def cluster_apply(request: HttpRequest, name: str) -> HttpResponse:
     """Apply the plan the person reviewed: re-plan, compare fingerprints, apply (audited by ``plan_apply``)."""
     actor = _ops_only(request)

@@ -110,6 +110,15 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         return Response(OvercommitRowSerializer(selectors.overcommit_for(cluster=cluster), many=True).data)
 
 
+    @extend_schema(request=None, responses={202: None})
+    @action(detail=True, methods=["post"])
+    def sync(self, request: Request, pk: str | None = None) -> Response:
+        """Read the cluster's nodes now (inventory sync), then reconcile its queues. Ops only; queued."""
+        cluster = self.get_object()
+        services.cluster_sync(actor=_require_ops(request, "Only platform ops sync a cluster's inventory."), cluster=cluster)
+        return Response({"detail": "Inventory sync and reconcile queued."}, status=202)
+
+
 class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Flavors on offer (ops also see deactivated ones). Ops create, change and deactivate them."""
 

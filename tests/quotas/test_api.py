@@ -497,3 +497,23 @@ def _call(client, cast, fleet, action: str):  # noqa: ANN001, ANN201
 def test_role_action_matrix(api, cast, split, who, action) -> None:  # noqa: ANN001
     response = _call(api(who), cast, split, action)
     assert response.status_code == MATRIX[who][ACTIONS.index(action)], response.content
+
+
+def test_cluster_sync_on_demand_queues_inventory_then_reconcile(api, fleet, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+    from celery.signals import before_task_publish
+
+    published: list[str] = []
+
+    def record(sender=None, **kwargs) -> None:  # noqa: ANN001, ANN003
+        published.append(sender)
+
+    before_task_publish.connect(record, weak=False)
+    try:
+        assert api("alice").post(f"{API}/clusters/{fleet.cluster.pk}/sync/").status_code == 403
+        with django_capture_on_commit_callbacks(execute=True):
+            response = api("ops").post(f"{API}/clusters/{fleet.cluster.pk}/sync/")
+    finally:
+        before_task_publish.disconnect(record)
+    assert response.status_code == 202
+    assert published == ["quotas.inventory_sync"]  # the reconcile follows it in the chain
+    assert AuditEntry.objects.filter(action="cluster.sync", target_id=str(fleet.cluster.pk)).count() == 1

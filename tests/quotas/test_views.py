@@ -581,3 +581,15 @@ def test_requester_withdraws(as_user, cast, split) -> None:  # noqa: ANN001
     response = as_user("carol").post(f"/quota-requests/{request.pk}/cancel/", **HTMX)
     assert "Cancelled" in text(response)
     assert QuotaRequest.objects.get().status == "cancelled"
+
+
+def test_capacity_page_sync_now_button(cast, client) -> None:  # noqa: ANN001
+    fleet = make_fleet()
+    client.force_login(cast.ops)
+    page = client.get(f"/ops/capacity/?cluster={fleet.cluster.name}").content.decode()
+    assert f"/ops/clusters/{fleet.cluster.name}/sync/" in page
+    response = client.post(f"/ops/clusters/{fleet.cluster.name}/sync/")
+    assert response.status_code == 302
+    assert AuditEntry.objects.filter(action="cluster.sync").count() == 1
+    client.force_login(cast.alice)
+    assert client.post(f"/ops/clusters/{fleet.cluster.name}/sync/").status_code == 404
