@@ -204,6 +204,9 @@ PORTAL_WEBHOOK_URL = os.environ.get("PORTAL_WEBHOOK_URL", "")
 # Fernet key(s) for kubeconfigs at rest (comma-separated for rotation); derived from SECRET_KEY if unset.
 PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")
 
+# Where notebooks are reachable from browsers (an ingress); empty: the in-cluster Service address.
+PORTAL_NOTEBOOK_BASE_URL = os.environ.get("PORTAL_NOTEBOOK_BASE_URL", "")
+
 # Kubernetes: the sandbox cluster's kubeconfig by default.
 KUBECONFIG = os.environ.get("PORTAL_KUBECONFIG", str(VAR_DIR / "sandbox.kubeconfig"))
 

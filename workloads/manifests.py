@@ -291,6 +291,14 @@ def service(t: Target, *, name: str | None = None, port: int, target_port: int |
 
 
 # ---------------------------------------------------------------------------------------------- notebook
+def notebook_access_url(*, namespace: str, name: str, ide: str, token: str, base_url: str = "") -> str:
+    """Where a notebook answers: ``base_url`` (an ingress in front of the cluster) or the in-cluster Service."""
+    root = base_url.rstrip("/") if base_url else f"http://{name}.{namespace}.svc.cluster.local"
+    if ide == "vscode":
+        return f"{root}/"
+    return f"{root}/notebooks/{namespace}/{name}/lab?token={token}"
+
+
 def notebook_command(ide: str, t: Target) -> list[str]:
     base_url = f"/notebooks/{t.namespace}/{t.name}/"
     if ide == "vscode":

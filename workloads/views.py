@@ -253,6 +253,23 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
     }
 
 
+def _notebook_access(actor: Actor, req: WorkloadRequest) -> str:
+    """A running notebook's URL with its token, for the requester and the project's approvers only."""
+    if req.template.kind != "notebook" or req.state != RequestState.RUNNING:
+        return ""
+    if req.requested_by_id != actor.user.pk and not has_perm(actor, "approve_project", req.project):
+        return ""
+    from django.conf import settings
+
+    from .manifests import notebook_access_url
+    from .materialize import notebook_token
+
+    return notebook_access_url(
+        namespace=req.project.namespace, name=req.k8s_name, ide=str((req.parameters or {}).get("ide") or "jupyterlab"),
+        token=notebook_token(req), base_url=getattr(settings, "PORTAL_NOTEBOOK_BASE_URL", ""),
+    )
+
+
 @login_required
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     actor = _actor(request)
@@ -261,6 +278,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if request.htmx and request.htmx.target == "request-live":
         return render(request, "workloads/_request_live.html", context)
     context |= {
+        "access_url": _notebook_access(actor, req),
         "decision_form": DecisionForm(prefix=f"decide-{req.pk}"),
         "extend_form": ExtendForm(prefix="extend"),
         "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),

@@ -262,3 +262,12 @@ def test_gpu_resources_per_flavor_are_explicit(flavor_kind: str, expected: dict[
 def test_cpu_only_request_has_no_gpu_resources() -> None:
     job = top_level(request_manifests(make_request("training", gpus=0)))
     assert set(job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]) == {"cpu", "memory"}
+
+
+def test_notebook_access_url() -> None:
+    from workloads.manifests import notebook_access_url
+
+    assert notebook_access_url(namespace="ns", name="req-1", ide="jupyterlab", token="t") == (
+        "http://req-1.ns.svc.cluster.local/notebooks/ns/req-1/lab?token=t"
+    )
+    assert notebook_access_url(namespace="ns", name="req-1", ide="vscode", token="t", base_url="https://nb.example/") == "https://nb.example/"
