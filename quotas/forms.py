@@ -216,3 +216,47 @@ class FlavorForm(forms.Form):
         else:
             data["cluster"] = self.clusters[data["cluster"]]
         return data
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A secret's textarea: never shows a value back, not even the one just posted."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
+class ClusterCreateForm(forms.Form):
+    """Register a cluster. The kubeconfig is write-only: ``cluster_create`` checks and encrypts it."""
+
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and '-'. Names the cluster on every page; cannot change.")
+    architecture = forms.ChoiceField(choices=Architecture.choices, initial=Architecture.B, label="Reference architecture")
+    use_mig = forms.BooleanField(required=False, label="Offer MIG flavors (C, E, F)")
+    use_hami = forms.BooleanField(required=False, label="Offer HAMi flavors (D, E, F)")
+    overcommit_percent = forms.IntegerField(
+        min_value=0, initial=0, label="Overcommit (%)",
+        help_text="How far the tenants' nominal quotas may exceed capacity. 0: promises must fit.",
+    )
+    kubeconfig = forms.CharField(
+        required=False, label="Kubeconfig", widget=WriteOnlyTextarea(attrs={"rows": 8, "spellcheck": "false", "autocomplete": "off"}),
+        help_text="Paste the whole file. Stored encrypted and never shown again.",
+    )
+    kubeconfig_path = forms.CharField(
+        max_length=500, required=False, label="Or: kubeconfig path",
+        help_text="Absolute path of a kubeconfig file mounted into the portal.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "cluster")
+        super().__init__(*args, **kwargs)
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if name == "new":  # /ops/clusters/new/ is this page
+            raise forms.ValidationError("Choose another name: “new” is reserved.")
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("kubeconfig") and data.get("kubeconfig_path"):
+            self.add_error("kubeconfig_path", "Give the kubeconfig or its path, not both.")
+        return data

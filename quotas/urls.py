@@ -8,6 +8,7 @@ urlpatterns = [
     # Platform ops
     path("ops/capacity/", views.capacity, name="ops-capacity"),
     path("ops/capacity/tenant-quota/", views.tenant_quota_set, name="ops-tenant-quota"),
+    path("ops/clusters/new/", views.cluster_new, name="ops-cluster-new"),
     path("ops/clusters/<str:name>/", views.cluster_detail, name="ops-cluster"),
     path("ops/clusters/<str:name>/settings/", views.cluster_settings, name="ops-cluster-settings"),
     path("ops/clusters/<str:name>/apply/", views.cluster_apply, name="ops-cluster-apply"),

@@ -45,6 +45,7 @@ from .exceptions import QuotaExceeded
 from .filters import FlavorFilter, QuotaFilter, QuotaRequestFilter
 from .forms import (
     ArchitectureForm,
+    ClusterCreateForm,
     ClusterSettingsForm,
     DecisionForm,
     FlavorForm,
@@ -368,6 +369,22 @@ def tenant_quota_set(request: HttpRequest) -> HttpResponse:
 
 
 # Clusters (ops): settings, plan and apply, export, applied objects ---------------------------------
+
+
+@login_required
+def cluster_new(request: HttpRequest) -> HttpResponse:
+    """Register a cluster, as ``POST /api/v1/clusters/`` does; its first sync and reconcile follow."""
+    actor = _ops_only(request)
+    form = ClusterCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            cluster = services.cluster_create(actor=actor, **form.cleaned_data)
+        except (PortalError, ValidationError) as exc:
+            _show_error(form, exc)
+        else:
+            messages.success(request, f"Cluster {cluster.name} registered. Its inventory sync and first reconcile are queued.")
+            return redirect(reverse("ops-capacity") + f"?cluster={cluster.name}")
+    return _ops_page(request, "quotas/cluster_new.html", {"tab": "cluster-new", "form": form})
 
 
 def _ops_cluster(actor: Actor, name: str) -> Cluster:

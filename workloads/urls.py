@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import ops_views, views
 
 urlpatterns = [
     path("requests/", views.request_list, name="request-list"),
@@ -16,4 +16,10 @@ urlpatterns = [
     path("requests/<int:pk>/scale/", views.request_scale, name="request-scale"),
     path("approvals/", views.approvals, name="approvals"),
     path("ops/requests/", views.ops_requests, name="ops-requests"),
+    path("ops/templates/", ops_views.template_list, name="ops-templates"),
+    path("ops/templates/new/", ops_views.template_new, name="ops-template-new"),
+    path("ops/templates/<int:pk>/", ops_views.template_detail, name="ops-template"),
+    path("ops/images/", ops_views.image_list, name="ops-images"),
+    path("ops/images/new/", ops_views.image_new, name="ops-image-new"),
+    path("ops/images/<int:pk>/", ops_views.image_detail, name="ops-image"),
 ]

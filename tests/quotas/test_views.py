@@ -593,3 +593,73 @@ def test_capacity_page_sync_now_button(cast, client) -> None:  # noqa: ANN001
     assert AuditEntry.objects.filter(action="cluster.sync").count() == 1
     client.force_login(cast.alice)
     assert client.post(f"/ops/clusters/{fleet.cluster.name}/sync/").status_code == 404
+
+
+# Registering a cluster (ops) ------------------------------------------------------------------------
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster: {server: "https://127.0.0.1:6443"}
+contexts: []
+users: []
+"""
+
+
+def cluster_form(**overrides: object) -> dict[str, object]:
+    data = {"name": "lab-2", "architecture": "C", "use_mig": "on", "overcommit_percent": "10",
+            "kubeconfig": KUBECONFIG, "kubeconfig_path": ""}
+    data.update(overrides)
+    return {f"cluster-{k}": v for k, v in data.items() if v is not None}
+
+
+def test_ops_registers_a_cluster_with_a_kubeconfig(as_user, cast) -> None:  # noqa: ANN001
+    from portal.crypto import decrypt
+
+    client = as_user("ops")
+    assert "/ops/clusters/new/" in text(client.get("/ops/capacity/"))  # linked from the capacity page
+    body = text(client.get("/ops/clusters/new/"))
+    assert 'aria-current="page">Register a cluster</a>' in body
+    response = client.post("/ops/clusters/new/", cluster_form())
+    assert response.status_code == 302 and response["Location"] == "/ops/capacity/?cluster=lab-2"
+    cluster = Cluster.objects.get(name="lab-2")
+    assert (cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.overcommit_percent) == ("C", True, False, 10)
+    assert "clusters:" not in cluster.kubeconfig_encrypted and decrypt(cluster.kubeconfig_encrypted) == KUBECONFIG.strip()
+    entry = AuditEntry.objects.get(action="cluster.create")
+    assert "127.0.0.1:6443" not in json.dumps(entry.after, default=str)
+
+
+def test_ops_registers_a_cluster_by_kubeconfig_path(as_user, cast) -> None:  # noqa: ANN001
+    response = as_user("ops").post("/ops/clusters/new/", cluster_form(
+        name="lab-3", architecture="B", use_mig=None, kubeconfig="", kubeconfig_path="/etc/portal/lab-3.yaml"))
+    assert response.status_code == 302
+    cluster = Cluster.objects.get(name="lab-3")
+    assert (cluster.kubeconfig_path, cluster.kubeconfig_encrypted) == ("/etc/portal/lab-3.yaml", "")
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"name": "gpu-test"}, "name"),  # taken
+    ({"name": "Bad_Name"}, "name"),
+    ({"name": "new"}, "name"),
+    ({"architecture": "B"}, "use_mig"),  # MIG belongs to C, E, F
+    ({"overcommit_percent": "-1"}, "overcommit_percent"),
+    ({"kubeconfig": "clusters: [unclosed"}, "kubeconfig"),
+    ({"kubeconfig": "apiVersion: v1\nkind: Config\n"}, "kubeconfig"),
+    ({"kubeconfig": "", "kubeconfig_path": "relative/kubeconfig"}, "kubeconfig_path"),
+    ({"kubeconfig_path": "/etc/portal/x.yaml"}, "kubeconfig_path"),  # both
+])
+def test_bad_cluster_input_shows_errors_and_writes_nothing(as_user, fleet, overrides, field) -> None:  # noqa: ANN001
+    before = written()
+    response = as_user("ops").post("/ops/clusters/new/", cluster_form(**overrides))
+    assert response.status_code == 200 and field in response.context["form"].errors
+    assert KUBECONFIG not in text(response)  # write-only: never shown back
+    assert written() == before
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "nobody"])
+def test_cluster_registration_is_404_for_non_ops(as_user, cast, who) -> None:  # noqa: ANN001
+    client = as_user(who)
+    assert client.get("/ops/clusters/new/").status_code == 404
+    assert client.post("/ops/clusters/new/", cluster_form()).status_code == 404
+    assert not Cluster.objects.filter(name="lab-2").exists()
