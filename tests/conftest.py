@@ -8,6 +8,7 @@ member of globex-llm; ops is platform ops; nobody has no role anywhere.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,17 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings) -> None:  # noqa: ANN001
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(settings) -> Iterator[None]:  # noqa: ANN001
+    """Login throttling and task locks count in the cache: give every test an empty in-memory one."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "tests"}}
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @dataclass
@@ -93,6 +105,18 @@ def api(cast: Cast):  # noqa: ANN201
 
     def make(who: str) -> APIClient:
         client = APIClient()
+        client.force_login(getattr(cast, who))
+        return client
+
+    return make
+
+
+@pytest.fixture
+def as_user(cast: Cast, client):  # noqa: ANN001, ANN201
+    """``as_user("carol")`` is the test client (pages, session) signed in as carol."""
+
+    def make(who: str):  # noqa: ANN202
+        client.logout()
         client.force_login(getattr(cast, who))
         return client
 

@@ -43,15 +43,6 @@ def browser() -> Iterator[object]:
         browser.close()
 
 
-@pytest.fixture(autouse=True)
-def private_cache(settings) -> None:  # noqa: ANN001
-    """Login throttling counts failures in the cache: keep them out of the shared file cache."""
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "browser-tests"}}
-    from django.core.cache import cache
-
-    cache.clear()
-
-
 @pytest.fixture
 def new_page(browser, live_server) -> Iterator[Callable[..., object]]:  # noqa: ANN001
     """``new_page()`` opens a page in a fresh browser context (its own cookies) on the live server."""

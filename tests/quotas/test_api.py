@@ -22,22 +22,6 @@ API = "/api/v1"
 KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://10.1.2.3:6443'}\n"
 
 
-@pytest.fixture
-def fleet(cast):  # noqa: ANN001, ANN201
-    return make_fleet()
-
-
-@pytest.fixture
-def split(cast, fleet):  # noqa: ANN001, ANN201
-    """acme 8 of the 16 H100s, vision 4 of acme's 8; globex 4, llm 2."""
-    ops = cast.actor("ops")
-    services.quota_set(actor=ops, tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=8)
-    services.quota_set(actor=ops, tenant=cast.globex, flavor=fleet.h100, resource=GPU, nominal=4)
-    services.quota_set(actor=ops, project=cast.vision, flavor=fleet.h100, resource=GPU, nominal=4)
-    services.quota_set(actor=ops, project=cast.llm, flavor=fleet.h100, resource=GPU, nominal=2)
-    return fleet
-
-
 def results(response) -> list:  # noqa: ANN001
     assert response.status_code == 200, response.content
     return response.json()["results"]

@@ -31,11 +31,6 @@ pytestmark = pytest.mark.django_db
 Approver = QuotaRequest.Approver
 
 
-@pytest.fixture
-def fleet(cast):  # noqa: ANN001, ANN201
-    return make_fleet()
-
-
 def nominal(fleet, *, tenant=None, project=None, flavor=None, resource=GPU) -> Decimal:  # noqa: ANN001
     flavor = flavor or fleet.h100
     rows = Quota.objects.filter(flavor=flavor, resource=resource)

@@ -14,7 +14,6 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -28,42 +27,6 @@ from .factories import GPU, MIG_1G, make_fleet, make_node
 pytestmark = [pytest.mark.django_db]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def private_cache(settings):  # noqa: ANN001, ANN201
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "quota-views"}}
-    from django.core.cache import cache
-
-    cache.clear()
-    yield
-    cache.clear()
-
-
-@pytest.fixture
-def as_user(cast, client):  # noqa: ANN001, ANN201
-    def make(who: str) -> Client:
-        client.logout()
-        client.force_login(getattr(cast, who))
-        return client
-
-    return make
-
-
-@pytest.fixture
-def fleet(cast):  # noqa: ANN001, ANN201
-    return make_fleet()
-
-
-@pytest.fixture
-def split(cast, fleet):  # noqa: ANN001, ANN201
-    """acme 8 of the 16 H100s, vision 4 of acme's 8; globex 4, llm 2."""
-    ops = cast.actor("ops")
-    services.quota_set(actor=ops, tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=8)
-    services.quota_set(actor=ops, tenant=cast.globex, flavor=fleet.h100, resource=GPU, nominal=4)
-    services.quota_set(actor=ops, project=cast.vision, flavor=fleet.h100, resource=GPU, nominal=4)
-    services.quota_set(actor=ops, project=cast.llm, flavor=fleet.h100, resource=GPU, nominal=2)
-    return fleet
 
 
 def text(response) -> str:  # noqa: ANN001

@@ -22,29 +22,6 @@ from tests.factories import PASSWORD, UserFactory, make_project
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-@pytest.fixture(autouse=True)
-def private_cache(settings):  # noqa: ANN001, ANN201
-    """Login throttling counts in the cache: give every test an empty in-memory one."""
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "views-tests"}}
-    from django.core.cache import cache
-
-    cache.clear()
-    yield
-    cache.clear()
-
-
-@pytest.fixture
-def as_user(cast, client):  # noqa: ANN001, ANN201
-    """``as_user("carol")`` is the test client signed in as carol."""
-
-    def make(who: str) -> Client:
-        client.logout()
-        client.force_login(getattr(cast, who))
-        return client
-
-    return make
-
-
 def suspend(tenant: Tenant) -> None:
     from tenants.access import Actor
 

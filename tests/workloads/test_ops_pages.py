@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from tenants.models import AuditEntry
 from workloads.models import Image, ServiceTemplate
@@ -20,16 +19,6 @@ from .factories import make_request
 pytestmark = [pytest.mark.django_db]
 
 SCHEMA = {"type": "object", "properties": {"prompt": {"type": "string", "title": "Prompt"}}, "required": ["prompt"]}
-
-
-@pytest.fixture
-def as_user(cast, client):  # noqa: ANN001, ANN201
-    def make(who: str) -> Client:
-        client.logout()
-        client.force_login(getattr(cast, who))
-        return client
-
-    return make
 
 
 def text(response) -> str:  # noqa: ANN001

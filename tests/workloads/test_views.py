@@ -16,7 +16,6 @@ import re
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from tenants.access import Actor
 from tenants.models import Tenant
@@ -28,16 +27,6 @@ from .factories import make_request
 
 S = RequestState
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-@pytest.fixture
-def as_user(cast, client):  # noqa: ANN001, ANN201
-    def make(who: str) -> Client:
-        client.logout()
-        client.force_login(getattr(cast, who))
-        return client
-
-    return make
-
 
 def text(response) -> str:  # noqa: ANN001
     return response.content.decode()
