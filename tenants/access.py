@@ -60,7 +60,8 @@ class Actor:
         )
 
     @classmethod
-    def system(cls, label: str = "system") -> Actor:
+    def system(cls) -> Actor:
+        """The portal itself (tasks, seeding): audited as "system", allowed everything."""
         return cls(user=None, token=None, ip=None)
 
     @property
