@@ -104,6 +104,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests use a file too (not Django's in-memory default), so a worker subprocess or a second
     # thread's connection sees the same test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-portal.sqlite3")}
+# One test run's names never collide with another's on the same servers: `make test` gives each
+# run an id, which names its PostgreSQL test databases and prefixes its Redis keys.
+TEST_RUN_ID = os.environ.get("PORTAL_TEST_RUN_ID", "")
+if TEST_RUN_ID and DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_RUN_ID}"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
@@ -170,7 +175,7 @@ if CELERY_BROKER_URL == "filesystem://":
         (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 elif os.environ.get("PYTEST_XDIST_WORKER"):
     # Parallel test processes share one Redis: each gets its own queues.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"test-{os.environ['PYTEST_XDIST_WORKER']}:"}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"test-{TEST_RUN_ID}-{os.environ['PYTEST_XDIST_WORKER']}:"}
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
