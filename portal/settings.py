@@ -212,6 +212,11 @@ PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")
 # Where notebooks are reachable from browsers (an ingress); empty: the in-cluster Service address.
 PORTAL_NOTEBOOK_BASE_URL = os.environ.get("PORTAL_NOTEBOOK_BASE_URL", "")
 
+# Finished training Jobs (batch/v1 and Volcano) are deleted by the cluster this many seconds after they end
+# (ttlSecondsAfterFinished); the portal keeps the request's record. Empty: never.
+_job_ttl = os.environ.get("WORKLOADS_JOB_TTL_SECONDS", "3600").strip()
+WORKLOADS_JOB_TTL_SECONDS = int(_job_ttl) if _job_ttl else None
+
 # Kubernetes: the sandbox cluster's kubeconfig by default.
 KUBECONFIG = os.environ.get("PORTAL_KUBECONFIG", str(VAR_DIR / "sandbox.kubeconfig"))
 

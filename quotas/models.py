@@ -51,6 +51,11 @@ class Cluster(models.Model):
     inventory_synced_at = models.DateTimeField(null=True, blank=True)
     inventory_error = models.TextField(blank=True)
     reconciled_at = models.DateTimeField(null=True, blank=True)
+    # Written by the status follower and the reconcile: did the last contact work, and what went wrong if not.
+    health = models.CharField(max_length=10, choices=[("unknown", "Unknown"), ("healthy", "Healthy"),
+                                                      ("unhealthy", "Unhealthy")], default="unknown")
+    last_error = models.TextField(blank=True, help_text="The last error talking to the cluster (empty when healthy).")
+    last_seen_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster last answered.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

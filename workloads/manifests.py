@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,22 @@ DEFAULT_INFERENCE_PORT = 8000
 DEFAULT_READINESS_PATH = "/health"
 PYTORCH_PORT = 23456
 DATA_MOUNT = "/data"
+# A notebook's home volume is its StatefulSet's claim ``home-<sts>-0``; ``Volume`` rows record them as the requester's.
+NOTEBOOK_HOME_PREFIX = "home-req-"
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+# Cluster hygiene. Finished Jobs (batch/v1 and Volcano) are removed by the cluster's TTL controller after this many
+# seconds unless the caller says otherwise (setting ``WORKLOADS_JOB_TTL_SECONDS``); the portal keeps the record.
+DEFAULT_JOB_TTL_SECONDS = 3600
+# Every pod runs as a non-root user with the runtime's default seccomp profile, no privilege escalation and no
+# capabilities (the Pod Security "restricted" profile). The uid: 1000 everywhere, the uid of the notebook images'
+# user (jovyan, group 100 in the Jupyter images, which also owns their home). Images built to run as root (NGC
+# PyTorch, vLLM) start as uid 1000 too: they need a writable HOME/cache directory (the notebook's home volume,
+# ``/tmp``, or a ``data_volume``), which is why HOME is set for notebooks. An image that needs another uid is
+# rebuilt with ``USER 1000`` rather than given root.
+RUN_AS_USER = 1000
+RUN_AS_GROUP = 1000
+NOTEBOOK_GROUP = 100
 
 # Under these architectures a distributed training job is a Volcano Job; elsewhere an Indexed Job through Kueue.
 VOLCANO_ARCHITECTURES = frozenset({"E"})
@@ -117,8 +134,15 @@ class Target:
     priority: str
 
 
-def request_manifests(request: WorkloadRequest, *, notebook_token: str = "") -> list[Manifest]:
-    """Every object of ``request``, in apply order. ``notebook_token`` is the notebook's access token."""
+def notebook_home_claim(statefulset_name: str) -> str:
+    """The PersistentVolumeClaim the StatefulSet controller makes from the ``home`` claim template."""
+    return f"home-{statefulset_name}-0"
+
+
+def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
+                      job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
+    """Every object of ``request``, in apply order. ``notebook_token`` is the notebook's access token;
+    ``job_ttl_seconds``: finished Jobs are deleted by the cluster after this long (None: kept)."""
     target = Target(
         name=request.k8s_name,
         namespace=request.project.namespace,
@@ -132,7 +156,7 @@ def request_manifests(request: WorkloadRequest, *, notebook_token: str = "") -> 
     if target.kind == "notebook":
         return render_notebook(request, target, token=notebook_token)
     if target.kind == "training":
-        return render_training(request, target)
+        return render_training(request, target, job_ttl_seconds=job_ttl_seconds)
     if target.kind == "inference":
         return render_inference(request, target)
     raise ValueError(f"Unknown template kind {target.kind!r}.")
@@ -262,10 +286,24 @@ def main_container(request: WorkloadRequest, *, command: list[str] | None = None
     return container
 
 
+def pod_security_context(t: Target) -> dict[str, Any]:
+    """The pod's: non-root with a fixed uid, RuntimeDefault seccomp; volumes group-owned by the user's group."""
+    group = NOTEBOOK_GROUP if t.kind == "notebook" else RUN_AS_GROUP
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": group, "fsGroup": group,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict[str, Any]:
+    """Every container's: no privilege escalation, no capabilities, never root."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+
+
 def pod_template(request: WorkloadRequest, t: Target, containers: list[dict[str, Any]], *, restart_policy: str,
                  extra_labels: dict[str, str] | None = None, volumes: list[dict[str, Any]] | None = None,
                  spec_extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"restartPolicy": restart_policy, "containers": containers, **placement(request, t)}
+    containers = [{**c, "securityContext": container_security_context()} for c in containers]
+    spec: dict[str, Any] = {"restartPolicy": restart_policy, "securityContext": pod_security_context(t),
+                            "containers": containers, **placement(request, t)}
     if volumes:
         spec["volumes"] = volumes
     spec.update(spec_extra or {})
@@ -384,11 +422,16 @@ def retries(request: WorkloadRequest) -> int:
     return max(0, int((request.parameters or {}).get("retries") or 0))
 
 
-def render_training(request: WorkloadRequest, t: Target) -> list[Manifest]:
+def ttl_spec(job_ttl_seconds: int | None) -> dict[str, int]:
+    return {} if job_ttl_seconds is None else {"ttlSecondsAfterFinished": int(job_ttl_seconds)}
+
+
+def render_training(request: WorkloadRequest, t: Target, *,
+                    job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
     if uses_volcano(request, t.architecture):
-        return [render_volcano_job(request, t)]
+        return [render_volcano_job(request, t, job_ttl_seconds=job_ttl_seconds)]
     if int(request.replicas) > 1:
-        return render_indexed_job(request, t)
+        return render_indexed_job(request, t, job_ttl_seconds=job_ttl_seconds)
     volumes, mounts = training_volumes(request)
     container = main_container(request)
     if mounts:
@@ -401,13 +444,15 @@ def render_training(request: WorkloadRequest, t: Target) -> list[Manifest]:
             "parallelism": 1,
             "completions": 1,
             "backoffLimit": retries(request),
+            **ttl_spec(job_ttl_seconds),
             "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes),
         },
     }
     return [job]
 
 
-def render_indexed_job(request: WorkloadRequest, t: Target) -> list[Manifest]:
+def render_indexed_job(request: WorkloadRequest, t: Target, *,
+                       job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
     """n pods through Kueue (admitted all together as one pod set), ranks from the completion index."""
     n = int(request.replicas)
     volumes, mounts = training_volumes(request)
@@ -431,6 +476,7 @@ def render_indexed_job(request: WorkloadRequest, t: Target) -> list[Manifest]:
             "parallelism": n,
             "completions": n,
             "backoffLimit": retries(request),
+            **ttl_spec(job_ttl_seconds),
             "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
                                      spec_extra={"subdomain": t.name}),
         },
@@ -439,7 +485,8 @@ def render_indexed_job(request: WorkloadRequest, t: Target) -> list[Manifest]:
     return [service(t, port=PYTORCH_PORT, target_port=PYTORCH_PORT, headless=True), job]
 
 
-def render_volcano_job(request: WorkloadRequest, t: Target) -> Manifest:
+def render_volcano_job(request: WorkloadRequest, t: Target, *,
+                       job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> Manifest:
     """A gang of n pods (1 master + n-1 workers) in the project's Volcano Queue; no Kueue labels anywhere."""
     n = int(request.replicas)
     volumes, mounts = training_volumes(request)
@@ -461,6 +508,7 @@ def render_volcano_job(request: WorkloadRequest, t: Target) -> Manifest:
             "queue": volcano_queue_name(t.project),
             "minAvailable": n,
             "maxRetry": max(1, retries(request)),
+            **ttl_spec(job_ttl_seconds),
             "plugins": {
                 "pytorch": ["--master=master", "--worker=worker", f"--port={PYTORCH_PORT}"],
                 "env": [],

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
-from .manifests import REQUEST_LABEL, request_manifests
+from .manifests import DEFAULT_JOB_TTL_SECONDS, REQUEST_LABEL, request_manifests
 from .manifests import manifests_hash as objects_hash
 from .models import RequestEvent, RequestState, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, move
@@ -62,7 +62,8 @@ def notebook_token(request: WorkloadRequest) -> str:
 
 
 def request_objects(request: WorkloadRequest) -> list[dict[str, Any]]:
-    return request_manifests(request, notebook_token=notebook_token(request))
+    ttl = getattr(settings, "WORKLOADS_JOB_TTL_SECONDS", DEFAULT_JOB_TTL_SECONDS)
+    return request_manifests(request, notebook_token=notebook_token(request), job_ttl_seconds=ttl)
 
 
 def _pause_after_apply() -> None:

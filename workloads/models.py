@@ -68,6 +68,15 @@ class ServiceTemplate(models.Model):
         return f"{self.name} v{self.version}"
 
 
+# Priorities nobody gets without an approver's decision (see ApprovalRule and services.approval_decide).
+APPROVER_ONLY_PRIORITIES = frozenset({"production"})
+
+
+def default_self_service_priorities() -> list[str]:
+    """The default of both role lists of an ApprovalRule: everything but production."""
+    return ["interactive", "batch"]
+
+
 class ApprovalRule(models.Model):
     """When a request is approved without a human. Most specific rule wins: project+template, project, template, global."""
 
@@ -76,6 +85,16 @@ class ApprovalRule(models.Model):
     auto_approve_max_gpus = models.PositiveIntegerField(default=0, help_text="Auto-approve up to this many GPUs…")
     auto_approve_max_hours = models.PositiveIntegerField(default=0, help_text="…and up to this many hours.")
     require_admin_for_inference = models.BooleanField(default=True)
+    # Which priorities each role gets without an approver's decision (within the limits above for members).
+    # ``production`` is never in them: it preempts other people's work, so an approver always decides.
+    member_priorities = models.JSONField(
+        default=default_self_service_priorities,
+        help_text="Priorities members' (and API tokens') requests may be approved with automatically.",
+    )
+    admin_priorities = models.JSONField(
+        default=default_self_service_priorities,
+        help_text="Priorities approvers' own requests (project/tenant admins, ops) are approved with on submission.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -108,6 +127,10 @@ class Priority(models.TextChoices):
     INTERACTIVE = "interactive", "Interactive"
     BATCH = "batch", "Batch"
     PRODUCTION = "production", "Production"
+
+
+# The states in which a request's name is taken (every state but the final ones, ``states.FINAL``).
+LIVE_STATES = ["submitted", "pending_approval", "approved", "queued", "running", "preempted"]
 
 
 class WorkloadRequest(models.Model):
@@ -153,6 +176,11 @@ class WorkloadRequest(models.Model):
             models.UniqueConstraint(
                 fields=["requested_by", "idempotency_key"], condition=~Q(idempotency_key=""), name="idempotency_key_unique_per_user"
             ),
+            # A name is unique in its project among the requests that are not over (states.FINAL's complement;
+            # tests/workloads/test_names.py checks the two lists agree). The database decides under concurrency.
+            models.UniqueConstraint(
+                fields=["project", "name"], condition=Q(state__in=LIVE_STATES), name="request_name_unique_while_live"
+            ),
         ]
         indexes = [models.Index(fields=["project", "state"]), models.Index(fields=["cluster", "state"])]
 
@@ -180,3 +208,32 @@ class RequestEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%H:%M:%S} {self.from_state}→{self.to_state} {self.message}"
+
+
+class Volume(models.Model):
+    """A PersistentVolumeClaim in a project's namespace that requests may mount, and whose it is.
+
+    ``owner`` set: the user's own (a notebook's home volume is its requester's); empty: shared by the project
+    (registered by a project admin). A request may mount only its requester's own volumes and the project's
+    shared ones (``services.request_submit``, ``parameters.data_volume``).
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="volumes")
+    name = models.CharField(max_length=253, help_text="The PersistentVolumeClaim's name in the project's namespace.")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+                              help_text="Empty: shared by the whole project.")
+    request = models.ForeignKey(WorkloadRequest, on_delete=models.SET_NULL, null=True, blank=True, related_name="volumes",
+                                help_text="The notebook whose home volume it is.")
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="volume_name_unique_per_project")]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name}"
+
+    @property
+    def shared(self) -> bool:
+        return self.owner_id is None

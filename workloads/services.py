@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
 from quotas.models import Flavor, Quota
@@ -25,7 +25,20 @@ from tenants.audit import audit_record, snapshot
 from tenants.models import DNS1123_LABEL, Project
 
 from . import hooks, manifests, notify
-from .models import ApprovalRule, Image, Priority, RequestEvent, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from .models import (
+    APPROVER_ONLY_PRIORITIES,
+    LIVE_STATES,
+    ApprovalRule,
+    Image,
+    Priority,
+    RequestEvent,
+    RequestState,
+    ServiceTemplate,
+    TemplateKind,
+    Volume,
+    WorkloadRequest,
+    default_self_service_priorities,
+)
 from .schema import parameters_validate, schema_errors
 from .states import ACTIVE, CANCELLABLE, FINAL, move
 
@@ -184,17 +197,37 @@ class Decision:
     reason: str
 
 
+def _self_service(priorities: Any) -> list[str]:
+    """A rule's priority list, without what only an approver may grant (whatever the row says)."""
+    return [p for p in (priorities or []) if p in Priority.values and p not in APPROVER_ONLY_PRIORITIES]
+
+
 def approval_decide(
-    *, actor: Actor, project: Project, template: ServiceTemplate, gpus_total: int, hours: int
+    *, actor: Actor, project: Project, template: ServiceTemplate, gpus_total: int, hours: int,
+    priority: str = Priority.BATCH, approver_decides: bool = False,
 ) -> Decision:
-    """Whether a request (or an extension or scale-up) is approved without a human, and why (not)."""
-    if actor.token is None and actor.user is not None and _may_approve(actor, project):
-        return Decision(True, f"Approved on submission: {actor.label} may approve requests in {project.slug}.")
+    """Whether a request (or an extension or scale-up) is approved without a human, and why (not).
+
+    The priority counts: members get only their rule's ``member_priorities`` automatically, approvers'
+    own submissions only its ``admin_priorities``; ``production`` always waits for an approver's decision.
+    ``approver_decides``: the actor's call is itself the decision when they may approve (an extension or a
+    scale-up by a project admin), whatever the priority.
+    """
     rule = approval_rule_for(project=project, template=template)
+    if actor.token is None and actor.user is not None and _may_approve(actor, project):
+        if approver_decides:
+            return Decision(True, f"Approved by {actor.label}, who may approve requests in {project.slug}.")
+        allowed = _self_service(rule.admin_priorities if rule else default_self_service_priorities())
+        if priority in allowed:
+            return Decision(True, f"Approved on submission: {actor.label} may approve requests in {project.slug}.")
+        return Decision(False, _priority_needs_approver(priority, allowed))
     if rule is None:
         return Decision(False, "No approval rule applies, so a project admin decides.")
     if template.kind == TemplateKind.INFERENCE and rule.require_admin_for_inference:
         return Decision(False, "Inference services need a project admin's approval.")
+    allowed = _self_service(rule.member_priorities)
+    if priority not in allowed:
+        return Decision(False, _priority_needs_approver(priority, allowed))
     if gpus_total > rule.auto_approve_max_gpus:
         return Decision(False, f"{gpus_total} GPUs is more than the {rule.auto_approve_max_gpus} approved automatically.")
     if hours > rule.auto_approve_max_hours:
@@ -203,6 +236,11 @@ def approval_decide(
         True,
         f"Within the automatic limit ({rule.auto_approve_max_gpus} GPUs, {rule.auto_approve_max_hours} hours) of {rule}.",
     )
+
+
+def _priority_needs_approver(priority: str, allowed: list[str]) -> str:
+    without = f" (without one: {', '.join(allowed)})" if allowed else ""
+    return f"Priority {priority} needs a project admin's approval{without}."
 
 
 def _gpus_total(*, flavor: Flavor, gpus: int, replicas: int) -> int:
@@ -238,6 +276,33 @@ def _check_replay_matches(found: WorkloadRequest, *, project: Project, template:
 def _request_snapshot(req: WorkloadRequest) -> dict[str, Any]:
     out = snapshot(req, REQUEST_FIELDS) or {}
     return out | {"cpu": str(req.cpu)}
+
+
+def _name_taken(project: Project, name: str, *, other_than: int | None = None) -> bool:
+    live = WorkloadRequest.objects.filter(project=project, name=name, state__in=LIVE_STATES)
+    if other_than is not None:
+        live = live.exclude(pk=other_than)
+    return live.exists()
+
+
+def _name_taken_message(project: Project, name: str) -> str:
+    return f"{name} is already in use by an active request in {project.slug}."
+
+
+def _check_data_volume(actor: Actor, project: Project, parameters: dict[str, Any]) -> str | None:
+    """Why ``parameters.data_volume`` may not be mounted by ``actor``'s request, or None when it may.
+
+    Only the requester's own volumes and the project's shared ones (``Volume`` rows) may be mounted: a
+    name in the namespace is not enough (another user's notebook home lives there too).
+    """
+    claim = str(parameters.get("data_volume") or "").strip()
+    if not claim:
+        return None
+    usable = Volume.objects.filter(project=project, name=claim).filter(Q(owner__isnull=True) | Q(owner=actor.user))
+    if usable.exists():
+        return None
+    return (f"Volume {claim} is not one you may mount in {project.slug}: only your own volumes and the project's "
+            "shared volumes may be mounted.")
 
 
 def _default_name(template: ServiceTemplate) -> str:
@@ -290,10 +355,14 @@ def request_submit(
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
         found = _replay(actor, idempotency_key)
-        if found is None:
-            raise
-        _check_replay_matches(found, project=project, template=template)
-        return found
+        if found is not None:
+            _check_replay_matches(found, project=project, template=template)
+            return found
+        # Or a concurrent submission took the name (the partial unique constraint on live names decides).
+        taken = (name or "").strip()
+        if taken and _name_taken(project, taken):
+            raise ValidationError({"name": [_name_taken_message(project, taken)]}) from None
+        raise
     req.replayed = False  # type: ignore[attr-defined]
     return req
 
@@ -360,6 +429,10 @@ def _submit(
             for message in messages:
                 error(field, message)
         parameters = {}
+    else:
+        refused = _check_data_volume(actor, project, parameters)
+        if refused:
+            error("parameters.data_volume", refused)
 
     # Resources: defaults from the template, within its maxima.
     is_cpu = flavor is not None and flavor.kind == Flavor.Kind.CPU
@@ -407,9 +480,8 @@ def _submit(
         for message in exc.messages:
             error("name", message)
     else:
-        live = WorkloadRequest.objects.filter(project=project, name=name).exclude(state__in=FINAL)
-        if live.exists():
-            error("name", f"{name} is already in use by an active request in {project.slug}.")
+        if _name_taken(project, name):
+            error("name", _name_taken_message(project, name))
 
     if errors:
         raise ValidationError(errors)
@@ -429,6 +501,10 @@ def _submit(
         request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
         message=f"Submitted: {template.name} v{template.version}, {gpus} x {flavor} x {replicas}, {duration_hours} h.",
     )
+    if template.kind == TemplateKind.NOTEBOOK:
+        # The home volume (the StatefulSet's claim) is the requester's own: only their requests may mount it.
+        Volume.objects.create(project=project, name=manifests.notebook_home_claim(req.k8s_name), owner=actor.user,
+                              request=req, description=f"Home of notebook {name}.")
     audit_record(
         actor=actor, action="request.submit", target=req, tenant=project.tenant, project=project,
         after=_request_snapshot(req) | {"template": f"{template.slug} v{template.version}"},
@@ -436,7 +512,7 @@ def _submit(
 
     decision = approval_decide(
         actor=actor, project=project, template=template,
-        gpus_total=_gpus_total(flavor=flavor, gpus=gpus, replicas=replicas), hours=duration_hours,
+        gpus_total=_gpus_total(flavor=flavor, gpus=gpus, replicas=replicas), hours=duration_hours, priority=priority,
     )
     if decision.auto:
         move(req, to=S.APPROVED, actor_label=RULE_LABEL, reason=decision.reason)
@@ -534,8 +610,16 @@ def request_restart(*, actor: Actor, request: WorkloadRequest) -> WorkloadReques
         "pending_reason": "", "started_at": None, "queued_at": None, "expires_at": None, "attempts": 0,
         "cluster_status": {}, "applied_hash": "",
     }
-    if not move(req, to=S.APPROVED, actor_label=actor.label, actor=actor, reason=f"Restarted by {actor.label}.",
-                only_from=[S.STOPPED, S.FAILED], fields=fields):
+    # Its name may have gone to another request meanwhile; the database constraint decides under concurrency.
+    taken = ConflictError(f"{_name_taken_message(req.project, req.name)} Submit it again under another name.", field="name")
+    if _name_taken(req.project, req.name, other_than=req.pk):
+        raise taken
+    try:
+        restarted = move(req, to=S.APPROVED, actor_label=actor.label, actor=actor, reason=f"Restarted by {actor.label}.",
+                         only_from=[S.STOPPED, S.FAILED], fields=fields)
+    except IntegrityError:
+        raise taken from None
+    if not restarted:
         raise _refused(req, "restarted", "Only stopped or failed requests restart.")
     _on_commit_approved(req, notify_requester=False)
     return req
@@ -587,6 +671,7 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
         decision = approval_decide(
             actor=actor, project=req.project, template=req.template,
             gpus_total=_gpus_total(flavor=req.flavor, gpus=req.gpus, replicas=req.replicas), hours=total,
+            priority=req.priority, approver_decides=True,
         )
         if not decision.auto:
             raise NotAllowed(f"Extending to {total} hours needs a project admin: {decision.reason} Ask one to extend it.")
@@ -627,6 +712,7 @@ def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> W
             decision = approval_decide(
                 actor=actor, project=req.project, template=req.template,
                 gpus_total=_gpus_total(flavor=req.flavor, gpus=req.gpus, replicas=replicas), hours=req.duration_hours,
+                priority=req.priority, approver_decides=True,
             )
             if not decision.auto:
                 raise NotAllowed(f"Scaling up to {replicas} replicas needs a project admin: {decision.reason}")
@@ -656,7 +742,10 @@ TEMPLATE_FIELDS = [
 # What may change on a template version that requests already use: nothing that changes meaning.
 TEMPLATE_COSMETIC = {"name", "description", "active"}
 IMAGE_FIELDS = ["name", "reference", "kinds", "active"]
-RULE_FIELDS = ["project", "template_slug", "auto_approve_max_gpus", "auto_approve_max_hours", "require_admin_for_inference"]
+RULE_FIELDS = [
+    "project", "template_slug", "auto_approve_max_gpus", "auto_approve_max_hours", "require_admin_for_inference",
+    "member_priorities", "admin_priorities",
+]
 
 
 def _check_template(template: ServiceTemplate) -> None:
@@ -755,6 +844,17 @@ def _require_rule_scope(actor: Actor, project: Project | None) -> None:
             raise ReadOnlyTenant(f"Tenant {project.tenant.slug} is suspended: its data can be read but not changed.")
 
 
+def _check_rule(rule: ApprovalRule) -> None:
+    for field in ("member_priorities", "admin_priorities"):
+        value = getattr(rule, field)
+        if not isinstance(value, list) or any(p not in Priority.values for p in value):
+            raise ValidationError({field: [f"A list of priorities: {', '.join(Priority.values)}."]})
+        if any(p in APPROVER_ONLY_PRIORITIES for p in value):
+            raise ValidationError({field: ["production always needs an approver's decision; it cannot be approved automatically."]})
+        setattr(rule, field, [p for p in Priority.values if p in value])  # stable order, no duplicates
+    rule.full_clean(validate_unique=False, validate_constraints=False)
+
+
 @transaction.atomic
 def approval_rule_create(*, actor: Actor, project: Project | None, **values: Any) -> ApprovalRule:
     if actor.token is not None:
@@ -763,7 +863,7 @@ def approval_rule_create(*, actor: Actor, project: Project | None, **values: Any
     if ApprovalRule.objects.filter(project=project, template_slug=values.get("template_slug", "")).exists():
         raise ConflictError("A rule for this project and template exists already; change it instead.", field="template_slug")
     rule = ApprovalRule(project=project, **values)
-    rule.full_clean(validate_unique=False, validate_constraints=False)
+    _check_rule(rule)
     rule.save()
     audit_record(
         actor=actor, action="approval_rule.create", target=rule, tenant=project.tenant if project else None,
@@ -783,7 +883,7 @@ def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **changes: Any) ->
     before = snapshot(rule, RULE_FIELDS)
     for field, value in changes.items():
         setattr(rule, field, value)
-    rule.full_clean(validate_unique=False, validate_constraints=False)
+    _check_rule(rule)
     rule.save()
     audit_record(
         actor=actor, action="approval_rule.update", target=rule, tenant=rule.project.tenant if rule.project else None,
@@ -803,3 +903,41 @@ def approval_rule_delete(*, actor: Actor, rule: ApprovalRule) -> None:
         project=rule.project, before=snapshot(rule, RULE_FIELDS),
     )
     rule.delete()
+
+
+# Volumes ---------------------------------------------------------------------------------------
+
+VOLUME_FIELDS = ["project", "name", "owner", "description"]
+
+
+@transaction.atomic
+def volume_register(*, actor: Actor, project: Project, name: str, shared: bool = False, description: str = "") -> Volume:
+    """Record an existing PersistentVolumeClaim of the project's namespace as mountable.
+
+    ``shared``: every member's requests may mount it (project admins, tenant admins and ops register those);
+    otherwise it is the registering user's own. Notebook home names (``home-req-…``) are the portal's.
+    """
+    if actor.user is None:
+        raise NotAllowed("Volumes are registered by users.")
+    project = Project.objects.select_related("tenant").get(pk=project.pk)
+    if shared:
+        _require(actor, "approve_project", project, "Only project admins, tenant admins and ops share volumes with a project.")
+    else:
+        _require(actor, "submit_project", project, "You may not register volumes in this project.")
+    _require_usable(project, "registering a volume")
+    name = (name or "").strip()
+    if not name or len(name) > 253 or not manifests.DNS1123_SUBDOMAIN.match(name):
+        raise Invalid("A PersistentVolumeClaim name: lower-case letters, digits, '-' and '.'.", field="name")
+    if name.startswith(manifests.NOTEBOOK_HOME_PREFIX):
+        raise Invalid("Names starting with home-req- are notebook home volumes; the portal registers those.", field="name")
+    if Volume.objects.filter(project=project, name=name).exists():
+        raise ConflictError(f"Volume {name} is registered in {project.slug} already.", field="name")
+    try:
+        with transaction.atomic():
+            volume = Volume.objects.create(project=project, name=name, owner=None if shared else actor.user,
+                                           description=(description or "")[:200])
+    except IntegrityError:
+        raise ConflictError(f"Volume {name} is registered in {project.slug} already.", field="name") from None
+    audit_record(actor=actor, action="volume.register", target=volume, tenant=project.tenant, project=project,
+                 after={"name": name, "shared": shared})
+    return volume
