@@ -64,6 +64,28 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def unhealthy(self) -> bool:
+        return self.health == "unhealthy"
+
+    def health_record(self, error: str = "") -> None:
+        """Record how the last contact went (the status follower each cycle, the reconcile each run):
+        no ``error``: healthy and seen now; else unhealthy with the error (``last_seen_at`` stays)."""
+        from django.utils import timezone
+
+        now = timezone.now()
+        if error:
+            if self.health == "unhealthy" and self.last_error == error[:2000]:
+                return  # nothing new: no write per follower cycle
+            values: dict = {"health": "unhealthy", "last_error": error[:2000]}
+        else:
+            if self.health == "healthy" and self.last_seen_at and (now - self.last_seen_at).total_seconds() < 60:
+                return
+            values = {"health": "healthy", "last_error": "", "last_seen_at": now}
+        Cluster.objects.filter(pk=self.pk).update(**values)
+        for name, value in values.items():
+            setattr(self, name, value)
+
 
 class NodePool(models.Model):
     """Nodes that offer the same thing: one GPU model, one sharing mode, one pool label."""

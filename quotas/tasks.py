@@ -54,11 +54,16 @@ def reconcile_cluster_task(self, cluster_id: int) -> dict | None:  # noqa: ANN00
         return {"skipped": True}
     try:
         result = reconcile(cluster)
+    except Exception as exc:  # a missing kubeconfig, a broken one: shown on the ops pages, then raised as before
+        cluster.health_record(error=f"{type(exc).__name__}: {exc}")
+        raise
     finally:
         cache.delete(lock)
     if result.unavailable:
+        cluster.health_record(error=f"Unavailable: {len(result.failed)} object(s) not applied")
         # Recorded per object already; raise so Celery retries with backoff and resumes.
         raise ClusterUnavailable(f"cluster {cluster.name}: {len(result.failed)} object(s) not applied")
+    cluster.health_record()
     return {"applied": result.applied, "deleted": result.deleted, "failed": len(result.failed)}
 
 

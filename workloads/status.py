@@ -493,9 +493,27 @@ def requests_sync(*, cluster: Any | None = None, watch_seconds: int = 1) -> dict
         if not cache.add(lock, "1", timeout=120):
             continue
         try:
-            out[c.name] = StatusFollower(c, watch_seconds=watch_seconds).cycle()
-        except ClusterUnavailable as exc:
-            logger.warning("status sync of %s: cluster unavailable: %s", c, exc)
+            stats = follow_one(c, watch_seconds=watch_seconds)
+            if stats is not None:
+                out[c.name] = stats
         finally:
             cache.delete(lock)
     return out
+
+
+def follow_one(cluster: Any, *, watch_seconds: int = 1) -> CycleStats | None:
+    """One status cycle of one cluster, in isolation: whatever goes wrong (no kubeconfig file, a broken
+    kubeconfig, the API server down) is logged and recorded on the cluster (``health``, ``last_error``, shown
+    on the ops pages) and never reaches the other clusters' cycles. None when the cycle failed."""
+    try:
+        stats = StatusFollower(cluster, watch_seconds=watch_seconds).cycle()
+    except ClusterUnavailable as exc:
+        logger.warning("status sync of %s: cluster unavailable: %s", cluster, exc)
+        cluster.health_record(error=f"Unavailable: {exc}")
+        return None
+    except Exception as exc:  # noqa: BLE001 - one broken cluster must not stop the others
+        logger.exception("status sync of %s failed", cluster)
+        cluster.health_record(error=f"{type(exc).__name__}: {exc}")
+        return None
+    cluster.health_record()
+    return stats

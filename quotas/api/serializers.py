@@ -33,9 +33,10 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
         fields = [
             "id", "name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent",
             "kubeconfig", "kubeconfig_path", "has_kubeconfig", "inventory_synced_at", "inventory_error",
-            "reconciled_at", "created_at",
+            "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
         ]
-        read_only_fields = ["id", "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at"]
+        read_only_fields = ["id", "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at",
+                            "health", "last_error", "last_seen_at"]
         # Uniqueness and the architecture rules are checked by the service, as field errors.
         validators: list = []
         extra_kwargs = {"name": {"validators": []}}

@@ -43,13 +43,21 @@ class Command(BaseCommand):
                             cluster, watch_seconds=options["watch"], resync_seconds=options["resync"])
                     except Exception as exc:  # a broken kubeconfig must not stop the others
                         self.stderr.write(f"{cluster}: {exc}")
+                        cluster.health_record(error=f"{type(exc).__name__}: {exc}")
                         continue
                 try:
                     stats = follower.cycle()
                 except ClusterUnavailable as exc:
                     self.stderr.write(f"{cluster}: unavailable: {exc}")
+                    cluster.health_record(error=f"Unavailable: {exc}")
                     time.sleep(options["watch"])
                     continue
+                except Exception as exc:  # noqa: BLE001 - nor a cycle that fails in another way
+                    self.stderr.write(f"{cluster}: {type(exc).__name__}: {exc}")
+                    cluster.health_record(error=f"{type(exc).__name__}: {exc}")
+                    followers.pop(cluster.pk, None)
+                    continue
+                cluster.health_record()
                 if stats.moves or stats.resynced:
                     self.stdout.write(f"{cluster}: {stats.events} events, {stats.moves} moves, {stats.db_writes} writes")
             if options["once"]:
