@@ -14,7 +14,7 @@ from tenants.access import Actor, is_ops
 from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
-from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
+from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
 from .pending import awaiting_approval_sentence
 
 S = RequestState
@@ -126,6 +126,15 @@ def templates_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
 
 def images_for(*, actor: Actor) -> QuerySet[Image]:
     return Image.objects.all() if _is_ops(actor) else Image.objects.filter(active=True)
+
+
+def volumes_for(*, actor: Actor) -> QuerySet[Volume]:
+    """The volumes of the projects the actor sees: the shared ones and the actor's own (ops: all)."""
+    base = Volume.objects.select_related("project", "owner")
+    if _is_ops(actor):
+        return base
+    mine = Q(owner__isnull=True) | Q(owner=actor.user) if actor.user is not None else Q(owner__isnull=True)
+    return base.filter(project__in=projects_for(actor=actor).values("pk")).filter(mine)
 
 
 def approval_rules_for(*, actor: Actor) -> QuerySet[ApprovalRule]:

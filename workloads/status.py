@@ -20,7 +20,12 @@ no timestamps, so an object that changed nothing we care about changes nothing),
 * Running: a pod of it runs (Job, StatefulSet), at least one replica is ready (Deployment), Volcano ``Running``.
 * Otherwise it waits: queued, with the answer to "why is it pending?" (``workloads/pending.py``).
 
-Requests whose top-level object disappeared while active (deleted outside the portal) fail. Only
+Requests whose top-level object disappeared while active (deleted outside the portal) fail — except a Job the
+cluster's TTL controller removed after it finished (``ttlSecondsAfterFinished``): the DELETED event carries its
+final state, which counts. Requests that already ended are never followed again, so a finished request whose
+Job is later removed keeps its state; the portal keeps the record.
+Each cluster is followed in isolation (``follow_one``): an error in one is logged and recorded on the cluster
+(``health``, ``last_error``) and the other clusters' cycles run on. Only
 ``states.move`` changes a state, so the follower, a user's stop and the materializer never fight.
 """
 
@@ -366,7 +371,11 @@ class StatusFollower:
             stats.events += len(listed.get(req.pk, []))
             if not any(k in new_objects for k in TOP_LEVEL):
                 if req.state in (S.QUEUED, S.RUNNING, S.PREEMPTED) and (req.queued_at or now) < now - MISSING_GRACE:
-                    if move(req, to=S.FAILED, actor_label=ACTOR, reason="Its objects are gone from the cluster (deleted outside the portal)."):
+                    gone = "Its objects are gone from the cluster (deleted outside the portal)."
+                    if req.template.kind == TemplateKind.TRAINING:
+                        gone = ("Its Job is gone from the cluster and its outcome was not seen: deleted outside the portal, "
+                                "or removed after it finished (ttlSecondsAfterFinished) while its status was not followed.")
+                    if move(req, to=S.FAILED, actor_label=ACTOR, reason=gone):
                         stats.moves += 1
                 continue
             self._transition(item, preempted, stats)
@@ -394,6 +403,8 @@ class StatusFollower:
         if etype == "DELETED":
             objects.pop(key, None)
             item.status["objects"] = objects
+            if key in TOP_LEVEL and self._deleted_finished(item, f, obj, stats):
+                return
             if key in TOP_LEVEL and self._deleted_outside(item, f, obj):
                 return
         else:
@@ -403,6 +414,17 @@ class StatusFollower:
             objects[key] = summary
             item.status["objects"] = objects
         self._transition(item, preempted, stats)
+
+    def _deleted_finished(self, item: _Tracked, f: Followed, obj: dict[str, Any], stats: CycleStats) -> bool:
+        """A finished Job removed by the cluster's TTL controller (``ttlSecondsAfterFinished``): the DELETED
+        event carries its last state, so its outcome still counts (it is not "deleted outside the portal")."""
+        req = item.request
+        ended = derive(req.template.kind, {object_key(f, obj): summarize(f.key, obj)})
+        if ended.state not in (S.SUCCEEDED, S.FAILED):
+            return False
+        if req.state in (S.QUEUED, S.RUNNING, S.PREEMPTED):
+            stats.moves += move(req, to=ended.state, actor_label=ACTOR, reason=ended.reason)
+        return True
 
     def _deleted_outside(self, item: _Tracked, f: Followed, obj: dict[str, Any]) -> bool:
         req = item.request

@@ -10,7 +10,7 @@ from portal.api import StrictSerializerMixin
 from quotas.models import Flavor
 
 from .. import selectors
-from ..models import ApprovalRule, Image, Priority, RequestEvent, ServiceTemplate, TemplateKind, WorkloadRequest
+from ..models import ApprovalRule, Image, Priority, RequestEvent, ServiceTemplate, TemplateKind, Volume, WorkloadRequest
 from ..schema import form_fields
 
 
@@ -72,7 +72,7 @@ class ApprovalRuleSerializer(serializers.ModelSerializer):
         model = ApprovalRule
         fields = [
             "id", "project", "template_slug", "auto_approve_max_gpus", "auto_approve_max_hours",
-            "require_admin_for_inference", "updated_at",
+            "require_admin_for_inference", "member_priorities", "admin_priorities", "updated_at",
         ]
         read_only_fields = fields
 
@@ -86,6 +86,34 @@ class ApprovalRuleWriteSerializer(StrictSerializerMixin, serializers.Serializer)
     auto_approve_max_gpus = serializers.IntegerField(min_value=0, required=False)
     auto_approve_max_hours = serializers.IntegerField(min_value=0, required=False)
     require_admin_for_inference = serializers.BooleanField(required=False)
+    member_priorities = serializers.ListField(
+        child=serializers.ChoiceField(choices=Priority.choices), required=False, allow_empty=True,
+        help_text="Priorities members' requests may be approved with automatically (never production).",
+    )
+    admin_priorities = serializers.ListField(
+        child=serializers.ChoiceField(choices=Priority.choices), required=False, allow_empty=True,
+        help_text="Priorities approvers' own requests are approved with on submission (never production).",
+    )
+
+
+class VolumeSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    shared = serializers.BooleanField(read_only=True)
+    request = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Volume
+        fields = ["id", "project", "name", "owner", "shared", "request", "description", "created_at"]
+        read_only_fields = fields
+
+
+class VolumeWriteSerializer(StrictSerializerMixin, serializers.Serializer):
+    project = serializers.CharField(max_length=63, help_text="Project slug.")
+    name = serializers.CharField(max_length=253, help_text="An existing PersistentVolumeClaim in the project's namespace.")
+    shared = serializers.BooleanField(required=False, default=False,
+                                      help_text="Shared with the whole project (project admins); else your own.")
+    description = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
 
 
 class TemplateBriefSerializer(serializers.ModelSerializer):

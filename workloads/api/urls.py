@@ -1,6 +1,6 @@
 from rest_framework.routers import SimpleRouter
 
-from .views import ApprovalInboxViewSet, ApprovalRuleViewSet, ImageViewSet, RequestViewSet, TemplateViewSet
+from .views import ApprovalInboxViewSet, ApprovalRuleViewSet, ImageViewSet, RequestViewSet, TemplateViewSet, VolumeViewSet
 
 # SimpleRouter: the API root at /api/v1/ belongs to the tenancy router.
 router = SimpleRouter()
@@ -9,5 +9,6 @@ router.register("images", ImageViewSet, basename="image")
 router.register("approval-rules", ApprovalRuleViewSet, basename="approval-rule")
 router.register("requests", RequestViewSet, basename="request")
 router.register("approvals", ApprovalInboxViewSet, basename="approval")
+router.register("volumes", VolumeViewSet, basename="volume")
 
 urlpatterns = router.urls

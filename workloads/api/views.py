@@ -21,7 +21,7 @@ from tenants.selectors import projects_for
 
 from .. import selectors, services
 from ..filters import ImageFilter, RequestFilter, TemplateFilter
-from ..models import ApprovalRule, Image, ServiceTemplate, WorkloadRequest
+from ..models import ApprovalRule, Image, ServiceTemplate, Volume, WorkloadRequest
 from .serializers import (
     ApprovalRuleSerializer,
     ApprovalRuleWriteSerializer,
@@ -36,6 +36,8 @@ from .serializers import (
     ScaleSerializer,
     TemplateSerializer,
     TemplateWriteSerializer,
+    VolumeSerializer,
+    VolumeWriteSerializer,
 )
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
@@ -188,6 +190,31 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
     def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         services.approval_rule_delete(actor=actor_of(request), rule=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class VolumeViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Volumes requests may mount (``parameters.data_volume``): a user's own (notebook homes are registered
+    for their requester) and those a project admin shares with the project. POST registers an existing claim."""
+
+    queryset = Volume.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = VolumeSerializer
+    ordering_fields = ["name", "created_at"]
+    filterset_fields = ["name"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return selectors.volumes_for(actor=actor_of(self.request))
+
+    @extend_schema(request=VolumeWriteSerializer, responses={201: VolumeSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        actor = actor_of(request)
+        data = VolumeWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        project = projects_for(actor=actor).filter(slug=values.pop("project")).first()
+        if project is None:
+            raise Invalid("No such project.", field="project")
+        volume = services.volume_register(actor=actor, project=project, **values)
+        return Response(VolumeSerializer(volume).data, status=status.HTTP_201_CREATED)
 
 
 def _etag(body: object) -> str:
