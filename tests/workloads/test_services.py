@@ -78,7 +78,10 @@ def test_inference_needs_a_project_admin_unless_one_submits(cast, cat) -> None: 
     req = submit(cast, cat, template=cat.inference, gpus=1)
     assert req.state == S.PENDING_APPROVAL and "Inference services need" in req.pending_reason
     assert req.priority == "production"
+    # Production priority always waits for an approver's decision, even the admin's own (tests/workloads/test_security.py).
     by_admin = submit(cast, cat, "bob", template=cat.inference, gpus=1)
+    assert by_admin.state == S.PENDING_APPROVAL and "Priority production" in by_admin.pending_reason
+    by_admin = submit(cast, cat, "bob", template=cat.inference, gpus=1, priority="batch")
     assert by_admin.state == S.APPROVED and "bob may approve" in by_admin.state_reason
 
 
