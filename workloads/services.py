@@ -639,6 +639,7 @@ def request_delete(*, actor: Actor, request: WorkloadRequest) -> WorkloadRequest
     elif req.state in ACTIVE:
         move(req, to=S.STOPPED, actor_label=actor.label, actor=actor, reason=text, only_from=ACTIVE)
     _event(req, actor_label=actor.label, message="Deleted: its cluster objects and volumes are removed.")
+    Volume.objects.filter(request=req).delete()  # its home volume goes with it: nothing left to mount
     audit_record(actor=actor, action="request.delete", target=req, tenant=req.tenant, project=req.project)
     _on_commit_changed(req, "delete")
     return req

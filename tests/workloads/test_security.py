@@ -79,6 +79,10 @@ def test_own_and_project_shared_volumes_may_be_mounted(api, cast, cat) -> None: 
     # Listing: carol sees the shared one and her own, not bob's.
     names = {row["name"] for row in api("carol").get(f"{API}/volumes/").json()["results"]}
     assert names == {own_home, "imagenet", "carol-scratch"}
+    # Deleting the notebook removes its home volume, and with it the right to mount it.
+    services.request_delete(actor=cast.actor("carol"), request=mine)
+    gone = post(api("carol"), "/requests/", TRAIN | {"parameters": {"command": "x", "data_volume": own_home}})
+    assert gone.status_code == 400 and "parameters.data_volume" in gone.json()["fields"]
 
 
 def test_only_approvers_share_volumes_and_home_names_are_reserved(api, cast, cat) -> None:  # noqa: ANN001
