@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from .clock import Clock
+from .clock import Clock, format_precise, latest_timestamp, parse_time
 from .controllers import Controllers
 from .faults import Faults
 from .profile import load_profile
@@ -119,7 +119,9 @@ class Sandbox:
             return self
         if self.state_file and os.path.exists(self.state_file) and os.path.getsize(self.state_file) > 0:
             with open(self.state_file) as fh:
-                self.store.load(json.load(fh))
+                data = json.load(fh)
+            self.store.load(data)
+            self.resume_clock(data)
         self.seed_namespaces()
         if self.controllers is not None:
             self.controllers.seed()
@@ -144,6 +146,18 @@ class Sandbox:
         if self.state_file:
             self.save_state()
 
+    def resume_clock(self, data: dict) -> None:
+        """Continue the simulated clock from a state file: from its saved ``clock.now``, and never earlier than the
+        latest timestamp of its objects (older files have no clock) — else a cluster run at ``--speed`` > 1 or moved
+        by ``/sandbox/advance`` would restart at wall time, with its objects created in the future (AGE
+        ``<invalid>``). When the wall clock is later than both (a cluster stopped for longer than it ran ahead),
+        time simply passed while it was down."""
+        saved = parse_time(((data.get("clock") or {}) if isinstance(data.get("clock"), dict) else {}).get("now"))
+        latest = latest_timestamp(data.get("objects") or [])
+        for t in (saved, latest):
+            if t is not None:
+                self.clock.resume(t)
+
     def seed_namespaces(self) -> None:
         """Create the namespaces every cluster has (idempotent)."""
         for name in DEFAULT_NAMESPACES:
@@ -155,9 +169,16 @@ class Sandbox:
                 self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
                                   field_manager="sandbox")
 
+    def state_data(self) -> dict:
+        """What the state file keeps (also ``GET /sandbox/state``): the objects and the simulated clock."""
+        with self.store.lock:
+            data = self.store.dump()
+            data["clock"] = {"now": format_precise(self.clock.now()), "speed": self.clock.speed}
+        return data
+
     def save_state(self, path: str | os.PathLike | None = None) -> None:
         path = Path(path or self.state_file)
-        data = self.store.dump()
+        data = self.state_data()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
         with os.fdopen(fd, "w") as fh:

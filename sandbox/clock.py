@@ -6,6 +6,8 @@
   eight minutes); ``speed=0`` freezes time so that only :meth:`Clock.advance` moves it (deterministic tests).
 * Every controller reads time through :meth:`Clock.now`; nothing in the simulation calls ``datetime.now``.
 * ``speed`` may be changed at run time; the simulated time already elapsed is kept.
+* :meth:`Clock.resume` moves the clock forward to a saved instant (the state file keeps the clock, see
+  ``Sandbox.start``), so that a restarted cluster never shows timestamps from its own future.
 """
 
 from __future__ import annotations
@@ -28,6 +30,36 @@ def parse_time(s: str | None) -> datetime | None:
         return datetime.fromisoformat(s.replace("Z", "+00:00")).astimezone(UTC)
     except (TypeError, ValueError):
         return None
+
+
+def format_precise(dt: datetime) -> str:
+    """RFC 3339 with microseconds (the state file's clock; ``parse_time`` reads it back)."""
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def latest_timestamp(value, _depth: int = 0) -> datetime | None:
+    """The latest metav1.Time found under a key ending in ``Time``/``Timestamp`` (or ``time``) in ``value``."""
+    best: datetime | None = None
+    if _depth > 40:
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, str):
+                if k.endswith(("Time", "Timestamp")) or k == "time":
+                    t = parse_time(v) if len(v) >= 20 and v[4:5] == "-" else None
+                    if t is not None and (best is None or t > best):
+                        best = t
+            elif isinstance(v, (dict, list)):
+                t = latest_timestamp(v, _depth + 1)
+                if t is not None and (best is None or t > best):
+                    best = t
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, (dict, list)):
+                t = latest_timestamp(v, _depth + 1)
+                if t is not None and (best is None or t > best):
+                    best = t
+    return best
 
 
 class Clock:
@@ -67,6 +99,14 @@ class Clock:
             raise ValueError("cannot move the clock backwards")
         with self._lock:
             self._base = self._base + timedelta(seconds=seconds)
+
+    def resume(self, at: datetime) -> None:
+        """Continue from ``at`` if it is later than now (a restart from a state file); never moves time back."""
+        with self._lock:
+            self._reanchor()
+            at = at.astimezone(UTC)
+            if at > self._base:
+                self._base = at
 
     def timestamp(self) -> str:
         """``now()`` as a Kubernetes timestamp string."""

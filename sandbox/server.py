@@ -737,7 +737,8 @@ class _Handler(BaseHTTPRequestHandler):
             threading.Thread(target=restart, name="sandbox-restart", daemon=True).start()
             return None
         if name == "state" and method == "GET":
-            return self._send_json(200, owner.store.dump())
+            state = getattr(hooks, "state_data", None)
+            return self._send_json(200, state() if state is not None else owner.store.dump())
         raise _Reply(404, NOT_FOUND_MSG)
 
     # -- openapi -------------------------------------------------------------------------------------------------

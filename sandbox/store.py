@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from . import validation as V
+from . import webhooks as W
 from .patch import (
     PatchError,
     deep_copy,
@@ -500,6 +501,9 @@ class Store:
         name = obj["metadata"].get("name", "")
         errors: list[dict] = []
         meta = obj["metadata"]
+        volcano_job = W.is_volcano_job(rt) and subresource is None
+        if volcano_job and old is None:
+            W.mutate_volcano_job(obj)  # mutating admission runs before the schema validation
         res = V.validate(rt, obj, old=old, subresource=subresource)
         if not rt.crd:
             V.builtin_defaults(rt, obj, old)
@@ -530,6 +534,25 @@ class Store:
                     seen.add(k)
                     uniq.append(e)
             raise invalid(rt, name, uniq)
+        if volcano_job:  # validating admission runs last
+            msg = (W.volcano_job_create_errors(obj, self._volcano_queue, self._volcano_queue_has_children) if old is None
+                   else W.volcano_job_update_error(old, obj))
+            if msg:
+                raise W.denied(W.VALIDATE_JOB_WEBHOOK, msg)
+
+    def _volcano_queue(self, name: str) -> dict | None:
+        try:
+            rt = self.registry.by_kind(*W.QUEUE_API)
+        except KeyError:
+            return None
+        return self._lookup(rt, name, None)
+
+    def _volcano_queue_has_children(self, name: str) -> bool:
+        try:
+            rt = self.registry.by_kind(*W.QUEUE_API)
+        except KeyError:
+            return False
+        return any(((q.get("spec") or {}).get("parent") == name) for _ns, _n, q in self._iter(rt, None))
 
     def _alloc_cluster_ip(self) -> str:
         for _ in range(100000):

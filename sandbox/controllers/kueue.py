@@ -8,7 +8,11 @@ One :meth:`Kueue.reconcile` pass does, in order:
    gate ``kueue.x-k8s.io/admission``. Pods created by the sandbox's Deployment/StatefulSet controllers are gated at
    creation through :meth:`Kueue.mutate_pod`.
 2. **workloads** — one Workload per Job (``job-<name>-<hash5>``), per Deployment/plain pod (``pod-<name>-<hash5>``;
-   Kueue's pod integration) and per StatefulSet (pod group ``statefulset-<name>-<hash5>``): ownerReference
+   Kueue's pod integration), per StatefulSet (pod group ``statefulset-<name>-<hash5>``) and per plain pod group
+   (pods labelled ``kueue.x-k8s.io/pod-group-name`` with the annotation ``kueue.x-k8s.io/pod-group-total-count``:
+   the Workload is named after the group, created once all ``total-count`` pods exist, carries the annotation
+   ``kueue.x-k8s.io/is-group-workload: "true"``, a non-controller ownerReference to each pod and one podSet named by
+   the pods' shape hash; its pods stay gated until it is admitted, then are un-gated together): ownerReference
    (controller) to the owner, label ``kueue.x-k8s.io/job-uid``, ``spec.queueName``, ``spec.podSets`` (``main``,
    count, template), ``spec.priorityClassRef``/``spec.priority`` from the ``kueue.x-k8s.io/priority-class`` label
    (WorkloadPriorityClass) or the pod's ``priorityClassName`` (PriorityClass). Finished owners set ``Finished=True``
@@ -93,6 +97,8 @@ GATE = "kueue.x-k8s.io/admission"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+GROUP_WL_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+PLAIN_GROUP = "(pod group)"  # kind of the stand-in owner of a plain pod group's Workload (never stored)
 CQ_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 LQ_LABEL = "kueue.x-k8s.io/local-queue-name"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
@@ -475,6 +481,44 @@ class Kueue:
     def _pod_group_name(self, sts: dict) -> str:
         return f"statefulset-{sts['metadata']['name']}-{short_hash(sts['metadata']['name'] + '/' + uid_of(sts))}"
 
+    def _plain_groups(self) -> dict[tuple[str, str], list[dict]]:
+        """(namespace, group name) -> live pods of the plain pod groups Kueue manages (oldest first)."""
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for pod in self.ctx.list_items(POD):
+            g = labels_of(pod).get(POD_GROUP_LABEL)
+            if not g or is_deleting(pod):
+                continue
+            ref = controller_ref(pod)
+            if ref and ref.get("kind") in ("StatefulSet", "Job"):
+                continue
+            ns = pod["metadata"]["namespace"]
+            if not self.queue_name(pod, ns):
+                continue
+            groups.setdefault((ns, g), []).append(pod)
+        for pods in groups.values():
+            pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
+        return groups
+
+    @staticmethod
+    def _group_total(pods: list[dict]) -> int:
+        for p in pods:
+            raw = ((p.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_TOTAL)
+            try:
+                n = int(str(raw))
+            except (TypeError, ValueError):
+                continue
+            if n > 0:
+                return n
+        return 0
+
+    @staticmethod
+    def _group_owner(ns: str, name: str, pods: list[dict]) -> dict:
+        """The stand-in owner of a plain pod group (its oldest pod's labels; never written to the store)."""
+        return {"apiVersion": "v1", "kind": PLAIN_GROUP,
+                "metadata": {"name": name, "namespace": ns, "uid": f"pod-group/{ns}/{name}",
+                             "labels": dict(labels_of(pods[0]) if pods else {})},
+                "pods": pods}
+
     # -------------------------------------------------------------------------------------------- pod webhook
     def mutate_pod(self, pod: dict, owner: dict) -> None:
         """Gate pods that Kueue manages as they are created by the sandbox controllers."""
@@ -526,6 +570,16 @@ class Kueue:
             uid = labels_of(wl).get(JOB_UID_LABEL)
             if uid:
                 self.wl_by_owner[uid] = wl
+            elif ((wl.get("metadata") or {}).get("annotations") or {}).get(GROUP_WL_ANNOTATION) == "true":
+                self.wl_by_owner[f"pod-group/{wl['metadata']['namespace']}/{wl['metadata']['name']}"] = wl
+        self.groups = self._plain_groups()
+        for pods in self.groups.values():
+            for pod in pods:
+                if labels_of(pod).get(MANAGED_LABEL) or (pod.get("spec") or {}).get("nodeName") or is_terminal(pod):
+                    continue
+                new = deep_copy(pod)
+                self.mutate_pod(new, {"kind": "Pod", "apiVersion": "v1", "metadata": pod["metadata"]})
+                ctx.update(new)
         for job in ctx.list_items(JOB):
             if is_deleting(job) or uid_of(job) in self.wl_by_owner or job_finished(job):
                 continue
@@ -619,6 +673,13 @@ class Kueue:
                 continue
             count = int((sts.get("spec") or {}).get("replicas", 1) or 0)
             out.append((sts, self._pod_group_name(sts), q, count, (sts.get("spec") or {}).get("template") or {}))
+        for (ns, g), pods in getattr(self, "groups", {}).items():
+            total = self._group_total(pods)
+            if total <= 0:
+                continue
+            first = pods[0]
+            out.append((self._group_owner(ns, g, pods), g, self.queue_name(first, ns), total,
+                        {"metadata": first.get("metadata"), "spec": first.get("spec")}))
         return out
 
     def _wl_name(self, prefix: str, owner: dict) -> str:
@@ -640,6 +701,14 @@ class Kueue:
             if f == "Failed":
                 c = find_condition((owner.get("status") or {}).get("conditions"), "Failed") or {}
                 return "Failed", c.get("message") or "Job failed"
+        elif kind == PLAIN_GROUP:
+            pods = owner.get("pods") or []
+            total = self._group_total(pods)
+            succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+            if total and succeeded >= total:
+                return "Succeeded", f"Pods succeeded: {succeeded}/{total}."
+            if pods and len(pods) >= total and all(is_terminal(p) for p in pods):
+                return "Failed", f"Pods succeeded: {succeeded}/{total}."
         elif kind == "Pod":
             phase = (owner.get("status") or {}).get("phase")
             if phase == "Succeeded":
@@ -654,21 +723,30 @@ class Kueue:
         for owner, wname, q, count, template in self._owners():
             wl = self.wl_by_owner.get(uid_of(owner))
             fin = self._finished(owner)
+            group = owner.get("kind") == PLAIN_GROUP
             if wl is None:
                 if fin is not None or count <= 0:
                     continue
+                if group and len(owner["pods"]) < count:
+                    continue  # Kueue waits for every pod of the group
+                subject = owner["pods"][0] if group else owner  # what Events are about
                 ref, prio, err = self._priority(owner, template)
                 if err:
-                    ctx.event(owner, "Warning", "ErrWorkloadCompose", err, JOB_COMPONENT, min_interval=60)
+                    ctx.event(subject, "Warning", "ErrWorkloadCompose", err, JOB_COMPONENT, min_interval=60)
                     continue
                 ns = owner["metadata"]["namespace"]
+                clean = self._clean_template(template)
+                ps_name = "main"
+                meta: dict = {"name": wname, "namespace": ns, "labels": {JOB_UID_LABEL: uid_of(owner)},
+                              "ownerReferences": [owner_ref(owner)]}
+                if group:
+                    ps_name = short_hash(json.dumps(clean.get("spec"), sort_keys=True), 8)  # Kueue's role hash
+                    meta = {"name": wname, "namespace": ns, "annotations": {GROUP_WL_ANNOTATION: "true"},
+                            "ownerReferences": [owner_ref(p, controller=False) for p in owner["pods"]]}
                 wl = {
-                    "apiVersion": WORKLOAD[0], "kind": "Workload",
-                    "metadata": {"name": wname, "namespace": ns,
-                                 "labels": {JOB_UID_LABEL: uid_of(owner)},
-                                 "ownerReferences": [owner_ref(owner)]},
+                    "apiVersion": WORKLOAD[0], "kind": "Workload", "metadata": meta,
                     "spec": {"active": True, "queueName": q, "priority": prio,
-                             "podSets": [{"name": "main", "count": count, "template": self._clean_template(template)}]},
+                             "podSets": [{"name": ps_name, "count": count, "template": clean}]},
                 }
                 if ref:
                     wl["spec"]["priorityClassRef"] = ref
@@ -676,8 +754,8 @@ class Kueue:
                 if created is not None:
                     per_pod = self._requests((template or {}).get("spec"))
                     ctx.write_status(created, {"resourceRequests": [
-                        {"name": "main", "resources": R.fmt_list(R.scale(per_pod, count))}]})
-                    ctx.event(owner, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wname}", JOB_COMPONENT)
+                        {"name": ps_name, "resources": R.fmt_list(R.scale(per_pod, count))}]})
+                    ctx.event(subject, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wname}", JOB_COMPONENT)
                 continue
             if fin is not None and not is_finished(wl):
                 status = deep_copy(wl.get("status") or {})
@@ -1140,6 +1218,10 @@ class Kueue:
     def _owner_of(self, wl: dict) -> dict | None:
         ref = controller_ref(wl)
         if ref is None:
+            if ((wl.get("metadata") or {}).get("annotations") or {}).get(GROUP_WL_ANNOTATION) == "true":
+                ns, name = wl["metadata"]["namespace"], wl["metadata"]["name"]
+                pods = getattr(self, "groups", {}).get((ns, name))
+                return self._group_owner(ns, name, pods) if pods else None
             return None
         gvk = {"Job": JOB, "Pod": POD, "StatefulSet": STATEFULSET}.get(ref.get("kind"))
         if gvk is None or (ref.get("kind") == "Job" and not (ref.get("apiVersion") or "").startswith("batch/")):
@@ -1152,6 +1234,10 @@ class Kueue:
     def _group_pods(self, wl: dict, owner: dict) -> list[dict]:
         if owner.get("kind") == "Pod":
             return [owner]
+        if owner.get("kind") == PLAIN_GROUP:
+            ns = wl["metadata"]["namespace"]
+            return [p for p in self.ctx.list_items(POD, ns) if labels_of(p).get(POD_GROUP_LABEL) == wl["metadata"]["name"]
+                    and not is_deleting(p) and (controller_ref(p) or {}).get("kind") not in ("StatefulSet", "Job")]
         if owner.get("kind") == "StatefulSet":
             ns = wl["metadata"]["namespace"]
             return [p for p in self.ctx.list_items(POD, ns) if labels_of(p).get(POD_GROUP_LABEL) == wl["metadata"]["name"]
@@ -1181,7 +1267,7 @@ class Kueue:
         else:
             for p in self._group_pods(wl, owner):
                 ctx.delete(POD, p["metadata"]["name"], p["metadata"]["namespace"])
-            ctx.event(owner, "Normal", "Stopped", message, JOB_COMPONENT)
+            ctx.event(wl if owner.get("kind") == PLAIN_GROUP else owner, "Normal", "Stopped", message, JOB_COMPONENT)
 
     def _enforce(self) -> None:
         ctx = self.ctx

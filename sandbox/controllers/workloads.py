@@ -931,6 +931,12 @@ class GarbageCollector:
         for gvk, objs in ((POD, pods), (WORKLOAD, ctx.list_items(WORKLOAD)), (VC_PODGROUP, ctx.list_items(VC_PODGROUP))):
             for o in objs:
                 ref = controller_ref(o)
+                if ref is None and gvk == WORKLOAD:  # a plain pod group's Workload: goes with the last of its pods
+                    refs = (o.get("metadata") or {}).get("ownerReferences") or []
+                    if refs and all(r.get("kind") == "Pod" and r.get("uid") not in uids for r in refs) \
+                            and not is_deleting(o):
+                        ctx.delete(gvk, o["metadata"]["name"], o["metadata"].get("namespace"))
+                    continue
                 if ref is None or (ref.get("apiVersion"), ref.get("kind")) not in self.OWNER_KINDS:
                     continue
                 if ref.get("uid") not in uids and not is_deleting(o):

@@ -31,14 +31,17 @@ def capacity(cluster: Cluster) -> dict[tuple[str, str], D]:
 
 def test_sync_reads_nodes_into_pools(synced) -> None:  # noqa: ANN001
     cluster, _, counts = synced
-    assert counts == {"seen": 8, "new": 8, "gone": 0, "not_ready": 0}
+    assert counts == {"seen": 10, "new": 10, "gone": 0, "not_ready": 0}
     pools = {p.name: (p.sharing, p.pool_label, p.nodes.count()) for p in NodePool.objects.filter(cluster=cluster)}
     assert pools == {
         "h100-80gb-online": ("whole", "online", 1),
         "h100-80gb-offline": ("whole", "offline", 3),
         "a100-80gb-mig-all-balanced-online": ("mig", "online", 2),
         "l40s-hami-offline": ("hami", "offline", 2),
+        "cpu": ("none", "", 2),  # the CPU-only pool: no GPU labels, no pool label
     }
+    cpu = Node.objects.get(cluster=cluster, name="cpu-0")
+    assert cpu.pool.gpu_product == "" and cpu.pool.gpu_memory_mib == 0 and cpu.counts_capacity
     mig = Node.objects.get(cluster=cluster, name="gpu-a100-mig-0")
     assert mig.mig_config_state == "success" and mig.counts_capacity
     assert mig.pool.mig_config == "all-balanced" and mig.pool.gpu_product == "NVIDIA-A100-SXM4-80GB"
@@ -64,8 +67,9 @@ def test_discovered_flavors_and_their_capacity(synced) -> None:  # noqa: ANN001
     assert cap[("l40s-hami", "nvidia.com/gpu")] == 80  # vGPU slots: 8 cards x split 10
     assert cap[("l40s-hami", "nvidia.com/total-gpucores")] == 800
     assert cap[("l40s-hami", "nvidia.com/total-gpumem")] == 8 * 46068
-    assert cap[("cpu", "cpu")] == 192 * 4 + 96 * 4
-    assert cap[("cpu", "memory")] == 2048 * 4 + 1152 * 2 + 768 * 2  # GiB
+    assert cap[("cpu", "cpu")] == 192 * 4 + 96 * 4 + 32 * 2  # the CPU pool counts for the cpu flavor only
+    assert cap[("cpu", "memory")] == 2048 * 4 + 1152 * 2 + 768 * 2 + 128 * 2  # GiB
+    assert not any(res.startswith("nvidia.com/") for (fname, res) in cap if fname == "cpu")
 
 
 def test_vanished_and_not_ready_nodes_are_kept_and_stop_counting(synced, fresh_sandbox) -> None:  # noqa: ANN001

@@ -96,7 +96,7 @@ def test_kube_for_reads_an_encrypted_kubeconfig_and_caches(fresh_sandbox) -> Non
     assert "token" not in cluster.kubeconfig_encrypted
     kube = kube_for(cluster)
     assert kube is kube_for(cluster)
-    assert len(kube.list("v1", "Node")[0]) == 8
+    assert len(kube.list("v1", "Node")[0]) == 10  # demo profile: 8 GPU + 2 CPU nodes
     by_path = Cluster.objects.create(name="path", kubeconfig_path=str(fresh_sandbox.kubeconfig))
     assert kube_for(by_path) is not kube
     with pytest.raises(ValueError):

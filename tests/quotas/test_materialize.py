@@ -32,7 +32,7 @@ def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
     """The demo cluster (B, flavors from discovery, the demo quotas) on a fresh sandbox, nothing applied yet."""
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     summary = seed_quota_demo(reconcile_now=False)
-    assert summary["flavors_created"] == 7 and summary["inventory"]["seen"] == 8
+    assert summary["flavors_created"] == 7 and summary["inventory"]["seen"] == 10  # 8 GPU + 2 CPU nodes
     cluster = Cluster.objects.get(name="sandbox")
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     return cluster, kube, fresh_sandbox

@@ -45,9 +45,10 @@ def nodes() -> dict[str, dict]:
 
 
 def test_demo_profile_shape(nodes):
-    assert sorted(nodes) == ["gpu-a100-mig-0", "gpu-a100-mig-1", "gpu-h100-0", "gpu-h100-1", "gpu-h100-2", "gpu-h100-3",
-                             "gpu-l40s-hami-0", "gpu-l40s-hami-1"]
-    pools = {n: v["metadata"]["labels"]["gpuportal.dev/pool"] for n, v in nodes.items()}
+    assert sorted(nodes) == ["cpu-0", "cpu-1", "gpu-a100-mig-0", "gpu-a100-mig-1", "gpu-h100-0", "gpu-h100-1", "gpu-h100-2",
+                             "gpu-h100-3", "gpu-l40s-hami-0", "gpu-l40s-hami-1"]
+    pools = {n: v["metadata"]["labels"].get("gpuportal.dev/pool") for n, v in nodes.items()}
+    assert pools["cpu-0"] is None and "nvidia.com/gpu.present" not in nodes["cpu-0"]["metadata"]["labels"]
     assert pools["gpu-h100-0"] == "online" and pools["gpu-h100-1"] == "offline"
     for n in nodes.values():
         labels = n["metadata"]["labels"]
@@ -206,4 +207,4 @@ def test_seed_is_idempotent():
     rv = sim.store.resource_version()
     sim.controllers.seed()
     assert sim.store.resource_version() == rv
-    assert len(sim.items("v1", "Node")) == 8
+    assert len(sim.items("v1", "Node")) == 10

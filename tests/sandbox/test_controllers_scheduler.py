@@ -73,8 +73,8 @@ def test_mig_slice_pods(sim):
     left = sim.get("v1", "Pod", "m32", "t")
     c = next(c for c in left["status"]["conditions"] if c["type"] == "PodScheduled")
     assert (c["status"], c["reason"]) == ("False", "Unschedulable")
-    assert c["message"] == ("0/8 nodes are available: 1 node(s) had untolerated taint {gpuportal.dev/pool: online}, "
-                            "7 Insufficient nvidia.com/mig-1g.10gb.")
+    assert c["message"] == ("0/10 nodes are available: 1 node(s) had untolerated taint {gpuportal.dev/pool: online}, "
+                            "9 Insufficient nvidia.com/mig-1g.10gb.")
     ev = [e for e in sim.events("t", "FailedScheduling") if e["involvedObject"]["name"] == "m32"]
     assert ev and ev[0]["type"] == "Warning" and ev[0]["message"] == c["message"]
 
@@ -97,8 +97,8 @@ def test_hami_pods_share_cards_by_memory_and_cores(sim):
     sim.settle()
     assert node_of(sim, "h15") is not None and node_of(sim, "h16") is None
     msg = next(c for c in sim.get("v1", "Pod", "h16", "t")["status"]["conditions"] if c["type"] == "PodScheduled")["message"]
-    assert msg == ("0/8 nodes are available: 1 node(s) had untolerated taint {gpuportal.dev/pool: online}, "
-                   "2 CardInsufficientMemory, 2 Insufficient nvidia.com/gpu, 3 NodeInsufficientDevice.")
+    assert msg == ("0/10 nodes are available: 1 node(s) had untolerated taint {gpuportal.dev/pool: online}, "
+                   "2 CardInsufficientMemory, 3 NodeInsufficientDevice, 4 Insufficient nvidia.com/gpu.")
 
 
 def test_hami_multi_card_and_exclusive(sim):
@@ -130,8 +130,8 @@ def test_failed_scheduling_message_like_kube_scheduler(sim):
     sim.settle()
     p = sim.get("v1", "Pod", "huge", "t")
     c = next(c for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
-    assert c["message"] == ("0/8 nodes are available: 1 node(s) had untolerated taint {gpuportal.dev/pool: online}, "
-                            "3 Insufficient nvidia.com/gpu, 4 node(s) didn't match Pod's node affinity/selector.")
+    assert c["message"] == ("0/10 nodes are available: 1 node(s) had untolerated taint {gpuportal.dev/pool: online}, "
+                            "3 Insufficient nvidia.com/gpu, 6 node(s) didn't match Pod's node affinity/selector.")
     assert p["status"]["phase"] == "Pending"
     # the event is not repeated on every pass, only after 30 simulated seconds
     sim.settle()
@@ -143,14 +143,15 @@ def test_failed_scheduling_message_like_kube_scheduler(sim):
 
 
 def test_untolerated_taint_and_node_affinity_terms(sim):
-    sim.create(pod("notol", {"cpu": 1}, tolerations=None))
+    sim.create(pod("notol", {"nvidia.com/gpu": 1}, tolerations=None))
     aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L40S"]}]}]}}}
     sim.create(pod("aff", {"cpu": 1}, affinity=aff))
     sim.settle()
     assert node_of(sim, "notol") is None
     msg = next(c for c in sim.get("v1", "Pod", "notol", "t")["status"]["conditions"] if c["type"] == "PodScheduled")["message"]
-    assert msg == "0/8 nodes are available: 8 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    assert msg == ("0/10 nodes are available: 2 Insufficient nvidia.com/gpu, "
+                   "8 node(s) had untolerated taint {nvidia.com/gpu: present}.")
     assert node_of(sim, "aff").startswith("gpu-l40s-hami-")
 
 
@@ -169,7 +170,7 @@ def test_cordoned_and_not_ready_nodes_are_skipped(sim):
     sim.create(pod("b", {"nvidia.com/gpu": 1}))
     sim.settle()
     msg = next(c for c in sim.get("v1", "Pod", "b", "t")["status"]["conditions"] if c["type"] == "PodScheduled")["message"]
-    assert "7 node(s) were unschedulable" in msg and "{node.kubernetes.io/not-ready: }" in msg
+    assert "9 node(s) were unschedulable" in msg and "{node.kubernetes.io/not-ready: }" in msg
 
 
 def test_gated_pods_and_foreign_schedulers_are_left_alone(sim):
@@ -195,3 +196,27 @@ def test_choose_node_accounts_requests():
     node, alloc, msg = choose_node(pod("y", {"nvidia.com/gpu": 8}), infos)
     assert node == "gpu-h100-3" and msg == ""
     assert infos["gpu-h100-1"].free[R.GPU] == 0
+
+
+def test_demo_profile_has_a_cpu_pool_without_gpu_taint_or_labels(sim):
+    cpu = [n for n in sim.items("v1", "Node") if not n["metadata"]["name"].startswith("gpu-")]
+    assert len(cpu) >= 2
+    for n in cpu:
+        labels = n["metadata"]["labels"]
+        assert not any(k.startswith("nvidia.com/") for k in labels), labels
+        assert not any(k.startswith("nvidia.com/") for k in n["status"]["allocatable"])
+        assert not n["spec"].get("taints")
+
+
+def test_plain_cpu_pod_runs_on_a_cpu_node_and_gpu_pods_stay_on_gpu_nodes(sim):
+    sim.create(pod("plain", {"cpu": 1, "memory": "1Gi"}, tolerations=None))
+    sim.create(pod("gpu", {"nvidia.com/gpu": 1, "cpu": 1}))
+    sim.settle()
+    sim.advance(30)
+    cpu_nodes = {n["metadata"]["name"] for n in sim.items("v1", "Node") if not n["spec"].get("taints")}
+    plain = sim.get("v1", "Pod", "plain", "t")
+    assert plain["spec"]["nodeName"] in cpu_nodes
+    assert plain["status"]["phase"] == "Running"
+    gpu = sim.get("v1", "Pod", "gpu", "t")
+    assert gpu["spec"]["nodeName"].startswith("gpu-") and gpu["spec"]["nodeName"] not in cpu_nodes
+    assert gpu["status"]["phase"] == "Running"
