@@ -302,3 +302,21 @@ def test_reserved_namespaces_are_never_adopted(demo, api) -> None:  # noqa: ANN0
     Project.objects.create(tenant=acme, name="Sys", slug="kube-system", cluster_namespace="kube-system")
     response = api("ops").post(f"{API}/clusters/sandbox/projects/kube-system/namespace/adopt/", {"confirm": 0}, format="json")
     assert response.status_code == 400 and "reserved" in json.dumps(response.json())
+
+
+# ------------------------------------------------------------------------------------------- request objects
+@pytest.mark.parametrize("kind", ["notebook", "training", "inference"])
+def test_request_objects_carry_our_labels_and_owner_annotation(kind: str, settings) -> None:  # noqa: ANN001
+    from tests.workloads.test_render import make_request, pod_templates
+    from workloads import manifests as wm
+
+    settings.PORTAL_INSTALLATION_ID = "portal-eu-1"
+    objects = wm.request_manifests(make_request(kind, replicas=2 if kind == "training" else 1), notebook_token="t")
+    assert objects
+    for obj in objects:
+        meta = obj["metadata"]
+        assert meta["labels"][m.MANAGED_BY] == "gpu-portal" and meta["labels"][m.INSTALLATION_LABEL] == "portal-eu-1"
+        assert meta["annotations"][m.OWNER_ANNOTATION] == (
+            "gpu-portal installation portal-eu-1; tenant acme; project acme-vision; request 42")
+        for template in pod_templates(obj):
+            assert template["metadata"]["labels"][m.INSTALLATION_LABEL] == "portal-eu-1"
