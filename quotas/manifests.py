@@ -540,7 +540,7 @@ def _a_totals(snapshot: Snapshot) -> dict[tuple[str, str], Decimal]:
         per = {(r.flavor, r.resource): r.nominal for r in tenant.quotas}
         sums: dict[tuple[str, str], Decimal] = {}
         for project in snapshot.projects:
-            if project.tenant == tenant.slug:
+            if project.active and project.tenant == tenant.slug:
                 for r in project.quotas:
                     sums[(r.flavor, r.resource)] = sums.get((r.flavor, r.resource), Decimal(0)) + r.nominal
         for key in per.keys() | sums.keys():

@@ -63,6 +63,7 @@ def _clusters() -> list[Cluster]:
 def namespace_problem(namespace: str, *, project_slug: str | None = None) -> str | None:
     """Why a new project may not have ``namespace``, or None. Clusters that cannot be asked now are
     skipped: the reconcile checks again before it writes anything (and records a conflict)."""
+    from portal.crypto import InvalidToken
     from portal.kube import ClusterError, kube_for
 
     if is_reserved(namespace):
@@ -70,7 +71,7 @@ def namespace_problem(namespace: str, *, project_slug: str | None = None) -> str
     for cluster in _clusters():
         try:
             live = kube_for(cluster).get("v1", "Namespace", namespace)
-        except (ClusterError, OSError, ValueError) as exc:
+        except (ClusterError, OSError, ValueError, InvalidToken) as exc:
             log.warning("namespace check on %s skipped: %s", cluster.name, exc)
             continue
         owner = m.ownership(live, installation_id())

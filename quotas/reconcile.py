@@ -217,8 +217,7 @@ class Plan:
     def text(self) -> str:
         """The whole plan as one reviewable unified diff."""
         parts = [f"# plan for architecture {self.architecture}: {self.summary()}"]
-        parts += [item.diff if item.action not in ("conflict", "release") else f"# {item.label}: {item.reason}"
-                  for item in self.items]
+        parts += [item.diff for item in self.items]
         return "\n".join(parts) + "\n"
 
 
@@ -317,7 +316,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
             action = "release" if key[1] == "Namespace" and current is not None else "conflict"
             if key[1] != "Namespace" and current is not None and _reserved(namespace):
                 action = "delete"  # ours, written into a reserved namespace by an older portal: take it out
-            plan.items.append(Item(action, key, obj, current or anyone.get(key), "", tenant, project, "", None, reason))
+            plan.items.append(Item(action, key, obj, current or anyone.get(key), "", tenant, project, f"# {reason}", None, reason))
             continue
         other = anyone.get(key) if current is None else None
         if other is not None and not (other.get("metadata") or {}).get("deletionTimestamp"):
@@ -330,7 +329,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
             by = owner_labels.get(m.MANAGED_BY) or "nobody"
             reason = (f"conflict: {key[1]} {key[2] + '/' if key[2] else ''}{key[3]} exists and is not ours "
                       f"(managed by {by}, installation {owner_labels.get(m.INSTALLATION_LABEL, 'none')}); not applied")
-            plan.items.append(Item("conflict", key, obj, other, "", tenant, project, "", None, reason))
+            plan.items.append(Item("conflict", key, obj, other, "", tenant, project, f"# {reason}", None, reason))
             continue
         if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
             diff = "\n".join(difflib.unified_diff([], _yaml(obj), f"live/{name}", f"desired/{name}", lineterm=""))
@@ -354,8 +353,8 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
         tenant, project = m.owner_of(obj)
         if key[1] == "Namespace" and _reserved(key[3]):
             # Labelled by an older portal: take our labels off, never delete it.
-            plan.items.append(Item("release", key, None, obj, "", tenant, project, "", None,
-                                   f"conflict: namespace {key[3]} is reserved; our labels are removed, it is never deleted"))
+            reason = f"conflict: namespace {key[3]} is reserved; our labels are removed, it is never deleted"
+            plan.items.append(Item("release", key, None, obj, "", tenant, project, f"# {reason}", None, reason))
             continue
         name = f"{key[1]}/{key[2] + '/' if key[2] else ''}{key[3]}"
         diff = "\n".join(difflib.unified_diff(_yaml(_strip_live(obj)), [], f"live/{name}", f"desired/{name}", lineterm=""))

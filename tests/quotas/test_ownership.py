@@ -152,6 +152,8 @@ def test_reconcile_never_writes_into_a_namespace_that_is_not_ours(demo, as_user)
     body = as_user("ops").get(reverse("ops-cluster-objects", args=["sandbox"])).content.decode()
     assert "namespace acme-nlp exists and is not managed by this portal" in body
     assert reverse("ops-namespace", args=["sandbox", "acme-nlp"]) in body
+    plan_page = as_user("ops").get(reverse("ops-cluster", args=["sandbox"])).content.decode()
+    assert "4 not ours (left alone)" in plan_page and "namespace acme-nlp exists and is not managed" in plan_page
 
 
 def test_reserved_namespace_of_an_old_project_is_never_written_or_deleted(demo) -> None:  # noqa: ANN001
@@ -320,3 +322,24 @@ def test_request_objects_carry_our_labels_and_owner_annotation(kind: str, settin
             "gpu-portal installation portal-eu-1; tenant acme; project acme-vision; request 42")
         for template in pod_templates(obj):
             assert template["metadata"]["labels"][m.INSTALLATION_LABEL] == "portal-eu-1"
+
+
+def test_a_retained_archived_project_renders_only_its_namespace() -> None:
+    quota = (m.QuotaRow("h100", "nvidia.com/gpu", 4),)
+    snap = m.Snapshot(
+        m.ClusterRow("c", "A"), (m.FlavorRow("h100", "whole", ("nvidia.com/gpu",)),),
+        (m.TenantRow("acme", True, quota),),
+        (m.ProjectRow("acme-vision", "acme", True, quota), m.ProjectRow("acme-old", "acme", False, quota, namespace="acme-old")),
+        "portal-x",
+    )
+    objects = m.desired_state(snap.cluster, snap)
+    old = [o for o in objects if "acme-old" in (o["metadata"]["name"], o["metadata"].get("namespace"))]
+    assert [o["kind"] for o in old] == ["Namespace"] and old[0]["metadata"]["labels"][m.ARCHIVED_LABEL] == "true"
+    shared = next(o for o in objects if o["kind"] == "ClusterQueue")
+    assert shared["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "4"  # archived not counted
+
+
+def test_reserved_names_match_exactly_or_by_prefix() -> None:
+    assert m.reserved_namespace("kube-system") and m.reserved_namespace("kube-node-lease") and m.reserved_namespace("default")
+    assert not m.reserved_namespace("acme-default") and not m.reserved_namespace("kubeflow-team")
+    assert m.reserved_namespace("team-infra-a", ["team-infra-*"]) and not m.reserved_namespace("team-infra", ["team-infra-*"])
