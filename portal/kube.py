@@ -66,6 +66,15 @@ class ClusterRejected(ClusterError):
         return [c.get("field", "") for c in self.causes if c.get("field")]
 
 
+class NotOwned(ClusterRejected):
+    """A forced apply was refused here, before any write: the live object lacks the owner labels asked for."""
+
+    def __init__(self, what: str, labels: dict[str, Any]) -> None:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+        super().__init__(status=409, reason="NotOwned",
+                         message=f"{what} exists and is not ours (its labels: {shown}); not applied")
+
+
 @dataclass(frozen=True)
 class Resource:
     api_version: str
@@ -193,10 +202,22 @@ class Kube:
 
     # -- verbs -------------------------------------------------------------------------------------------------
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True,
-              dry_run: bool = False) -> dict[str, Any]:
-        """Server-side apply ``obj`` (creates it when missing); returns the object as stored."""
+              dry_run: bool = False, owner: dict[str, str] | None = None) -> dict[str, Any]:
+        """Server-side apply ``obj`` (creates it when missing); returns the object as stored.
+
+        ``force`` takes fields over from other managers, so it must never land on an object someone else
+        owns: with ``owner`` (labels, e.g. managed-by and installation id) a forced apply first reads the
+        live object and raises :class:`NotOwned` — writing nothing — when it exists without those labels.
+        Without ``force`` the server itself refuses (409) to take over fields another manager set.
+        """
         res = self.resource(obj["apiVersion"], obj["kind"])
         meta = obj.get("metadata") or {}
+        if force and owner:
+            live = self.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            live_labels = ((live or {}).get("metadata") or {}).get("labels") or {}
+            if live is not None and any(live_labels.get(k) != v for k, v in owner.items()):
+                where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+                raise NotOwned(f"{obj['kind']} {where}{meta['name']}", live_labels)
         query: list[tuple[str, Any]] = [("fieldManager", field_manager), ("fieldValidation", "Strict")]
         if force:
             query.append(("force", "true"))

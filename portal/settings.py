@@ -261,3 +261,14 @@ LOGGING = {
 
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+# Ownership of cluster objects (docs/ownership.md). Every object the portal writes carries
+# app.kubernetes.io/managed-by=gpu-portal and gpuportal.dev/installation=<this id>; the portal never
+# writes into, labels or deletes what lacks both (unless ops adopt it explicitly).
+PORTAL_INSTALLATION_ID = os.environ.get("PORTAL_INSTALLATION_ID", "gpu-portal")
+# Namespace names no project may use, on top of the built-in list in quotas/manifests.py (comma-separated;
+# a trailing "*" matches a prefix, e.g. "team-infra-*").
+PORTAL_RESERVED_NAMESPACES = [n.strip() for n in os.environ.get("PORTAL_RESERVED_NAMESPACES", "").split(",") if n.strip()]
+# An archived project's namespace (and what is in it) stays this many days before housekeeping deletes it.
+PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION_DAYS", "7"))
+CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}

@@ -42,6 +42,26 @@ MANAGER = "gpu-portal"
 TENANT_LABEL = "gpuportal.dev/tenant"
 PROJECT_LABEL = "gpuportal.dev/project"
 POOL_LABEL = "gpuportal.dev/pool"
+# Ownership (docs/ownership.md): every object we write carries MANAGED_BY=MANAGER and INSTALLATION_LABEL=<id>
+# and the OWNER_ANNOTATION naming the installation, tenant and project. Nothing without both labels is ours.
+INSTALLATION_LABEL = "gpuportal.dev/installation"
+OWNER_ANNOTATION = "gpuportal.dev/owner"
+ARCHIVED_LABEL = "gpuportal.dev/archived"
+DEFAULT_INSTALLATION = "gpu-portal"
+# Pod Security Admission on project namespaces: enforce baseline (notebook images run as root and use
+# sudo/apt, which restricted refuses), warn and audit at restricted so users see what would break.
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
+# Namespaces no project may ever use: the control plane's and the GPU stack's (a trailing * is a prefix).
+RESERVED_NAMESPACES: tuple[str, ...] = (
+    "kube-*", "default", "openshift-*", "gpu-operator", "nvidia-gpu-operator", "nvidia-network-operator",
+    "network-operator", "kueue-system", "volcano-system", "volcano-monitoring", "hami-system", "cert-manager",
+    "monitoring", "prometheus", "ingress-nginx", "istio-system", "calico-system", "tigera-operator",
+    "local-path-storage", "metallb-system", "argocd", "flux-system", "gpu-portal",
+)
 VOLCANO_QUEUE_LABEL = "gpuportal.dev/volcano-queue"
 SHARED_QUEUE = "shared"  # architecture A's one ClusterQueue
 GUARDRAIL_NAME = "gpu-portal"  # the ResourceQuota's and LimitRange's name in each namespace
@@ -108,11 +128,19 @@ class TenantRow:
 
 @dataclass(frozen=True)
 class ProjectRow:
+    """A project. ``active=False`` rows are archived projects whose namespace is still retained: they get
+    their Namespace (marked archived) and nothing else. ``namespace`` defaults to the slug."""
+
     slug: str
     tenant: str
     active: bool = True
     quotas: tuple[QuotaRow, ...] = ()
     id: int | None = None
+    namespace: str = ""
+
+    @property
+    def ns(self) -> str:
+        return self.namespace or self.slug
 
 
 @dataclass(frozen=True)
@@ -132,6 +160,7 @@ class Snapshot:
     flavors: tuple[FlavorRow, ...] = ()
     tenants: tuple[TenantRow, ...] = ()
     projects: tuple[ProjectRow, ...] = ()
+    installation: str = DEFAULT_INSTALLATION
 
     def with_architecture(self, architecture: str) -> Snapshot:
         return replace(self, cluster=replace(self.cluster, architecture=architecture))
@@ -413,30 +442,33 @@ def _f_queues(project: ProjectRow, tenant: TenantRow, tenant_projects: list[Proj
 
 def render_namespace(project: ProjectRow, cluster: ClusterRow) -> dict:
     meta_labels = _tenant_labels(project.tenant, project.slug)
-    if cluster.architecture == "E":
+    meta_labels.update(POD_SECURITY)
+    if not project.active:
+        meta_labels[ARCHIVED_LABEL] = "true"
+    elif cluster.architecture == "E":
         # Tells the workload renderer which Volcano Queue this namespace's gang jobs go to. The
         # namespace has no LocalQueue named "default", so Kueue leaves Volcano's pods alone (§3.3).
         meta_labels[VOLCANO_QUEUE_LABEL] = project.slug
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": project.slug, "labels": meta_labels}}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": project.ns, "labels": meta_labels}}
 
 
 def render_local_queue(project: ProjectRow, name: str, cluster_queue: str) -> dict:
     return {"apiVersion": KUEUE, "kind": "LocalQueue",
-            "metadata": {"name": name, "namespace": project.slug, "labels": _tenant_labels(project.tenant, project.slug)},
+            "metadata": {"name": name, "namespace": project.ns, "labels": _tenant_labels(project.tenant, project.slug)},
             "spec": {"clusterQueue": cluster_queue}}
 
 
 def render_limit_range(project: ProjectRow) -> dict:
     # Default *requests* only: a default limit smaller than a request the user gives would make the pod invalid.
     return {"apiVersion": "v1", "kind": "LimitRange",
-            "metadata": {"name": GUARDRAIL_NAME, "namespace": project.slug, "labels": _tenant_labels(project.tenant, project.slug)},
+            "metadata": {"name": GUARDRAIL_NAME, "namespace": project.ns, "labels": _tenant_labels(project.tenant, project.slug)},
             "spec": {"limits": [{"type": "Container", "defaultRequest": dict(DEFAULT_REQUESTS)}]}}
 
 
 def render_resource_quota(project: ProjectRow, ceilings: Mapping[str, Decimal]) -> dict:
     hard = {f"requests.{resource}": quantity(resource, value) for resource, value in sorted(ceilings.items())}
     return {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": GUARDRAIL_NAME, "namespace": project.slug, "labels": _tenant_labels(project.tenant, project.slug)},
+            "metadata": {"name": GUARDRAIL_NAME, "namespace": project.ns, "labels": _tenant_labels(project.tenant, project.slug)},
             "spec": {"hard": hard}}
 
 
@@ -508,7 +540,7 @@ def _a_totals(snapshot: Snapshot) -> dict[tuple[str, str], Decimal]:
         per = {(r.flavor, r.resource): r.nominal for r in tenant.quotas}
         sums: dict[tuple[str, str], Decimal] = {}
         for project in snapshot.projects:
-            if project.tenant == tenant.slug:
+            if project.active and project.tenant == tenant.slug:
                 for r in project.quotas:
                     sums[(r.flavor, r.resource)] = sums.get((r.flavor, r.resource), Decimal(0)) + r.nominal
         for key in per.keys() | sums.keys():
@@ -541,9 +573,14 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
     objects += render_priority_classes()
     tenants = {t.slug: t for t in data.tenants}
     projects_by_tenant: dict[str, list[ProjectRow]] = {}
+    retained: list[ProjectRow] = []
     for project in data.projects:
-        if project.active and project.tenant in tenants:
+        if project.tenant not in tenants:
+            continue
+        if project.active:
             projects_by_tenant.setdefault(project.tenant, []).append(project)
+        else:  # archived, namespace kept until its retention ends or ops release it
+            retained.append(project)
     if arch == "A":
         a_totals = _a_totals(data)
         objects.append(_shared_queue(a_totals, flavors))
@@ -578,7 +615,8 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
             objects.append(render_limit_range(project))
             if arch == "E":
                 objects.append(render_volcano_queue(project, tenant, volcano_flavors, capacity_plugin=cluster.volcano_capacity_plugin))
-    return sort_objects(objects)
+    objects += [render_namespace(project, cluster) for project in retained]
+    return sort_objects([mark(obj, data.installation) for obj in objects])
 
 
 def object_key(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -594,3 +632,59 @@ def owner_of(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """(tenant slug, project slug) an object belongs to; (None, None) for cluster-wide objects."""
     meta_labels = (obj.get("metadata") or {}).get("labels") or {}
     return meta_labels.get(TENANT_LABEL), meta_labels.get(PROJECT_LABEL)
+
+
+# ----------------------------------------------------------------------------------------- ownership
+def owner_text(installation: str, tenant: str | None = None, project: str | None = None) -> str:
+    """The owner annotation: which portal installation wrote the object, for which tenant and project."""
+    parts = [f"gpu-portal installation {installation}"]
+    if tenant:
+        parts.append(f"tenant {tenant}")
+    if project:
+        parts.append(f"project {project}")
+    return "; ".join(parts)
+
+
+def mark(obj: dict, installation: str) -> dict:
+    """``obj`` with our ownership labels and annotation (a new dict; the input is not changed)."""
+    meta = dict(obj.get("metadata") or {})
+    meta_labels = dict(meta.get("labels") or {})
+    meta_labels[MANAGED_BY] = MANAGER
+    meta_labels[INSTALLATION_LABEL] = installation
+    meta["labels"] = meta_labels
+    annotations = dict(meta.get("annotations") or {})
+    annotations[OWNER_ANNOTATION] = owner_text(installation, meta_labels.get(TENANT_LABEL), meta_labels.get(PROJECT_LABEL))
+    meta["annotations"] = annotations
+    return {**obj, "metadata": meta}
+
+
+def owner_selector(installation: str) -> dict[str, str]:
+    """The labels that make a live object ours."""
+    return {MANAGED_BY: MANAGER, INSTALLATION_LABEL: installation}
+
+
+def ownership(obj: Mapping[str, Any] | None, installation: str) -> str:
+    """``"ours"`` (our two labels), ``"legacy"`` (managed-by us, no installation label: written before
+    installation ids existed), ``"missing"`` (no object) or ``"foreign"`` (anything else)."""
+    if obj is None:
+        return "missing"
+    meta_labels = (obj.get("metadata") or {}).get("labels") or {}
+    if meta_labels.get(MANAGED_BY) != MANAGER:
+        return "foreign"
+    found = meta_labels.get(INSTALLATION_LABEL)
+    if found == installation:
+        return "ours"
+    return "legacy" if found is None else "foreign"
+
+
+def reserved_namespace(name: str, extra: Iterable[str] = ()) -> bool:
+    """Is ``name`` a namespace no project may use (the built-in list plus ``extra``; ``x-*`` is a prefix)?"""
+    for pattern in (*RESERVED_NAMESPACES, *extra):
+        pattern = pattern.strip()
+        if not pattern:
+            continue
+        if pattern.endswith("*") and name.startswith(pattern[:-1]):
+            return True
+        if name == pattern:
+            return True
+    return False

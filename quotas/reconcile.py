@@ -32,7 +32,9 @@ from decimal import Decimal
 from typing import Any
 
 import yaml
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from tenants.models import Project, Tenant
@@ -42,6 +44,14 @@ from .capacity import parse_quantity
 from .models import AppliedObject, Architecture, Cluster, Flavor, Quota
 
 log = logging.getLogger(__name__)
+
+
+def installation_id() -> str:
+    return getattr(settings, "PORTAL_INSTALLATION_ID", m.DEFAULT_INSTALLATION) or m.DEFAULT_INSTALLATION
+
+
+def _reserved(name: str) -> bool:
+    return m.reserved_namespace(name, getattr(settings, "PORTAL_RESERVED_NAMESPACES", ()))
 
 Key = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
 MANAGED_SELECTOR = f"{m.MANAGED_BY}={m.MANAGER}"
@@ -72,9 +82,12 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
         m.TenantRow(t.slug, t.status == Tenant.Status.ACTIVE, tuple(tenant_quotas.get(t.pk, ())), t.pk)
         for t in Tenant.objects.order_by("slug")
     ]
+    # Active projects, and archived ones whose namespace is retained (not yet released for deletion).
     projects = [
-        m.ProjectRow(p.slug, p.tenant.slug, True, tuple(project_quotas.get(p.pk, ())), p.pk)
-        for p in Project.objects.filter(status=Project.Status.ACTIVE).select_related("tenant").order_by("slug")
+        m.ProjectRow(p.slug, p.tenant.slug, p.status == Project.Status.ACTIVE, tuple(project_quotas.get(p.pk, ())), p.pk,
+                     p.namespace)
+        for p in Project.objects.filter(Q(status=Project.Status.ACTIVE) | Q(namespace_released_at__isnull=True))
+        .select_related("tenant").order_by("slug")
     ]
     flavor_rows = [
         m.FlavorRow(f.name, f.kind, tuple(f.resource_names), dict(f.node_labels or {}), tuple(f.taints or ()),
@@ -82,7 +95,7 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
         for f in flavors
     ]
     cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
-    return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects))
+    return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id())
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -140,7 +153,12 @@ def _strip_live(obj: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------- plan
 @dataclass
 class Item:
-    action: str  # create | change | replace | delete
+    """One planned write. ``conflict``: an object we want exists and is not ours (or lives in a namespace
+    that is not ours, or is reserved): nothing is written, the reason is recorded for ops. ``release``:
+    a reserved namespace carries our labels (written before the portal checked): we remove our fields
+    from it (an apply of the bare object) and never delete it."""
+
+    action: str  # create | change | replace | delete | conflict | release
     key: Key
     desired: dict[str, Any] | None
     live: dict[str, Any] | None
@@ -148,6 +166,8 @@ class Item:
     tenant: str | None = None
     project: str | None = None
     diff: str = ""
+    owner: dict[str, str] | None = None  # labels the live object must carry before a forced apply
+    reason: str = ""
 
     @property
     def label(self) -> str:
@@ -182,12 +202,17 @@ class Plan:
         return self.of("delete")
 
     @property
+    def conflicts(self) -> list[Item]:
+        return self.of("conflict") + self.of("release")
+
+    @property
     def empty(self) -> bool:
         return not self.items
 
     def summary(self) -> str:
-        return (f"{len(self.creates)} to create, {len(self.changes)} to change, {len(self.deletes)} to delete, "
+        text = (f"{len(self.creates)} to create, {len(self.changes)} to change, {len(self.deletes)} to delete, "
                 f"{self.unchanged} unchanged")
+        return text + (f", {len(self.conflicts)} not ours (left alone)" if self.conflicts else "")
 
     def text(self) -> str:
         """The whole plan as one reviewable unified diff."""
@@ -197,8 +222,14 @@ class Plan:
 
 
 def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, sleep: Callable[[float], None] = time.sleep,
+                  installation: str = m.DEFAULT_INSTALLATION, applied: Any = (),
                   ) -> tuple[dict[Key, dict], list[dict]]:
-    """Our objects on the cluster: one (paginated) list call per kind, selected by our managed-by label."""
+    """Our objects on the cluster: one (paginated) list call per kind, selected by our managed-by label.
+
+    Ours = our installation id too; objects labelled managed-by us without an installation id (written
+    before ids existed) count as ours only when we recorded applying them (``applied`` keys). Another
+    installation's objects are not ours: never changed, never pruned.
+    """
     from portal.kube import ClusterRejected
 
     live: dict[Key, dict] = {}
@@ -212,10 +243,28 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, sleep: Call
                 continue  # e.g. no Volcano on a cluster that does not need it
             raise
         for obj in items:
-            live[m.object_key(obj)] = obj
+            key = m.object_key(obj)
+            owner = m.ownership(obj, installation)
+            if owner == "foreign" or (owner == "legacy" and key not in applied):
+                continue
+            live[key] = obj
             if kind == "ClusterQueue":
                 queues.append(obj)
     return live, queues
+
+
+def _any_objects(kube: Any, kinds: set[tuple[str, str]], *, sleep: Callable[[float], None]) -> dict[Key, dict]:
+    """Every object of ``kinds``, whoever owns it: one list per kind, only for kinds we are about to create."""
+    found: dict[Key, dict] = {}
+    for api_version, kind in sorted(kinds):
+        items, _ = _with_retries(lambda a=api_version, k=kind: kube.list(a, k), attempts=RETRY_ATTEMPTS, sleep=sleep)
+        for obj in items:
+            found[m.object_key(obj)] = obj
+    return found
+
+
+def _namespace_of(key: Key) -> str:
+    return key[3] if key[1] == "Namespace" else key[2]
 
 
 def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | None = None,
@@ -228,11 +277,30 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     if architecture:
         snapshot = snapshot.with_architecture(architecture)
     desired = m.desired_state(snapshot.cluster, snapshot)
-    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired}, sleep=sleep)
-    applied = {(a.api_version, a.kind, a.namespace, a.name): a.hash for a in AppliedObject.objects.filter(cluster=cluster)}
+    installation = snapshot.installation
+    applied_rows = {(a.api_version, a.kind, a.namespace, a.name): a.hash for a in AppliedObject.objects.filter(cluster=cluster)}
+    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired}, sleep=sleep,
+                                 installation=installation, applied=applied_rows)
+    applied = applied_rows
+    adopted = set(Project.objects.filter(namespace_adopted_at__isnull=False).values_list("cluster_namespace", flat=True))
     plan = Plan(cluster.pk, snapshot.cluster.architecture, desired_count=len(desired), live_cluster_queues=queues,
                 ids={"tenant": {t.slug: t.id for t in snapshot.tenants if t.id},
                      "project": {p.slug: p.id for p in snapshot.projects if p.id}})
+    ours = m.owner_selector(installation)
+    # Objects we want that are not (visibly) ours: are they missing, or someone else's?
+    missing_kinds = {(o["apiVersion"], o["kind"]) for o in desired if m.object_key(o) not in live}
+    anyone = _any_objects(kube, missing_kinds, sleep=sleep) if missing_kinds else {}
+    # Namespaces we must not write into: reserved, or existing without our labels (and not adopted).
+    foreign_ns: dict[str, str] = {}
+    for obj in desired:
+        key = m.object_key(obj)
+        if key[1] != "Namespace":
+            continue
+        if _reserved(key[3]):
+            foreign_ns[key[3]] = f"conflict: namespace {key[3]} is reserved; the portal never writes into it"
+        elif key not in live and key in anyone and key[3] not in adopted:
+            foreign_ns[key[3]] = (f"conflict: namespace {key[3]} exists and is not managed by this portal "
+                                  f"(installation {installation}); ops may adopt it")
     wanted: set[Key] = set()
     for obj in desired:
         key = m.object_key(obj)
@@ -241,6 +309,28 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
         tenant, project = m.owner_of(obj)
         current = live.get(key)
         name = f"{key[1]}/{key[2] + '/' if key[2] else ''}{key[3]}"
+        namespace = _namespace_of(key)
+        if namespace in foreign_ns:
+            reason = foreign_ns[namespace] if key[1] == "Namespace" else (
+                f"conflict: not written: {foreign_ns[namespace].removeprefix('conflict: ')}")
+            action = "release" if key[1] == "Namespace" and current is not None else "conflict"
+            if key[1] != "Namespace" and current is not None and _reserved(namespace):
+                action = "delete"  # ours, written into a reserved namespace by an older portal: take it out
+            plan.items.append(Item(action, key, obj, current or anyone.get(key), "", tenant, project, f"# {reason}", None, reason))
+            continue
+        other = anyone.get(key) if current is None else None
+        if other is not None and not (other.get("metadata") or {}).get("deletionTimestamp"):
+            if key[1] == "Namespace" and key[3] in adopted:
+                diff = "\n".join(difflib.unified_diff(_yaml(project_onto(other, obj)), _yaml(obj), f"live/{name}",
+                                                      f"desired/{name}", lineterm=""))
+                plan.items.append(Item("change", key, obj, other, digest, tenant, project, diff, None))  # adopted by ops
+                continue
+            owner_labels = (other.get("metadata") or {}).get("labels") or {}
+            by = owner_labels.get(m.MANAGED_BY) or "nobody"
+            reason = (f"conflict: {key[1]} {key[2] + '/' if key[2] else ''}{key[3]} exists and is not ours "
+                      f"(managed by {by}, installation {owner_labels.get(m.INSTALLATION_LABEL, 'none')}); not applied")
+            plan.items.append(Item("conflict", key, obj, other, "", tenant, project, f"# {reason}", None, reason))
+            continue
         if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
             diff = "\n".join(difflib.unified_diff([], _yaml(obj), f"live/{name}", f"desired/{name}", lineterm=""))
             plan.items.append(Item("create", key, obj, current, digest, tenant, project, diff))
@@ -252,13 +342,20 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
         for kind, path in IMMUTABLE:
             if key[1] == kind and _get(current, path) != _get(obj, path):
                 action = "replace"
+        legacy = m.ownership(current, installation) == "legacy"
         diff = "\n".join(difflib.unified_diff(_yaml(project_onto(current, obj)), _yaml(obj), f"live/{name}",
                                               f"desired/{name}", lineterm=""))
-        plan.items.append(Item(action, key, obj, current, digest, tenant, project, diff))
+        plan.items.append(Item(action, key, obj, current, digest, tenant, project, diff,
+                               {m.MANAGED_BY: m.MANAGER} if legacy else dict(ours)))
     for key, obj in live.items():
         if key in wanted or (obj.get("metadata") or {}).get("deletionTimestamp"):
             continue
         tenant, project = m.owner_of(obj)
+        if key[1] == "Namespace" and _reserved(key[3]):
+            # Labelled by an older portal: take our labels off, never delete it.
+            reason = f"conflict: namespace {key[3]} is reserved; our labels are removed, it is never deleted"
+            plan.items.append(Item("release", key, None, obj, "", tenant, project, f"# {reason}", None, reason))
+            continue
         name = f"{key[1]}/{key[2] + '/' if key[2] else ''}{key[3]}"
         diff = "\n".join(difflib.unified_diff(_yaml(_strip_live(obj)), [], f"live/{name}", f"desired/{name}", lineterm=""))
         plan.items.append(Item("delete", key, None, obj, "", tenant, project, diff))
@@ -282,6 +379,8 @@ class ApplyResult:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (object label, error)
     skipped: int = 0  # objects of a unit not attempted because an earlier one failed
     unavailable: bool = False  # some failure was the cluster being unavailable: worth retrying soon
+
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (object label, why it was left alone)
 
     @property
     def ok(self) -> bool:
@@ -373,6 +472,16 @@ def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int
         part = ApplyResult()
         for n, item in enumerate(items):
             try:
+                if item.action == "conflict":
+                    part.conflicts.append((item.label, item.reason))
+                    done.append((item, item.reason))
+                    continue
+                if item.action == "release":
+                    bare = {"apiVersion": item.key[0], "kind": item.key[1], "metadata": {"name": item.key[3]}}
+                    _with_retries(lambda b=bare: kube.apply(b, force=False), attempts=attempts, sleep=sleep)
+                    part.conflicts.append((item.label, item.reason))
+                    done.append((item, item.reason))
+                    continue
                 if item.action in ("delete", "replace"):
                     _with_retries(lambda i=item: kube.delete(i.key[0], i.key[1], i.key[3], i.key[2] or None),
                                   attempts=attempts, sleep=sleep)
@@ -380,7 +489,11 @@ def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int
                     part.deleted += 1
                     done.append((item, "deleted"))
                     continue
-                _with_retries(lambda i=item: kube.apply(i.desired), attempts=attempts, sleep=sleep)
+                if item.action == "create":
+                    # Not forced: if someone created it since we looked, the server refuses to take their fields.
+                    _with_retries(lambda i=item: kube.apply(i.desired, force=False), attempts=attempts, sleep=sleep)
+                else:
+                    _with_retries(lambda i=item: kube.apply(i.desired, owner=i.owner), attempts=attempts, sleep=sleep)
                 part.applied += 1
                 done.append((item, "applied"))
             except ClusterError as exc:
@@ -397,6 +510,7 @@ def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int
         result.applied += part.applied
         result.deleted += part.deleted
         result.failed += part.failed
+        result.conflicts += part.conflicts
         result.skipped += part.skipped
         result.unavailable |= part.unavailable
         _record(cluster, plan, done, rows)  # database writes stay on this thread

@@ -93,3 +93,15 @@ def quota_requests_expire_task() -> dict:
     from .jobs import quota_requests_expire
 
     return quota_requests_expire(timezone.now())
+
+
+@shared_task(name="quotas.namespace_housekeeping")
+def namespace_housekeeping_task() -> int:
+    """Periodic: release archived projects' namespaces whose retention passed, then reconcile (which
+    deletes them, ours only). Idempotent."""
+    from .namespaces import namespaces_housekeeping
+
+    released = namespaces_housekeeping()
+    if released:
+        reconcile_all_task.delay()
+    return released

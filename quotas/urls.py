@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import namespace_views, views
 
 urlpatterns = [
     # Platform ops
@@ -15,6 +15,9 @@ urlpatterns = [
     path("ops/clusters/<str:name>/sync/", views.cluster_sync, name="ops-cluster-sync"),
     path("ops/clusters/<str:name>/export.yaml", views.cluster_export, name="ops-cluster-export"),
     path("ops/clusters/<str:name>/objects/", views.cluster_objects, name="ops-cluster-objects"),
+    path("ops/clusters/<str:name>/namespaces/<slug:slug>/", namespace_views.namespace_detail, name="ops-namespace"),
+    path("ops/clusters/<str:name>/namespaces/<slug:slug>/adopt/", namespace_views.namespace_adopt, name="ops-namespace-adopt"),
+    path("ops/clusters/<str:name>/namespaces/<slug:slug>/delete/", namespace_views.namespace_delete, name="ops-namespace-delete"),
     path("ops/flavors/", views.flavor_list, name="ops-flavors"),
     path("ops/flavors/new/", views.flavor_create, name="ops-flavor-create"),
     path("ops/flavors/<int:pk>/", views.flavor_detail, name="ops-flavor"),

@@ -15,6 +15,7 @@ TENANTS = [
     {"name": "Acme Research", "slug": "acme", "cost_centre": "CC-1001", "contact_email": "gpu@acme.example"},
     {"name": "Globex AI", "slug": "globex", "cost_centre": "CC-2002", "contact_email": "platform@globex.example"},
 ]
+# Slugs follow the "<tenant>-" convention, so each namespace is the slug itself (docs/ownership.md).
 PROJECTS = [
     {"tenant": "acme", "name": "Vision", "slug": "acme-vision", "description": "Image models and data pipelines."},
     {"tenant": "acme", "name": "NLP", "slug": "acme-nlp", "description": "Language models research."},

@@ -40,7 +40,9 @@ class Tenant(models.Model):
 
 
 class Project(models.Model):
-    """A project of one tenant. Its slug becomes the Kubernetes namespace, so it is unique portal-wide."""
+    """A project of one tenant. Its slug is unique portal-wide; its namespace is computed once at creation
+    (``<tenant>-<slug>``, or the slug when it already starts with ``<tenant>-``; docs/ownership.md) and
+    never changes."""
 
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
@@ -53,6 +55,14 @@ class Project(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
     allow_custom_images = models.BooleanField(default=False, help_text="Requests may use images outside the curated list.")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Ownership of the namespace (docs/ownership.md). Empty only on rows made outside the services (the slug then).
+    cluster_namespace = models.CharField(max_length=63, unique=True, null=True, blank=True, validators=[DNS1123_LABEL],
+                                         help_text="The Kubernetes namespace, fixed at creation.")
+    archived_at = models.DateTimeField(null=True, blank=True)
+    namespace_adopted_at = models.DateTimeField(null=True, blank=True,
+                                                help_text="Ops adopted a namespace that existed before the project.")
+    namespace_released_at = models.DateTimeField(null=True, blank=True,
+                                                 help_text="The archived project's namespace may be deleted (retention over or ops confirmed).")
 
     class Meta:
         ordering = ["tenant__name", "name"]
@@ -72,7 +82,7 @@ class Project(models.Model):
 
     @property
     def namespace(self) -> str:
-        return self.slug
+        return self.cluster_namespace or self.slug
 
 
 class Role(models.TextChoices):

@@ -83,6 +83,34 @@ def tenant_update(*, actor: Actor, tenant: Tenant, **changes: Any) -> Tenant:
 # Projects --------------------------------------------------------------------------------------
 
 
+def project_namespace(tenant_slug: str, slug: str) -> str:
+    """A new project's namespace, fixed at creation: the slug when it already starts with ``<tenant>-``
+    (the convention, e.g. ``acme-vision``), else ``<tenant>-<slug>``. The tenant prefix keeps a project
+    away from namespaces other tenants' projects or the platform use (docs/ownership.md)."""
+    return slug if slug.startswith(f"{tenant_slug}-") else f"{tenant_slug}-{slug}"
+
+
+def _check_namespace(tenant: Tenant, slug: str) -> str:
+    """The namespace for a new project, or Invalid (field ``slug``): reserved, too long, taken, or it
+    exists on a registered cluster without our labels (never adopted silently; ops may adopt it)."""
+    from quotas.namespaces import is_reserved, namespace_problem
+
+    if not slug:
+        return slug
+    if is_reserved(slug):
+        raise Invalid(f"{slug} is a reserved name (Kubernetes, GPU operator, Kueue, Volcano, HAMi...): choose another slug.",
+                      field="slug")
+    namespace = project_namespace(tenant.slug, slug)
+    if len(namespace) > 63:
+        raise Invalid(f"The namespace {namespace} would be longer than 63 characters: choose a shorter slug.", field="slug")
+    if Project.objects.filter(cluster_namespace=namespace).exists():
+        raise Invalid(f"Namespace {namespace} belongs to another project: choose another slug.", field="slug")
+    problem = namespace_problem(namespace, project_slug=slug)
+    if problem:
+        raise Invalid(problem, field="slug")
+    return namespace
+
+
 @transaction.atomic
 def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, description: str = "") -> Project:
     tenant = _tenant_locked(tenant)
@@ -90,6 +118,7 @@ def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, descri
     _require_writable(actor, tenant)
     project = Project(tenant=tenant, name=name, slug=slug, description=description)
     project.full_clean()
+    project.cluster_namespace = _check_namespace(tenant, slug)
     project.save()
     # Tenant admins hold permissions on every project of their tenant, this new one included.
     permissions_sync_tenant(tenant=tenant)
@@ -112,6 +141,11 @@ def project_update(*, actor: Actor, project: Project, **changes: Any) -> Project
     before = snapshot(project, PROJECT_FIELDS)
     for field, value in changes.items():
         setattr(project, field, value)
+    if before and before["status"] != project.status:
+        # Archiving keeps the namespace for the retention period (quotas/namespaces.py); restoring cancels it.
+        archived = project.status == Project.Status.ARCHIVED
+        project.archived_at = timezone.now() if archived else None
+        project.namespace_released_at = None
     project.full_clean()
     project.save()
     action = "project.update"

@@ -65,6 +65,8 @@ REQUEST_LABEL = "gpuportal.dev/request"
 KIND_LABEL = "gpuportal.dev/kind"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-portal"
+INSTALLATION_LABEL = quota_manifests.INSTALLATION_LABEL  # which portal installation owns it (docs/ownership.md)
+OWNER_ANNOTATION = quota_manifests.OWNER_ANNOTATION
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 POOL_LABEL = "gpuportal.dev/pool"
@@ -132,6 +134,7 @@ class Target:
     kind: str
     architecture: str
     priority: str
+    installation: str = quota_manifests.DEFAULT_INSTALLATION
 
 
 def notebook_home_claim(statefulset_name: str) -> str:
@@ -152,6 +155,7 @@ def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
         kind=request.template.kind,
         architecture=request.cluster.architecture,
         priority=request.priority,
+        installation=_installation_id(),
     )
     if target.kind == "notebook":
         return render_notebook(request, target, token=notebook_token)
@@ -177,6 +181,12 @@ def manifests_hash(objects: list[Manifest]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- building blocks
+def _installation_id() -> str:
+    from django.conf import settings
+
+    return getattr(settings, "PORTAL_INSTALLATION_ID", "") or quota_manifests.DEFAULT_INSTALLATION
+
+
 def owner_labels(t: Target) -> dict[str, str]:
     return {
         TENANT_LABEL: t.tenant,
@@ -184,7 +194,13 @@ def owner_labels(t: Target) -> dict[str, str]:
         REQUEST_LABEL: str(t.request_id),
         KIND_LABEL: t.kind,
         MANAGED_BY_LABEL: MANAGED_BY,
+        INSTALLATION_LABEL: t.installation,
     }
+
+
+def owner_annotations(t: Target) -> dict[str, str]:
+    """The owner annotation on every top-level object: installation, tenant, project (and request)."""
+    return {OWNER_ANNOTATION: f"{quota_manifests.owner_text(t.installation, t.tenant, t.project)}; request {t.request_id}"}
 
 
 def kueue_labels(t: Target) -> dict[str, str]:
@@ -194,8 +210,7 @@ def kueue_labels(t: Target) -> dict[str, str]:
 def metadata(t: Target, name: str | None = None, *, labels: dict[str, str] | None = None,
              annotations: dict[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name or t.name, "namespace": t.namespace, "labels": {**owner_labels(t), **(labels or {})}}
-    if annotations:
-        meta["annotations"] = annotations
+    meta["annotations"] = {**owner_annotations(t), **(annotations or {})}
     return meta
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 from decimal import Decimal as D
 
 import pytest
+from django.utils import timezone
 
 from portal.kube import Kube
 from quotas import manifests as m
@@ -92,11 +93,17 @@ def test_archiving_a_project_deletes_its_objects(demo) -> None:  # noqa: ANN001
     reconcile(cluster, kube=kube)
     Project.objects.filter(slug="acme-nlp").update(status=Project.Status.ARCHIVED)
     plan = plan_build(cluster, kube=kube)
-    assert {i.label for i in plan.deletes} == {"ClusterQueue acme-nlp", "Namespace acme-nlp", "LocalQueue acme-nlp/acme-nlp",
+    # The namespace (and what users left in it) is retained until the retention period ends or ops confirm.
+    assert {i.label for i in plan.deletes} == {"ClusterQueue acme-nlp", "LocalQueue acme-nlp/acme-nlp",
                                                "ResourceQuota acme-nlp/gpu-portal", "LimitRange acme-nlp/gpu-portal"}
     result = plan_apply(plan, kube=kube)
-    assert result.ok and result.deleted == 5
+    assert result.ok and result.deleted == 4
     assert "acme-nlp" not in names(kube, KUEUE, "ClusterQueue")
+    assert kube.get("v1", "Namespace", "acme-nlp") is not None
+    Project.objects.filter(slug="acme-nlp").update(namespace_released_at=timezone.now())
+    plan = plan_build(cluster, kube=kube)
+    assert {i.label for i in plan.deletes} == {"Namespace acme-nlp"}
+    assert plan_apply(plan, kube=kube).deleted == 1
     assert not AppliedObject.objects.filter(cluster=cluster, name="acme-nlp").exists()
 
 

@@ -154,15 +154,16 @@ def test_flavor_kinds_per_architecture() -> None:
 
 def test_b_manifests_match_the_expected_objects() -> None:
     objects = render("B")
-    assert find(objects, "ResourceFlavor", "h100-80gb-online") == {
+    # Every object also carries the ownership marks (m.mark: installation label and owner annotation).
+    assert find(objects, "ResourceFlavor", "h100-80gb-online") == m.mark({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
         "metadata": {"name": "h100-80gb-online", "labels": {m.MANAGED_BY: "gpu-portal"}},
         "spec": {"nodeLabels": {"gpuportal.dev/pool": "online", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                  "nodeTaints": [TAINT, {"key": m.POOL_LABEL, "value": "online", "effect": "NoSchedule"}],
                  "tolerations": [TOL, {"key": m.POOL_LABEL, "operator": "Exists", "effect": "NoSchedule"}]},
-    }
+    }, "gpu-portal")
     labels = {m.MANAGED_BY: "gpu-portal", m.TENANT_LABEL: "acme", m.PROJECT_LABEL: "acme-vision"}
-    assert find(objects, "ClusterQueue", "acme-vision") == {
+    assert find(objects, "ClusterQueue", "acme-vision") == m.mark({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
         "metadata": {"name": "acme-vision", "labels": labels},
         "spec": {
@@ -181,18 +182,19 @@ def test_b_manifests_match_the_expected_objects() -> None:
             "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
             "stopPolicy": "None",
         },
-    }
+    }, "gpu-portal")
     # The cohort holds what the tenant has not given to its projects: 12 - 6 - 4 = 2 offline H100s.
     cohort = find(objects, "Cohort", "acme")
     gpus = {f["name"]: f["resources"][0]["nominalQuota"] for f in cohort["spec"]["resourceGroups"][0]["flavors"]}
     assert gpus == {"h100-80gb": "2", "h100-80gb-online": "2"}
     assert "borrowingLimit" not in str(cohort)  # a cohort without a parent may not have limits
-    assert find(objects, "LocalQueue", "acme-vision") == {
+    assert find(objects, "LocalQueue", "acme-vision") == m.mark({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
         "metadata": {"name": "acme-vision", "namespace": "acme-vision", "labels": labels},
         "spec": {"clusterQueue": "acme-vision"},
-    }
-    assert find(objects, "Namespace", "acme-vision")["metadata"]["labels"] == labels
+    }, "gpu-portal")
+    assert find(objects, "Namespace", "acme-vision")["metadata"]["labels"] == {
+        **labels, **m.POD_SECURITY, m.INSTALLATION_LABEL: "gpu-portal"}
     # The guard rail: at most what the project could ever be admitted: offline 6 + 4 borrowed, online
     # 2 with no borrowing limit = the tenant's 4.
     quota = next(o for o in objects if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == "acme-vision")
@@ -237,13 +239,13 @@ def test_e_never_grants_the_same_gpus_twice() -> None:
         if obj["kind"] in ("ClusterQueue", "Cohort", "ResourceFlavor"):
             assert "'h100-80gb'" not in str(obj), obj["metadata"]["name"]
     # ...and the project's offline H100 quota becomes its Volcano queue.
-    assert find(objects, "Queue", "acme-vision") == {
+    assert find(objects, "Queue", "acme-vision") == m.mark({
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
         "metadata": {"name": "acme-vision", "labels": {m.MANAGED_BY: "gpu-portal", m.TENANT_LABEL: "acme",
                                                        m.PROJECT_LABEL: "acme-vision"}},
         "spec": {"weight": 6, "reclaimable": True, "capability": {GPU: "10"}, "deserved": {GPU: "6"},
                  "guarantee": {"resource": {GPU: "4"}}},
-    }
+    }, "gpu-portal")
     nlp = find(objects, "Queue", "acme-nlp")["spec"]
     assert nlp["capability"] == {GPU: "12"}  # no borrowing limit: up to the tenant's training share
     without_plugin = find(render("E", capacity=False), "Queue", "acme-vision")["spec"]
