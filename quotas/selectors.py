@@ -14,7 +14,8 @@ from tenants.access import OPS_GROUP, Actor, is_ops
 from tenants.models import Project, Role, Tenant
 from tenants.selectors import admin_tenants_for, projects_for, projects_where
 
-from .capacity import capacity_by_flavor
+from .capacity import Enforcement, capacity_by_flavor
+from .capacity import flavor_enforcement as _flavor_enforcement
 from .models import Cluster, Flavor, Quota, QuotaRequest
 
 ZERO = Decimal(0)
@@ -35,10 +36,33 @@ def clusters_for(*, actor: Actor) -> QuerySet[Cluster]:
     return Cluster.objects.all()
 
 
+def enforced_flavor_q(prefix: str = "") -> Q:
+    """``capacity.flavor_enforcement(...).enforced`` as a filter (``prefix``: e.g. ``"flavor__"``).
+
+    Whole GPUs and CPU everywhere; MIG under C, or E/F with ``use_mig``; HAMi under D, or E/F with
+    ``use_hami``; active flavors only. tests/quotas/test_enforcement.py checks that this and the pure
+    function agree for every architecture, switch and kind.
+    """
+    p = prefix
+    sharing = ["E", "F"]
+    return Q(**{f"{p}active": True}) & (
+        Q(**{f"{p}kind__in": [Flavor.Kind.WHOLE, Flavor.Kind.CPU]})
+        | Q(**{f"{p}kind": Flavor.Kind.MIG}) & (Q(**{f"{p}cluster__architecture": "C"})
+                                               | Q(**{f"{p}cluster__architecture__in": sharing, f"{p}cluster__use_mig": True}))
+        | Q(**{f"{p}kind": Flavor.Kind.HAMI}) & (Q(**{f"{p}cluster__architecture": "D"})
+                                                | Q(**{f"{p}cluster__architecture__in": sharing, f"{p}cluster__use_hami": True}))
+    )
+
+
 def flavors_for(*, actor: Actor) -> QuerySet[Flavor]:
-    """Everyone sees the active flavors; ops also the deactivated ones."""
+    """Ops see every flavor (deactivated and not-enforced ones too, marked on their pages); everyone
+    else only what the cluster's architecture enforces: a flavor nothing enforces is never offered."""
     base = Flavor.objects.select_related("cluster")
-    return base if _ops(actor) else base.filter(active=True)
+    return base if _ops(actor) else base.filter(enforced_flavor_q())
+
+
+def flavor_enforcement(flavor: Flavor) -> Enforcement:
+    return _flavor_enforcement(flavor.cluster, flavor)
 
 
 def lookup_by_id_or_name(queryset: QuerySet[Any], key: str) -> Any:

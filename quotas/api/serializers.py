@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api import StrictSerializerMixin
 
+from ..capacity import flavor_enforcement
 from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 
 QUANTITY = {"max_digits": 14, "decimal_places": 3}
@@ -51,15 +54,25 @@ class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     node_labels = serializers.JSONField(required=False)
     taints = serializers.JSONField(required=False)
     tolerations = serializers.JSONField(required=False)
+    enforced = serializers.SerializerMethodField(help_text="Does the cluster's architecture enforce this flavor? "
+                                                           "Researchers only ever see enforced ones.")
+    enforcement = serializers.SerializerMethodField(help_text="enforced, by (kueue/volcano/empty), reason, remedy.")
 
     class Meta:
         model = Flavor
         fields = [
             "id", "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile",
             "hami_memory_mib", "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order",
-            "active", "resource_names",
+            "active", "resource_names", "enforced", "enforcement",
         ]
-        read_only_fields = ["id", "active", "resource_names"]
+        read_only_fields = ["id", "active", "resource_names", "enforced", "enforcement"]
+
+    def get_enforced(self, flavor: Flavor) -> bool:
+        return flavor_enforcement(flavor.cluster, flavor).enforced
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_enforcement(self, flavor: Flavor) -> dict:
+        return flavor_enforcement(flavor.cluster, flavor).as_dict()
         validators: list = []
         extra_kwargs = {"name": {"validators": []}}
 
@@ -68,7 +81,7 @@ class FlavorUpdateSerializer(FlavorSerializer):
     """Everything but the id; the service refuses to change cluster, name and kind."""
 
     class Meta(FlavorSerializer.Meta):
-        read_only_fields = ["id", "resource_names"]
+        read_only_fields = ["id", "resource_names", "enforced", "enforcement"]
 
 
 class QuotaSerializer(serializers.ModelSerializer):
