@@ -168,6 +168,14 @@ class ProjectQuotaRowSerializer(serializers.Serializer):
     borrowed = serializers.DecimalField(**QUANTITY)
     free = serializers.DecimalField(**QUANTITY)
     usage_at = serializers.DateTimeField(allow_null=True)
+    enforced = serializers.BooleanField(help_text="false: the cluster's architecture enforces nothing of this flavor; "
+                                                  "the row promises nothing (free is 0).")
+    enforcement_reason = serializers.CharField(help_text="Why not, and what would make it usable (empty when enforced).")
+    confirmed_at = serializers.DateTimeField(allow_null=True, help_text="When the last reconcile found the project's "
+                                                                        "ClusterQueues on the cluster as the portal wants them.")
+    cluster_nominal = serializers.DecimalField(allow_null=True, help_text="nominalQuota the live ClusterQueues hold.", **QUANTITY)
+    drift = serializers.BooleanField(allow_null=True, help_text="true: the cluster's nominalQuota differs from the portal's "
+                                                                "quota (not applied yet, or refused); null: cannot be told.")
 
 
 class ProjectQuotaSerializer(serializers.Serializer):
