@@ -66,6 +66,8 @@ class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
             "active", "resource_names", "enforced", "enforcement",
         ]
         read_only_fields = ["id", "active", "resource_names", "enforced", "enforcement"]
+        validators: list = []
+        extra_kwargs = {"name": {"validators": []}}
 
     def get_enforced(self, flavor: Flavor) -> bool:
         return flavor_enforcement(flavor.cluster, flavor).enforced
@@ -73,8 +75,6 @@ class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_enforcement(self, flavor: Flavor) -> dict:
         return flavor_enforcement(flavor.cluster, flavor).as_dict()
-        validators: list = []
-        extra_kwargs = {"name": {"validators": []}}
 
 
 class FlavorUpdateSerializer(FlavorSerializer):
