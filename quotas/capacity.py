@@ -16,9 +16,11 @@ capacity (cluster-apis.md §6), so this is the number ops compare promises again
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from .manifests import ClusterRow, offered_kinds, volcano_owned
 from .models import Cluster, Flavor, Node
 
 POOL_LABEL = "gpuportal.dev/pool"
@@ -102,3 +104,77 @@ def capacity_by_flavor(cluster: Cluster) -> dict[tuple[int, str], Decimal]:
             for resource, amount in node_offers(flavor, node).items():
                 totals[(flavor.pk, resource)] += amount
     return {key: value.quantize(Decimal("0.001")) for key, value in totals.items()}
+
+
+# ----------------------------------------------------------------------------------------- offered vs enforced
+KIND_WORDS = {"whole": "whole-GPU", "mig": "MIG", "hami": "HAMi shared vGPU", "cpu": "CPU"}
+# What ops would have to apply for a flavor kind to be enforced (see manifests.offered_kinds).
+REMEDY = {
+    "mig": "ops apply architecture C, or E or F with MIG flavors switched on",
+    "hami": "ops apply architecture D, or E or F with HAMi flavors switched on",
+}
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """Whether the cluster's applied architecture enforces a flavor, and the sentence that says so.
+
+    ``by``: ``kueue`` (a ResourceFlavor and ClusterQueue quota), ``volcano`` (architecture E's offline
+    whole GPUs: a Volcano Queue's capability) or ``""`` (nothing: a request for it would wait forever).
+    ``remedy``: what would make it usable (empty when it is enforced).
+    """
+
+    enforced: bool
+    by: str
+    reason: str
+    remedy: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"enforced": self.enforced, "by": self.by, "reason": self.reason, "remedy": self.remedy}
+
+
+def flavor_enforcement(cluster: Any, flavor: Any) -> Enforcement:
+    """Does ``cluster``'s architecture (as applied by the reconciler) enforce ``flavor``? Pure: no queries.
+
+    ``cluster`` needs ``name``, ``architecture``, ``use_mig`` and ``use_hami`` (a ``Cluster`` or a
+    ``ClusterRow``); ``flavor`` needs ``name``, ``kind``, ``pool_label`` and, optionally, ``active``.
+    The rule is the renderer's (``manifests.offered_kinds`` and ``manifests.volcano_owned``), so what
+    the portal offers and what ``desired_state`` materializes cannot disagree:
+
+    * A and B: whole GPUs (and CPU) only. C adds MIG, D adds HAMi.
+    * E and F: whole GPUs, plus MIG when ``use_mig`` and HAMi when ``use_hami``; under E the offline
+      pool's whole GPUs are Volcano's (training only; the submit check refuses notebooks and inference).
+    * A deactivated flavor is enforced by nothing.
+
+    The models keep one architecture per cluster, not a "selected" and an "applied" one: the cluster
+    page records a change as ``reconcile.plan_apply`` applies the reviewed plan, and an API ``PATCH``
+    records it and queues the reconcile that applies it (within a minute: the periodic task retries).
+    """
+    kind = str(flavor.kind)
+    arch = str(cluster.architecture)
+    row = cluster if isinstance(cluster, ClusterRow) else ClusterRow(
+        str(cluster.name), arch, bool(cluster.use_mig), bool(cluster.use_hami))
+    words = KIND_WORDS.get(kind, kind)
+    if getattr(flavor, "active", True) is False:
+        return Enforcement(False, "", f"Flavor {flavor.name} is deactivated: nothing on cluster {row.name} enforces it.",
+                           "ops activate the flavor again")
+    if kind in offered_kinds(row):
+        if volcano_owned(row, flavor):
+            return Enforcement(True, "volcano", f"Enforced by each project's Volcano Queue on cluster {row.name} "
+                                                f"(architecture E, offline pool): training only.")
+        return Enforcement(True, "kueue", f"Enforced by Kueue on cluster {row.name} (architecture {arch}).")
+    if arch in ("E", "F"):
+        switch = "MIG" if kind == "mig" else "HAMi"
+        why = f"cluster {row.name} runs architecture {arch} with {switch} flavors switched off"
+    else:
+        why = f"cluster {row.name} runs architecture {arch}, which enforces whole GPUs only" if arch in ("A", "B") else \
+              f"cluster {row.name} runs architecture {arch}, which does not enforce {words} flavors"
+    remedy = REMEDY.get(kind, "ops apply an architecture that enforces it")
+    reason = (f"{words} flavor {flavor.name} is offered but not enforced: {why}, so Kueue has no ResourceFlavor or "
+              f"quota for it and a request would wait forever. It becomes usable when {remedy}.")
+    return Enforcement(False, "", reason, remedy)
+
+
+def is_enforced(flavor: Flavor) -> bool:
+    """``flavor_enforcement`` for a ``Flavor`` row (reads ``flavor.cluster``: select_related it in lists)."""
+    return flavor_enforcement(flavor.cluster, flavor).enforced

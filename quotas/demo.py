@@ -58,7 +58,9 @@ QUOTAS: dict[str, list[tuple[str, str, int, int | None, int | None]]] = {
              ("l40s-hami", "nvidia.com/gpu", 40, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 400, None, None),
              ("l40s-hami", "nvidia.com/total-gpumem", 92136, None, None),
              ("cpu", "cpu", 256, None, None), ("cpu", "memory", 2048, None, None)],
-    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 4, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
+    # Borrowing limit 2: at most 8 H100s at once, so the demo's 7-GPU fine-tune next to its 1-GPU training job
+    # and 1-GPU notebook really waits for quota (with 4 it was admitted by borrowing: no pending Workload).
+    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 2, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
                     ("cpu", "cpu", 96, None, None), ("cpu", "memory", 768, None, None)],
     "acme-nlp": [("h100-80gb-offline", "nvidia.com/gpu", 4, 2, None), ("l40s-hami", "nvidia.com/gpu", 20, None, None),
                  ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None), ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
@@ -76,7 +78,12 @@ def _dec(value: int | None) -> Decimal | None:
     return None if value is None else Decimal(value)
 
 
-def seed_quota_demo(*, architecture: str = Architecture.B, reconcile_now: bool = True) -> dict[str, Any]:
+# F enforces every kind the demo profile has (whole GPUs in an online and an offline pool, MIG, HAMi) with
+# MIG and HAMi switched on: the demo never offers a flavor that nothing on the cluster enforces.
+DEMO_ARCHITECTURE = Architecture.F
+
+
+def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: bool = True) -> dict[str, Any]:
     """Create (or update) the demo cluster, flavors and quotas. Needs ``tenants.demo.seed_demo()`` first.
 
     Returns a summary: flavors created, quota rows written, the inventory counts and, when the

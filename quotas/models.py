@@ -276,6 +276,11 @@ class AppliedObject(models.Model):
     applied_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     error_at = models.DateTimeField(null=True, blank=True)
+    # ClusterQueues and Cohorts only: when a reconcile last found the object on the cluster as the portal
+    # wants it (or wrote it successfully), and the nominal quota the cluster holds ({flavor: {resource:
+    # "6"}}, our units), so the quota pages can say "confirmed at" and flag drift (reconcile.queues_confirm).
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    live_quota = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster", "kind", "namespace", "name"]

@@ -183,6 +183,7 @@ class Plan:
     unchanged: int = 0
     desired_count: int = 0
     live_cluster_queues: list[dict[str, Any]] = field(default_factory=list)
+    live_quota_objects: dict[Key, dict[str, Any]] = field(default_factory=dict)  # live ClusterQueues and Cohorts
     ids: dict[str, dict[str, int]] = field(default_factory=dict)  # "tenant"/"project" slug -> id
     known: set[Key] = field(default_factory=set)  # desired or live: AppliedObject rows for anything else are stale
 
@@ -360,6 +361,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
         diff = "\n".join(difflib.unified_diff(_yaml(_strip_live(obj)), [], f"live/{name}", f"desired/{name}", lineterm=""))
         plan.items.append(Item("delete", key, None, obj, "", tenant, project, diff))
     plan.known = wanted | set(live)
+    plan.live_quota_objects = {k: o for k, o in live.items() if k[1] in QUOTA_KINDS}
     return plan
 
 
@@ -623,6 +625,55 @@ def usage_readback(cluster: Cluster, queues: list[dict[str, Any]]) -> int:
     return len(changed)
 
 
+QUOTA_KINDS = ("ClusterQueue", "Cohort")
+
+
+def _nominals(obj: dict[str, Any] | None) -> dict[str, dict[str, str]]:
+    """{flavor: {resource: nominal}} of a ClusterQueue's or Cohort's resourceGroups, in our units."""
+    out: dict[str, dict[str, str]] = {}
+    for group in ((obj or {}).get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                out.setdefault(str(flavor.get("name", "")), {})[str(res.get("name", ""))] = str(
+                    _amount(str(res.get("name", "")), res.get("nominalQuota")).normalize())
+    return out
+
+
+def queues_confirm(cluster: Cluster, plan: Plan, started: Any) -> int:
+    """After applying ``plan`` (begun at ``started``): stamp ``confirmed_at`` on each ClusterQueue and
+    Cohort the cluster now holds as desired (unchanged, or written without error in this run), and keep
+    the nominal quota the cluster has for each in ``live_quota`` (what we wrote when it succeeded, what
+    was there before otherwise) so the quota pages can show when each figure was last confirmed and
+    flag drift. Two or three queries; returns the number of objects confirmed."""
+    items = {i.key: i for i in plan.items}
+    rows = AppliedObject.objects.filter(cluster=cluster, kind__in=QUOTA_KINDS)
+    confirmed: list[int] = []
+    changed: list[AppliedObject] = []
+    for row in rows:
+        key = (row.api_version, row.kind, row.namespace, row.name)
+        item = items.get(key)
+        if item is None:
+            if key not in plan.live_quota_objects:
+                continue
+            ok, source = True, plan.live_quota_objects[key]  # unchanged: the live object has what we want
+        elif item.action == "delete":
+            continue
+        else:
+            ok = row.error == "" and row.applied_at is not None and row.applied_at >= started
+            source = item.desired if ok else item.live
+        quota = _nominals(source)
+        if ok:
+            confirmed.append(row.pk)
+        if row.live_quota != quota:
+            row.live_quota = quota
+            changed.append(row)
+    if confirmed:
+        AppliedObject.objects.filter(pk__in=confirmed).update(confirmed_at=timezone.now())
+    if changed:
+        AppliedObject.objects.bulk_update(changed, ["live_quota"])
+    return len(confirmed)
+
+
 # ----------------------------------------------------------------------------------------- entry points
 def reconcile(cluster: Cluster, *, kube: Any = None, sleep: Callable[[float], None] = time.sleep) -> ApplyResult:
     """Bring ``cluster`` to the desired state (the periodic and on-change task). Idempotent."""
@@ -630,8 +681,10 @@ def reconcile(cluster: Cluster, *, kube: Any = None, sleep: Callable[[float], No
 
     kube = kube or kube_for(cluster)
     plan = plan_build(cluster, kube=kube, sleep=sleep)
+    started = timezone.now()
     result = plan_apply(plan, kube=kube, sleep=sleep) if not plan.empty else ApplyResult()
     usage_readback(cluster, plan.live_cluster_queues)
+    queues_confirm(cluster, plan, started)
     Cluster.objects.filter(pk=cluster.pk).update(reconciled_at=timezone.now())
     return result
 

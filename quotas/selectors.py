@@ -14,8 +14,9 @@ from tenants.access import OPS_GROUP, Actor, is_ops
 from tenants.models import Project, Role, Tenant
 from tenants.selectors import admin_tenants_for, projects_for, projects_where
 
-from .capacity import capacity_by_flavor
-from .models import Cluster, Flavor, Quota, QuotaRequest
+from .capacity import Enforcement, capacity_by_flavor
+from .capacity import flavor_enforcement as _flavor_enforcement
+from .models import AppliedObject, Cluster, Flavor, Quota, QuotaRequest
 
 ZERO = Decimal(0)
 MILLI = Decimal("0.001")
@@ -35,10 +36,33 @@ def clusters_for(*, actor: Actor) -> QuerySet[Cluster]:
     return Cluster.objects.all()
 
 
+def enforced_flavor_q(prefix: str = "") -> Q:
+    """``capacity.flavor_enforcement(...).enforced`` as a filter (``prefix``: e.g. ``"flavor__"``).
+
+    Whole GPUs and CPU everywhere; MIG under C, or E/F with ``use_mig``; HAMi under D, or E/F with
+    ``use_hami``; active flavors only. tests/quotas/test_enforcement.py checks that this and the pure
+    function agree for every architecture, switch and kind.
+    """
+    p = prefix
+    sharing = ["E", "F"]
+    return Q(**{f"{p}active": True}) & (
+        Q(**{f"{p}kind__in": [Flavor.Kind.WHOLE, Flavor.Kind.CPU]})
+        | Q(**{f"{p}kind": Flavor.Kind.MIG}) & (Q(**{f"{p}cluster__architecture": "C"})
+                                               | Q(**{f"{p}cluster__architecture__in": sharing, f"{p}cluster__use_mig": True}))
+        | Q(**{f"{p}kind": Flavor.Kind.HAMI}) & (Q(**{f"{p}cluster__architecture": "D"})
+                                                | Q(**{f"{p}cluster__architecture__in": sharing, f"{p}cluster__use_hami": True}))
+    )
+
+
 def flavors_for(*, actor: Actor) -> QuerySet[Flavor]:
-    """Everyone sees the active flavors; ops also the deactivated ones."""
+    """Ops see every flavor (deactivated and not-enforced ones too, marked on their pages); everyone
+    else only what the cluster's architecture enforces: a flavor nothing enforces is never offered."""
     base = Flavor.objects.select_related("cluster")
-    return base if _ops(actor) else base.filter(active=True)
+    return base if _ops(actor) else base.filter(enforced_flavor_q())
+
+
+def flavor_enforcement(flavor: Flavor) -> Enforcement:
+    return _flavor_enforcement(flavor.cluster, flavor)
 
 
 def lookup_by_id_or_name(queryset: QuerySet[Any], key: str) -> Any:
@@ -127,14 +151,81 @@ def approver_for(*, project: Project, flavor: Flavor, resource: str, amount: Dec
     return Approver.OPS
 
 
+def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
+    """Per quota row (id): what the cluster last confirmed for it, for the quota pages and the API.
+
+    * ``enforced`` / ``enforcement``: does the cluster's architecture enforce the row's flavor at all
+      (``capacity.flavor_enforcement``); a row of a flavor nothing enforces promises nothing.
+    * ``confirmed_at``: when the last reconcile found the row's ClusterQueues (a project row: the
+      project's one or two queues; a tenant row: its Cohort and its projects' queues) on the cluster as
+      the portal wants them; ``None`` when they never were.
+    * ``cluster_nominal``: the nominal quota those objects hold on the cluster (a project's queues
+      summed; a tenant's Cohort plus its projects' queues), ``None`` when the cluster has none for it.
+    * ``drift``: True when ``cluster_nominal`` differs from the portal's ``nominal`` (a change not applied
+      yet, or one the cluster refused), ``None`` when it cannot be told (architecture A's one shared
+      queue, Volcano-held flavors, archived projects, flavors nothing enforces).
+
+    Two queries for any number of rows.
+    """
+    if not rows:
+        return {}
+    clusters = {r.flavor.cluster_id for r in rows}
+    tenants = {r.tenant_id for r in rows}
+    objects = list(AppliedObject.objects.filter(cluster_id__in=clusters, kind__in=("ClusterQueue", "Cohort"))
+                   .filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True))
+                   .values("cluster_id", "kind", "tenant_id", "project_id", "confirmed_at", "live_quota"))
+    active_projects = set(Project.objects.filter(tenant_id__in=tenants, status=Project.Status.ACTIVE).values_list("pk", flat=True))
+    by_project: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    by_tenant: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    shared: dict[int, dict[str, Any]] = {}
+    for obj in objects:
+        if obj["tenant_id"] is None:
+            shared[obj["cluster_id"]] = obj  # architecture A's queue
+            continue
+        by_tenant.setdefault((obj["cluster_id"], obj["tenant_id"]), []).append(obj)
+        if obj["project_id"] is not None:
+            by_project.setdefault((obj["cluster_id"], obj["project_id"]), []).append(obj)
+
+    def confirmed(objs: list[dict[str, Any]]) -> Any:
+        stamps = [o["confirmed_at"] for o in objs]
+        return None if not stamps or None in stamps else min(stamps)
+
+    def nominal(objs: list[dict[str, Any]], flavor: str, resource: str) -> Decimal | None:
+        found = [Decimal(o["live_quota"][flavor][resource]) for o in objs
+                 if resource in ((o["live_quota"] or {}).get(flavor) or {})]
+        return sum(found, ZERO) if found else None
+
+    out: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        cluster = row.flavor.cluster
+        enforcement = _flavor_enforcement(cluster, row.flavor)
+        info: dict[str, Any] = {"enforced": enforcement.enforced, "enforcement": enforcement, "confirmed_at": None,
+                                "cluster_nominal": None, "drift": None}
+        if row.project_id is not None:
+            objs = by_project.get((cluster.pk, row.project_id), [])
+            tellable = row.project_id in active_projects
+        else:
+            objs = [o for o in by_tenant.get((cluster.pk, row.tenant_id), []) if o["project_id"] is None or o["project_id"] in active_projects]
+            tellable = any(o["kind"] == "Cohort" for o in objs)
+        if cluster.architecture == "A":
+            objs, tellable = ([shared[cluster.pk]] if cluster.pk in shared else []), False
+        info["confirmed_at"] = confirmed(objs)
+        if enforcement.by == "kueue" and tellable:
+            info["cluster_nominal"] = nominal(objs, row.flavor.name, row.resource)
+            info["drift"] = (info["cluster_nominal"] or ZERO) != row.nominal or info["confirmed_at"] is None
+        out[row.pk] = info
+    return out
+
+
 def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
     """The project's quota per (flavor, resource): promised, limits, in use, borrowed, and free
     (what is left of its own nominal quota; borrowing may add to it when the cohort has room)."""
-    rows = (
+    rows = list(
         Quota.objects.filter(project=project, flavor__active=True)
         .select_related("flavor__cluster")
         .order_by("flavor__cluster__name", "flavor__order", "flavor__name", "resource")
     )
+    checks = quota_confirmations(rows)
     return [
         {
             "cluster": row.flavor.cluster.name,
@@ -146,8 +237,13 @@ def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
             "lending_limit": row.lending_limit,
             "used": row.used,
             "borrowed": row.borrowed,
-            "free": max(row.nominal - row.used, ZERO),
+            "free": max(row.nominal - row.used, ZERO) if checks[row.pk]["enforced"] else ZERO,
             "usage_at": row.usage_at,
+            "enforced": checks[row.pk]["enforced"],
+            "enforcement_reason": "" if checks[row.pk]["enforced"] else checks[row.pk]["enforcement"].reason,
+            "confirmed_at": checks[row.pk]["confirmed_at"],
+            "cluster_nominal": checks[row.pk]["cluster_nominal"],
+            "drift": checks[row.pk]["drift"],
         }
         for row in rows
     ]

@@ -40,7 +40,7 @@ from tenants.models import Project, Tenant
 from tenants.views import Pager, filtered, page
 
 from . import reconcile, selectors, services
-from .capacity import flavor_matches, node_offers
+from .capacity import flavor_enforcement, flavor_matches, node_offers
 from .exceptions import QuotaExceeded
 from .filters import FlavorFilter, QuotaFilter, QuotaRequestFilter
 from .forms import (
@@ -199,6 +199,7 @@ def _flavor_rows(cluster: Cluster, flavors: dict[int, Flavor]) -> list[dict[str,
         flavor = flavors[row["flavor_id"]]
         rows.append(row | {
             "flavor_obj": flavor,
+            "enforcement": flavor_enforcement(cluster, flavor),
             "primary": row["resource"] == flavor.primary_resource,
             "assigned": extra.get("assigned") or ZERO,
             "used": extra.get("used") or ZERO,
@@ -208,7 +209,8 @@ def _flavor_rows(cluster: Cluster, flavors: dict[int, Flavor]) -> list[dict[str,
 
 
 def _flavor_chart(cluster: Cluster, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    shown = [r for r in rows if r["primary"] and r["flavor_obj"].kind in GPU_KINDS]
+    # Only what the architecture enforces is charted: a flavor nothing enforces has no capacity to promise.
+    shown = [r for r in rows if r["primary"] and r["flavor_obj"].kind in GPU_KINDS and r["enforcement"].enforced]
     if not shown:
         return None
     notes = []
@@ -321,8 +323,13 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
                             selects={"tenant": list(Tenant.objects.order_by("name").values_list("slug", "name")),
                                      "flavor_name": [(f.name, f.name) for f in flavors.values()]})
     tenants = tenancy.tenants_for(actor=actor).order_by("name")
+    quota_pager = Pager(request, quota_filter.qs, param="quotas_page")
+    quota_items = list(quota_pager)
+    checks = selectors.quota_confirmations(quota_items)
+    not_enforced = [(f, flavor_enforcement(cluster, f)) for f in flavors.values()]
     context |= {
         "flavor_rows": flavor_rows,
+        "not_enforced": [(f, e) for f, e in not_enforced if not e.enforced],
         "overcommitted": [r for r in flavor_rows if r["over"] > 0],
         "flavor_chart": _flavor_chart(cluster, flavor_rows),
         "pools": pools,
@@ -331,9 +338,10 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
         "node_pager": node_pager,
         "node_rows": node_rows,
         "quota_filter": quota_filter,
-        "quota_pager": Pager(request, quota_filter.qs, param="quotas_page"),
+        "quota_pager": quota_pager,
+        "quota_rows": [(q, checks[q.pk]) for q in quota_items],
         "keep": [("cluster", cluster.name)],
-        "form": form or TenantQuotaForm(tenants=tenants, flavors=flavors.values()),
+        "form": form or TenantQuotaForm(tenants=tenants, flavors=[f for f, e in not_enforced if e.enforced]),
     }
     return _ops_page(request, "quotas/capacity.html", context)
 
@@ -353,7 +361,7 @@ def tenant_quota_set(request: HttpRequest) -> HttpResponse:
     clusters, cluster = _cluster_from_query(request)
     if cluster is None:
         raise Http404("No cluster yet.")
-    flavors = Flavor.objects.filter(cluster=cluster, active=True).select_related("cluster")
+    flavors = Flavor.objects.filter(selectors.enforced_flavor_q(), cluster=cluster).select_related("cluster")
     form = TenantQuotaForm(request.POST, tenants=tenancy.tenants_for(actor=actor).order_by("name"), flavors=flavors)
     if form.is_valid():
         flavor, resource = form.cleaned_target()
@@ -592,7 +600,9 @@ def _flavor_list(request: HttpRequest, actor: Actor, *, form: FlavorForm | None 
     flavors = selectors.flavors_for(actor=actor).order_by("cluster__name", "order", "name")
     clusters = list(Cluster.objects.order_by("name"))
     filterset = filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
-    context = {"tab": "flavors", "filterset": filterset, "pager": Pager(request, filterset.qs),
+    pager = Pager(request, filterset.qs)
+    context = {"tab": "flavors", "filterset": filterset, "pager": pager,
+               "flavor_rows": [(f, flavor_enforcement(f.cluster, f)) for f in pager],
                "form": form or FlavorForm(clusters=clusters), "has_clusters": bool(clusters)}
     return _ops_page(request, "quotas/flavor_list.html", context)
 
@@ -638,7 +648,8 @@ def flavor_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 messages.success(request, f"Flavor {flavor.name} saved.")
                 return redirect("ops-flavor", pk=flavor.pk)
     quotas = Quota.objects.filter(flavor=flavor).count()
-    return _ops_page(request, "quotas/flavor_detail.html", {"tab": "flavors", "flavor": flavor, "form": form, "quota_rows": quotas})
+    return _ops_page(request, "quotas/flavor_detail.html", {"tab": "flavors", "flavor": flavor, "form": form, "quota_rows": quotas,
+                                                            "enforcement": flavor_enforcement(flavor.cluster, flavor)})
 
 
 @login_required
@@ -674,12 +685,15 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
         split[key]["used"] += row["used"]
         by_project[key][row["project__slug"]] = row["nominal"]
     summary = []
+    tenant_checks = selectors.quota_confirmations(tenant_rows)
     for row in tenant_rows:
         s = split[(row.flavor_id, row.resource)]
-        summary.append({"row": row, "assigned": s["assigned"], "unassigned": row.nominal - s["assigned"], "used": s["used"]})
+        summary.append({"row": row, "assigned": s["assigned"], "unassigned": row.nominal - s["assigned"], "used": s["used"],
+                        "check": tenant_checks[row.pk]})
 
     projects = list(tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name"))
-    charted = [s for s in summary if s["row"].flavor.kind in GPU_KINDS and s["row"].resource == s["row"].flavor.primary_resource]
+    charted = [s for s in summary if s["row"].flavor.kind in GPU_KINDS and s["row"].resource == s["row"].flavor.primary_resource
+               and s["check"]["enforced"]]
     chart = None
     if charted:
         datasets = [
@@ -700,6 +714,8 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                          selects={"project": [(p.slug, p.name) for p in projects],
                                   "flavor_name": [(f.name, f.name) for f in unique_flavors]})
     pager = Pager(request, filterset.qs)
+    page_rows = list(pager)
+    project_checks = selectors.quota_confirmations(page_rows)
     if form is None:
         initial: dict[str, Any] = {}
         edit = request.GET.get("edit")
@@ -710,10 +726,17 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                            "nominal": services.fmt(editing.nominal),
                            "borrowing_limit": None if editing.borrowing_limit is None else services.fmt(editing.borrowing_limit),
                            "lending_limit": None if editing.lending_limit is None else services.fmt(editing.lending_limit)}
-        form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=unique_flavors, initial=initial)
+        offered = [f for f in unique_flavors if tenant_checks_enforced(summary, f)]
+        form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=offered, initial=initial)
     context = {"tenant": tenant, "tab": "quotas", "writable": tenant.is_active or actor.is_ops, "summary": summary,
-               "chart": chart, "filterset": filterset, "pager": pager, "form": form}
+               "chart": chart, "filterset": filterset, "pager": pager, "form": form,
+               "project_rows": [(q, project_checks[q.pk]) for q in page_rows],
+               "not_enforced": [s for s in summary if not s["check"]["enforced"]]}
     return page(request, "quotas/tenant_quotas.html", context)
+
+
+def tenant_checks_enforced(summary: list[dict[str, Any]], flavor: Flavor) -> bool:
+    return next((s["check"]["enforced"] for s in summary if s["row"].flavor_id == flavor.pk), False)
 
 
 @login_required
@@ -728,7 +751,8 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
     actor = Actor.from_request(request)
     tenant = _admin_tenant(actor, slug)
     projects = tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
-    flavors = Flavor.objects.filter(active=True, quotas__tenant=tenant, quotas__project__isnull=True).select_related("cluster").distinct()
+    flavors = Flavor.objects.filter(selectors.enforced_flavor_q(), quotas__tenant=tenant,
+                                    quotas__project__isnull=True).select_related("cluster").distinct()
     form = ProjectQuotaForm(request.POST, projects=projects, flavors=flavors)
     if form.is_valid():
         flavor, resource = form.cleaned_target()
@@ -750,7 +774,8 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     flavors = {f.pk: f for f in Flavor.objects.filter(pk__in={r["flavor_id"] for r in rows})}
-    shown = [r for r in rows if flavors[r["flavor_id"]].kind in GPU_KINDS and r["resource"] == flavors[r["flavor_id"]].primary_resource]
+    shown = [r for r in rows if flavors[r["flavor_id"]].kind in GPU_KINDS and r["resource"] == flavors[r["flavor_id"]].primary_resource
+             and r["enforced"]]
     if not shown:
         return None
     return bar_chart(
@@ -772,13 +797,15 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     can_request = has_perm(actor, "submit_project", project) and project.is_active and (tenant.is_active or actor.is_ops)
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
-    flavors = selectors.flavors_for(actor=actor).filter(active=True).order_by("cluster__name", "order", "name")
+    flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
         "can_request": can_request,
         "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
         "filterset": filterset, "pager": Pager(request, filterset.qs),
         "can_split": has_perm(actor, "change_tenant", tenant),
+        "not_enforced": [r for r in rows if not r["enforced"]],
+        "drifting": [r for r in rows if r["drift"]],
     }
     return page(request, "quotas/project_quota.html", context)
 
@@ -794,7 +821,7 @@ def project_quota(request: HttpRequest, slug: str) -> HttpResponse:
 def quota_request_create(request: HttpRequest, slug: str) -> HttpResponse:
     actor = Actor.from_request(request)
     project = _visible_project(actor, slug)
-    form = QuotaRequestForm(request.POST, flavors=selectors.flavors_for(actor=actor).filter(active=True))
+    form = QuotaRequestForm(request.POST, flavors=selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()))
     if form.is_valid():
         flavor, resource = form.cleaned_target()
         data = form.cleaned_data

@@ -18,6 +18,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from portal.exceptions import PortalError
+from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.forms import add_service_error
 from tenants.models import Project
@@ -173,7 +174,15 @@ class RequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.template = template
         self.projects = {p.slug: p for p in projects}
-        self.flavors = {str(f.pk): f for f in flavors}
+        # Only what the cluster's architecture enforces is offered; the rest is refused with the reason.
+        self.flavors: dict[str, Flavor] = {}
+        self.refused_flavors: dict[str, str] = {}
+        for f in flavors:
+            enforcement = flavor_enforcement(f.cluster, f)
+            if enforcement.enforced:
+                self.flavors[str(f.pk)] = f
+            else:
+                self.refused_flavors[str(f.pk)] = enforcement.reason
         fields = self.fields
         fields["project"].choices = [(slug, f"{p.name} ({p.tenant.name})") for slug, p in self.projects.items()]
         fields["flavor"].choices = [(pk, str(f)) for pk, f in self.flavors.items()]
@@ -227,6 +236,10 @@ class RequestForm(forms.Form):
     # -- cleaned data for the service --------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        refused = self.refused_flavors.get(str(self.data.get(self.add_prefix("flavor"), "")))
+        if refused:  # a forged or stale choice: say why, not "select a valid choice"
+            self._errors.pop("flavor", None)
+            self.add_error("flavor", refused)
         if data.get("image") == CUSTOM_IMAGE and not (data.get("custom_image") or "").strip():
             self.add_error("custom_image", "Name the image, or pick one from the list.")
         return data

@@ -120,7 +120,7 @@ def request_pending_reason(request: WorkloadRequest) -> str:
 
 def templates_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
     """The catalogue: active templates for everyone; ops also see retired versions."""
-    base = ServiceTemplate.objects.prefetch_related("allowed_flavors")
+    base = ServiceTemplate.objects.prefetch_related("allowed_flavors__cluster")
     return base if _is_ops(actor) else base.filter(active=True)
 
 

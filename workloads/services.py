@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from quotas.capacity import flavor_enforcement, is_enforced
 from quotas.models import Flavor, Quota
 from tenants.access import Actor, has_perm
 from tenants.audit import audit_record, snapshot
@@ -396,12 +397,15 @@ def _submit(
     # Flavor: one the template allows, active. Default: the first allowed one.
     allowed = list(template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name"))
     if flavor is None:
-        flavor = allowed[0] if allowed else None
+        flavor = next((f for f in allowed if is_enforced(f)), None)  # never default to one nothing enforces
         if flavor is None:
             error("flavor", f"Template {template.slug} allows no flavor at the moment.")
     elif flavor.pk not in {f.pk for f in allowed}:
         names = ", ".join(f.name for f in allowed) or "none"
         error("flavor", f"Flavor {flavor.name} is not allowed for {template.name} (allowed: {names}).")
+    elif not (enforcement := flavor_enforcement(flavor.cluster, flavor)).enforced:
+        # Offered but not enforced by the cluster's architecture: it would be admitted by nothing, ever.
+        error("flavor", enforcement.reason)
     if flavor is not None and "flavor" not in errors and manifests.kueue_cannot_admit(kind=template.kind, flavor=flavor):
         # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
         error("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "

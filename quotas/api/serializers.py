@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api import StrictSerializerMixin
 
+from ..capacity import flavor_enforcement
 from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 
 QUANTITY = {"max_digits": 14, "decimal_places": 3}
@@ -52,24 +55,34 @@ class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     node_labels = serializers.JSONField(required=False)
     taints = serializers.JSONField(required=False)
     tolerations = serializers.JSONField(required=False)
+    enforced = serializers.SerializerMethodField(help_text="Does the cluster's architecture enforce this flavor? "
+                                                           "Researchers only ever see enforced ones.")
+    enforcement = serializers.SerializerMethodField(help_text="enforced, by (kueue/volcano/empty), reason, remedy.")
 
     class Meta:
         model = Flavor
         fields = [
             "id", "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile",
             "hami_memory_mib", "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order",
-            "active", "resource_names",
+            "active", "resource_names", "enforced", "enforcement",
         ]
-        read_only_fields = ["id", "active", "resource_names"]
+        read_only_fields = ["id", "active", "resource_names", "enforced", "enforcement"]
         validators: list = []
         extra_kwargs = {"name": {"validators": []}}
+
+    def get_enforced(self, flavor: Flavor) -> bool:
+        return flavor_enforcement(flavor.cluster, flavor).enforced
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_enforcement(self, flavor: Flavor) -> dict:
+        return flavor_enforcement(flavor.cluster, flavor).as_dict()
 
 
 class FlavorUpdateSerializer(FlavorSerializer):
     """Everything but the id; the service refuses to change cluster, name and kind."""
 
     class Meta(FlavorSerializer.Meta):
-        read_only_fields = ["id", "resource_names"]
+        read_only_fields = ["id", "resource_names", "enforced", "enforcement"]
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -156,6 +169,14 @@ class ProjectQuotaRowSerializer(serializers.Serializer):
     borrowed = serializers.DecimalField(**QUANTITY)
     free = serializers.DecimalField(**QUANTITY)
     usage_at = serializers.DateTimeField(allow_null=True)
+    enforced = serializers.BooleanField(help_text="false: the cluster's architecture enforces nothing of this flavor; "
+                                                  "the row promises nothing (free is 0).")
+    enforcement_reason = serializers.CharField(help_text="Why not, and what would make it usable (empty when enforced).")
+    confirmed_at = serializers.DateTimeField(allow_null=True, help_text="When the last reconcile found the project's "
+                                                                        "ClusterQueues on the cluster as the portal wants them.")
+    cluster_nominal = serializers.DecimalField(allow_null=True, help_text="nominalQuota the live ClusterQueues hold.", **QUANTITY)
+    drift = serializers.BooleanField(allow_null=True, help_text="true: the cluster's nominalQuota differs from the portal's "
+                                                                "quota (not applied yet, or refused); null: cannot be told.")
 
 
 class ProjectQuotaSerializer(serializers.Serializer):

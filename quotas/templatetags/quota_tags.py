@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 
 from quotas import selectors
+from quotas.capacity import flavor_enforcement
 from quotas.services import fmt
 
 register = template.Library()
@@ -16,6 +17,18 @@ register = template.Library()
 def qty(value: Any, none: str = "no limit") -> str:
     """``12`` rather than ``12.000``; ``None`` (no limit) as ``none``."""
     return none if value is None or value == "" else fmt(value)
+
+
+@register.filter
+def offered(flavors: Any) -> list[Any]:
+    """Only the flavors the cluster's architecture enforces: what may be offered to researchers."""
+    return [f for f in flavors if flavor_enforcement(f.cluster, f).enforced]
+
+
+@register.filter
+def enforcement(flavor: Any) -> Any:
+    """``capacity.flavor_enforcement`` of a flavor row: ``.enforced``, ``.reason``, ``.remedy``."""
+    return flavor_enforcement(flavor.cluster, flavor)
 
 
 @register.inclusion_tag("quotas/_project_quota_card.html")

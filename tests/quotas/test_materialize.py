@@ -32,7 +32,7 @@ def no_sleep(_seconds: float) -> None:
 def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
     """The demo cluster (B, flavors from discovery, the demo quotas) on a fresh sandbox, nothing applied yet."""
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
-    summary = seed_quota_demo(reconcile_now=False)
+    summary = seed_quota_demo(architecture="B", reconcile_now=False)
     assert summary["flavors_created"] == 7 and summary["inventory"]["seen"] == 10  # 8 GPU + 2 CPU nodes
     cluster = Cluster.objects.get(name="sandbox")
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
@@ -149,9 +149,9 @@ def _workload_state(kube: Kube, job: str) -> tuple[bool, dict]:
 def test_jobs_are_admitted_within_quota_and_borrow_from_the_cohort(demo) -> None:  # noqa: ANN001
     cluster, kube, sb = demo
     assert reconcile(cluster, kube=kube).ok
-    # acme: 12 offline H100s; acme-vision 6 nominal + borrowing limit 4; acme-nlp 4 (idle); 2 unassigned.
+    # acme: 12 offline H100s; acme-vision 6 nominal + borrowing limit 2; acme-nlp 4 (idle); 2 unassigned.
     kubectl(sb, "create", "-f", "-", input=_job("within", 6))
-    kubectl(sb, "create", "-f", "-", input=_job("borrowing", 4))
+    kubectl(sb, "create", "-f", "-", input=_job("borrowing", 2))
     sb.advance(5)
     kubectl(sb, "create", "-f", "-", input=_job("too-much", 1))
     sb.advance(5)
@@ -160,16 +160,16 @@ def test_jobs_are_admitted_within_quota_and_borrow_from_the_cohort(demo) -> None
     assert admitted
     flavors = wl["status"]["admission"]["podSetAssignments"][0]["flavors"]
     assert flavors[GPU] == "h100-80gb-offline"
-    assert not _workload_state(kube, "too-much")[0]  # 6 + 4 + 1 > nominal + borrowing limit
+    assert not _workload_state(kube, "too-much")[0]  # 6 + 2 + 1 > nominal + borrowing limit
     cq = kube.get(KUEUE, "ClusterQueue", "acme-vision")
     usage = {(f["name"], r["name"]): r for f in cq["status"]["flavorsReservation"] for r in f["resources"]}
-    assert usage[("h100-80gb-offline", GPU)]["total"] in ("10", 10)
-    assert usage[("h100-80gb-offline", GPU)]["borrowed"] in ("4", 4)
+    assert usage[("h100-80gb-offline", GPU)]["total"] in ("8", 8)
+    assert usage[("h100-80gb-offline", GPU)]["borrowed"] in ("2", 2)
     # The reconcile reads the queue status back into the quota rows.
     reconcile(cluster, kube=kube)
     row = Quota.objects.get(project__slug="acme-vision", flavor__name="h100-80gb-offline", resource=GPU)
-    assert (row.used, row.borrowed) == (D(10), D(4))
-    assert Quota.objects.get(tenant__slug="acme", project=None, flavor__name="h100-80gb-offline", resource=GPU).used == D(10)
+    assert (row.used, row.borrowed) == (D(8), D(2))
+    assert Quota.objects.get(tenant__slug="acme", project=None, flavor__name="h100-80gb-offline", resource=GPU).used == D(8)
     # A Job in the other project of the tenant gets only what is left: acme-nlp is still within its own quota.
     assert Quota.objects.get(project__slug="acme-nlp", flavor__name="h100-80gb-offline", resource=GPU).used == 0
 

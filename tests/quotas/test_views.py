@@ -243,7 +243,7 @@ def sandbox_demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
     from quotas.demo import seed_quota_demo
 
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
-    seed_quota_demo(reconcile_now=False)
+    seed_quota_demo(architecture="B", reconcile_now=False)
     return Cluster.objects.get(name="sandbox")
 
 

@@ -7,7 +7,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api import StrictSerializerMixin
+from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
+from tenants.access import Actor
 
 from .. import selectors
 from ..models import ApprovalRule, Image, Priority, RequestEvent, ServiceTemplate, TemplateKind, Volume, WorkloadRequest
@@ -15,14 +17,20 @@ from ..schema import form_fields
 
 
 class FlavorBriefSerializer(serializers.ModelSerializer):
+    enforced = serializers.SerializerMethodField(help_text="Does the cluster's architecture enforce it? (Only ops see false.)")
+
     class Meta:
         model = Flavor
-        fields = ["id", "name", "display_name", "kind"]
+        fields = ["id", "name", "display_name", "kind", "enforced"]
         read_only_fields = fields
+
+    def get_enforced(self, flavor: Flavor) -> bool:
+        return flavor_enforcement(flavor.cluster, flavor).enforced
 
 
 class TemplateSerializer(serializers.ModelSerializer):
-    allowed_flavors = FlavorBriefSerializer(many=True, read_only=True)
+    allowed_flavors = serializers.SerializerMethodField(
+        help_text="The flavors it may run on; researchers see only those the cluster's architecture enforces.")
     form_fields = serializers.SerializerMethodField(help_text="The new-request form's fields, generated from parameters_schema.")
 
     class Meta:
@@ -37,6 +45,14 @@ class TemplateSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_form_fields(self, template: ServiceTemplate) -> list[dict[str, Any]]:
         return form_fields(template.parameters_schema)
+
+    @extend_schema_field(FlavorBriefSerializer(many=True))
+    def get_allowed_flavors(self, template: ServiceTemplate) -> list[dict[str, Any]]:
+        flavors = list(template.allowed_flavors.all())
+        request = self.context.get("request")
+        if request is not None and not Actor.from_request(request).is_ops:
+            flavors = [f for f in flavors if flavor_enforcement(f.cluster, f).enforced]
+        return FlavorBriefSerializer(flavors, many=True).data
 
 
 class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer):
