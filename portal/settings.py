@@ -112,7 +112,8 @@ if TEST_RUN_ID and DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend behind the login throttle (both the portal's and the admin's sign-in).
+    "tenants.throttle.ThrottledModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row

@@ -2,6 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from tenants.forms import ThrottledAdminAuthenticationForm
+
+# The admin's sign-in explains a throttled attempt like the portal's (the throttle is in the backend).
+admin.site.login_form = ThrottledAdminAuthenticationForm
+
 urlpatterns = [
     path("", include("tenants.urls")),
     path("", include("quotas.urls")),

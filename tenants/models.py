@@ -188,3 +188,20 @@ class AuditEntry(models.Model):
 
     def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
         raise PermissionError("Audit entries are append-only.")
+
+
+class LoginThrottle(models.Model):
+    """Sign-in attempts for one username or one client address (``tenants.throttle``).
+
+    ``attempts`` counts the failures of the current window plus the password checks in flight; it
+    is only read and written under a row lock, so parallel attempts cannot slip past the limit.
+    Times are seconds since the epoch.
+    """
+
+    key = models.CharField(max_length=100, unique=True)
+    attempts = models.PositiveIntegerField(default=0)
+    window_start = models.FloatField(default=0)
+    blocked_until = models.FloatField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.attempts}"
