@@ -111,6 +111,13 @@ if TEST_RUN_ID and DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_RUN_ID}"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Runtime vs migration role (docs/security.md): the portal runs as DATABASE_URL's role, which owns no
+# table (``manage.py db_runtime_role`` creates it: the audit log is append-only for it); migrations
+# run as the owner: ``manage.py migrate --database migrate`` with DATABASE_MIGRATE_URL.
+if os.environ.get("DATABASE_MIGRATE_URL"):
+    DATABASES["migrate"] = dj_database_url.parse(os.environ["DATABASE_MIGRATE_URL"])
+    DATABASES["migrate"]["TEST"] = {"MIRROR": "default"}
+
 AUTHENTICATION_BACKENDS = [
     # Django's ModelBackend behind the login throttle (both the portal's and the admin's sign-in).
     "tenants.throttle.ThrottledModelBackend",
