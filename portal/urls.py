@@ -19,3 +19,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
 ]
+
+# An unexpected error (DEBUG off): JSON in the API's error shape under /api/, the HTML page elsewhere.
+handler500 = "portal.api.server_error"

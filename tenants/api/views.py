@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -180,7 +181,9 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
             raise Invalid("No such project.", field="project")
         token, secret = services.token_create(actor=actor, project=project, **values)
         body = TokenSerializer(token).data | {"secret": secret}
-        return Response(body, status=status.HTTP_201_CREATED)
+        response = Response(body, status=status.HTTP_201_CREATED)
+        add_never_cache_headers(response)  # the secret is shown once: no cached copy anywhere (no-store)
+        return response
 
     @extend_schema(request=None, responses={200: TokenSerializer})
     @action(detail=True, methods=["post"])
