@@ -276,6 +276,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One schema name per choice set that several fields share.
+    "ENUM_NAME_OVERRIDES": {
+        "TemplateKindEnum": "workloads.models.TemplateKind",
+        "FlavorKindEnum": "quotas.models.Flavor.Kind",
+    },
 }
 
 LOGGING = {
