@@ -63,7 +63,7 @@ def _fast_password_hashing(settings) -> None:  # noqa: ANN001
 
 @pytest.fixture(autouse=True)
 def private_cache(settings) -> Iterator[None]:  # noqa: ANN001
-    """Login throttling and task locks count in the cache: give every test an empty in-memory one."""
+    """Task locks count in the cache: give every test an empty in-memory one."""
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "tests"}}
     from django.core.cache import cache
 
