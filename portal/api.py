@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, pagination, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -63,6 +64,13 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
             "detail": str(getattr(exc, "detail", exc)),
         }
     return response
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: the API answers in its one error shape, pages with the HTML error page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "server_error", "detail": "A server error occurred. It has been logged."}, status=500)
+    return defaults.server_error(request)
 
 
 class StrictSerializerMixin:

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -87,6 +88,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "tenants.context_processors.portal",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -111,8 +113,16 @@ if TEST_RUN_ID and DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_RUN_ID}"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Runtime vs migration role (docs/security.md): the portal runs as DATABASE_URL's role, which owns no
+# table (``manage.py db_runtime_role`` creates it: the audit log is append-only for it); migrations
+# run as the owner: ``manage.py migrate --database migrate`` with DATABASE_MIGRATE_URL.
+if os.environ.get("DATABASE_MIGRATE_URL"):
+    DATABASES["migrate"] = dj_database_url.parse(os.environ["DATABASE_MIGRATE_URL"])
+    DATABASES["migrate"]["TEST"] = {"MIRROR": "default"}
+
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend behind the login throttle (both the portal's and the admin's sign-in).
+    "tenants.throttle.ThrottledModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
@@ -145,8 +155,30 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = PORTAL_ENV == "production"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 if PORTAL_ENV == "production":
+    # Production sits behind TLS (docs/security.md): the proxy says so in X-Forwarded-Proto.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "3600"))
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))  # one year
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+
+# Content-Security-Policy (Django's own middleware): scripts and styles only from the portal itself,
+# inline ones only with the request's nonce ({{ csp_nonce }}); no plugins, frames or foreign forms.
+# The API docs pages get their own policy (portal/urls.py).
+from django.utils.csp import CSP  # noqa: E402
+
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "font-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 
 # Redis (or the in-process memory cache) also backs login throttling.
 REDIS_URL = os.environ.get("REDIS_URL", "")
@@ -249,6 +281,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One schema name per choice set that several fields share.
+    "ENUM_NAME_OVERRIDES": {
+        "TemplateKindEnum": "workloads.models.TemplateKind",
+        "FlavorKindEnum": "quotas.models.Flavor.Kind",
+    },
 }
 
 LOGGING = {

@@ -1,13 +1,69 @@
-"""Writing the audit log. Services call ``audit_record`` inside their transaction."""
+"""Writing and verifying the audit log. Services call ``audit_record`` inside their transaction.
+
+The log is a hash chain. Entry ``seq`` n stores ``prev_hash`` (entry n-1's ``entry_hash``, "" for
+the first) and ``entry_hash`` = sha256 over the canonical JSON (sorted keys, no spaces, UTF-8) of
+``HASHED_FIELDS`` plus ``prev_hash``. Appends lock the one ``AuditChainHead`` row (on SQLite the
+write transaction itself serialises them), so concurrent writers take turns and the chain never
+forks; the lock is held until the caller's transaction ends, which is why services audit last.
+
+``audit_verify()`` walks the chain in ``seq`` order and returns the first break: a changed entry
+(its hash no longer matches), a removed one (a gap in ``seq``, or a next entry whose ``prev_hash``
+does not match), an inserted one, or entries missing at the end (the head records more, as after
+TRUNCATE). Someone who can rewrite the whole table can also recompute the chain: keep the runtime
+database role away from UPDATE/DELETE/TRUNCATE on it (docs/security.md), and keep the head printed
+by ``manage.py audit_verify`` somewhere else to compare later.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db import models
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
+from django.utils import timezone
 
 from .access import Actor
-from .models import AuditEntry, Project, Tenant
+from .models import AuditChainHead, AuditEntry, Project, Tenant
+
+HASHED_FIELDS = [
+    "seq",
+    "created_at",
+    "actor_id",
+    "token_id",
+    "actor_label",
+    "action",
+    "target_type",
+    "target_id",
+    "target_repr",
+    "tenant_id",
+    "project_id",
+    "before",
+    "after",
+    "client_address",
+    "prev_hash",
+]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value
+
+
+def entry_digest(entry: Any) -> str:
+    """The sha256 of an entry (a model instance, historical ones too): its fields and ``prev_hash``."""
+    data = {name: _canonical(getattr(entry, name)) for name in HASHED_FIELDS}
+    payload = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _as_stored(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    # What the JSON column gives back later, so the hash is over the same values then.
+    return None if value is None else json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
 
 def snapshot(obj: models.Model | None, fields: list[str]) -> dict[str, Any] | None:
@@ -36,7 +92,9 @@ def audit_record(
     after: dict[str, Any] | None = None,
 ) -> AuditEntry:
     user = actor.user if actor.user is not None and actor.user.is_authenticated else None
-    return AuditEntry.objects.create(
+    address = AuditEntry._meta.get_field("client_address").get_prep_value(actor.ip)
+    entry = AuditEntry(
+        created_at=timezone.now(),
         actor=user,
         token=actor.token,
         actor_label=actor.label[:200],
@@ -46,7 +104,58 @@ def audit_record(
         target_repr=str(target)[:200],
         tenant=tenant,
         project=project,
-        before=before,
-        after=after,
-        client_address=actor.ip,
+        before=_as_stored(before),
+        after=_as_stored(after),
+        client_address=address or None,
     )
+    with transaction.atomic():
+        head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
+        entry.seq = head.seq + 1
+        entry.prev_hash = head.hash
+        entry.entry_hash = entry_digest(entry)
+        entry.save(force_insert=True)
+        head.seq, head.hash = entry.seq, entry.entry_hash
+        head.save(update_fields=["seq", "hash"])
+    return entry
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What ``audit_verify`` found: the entries checked, the head, and the first break (None: intact)."""
+
+    entries: int
+    head_seq: int
+    head_hash: str
+    broken_at: int | None = None  # the seq where the chain first breaks
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.broken_at is None
+
+
+def audit_verify() -> ChainReport:
+    """Walk the chain from the first entry; report the first break."""
+    unchained = AuditEntry.objects.filter(seq__isnull=True).order_by("id").first()
+    if unchained is not None:
+        return ChainReport(0, 0, "", broken_at=0, problem=f"entry id {unchained.pk} has no place in the chain (inserted behind the portal's back)")
+    prev_hash, expected, count = "", 1, 0
+    for entry in AuditEntry.objects.order_by("seq").iterator(chunk_size=2000):
+        if entry.seq != expected:
+            last = f"entries #{expected}..#{entry.seq - 1} are" if entry.seq - 1 > expected else f"entry #{expected} is"
+            return ChainReport(count, expected - 1, prev_hash, broken_at=expected, problem=f"{last} missing (removed)")
+        if entry.prev_hash != prev_hash:
+            return ChainReport(count, expected - 1, prev_hash, broken_at=expected,
+                               problem=f"entry #{expected} does not follow entry #{expected - 1} (an entry before it was changed or replaced)")
+        if entry_digest(entry) != entry.entry_hash:
+            return ChainReport(count, expected - 1, prev_hash, broken_at=expected,
+                               problem=f"entry #{expected} (id {entry.pk}) was changed after it was written")
+        prev_hash, expected, count = entry.entry_hash, expected + 1, count + 1
+    head = AuditChainHead.objects.filter(pk=1).first()
+    if head is not None and (head.seq, head.hash) != (count, prev_hash):
+        if head.seq > count:
+            problem = f"entries #{count + 1}..#{head.seq} are missing at the end (the log was cut or emptied)"
+        else:
+            problem = f"the chain head records #{head.seq}, the log ends at #{count} with another hash"
+        return ChainReport(count, count, prev_hash, broken_at=count + 1, problem=problem)
+    return ChainReport(count, count, prev_hash)

@@ -7,6 +7,7 @@ import hmac
 import secrets
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from .models import ApiToken
@@ -62,3 +63,14 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:  # noqa: ANN001
         return self.keyword
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """The OpenAPI schema's name for project tokens: HTTP bearer authentication."""
+
+    target_class = ApiTokenAuthentication
+    name = "projectToken"
+
+    def get_security_definition(self, auto_schema):  # noqa: ANN001, ANN201
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "gpp_<prefix>_<secret>",
+                "description": "A project token (POST /api/v1/tokens/); the secret is shown once."}

@@ -6,41 +6,38 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from portal.exceptions import PortalError
 
-from .access import client_address
 from .models import ApiToken, Project, Role, Tenant
 from .services import MAX_TOKEN_DAYS
-from .throttle import login_blocked, login_failed, login_succeeded
 
 
-class ThrottledAuthenticationForm(AuthenticationForm):
-    """Django's login form, refusing attempts while the username or the client address is blocked."""
+class ThrottleMessageMixin:
+    """Explain a throttled sign-in: the backend (``tenants.throttle``) refused it or this failure
+    used up the last attempt; say so, and for how long, instead of "wrong password"."""
+
+    def get_invalid_login_error(self) -> ValidationError:
+        blocked = getattr(self.request, "login_blocked", None)  # type: ignore[attr-defined]
+        if blocked is not None:
+            return ValidationError(blocked.message, code="throttled")
+        return super().get_invalid_login_error()  # type: ignore[misc]
+
+
+class ThrottledAuthenticationForm(ThrottleMessageMixin, AuthenticationForm):
+    """Django's login form; the throttle itself is in the authentication backend."""
 
     error_messages = {
         **AuthenticationForm.error_messages,
         "invalid_login": "That username and password do not match. Check both and try again.",
     }
 
-    def clean(self) -> dict[str, Any]:
-        username = self.cleaned_data.get("username") or ""
-        ip = client_address(self.request) if self.request is not None else None
-        blocked = login_blocked(username=username, ip=ip)
-        if blocked is not None:
-            raise ValidationError(blocked.message, code="throttled")
-        try:
-            cleaned = super().clean()
-        except ValidationError as exc:
-            if exc.code == "invalid_login":
-                blocked = login_failed(username=username, ip=ip)
-                if blocked is not None:
-                    raise ValidationError(blocked.message, code="throttled") from None
-            raise
-        login_succeeded(username=username)
-        return cleaned
+
+class ThrottledAdminAuthenticationForm(ThrottleMessageMixin, AdminAuthenticationForm):
+    """The Django admin's login form, with the same throttle messages."""
 
 
 def add_service_error(form: forms.Form, exc: PortalError | ValidationError, fields: Mapping[str, str] | None = None) -> None:

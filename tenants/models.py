@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 DNS1123_LABEL = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
@@ -163,10 +164,13 @@ class AuditEntryQuerySet(models.QuerySet):
 class AuditEntry(models.Model):
     """One state-changing action. Written in the same transaction as the change; never changed.
 
-    On PostgreSQL a trigger (migration 0002) also refuses UPDATE and DELETE of rows.
+    On PostgreSQL a trigger (migration 0002) also refuses UPDATE and DELETE of rows. The log is a
+    hash chain (``tenants.audit``): entry ``seq`` n carries ``prev_hash`` (entry n-1's hash) and
+    ``entry_hash`` (sha256 of its own fields and ``prev_hash``), so ``manage.py audit_verify`` finds
+    any row changed, removed or added behind the portal's back, even by the tables' owner.
     """
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+"
     )
@@ -181,6 +185,9 @@ class AuditEntry(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     client_address = models.GenericIPAddressField(null=True, blank=True)
+    seq = models.PositiveBigIntegerField(null=True, unique=True, editable=False)
+    prev_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    entry_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     objects = AuditEntryQuerySet.as_manager()
 
@@ -198,3 +205,32 @@ class AuditEntry(models.Model):
 
     def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
         raise PermissionError("Audit entries are append-only.")
+
+
+class AuditChainHead(models.Model):
+    """The audit chain's last entry (one row): appends lock it, so writers take turns and cannot fork
+    the chain, and ``audit_verify`` compares it with the log's end, so entries removed from the end
+    (or the whole log, TRUNCATE) show."""
+
+    seq = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"audit chain head #{self.seq}"
+
+
+class LoginThrottle(models.Model):
+    """Sign-in attempts for one username or one client address (``tenants.throttle``).
+
+    ``attempts`` counts the failures of the current window plus the password checks in flight; it
+    is only read and written under a row lock, so parallel attempts cannot slip past the limit.
+    Times are seconds since the epoch.
+    """
+
+    key = models.CharField(max_length=100, unique=True)
+    attempts = models.PositiveIntegerField(default=0)
+    window_start = models.FloatField(default=0)
+    blocked_until = models.FloatField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.attempts}"

@@ -184,7 +184,7 @@ def tenant_choices() -> list[tuple[str, str]]:
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login, with throttling (``tenants.throttle``) in the form."""
+    """Django's login; the throttle (``tenants.throttle``) is in the authentication backend."""
 
     authentication_form = ThrottledAuthenticationForm
     redirect_authenticated_user = True

@@ -45,6 +45,17 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"PORTAL_REQUIRE_SERVICES=1 but tests would use {database} and {broker}")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # PostgreSQL-only tests (marker ``postgresql``) are left out of SQLite runs, loudly; CI runs on PostgreSQL.
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return
+    left_out = [item for item in items if item.get_closest_marker("postgresql")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("postgresql")]
+        print(f"\n{len(left_out)} PostgreSQL-only tests left out: this run uses SQLite")
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings) -> None:  # noqa: ANN001
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -52,7 +63,7 @@ def _fast_password_hashing(settings) -> None:  # noqa: ANN001
 
 @pytest.fixture(autouse=True)
 def private_cache(settings) -> Iterator[None]:  # noqa: ANN001
-    """Login throttling and task locks count in the cache: give every test an empty in-memory one."""
+    """Task locks count in the cache: give every test an empty in-memory one."""
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "tests"}}
     from django.core.cache import cache
 

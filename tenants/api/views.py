@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -14,7 +15,7 @@ from portal.exceptions import Invalid, NotAllowed
 from .. import selectors, services
 from ..access import Actor, has_perm
 from ..filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
-from ..models import Membership
+from ..models import ApiToken, AuditEntry, Membership, Project, Tenant
 from .serializers import (
     AuditEntrySerializer,
     MembershipCreateSerializer,
@@ -50,6 +51,7 @@ class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMi
     """Tenants you belong to (ops: all). Ops create tenants and suspend them; tenant admins edit details."""
 
     serializer_class = TenantSerializer
+    queryset = Tenant.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     filterset_class = TenantFilter
     ordering_fields = ["name", "slug", "created_at"]
     search_fields = ["name", "slug", "cost_centre"]
@@ -78,6 +80,7 @@ class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelM
     """Projects you can see. Tenant admins create and archive; project admins edit the description."""
 
     serializer_class = ProjectSerializer
+    queryset = Project.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     filterset_class = ProjectFilter
     ordering_fields = ["name", "slug", "created_at", "tenant__name"]
     search_fields = ["name", "slug", "description"]
@@ -111,6 +114,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
     """Who holds which role where. Tenant admins and ops add, change and remove memberships."""
 
     serializer_class = MembershipSerializer
+    queryset = Membership.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     filterset_class = MembershipFilter
     ordering_fields = ["created_at", "role", "user__username"]
     search_fields = ["user__username", "user__email"]
@@ -160,6 +164,7 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
     """API tokens for CI. The secret is in the create response only; DELETE (or POST revoke) revokes at once."""
 
     serializer_class = TokenSerializer
+    queryset = ApiToken.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     filterset_class = TokenFilter
     ordering_fields = ["created_at", "expires_at", "last_used_at", "name"]
     search_fields = ["name", "prefix"]
@@ -180,7 +185,9 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
             raise Invalid("No such project.", field="project")
         token, secret = services.token_create(actor=actor, project=project, **values)
         body = TokenSerializer(token).data | {"secret": secret}
-        return Response(body, status=status.HTTP_201_CREATED)
+        response = Response(body, status=status.HTTP_201_CREATED)
+        add_never_cache_headers(response)  # the secret is shown once: no cached copy anywhere (no-store)
+        return response
 
     @extend_schema(request=None, responses={200: TokenSerializer})
     @action(detail=True, methods=["post"])
@@ -197,6 +204,7 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """The append-only audit log: read-only for everyone, scoped to what you administer."""
 
     serializer_class = AuditEntrySerializer
+    queryset = AuditEntry.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     filterset_class = AuditEntryFilter
     ordering_fields = ["created_at", "action"]
     search_fields = ["target_repr", "actor_label", "action"]

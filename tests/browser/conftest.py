@@ -27,6 +27,15 @@ CHROMIUM_ARGS = [
 ]
 
 
+# Refusals that are the policy doing its job: Redoc's bundle always loads its "API docs by Redocly"
+# logo from Redocly's CDN; nothing is fetched from elsewhere, and Redoc hides the missing image.
+EXPECTED_CSP_REFUSALS = ["https://cdn.redoc.ly/redoc/logo-mini.svg"]
+
+
+def _csp_refusal(text: str) -> bool:
+    return "Content Security Policy" in text and not any(url in text for url in EXPECTED_CSP_REFUSALS)
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     if not CHROMIUM.exists():
@@ -47,16 +56,21 @@ def browser() -> Iterator[object]:
 def new_page(browser, live_server) -> Iterator[Callable[..., object]]:  # noqa: ANN001
     """``new_page()`` opens a page in a fresh browser context (its own cookies) on the live server."""
     contexts = []
+    violations: list[str] = []
 
     def make(width: int = 1280, height: int = 900) -> object:
         context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": height})
         context.set_default_timeout(10_000)
         contexts.append(context)
-        return context.new_page()
+        page = context.new_page()
+        # Every browser test also checks the Content-Security-Policy: Chromium logs each refusal.
+        page.on("console", lambda msg: violations.append(f"{page.url}: {msg.text}") if _csp_refusal(msg.text) else None)
+        return page
 
     yield make
     for context in contexts:
         context.close()
+    assert violations == [], "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 @pytest.fixture
