@@ -349,7 +349,8 @@ def _logs_context(req: WorkloadRequest, tail: int) -> dict[str, Any]:
     follow = [{"name": p.name, "cursor": _cursor(p)} for p in pods if p.lines is not None]
     return {"req": req, "pods": pods, "error": error, "tail": tail, "tails": LOG_TAILS,
             "follow": follow if req.state not in FINAL else [], "follow_seconds": FOLLOW_SECONDS,
-            "pod_names": ",".join(p.name for p in pods)}
+            "poll": req.state not in FINAL,
+            "pod_names": ",".join(p.name for p in pods if p.lines is not None)}
 
 
 @login_required
@@ -361,7 +362,7 @@ def request_logs(request: HttpRequest, pk: int) -> HttpResponse:
     actor = _actor(request)
     req = _visible_request(actor, pk)
     context = _logs_context(req, _tail(request))
-    if request.htmx and request.htmx.target == "request-logs":
+    if request.htmx:
         return render(request, "workloads/_request_logs.html", context)
     return page(request, "workloads/request_logs_page.html", context)
 
@@ -369,7 +370,8 @@ def request_logs(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def request_logs_follow(request: HttpRequest, pk: int) -> HttpResponse:
     """htmx: the log lines that came after each pod's cursor (``?c=<pod>|<time>|<n>``, one per pod) and the next
-    poller. When the request's pods are no longer those on the page, the whole log section is sent again."""
+    poller. When the pods with a log are no longer those on the page (``?pods=``), the whole log section is sent
+    again."""
     actor = _actor(request)
     req = _visible_request(actor, pk)
     cursors = {}
@@ -382,10 +384,12 @@ def request_logs_follow(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         pods = selectors.logs_for(req, tail=max(LOG_TAILS), since=since)
     except Exception as exc:  # noqa: BLE001
-        return render(request, "workloads/_log_follow.html", {"req": req, "follow": [], "new": [],
+        follow = [{"name": name, "cursor": rest} for name, rest in cursors.items()]
+        return render(request, "workloads/_log_follow.html", {"req": req, "follow": follow, "new": [],
                                                              "pod_names": ",".join(shown), "error": str(exc),
-                                                             "follow_seconds": FOLLOW_SECONDS * 3, "poll": True})
-    if sorted(p.name for p in pods) != sorted(shown):
+                                                             "follow_seconds": FOLLOW_SECONDS * 3, "poll": True,
+                                                             "tail": _tail(request)})
+    if sorted(p.name for p in pods if p.lines is not None) != sorted(shown):
         response = render(request, "workloads/_request_logs.html", _logs_context(req, _tail(request)))
         response["HX-Retarget"] = "#request-logs"
         response["HX-Reswap"] = "innerHTML"
@@ -434,7 +438,7 @@ NOTEBOOK_PATH = re.compile(r"^/notebooks/(\d+)(/|$)")
 # Request headers a notebook gets from the browser; everything else (the portal's own cookies and credentials
 # included) stays here.
 FORWARD_HEADERS = ("Accept", "Accept-Language", "Content-Type", "X-XSRFToken", "X-Requested-With", "If-None-Match",
-                   "If-Modified-Since", "User-Agent", "Origin")
+                   "If-Modified-Since", "User-Agent")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
