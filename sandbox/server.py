@@ -1095,7 +1095,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _pod_log(self, rt, namespace, name):
         """``GET .../pods/{name}/log``: ``tailLines``, ``sinceTime``, ``sinceSeconds``, ``timestamps``, ``limitBytes``
         as kubelet does (``follow`` answers once, with what there is). Lines are stored as ``YYYY-mm-dd HH:MM:SS text``
-        in simulated time; that prefix is the runtime's timestamp (``timestamps=true`` shows it as RFC 3339)."""
+        in simulated time; that prefix is the runtime's timestamp, shown (as RFC 3339) only with ``timestamps=true``."""
         pod = self.owner.store.get(rt.api_version, rt.kind, name, namespace)
         lines: list[str] = []
         stored = self.owner.logs.get((namespace, name))
@@ -1139,8 +1139,8 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
         if _truthy(q.get("timestamps")):
             out = [f"{t.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {_log_text(line)}" for t, line in stamped]
-        else:
-            out = [line for _, line in stamped]
+        else:  # like kubelet: the runtime's timestamps only when asked for
+            out = [_log_text(line) for _, line in stamped]
         data = "".join(line if line.endswith("\n") else line + "\n" for line in out).encode()
         if q.get("limitBytes"):
             try:
