@@ -604,8 +604,12 @@ def notebook_auth(request: HttpRequest) -> HttpResponse:
     if req is None or not selectors.notebook_may_open(actor=actor, request=req):
         return deny(403, "You may not open this notebook.")
     method = (request.headers.get("X-Original-Method") or request.headers.get("X-Forwarded-Method") or "GET").upper()
-    if method not in SAFE_METHODS and not _same_origin(request, host=request.headers.get("X-Forwarded-Host"),
-                                                       scheme=request.headers.get("X-Forwarded-Proto")):
+    from urllib.parse import urlsplit
+
+    original = urlsplit(request.headers.get("X-Original-URL") or "")  # ingress-nginx: scheme://host/path
+    host = request.headers.get("X-Forwarded-Host") or original.netloc or None
+    scheme = request.headers.get("X-Forwarded-Proto") or original.scheme or None
+    if method not in SAFE_METHODS and not _same_origin(request, host=host, scheme=scheme):
         return deny(403, "Cross-site requests to a notebook are refused.")
     services.notebook_activity_record(request_id=req.pk)
     response = HttpResponse(b"", status=200, content_type="text/plain")

@@ -78,6 +78,10 @@ def test_auth_endpoint_refuses_cross_site_writes(as_user, cast, cat) -> None:  #
     assert auth(carol, uri, HTTP_ORIGIN="https://gpu.example.org", **post).status_code == 200
     assert auth(carol, uri, HTTP_ORIGIN="http://gpu.example.org", **post).status_code == 403  # scheme too
     assert auth(carol, uri, HTTP_ORIGIN="https://evil.example").status_code == 200  # reads are fine
+    # ingress-nginx says where the request went in X-Original-URL.
+    nginx = {"HTTP_X_ORIGINAL_METHOD": "POST", "HTTP_X_ORIGINAL_URL": f"https://gpu.example.org{uri}"}
+    assert auth(carol, uri, HTTP_ORIGIN="https://gpu.example.org", **nginx).status_code == 200
+    assert auth(carol, uri, HTTP_ORIGIN="https://evil.example", **nginx).status_code == 403
 
 
 @pytest.mark.django_db
