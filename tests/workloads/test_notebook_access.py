@@ -13,7 +13,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tenants.access import Actor
 from workloads import services
 from workloads.manifests import REQUEST_LABEL
 from workloads.materialize import notebook_token, notebooks_cull_idle
