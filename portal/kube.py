@@ -358,3 +358,104 @@ def kube_cache_clear() -> None:
         for kube in _cache.values():
             kube.close()
         _cache.clear()
+
+
+# -- notebooks and logs (read paths of the request pages) -------------------------------------------------------
+# Module functions on purpose: they use a Kube's transport but return raw answers (a proxied page, log text)
+# instead of parsed JSON, and they never raise for the upstream's own status codes.
+
+# Hop-by-hop headers (RFC 9110 §7.6.1) and those the transport sets itself: never forwarded either way.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding",
+    "upgrade", "host", "content-length", "accept-encoding", "content-encoding",
+})
+
+
+@dataclass
+class ProxyAnswer:
+    """What a Service answered through the API server's service proxy."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), "")
+
+
+def _raw(kube: Kube, verb: str, method: str, url_path: str, *, query: list[tuple[str, Any]] | None = None,
+         headers: dict[str, str] | None = None, body: bytes | None = None,
+         timeout: tuple[float, float] = (5, 60)) -> ProxyAnswer:
+    """One request with the cluster's credentials whose answer is kept raw (bytes, any status)."""
+    from urllib.parse import urlencode
+
+    send = {k: v for k, v in (headers or {}).items() if k.lower() not in HOP_BY_HOP and k.lower() != "authorization"}
+    send.setdefault("Accept", "*/*")
+    url = kube.api.configuration.host.rstrip("/") + url_path
+    if query:
+        url += "?" + urlencode(query)
+    auth: dict[str, str] = {}
+    kube.api.update_params_for_auth(auth, [], ["BearerToken"], url_path, method, body)
+    send.update(auth)  # the cluster's credentials, never anything the browser sent
+    with kube._lock:
+        kube.calls[verb] += 1
+    try:
+        response = kube.api.rest_client.pool_manager.request(
+            method, url, body=body if body else None, headers=send, preload_content=False, redirect=False,
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]), retries=False,
+        )
+        raw = response.read()
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ClusterUnavailable(f"{method} {url_path}: {exc.__class__.__name__}: {exc}") from exc
+    out = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
+    response.release_conn()
+    return ProxyAnswer(response.status, out, raw)
+
+
+def service_proxy(kube: Kube, namespace: str, service: str, port: str | int, path: str, *, method: str = "GET",
+                  query: list[tuple[str, str]] | None = None, headers: dict[str, str] | None = None,
+                  body: bytes | None = None, timeout: tuple[float, float] = (5, 60)) -> ProxyAnswer:
+    """Send one HTTP request to ``service:port`` through ``/api/v1/namespaces/{ns}/services/{name}:{port}/proxy/{path}``.
+
+    Whatever status the Service (or the API server, e.g. 503 "no endpoints available") answers is returned as is;
+    only a cluster that cannot be reached raises :class:`ClusterUnavailable`. The caller filters ``headers``; an
+    ``Authorization`` among them is replaced by the cluster's credentials (the API server authenticates with it and
+    removes it before proxying, so a credential for the Service itself has to travel in ``query``).
+    """
+    from urllib.parse import quote
+
+    url_path = (f"/api/v1/namespaces/{quote(namespace, safe='')}/services/{quote(f'{service}:{port}', safe=':')}"
+                f"/proxy/{quote(path.lstrip('/'), safe='/~.-_@:!$&()*+,;=')}")
+    return _raw(kube, "proxy", method, url_path, query=query, headers=headers, body=body, timeout=timeout)
+
+
+def pod_log_read(kube: Kube, namespace: str, name: str, *, tail_lines: int | None = None, since_time: str | None = None,
+                 timestamps: bool = False, container: str | None = None, limit_bytes: int | None = None) -> str | None:
+    """A pod's log through the ``log`` subresource: all of it, the last ``tail_lines``, or what came at or after
+    ``since_time`` (RFC 3339). ``timestamps`` prefixes each line with the time the runtime recorded it (cluster time).
+    None when the pod is gone or has not started."""
+    from urllib.parse import quote
+
+    query: list[tuple[str, Any]] = []
+    if tail_lines is not None:
+        query.append(("tailLines", int(tail_lines)))
+    if since_time:
+        query.append(("sinceTime", since_time))
+    if timestamps:
+        query.append(("timestamps", "true"))
+    if container:
+        query.append(("container", container))
+    if limit_bytes:
+        query.append(("limitBytes", int(limit_bytes)))
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/log"
+    answer = _raw(kube, "log", "GET", path, query=query, timeout=kube.timeout)
+    if 200 <= answer.status < 300:
+        return answer.body.decode("utf-8", "replace")
+    if answer.status in (400, 404):  # gone, or not started yet
+        return None
+    try:
+        payload: Any = json.loads(answer.body) if answer.body else None
+    except ValueError:
+        payload = answer.body.decode("utf-8", "replace")
+    Kube._raise(answer.status, payload, dict(answer.headers), f"GET {path}")
+    return None

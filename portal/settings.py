@@ -241,7 +241,8 @@ PORTAL_WEBHOOK_URL = os.environ.get("PORTAL_WEBHOOK_URL", "")
 # Fernet key(s) for kubeconfigs at rest (comma-separated for rotation); derived from SECRET_KEY if unset.
 PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")
 
-# Where notebooks are reachable from browsers (an ingress); empty: the in-cluster Service address.
+# Where notebooks are reachable from browsers: the host of the ingress route that asks /notebooks/auth/ first
+# (docs/notebooks.md); empty: the portal itself (its /notebooks/<id>/ proxy). Links never carry a token.
 PORTAL_NOTEBOOK_BASE_URL = os.environ.get("PORTAL_NOTEBOOK_BASE_URL", "")
 
 # Finished training Jobs (batch/v1 and Volcano) are deleted by the cluster this many seconds after they end

@@ -136,6 +136,41 @@ def _parse_ts(v) -> datetime | None:
 _JP_TOKEN = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+)\]|\[\?\(@\.([A-Za-z0-9_.\-]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]|\[\*\]")
 
 
+_LOG_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?Z?) ")
+
+
+def _log_time(line: str) -> datetime | None:
+    """The runtime timestamp a stored log line starts with (simulated time), or None."""
+    m = _LOG_PREFIX.match(line)
+    if not m:
+        return None
+    return _parse_ts(m.group(1).replace(" ", "T") + ("" if m.group(1).endswith("Z") else "Z"))
+
+
+def _log_text(line: str) -> str:
+    m = _LOG_PREFIX.match(line)
+    return line[m.end():] if m else line
+
+
+def _stand_in_page(namespace: str, service: str, pod: str, path: str) -> bytes:
+    from html import escape
+
+    title = f"Notebook of {service}"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)} (sandbox)</title></head>
+<body>
+<h1>{escape(title)}</h1>
+<p id="stand-in">This is the sandbox cluster's stand-in for the notebook of {escape(service)} in namespace
+<code>{escape(namespace)}</code>, served by pod <code>{escape(pod)}</code>: no JupyterLab runs in the sandbox.</p>
+<p>Path asked for: <code id="path">{escape(path)}</code></p>
+<form method="post" action="api/kernels/echo">
+<label for="code">Code for the echo kernel</label> <input id="code" name="code" value="print('hello')">
+<button type="submit">Run</button>
+</form>
+</body></html>
+""".encode()
+
+
 def jsonpath(obj, path: str):
     """Tiny JSONPath subset used by CRD printer columns: .a.b, [0], [*], [?(@.x=='y')]. Returns a list of matches."""
     path = path.strip()
@@ -678,6 +713,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send_json(err.code, status_body(err.code, err.reason, err.message,
                                                              {"retryAfterSeconds": err.retry_after} if err.retry_after else None),
                                        hdrs)
+            if len(segs) >= 7 and segs[:3] == ["api", "v1", "namespaces"] and segs[4] == "services" and segs[6] == "proxy":
+                return self._service_proxy(method, segs[3], segs[5], "/".join(self.rawpath.split("/")[8:]))
             return self._resource(method, segs)
         except _Reply as r:
             self._send_status(r.code, r.message, r.reason, r.details, r.retry_after)
@@ -1056,6 +1093,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- pod logs ----------------------------------------------------------------------------------------------------
     def _pod_log(self, rt, namespace, name):
+        """``GET .../pods/{name}/log``: ``tailLines``, ``sinceTime``, ``sinceSeconds``, ``timestamps``, ``limitBytes``
+        as kubelet does (``follow`` answers once, with what there is). Lines are stored as ``YYYY-mm-dd HH:MM:SS text``
+        in simulated time; that prefix is the runtime's timestamp, shown (as RFC 3339) only with ``timestamps=true``."""
         pod = self.owner.store.get(rt.api_version, rt.kind, name, namespace)
         lines: list[str] = []
         stored = self.owner.logs.get((namespace, name))
@@ -1071,15 +1111,102 @@ class _Handler(BaseHTTPRequestHandler):
             if (pod.get("spec") or {}).get("nodeName"):
                 lines.append(f"{st.get('startTime', ts)} sandbox: scheduled on node {pod['spec']['nodeName']}")
             lines.append(f"{ts} sandbox: phase={st.get('phase', 'Pending')}")
-        tail = self.query.get("tailLines")
+        q = self.query
+        created = _parse_ts((pod.get("metadata") or {}).get("creationTimestamp")) or self.owner.now()
+        stamped = [(_log_time(line) or created, line) for line in lines]
+        since = None
+        if q.get("sinceTime"):
+            since = _parse_ts(q["sinceTime"])
+            if since is None:
+                raise _Reply(400, f'parsing time "{q["sinceTime"]}" as RFC 3339: cannot parse')
+        elif q.get("sinceSeconds"):
+            try:
+                seconds = int(q["sinceSeconds"])
+            except ValueError:
+                raise _Reply(400, "sinceSeconds must be an integer") from None
+            if seconds < 1:
+                raise _Reply(422, "PodLogOptions.sinceSeconds: Invalid value: must be greater than 0", "Invalid")
+            since = self.owner.now().timestamp() - seconds
+            since = datetime.fromtimestamp(since, timezone.utc)
+        if since is not None:
+            stamped = [(t, line) for t, line in stamped if t >= since]
+        tail = q.get("tailLines")
         if tail:
             try:
                 n = int(tail)
-                lines = lines[-n:] if n > 0 else []
+                stamped = stamped[-n:] if n > 0 else []
             except ValueError:
                 pass
-        text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-        return self._send(200, text.encode(), "text/plain")
+        if _truthy(q.get("timestamps")):
+            out = [f"{t.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {_log_text(line)}" for t, line in stamped]
+        else:  # like kubelet: the runtime's timestamps only when asked for
+            out = [_log_text(line) for _, line in stamped]
+        data = "".join(line if line.endswith("\n") else line + "\n" for line in out).encode()
+        if q.get("limitBytes"):
+            try:
+                data = data[: max(0, int(q["limitBytes"]))]
+            except ValueError:
+                pass
+        return self._send(200, data, "text/plain")
+
+    # -- service proxy -----------------------------------------------------------------------------------------------
+    def _service_proxy(self, method: str, namespace: str, target: str, path: str):
+        """``/api/v1/namespaces/{ns}/services/{name}[:{port}]/proxy/{path}``: no real process runs behind a sandbox
+        Service, so a Service with a ready pod behind it answers with a stand-in page (the notebook's), and one
+        without answers 503 like the API server does. A Service with a ``<name>-token`` Secret (a notebook) wants
+        that token (``?token=`` or ``Authorization: token ...``), as Jupyter does."""
+        store = self.owner.store
+        name, _, port = target.partition(":")
+        svc = store.get("v1", "Service", name, namespace)  # 404 Status when missing
+        spec = svc.get("spec") or {}
+        ports = spec.get("ports") or []
+        if port and not any(port in (str(p.get("name", "")), str(p.get("port", ""))) for p in ports):
+            raise _Reply(503, f'no endpoints available for service "{target}"', "ServiceUnavailable")
+        selector = spec.get("selector") or {}
+        ready = []
+        if selector:
+            sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            for pod in store.list("v1", "Pod", namespace, label_selector=sel)["items"]:
+                st = pod.get("status") or {}
+                if (pod.get("metadata") or {}).get("deletionTimestamp") or st.get("phase") != "Running":
+                    continue
+                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []):
+                    ready.append(pod)
+        if not ready:
+            raise _Reply(503, f'no endpoints available for service "{target}"', "ServiceUnavailable")
+        token = self._service_token(namespace, name)
+        if token is not None:
+            given = self.query.get("token") or ""
+            auth = self.headers.get("Authorization") or ""
+            if auth[:6].lower() == "token ":
+                given = auth[6:].strip()
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return self._send(403, b"<!doctype html><title>403 Forbidden</title><h1>403 Forbidden</h1>"
+                                       b"<p>Invalid credentials: the notebook wants its token.</p>", "text/html; charset=utf-8")
+        pod = sorted(ready, key=lambda p: p["metadata"]["name"])[0]
+        if method in ("GET", "HEAD"):
+            return self._send(200, _stand_in_page(namespace, name, pod["metadata"]["name"], "/" + path),
+                              "text/html; charset=utf-8")
+        text = self.body.decode("utf-8", "replace")
+        return self._send_json(200, {"kernel": "echo", "service": name, "path": "/" + path, "method": method,
+                                     "input": text, "output": text})
+
+    def _service_token(self, namespace: str, name: str) -> str | None:
+        import base64
+
+        try:
+            secret = self.owner.store.get("v1", "Secret", f"{name}-token", namespace)
+        except ApiError:
+            return None
+        if (secret.get("stringData") or {}).get("token") is not None:
+            return str(secret["stringData"]["token"])
+        raw = (secret.get("data") or {}).get("token")
+        if raw is None:
+            return None
+        try:
+            return base64.b64decode(raw).decode()
+        except ValueError:
+            return None
 
     # -- watch -------------------------------------------------------------------------------------------------------------
     def _start_stream(self):

@@ -55,6 +55,9 @@ class Project(models.Model):
     description = models.TextField(blank=True, max_length=2000)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
     allow_custom_images = models.BooleanField(default=False, help_text="Requests may use images outside the curated list.")
+    notebooks_open_to_approvers = models.BooleanField(
+        default=False, help_text="The project's approvers may open its members' running notebooks (off: only the requester)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Ownership of the namespace (docs/ownership.md). Empty only on rows made outside the services (the slug then).
     cluster_namespace = models.CharField(max_length=63, unique=True, null=True, blank=True, validators=[DNS1123_LABEL],

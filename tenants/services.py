@@ -17,7 +17,7 @@ from .authentication import token_generate
 from .models import ApiToken, Membership, Project, Role, Tenant
 
 TENANT_FIELDS = ["name", "slug", "cost_centre", "contact_email", "status"]
-PROJECT_FIELDS = ["name", "slug", "description", "status"]
+PROJECT_FIELDS = ["name", "slug", "description", "status", "notebooks_open_to_approvers"]
 MEMBERSHIP_FIELDS = ["user", "tenant", "project", "role"]
 TOKEN_FIELDS = ["name", "project", "scope", "expires_at", "revoked_at"]
 MAX_TOKEN_DAYS = 366
@@ -138,6 +138,9 @@ def project_update(*, actor: Actor, project: Project, **changes: Any) -> Project
         raise Invalid("The slug cannot change: it is the project's namespace.", field="slug")
     if "status" in changes and changes["status"] != project.status:
         _require(actor, "change_tenant", project.tenant, "Only tenant admins and ops archive or restore a project.")
+    if changes.get("notebooks_open_to_approvers", project.notebooks_open_to_approvers) != project.notebooks_open_to_approvers:
+        # Approvers would grant themselves access to other people's notebooks: the tenant admins decide.
+        _require(actor, "change_tenant", project.tenant, "Only tenant admins and ops let approvers open members' notebooks.")
     before = snapshot(project, PROJECT_FIELDS)
     for field, value in changes.items():
         setattr(project, field, value)

@@ -344,16 +344,23 @@ def service(t: Target, *, name: str | None = None, port: int, target_port: int |
 
 
 # ---------------------------------------------------------------------------------------------- notebook
-def notebook_access_url(*, namespace: str, name: str, ide: str, token: str, base_url: str = "") -> str:
-    """Where a notebook answers: ``base_url`` (an ingress in front of the cluster) or the in-cluster Service."""
-    root = base_url.rstrip("/") if base_url else f"http://{name}.{namespace}.svc.cluster.local"
-    if ide == "vscode":
-        return f"{root}/"
-    return f"{root}/notebooks/{namespace}/{name}/lab?token={token}"
+def notebook_path(request_id: int) -> str:
+    """The path a notebook is served under, on the portal (its proxy) and on the ingress route that asks the portal
+    first (docs/notebooks.md): ``/notebooks/<request id>/``. JupyterLab's ``base_url`` is the same path, so nothing
+    is rewritten on the way."""
+    return f"/notebooks/{request_id}/"
+
+
+def notebook_access_url(*, request_id: int, ide: str, base_url: str = "") -> str:
+    """The link users open: on the portal (or ``base_url``, the host of the ingress route). It carries no token:
+    the portal authorises each request and adds the notebook's token on the way in."""
+    root = base_url.rstrip("/")
+    path = notebook_path(request_id)
+    return f"{root}{path}" if ide == "vscode" else f"{root}{path}lab"
 
 
 def notebook_command(ide: str, t: Target) -> list[str]:
-    base_url = f"/notebooks/{t.namespace}/{t.name}/"
+    base_url = notebook_path(t.request_id)
     if ide == "vscode":
         return ["code-server", "--bind-addr", f"0.0.0.0:{NOTEBOOK_PORT}", "--auth", "password", NOTEBOOK_HOME]
     return [

@@ -193,7 +193,9 @@ def notebooks_cull_idle(now: datetime | None = None) -> int:
     count = 0
     for req in candidates:
         timeout = timedelta(minutes=req.template.idle_timeout_minutes or 0)
-        since = req.last_active_at or req.started_at or req.queued_at
+        # The last request seen on the notebook's path (the portal's proxy or the ingress's auth check), or its
+        # start when nobody has opened it since: an activity from before a restart does not count.
+        since = max((t for t in (req.last_active_at, req.started_at or req.queued_at) if t is not None), default=None)
         if since is None or since + timeout > now:
             continue
         minutes = int((now - since).total_seconds() // 60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
 
@@ -143,3 +144,94 @@ def approval_rules_for(*, actor: Actor) -> QuerySet[ApprovalRule]:
     if _is_ops(actor):
         return base
     return base.filter(Q(project__isnull=True) | Q(project__in=projects_for(actor=actor).values("pk")))
+
+
+# Notebooks and logs --------------------------------------------------------------------------------------------
+
+
+def notebook_may_open(*, actor: Actor, request: WorkloadRequest) -> bool:
+    """Who may open a notebook (through the portal's proxy or the ingress that asks ``/notebooks/auth/``):
+    its requester, and the project's approvers only where the project allows it
+    (``Project.notebooks_open_to_approvers``, off by default). An API token never opens a notebook."""
+    from tenants.access import has_perm
+
+    user = actor.user
+    if actor.token is not None or user is None or not user.is_authenticated:
+        return False
+    if request.template.kind != "notebook":
+        return False
+    if request.requested_by_id == user.pk:
+        return True
+    return bool(request.project.notebooks_open_to_approvers) and has_perm(actor, "approve_project", request.project)
+
+
+@dataclass
+class LogLine:
+    at: str  # RFC 3339 as the cluster's runtime stamped it (cluster time); "" when the line had none
+    text: str
+
+
+@dataclass
+class PodLog:
+    name: str
+    phase: str = ""
+    node: str = ""
+    lines: list[LogLine] | None = None  # None: no log (not started yet, or gone)
+
+    @property
+    def text(self) -> str:
+        return "".join(f"{line.at} {line.text}\n" if line.at else f"{line.text}\n" for line in self.lines or [])
+
+
+def parse_log(text: str | None) -> list[LogLine] | None:
+    """Split a ``timestamps=true`` log into (cluster time, text) lines."""
+    if text is None:
+        return None
+    out = []
+    for raw in text.splitlines():
+        stamp, _, rest = raw.partition(" ")
+        if len(stamp) >= 20 and stamp[4] == "-" and stamp[10] == "T" and stamp.endswith("Z"):
+            out.append(LogLine(stamp, rest))
+        else:
+            out.append(LogLine("", raw))
+    return out
+
+
+def log_time_key(at: str) -> str:
+    """An RFC 3339 time as a string that sorts in time order (the runtime trims trailing zeros of the fraction)."""
+    if not at:
+        return ""
+    head, _, frac = at.rstrip("Z").partition(".")
+    return f"{head}.{frac.ljust(9, '0')[:9]}"
+
+
+def logs_for(request: WorkloadRequest, *, tail: int | None = 200, since: str | Mapping[str, str] | None = None,
+             pod: str | None = None) -> list[PodLog]:
+    """The request's pods (by our request label), each with its log from the cluster's ``log`` subresource.
+
+    ``tail``: the last N lines (None: all); ``since``: only lines stamped at or after this RFC 3339 time (cluster
+    time, as in ``LogLine.at``; whole seconds are what every API server takes), or a mapping pod name → such a time;
+    ``pod``: only that pod. Lines carry the runtime's timestamps. Visibility is the
+    caller's business (``requests_for``). Raises ``ClusterUnavailable``/``ClusterRejected`` when the cluster fails.
+    """
+    cluster = request.cluster
+    if not (cluster.kubeconfig_encrypted or cluster.kubeconfig_path):
+        return []
+    from portal.kube import kube_for, pod_log_read
+
+    from .manifests import REQUEST_LABEL
+
+    kube = kube_for(cluster)
+    namespace = request.project.namespace
+    items, _ = kube.list("v1", "Pod", namespace, label_selector=f"{REQUEST_LABEL}={request.pk}")
+    out = []
+    for item in sorted(items, key=lambda p: p["metadata"]["name"]):
+        name = item["metadata"]["name"]
+        if pod is not None and name != pod:
+            continue
+        since_time = since.get(name) if isinstance(since, Mapping) else since
+        lines = parse_log(pod_log_read(kube, namespace, name, tail_lines=tail, since_time=since_time or None,
+                                       timestamps=True))
+        out.append(PodLog(name=name, phase=(item.get("status") or {}).get("phase", ""),
+                          node=(item.get("spec") or {}).get("nodeName", ""), lines=lines))
+    return out

@@ -946,3 +946,24 @@ def volume_register(*, actor: Actor, project: Project, name: str, shared: bool =
     audit_record(actor=actor, action="volume.register", target=volume, tenant=project.tenant, project=project,
                  after={"name": name, "shared": shared})
     return volume
+
+
+# Notebook activity ------------------------------------------------------------------------------------------------
+
+# Activity is written at most this often per notebook (a notebook page makes many requests a second).
+NOTEBOOK_ACTIVITY_WRITE_SECONDS = 60
+
+
+def notebook_activity_record(*, request_id: int, now: Any = None) -> bool:
+    """A request reached the notebook through the portal (its proxy, or the ingress asking ``/notebooks/auth/``):
+    remember when, for idle culling (``materialize.notebooks_cull_idle``). Throttled: at most one write per
+    ``NOTEBOOK_ACTIVITY_WRITE_SECONDS`` (a cache key spares the database the rest). True when it wrote."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    now = now or timezone.now()
+    every = NOTEBOOK_ACTIVITY_WRITE_SECONDS
+    if not cache.add(f"workloads:notebook-activity:{request_id}", 1, timeout=every):
+        return False
+    stale = Q(last_active_at__isnull=True) | Q(last_active_at__lt=now - timedelta(seconds=every))
+    return WorkloadRequest.objects.filter(pk=request_id).filter(stale).update(last_active_at=now) > 0

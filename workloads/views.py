@@ -12,6 +12,7 @@ answered with a redirect and a message; the inbox's approve/reject answer htmx w
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -21,6 +22,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
@@ -240,6 +242,27 @@ def cluster_facts(req: WorkloadRequest) -> dict[str, Any]:
             "any": bool(pods or workloads or others or warnings)}
 
 
+def notebook_access(actor: Actor, req: WorkloadRequest) -> dict[str, Any] | None:
+    """What the page says about opening a notebook: None for other kinds and for people who may not open it."""
+    if req.template.kind != TemplateKind.NOTEBOOK or not selectors.notebook_may_open(actor=actor, request=req):
+        return None
+    from django.conf import settings
+
+    from .manifests import notebook_access_url
+
+    url = notebook_access_url(request_id=req.pk, ide=str((req.parameters or {}).get("ide") or "jupyterlab"),
+                              base_url=getattr(settings, "PORTAL_NOTEBOOK_BASE_URL", ""))
+    if req.state == S.RUNNING:
+        status = "running"
+    elif req.state == S.STOPPED:
+        status = "stopped"
+    elif req.state in FINAL:
+        status = "ended"
+    else:
+        status = "starting"
+    return {"url": url, "status": status, "mine": req.requested_by_id == getattr(actor.user, "pk", None)}
+
+
 def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
     return {
         "req": req,
@@ -247,27 +270,11 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
         "timeline": selectors.request_timeline(req),
         "actions": allowed_actions(actor, req),
         "cluster": cluster_facts(req),
+        "notebook": notebook_access(actor, req),
         "poll": req.state not in FINAL,
         "poll_seconds": POLL_SECONDS,
         "final": req.state in FINAL,
     }
-
-
-def _notebook_access(actor: Actor, req: WorkloadRequest) -> str:
-    """A running notebook's URL with its token, for the requester and the project's approvers only."""
-    if req.template.kind != "notebook" or req.state != RequestState.RUNNING:
-        return ""
-    if req.requested_by_id != actor.user.pk and not has_perm(actor, "approve_project", req.project):
-        return ""
-    from django.conf import settings
-
-    from .manifests import notebook_access_url
-    from .materialize import notebook_token
-
-    return notebook_access_url(
-        namespace=req.project.namespace, name=req.k8s_name, ide=str((req.parameters or {}).get("ide") or "jupyterlab"),
-        token=notebook_token(req), base_url=getattr(settings, "PORTAL_NOTEBOOK_BASE_URL", ""),
-    )
 
 
 @login_required
@@ -278,7 +285,6 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if request.htmx and request.htmx.target == "request-live":
         return render(request, "workloads/_request_live.html", context)
     context |= {
-        "access_url": _notebook_access(actor, req),
         "decision_form": DecisionForm(prefix=f"decide-{req.pk}"),
         "extend_form": ExtendForm(prefix="extend"),
         "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),
@@ -287,40 +293,330 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return page(request, "workloads/request_detail.html", context)
 
 
-@login_required
-def request_logs(request: HttpRequest, pk: int) -> HttpResponse:
-    """The request's pods and their last log lines, read from the cluster when asked (loaded lazily)."""
-    actor = _actor(request)
-    req = _visible_request(actor, pk)
-    pods: list[dict[str, Any]] = []
+# Logs -------------------------------------------------------------------------------------------------------------
+
+LOG_TAILS = (100, 200, 1000, 5000)
+FOLLOW_SECONDS = 2
+
+
+def _tail(request: HttpRequest) -> int:
+    try:
+        value = int(request.GET.get("tail") or LOG_LINES)
+    except ValueError:
+        return LOG_LINES
+    return min(max(value, 1), max(LOG_TAILS))
+
+
+def _cursor(pod: selectors.PodLog) -> str:
+    """Where following a pod's log resumes: the last line's cluster time and how many lines carry exactly that time
+    (``sinceTime`` is inclusive and times repeat, so those lines are skipped when they come again)."""
+    lines = pod.lines or []
+    if not lines or not lines[-1].at:
+        return ""
+    last = lines[-1].at
+    same = 0
+    for line in reversed(lines):
+        if line.at != last:
+            break
+        same += 1
+    return f"{last}|{same}"
+
+
+def _after(lines: list[selectors.LogLine], cursor: str) -> list[selectors.LogLine]:
+    """The lines of a ``sinceTime`` answer that are new after ``cursor`` (see ``_cursor``)."""
+    last, _, seen = cursor.partition("|")
+    last = selectors.log_time_key(last)
+    skip = int(seen) if seen.isdigit() else 0
+    out = []
+    for line in lines:
+        key = selectors.log_time_key(line.at)
+        if line.at and key < last:
+            continue
+        if line.at and key == last and skip > 0:
+            skip -= 1
+            continue
+        out.append(line)
+    return out
+
+
+def _logs_context(req: WorkloadRequest, tail: int) -> dict[str, Any]:
+    pods: list[selectors.PodLog] = []
     error = ""
     try:
-        pods = _pod_logs(req)
+        pods = selectors.logs_for(req, tail=tail)
     except Exception as exc:  # noqa: BLE001 - a cluster that cannot answer must not break the page
         error = f"The cluster did not answer: {exc}"
-    context = {"req": req, "pods": pods, "error": error}
+    follow = [{"name": p.name, "cursor": _cursor(p)} for p in pods if p.lines is not None]
+    return {"req": req, "pods": pods, "error": error, "tail": tail, "tails": LOG_TAILS,
+            "follow": follow if req.state not in FINAL else [], "follow_seconds": FOLLOW_SECONDS,
+            "poll": req.state not in FINAL,
+            "pod_names": ",".join(p.name for p in pods if p.lines is not None)}
+
+
+@login_required
+def request_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    """The request's pods and the last lines of their logs (cluster time), read from the cluster when asked.
+
+    The full page follows running pods: a poller asks ``request-logs-follow`` every few seconds for the lines
+    after the last one shown and appends them. ``?tail=N`` picks how many lines to start with."""
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    context = _logs_context(req, _tail(request))
     if request.htmx:
         return render(request, "workloads/_request_logs.html", context)
     return page(request, "workloads/request_logs_page.html", context)
 
 
-def _pod_logs(req: WorkloadRequest) -> list[dict[str, Any]]:
-    """Pods of the request (by our request label) with their log tails, when the cluster client can read logs."""
-    if not (req.cluster.kubeconfig_encrypted or req.cluster.kubeconfig_path):
-        return []
-    from portal.kube import kube_for
+@login_required
+def request_logs_follow(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx: the log lines that came after each pod's cursor (``?c=<pod>|<time>|<n>``, one per pod) and the next
+    poller. When the pods with a log are no longer those on the page (``?pods=``), the whole log section is sent
+    again."""
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    cursors = {}
+    for value in request.GET.getlist("c"):
+        name, _, rest = value.partition("|")
+        cursors[name] = rest
+    shown = [n for n in (request.GET.get("pods") or "").split(",") if n]
+    # Ask from the whole second of each cursor (what every API server takes); ``_after`` drops what was shown.
+    since = {name: rest.partition("|")[0].partition(".")[0].rstrip("Z") + "Z" for name, rest in cursors.items() if rest}
+    try:
+        pods = selectors.logs_for(req, tail=max(LOG_TAILS), since=since)
+    except Exception as exc:  # noqa: BLE001
+        follow = [{"name": name, "cursor": rest} for name, rest in cursors.items()]
+        return render(request, "workloads/_log_follow.html", {"req": req, "follow": follow, "new": [],
+                                                             "pod_names": ",".join(shown), "error": str(exc),
+                                                             "follow_seconds": FOLLOW_SECONDS * 3, "poll": True,
+                                                             "tail": _tail(request)})
+    if sorted(p.name for p in pods if p.lines is not None) != sorted(shown):
+        response = render(request, "workloads/_request_logs.html", _logs_context(req, _tail(request)))
+        response["HX-Retarget"] = "#request-logs"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    new, follow = [], []
+    for pod in pods:
+        if pod.lines is None:
+            continue
+        cursor = cursors.get(pod.name, "")
+        fresh = _after(pod.lines, cursor) if cursor else pod.lines
+        if fresh:
+            new.append({"name": pod.name, "lines": fresh})
+        follow.append({"name": pod.name, "cursor": _cursor(selectors.PodLog(pod.name, lines=fresh)) if fresh else cursor})
+    return render(request, "workloads/_log_follow.html", {
+        "req": req, "new": new, "follow": follow, "pod_names": ",".join(shown), "follow_seconds": FOLLOW_SECONDS,
+        "poll": req.state not in FINAL, "tail": _tail(request),
+    })
 
-    from .manifests import REQUEST_LABEL
 
-    kube = kube_for(req.cluster)
-    items, _ = kube.list("v1", "Pod", req.project.namespace, label_selector=f"{REQUEST_LABEL}={req.pk}")
-    pods = []
-    for pod in sorted(items, key=lambda p: p["metadata"]["name"]):
-        name = pod["metadata"]["name"]
-        text = kube.pod_log(req.project.namespace, name, tail_lines=LOG_LINES)
-        pods.append({"name": name, "phase": (pod.get("status") or {}).get("phase", ""),
-                     "node": (pod.get("spec") or {}).get("nodeName", ""), "log": text})
-    return pods
+@login_required
+def request_logs_download(request: HttpRequest, pk: int) -> HttpResponse:
+    """The whole log of one pod (``?pod=``) or of every pod of the request, as a plain-text attachment.
+    Each line starts with the cluster's timestamp (cluster time, UTC)."""
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    wanted = request.GET.get("pod") or None
+    try:
+        pods = selectors.logs_for(req, tail=None, pod=wanted)
+    except Exception as exc:  # noqa: BLE001
+        return HttpResponse(f"The cluster did not answer: {exc}\n", status=502, content_type="text/plain; charset=utf-8")
+    if wanted and not pods:
+        raise Http404("No such pod.")
+    if wanted:
+        body = pods[0].text
+    else:
+        body = "".join(f"==> {p.name} <==\n{p.text}\n" for p in pods)
+    response = HttpResponse(body, content_type="text/plain; charset=utf-8")
+    filename = f"{req.k8s_name}-{wanted}.log" if wanted else f"{req.k8s_name}.log"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+# Notebooks: the portal's proxy and the ingress's auth check ------------------------------------------------------
+
+NOTEBOOK_PATH = re.compile(r"^/notebooks/(\d+)(/|$)")
+# Request headers a notebook gets from the browser; everything else (the portal's own cookies and credentials
+# included) stays here.
+FORWARD_HEADERS = ("Accept", "Accept-Language", "Content-Type", "X-XSRFToken", "X-Requested-With", "If-None-Match",
+                   "If-Modified-Since", "User-Agent")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def _notebook_cookies(request: HttpRequest) -> str:
+    """The browser's cookies minus the portal's own (the session must never reach a notebook)."""
+    from django.conf import settings
+
+    own = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, settings.LANGUAGE_COOKIE_NAME}
+    return "; ".join(f"{k}={v}" for k, v in request.COOKIES.items() if k not in own)
+
+
+def _same_origin(request: HttpRequest, host: str | None = None, scheme: str | None = None) -> bool:
+    """Unsafe methods must come from the portal's own pages: the notebook trusts its token and skips its own
+    XSRF check, so a cross-site form must not get through the portal with the user's session."""
+    from urllib.parse import urlsplit
+
+    host = host or request.get_host()
+    origin = request.headers.get("Origin") or ""
+    if origin and origin != "null":
+        parts = urlsplit(origin)
+        return parts.netloc == host and (scheme is None or parts.scheme == scheme)
+    if origin == "null":
+        return False
+    referer = request.headers.get("Referer") or ""
+    if referer:
+        return urlsplit(referer).netloc == host
+    return request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
+
+
+def _notebook_page(request: HttpRequest, req: WorkloadRequest | None, status: int, title: str, text: str) -> HttpResponse:
+    response = render(request, "workloads/notebook_unavailable.html",
+                      {"req": req, "title": title, "text": text}, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _notebook_upstream_path(req: WorkloadRequest, rest: str) -> str:
+    from .manifests import notebook_path
+
+    if str((req.parameters or {}).get("ide") or "jupyterlab") == "vscode":
+        return rest  # code-server serves at its root behind a prefix-stripping proxy
+    return notebook_path(req.pk).lstrip("/") + rest
+
+
+def _unproxied(body: bytes, prefix: str) -> bytes:
+    """Undo the API server's service-proxy link rewriting (it prefixes absolute links in HTML with its own path)."""
+    return body.replace(prefix.encode(), b"/") if prefix.encode() in body else body
+
+
+@csrf_exempt
+def notebook_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpResponse:
+    """``/notebooks/<id>/...``: the demo's way into a notebook, through the Kubernetes API's service proxy.
+
+    Each request is authorised here (``selectors.notebook_may_open``: a 404 for requests the user cannot see, a 403
+    for someone else's notebook), counts as activity for idle culling, and reaches the notebook with its token added
+    on the way (never in the browser's URL). Plain HTTP only: the development server cannot carry WebSockets;
+    production routes ``/notebooks/`` through an ingress that asks ``notebook_auth`` (docs/notebooks.md)."""
+    from portal.kube import ClusterError, kube_for, service_proxy
+
+    from .materialize import notebook_token
+
+    if not request.user.is_authenticated:
+        if request.method in SAFE_METHODS:
+            from django.contrib.auth.views import redirect_to_login
+
+            return redirect_to_login(request.get_full_path())
+        return HttpResponse("Sign in to the portal first.", status=401, content_type="text/plain; charset=utf-8")
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    if req.template.kind != TemplateKind.NOTEBOOK:
+        raise Http404("No such notebook.")
+    if not selectors.notebook_may_open(actor=actor, request=req):
+        return _notebook_page(request, req, 403, "Not your notebook",
+                              "Only the person who requested this notebook can open it"
+                              + (", and the project's approvers." if req.project.notebooks_open_to_approvers else "."))
+    if req.state != S.RUNNING:
+        if req.state in FINAL:
+            return _notebook_page(request, req, 503, "This notebook is stopped",
+                                  f"Notebook {req.name} is {req.get_state_display().lower()}"
+                                  + (f": {req.state_reason}" if req.state_reason else ".")
+                                  + (" Its home volume is kept: restart it from the request page." if req.state == S.STOPPED else ""))
+        return _notebook_page(request, req, 503, "This notebook is not running yet",
+                              f"Notebook {req.name} is {req.get_state_display().lower()}. This page works once it runs.")
+    if request.method not in SAFE_METHODS and not _same_origin(request):
+        return HttpResponse("Cross-site requests to a notebook are refused.", status=403,
+                            content_type="text/plain; charset=utf-8")
+    services.notebook_activity_record(request_id=req.pk)
+
+    headers = {name: request.headers[name] for name in FORWARD_HEADERS if name in request.headers}
+    cookies = _notebook_cookies(request)
+    if cookies:
+        headers["Cookie"] = cookies
+    # The API server authenticates with Authorization and removes it before proxying: the token goes in the query.
+    query = [(k, v) for k, values in request.GET.lists() if k != "token" for v in values]
+    query.append(("token", notebook_token(req)))
+    port = "http"
+    try:
+        answer = service_proxy(kube_for(req.cluster), req.project.namespace, req.k8s_name, port,
+                               _notebook_upstream_path(req, rest), method=request.method or "GET", query=query,
+                               headers=headers, body=request.body or None)
+    except ClusterError as exc:
+        return _notebook_page(request, req, 502, "The cluster did not answer", f"Try again in a moment. ({exc})")
+    if answer.status in (404, 503) and "json" in answer.header("Content-Type"):
+        # The API server's own answer (not the notebook's): no Service, or no ready pod behind it.
+        import json
+
+        try:
+            status_body = json.loads(answer.body)
+        except ValueError:
+            status_body = {}
+        if isinstance(status_body, dict) and status_body.get("kind") == "Status":
+            return _notebook_page(request, req, 503, "The notebook is not reachable right now",
+                                  "Its pod is not ready (starting, restarting or moving). This page works again once "
+                                  f"it is. The cluster says: {status_body.get('message', '')}")
+    prefix = f"/api/v1/namespaces/{req.project.namespace}/services/{req.k8s_name}:{port}/proxy/"
+    body = answer.body
+    if "html" in answer.header("Content-Type"):
+        body = _unproxied(body, prefix)
+    response = HttpResponse(body, status=answer.status)
+    for name, value in answer.headers:
+        lower = name.lower()
+        if lower == "set-cookie":
+            from http.cookies import SimpleCookie
+
+            jar: SimpleCookie = SimpleCookie()
+            jar.load(value)
+            for key, morsel in jar.items():
+                response.cookies[key] = morsel
+        elif lower == "location":
+            response["Location"] = value.replace(prefix, "/")
+        elif lower not in ("date", "server", "cache-control", "audit-id", "x-kubernetes-pf-flowschema-uid",
+                           "x-kubernetes-pf-prioritylevel-uid"):
+            response[name] = value
+    response["Cache-Control"] = answer.header("Cache-Control") or "private, no-cache"
+    return response
+
+
+@csrf_exempt
+def notebook_auth(request: HttpRequest) -> HttpResponse:
+    """``/notebooks/auth/``: the ingress asks before every request to ``/notebooks/<id>/...`` (nginx
+    ``auth_request``, ingress-nginx ``auth-url``, Traefik ``forwardAuth``, Envoy ``ext_authz``).
+
+    The original path comes in ``X-Original-URI`` (nginx) or ``X-Forwarded-Uri`` (Traefik), the session in the
+    browser's cookie. 200 (with ``Authorization: token ...`` for the notebook and ``X-Auth-Request-User``) when the
+    user may open that notebook, 401 when nobody is signed in, 403 otherwise (also for notebooks the user cannot see:
+    an auth check answers nothing else). An unsafe method (``X-Original-Method``/``X-Forwarded-Method``) must come
+    from the same origin."""
+    from .materialize import notebook_token
+
+    def deny(status: int, why: str) -> HttpResponse:
+        response = HttpResponse(why, status=status, content_type="text/plain; charset=utf-8")
+        response["Cache-Control"] = "no-store"
+        return response
+
+    uri = request.headers.get("X-Original-URI") or request.headers.get("X-Forwarded-Uri") or ""
+    if not request.user.is_authenticated:
+        return deny(401, "Sign in to the portal first.")
+    match = NOTEBOOK_PATH.match(uri.split("?", 1)[0])
+    if not match:
+        return deny(403, "Not a notebook path.")
+    actor = _actor(request)
+    req = selectors.requests_for(actor=actor).filter(pk=int(match.group(1))).first()
+    if req is None or not selectors.notebook_may_open(actor=actor, request=req):
+        return deny(403, "You may not open this notebook.")
+    method = (request.headers.get("X-Original-Method") or request.headers.get("X-Forwarded-Method") or "GET").upper()
+    from urllib.parse import urlsplit
+
+    original = urlsplit(request.headers.get("X-Original-URL") or "")  # ingress-nginx: scheme://host/path
+    host = request.headers.get("X-Forwarded-Host") or original.netloc or None
+    scheme = request.headers.get("X-Forwarded-Proto") or original.scheme or None
+    if method not in SAFE_METHODS and not _same_origin(request, host=host, scheme=scheme):
+        return deny(403, "Cross-site requests to a notebook are refused.")
+    services.notebook_activity_record(request_id=req.pk)
+    response = HttpResponse(b"", status=200, content_type="text/plain")
+    response["Authorization"] = f"token {notebook_token(req)}"
+    response["X-Auth-Request-User"] = request.user.get_username()
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # Lifecycle actions ------------------------------------------------------------------------------

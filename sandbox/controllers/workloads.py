@@ -60,6 +60,7 @@ from sandbox.controllers.common import (
     uid_of,
 )
 from sandbox.clock import format_time, parse_time
+from sandbox.controllers import logtext
 from sandbox.patch import deep_copy
 
 DEFAULT_BATCH_SECONDS = 180.0
@@ -756,7 +757,7 @@ class Kubelet:
             if started is None:
                 return
             dur = pod_duration(pod)
-            have = sum(1 for ln in self.ctx.logs.get(key) or [] if " step " in ln)
+            have = sum(1 for ln in self.ctx.logs.get(key) or [] if logtext.is_progress(ln))
             due = started + (have + 1) * LOG_EVERY_SECONDS  # the next progress line not written yet
             if dur is not None:
                 due = min(due, started + dur)
@@ -836,16 +837,13 @@ class Kubelet:
                     events.append(("Started", f"Started container {c['name']}"))
                 gpus = {k: v for k, v in R.pod_requests(pod.get("spec")).items() if R.is_gpu_resource(k)}
                 at = _dt(started_at)
-                ctx.log(ns, name, f"INFO sandbox: container started on node {node['metadata']['name']}", at)
-                if gpus:
-                    ctx.log(ns, name, "INFO sandbox: visible GPU resources " +
-                            ", ".join(f"{k}={R.fmt(k, v)}" for k, v in sorted(gpus.items())), at)
-                dur = pod_duration(pod)
-                ctx.log(ns, name, "INFO sandbox: simulated run time " + (f"{dur:.0f}s" if dur is not None else "unbounded"), at)
+                visible = ", ".join(f"{k}={R.fmt(k, v)}" for k, v in sorted(gpus.items()))
+                for line in logtext.start_lines(pod, node["metadata"]["name"], visible, pod_duration(pod), at):
+                    ctx.log(ns, name, line, at)
         if phase == "Running":
             started = _running_since(status)
             dur = pod_duration(pod)
-            self._progress_logs(ns, name, started, now_dt.timestamp(), dur)
+            self._progress_logs(pod, started, now_dt.timestamp(), dur)
             if dur is not None and started is not None and now_dt.timestamp() >= started + dur:
                 fin = format_time(_dt(started + dur))
                 failed = str(((pod.get("metadata") or {}).get("annotations") or {}).get(OUTCOME_ANNOTATION, "")).lower() == "failed"
@@ -868,25 +866,22 @@ class Kubelet:
                     cs["ready"] = False
                     cs["started"] = False
                 at = _dt(started + dur)
-                if failed:
-                    ctx.log(ns, name, "ERROR sandbox: simulated failure, exiting with code 1", at)
-                else:
-                    ctx.log(ns, name, "INFO sandbox: work finished, exiting with code 0", at)
+                ctx.log(ns, name, logtext.end_line(pod, failed, at), at)
         ctx.write_status(pod, status)
         for reason, msg in events:
             ctx.event(pod, "Normal", reason, msg, "kubelet", host=node["metadata"]["name"])
 
-    def _progress_logs(self, ns, name, started, now, dur) -> None:
+    def _progress_logs(self, pod, started, now, dur) -> None:
         if started is None:
             return
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         lines = self.ctx.logs.get((ns, name)) or []
-        have = sum(1 for ln in lines if " step " in ln)
+        have = sum(1 for ln in lines if logtext.is_progress(ln))
         end = now if dur is None else min(now, started + dur)
         due = int((end - started) // LOG_EVERY_SECONDS)
         for k in range(have + 1, min(due, have + 200) + 1):
-            pct = f", {min(100, int(k * LOG_EVERY_SECONDS * 100 / dur))}% done" if dur else ""
-            self.ctx.log(ns, name, f"INFO step {k * 100}: loss={max(0.05, 2.5 / (1 + k * 0.1)):.4f}{pct}",
-                         _dt(started + k * LOG_EVERY_SECONDS))
+            at = _dt(started + k * LOG_EVERY_SECONDS)
+            self.ctx.log(ns, name, logtext.progress_line(pod, k, dur, LOG_EVERY_SECONDS, at), at)
 
 
 def _dt(ts: float):

@@ -27,7 +27,8 @@ class ProjectSerializer(StrictSerializerMixin, serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "tenant", "name", "slug", "namespace", "description", "status", "created_at"]
+        fields = ["id", "tenant", "name", "slug", "namespace", "description", "status", "notebooks_open_to_approvers",
+                  "created_at"]
         read_only_fields = ["id", "tenant", "namespace", "created_at"]
 
 

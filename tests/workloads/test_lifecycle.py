@@ -217,7 +217,9 @@ def test_idle_notebook_is_culled(world: World, mailoutbox) -> None:  # noqa: ANN
     req = world.submit("carol", "notebook", "h100-80gb-offline", gpus=1, duration_hours=4)
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5)
     timeout = req.template.idle_timeout_minutes
-    WorkloadRequest.objects.filter(pk=req.pk).update(last_active_at=timezone.now() - timedelta(minutes=timeout + 5))
+    # Started a while ago, last used longer ago than the timeout (activity only counts after the start).
+    WorkloadRequest.objects.filter(pk=req.pk).update(started_at=timezone.now() - timedelta(minutes=timeout + 30),
+                                                     last_active_at=timezone.now() - timedelta(minutes=timeout + 5))
     assert notebooks_cull_idle(timezone.now()) == 1
     req.refresh_from_db()
     assert req.state == S.STOPPED

@@ -267,7 +267,6 @@ def test_cpu_only_request_has_no_gpu_resources() -> None:
 def test_notebook_access_url() -> None:
     from workloads.manifests import notebook_access_url
 
-    assert notebook_access_url(namespace="ns", name="req-1", ide="jupyterlab", token="t") == (
-        "http://req-1.ns.svc.cluster.local/notebooks/ns/req-1/lab?token=t"
-    )
-    assert notebook_access_url(namespace="ns", name="req-1", ide="vscode", token="t", base_url="https://nb.example/") == "https://nb.example/"
+    # No token in the link: the portal (or the ingress asking it) authorises and adds the token on the way in.
+    assert notebook_access_url(request_id=1, ide="jupyterlab") == "/notebooks/1/lab"
+    assert notebook_access_url(request_id=1, ide="vscode", base_url="https://nb.example/") == "https://nb.example/notebooks/1/"
