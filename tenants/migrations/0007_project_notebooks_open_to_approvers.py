@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0003_project_allow_custom_images'),
+        ('tenants', '0006_audit_hash_chain'),
     ]
 
     operations = [
