@@ -64,6 +64,19 @@ def kill_group(pgid: int, sig: int) -> None:
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether any live process is in the group (zombies waiting for their reaper do not count)."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()
+                if int(fields[2]) == pgid and fields[0] not in "ZX":
+                    return True
+        return False
     try:
         os.killpg(pgid, 0)
         return True
@@ -112,29 +125,47 @@ class Child:
 
 
 def stop_all(children: list[Child]) -> None:
-    """SIGTERM every group (web and worker first, the sandbox last), SIGKILL what is left, within 10 s."""
-    deadline = time.monotonic() + STOP_WITHIN - 1.5
+    """SIGTERM every group (web and worker first, the sandbox last), SIGKILL what is left, within 10 s.
+
+    The worker's SIGTERM is a warm shutdown (it finishes running tasks); after 3 s it gets SIGQUIT, a
+    cold shutdown (what it had not finished goes back to the broker, acks are late).
+    """
+    started = time.monotonic()
+    deadline = started + STOP_WITHIN - 1.5
     groups = {c.name: c.proc.pid for c in children if c.proc is not None}
+    gone: dict[str, float] = {}
     order = [[n for n in groups if n != "sandbox"], [n for n in groups if n == "sandbox"]]
     for step, names in enumerate(order):
         for name in names:
             kill_group(groups[name], signal.SIGTERM)
-        # The sandbox saves its state on SIGTERM: give it the last 3 seconds of the budget.
+        # The sandbox saves its state on SIGTERM: it gets at least the last 3 seconds of the budget.
         step_deadline = deadline - 3 if step == 0 else deadline
-        while time.monotonic() < step_deadline and any(group_alive(groups[n]) for n in names):
+        quit_at = time.monotonic() + 3
+        while time.monotonic() < step_deadline:
             for child in children:
                 if child.proc is not None:
                     child.proc.poll()
-            time.sleep(0.1)
-    for pgid in groups.values():
-        kill_group(pgid, signal.SIGKILL)
+            for name in names:
+                if name not in gone and not group_alive(groups[name]):
+                    gone[name] = time.monotonic() - started
+            if all(name in gone for name in names):
+                break
+            if "worker" in names and "worker" not in gone and time.monotonic() > quit_at:
+                kill_group(groups["worker"], signal.SIGQUIT)
+                quit_at = float("inf")
+            time.sleep(0.05)
+    for name, pgid in groups.items():
+        if name not in gone:
+            kill_group(pgid, signal.SIGKILL)
+            gone[name] = time.monotonic() - started
     for child in children:
         if child.proc is not None:
             try:
                 child.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
-    say(f"stopped: web server, worker, sandbox cluster ({STOP_WITHIN - 1.5 - (deadline - time.monotonic()):.1f}s)")
+    timings = ", ".join(f"{name} {at:.1f}s" for name, at in sorted(gone.items(), key=lambda kv: kv[1]))
+    say(f"stopped: web server, worker, sandbox cluster ({timings})")
 
 
 def step(*args: str) -> None:
