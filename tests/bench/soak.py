@@ -280,8 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{CHROMIUM} is missing (apt-get install chromium, or `make browser-deps`)", file=sys.stderr)
         return 2
 
-    tmp = Path(tempfile.mkdtemp(prefix="soak-"))
-    var_dir = Path(args.var_dir) if args.var_dir else tmp / "var"
+    # With --var-dir the log lies next to it and everything stays; else all goes unless the soak failed.
+    tmp = Path(args.var_dir).resolve().parent if args.var_dir else Path(tempfile.mkdtemp(prefix="soak-"))
+    var_dir = Path(args.var_dir).resolve() if args.var_dir else tmp / "var"
+    tmp.mkdir(parents=True, exist_ok=True)
     stack = Stack(var_dir, tmp / "devstack.log")
     database = (os.environ.get("DATABASE_URL") or "sqlite").split("@")[-1]
     broker = (os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL") or "sqlite").split("@")[-1]
