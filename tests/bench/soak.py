@@ -308,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         if stack.proc.poll() is not None:
             problems.append(f"devstack exited with {stack.proc.returncode}")
         else:
-            result = check_requests(stack.base, token, list(submitted), var_dir / "sandbox.kubeconfig", args.settle)
+            try:
+                result = check_requests(stack.base, token, list(submitted), var_dir / "sandbox.kubeconfig", args.settle)
+            except Exception as exc:  # noqa: BLE001 - the figures are still printed, and the soak fails
+                problems.append(f"checking the requests: {exc!r}")
     finally:
         stop.set()
         notices = stack.notices()
