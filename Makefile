@@ -1,6 +1,6 @@
 # The two commands: `make run` (portal + demo on http://127.0.0.1:8000/) and `make test`.
-# Works with only Python >= 3.12 installed: no DATABASE_URL/REDIS_URL means SQLite and a
-# filesystem broker under var/; set them for PostgreSQL and Redis.
+# Works with only Python >= 3.12 installed: no DATABASE_URL/REDIS_URL means SQLite and an
+# SQLite broker under var/; set them for PostgreSQL and Redis.
 
 VENV    ?= .venv
 VPY     := $(VENV)/bin/python

@@ -1,99 +1,297 @@
 """`make run`: the portal with demo data on http://127.0.0.1:8000/, plus everything it needs.
 
-Migrates, seeds the demo, starts the embedded sandbox cluster, the web server and a Celery worker
-(with beat), prints the URL and the logins, and stops everything it started on Ctrl-C.
-Without DATABASE_URL / REDIS_URL it needs no server: SQLite and a filesystem broker under var/.
+Migrates, seeds the demo, starts the embedded sandbox cluster, a Celery worker (with beat) and the
+web server, prints the URL and the logins, and supervises them: a child that exits is started again
+after a backoff (1 s, 2 s, 4 s ... 30 s; back to 1 s once it has run for a minute), with a one-line
+notice on stdout::
+
+    devstack: worker exited (killed by SIGKILL) after 41s; restarting in 1s
+    devstack: started worker (pid 12345)
+
+Only Ctrl-C or SIGTERM stops everything: each child runs in its own process group (so Ctrl-C reaches
+only this supervisor, and the worker's beat process goes with the worker), which gets SIGTERM, then
+SIGKILL for whatever is left; all within 10 seconds.
+
+Without DATABASE_URL / REDIS_URL it needs no server: SQLite for the data and the cache, and the
+embedded SQLite broker (portal/broker.py) under var/.
+
+Environment: PORTAL_HOST, PORTAL_PORT (web server), SANDBOX_PORT (the sandbox cluster's API; default
+a free port, kept across restarts), SANDBOX_SPEED (default 60), PORTAL_VAR_DIR (runtime files).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", ROOT / "var"))
 PY = sys.executable
 HOST = os.environ.get("PORTAL_HOST", "127.0.0.1")
 PORT = os.environ.get("PORTAL_PORT", "8000")
 SPEED = os.environ.get("SANDBOX_SPEED", "60")
+STOP_WITHIN = 10.0  # seconds from Ctrl-C/SIGTERM to every child gone
+BACKOFF_MAX = 30.0
+HEALTHY_AFTER = 60.0  # a child that ran this long starts again after the first backoff step
+
+_stopping: list[str] = []
 
 
-def manage(*args: str) -> None:
-    subprocess.run([PY, "manage.py", *args], cwd=ROOT, check=True)
+def say(text: str) -> None:
+    print(f"devstack: {text}", flush=True)
+
+
+def describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live process is in the group (zombies waiting for their reaper do not count)."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()
+                if int(fields[2]) == pgid and fields[0] not in "ZX":
+                    return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+class Child:
+    """One supervised program, in a process group of its own."""
+
+    def __init__(self, name: str, argv: list[str], before_start=None) -> None:  # noqa: ANN001
+        self.name, self.argv, self.before_start = name, argv, before_start
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.failures = 0
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        if self.before_start:
+            self.before_start()
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+        say(f"started {self.name} (pid {self.proc.pid})")
+
+    def check(self) -> None:
+        """Notice an exit (and schedule the restart), or start again when the backoff is over."""
+        now = time.monotonic()
+        if self.proc is not None and self.proc.poll() is not None:
+            code, ran = self.proc.returncode, now - self.started_at
+            kill_group(self.proc.pid, signal.SIGKILL)  # what it left behind (the worker's beat process)
+            self.failures = 1 if ran >= HEALTHY_AFTER else self.failures + 1
+            delay = min(BACKOFF_MAX, 2.0 ** (self.failures - 1))
+            say(f"{self.name} exited ({describe(code)}) after {ran:.0f}s; restarting in {delay:.0f}s")
+            self.proc, self.restart_at = None, now + delay
+        if self.proc is None and self.restart_at is not None and now >= self.restart_at:
+            try:
+                self.start()
+            except Exception as exc:  # noqa: BLE001 - e.g. the sandbox did not come up: try again later
+                self.failures += 1
+                delay = min(BACKOFF_MAX, 2.0 ** (self.failures - 1))
+                say(f"{self.name} did not start ({exc}); retrying in {delay:.0f}s")
+                self.restart_at = time.monotonic() + delay
+
+
+def stop_all(children: list[Child]) -> None:
+    """SIGTERM every group (web and worker first, the sandbox last), SIGKILL what is left, within 10 s.
+
+    The worker's SIGTERM is a warm shutdown (it finishes running tasks); after 3 s it gets SIGQUIT, a
+    cold shutdown (what it had not finished goes back to the broker, acks are late).
+    """
+    started = time.monotonic()
+    deadline = started + STOP_WITHIN - 1.5
+    groups = {c.name: c.proc.pid for c in children if c.proc is not None}
+    gone: dict[str, float] = {}
+    order = [[n for n in groups if n != "sandbox"], [n for n in groups if n == "sandbox"]]
+    for step, names in enumerate(order):
+        for name in names:
+            kill_group(groups[name], signal.SIGTERM)
+        # The sandbox saves its state on SIGTERM: it gets at least the last 3 seconds of the budget.
+        step_deadline = deadline - 3 if step == 0 else deadline
+        quit_at = time.monotonic() + 3
+        while time.monotonic() < step_deadline:
+            for child in children:
+                if child.proc is not None:
+                    child.proc.poll()
+            for name in names:
+                if name not in gone and not group_alive(groups[name]):
+                    gone[name] = time.monotonic() - started
+            if all(name in gone for name in names):
+                break
+            if "worker" in names and "worker" not in gone and time.monotonic() > quit_at:
+                kill_group(groups["worker"], signal.SIGQUIT)
+                quit_at = float("inf")
+            time.sleep(0.05)
+    for name, pgid in groups.items():
+        if name not in gone:
+            kill_group(pgid, signal.SIGKILL)
+            gone[name] = time.monotonic() - started
+    for child in children:
+        if child.proc is not None:
+            try:
+                child.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+    timings = ", ".join(f"{name} {at:.1f}s" for name, at in sorted(gone.items(), key=lambda kv: kv[1]))
+    say(f"stopped: web server, worker, sandbox cluster ({timings})")
+
+
+def step(*args: str) -> None:
+    """One `manage.py` command, stoppable by Ctrl-C/SIGTERM like the rest."""
+    proc = subprocess.Popen([PY, "manage.py", *args], cwd=ROOT, start_new_session=True)
+    while proc.poll() is None:
+        if _stopping:
+            kill_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid, signal.SIGKILL)
+            raise SystemExit(0)
+        time.sleep(0.1)
+    if proc.returncode != 0:
+        say(f"manage.py {' '.join(args)} failed ({describe(proc.returncode)})")
+        raise SystemExit(1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def embedded_broker() -> str | None:
+    """The embedded broker's URL (as portal/settings.py builds it), or None when Redis is configured."""
+    if os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL"):
+        return None
+    return f"portal+sqlite:///{VAR / 'celery-broker.sqlite3'}"
 
 
 def main() -> int:
     VAR.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ["PORTAL_VAR_DIR"] = str(VAR)
     kubeconfig = VAR / "sandbox.kubeconfig"
     os.environ.setdefault("PORTAL_KUBECONFIG", str(kubeconfig))
     database = (os.environ.get("DATABASE_URL") or f"sqlite {VAR / 'portal.sqlite3'}").split("@")[-1]
-    broker = (os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL") or "filesystem (var/celery)").split("@")[-1]
+    broker_url = embedded_broker()
+    broker = (os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL") or f"sqlite {VAR / 'celery-broker.sqlite3'}").split("@")[-1]
     print(f"database: {database}\nbroker:   {broker}", flush=True)
 
-    manage("migrate", "--no-input", "-v", "0")
-    children: list[subprocess.Popen] = []
+    def on_signal(signum: int, _frame: object) -> None:
+        _stopping.append(signal.Signals(signum).name)
 
-    def stop(*_: object) -> None:
-        for child in reversed(children):
-            if child.poll() is None:
-                child.terminate()
-        deadline = time.monotonic() + 10
-        for child in children:
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    step("migrate", "--no-input", "-v", "0")
+    step("createcachetable")  # the cache table (login throttling, task locks) when there is no Redis
+
+    sandbox_port = os.environ.get("SANDBOX_PORT") or str(free_port())
+
+    def sandbox_ready() -> None:
+        """Wait for the kubeconfig the sandbox writes once it listens."""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not _stopping:
+            if kubeconfig.exists() or sandbox.proc is None or sandbox.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not kubeconfig.exists() and not _stopping:
+            say("the sandbox cluster did not write its kubeconfig (see its output above)")
+
+    def sandbox_before() -> None:
+        if kubeconfig.exists():
+            kubeconfig.unlink()
+
+    def worker_before() -> None:
+        # The worker is the embedded broker's only consumer: what a killed worker had taken but not
+        # finished is handed out again (tasks are idempotent).
+        if broker_url:
+            from portal.broker import restore_unacked
+
+            restored = restore_unacked(broker_url)
+            if restored:
+                say(f"{restored} unfinished task(s) of the previous worker queued again")
+
+    sandbox = Child(
+        "sandbox",
+        [PY, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--port", sandbox_port, "--speed", SPEED,
+         "--state-file", str(VAR / "sandbox-state.json")],
+        before_start=sandbox_before,
+    )
+    worker = Child(
+        "worker",
+        [PY, "-m", "celery", "-A", "portal", "worker", "--beat", "--loglevel", "warning",
+         "--pool", "threads", "--concurrency", "4", "--without-mingle", "--without-gossip", "--without-heartbeat",
+         "--schedule", str(VAR / "celerybeat-schedule")],
+        before_start=worker_before,
+    )
+    web = Child("web", [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"])
+    children = [sandbox, worker, web]
+    try:
+        sandbox.start()
+        sandbox_ready()
+        if not _stopping:
+            step("seed_demo")
+        for child in (worker, web):
+            if not _stopping:
+                child.start()
+        # The banner once the web server answers (a loaded laptop takes a few seconds to import Django).
+        deadline = time.monotonic() + 60
+        while not _stopping and time.monotonic() < deadline and web.proc is not None and web.proc.poll() is None:
             try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-        print("\nstopped: web server, worker, sandbox cluster", flush=True)
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-
-    if kubeconfig.exists():
-        kubeconfig.unlink()
-    children.append(
-        subprocess.Popen(
-            [PY, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--speed", SPEED,
-             "--state-file", str(VAR / "sandbox-state.json")],
-            cwd=ROOT,
-        )
-    )
-    for _ in range(200):
-        if kubeconfig.exists() or children[0].poll() is not None:
-            break
-        time.sleep(0.05)
-    if not kubeconfig.exists():
-        print("the sandbox cluster did not start; see its output above", file=sys.stderr)
-        stop()
-
-    manage("seed_demo")
-    children.append(
-        subprocess.Popen(
-            [PY, "-m", "celery", "-A", "portal", "worker", "--beat", "--loglevel", "warning",
-             "--pool", "threads", "--concurrency", "4",
-             "--schedule", str(VAR / "celerybeat-schedule")],
-            cwd=ROOT,
-        )
-    )
-    children.append(subprocess.Popen([PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"], cwd=ROOT))
-    time.sleep(1.5)
-    print(
-        f"\n  GPU portal:  http://{HOST}:{PORT}/    (API docs: http://{HOST}:{PORT}/api/docs/)\n"
-        f"  kubectl:     kubectl --kubeconfig {kubeconfig.relative_to(ROOT) if kubeconfig.is_relative_to(ROOT) else kubeconfig} get nodes,clusterqueues,localqueues -A\n"
-        "  Ctrl-C stops everything.\n",
-        flush=True,
-    )
-    while True:
-        for child in children:
-            if child.poll() is not None:
-                print(f"{child.args[2] if len(child.args) > 2 else child.args} exited with {child.returncode}", file=sys.stderr)
-                stop()
-        time.sleep(0.5)
+                socket.create_connection((HOST, int(PORT)), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        if not _stopping:
+            shown = kubeconfig.relative_to(ROOT) if kubeconfig.is_relative_to(ROOT) else kubeconfig
+            print(
+                f"\n  GPU portal:  http://{HOST}:{PORT}/    (API docs: http://{HOST}:{PORT}/api/docs/)\n"
+                f"  kubectl:     kubectl --kubeconfig {shown} get nodes,clusterqueues,localqueues -A\n"
+                "  Ctrl-C stops everything.\n",
+                flush=True,
+            )
+        while not _stopping:
+            for child in children:
+                child.check()
+                if child is sandbox and child.proc is not None and time.monotonic() - child.started_at < 1:
+                    sandbox_ready()
+            time.sleep(0.25)
+    finally:
+        stop_all(children)
+    return 0
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     # Tests never share runtime files with a `make run` in the same checkout, nor with another run.
     env.setdefault("PORTAL_VAR_DIR", str(ROOT / "var" / "test" / run_id))
     database = env.get("DATABASE_URL", "sqlite (var/test)").split("@")[-1]
-    broker = (env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or "filesystem (var/test)").split("@")[-1]
+    broker = (env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or "sqlite (var/test)").split("@")[-1]
     print(f"make test: database {database}, broker {broker}, run {run_id}", flush=True)
     workers = env.get("PYTEST_WORKERS", "2")
     args = [sys.executable, "-m", "pytest", "-n", workers, "--dist", "loadgroup", *argv]

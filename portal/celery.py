@@ -3,6 +3,10 @@
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+# The embedded broker of `make run` (no REDIS_URL): portal+sqlite:///var/celery-broker.sqlite3.
+TRANSPORT_ALIASES.setdefault("portal", "portal.broker:Transport")
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 

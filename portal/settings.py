@@ -1,6 +1,6 @@
 """Settings for the GPU portal, read from the environment.
 
-Development defaults need no server: SQLite under ``var/``, Celery on a filesystem broker,
+Development defaults need no server: SQLite under ``var/``, Celery on an SQLite broker,
 the embedded sandbox cluster. Set ``DATABASE_URL`` and ``REDIS_URL`` (or ``CELERY_BROKER_URL``)
 for PostgreSQL and Redis. ``PORTAL_ENV=production`` refuses to start with ``DEBUG`` on or the
 development secret key.
@@ -180,34 +180,28 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
 }
 
-# Redis (or the in-process memory cache) also backs login throttling.
+# The cache backs login throttling and task locks, so every process (web, worker) must share it:
+# Redis when configured, else a table in the database (`manage.py createcachetable`; devstack runs it).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CACHES = {
     "default": (
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "portal"}
         if REDIS_URL
-        else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}
+        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "portal_cache",
+              "OPTIONS": {"MAX_ENTRIES": 5000}}
     )
 }
 LOGIN_THROTTLE_ATTEMPTS = int(os.environ.get("LOGIN_THROTTLE_ATTEMPTS", "5"))
 LOGIN_THROTTLE_WINDOW = int(os.environ.get("LOGIN_THROTTLE_WINDOW", "300"))
 
-# Celery: Redis when configured, else a filesystem broker that needs no server.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
-if CELERY_BROKER_URL == "filesystem://":
-    _queue_dir = VAR_DIR / "celery"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "queue"),
-        "data_folder_out": str(_queue_dir / "queue"),
-        "processed_folder": str(_queue_dir / "processed"),
-        "control_folder": str(_queue_dir / "control"),
-        "store_processed": False,
-    }
-    for _folder in ("queue", "processed", "control"):
-        (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
-elif os.environ.get("PYTEST_XDIST_WORKER"):
-    # Parallel test processes share one Redis: each gets its own queues.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"test-{TEST_RUN_ID}-{os.environ['PYTEST_XDIST_WORKER']}:"}
+# Celery: Redis when configured, else the embedded broker (portal/broker.py): kombu's SQLAlchemy
+# transport on an SQLite file, one transaction per message, no server. Parallel test processes each
+# get their own file (with Redis, their own key prefix).
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_BROKER_FILE = VAR_DIR / (f"celery-broker-{_XDIST_WORKER}.sqlite3" if _XDIST_WORKER else "celery-broker.sqlite3")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or f"portal+sqlite:///{_BROKER_FILE}"
+if _XDIST_WORKER and CELERY_BROKER_URL.startswith("redis"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"test-{TEST_RUN_ID}-{_XDIST_WORKER}:"}
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

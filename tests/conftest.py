@@ -38,7 +38,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # CI insists on the production stack: a run that fell back to SQLite or the filesystem broker fails.
+    # CI insists on the production stack: a run that fell back to SQLite or the embedded SQLite broker fails.
     if os.environ.get("PORTAL_REQUIRE_SERVICES") == "1":
         database, broker = _services_in_use()
         if not database.startswith("postgresql") or not broker.startswith(("redis", "127.0.0.1:6379")):

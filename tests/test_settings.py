@@ -37,7 +37,8 @@ def test_development_defaults_need_no_server(tmp_path) -> None:  # noqa: ANN001
     result = load_settings(PORTAL_VAR_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     engine, broker, debug = result.stdout.split()
-    assert engine.endswith("sqlite3") and broker == "filesystem://" and debug == "True"
+    # The embedded broker: an SQLite file under the runtime folder (one per parallel test process).
+    assert engine.endswith("sqlite3") and broker.startswith(f"portal+sqlite:///{tmp_path}/celery-broker") and debug == "True"
 
 
 def test_environment_selects_postgres_and_redis(tmp_path) -> None:  # noqa: ANN001

@@ -126,7 +126,9 @@ def test_runs_to_success_in_the_sandbox_cluster(ci, cast, fresh_sandbox) -> None
     world = _world(fresh_sandbox, cast, architecture="B")
     # A real worker materializes what the API queues; the follower runs below, as beat would.
     app.control.purge()
-    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
+    # The default queue by name: an earlier start_worker(queues=[...]) in this process (test_celery,
+    # test_lifecycle) leaves the app consuming only that queue.
+    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", queues=[app.conf.task_default_queue]):
         process = ci("--command", "python train.py", "--flavor", "h100-80gb-offline", "--gpus", "1",
                      "--duration-hours", "1", "--key", "sandbox-run", background=True)
         deadline = time.monotonic() + 60
