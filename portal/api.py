@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.exceptions import PortalError
+from portal.inputs import check_offset_text, reject_nul, validate_offset
 
 
 class Pagination(pagination.PageNumberPagination):
@@ -75,3 +76,25 @@ class StrictSerializerMixin:
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class DateTimeField(serializers.DateTimeField):
+    """A date-time with an offset PostgreSQL can store (±15:59), so ``+20:00`` is a field error."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", []), validate_offset]
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            check_offset_text(value)
+        validate_offset(value)
+        return super().to_internal_value(value)
+
+
+class JSONField(serializers.JSONField):
+    """A JSON document jsonb can store: no NUL character in any key or string."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", []), reject_nul]
+        super().__init__(**kwargs)

@@ -73,6 +73,10 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# NUL characters (PostgreSQL cannot store them) are refused before sessions or tokens are looked up:
+# 404 in a path, 400 in a query string, header or JSON body (portal/inputs.py).
+MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"), "portal.inputs.NulGuardMiddleware")
+
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 

@@ -2,6 +2,8 @@
 
 import django_filters as filters
 
+from portal.inputs import IsoDateTimeFilter
+
 from .models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
 
 
@@ -59,8 +61,8 @@ class AuditEntryFilter(filters.FilterSet):
     project = filters.CharFilter(field_name="project__slug", label="Project slug")
     action = filters.CharFilter(lookup_expr="startswith")
     actor = filters.CharFilter(field_name="actor_label", lookup_expr="icontains")
-    since = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEntry

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import django_filters as filters
 
+from portal.inputs import IsoDateTimeFilter
+
 from .models import Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, WAITING
 
@@ -23,8 +25,8 @@ class RequestFilter(filters.FilterSet):
     priority = filters.ChoiceFilter(choices=Priority.choices)
     requested_by = filters.CharFilter(field_name="requested_by__username", label="Username of the requester")
     mine = filters.BooleanFilter(method="filter_mine", label="Only my requests")
-    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     q = filters.CharFilter(field_name="name", lookup_expr="icontains", label="Name contains")
 
     class Meta:

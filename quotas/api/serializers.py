@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from portal.api import StrictSerializerMixin
+from portal.api import DateTimeField, JSONField, StrictSerializerMixin
 
 from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 
@@ -48,9 +48,9 @@ class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), help_text="Cluster name.")
     resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
     kind = serializers.ChoiceField(choices=Flavor.Kind.choices)
-    node_labels = serializers.JSONField(required=False)
-    taints = serializers.JSONField(required=False)
-    tolerations = serializers.JSONField(required=False)
+    node_labels = JSONField(required=False)
+    taints = JSONField(required=False)
+    tolerations = JSONField(required=False)
 
     class Meta:
         model = Flavor
@@ -135,7 +135,7 @@ class QuotaRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer
     flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
     resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
     amount = serializers.DecimalField(min_value=Decimal("0.001"), **QUANTITY)
-    until = serializers.DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")
+    until = DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")
     reason = serializers.CharField(max_length=2000)
 
 

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.exceptions import Invalid, NotAllowed
+from portal.inputs import is_id
 from tenants.access import Actor
 from tenants.selectors import projects_for, tenants_for
 
@@ -52,7 +53,7 @@ def flavor_find(*, actor: Actor, key: Any, cluster: str | None = None) -> Flavor
     if cluster:
         flavors = flavors.filter(cluster__name=cluster)
     key = str(key)
-    found = list(flavors.filter(pk=int(key)) if key.isdigit() else flavors.filter(name=key)[:2])
+    found = list(flavors.filter(pk=int(key)) if is_id(key) else flavors.filter(name=key)[:2])
     if not found:
         raise Invalid(f"No such flavor: {key}.", field="flavor")
     if len(found) > 1:

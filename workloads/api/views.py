@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from portal.exceptions import Invalid, NotAllowed
+from portal.inputs import NUL, NUL_MESSAGE, is_id
 from quotas.models import Flavor
 from tenants.access import Actor
 from tenants.selectors import projects_for
@@ -50,8 +51,10 @@ def actor_of(request: Request) -> Actor:
 
 def _by_id_or_slug(queryset, key: str):  # noqa: ANN001, ANN202
     """A template by id, or by slug: its newest version in ``queryset``."""
-    if key.isdigit():
+    if is_id(key):
         return get_object_or_404(queryset, pk=int(key))
+    if NUL in key:
+        return get_object_or_404(queryset.none(), pk=0)
     found = queryset.filter(slug=key).order_by("-version").first()
     if found is None:
         return get_object_or_404(queryset.none(), pk=0)
@@ -246,7 +249,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
 
         key = values.pop("template")
         templates = selectors.templates_for(actor=actor).filter(active=True)
-        template = templates.filter(pk=int(key)).first() if key.isdigit() else templates.filter(slug=key).order_by("-version").first()
+        template = templates.filter(pk=int(key)).first() if is_id(key) else templates.filter(slug=key).order_by("-version").first()
         if template is None:
             raise Invalid("No such template.", field="template")
 
@@ -260,9 +263,12 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             if flavor is None:
                 raise Invalid(f"No such flavor {flavor_name}.", field="flavor")
 
+        idempotency_key = request.headers.get("Idempotency-Key", "")
+        if NUL in idempotency_key:
+            raise Invalid(NUL_MESSAGE, field="Idempotency-Key")
         req = services.request_submit(
             actor=actor, project=project, template=template, flavor=flavor,
-            idempotency_key=request.headers.get("Idempotency-Key", ""), **values,
+            idempotency_key=idempotency_key, **values,
         )
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
