@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, pagination, serializers
@@ -98,3 +99,67 @@ class JSONField(serializers.JSONField):
     def __init__(self, **kwargs: Any) -> None:
         kwargs["validators"] = [*kwargs.get("validators", []), reject_nul]
         super().__init__(**kwargs)
+
+
+# OpenAPI -----------------------------------------------------------------------------------------
+# The schema documents what the code does: the one error shape on every operation, token and
+# session authentication. ``schema_postprocess`` runs last (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]);
+# tests/test_fuzz_api.py holds the API to it with schemathesis.
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "Every error has this shape. `fields` (validation errors only) maps a field name, "
+                   "`non_field_errors`, a query parameter or a header to its messages.",
+    "properties": {
+        "error": {"type": "string", "description": "A stable code: invalid, conflict, not_found, permission_denied, ..."},
+        "detail": {"type": "string", "description": "A sentence for people."},
+        "fields": {
+            "type": "object",
+            "additionalProperties": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "object"}]},
+        },
+    },
+    "required": ["error", "detail"],
+}
+
+ERROR_RESPONSES = {
+    "400": "Invalid input: `fields` says which field, query parameter or header, and why.",
+    "401": "No credentials, or a token that is unknown, revoked or expired.",
+    "403": "Signed in, but not allowed to do this (or the tenant is suspended).",
+    "404": "No such object among those you may see (another tenant's objects are 404 too), or no such page.",
+    "409": "Conflicts with the current state, e.g. a decided request or a quota invariant.",
+    "415": "The request body is not JSON.",
+    "429": "Too many requests; retry after the time in `Retry-After`.",
+}
+_UNSAFE = {"post", "put", "patch", "delete"}
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "tenants.authentication.ApiTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict:
+        return {
+            "type": "http", "scheme": "bearer",
+            "description": "A project token (`gpp_...`), scoped to one project, `read` or `read+submit`.",
+        }
+
+
+def schema_postprocess(result: dict, generator: Any, request: Any, public: bool) -> dict:  # noqa: ARG001
+    """Document the error responses and both authentication schemes on every API operation."""
+    components = result.setdefault("components", {})
+    components.setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            operation["security"] = [{"bearerAuth": []}, {"cookieAuth": []}]
+            codes = ["400", "401", "403", "404", "429"]
+            if method in _UNSAFE:
+                codes.append("409")
+            if "requestBody" in operation:
+                codes.append("415")
+            responses = operation.setdefault("responses", {})
+            for code in codes:
+                responses.setdefault(code, {"description": ERROR_RESPONSES[code], "content": error_ref})
+    return result

@@ -44,6 +44,25 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
         return bool(cluster.kubeconfig_encrypted)
 
 
+class ClusterReadSerializer(serializers.Serializer):
+    """The schema of a cluster as read (documentation only): everyone gets id, name and architecture;
+    ops also get the settings and sync state, so those are optional here."""
+
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(read_only=True)
+    architecture = serializers.ChoiceField(choices=Architecture.choices, read_only=True)
+    use_mig = serializers.BooleanField(required=False, help_text="Ops only.")
+    use_hami = serializers.BooleanField(required=False, help_text="Ops only.")
+    volcano_capacity_plugin = serializers.BooleanField(required=False, help_text="Ops only.")
+    overcommit_percent = serializers.IntegerField(required=False, min_value=0, help_text="Ops only.")
+    kubeconfig_path = serializers.CharField(required=False, help_text="Ops only.")
+    has_kubeconfig = serializers.BooleanField(required=False, help_text="Ops only.")
+    inventory_synced_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Ops only.")
+    inventory_error = serializers.CharField(required=False, help_text="Ops only.")
+    reconciled_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Ops only.")
+    created_at = serializers.DateTimeField(required=False, help_text="Ops only.")
+
+
 class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), help_text="Cluster name.")
     resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -14,7 +14,7 @@ from portal.exceptions import Invalid, NotAllowed
 from .. import selectors, services
 from ..access import Actor, has_perm
 from ..filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
-from ..models import Membership
+from ..models import ApiToken, AuditEntry, Membership, Project, Tenant
 from .serializers import (
     AuditEntrySerializer,
     MembershipCreateSerializer,
@@ -29,6 +29,9 @@ from .serializers import (
     TokenCreateSerializer,
     TokenSerializer,
 )
+
+
+ID_OR_SLUG = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Numeric id or slug.")
 
 
 class IdOrSlugMixin:
@@ -46,9 +49,11 @@ def actor_of(request: Request) -> Actor:
     return Actor.from_request(request)
 
 
+@extend_schema_view(retrieve=extend_schema(parameters=[ID_OR_SLUG]), partial_update=extend_schema(parameters=[ID_OR_SLUG]))
 class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Tenants you belong to (ops: all). Ops create tenants and suspend them; tenant admins edit details."""
 
+    queryset = Tenant.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = TenantSerializer
     filterset_class = TenantFilter
     ordering_fields = ["name", "slug", "created_at"]
@@ -74,9 +79,11 @@ class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMi
         return Response(TenantSerializer(tenant).data)
 
 
+@extend_schema_view(retrieve=extend_schema(parameters=[ID_OR_SLUG]), partial_update=extend_schema(parameters=[ID_OR_SLUG]))
 class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Projects you can see. Tenant admins create and archive; project admins edit the description."""
 
+    queryset = Project.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = ProjectSerializer
     filterset_class = ProjectFilter
     ordering_fields = ["name", "slug", "created_at", "tenant__name"]
@@ -110,6 +117,7 @@ class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelM
 class MembershipViewSet(viewsets.ModelViewSet):
     """Who holds which role where. Tenant admins and ops add, change and remove memberships."""
 
+    queryset = Membership.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = MembershipSerializer
     filterset_class = MembershipFilter
     ordering_fields = ["created_at", "role", "user__username"]
@@ -159,6 +167,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
 class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     """API tokens for CI. The secret is in the create response only; DELETE (or POST revoke) revokes at once."""
 
+    queryset = ApiToken.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = TokenSerializer
     filterset_class = TokenFilter
     ordering_fields = ["created_at", "expires_at", "last_used_at", "name"]
@@ -196,6 +205,7 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
 class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """The append-only audit log: read-only for everyone, scoped to what you administer."""
 
+    queryset = AuditEntry.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = AuditEntrySerializer
     filterset_class = AuditEntryFilter
     ordering_fields = ["created_at", "action"]

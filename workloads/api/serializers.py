@@ -34,7 +34,7 @@ class TemplateSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field({"type": "array", "items": {"type": "object"}})
     def get_form_fields(self, template: ServiceTemplate) -> list[dict[str, Any]]:
         return form_fields(template.parameters_schema)
 
@@ -127,7 +127,7 @@ class RequestSerializer(serializers.ModelSerializer):
     def get_pending_reason(self, req: WorkloadRequest) -> str:
         return selectors.request_pending_reason(req)
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True))
     def get_cost_estimate(self, req: WorkloadRequest) -> None:
         return None
 
