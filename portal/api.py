@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions, pagination, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.exceptions import PortalError
-from portal.inputs import check_offset_text, reject_nul, validate_offset
+from portal.inputs import check_offset_text, is_id, reject_nul, validate_offset
 
 
 class Pagination(pagination.PageNumberPagination):
+    """``page`` from 1; ``page_size`` from 1 (default 50; more than 500 is read as 500). A page_size
+    that is not a whole number from 1 is a 400 rather than silently the default."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request: Any) -> int:
+        raw = request.query_params.get(self.page_size_query_param, "")
+        if raw == "":
+            return self.page_size
+        if not is_id(raw) or int(raw) < 1:
+            raise exceptions.ValidationError({self.page_size_query_param: ["A whole number from 1 is required."]})
+        return min(int(raw), self.max_page_size)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = 1
+        return parameters
 
 
 def _flatten(detail: Any) -> Any:
@@ -67,15 +86,37 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
+def _wrong_type(field: serializers.Field, value: Any) -> str | None:
+    """JSON input of the wrong type for ``field`` (DRF would coerce ``0`` to ``"0"``, ``"1"`` to ``True``)."""
+    if value is None:
+        return None  # allow_null decides
+    if isinstance(field, serializers.BooleanField):
+        return None if isinstance(value, bool) else "Must be true or false."
+    if isinstance(field, serializers.IntegerField):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "Must be a whole number."
+    if isinstance(field, serializers.DecimalField):
+        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "Must be a number."
+    if isinstance(field, (serializers.CharField, serializers.DateTimeField, serializers.ChoiceField)) and not isinstance(
+        field, serializers.MultipleChoiceField
+    ):
+        return None if isinstance(value, str) else "Must be a string."
+    return None
+
+
 class StrictSerializerMixin:
-    """Reject unknown input fields with a field error instead of silently ignoring them."""
+    """Strict JSON input: unknown fields and values of the wrong JSON type are field errors, instead of
+    being ignored or coerced (as the OpenAPI schema says)."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
-            writable = {name for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
-            unknown = sorted(set(data) - writable)
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+            fields = {name: field for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
+            errors = {name: ["Unknown field."] for name in sorted(set(data) - set(fields))}
+            for name, value in data.items():
+                problem = _wrong_type(fields[name], value) if name in fields else None
+                if problem:
+                    errors[name] = [problem]
+            if errors:
+                raise serializers.ValidationError(errors)
         return super().to_internal_value(data)  # type: ignore[misc]
 
 
@@ -99,6 +140,26 @@ class JSONField(serializers.JSONField):
     def __init__(self, **kwargs: Any) -> None:
         kwargs["validators"] = [*kwargs.get("validators", []), reject_nul]
         super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JSONObjectField(JSONField):
+    """A JSON object (not null, not a list)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Expected a JSON object.")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "array", "items": {"type": "object", "additionalProperties": True}})
+class JSONObjectListField(JSONField):
+    """A JSON list of objects."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise serializers.ValidationError("Expected a list of JSON objects.")
+        return super().to_internal_value(data)
 
 
 # OpenAPI -----------------------------------------------------------------------------------------
@@ -149,10 +210,18 @@ def schema_postprocess(result: dict, generator: Any, request: Any, public: bool)
     components = result.setdefault("components", {})
     components.setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    bodies: set[str] = set()
     for operations in result.get("paths", {}).values():
         for method, operation in operations.items():
             if method not in {"get", "post", "put", "patch", "delete"}:
                 continue
+            for content in operation.get("requestBody", {}).get("content", {}).values():
+                ref = content.get("schema", {}).get("$ref", "")
+                bodies.add(ref.rsplit("/", 1)[-1])
+            for parameter in operation.get("parameters", []):
+                # An empty query parameter means "no filter" (django-filter and the paginator skip it).
+                if parameter.get("in") == "query" and not parameter.get("required"):
+                    parameter["allowEmptyValue"] = True
             operation["security"] = [{"bearerAuth": []}, {"cookieAuth": []}]
             codes = ["400", "401", "403", "404", "429"]
             if method in _UNSAFE:
@@ -162,4 +231,30 @@ def schema_postprocess(result: dict, generator: Any, request: Any, public: bool)
             responses = operation.setdefault("responses", {})
             for code in codes:
                 responses.setdefault(code, {"description": ERROR_RESPONSES[code], "content": error_ref})
+    for name in bodies:
+        _strict_body(components["schemas"].get(name))
     return result
+
+
+def _strict_body(schema: dict | None) -> None:
+    """Request bodies as the strict serializers read them: no unknown fields; decimals need a digit."""
+    if not schema or schema.get("type") != "object":
+        return
+    schema["additionalProperties"] = False
+    for prop in schema.get("properties", {}).values():
+        if prop.get("format") == "decimal" and "pattern" in prop:
+            # drf-spectacular's pattern also admits "", "-" and "."; every decimal we read is >= 0.
+            whole, places = re.findall(r"\{0,(\d+)\}", prop["pattern"])[:2]
+            prop["pattern"] = rf"^(?:\d{{1,{whole}}}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}})$"
+            # JSON numbers are read too.
+            text = {key: prop.pop(key) for key in ["type", "format", "pattern"]}
+            prop["anyOf"] = [text, {"type": "number", "minimum": 0, "maximum": 10 ** int(whole) - 1}]
+
+
+def not_found(request: Any, exception: Exception | None = None) -> Any:
+    """handler404: under /api/ a URL that matches no route is a 404 in the API's error format."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "not_found", "detail": "Not found."}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

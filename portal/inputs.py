@@ -131,8 +131,10 @@ class NulGuardMiddleware:
         return None
 
 
-def _filter_classes() -> tuple[type, type]:
+def _filter_classes() -> tuple[type, type, type, type]:
     import django_filters
+    from django import forms
+    from django.db import models
     from django_filters import fields
 
     class IsoDateTimeField(fields.IsoDateTimeField):
@@ -148,7 +150,40 @@ def _filter_classes() -> tuple[type, type]:
     class IsoDateTimeFilter(django_filters.IsoDateTimeFilter):
         field_class = IsoDateTimeField
 
-    return IsoDateTimeField, IsoDateTimeFilter
+    class RawNullBooleanSelect(forms.NullBooleanSelect):
+        """The same select on pages, but the value reaches the field as sent (so nonsense is an error)."""
+
+        def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+            return data.get(name)
+
+    class StrictBooleanField(forms.Field):
+        """``true``/``false`` (also 1/0, yes/no, on/off); anything else is a field error, not "no filter"."""
+
+        widget = RawNullBooleanSelect
+        TRUE = {"true", "1", "yes", "on"}
+        FALSE = {"false", "0", "no", "off"}
+
+        def to_python(self, value: Any) -> bool | None:
+            if value in (None, "", "unknown"):
+                return None
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in self.TRUE:
+                return True
+            if text in self.FALSE:
+                return False
+            raise ValidationError("Use true or false.", code="invalid")
+
+    class BooleanFilter(django_filters.BooleanFilter):
+        field_class = StrictBooleanField
+
+    class FilterSet(django_filters.FilterSet):
+        """The portal's FilterSet: model boolean fields filter with the strict boolean filter."""
+
+        FILTER_DEFAULTS = {**django_filters.FilterSet.FILTER_DEFAULTS, models.BooleanField: {"filter_class": BooleanFilter}}
+
+    return IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, FilterSet
 
 
-IsoDateTimeField, IsoDateTimeFilter = _filter_classes()
+IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, FilterSet = _filter_classes()

@@ -250,6 +250,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Error responses, token auth and response headers are documented by one hook (portal/api.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],
+    # The API is JSON: form encodings are accepted by DRF's parsers but not offered in the schema.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
 }
 
 LOGGING = {

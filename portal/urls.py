@@ -14,3 +14,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
 ]
+
+# A URL under /api/ that matches no route answers in the API's error format (JSON), not a page.
+handler404 = "portal.api.not_found"

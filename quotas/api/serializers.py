@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from portal.api import DateTimeField, JSONField, StrictSerializerMixin
+from portal.api import DateTimeField, JSONObjectField, JSONObjectListField, StrictSerializerMixin
 
 from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 
@@ -67,9 +67,9 @@ class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), help_text="Cluster name.")
     resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
     kind = serializers.ChoiceField(choices=Flavor.Kind.choices)
-    node_labels = JSONField(required=False)
-    taints = JSONField(required=False)
-    tolerations = JSONField(required=False)
+    node_labels = JSONObjectField(required=False)
+    taints = JSONObjectListField(required=False)
+    tolerations = JSONObjectListField(required=False)
 
     class Meta:
         model = Flavor

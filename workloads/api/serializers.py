@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api import JSONField, StrictSerializerMixin
+from portal.api import JSONObjectField, StrictSerializerMixin
 from quotas.models import Flavor
 
 from .. import selectors
@@ -43,7 +43,7 @@ class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer
     allowed_flavors = serializers.PrimaryKeyRelatedField(
         many=True, queryset=Flavor.objects.filter(active=True), required=False, help_text="Flavor ids."
     )
-    parameters_schema = JSONField(required=False)
+    parameters_schema = JSONObjectField(required=False)
 
     class Meta:
         model = ServiceTemplate
@@ -56,7 +56,7 @@ class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer
 
 
 class ImageSerializer(StrictSerializerMixin, serializers.ModelSerializer):
-    kinds = serializers.ListField(child=serializers.ChoiceField(choices=TemplateKind.choices), allow_empty=False)
+    kinds = serializers.ListField(child=serializers.ChoiceField(choices=TemplateKind.choices), allow_empty=False, min_length=1)
 
     class Meta:
         model = Image
@@ -153,7 +153,7 @@ class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     replicas = serializers.IntegerField(min_value=1, required=False)
     cpu = serializers.DecimalField(max_digits=6, decimal_places=2, min_value=0, required=False)
     memory_gib = serializers.IntegerField(min_value=1, required=False)
-    parameters = JSONField(required=False, help_text="Checked against the template's parameters_schema.")
+    parameters = JSONObjectField(required=False, help_text="Checked against the template's parameters_schema.")
     duration_hours = serializers.IntegerField(min_value=1, required=False)
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     name = serializers.CharField(max_length=40, required=False, allow_blank=True)
