@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.exceptions import PortalError
-from portal.inputs import check_offset_text, is_id, reject_nul, validate_offset
+from portal.inputs import check_offset_text, reject_nul, validate_offset
 
 
 class Pagination(pagination.PageNumberPagination):
@@ -30,7 +30,7 @@ class Pagination(pagination.PageNumberPagination):
         raw = request.query_params.get(self.page_size_query_param, "")
         if raw == "":
             return self.page_size
-        if not is_id(raw) or int(raw) < 1:
+        if not (raw.isascii() and raw.isdecimal()) or int(raw) < 1:
             raise exceptions.ValidationError({self.page_size_query_param: ["A whole number from 1 is required."]})
         return min(int(raw), self.max_page_size)
 
@@ -222,6 +222,7 @@ def schema_postprocess(result: dict, generator: Any, request: Any, public: bool)
                 # An empty query parameter means "no filter" (django-filter and the paginator skip it).
                 if parameter.get("in") == "query" and not parameter.get("required"):
                     parameter["allowEmptyValue"] = True
+                _strict_parameter(parameter.get("schema", {}))
             operation["security"] = [{"bearerAuth": []}, {"cookieAuth": []}]
             codes = ["400", "401", "403", "404", "429"]
             if method in _UNSAFE:
@@ -234,6 +235,18 @@ def schema_postprocess(result: dict, generator: Any, request: Any, public: bool)
     for name in bodies:
         _strict_body(components["schemas"].get(name))
     return result
+
+
+# What portal/inputs.py refuses, said in the schema: no NUL character in any parameter (400 from
+# NulGuardMiddleware), and date-time offsets within ±15:59 (PostgreSQL's range).
+NO_NUL = r"^[^\x00]*$"
+DATE_TIME_OFFSET = r"(?:[Zz]|[+-](?:0[0-9]|1[0-5]):?[0-5][0-9]|T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]+)?)?)$"
+
+
+def _strict_parameter(schema: dict) -> None:
+    if schema.get("type") != "string" or "enum" in schema or "pattern" in schema:
+        return
+    schema["pattern"] = DATE_TIME_OFFSET if schema.get("format") == "date-time" else NO_NUL
 
 
 def _strict_body(schema: dict | None) -> None:

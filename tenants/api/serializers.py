@@ -96,8 +96,8 @@ class TokenCreatedSerializer(TokenSerializer):
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     actor = serializers.CharField(source="actor_label", read_only=True)
 
     class Meta:
