@@ -86,10 +86,22 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
+@extend_schema_field({"oneOf": [{"type": "string", "minLength": 1, "maxLength": 63, "pattern": r"^[^\x00]*$"},
+                                 {"type": "integer", "minimum": 1}]})
+class IdOrNameField(serializers.CharField):
+    """An object's id (a JSON number or digits) or its name/slug."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 63)
+        super().__init__(**kwargs)
+
+
 def _wrong_type(field: serializers.Field, value: Any) -> str | None:
     """JSON input of the wrong type for ``field`` (DRF would coerce ``0`` to ``"0"``, ``"1"`` to ``True``)."""
     if value is None:
         return None  # allow_null decides
+    if isinstance(field, IdOrNameField):
+        return None if isinstance(value, (str, int)) and not isinstance(value, bool) else "Must be an id or a name."
     if isinstance(field, serializers.BooleanField):
         return None if isinstance(value, bool) else "Must be true or false."
     if isinstance(field, serializers.IntegerField):

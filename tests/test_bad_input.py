@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from workloads.models import WorkloadRequest
 
-from .workloads.factories import make_catalogue
+from .workloads.factories import make_catalogue, make_request
 
 pytestmark = [pytest.mark.django_db]
 
@@ -192,3 +192,49 @@ def test_serializers_and_lookups_refuse_nul_without_the_middleware(api, cat) -> 
     for path in ["/tenants/acme%00/", "/templates/training%00/", "/clusters/lab%00/"]:
         assert client.get(f"{API}{path}").status_code == 404
     assert not WorkloadRequest.objects.exists()
+
+
+# What schemathesis found: input the schema calls invalid is refused, not ignored or coerced ---------
+
+
+@pytest.mark.parametrize(("path", "query"), [("/flavors/", {"active": "-58800"}), ("/requests/", {"mine": "maybe"}), ("/tokens/", {"active": "x"})])
+def test_api_boolean_filter_with_nonsense_is_a_field_error(api, cat, path, query) -> None:  # noqa: ANN001
+    assert field_error(api("ops").get(f"{API}{path}", query), next(iter(query)))
+
+
+def test_api_boolean_filter_reads_true_and_false(api, cat) -> None:  # noqa: ANN001
+    client = api("ops")
+    assert client.get(f"{API}/flavors/", {"active": "true"}).json()["count"] == 3
+    assert client.get(f"{API}/flavors/", {"active": "false"}).json()["count"] == 0
+
+
+@pytest.mark.parametrize("size", ["null", "0", "-1", "²", "1.5"])
+def test_api_page_size_must_be_a_whole_number_from_1(api, cat, size) -> None:  # noqa: ANN001
+    assert field_error(api("ops").get(f"{API}/flavors/", {"page_size": size}), "page_size")
+
+
+def test_api_page_size_over_the_maximum_is_the_maximum(api, cat) -> None:  # noqa: ANN001
+    assert api("ops").get(f"{API}/flavors/", {"page_size": "9" * 30}).status_code == 200
+
+
+def test_api_unknown_route_is_a_json_404(api, cat) -> None:  # noqa: ANN001
+    response = api("ops").get(f"{API}/flavors/0.5/")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "detail": "Not found."}
+
+
+def test_api_values_of_the_wrong_json_type_are_field_errors(api, cast, cat) -> None:  # noqa: ANN001
+    client = api("ops")
+    response = client.post(f"{API}/tenants/", {"name": "X", "slug": "x", "cost_centre": 0}, format="json")
+    assert field_error(response, "cost_centre") == ["Must be a string."]
+    response = client.post(f"{API}/clusters/", {"name": "c2", "use_mig": "yes"}, format="json")
+    assert field_error(response, "use_mig") == ["Must be true or false."]
+    running = make_request(cat, cast.vision, cast.carol, state="running")
+    response = client.post(f"{API}/requests/{running.pk}/extend/", {"hours": "4"}, format="json")
+    assert field_error(response, "hours") == ["Must be a whole number."]
+    response = client.post(f"{API}/flavors/", {"cluster": "lab", "name": "f", "kind": "cpu", "node_labels": None}, format="json")
+    assert field_error(response, "node_labels")
+    # Ids may be numbers where the schema says "id or name" (409: past validation, over capacity).
+    response = client.post(f"{API}/quotas/", {"tenant": "acme", "flavor": cat.h100.pk, "nominal": 1}, format="json")
+    assert response.status_code in (200, 201, 409), response.content
+    assert "fields" not in response.json() or "flavor" not in response.json()["fields"]

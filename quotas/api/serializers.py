@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from portal.api import DateTimeField, JSONObjectField, JSONObjectListField, StrictSerializerMixin
+from portal.api import DateTimeField, IdOrNameField, JSONObjectField, JSONObjectListField, StrictSerializerMixin
 
 from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 
@@ -111,7 +111,7 @@ class QuotaSetSerializer(StrictSerializerMixin, serializers.Serializer):
     tenant = serializers.CharField(required=False, max_length=40, help_text="Tenant slug, for the tenant's own quota.")
     project = serializers.CharField(required=False, max_length=63, help_text="Project slug, for a project's quota.")
     cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
-    flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
+    flavor = IdOrNameField(help_text="Flavor id or name.")
     resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
     nominal = serializers.DecimalField(min_value=Decimal(0), **QUANTITY)
     borrowing_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY,
@@ -151,7 +151,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 class QuotaRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     project = serializers.CharField(max_length=63, help_text="Project slug.")
     cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
-    flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
+    flavor = IdOrNameField(help_text="Flavor id or name.")
     resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
     amount = serializers.DecimalField(min_value=Decimal("0.001"), **QUANTITY)
     until = DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")

@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api import JSONObjectField, StrictSerializerMixin
+from portal.api import IdOrNameField, JSONObjectField, StrictSerializerMixin
 from quotas.models import Flavor
 
 from .. import selectors
@@ -146,7 +146,7 @@ class RequestDetailSerializer(RequestSerializer):
 
 class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     project = serializers.CharField(max_length=63, required=False, help_text="Project slug; with a token, defaults to its project.")
-    template = serializers.CharField(max_length=60, help_text="Template id, or slug (its newest active version).")
+    template = IdOrNameField(max_length=60, help_text="Template id, or slug (its newest active version).")
     image = serializers.CharField(max_length=300, required=False, allow_blank=True)
     flavor = serializers.CharField(max_length=63, required=False, help_text="Flavor name; default: the template's first.")
     gpus = serializers.IntegerField(min_value=0, required=False)
