@@ -107,8 +107,10 @@ def _wrong_type(field: serializers.Field, value: Any) -> str | None:
     if isinstance(field, serializers.IntegerField):
         return None if isinstance(value, int) and not isinstance(value, bool) else "Must be a whole number."
     if isinstance(field, serializers.DecimalField):
-        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "Must be a number."
-    if isinstance(field, (serializers.CharField, serializers.DateTimeField, serializers.ChoiceField)) and not isinstance(
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) or isinstance(value, str) and value.strip() != ""
+        return None if ok else "Must be a number."
+    if isinstance(field, (serializers.CharField, serializers.DateTimeField, serializers.ChoiceField,
+                          serializers.SlugRelatedField)) and not isinstance(
         field, serializers.MultipleChoiceField
     ):
         return None if isinstance(value, str) else "Must be a string."

@@ -178,12 +178,21 @@ def _filter_classes() -> tuple[type, type, type, type]:
     class BooleanFilter(django_filters.BooleanFilter):
         field_class = StrictBooleanField
 
+    class MultipleChoiceField(fields.MultipleChoiceField):
+        """``?state=`` (empty) means no filter, like every other empty filter value."""
+
+        def clean(self, value: Any) -> Any:
+            return super().clean([item for item in value or [] if item != ""])
+
+    class MultipleChoiceFilter(django_filters.MultipleChoiceFilter):
+        field_class = MultipleChoiceField
+
     class FilterSet(django_filters.FilterSet):
         """The portal's FilterSet: model boolean fields filter with the strict boolean filter."""
 
         FILTER_DEFAULTS = {**django_filters.FilterSet.FILTER_DEFAULTS, models.BooleanField: {"filter_class": BooleanFilter}}
 
-    return IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, FilterSet
+    return IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, MultipleChoiceFilter, FilterSet
 
 
-IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, FilterSet = _filter_classes()
+IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, MultipleChoiceFilter, FilterSet = _filter_classes()

@@ -234,7 +234,17 @@ def test_api_values_of_the_wrong_json_type_are_field_errors(api, cast, cat) -> N
     assert field_error(response, "hours") == ["Must be a whole number."]
     response = client.post(f"{API}/flavors/", {"cluster": "lab", "name": "f", "kind": "cpu", "node_labels": None}, format="json")
     assert field_error(response, "node_labels")
+    response = client.post(f"{API}/flavors/", {"cluster": 0, "name": "f", "kind": "cpu"}, format="json")
+    assert field_error(response, "cluster") == ["Must be a string."]
+    quota = cat.h100.quotas.filter(project=cast.vision).get()
+    response = client.patch(f"{API}/quotas/{quota.pk}/", {"lending_limit": ""}, format="json")
+    assert field_error(response, "lending_limit") == ["Must be a number."]
     # Ids may be numbers where the schema says "id or name" (409: past validation, over capacity).
     response = client.post(f"{API}/quotas/", {"tenant": "acme", "flavor": cat.h100.pk, "nominal": 1}, format="json")
     assert response.status_code in (200, 201, 409), response.content
     assert "fields" not in response.json() or "flavor" not in response.json()["fields"]
+
+
+def test_api_empty_multiple_choice_filter_is_no_filter(api, cat) -> None:  # noqa: ANN001
+    assert api("ops").get(f"{API}/requests/", {"state": ""}).status_code == 200
+    assert field_error(api("ops").get(f"{API}/requests/", {"state": "nonsense"}), "state")

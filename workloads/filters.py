@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import django_filters as filters
 
-from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
+from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter, MultipleChoiceFilter
 
 from .models import Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, WAITING
 
 
 class RequestFilter(FilterSet):
-    state = filters.MultipleChoiceFilter(choices=RequestState.choices, help_text="Repeat for several: ?state=queued&state=running")
+    state = MultipleChoiceFilter(choices=RequestState.choices, help_text="Repeat for several: ?state=queued&state=running")
     phase = filters.ChoiceFilter(
         method="filter_phase",
         choices=[("waiting", "Waiting"), ("active", "Active"), ("final", "Finished")],
