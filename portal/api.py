@@ -2,23 +2,44 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions, pagination, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.exceptions import PortalError
+from portal.inputs import check_offset_text, reject_nul, validate_offset
 
 
 class Pagination(pagination.PageNumberPagination):
+    """``page`` from 1; ``page_size`` from 1 (default 50; more than 500 is read as 500). A page_size
+    that is not a whole number from 1 is a 400 rather than silently the default."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request: Any) -> int:
+        raw = request.query_params.get(self.page_size_query_param, "")
+        if raw == "":
+            return self.page_size
+        if not (raw.isascii() and raw.isdecimal()) or int(raw) < 1:
+            raise exceptions.ValidationError({self.page_size_query_param: ["A whole number from 1 is required."]})
+        return min(int(raw), self.max_page_size)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = 1
+        return parameters
 
 
 def _flatten(detail: Any) -> Any:
@@ -71,15 +92,202 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"error": "server_error", "detail": "A server error occurred. It has been logged."}, status=500)
     return defaults.server_error(request)
+@extend_schema_field({"oneOf": [{"type": "string", "minLength": 1, "maxLength": 63, "pattern": r"^[^\x00]*$"},
+                                 {"type": "integer", "minimum": 1}]})
+class IdOrNameField(serializers.CharField):
+    """An object's id (a JSON number or digits) or its name/slug."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 63)
+        super().__init__(**kwargs)
+
+
+def _wrong_type(field: serializers.Field, value: Any) -> str | None:
+    """JSON input of the wrong type for ``field`` (DRF would coerce ``0`` to ``"0"``, ``"1"`` to ``True``)."""
+    if value is None:
+        return None  # allow_null decides
+    if isinstance(field, IdOrNameField):
+        return None if isinstance(value, (str, int)) and not isinstance(value, bool) else "Must be an id or a name."
+    if isinstance(field, serializers.BooleanField):
+        return None if isinstance(value, bool) else "Must be true or false."
+    if isinstance(field, serializers.IntegerField):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "Must be a whole number."
+    if isinstance(field, serializers.DecimalField):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) or isinstance(value, str) and value.strip() != ""
+        return None if ok else "Must be a number."
+    if isinstance(field, (serializers.CharField, serializers.DateTimeField, serializers.ChoiceField,
+                          serializers.SlugRelatedField)) and not isinstance(
+        field, serializers.MultipleChoiceField
+    ):
+        return None if isinstance(value, str) else "Must be a string."
+    return None
 
 
 class StrictSerializerMixin:
-    """Reject unknown input fields with a field error instead of silently ignoring them."""
+    """Strict JSON input: unknown fields and values of the wrong JSON type are field errors, instead of
+    being ignored or coerced (as the OpenAPI schema says)."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
-            writable = {name for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
-            unknown = sorted(set(data) - writable)
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+            fields = {name: field for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
+            errors = {name: ["Unknown field."] for name in sorted(set(data) - set(fields))}
+            for name, value in data.items():
+                problem = _wrong_type(fields[name], value) if name in fields else None
+                if problem:
+                    errors[name] = [problem]
+            if errors:
+                raise serializers.ValidationError(errors)
         return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class DateTimeField(serializers.DateTimeField):
+    """A date-time with an offset PostgreSQL can store (±15:59), so ``+20:00`` is a field error."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", []), validate_offset]
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            check_offset_text(value)
+        validate_offset(value)
+        return super().to_internal_value(value)
+
+
+class JSONField(serializers.JSONField):
+    """A JSON document jsonb can store: no NUL character in any key or string."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", []), reject_nul]
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JSONObjectField(JSONField):
+    """A JSON object (not null, not a list)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Expected a JSON object.")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "array", "items": {"type": "object", "additionalProperties": True}})
+class JSONObjectListField(JSONField):
+    """A JSON list of objects."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise serializers.ValidationError("Expected a list of JSON objects.")
+        return super().to_internal_value(data)
+
+
+# OpenAPI -----------------------------------------------------------------------------------------
+# The schema documents what the code does: the one error shape on every operation, token and
+# session authentication. ``schema_postprocess`` runs last (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]);
+# tests/test_fuzz_api.py holds the API to it with schemathesis.
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "Every error has this shape. `fields` (validation errors only) maps a field name, "
+                   "`non_field_errors`, a query parameter or a header to its messages.",
+    "properties": {
+        "error": {"type": "string", "description": "A stable code: invalid, conflict, not_found, permission_denied, ..."},
+        "detail": {"type": "string", "description": "A sentence for people."},
+        "fields": {
+            "type": "object",
+            "additionalProperties": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "object"}]},
+        },
+    },
+    "required": ["error", "detail"],
+}
+
+ERROR_RESPONSES = {
+    "400": "Invalid input: `fields` says which field, query parameter or header, and why.",
+    "401": "No credentials, or a token that is unknown, revoked or expired.",
+    "403": "Signed in, but not allowed to do this (or the tenant is suspended).",
+    "404": "No such object among those you may see (another tenant's objects are 404 too), or no such page.",
+    "409": "Conflicts with the current state, e.g. a decided request or a quota invariant.",
+    "415": "The request body is not JSON.",
+    "429": "Too many requests; retry after the time in `Retry-After`.",
+}
+_UNSAFE = {"post", "put", "patch", "delete"}
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "tenants.authentication.ApiTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict:
+        return {
+            "type": "http", "scheme": "bearer",
+            "description": "A project token (`gpp_...`), scoped to one project, `read` or `read+submit`.",
+        }
+
+
+def schema_postprocess(result: dict, generator: Any, request: Any, public: bool) -> dict:  # noqa: ARG001
+    """Document the error responses and both authentication schemes on every API operation."""
+    components = result.setdefault("components", {})
+    components.setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    bodies: set[str] = set()
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            for content in operation.get("requestBody", {}).get("content", {}).values():
+                ref = content.get("schema", {}).get("$ref", "")
+                bodies.add(ref.rsplit("/", 1)[-1])
+            for parameter in operation.get("parameters", []):
+                # An empty query parameter means "no filter" (django-filter and the paginator skip it).
+                if parameter.get("in") == "query" and not parameter.get("required"):
+                    parameter["allowEmptyValue"] = True
+                _strict_parameter(parameter.get("schema", {}))
+            operation["security"] = [{"bearerAuth": []}, {"cookieAuth": []}]
+            codes = ["400", "401", "403", "404", "429"]
+            if method in _UNSAFE:
+                codes.append("409")
+            if "requestBody" in operation:
+                codes.append("415")
+            responses = operation.setdefault("responses", {})
+            for code in codes:
+                responses.setdefault(code, {"description": ERROR_RESPONSES[code], "content": error_ref})
+    for name in bodies:
+        _strict_body(components["schemas"].get(name))
+    return result
+
+
+# What portal/inputs.py refuses, said in the schema: no NUL character in any parameter (400 from
+# NulGuardMiddleware), and date-time offsets within ±15:59 (PostgreSQL's range).
+NO_NUL = r"^[^\x00]*$"
+DATE_TIME_OFFSET = r"(?:[Zz]|[+-](?:0[0-9]|1[0-5]):?[0-5][0-9]|T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]+)?)?)$"
+
+
+def _strict_parameter(schema: dict) -> None:
+    if schema.get("type") != "string" or "enum" in schema or "pattern" in schema:
+        return
+    schema["pattern"] = DATE_TIME_OFFSET if schema.get("format") == "date-time" else NO_NUL
+
+
+def _strict_body(schema: dict | None) -> None:
+    """Request bodies as the strict serializers read them: no unknown fields; decimals need a digit."""
+    if not schema or schema.get("type") != "object":
+        return
+    schema["additionalProperties"] = False
+    for prop in schema.get("properties", {}).values():
+        if prop.get("format") == "decimal" and "pattern" in prop:
+            # drf-spectacular's pattern also admits "", "-" and "."; every decimal we read is >= 0.
+            whole, places = re.findall(r"\{0,(\d+)\}", prop["pattern"])[:2]
+            prop["pattern"] = rf"^(?:\d{{1,{whole}}}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}})$"
+            # JSON numbers are read too.
+            text = {key: prop.pop(key) for key in ["type", "format", "pattern"]}
+            prop["anyOf"] = [text, {"type": "number", "minimum": 0, "maximum": 10 ** int(whole) - 1}]
+
+
+def not_found(request: Any, exception: Exception | None = None) -> Any:
+    """handler404: under /api/ a URL that matches no route is a 404 in the API's error format."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "not_found", "detail": "Not found."}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

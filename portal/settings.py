@@ -74,6 +74,10 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# NUL characters (PostgreSQL cannot store them) are refused before sessions or tokens are looked up:
+# 404 in a path, 400 in a query string, header or JSON body (portal/inputs.py).
+MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"), "portal.inputs.NulGuardMiddleware")
+
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 
@@ -280,7 +284,12 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TemplateKindEnum": "workloads.models.TemplateKind",
         "FlavorKindEnum": "quotas.models.Flavor.Kind",
+        "PriorityEnum": "workloads.models.Priority",
     },
+    # Error responses, token auth and response headers are documented by one hook (portal/api.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],
+    # The API is JSON: form encodings are accepted by DRF's parsers but not offered in the schema.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
 }
 
 LOGGING = {

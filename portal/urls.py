@@ -29,3 +29,5 @@ urlpatterns = [
 
 # An unexpected error (DEBUG off): JSON in the API's error shape under /api/, the HTML page elsewhere.
 handler500 = "portal.api.server_error"
+# A URL under /api/ that matches no route answers in the API's error format (JSON), not a page.
+handler404 = "portal.api.not_found"

@@ -2,12 +2,13 @@
 
 import django_filters as filters
 
+from portal.inputs import BooleanFilter, FilterSet
 from tenants.access import Actor
 
 from .models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 
 
-class ClusterFilter(filters.FilterSet):
+class ClusterFilter(FilterSet):
     architecture = filters.ChoiceFilter(choices=Architecture.choices)
 
     class Meta:
@@ -15,7 +16,7 @@ class ClusterFilter(filters.FilterSet):
         fields = ["name", "architecture"]
 
 
-class FlavorFilter(filters.FilterSet):
+class FlavorFilter(FilterSet):
     cluster = filters.CharFilter(field_name="cluster__name", label="Cluster name")
     kind = filters.ChoiceFilter(choices=Flavor.Kind.choices)
     gpu_model = filters.CharFilter()
@@ -25,7 +26,7 @@ class FlavorFilter(filters.FilterSet):
         fields = ["cluster", "name", "kind", "gpu_model", "pool_label", "active"]
 
 
-class QuotaFilter(filters.FilterSet):
+class QuotaFilter(FilterSet):
     tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
     project = filters.CharFilter(field_name="project__slug", label="Project slug")
     cluster = filters.CharFilter(field_name="flavor__cluster__name", label="Cluster name")
@@ -43,14 +44,14 @@ class QuotaFilter(filters.FilterSet):
         return queryset.filter(project__isnull=(value == "tenant"))
 
 
-class QuotaRequestFilter(filters.FilterSet):
+class QuotaRequestFilter(FilterSet):
     tenant = filters.CharFilter(field_name="project__tenant__slug", label="Tenant slug")
     project = filters.CharFilter(field_name="project__slug", label="Project slug")
     flavor = filters.NumberFilter(field_name="flavor_id", label="Flavor id")
     status = filters.ChoiceFilter(choices=QuotaRequest.Status.choices)
     approver = filters.ChoiceFilter(choices=QuotaRequest.Approver.choices)
-    mine = filters.BooleanFilter(method="filter_mine", label="Only my own requests")
-    inbox = filters.BooleanFilter(method="filter_inbox", label="Only pending requests I may decide")
+    mine = BooleanFilter(method="filter_mine", label="Only my own requests")
+    inbox = BooleanFilter(method="filter_inbox", label="Only pending requests I may decide")
 
     class Meta:
         model = QuotaRequest

@@ -69,8 +69,12 @@ def lookup_by_id_or_name(queryset: QuerySet[Any], key: str) -> Any:
     """``/clusters/<id>/`` or ``/clusters/<name>/`` within an already-scoped queryset; else 404."""
     from django.shortcuts import get_object_or_404
 
-    if str(key).isdigit():
+    from portal.inputs import NUL, is_id
+
+    if is_id(str(key)):
         return get_object_or_404(queryset, pk=int(key))
+    if NUL in str(key):
+        return get_object_or_404(queryset.none())
     return get_object_or_404(queryset, name=key)
 
 

@@ -33,6 +33,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
+from portal.inputs import is_id
 from tenants import selectors as tenancy
 from tenants.access import Actor, has_perm
 from tenants.forms import add_service_error
@@ -719,7 +720,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
     if form is None:
         initial: dict[str, Any] = {}
         edit = request.GET.get("edit")
-        if edit and edit.isdigit():
+        if is_id(edit):
             editing = Quota.objects.filter(tenant=tenant, project__isnull=False, pk=int(edit)).select_related("project", "flavor").first()
             if editing is not None:
                 initial = {"project": editing.project.slug, "target": target_key(editing.flavor, editing.resource),

@@ -2,10 +2,12 @@
 
 import django_filters as filters
 
+from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
+
 from .models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
 
 
-class TenantFilter(filters.FilterSet):
+class TenantFilter(FilterSet):
     q = filters.CharFilter(method="search", label="Name or slug contains")
 
     class Meta:
@@ -16,7 +18,7 @@ class TenantFilter(filters.FilterSet):
         return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
 
 
-class ProjectFilter(filters.FilterSet):
+class ProjectFilter(FilterSet):
     tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
     q = filters.CharFilter(method="search", label="Name or slug contains")
 
@@ -28,7 +30,7 @@ class ProjectFilter(filters.FilterSet):
         return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
 
 
-class MembershipFilter(filters.FilterSet):
+class MembershipFilter(FilterSet):
     tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
     project = filters.CharFilter(field_name="project__slug", label="Project slug")
     user = filters.CharFilter(field_name="user__username", label="Username")
@@ -39,9 +41,9 @@ class MembershipFilter(filters.FilterSet):
         fields = ["tenant", "project", "user", "role"]
 
 
-class TokenFilter(filters.FilterSet):
+class TokenFilter(FilterSet):
     project = filters.CharFilter(field_name="project__slug", label="Project slug")
-    active = filters.BooleanFilter(method="filter_active", label="Not revoked and not expired")
+    active = BooleanFilter(method="filter_active", label="Not revoked and not expired")
 
     class Meta:
         model = ApiToken
@@ -54,13 +56,13 @@ class TokenFilter(filters.FilterSet):
         return live if value else queryset.exclude(pk__in=live.values("pk"))
 
 
-class AuditEntryFilter(filters.FilterSet):
+class AuditEntryFilter(FilterSet):
     tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
     project = filters.CharFilter(field_name="project__slug", label="Project slug")
     action = filters.CharFilter(lookup_expr="startswith")
     actor = filters.CharFilter(field_name="actor_label", lookup_expr="icontains")
-    since = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEntry

@@ -88,6 +88,10 @@ def lookup(queryset: QuerySet[Any], key: str) -> Any:
     """Find by numeric id or by slug within an already-scoped queryset; anything else is a 404."""
     from django.shortcuts import get_object_or_404
 
-    if key.isdigit():
+    from portal.inputs import NUL, is_id
+
+    if is_id(key):
         return get_object_or_404(queryset, pk=int(key))
+    if NUL in key:
+        return get_object_or_404(queryset.none())
     return get_object_or_404(queryset, slug=key)

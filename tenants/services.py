@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
 
-from .access import Actor, has_perm, is_ops, permissions_sync, permissions_sync_tenant
+from .access import Actor, has_perm, permissions_sync, permissions_sync_tenant
 from .audit import audit_record, snapshot
 from .authentication import token_generate
 from .models import ApiToken, Membership, Project, Role, Tenant

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import django_filters as filters
 
+from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter, MultipleChoiceFilter
+
 from .models import Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, WAITING
 
 
-class RequestFilter(filters.FilterSet):
-    state = filters.MultipleChoiceFilter(choices=RequestState.choices, help_text="Repeat for several: ?state=queued&state=running")
+class RequestFilter(FilterSet):
+    state = MultipleChoiceFilter(choices=RequestState.choices, help_text="Repeat for several: ?state=queued&state=running")
     phase = filters.ChoiceFilter(
         method="filter_phase",
         choices=[("waiting", "Waiting"), ("active", "Active"), ("final", "Finished")],
@@ -22,9 +24,9 @@ class RequestFilter(filters.FilterSet):
     flavor = filters.CharFilter(field_name="flavor__name", label="Flavor name")
     priority = filters.ChoiceFilter(choices=Priority.choices)
     requested_by = filters.CharFilter(field_name="requested_by__username", label="Username of the requester")
-    mine = filters.BooleanFilter(method="filter_mine", label="Only my requests")
-    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    mine = BooleanFilter(method="filter_mine", label="Only my requests")
+    created_after = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     q = filters.CharFilter(field_name="name", lookup_expr="icontains", label="Name contains")
 
     class Meta:
@@ -42,7 +44,7 @@ class RequestFilter(filters.FilterSet):
         return queryset.filter(requested_by=user) if value else queryset.exclude(requested_by=user)
 
 
-class TemplateFilter(filters.FilterSet):
+class TemplateFilter(FilterSet):
     kind = filters.ChoiceFilter(choices=TemplateKind.choices)
     flavor = filters.CharFilter(field_name="allowed_flavors__name", label="Allows this flavor", distinct=True)
 
@@ -51,7 +53,7 @@ class TemplateFilter(filters.FilterSet):
         fields = ["kind", "slug", "active"]
 
 
-class ImageFilter(filters.FilterSet):
+class ImageFilter(FilterSet):
     kind = filters.ChoiceFilter(method="filter_kind", choices=TemplateKind.choices, label="Usable by this template kind")
     q = filters.CharFilter(field_name="reference", lookup_expr="icontains", label="Reference contains")
 

@@ -26,6 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
+from portal.inputs import is_id
 from quotas.models import Flavor
 from tenants.access import Actor, has_perm
 from tenants.selectors import projects_for, projects_where
@@ -134,7 +135,7 @@ def _template_from(actor: Actor, key: str | None) -> ServiceTemplate | None:
     if not key:
         return None
     templates = selectors.templates_for(actor=actor).filter(active=True)
-    if key.isdigit():
+    if is_id(key):
         return templates.filter(pk=int(key)).first()
     return templates.filter(slug=key).order_by("-version").first()
 

@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api import StrictSerializerMixin
+from portal.api import DateTimeField, IdOrNameField, JSONObjectField, JSONObjectListField, StrictSerializerMixin
 
 from ..capacity import flavor_enforcement
 from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
@@ -48,13 +48,32 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
         return bool(cluster.kubeconfig_encrypted)
 
 
+class ClusterReadSerializer(serializers.Serializer):
+    """The schema of a cluster as read (documentation only): everyone gets id, name and architecture;
+    ops also get the settings and sync state, so those are optional here."""
+
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(read_only=True)
+    architecture = serializers.ChoiceField(choices=Architecture.choices, read_only=True)
+    use_mig = serializers.BooleanField(required=False, help_text="Ops only.")
+    use_hami = serializers.BooleanField(required=False, help_text="Ops only.")
+    volcano_capacity_plugin = serializers.BooleanField(required=False, help_text="Ops only.")
+    overcommit_percent = serializers.IntegerField(required=False, min_value=0, help_text="Ops only.")
+    kubeconfig_path = serializers.CharField(required=False, help_text="Ops only.")
+    has_kubeconfig = serializers.BooleanField(required=False, help_text="Ops only.")
+    inventory_synced_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Ops only.")
+    inventory_error = serializers.CharField(required=False, help_text="Ops only.")
+    reconciled_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Ops only.")
+    created_at = serializers.DateTimeField(required=False, help_text="Ops only.")
+
+
 class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), help_text="Cluster name.")
     resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
     kind = serializers.ChoiceField(choices=Flavor.Kind.choices)
-    node_labels = serializers.JSONField(required=False)
-    taints = serializers.JSONField(required=False)
-    tolerations = serializers.JSONField(required=False)
+    node_labels = JSONObjectField(required=False)
+    taints = JSONObjectListField(required=False)
+    tolerations = JSONObjectListField(required=False)
     enforced = serializers.SerializerMethodField(help_text="Does the cluster's architecture enforce this flavor? "
                                                            "Researchers only ever see enforced ones.")
     enforcement = serializers.SerializerMethodField(help_text="enforced, by (kueue/volcano/empty), reason, remedy.")
@@ -106,7 +125,7 @@ class QuotaSetSerializer(StrictSerializerMixin, serializers.Serializer):
     tenant = serializers.CharField(required=False, max_length=40, help_text="Tenant slug, for the tenant's own quota.")
     project = serializers.CharField(required=False, max_length=63, help_text="Project slug, for a project's quota.")
     cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
-    flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
+    flavor = IdOrNameField(help_text="Flavor id or name.")
     resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
     nominal = serializers.DecimalField(min_value=Decimal(0), **QUANTITY)
     borrowing_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY,
@@ -146,10 +165,10 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 class QuotaRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     project = serializers.CharField(max_length=63, help_text="Project slug.")
     cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
-    flavor = serializers.CharField(max_length=63, help_text="Flavor id or name.")
+    flavor = IdOrNameField(help_text="Flavor id or name.")
     resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
     amount = serializers.DecimalField(min_value=Decimal("0.001"), **QUANTITY)
-    until = serializers.DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")
+    until = DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")
     reason = serializers.CharField(max_length=2000)
 
 

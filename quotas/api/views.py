@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -13,14 +14,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.exceptions import Invalid, NotAllowed
+from portal.inputs import is_id
 from tenants.access import Actor
 from tenants.selectors import projects_for, tenants_for
 
 from .. import selectors, services
 from ..filters import ClusterFilter, FlavorFilter, QuotaFilter, QuotaRequestFilter
-from ..models import Flavor, Quota, QuotaRequest
+from ..models import Cluster, Flavor, Quota, QuotaRequest
 from .serializers import (
     ClusterPublicSerializer,
+    ClusterReadSerializer,
     ClusterSerializer,
     DecisionSerializer,
     FlavorSerializer,
@@ -32,6 +35,11 @@ from .serializers import (
     QuotaSerializer,
     QuotaSetSerializer,
     QuotaUpdateSerializer,
+)
+
+
+DETAIL_RESPONSE = OpenApiResponse(
+    inline_serializer("Accepted", {"detail": serializers.CharField()}), description="Queued.",
 )
 
 
@@ -52,7 +60,7 @@ def flavor_find(*, actor: Actor, key: Any, cluster: str | None = None) -> Flavor
     if cluster:
         flavors = flavors.filter(cluster__name=cluster)
     key = str(key)
-    found = list(flavors.filter(pk=int(key)) if key.isdigit() else flavors.filter(name=key)[:2])
+    found = list(flavors.filter(pk=int(key)) if is_id(key) else flavors.filter(name=key)[:2])
     if not found:
         raise Invalid(f"No such flavor: {key}.", field="flavor")
     if len(found) > 1:
@@ -60,8 +68,18 @@ def flavor_find(*, actor: Actor, key: Any, cluster: str | None = None) -> Flavor
     return found[0]
 
 
+CLUSTER_KEY = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Numeric id or cluster name.")
+FLAVOR_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="Flavor id.")
+
+
+@extend_schema_view(
+    list=extend_schema(responses=ClusterReadSerializer(many=True)),
+    retrieve=extend_schema(responses=ClusterReadSerializer, parameters=[CLUSTER_KEY]),
+)
 class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Clusters: everyone sees name and architecture; ops register and configure them."""
+
+    queryset = Cluster.objects.none()  # for the OpenAPI schema; get_queryset() scopes
 
     filterset_class = ClusterFilter
     ordering_fields = ["name", "architecture", "created_at"]
@@ -88,7 +106,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         cluster = services.cluster_create(actor=actor, **data.validated_data)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=ClusterSerializer, responses={200: ClusterSerializer})
+    @extend_schema(request=ClusterSerializer, responses={200: ClusterSerializer}, parameters=[CLUSTER_KEY])
     def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         cluster = self.get_object()
         actor = _require_ops(request, "Only platform ops change clusters.")
@@ -101,7 +119,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
     def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         return self.partial_update(request, *args, **kwargs)
 
-    @extend_schema(responses={200: OvercommitRowSerializer(many=True)})
+    @extend_schema(responses={200: OvercommitRowSerializer(many=True)}, parameters=[CLUSTER_KEY])
     @action(detail=True, methods=["get"])
     def overcommit(self, request: Request, pk: str | None = None) -> Response:
         """Per flavor and resource: promised to tenants, capacity that counts, and how far over."""
@@ -110,7 +128,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         return Response(OvercommitRowSerializer(selectors.overcommit_for(cluster=cluster), many=True).data)
 
 
-    @extend_schema(request=None, responses={202: None})
+    @extend_schema(request=None, responses={202: DETAIL_RESPONSE}, parameters=[CLUSTER_KEY])
     @action(detail=True, methods=["post"])
     def sync(self, request: Request, pk: str | None = None) -> Response:
         """Read the cluster's nodes now (inventory sync), then reconcile its queues. Ops only; queued."""
@@ -122,6 +140,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
 class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Flavors on offer (ops also see deactivated ones). Ops create, change and deactivate them."""
 
+    queryset = Flavor.objects.none()  # for the OpenAPI schema; get_queryset() scopes
     serializer_class = FlavorSerializer
     filterset_class = FlavorFilter
     ordering_fields = ["name", "order", "kind", "cluster__name"]

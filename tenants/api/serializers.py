@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
-from portal.api import StrictSerializerMixin
+from portal.api import DateTimeField, StrictSerializerMixin
 
 from ..models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
 
@@ -85,7 +85,7 @@ class TokenCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     name = serializers.CharField(max_length=80)
     project = serializers.CharField(max_length=63, help_text="Project slug.")
     scope = serializers.ChoiceField(choices=ApiToken.Scope.choices, default=ApiToken.Scope.READ)
-    expires_at = serializers.DateTimeField(required=False, help_text="Default: 90 days from now; at most 366 days.")
+    expires_at = DateTimeField(required=False, help_text="Default: 90 days from now; at most 366 days.")
 
 
 class TokenCreatedSerializer(TokenSerializer):
@@ -97,8 +97,8 @@ class TokenCreatedSerializer(TokenSerializer):
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     actor = serializers.CharField(source="actor_label", read_only=True)
 
     class Meta:

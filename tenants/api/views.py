@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -32,6 +33,9 @@ from .serializers import (
 )
 
 
+ID_OR_SLUG = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Numeric id or slug.")
+
+
 class IdOrSlugMixin:
     """``/things/<id>/`` and ``/things/<slug>/`` both work, within the caller's visible set only."""
 
@@ -47,11 +51,12 @@ def actor_of(request: Request) -> Actor:
     return Actor.from_request(request)
 
 
+@extend_schema_view(retrieve=extend_schema(parameters=[ID_OR_SLUG]), partial_update=extend_schema(parameters=[ID_OR_SLUG]))
 class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Tenants you belong to (ops: all). Ops create tenants and suspend them; tenant admins edit details."""
 
-    serializer_class = TenantSerializer
     queryset = Tenant.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = TenantSerializer
     filterset_class = TenantFilter
     ordering_fields = ["name", "slug", "created_at"]
     search_fields = ["name", "slug", "cost_centre"]
@@ -76,11 +81,12 @@ class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMi
         return Response(TenantSerializer(tenant).data)
 
 
+@extend_schema_view(retrieve=extend_schema(parameters=[ID_OR_SLUG]), partial_update=extend_schema(parameters=[ID_OR_SLUG]))
 class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Projects you can see. Tenant admins create and archive; project admins edit the description."""
 
-    serializer_class = ProjectSerializer
     queryset = Project.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = ProjectSerializer
     filterset_class = ProjectFilter
     ordering_fields = ["name", "slug", "created_at", "tenant__name"]
     search_fields = ["name", "slug", "description"]
@@ -113,8 +119,8 @@ class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelM
 class MembershipViewSet(viewsets.ModelViewSet):
     """Who holds which role where. Tenant admins and ops add, change and remove memberships."""
 
-    serializer_class = MembershipSerializer
     queryset = Membership.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = MembershipSerializer
     filterset_class = MembershipFilter
     ordering_fields = ["created_at", "role", "user__username"]
     search_fields = ["user__username", "user__email"]
@@ -163,8 +169,8 @@ class MembershipViewSet(viewsets.ModelViewSet):
 class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     """API tokens for CI. The secret is in the create response only; DELETE (or POST revoke) revokes at once."""
 
-    serializer_class = TokenSerializer
     queryset = ApiToken.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = TokenSerializer
     filterset_class = TokenFilter
     ordering_fields = ["created_at", "expires_at", "last_used_at", "name"]
     search_fields = ["name", "prefix"]
@@ -203,8 +209,8 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
 class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """The append-only audit log: read-only for everyone, scoped to what you administer."""
 
-    serializer_class = AuditEntrySerializer
     queryset = AuditEntry.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = AuditEntrySerializer
     filterset_class = AuditEntryFilter
     ordering_fields = ["created_at", "action"]
     search_fields = ["target_repr", "actor_label", "action"]

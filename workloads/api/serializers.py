@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api import StrictSerializerMixin
+from portal.api import IdOrNameField, JSONObjectField, StrictSerializerMixin
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.access import Actor
@@ -42,7 +42,7 @@ class TemplateSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field({"type": "array", "items": {"type": "object"}})
     def get_form_fields(self, template: ServiceTemplate) -> list[dict[str, Any]]:
         return form_fields(template.parameters_schema)
 
@@ -59,7 +59,7 @@ class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer
     allowed_flavors = serializers.PrimaryKeyRelatedField(
         many=True, queryset=Flavor.objects.filter(active=True), required=False, help_text="Flavor ids."
     )
-    parameters_schema = serializers.JSONField(required=False)
+    parameters_schema = JSONObjectField(required=False)
 
     class Meta:
         model = ServiceTemplate
@@ -72,7 +72,7 @@ class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer
 
 
 class ImageSerializer(StrictSerializerMixin, serializers.ModelSerializer):
-    kinds = serializers.ListField(child=serializers.ChoiceField(choices=TemplateKind.choices), allow_empty=False)
+    kinds = serializers.ListField(child=serializers.ChoiceField(choices=TemplateKind.choices), allow_empty=False, min_length=1)
 
     class Meta:
         model = Image
@@ -171,7 +171,7 @@ class RequestSerializer(serializers.ModelSerializer):
     def get_pending_reason(self, req: WorkloadRequest) -> str:
         return selectors.request_pending_reason(req)
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True))
     def get_cost_estimate(self, req: WorkloadRequest) -> None:
         return None
 
@@ -190,14 +190,14 @@ class RequestDetailSerializer(RequestSerializer):
 
 class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     project = serializers.CharField(max_length=63, required=False, help_text="Project slug; with a token, defaults to its project.")
-    template = serializers.CharField(max_length=60, help_text="Template id, or slug (its newest active version).")
+    template = IdOrNameField(max_length=60, help_text="Template id, or slug (its newest active version).")
     image = serializers.CharField(max_length=300, required=False, allow_blank=True)
     flavor = serializers.CharField(max_length=63, required=False, help_text="Flavor name; default: the template's first.")
     gpus = serializers.IntegerField(min_value=0, required=False)
     replicas = serializers.IntegerField(min_value=1, required=False)
     cpu = serializers.DecimalField(max_digits=6, decimal_places=2, min_value=0, required=False)
     memory_gib = serializers.IntegerField(min_value=1, required=False)
-    parameters = serializers.JSONField(required=False, help_text="Checked against the template's parameters_schema.")
+    parameters = JSONObjectField(required=False, help_text="Checked against the template's parameters_schema.")
     duration_hours = serializers.IntegerField(min_value=1, required=False)
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     name = serializers.CharField(max_length=40, required=False, allow_blank=True)

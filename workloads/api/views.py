@@ -7,7 +7,7 @@ import json
 
 from django.shortcuts import get_object_or_404
 from django.utils.http import parse_etags
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from portal.exceptions import Invalid, NotAllowed
+from portal.inputs import NUL, NUL_MESSAGE, is_id
 from quotas.models import Flavor
 from tenants.access import Actor
 from tenants.selectors import projects_for
@@ -42,8 +43,25 @@ from .serializers import (
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
-    description="A retried POST with the same key (same user) returns the first request (200) and creates nothing.",
+    description="A retried POST with the same key (same user) returns the first request (200) and creates nothing. "
+                "At most 200 characters.",
 )
+ETAG_HEADER = OpenApiParameter(
+    "ETag", str, OpenApiParameter.HEADER, response=True, required=True,
+    description="The detail body's version: send it back in If-None-Match to get a 304 while nothing changed.",
+)
+IF_NONE_MATCH_HEADER = OpenApiParameter(
+    "If-None-Match", str, OpenApiParameter.HEADER, required=False,
+    description="An ETag from an earlier response (or *): 304 with no body if the request has not changed.",
+)
+REPLAYED_HEADER = OpenApiParameter(
+    "Idempotent-Replayed", str, OpenApiParameter.HEADER, response=[200], required=True, enum=["true"],
+    description="The Idempotency-Key was seen before: this is the request the first call made.",
+)
+LOCATION_HEADER = OpenApiParameter(
+    "Location", str, OpenApiParameter.HEADER, response=[201], required=True, description="The new request's URL.",
+)
+TEMPLATE_KEY = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Template id, or slug (its newest version).")
 
 
 def actor_of(request: Request) -> Actor:
@@ -52,8 +70,10 @@ def actor_of(request: Request) -> Actor:
 
 def _by_id_or_slug(queryset, key: str):  # noqa: ANN001, ANN202
     """A template by id, or by slug: its newest version in ``queryset``."""
-    if key.isdigit():
+    if is_id(key):
         return get_object_or_404(queryset, pk=int(key))
+    if NUL in key:
+        return get_object_or_404(queryset.none(), pk=0)
     found = queryset.filter(slug=key).order_by("-version").first()
     if found is None:
         return get_object_or_404(queryset.none(), pk=0)
@@ -75,6 +95,10 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     def get_queryset(self):  # noqa: ANN201
         return selectors.templates_for(actor=actor_of(self.request))
 
+    @extend_schema(parameters=[TEMPLATE_KEY])
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return super().retrieve(request, *args, **kwargs)
+
     def get_object(self):  # noqa: ANN201
         return _by_id_or_slug(self.get_queryset(), self.kwargs["pk"])
 
@@ -88,7 +112,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         template = services.template_create(actor=actor, **data.validated_data)
         return Response(TemplateSerializer(template).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=TemplateWriteSerializer, responses={200: TemplateSerializer})
+    @extend_schema(request=TemplateWriteSerializer, responses={200: TemplateSerializer}, parameters=[TEMPLATE_KEY])
     def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
         template = self.get_object()
@@ -243,7 +267,10 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         body = RequestDetailSerializer(req).data
         return Response(body, status=code, headers={"ETag": _etag(body), **(headers or {})})
 
-    @extend_schema(responses={200: RequestDetailSerializer})
+    @extend_schema(
+        parameters=[IF_NONE_MATCH_HEADER, ETAG_HEADER],
+        responses={200: RequestDetailSerializer, 304: OpenApiResponse(description="Not modified since the ETag you sent.")},
+    )
     def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         req = self.get_object()
         body = RequestDetailSerializer(req).data
@@ -253,7 +280,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         return Response(body, headers={"ETag": etag})
 
     @extend_schema(
-        request=RequestCreateSerializer, parameters=[IDEMPOTENCY_HEADER],
+        request=RequestCreateSerializer, parameters=[IDEMPOTENCY_HEADER, ETAG_HEADER, REPLAYED_HEADER, LOCATION_HEADER],
         responses={201: RequestDetailSerializer, 200: RequestDetailSerializer},
     )
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
@@ -273,7 +300,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
 
         key = values.pop("template")
         templates = selectors.templates_for(actor=actor).filter(active=True)
-        template = templates.filter(pk=int(key)).first() if key.isdigit() else templates.filter(slug=key).order_by("-version").first()
+        template = templates.filter(pk=int(key)).first() if is_id(key) else templates.filter(slug=key).order_by("-version").first()
         if template is None:
             raise Invalid("No such template.", field="template")
 
@@ -287,20 +314,23 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             if flavor is None:
                 raise Invalid(f"No such flavor {flavor_name}.", field="flavor")
 
+        idempotency_key = request.headers.get("Idempotency-Key", "")
+        if NUL in idempotency_key:
+            raise Invalid(NUL_MESSAGE, field="Idempotency-Key")
         req = services.request_submit(
             actor=actor, project=project, template=template, flavor=flavor,
-            idempotency_key=request.headers.get("Idempotency-Key", ""), **values,
+            idempotency_key=idempotency_key, **values,
         )
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
         return self._detail(req, code=status.HTTP_201_CREATED, headers={"Location": f"{request.path}{req.pk}/"})
 
-    @extend_schema(request=None, responses={202: RequestDetailSerializer})
+    @extend_schema(request=None, responses={202: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         req = services.request_delete(actor=actor_of(request), request=self.get_object())
         return self._detail(req, code=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer})
+    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
         req = self.get_object()
@@ -309,7 +339,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_approve(actor=actor_of(request), request=req, comment=data.validated_data["comment"])
         return self._detail(req)
 
-    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer})
+    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
         req = self.get_object()
@@ -318,7 +348,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_reject(actor=actor_of(request), request=req, comment=data.validated_data["comment"])
         return self._detail(req)
 
-    @extend_schema(request=ReasonSerializer, responses={200: RequestDetailSerializer})
+    @extend_schema(request=ReasonSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         req = self.get_object()
@@ -327,7 +357,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_cancel(actor=actor_of(request), request=req, reason=data.validated_data["reason"])
         return self._detail(req)
 
-    @extend_schema(request=ReasonSerializer, responses={200: RequestDetailSerializer})
+    @extend_schema(request=ReasonSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         req = self.get_object()
@@ -336,13 +366,13 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_stop(actor=actor_of(request), request=req, reason=data.validated_data["reason"])
         return self._detail(req)
 
-    @extend_schema(request=None, responses={200: RequestDetailSerializer})
+    @extend_schema(request=None, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def restart(self, request: Request, pk: str | None = None) -> Response:
         req = services.request_restart(actor=actor_of(request), request=self.get_object())
         return self._detail(req)
 
-    @extend_schema(request=ExtendSerializer, responses={200: RequestDetailSerializer})
+    @extend_schema(request=ExtendSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, pk: str | None = None) -> Response:
         req = self.get_object()
@@ -351,7 +381,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_extend(actor=actor_of(request), request=req, hours=data.validated_data["hours"])
         return self._detail(req)
 
-    @extend_schema(request=ScaleSerializer, responses={200: RequestDetailSerializer})
+    @extend_schema(request=ScaleSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def scale(self, request: Request, pk: str | None = None) -> Response:
         req = self.get_object()

@@ -1,0 +1,198 @@
+"""Input PostgreSQL cannot store or compare, refused before it reaches a query (a 400 or 404, not a 500).
+
+- ``NulGuardMiddleware``: a NUL character (``\\x00``, ``%00``, ``\\u0000``) anywhere in the path (404),
+  the query string, a header or a JSON body (400 with the field, in the API's error format). PostgreSQL
+  ``text`` and ``jsonb`` cannot hold NUL, so such input could only ever fail in the database.
+- ``is_id()``: an object id in a URL or a field is ASCII digits only. ``str.isdigit()`` is also true
+  for ``²`` or ``١``, which ``int()`` refuses or reads as another number.
+- ``validate_offset()``: PostgreSQL accepts time-zone offsets up to ±15:59; Python's up to ±23:59.
+- ``reject_nul()``: the same NUL rule for values that do not come from HTTP (services, JSON fields).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import bad_request
+
+NUL = "\x00"
+NUL_MESSAGE = "NUL characters (\\u0000) are not allowed."
+MAX_OFFSET = timedelta(hours=15, minutes=59)
+OFFSET_MESSAGE = "The time-zone offset must be between -15:59 and +15:59."
+_ID = re.compile(r"[0-9]{1,18}")
+
+
+def is_id(key: Any) -> bool:
+    """True for an id-looking key: 1 to 18 ASCII digits (fits a bigint), nothing else."""
+    return isinstance(key, str) and _ID.fullmatch(key) is not None
+
+
+def validate_offset(value: datetime | None) -> None:
+    """Refuse a time-zone offset PostgreSQL cannot store (beyond ±15:59)."""
+    offset = value.utcoffset() if isinstance(value, datetime) else None
+    if offset is not None and abs(offset) > MAX_OFFSET:
+        raise ValidationError(OFFSET_MESSAGE, code="invalid_offset")
+
+
+_OFFSET_TEXT = re.compile(r"T[0-9:.,]+([+-])([0-9]{2}):?([0-9]{2})(?::?[0-9]{2})?$")
+
+
+def check_offset_text(value: str) -> None:
+    """The offset rule for text not yet parsed: ``...T00:00:00+99:00`` says why, not just "invalid"."""
+    match = _OFFSET_TEXT.search(value.strip())
+    if match and timedelta(hours=int(match[2]), minutes=int(match[3])) > MAX_OFFSET:
+        raise ValidationError(OFFSET_MESSAGE, code="invalid_offset")
+
+
+def nul_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """Where in ``value`` (a JSON document) a NUL character is, in a key or a string; None if nowhere."""
+    if isinstance(value, str):
+        return path if NUL in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if NUL in str(key):
+                return (*path, str(key).replace(NUL, "\\u0000"))
+            found = nul_path(item, (*path, str(key)))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = nul_path(item, (*path, str(index)))
+            if found is not None:
+                return found
+    return None
+
+
+def reject_nul(value: Any) -> None:
+    """A Django/DRF validator: no NUL character anywhere in ``value`` (a string or a JSON document)."""
+    where = nul_path(value)
+    if where is not None:
+        at = f" (at {'.'.join(where)})" if where else ""
+        raise ValidationError(NUL_MESSAGE[:-1] + at + ".", code="null_characters_not_allowed")
+
+
+def _header_name(meta_key: str) -> str:
+    return "-".join(part.capitalize() for part in meta_key.removeprefix("HTTP_").split("_"))
+
+
+class NulGuardMiddleware:
+    """Answer a request carrying a NUL character before any view, session or token lookup runs.
+
+    Path → 404 (no object can have such a name). Query parameter, header or JSON body → 400; under
+    ``/api/`` in the API's error format with the parameter, header or top-level body field as the
+    field name, e.g. ``{"error": "invalid", "detail": "Invalid input.", "fields": {"parameters":
+    ["NUL characters (\\u0000) are not allowed (at parameters.command)."]}}``.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        api = request.path_info.startswith("/api/")
+        if NUL in request.path_info:
+            if api:
+                return JsonResponse({"error": "not_found", "detail": "Not found."}, status=404)
+            raise Http404("No such page.")
+        problem = self._problem(request)
+        if problem is not None:
+            field, message = problem
+            if api:
+                body = {"error": "invalid", "detail": "Invalid input.", "fields": {field: [message]}}
+                return JsonResponse(body, status=400)
+            return bad_request(request, ValueError(f"{field}: {message}"))
+        return self.get_response(request)
+
+    def _problem(self, request: HttpRequest) -> tuple[str, str] | None:
+        try:
+            query = request.GET
+        except UnicodeDecodeError:  # pragma: no cover - Django decodes with replacement characters
+            return None
+        for name, values in query.lists():
+            if NUL in name or any(NUL in value for value in values):
+                return name.replace(NUL, "\\u0000"), NUL_MESSAGE
+        for key, value in request.META.items():
+            if key.startswith("HTTP_") and isinstance(value, str) and NUL in value:
+                return _header_name(key), NUL_MESSAGE
+        if request.content_type == "application/json" or request.content_type.endswith("+json"):
+            try:
+                data = json.loads(request.body or b"null")
+            except ValueError:
+                return None  # not JSON: the view's parser says so
+            where = nul_path(data)
+            if where is not None:
+                at = f" (at {'.'.join(where)})" if len(where) > 1 else ""
+                return (where[0] if where else "non_field_errors"), NUL_MESSAGE[:-1] + at + "."
+        return None
+
+
+def _filter_classes() -> tuple[type, type, type, type]:
+    import django_filters
+    from django import forms
+    from django.db import models
+    from django_filters import fields
+
+    class IsoDateTimeField(fields.IsoDateTimeField):
+        """ISO 8601 date-time whose offset PostgreSQL can store; ``+99:00`` gets the offset message too."""
+
+        default_validators = [validate_offset]
+
+        def to_python(self, value: Any) -> datetime | None:
+            if isinstance(value, str):
+                check_offset_text(value)
+            return super().to_python(value)
+
+    class IsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+        field_class = IsoDateTimeField
+
+    class RawNullBooleanSelect(forms.NullBooleanSelect):
+        """The same select on pages, but the value reaches the field as sent (so nonsense is an error)."""
+
+        def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+            return data.get(name)
+
+    class StrictBooleanField(forms.Field):
+        """``true``/``false`` (also 1/0, yes/no, on/off); anything else is a field error, not "no filter"."""
+
+        widget = RawNullBooleanSelect
+        TRUE = {"true", "1", "yes", "on"}
+        FALSE = {"false", "0", "no", "off"}
+
+        def to_python(self, value: Any) -> bool | None:
+            if value in (None, "", "unknown"):
+                return None
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in self.TRUE:
+                return True
+            if text in self.FALSE:
+                return False
+            raise ValidationError("Use true or false.", code="invalid")
+
+    class BooleanFilter(django_filters.BooleanFilter):
+        field_class = StrictBooleanField
+
+    class MultipleChoiceField(fields.MultipleChoiceField):
+        """``?state=`` (empty) means no filter, like every other empty filter value."""
+
+        def clean(self, value: Any) -> Any:
+            return super().clean([item for item in value or [] if item != ""])
+
+    class MultipleChoiceFilter(django_filters.MultipleChoiceFilter):
+        field_class = MultipleChoiceField
+
+    class FilterSet(django_filters.FilterSet):
+        """The portal's FilterSet: model boolean fields filter with the strict boolean filter."""
+
+        FILTER_DEFAULTS = {**django_filters.FilterSet.FILTER_DEFAULTS, models.BooleanField: {"filter_class": BooleanFilter}}
+
+    return IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, MultipleChoiceFilter, FilterSet
+
+
+IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, MultipleChoiceFilter, FilterSet = _filter_classes()
