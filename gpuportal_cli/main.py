@@ -198,7 +198,8 @@ def submit(
     wait: Annotated[bool, typer.Option("--wait", help="Then wait like `gpuportal wait` (same exit statuses).")] = False,
     until: Annotated[str, typer.Option(help="With --wait: the state(s) that count as done, comma-separated.")] = "succeeded",
     timeout: Annotated[float, typer.Option(help="With --wait: seconds to wait in all.")] = 6 * 3600,
-    interval: Annotated[float, typer.Option(help="With --wait: first polling interval (seconds).")] = 10,
+    interval: Annotated[float, typer.Option(envvar="GPUPORTAL_POLL_INTERVAL",
+                                            help="With --wait: first polling interval (seconds).")] = 10,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the request's id.")] = False,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -287,7 +288,8 @@ def wait_(
     until: Annotated[str, typer.Option(help="The state(s) that count as done, comma-separated (running: "
                                             "also succeeded).")] = "succeeded",
     timeout: Annotated[float, typer.Option(help="Seconds to wait in all.")] = 6 * 3600,
-    interval: Annotated[float, typer.Option(help="First polling interval (seconds); grows while nothing changes.")] = 10,
+    interval: Annotated[float, typer.Option(envvar="GPUPORTAL_POLL_INTERVAL",
+                                            help="First polling interval (seconds); grows while nothing changes.")] = 10,
     output: OutputOpt = Output.table,
 ) -> None:
     """Wait for a request: exit 0 when it reaches --until, 1 when it ends otherwise, 3 on timeout."""
