@@ -277,7 +277,7 @@ def _follow(client: Client, req: dict[str, Any], until: set[str], *, timeout: fl
         response = client.call("GET", url, headers={"If-None-Match": etag} if etag else None)
         etag = response.headers.get("etag", etag)
         if response.status == 304 or response.data is None:
-            interval = min(interval * 1.5, MAX_INTERVAL)  # nothing changed: no polling storm
+            interval = min(interval * 1.5, MAX_INTERVAL, first * 6)  # nothing changed: no polling storm
             continue
         req = response.data
 
@@ -289,7 +289,8 @@ def wait_(
                                             "also succeeded).")] = "succeeded",
     timeout: Annotated[float, typer.Option(help="Seconds to wait in all.")] = 6 * 3600,
     interval: Annotated[float, typer.Option(envvar="GPUPORTAL_POLL_INTERVAL",
-                                            help="First polling interval (seconds); grows while nothing changes.")] = 10,
+                                            help="First polling interval (seconds); grows while nothing changes, up to "
+                                                 "6 times (at most a minute).")] = 10,
     output: OutputOpt = Output.table,
 ) -> None:
     """Wait for a request: exit 0 when it reaches --until, 1 when it ends otherwise, 3 on timeout."""
