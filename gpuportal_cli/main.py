@@ -49,7 +49,7 @@ app = typer.Typer(
 MAX_INTERVAL = 60.0
 
 
-class Output(enum.StrEnum):
+class Output(str, enum.Enum):
     table = "table"
     json = "json"
 
