@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -207,6 +209,15 @@ def test_an_unreachable_portal_exits_4(gp, closed_port) -> None:  # noqa: ANN001
     assert "retrying in 1s" in run.stderr and f"Could not reach the portal: GET {url}/api/v1/requests/1/" in run.stderr
     for args in (("submit", *TRAIN), ("wait", "1"), ("list",), ("logs", "1"), ("login", "--url", url, "--token", "x")):
         assert gp(*args, env={"PORTAL_URL": url, "GPUPORTAL_RETRIES": "0"}).returncode == 4, args
+
+
+def test_the_client_is_http_only(cli_env) -> None:  # noqa: ANN001
+    """No Django (nor anything of the portal) in the client: it installs on any CI runner."""
+    code = ("import sys, gpuportal_cli.main; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'portal', 'workloads', "
+            "'tenants', 'quotas', 'sandbox', 'kubernetes'}))")
+    run = subprocess.run([sys.executable, "-c", code], env=cli_env, capture_output=True, text=True, timeout=60, cwd="/")
+    assert run.returncode == 0 and run.stdout.strip() == "[]", run.stdout + run.stderr
 
 
 def test_help_and_shell_completion(gp) -> None:  # noqa: ANN001

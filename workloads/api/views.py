@@ -7,7 +7,7 @@ import json
 
 from django.shortcuts import get_object_or_404
 from django.utils.http import parse_etags
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -362,7 +362,8 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_scale(actor=actor_of(request), request=req, replicas=data.validated_data["replicas"])
         return self._detail(req)
 
-    @extend_schema(parameters=[LogsQuerySerializer], responses={200: RequestLogsSerializer})
+    @extend_schema(parameters=[LogsQuerySerializer],
+                   responses={200: RequestLogsSerializer, 503: OpenApiResponse(description="The cluster did not answer.")})
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         """The last ``tail`` log lines of each of the request's pods (read-only; 503 when the cluster does not answer)."""
