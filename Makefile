@@ -22,11 +22,12 @@ bench: venv
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 is needed (set PYTHON=/path/to/python3.12)"; exit 1; }
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -r requirements.txt
+	$(VPY) -m pip install --quiet --no-deps -e .  # the `gpuportal` client (pyproject.toml)
 	@touch $(STAMP)
 
 # Browser tests drive Debian's Chromium (no browser download).

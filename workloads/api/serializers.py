@@ -231,3 +231,19 @@ class InboxSerializer(RequestSerializer):
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_context(self, req: WorkloadRequest) -> dict[str, Any]:
         return selectors.approval_context(req)
+
+
+class LogsQuerySerializer(serializers.Serializer):
+    tail = serializers.IntegerField(min_value=1, max_value=5000, required=False, default=200,
+                                    help_text="Lines per pod (the last ones).")
+
+
+class PodLogSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    phase = serializers.CharField()
+    node = serializers.CharField()
+    log = serializers.CharField(allow_null=True, help_text="Null when the pod is gone.")
+
+
+class RequestLogsSerializer(serializers.Serializer):
+    pods = PodLogSerializer(many=True)

@@ -8,7 +8,7 @@ import json
 from django.shortcuts import get_object_or_404
 from django.utils.http import parse_etags
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,9 +30,11 @@ from .serializers import (
     ExtendSerializer,
     ImageSerializer,
     InboxSerializer,
+    LogsQuerySerializer,
     ReasonSerializer,
     RequestCreateSerializer,
     RequestDetailSerializer,
+    RequestLogsSerializer,
     RequestSerializer,
     ScaleSerializer,
     TemplateSerializer,
@@ -389,6 +391,42 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         data.is_valid(raise_exception=True)
         req = services.request_scale(actor=actor_of(request), request=req, replicas=data.validated_data["replicas"])
         return self._detail(req)
+
+    @extend_schema(parameters=[LogsQuerySerializer],
+                   responses={200: RequestLogsSerializer, 503: OpenApiResponse(description="The cluster did not answer.")})
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        """The last ``tail`` log lines of each of the request's pods (read-only; 503 when the cluster does not answer)."""
+        query = LogsQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        return Response({"pods": request_pod_logs(self.get_object(), tail=query.validated_data["tail"])})
+
+
+class ClusterUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "cluster_unavailable"
+    default_detail = "The cluster did not answer."
+
+
+def request_pod_logs(req: WorkloadRequest, *, tail: int) -> list[dict]:
+    """The request's pods (by our request label) with their last ``tail`` log lines, through portal.kube."""
+    if not (req.cluster.kubeconfig_encrypted or req.cluster.kubeconfig_path):
+        return []
+    from portal.kube import kube_for
+
+    from ..manifests import REQUEST_LABEL
+
+    try:
+        kube = kube_for(req.cluster)
+        items, _ = kube.list("v1", "Pod", req.project.namespace, label_selector=f"{REQUEST_LABEL}={req.pk}")
+        return [
+            {"name": pod["metadata"]["name"], "phase": (pod.get("status") or {}).get("phase", ""),
+             "node": (pod.get("spec") or {}).get("nodeName", ""),
+             "log": kube.pod_log(req.project.namespace, pod["metadata"]["name"], tail_lines=tail)}
+            for pod in sorted(items, key=lambda p: p["metadata"]["name"])
+        ]
+    except Exception as exc:  # noqa: BLE001 - an unreachable or broken cluster is a 503, never a 500
+        raise ClusterUnavailable(f"The cluster did not answer: {exc}") from exc
 
 
 class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
