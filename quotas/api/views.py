@@ -12,8 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.exceptions import Invalid, NotAllowed
+from portal.exceptions import Invalid
 from tenants.access import Actor
+from tenants.guards import actor_of, require_ops
 from tenants.selectors import projects_for, tenants_for
 
 from .. import selectors, services
@@ -35,14 +36,10 @@ from .serializers import (
 )
 
 
-def actor_of(request: Request) -> Actor:
-    return Actor.from_request(request)
-
-
 def _require_ops(request: Request, message: str) -> Actor:
+    """The caller, if they are ops (API views whose only service is ops-only)."""
     actor = actor_of(request)
-    if not actor.is_ops:
-        raise NotAllowed(message)
+    require_ops(actor, message)
     return actor
 
 

@@ -14,12 +14,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
-from portal.exceptions import Invalid, NotAllowed
+from portal.exceptions import Invalid
 from quotas.models import Flavor
 from tenants.access import Actor
+from tenants.guards import actor_of, require
 from tenants.selectors import projects_for
 
-from .. import selectors, services
+from .. import policy, selectors, services
 from ..filters import ImageFilter, RequestFilter, TemplateFilter
 from ..models import ApprovalRule, Image, ServiceTemplate, Volume, WorkloadRequest
 from .serializers import (
@@ -44,10 +45,6 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
     description="A retried POST with the same key (same user) returns the first request (200) and creates nothing.",
 )
-
-
-def actor_of(request: Request) -> Actor:
-    return Actor.from_request(request)
 
 
 def _by_id_or_slug(queryset, key: str):  # noqa: ANN001, ANN202
@@ -81,8 +78,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     @extend_schema(request=TemplateWriteSerializer, responses={201: TemplateSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage templates.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         template = services.template_create(actor=actor, **data.validated_data)
@@ -92,8 +88,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
         template = self.get_object()
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage templates.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(template, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         template = services.template_update(actor=actor, template=template, **data.validated_data)
@@ -119,8 +114,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
 
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage the image list.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         image = services.image_create(actor=actor, **data.validated_data)
@@ -129,8 +123,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
         image = self.get_object()
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage the image list.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(image, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         image = services.image_update(actor=actor, image=image, **data.validated_data)
