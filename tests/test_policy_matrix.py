@@ -102,7 +102,7 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("workloads.may_open_notebook", lambda a, w, x: workloads_policy.may_open_notebook(a, w.notebook[x]),
      {"carol"}, NONE),
     ("workloads.may_open_notebook (open to approvers)",
-     lambda a, w, x: workloads_policy.may_open_notebook(a, _opened(w.notebook[x])), APPROVERS | {"carol"}, NONE),
+     lambda a, w, x: workloads_policy.may_open_notebook(a, _opened(w.notebook[x])), APPROVERS | {"carol"}, OPS),
 ]
 
 
