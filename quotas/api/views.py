@@ -192,7 +192,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
                 raise Invalid("No such tenant.", field="tenant")
         flavor = flavor_find(actor=actor, key=values["flavor"], cluster=values.get("cluster"))
         resource = values.get("resource") or flavor.primary_resource
-        existed = Quota.objects.filter(
+        existed = selectors.quotas_for(actor=actor).filter(
             tenant=tenant or project.tenant, project=project, flavor=flavor, resource=resource
         ).exists()
         row = services.quota_set(

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from portal.exceptions import Invalid
-from quotas.models import Flavor
+from quotas.selectors import flavors_for
 from tenants.access import Actor
 from tenants.guards import actor_of, require
 from tenants.selectors import projects_for
@@ -275,7 +275,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         if flavor_name:
             flavor = (
                 template.allowed_flavors.filter(name=flavor_name).first()
-                or Flavor.objects.filter(name=flavor_name, active=True).order_by("pk").first()
+                or flavors_for(actor=actor).filter(name=flavor_name, active=True).order_by("pk").first()
             )
             if flavor is None:
                 raise Invalid(f"No such flavor {flavor_name}.", field="flavor")
