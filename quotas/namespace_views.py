@@ -15,10 +15,11 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
 from portal.kube import ClusterError
+from tenants.guards import ops_only as _ops_only
 from tenants.models import Project
 
 from . import namespaces
-from .views import _ops_cluster, _ops_only, _ops_page
+from .views import _ops_cluster, _ops_page
 
 
 def _confirm(request: HttpRequest) -> int | None:

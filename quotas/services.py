@@ -27,11 +27,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
-from tenants.access import Actor, has_perm
+from tenants.access import Actor
 from tenants.audit import audit_record, snapshot
+from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project, Tenant
 
-from . import selectors
+from . import policy, selectors
 from .events import schedule_reconcile
 from .exceptions import AlreadyDecided, QuotaExceeded
 from .mig import MIG_PROFILES, validate_mig_profile
@@ -63,11 +64,6 @@ def fmt(value: Any) -> str:
         return "unlimited"
     text = format(Decimal(value).normalize(), "f")
     return "0" if text in ("-0", "") else text
-
-
-def _require_ops(actor: Actor, message: str) -> None:
-    if actor.user is not None and not actor.is_ops:
-        raise NotAllowed(message)
 
 
 def _require_writable(actor: Actor, tenant: Tenant) -> None:
@@ -130,7 +126,7 @@ def cluster_create(
     kubeconfig: str = "",
     kubeconfig_path: str = "",
 ) -> Cluster:
-    _require_ops(actor, "Only platform ops register clusters.")
+    require(policy.may_manage_capacity(actor), "Only platform ops register clusters.")
     cluster = Cluster(
         name=name, architecture=architecture, use_mig=use_mig, use_hami=use_hami,
         volcano_capacity_plugin=volcano_capacity_plugin, overcommit_percent=overcommit_percent,
@@ -149,7 +145,7 @@ def cluster_create(
 @transaction.atomic
 def cluster_sync(*, actor: Actor, cluster: Cluster) -> None:
     """On demand: read the cluster's nodes again, then reconcile (both as Celery tasks after commit)."""
-    _require_ops(actor, "Only platform ops sync a cluster's inventory.")
+    require(policy.may_manage_capacity(actor), "Only platform ops sync a cluster's inventory.")
     audit_record(actor=actor, action="cluster.sync", target=cluster)
 
     def queue() -> None:
@@ -165,7 +161,7 @@ def cluster_sync(*, actor: Actor, cluster: Cluster) -> None:
 @transaction.atomic
 def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster:
     """Change a cluster's settings. ``kubeconfig`` replaces the stored one (write-only)."""
-    _require_ops(actor, "Only platform ops change clusters.")
+    require(policy.may_manage_capacity(actor), "Only platform ops change clusters.")
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     allowed = set(CLUSTER_FIELDS) | {"kubeconfig"}
     for key in changes:
@@ -312,7 +308,7 @@ def flavor_create(
     tolerations: list[dict[str, Any]] | None = None,
     order: int = 100,
 ) -> Flavor:
-    _require_ops(actor, "Only platform ops define flavors.")
+    require(policy.may_manage_capacity(actor), "Only platform ops define flavors.")
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     flavor = Flavor(
         cluster=cluster, name=name, kind=kind, display_name=display_name, gpu_product=gpu_product,
@@ -331,7 +327,7 @@ def flavor_create(
 def flavor_update(*, actor: Actor, flavor: Flavor, **changes: Any) -> Flavor:
     """Change a flavor. Its cluster, name and kind name cluster objects and quota rows: fixed.
     Its GPU model and MIG profile decide its resource names: fixed once it has quotas."""
-    _require_ops(actor, "Only platform ops change flavors.")
+    require(policy.may_manage_capacity(actor), "Only platform ops change flavors.")
     cluster = Cluster.objects.select_for_update().get(pk=flavor.cluster_id)
     flavor = Flavor.objects.get(pk=flavor.pk)
     for key, value in changes.items():
@@ -548,10 +544,10 @@ def quota_set(
     if project is not None:
         project = Project.objects.select_related("tenant").get(pk=project.pk)
         tenant = project.tenant
-        if not has_perm(actor, "change_tenant", tenant):
-            raise NotAllowed("Only tenant admins and ops split the tenant's quota across its projects.")
+        require(policy.may_set_quota(actor, project=project),
+                "Only tenant admins and ops split the tenant's quota across its projects.")
     else:
-        _require_ops(actor, "Only platform ops set a tenant's quota.")
+        require(policy.may_set_quota(actor, tenant=tenant), "Only platform ops set a tenant's quota.")
     assert tenant is not None
     _require_writable(actor, tenant)
     if not isinstance(resource, str) or not resource:
@@ -617,8 +613,7 @@ def quota_request_create(
     project = Project.objects.select_related("tenant").get(pk=project.pk)
     if actor.user is None:
         raise NotAllowed("Quota requests are made by people.")
-    if not has_perm(actor, "submit_project", project):
-        raise NotAllowed("Your role in this project cannot ask for quota.")
+    require(policy.may_request_quota(actor, project), "Your role in this project cannot ask for quota.")
     _require_writable(actor, project.tenant)
     if not project.is_active:
         raise Invalid("The project is archived.", field="project")
@@ -645,23 +640,6 @@ def quota_request_create(
     return request
 
 
-def may_decide(actor: Actor, request: QuotaRequest, *, tier: str) -> bool:
-    """Project tier: the project's approvers (not the requester, unless a tenant admin); tenant tier:
-    tenant admins; ops tier: ops. A higher tier may always decide a lower one."""
-    if actor.user is None:
-        return True
-    if actor.is_ops:
-        return True
-    if tier == Approver.OPS:
-        return False
-    tenant_admin = has_perm(actor, "change_tenant", request.project.tenant)
-    if tier == Approver.TENANT_ADMIN:
-        return tenant_admin
-    if tenant_admin:
-        return True
-    return has_perm(actor, "approve_project", request.project) and actor.user.pk != request.requested_by_id
-
-
 _TIER_WHO = {
     Approver.PROJECT_ADMIN: "a project admin (not the requester), a tenant admin or ops",
     Approver.TENANT_ADMIN: "a tenant admin or ops",
@@ -670,7 +648,7 @@ _TIER_WHO = {
 
 
 def _require_decider(actor: Actor, request: QuotaRequest, *, tier: str, why: str = "") -> None:
-    if not may_decide(actor, request, tier=tier):
+    if not policy.may_decide(actor, request, tier=tier):
         raise NotAllowed(f"{why}Only {_TIER_WHO[tier]} may decide this request.")
 
 

@@ -25,7 +25,7 @@ import django_filters as filters
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db.models import F, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -34,13 +34,17 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
 from portal.inputs import is_id
+from portal.ui import Pager, filtered
 from tenants import selectors as tenancy
-from tenants.access import Actor, has_perm
+from tenants import policy as tenancy_policy
+from tenants.access import Actor
+from tenants.guards import ops_only as _ops_only
+from tenants.guards import tenant_to_change as _admin_tenant
 from tenants.forms import add_service_error
 from tenants.models import Project, Tenant
-from tenants.views import Pager, filtered, page
+from tenants.ui import page
 
-from . import reconcile, selectors, services
+from . import policy, reconcile, selectors, services
 from .capacity import flavor_enforcement, flavor_matches, node_offers
 from .exceptions import QuotaExceeded
 from .filters import FlavorFilter, QuotaFilter, QuotaRequestFilter
@@ -72,13 +76,6 @@ SERVICE_FIELDS = {"flavor": "target", "resource": "target", "amount": "amount", 
 
 
 # Helpers ---------------------------------------------------------------------------------------
-
-
-def _ops_only(request: HttpRequest) -> Actor:
-    actor = Actor.from_request(request)
-    if not actor.is_ops:
-        raise Http404("No such page.")  # ops pages don't exist for anyone else
-    return actor
 
 
 def _ops_page(request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
@@ -127,14 +124,6 @@ def dataset(label: str, values: list[Any], colour: str, stack: str | None = None
 
 def _visible_project(actor: Actor, slug: str) -> Project:
     return get_object_or_404(tenancy.projects_for(actor=actor).select_related("tenant"), slug=slug)
-
-
-def _admin_tenant(actor: Actor, slug: str) -> Tenant:
-    """The tenant whose quota ``actor`` may split: 404 if they can't see it, 403 if they only see it."""
-    tenant = get_object_or_404(tenancy.tenants_for(actor=actor), slug=slug)
-    if not has_perm(actor, "change_tenant", tenant):
-        raise PermissionDenied("Only the tenant's admins and platform ops split its quota.")
-    return tenant
 
 
 def _filters_of(form: forms.Form, request: HttpRequest) -> SimpleNamespace:
@@ -729,7 +718,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                            "lending_limit": None if editing.lending_limit is None else services.fmt(editing.lending_limit)}
         offered = [f for f in unique_flavors if tenant_checks_enforced(summary, f)]
         form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=offered, initial=initial)
-    context = {"tenant": tenant, "tab": "quotas", "writable": tenant.is_active or actor.is_ops, "summary": summary,
+    context = {"tenant": tenant, "tab": "quotas", "writable": tenancy_policy.may_write_in(actor, tenant), "summary": summary,
                "chart": chart, "filterset": filterset, "pager": pager, "form": form,
                "project_rows": [(q, project_checks[q.pk]) for q in page_rows],
                "not_enforced": [s for s in summary if not s["check"]["enforced"]]}
@@ -795,7 +784,7 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any]
 def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
     tenant = project.tenant
     rows = selectors.project_quota_summary(project=project)
-    can_request = has_perm(actor, "submit_project", project) and project.is_active and (tenant.is_active or actor.is_ops)
+    can_request = policy.may_request_quota(actor, project) and project.is_active and (tenancy_policy.may_write_in(actor, tenant))
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
@@ -804,7 +793,7 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
         "can_request": can_request,
         "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
         "filterset": filterset, "pager": Pager(request, filterset.qs),
-        "can_split": has_perm(actor, "change_tenant", tenant),
+        "can_split": policy.may_split_quota(actor, tenant),
         "not_enforced": [r for r in rows if not r["enforced"]],
         "drifting": [r for r in rows if r["drift"]],
     }
@@ -856,7 +845,7 @@ def _item_context(actor: Actor, item: QuotaRequest, *, error: str | None = None,
                   form: DecisionForm | None = None) -> dict[str, Any]:
     current = _context_for([item]).get(item.pk)
     return {"r": item, "current": current, "error": error, "note": note, "form": form,
-            "may_decide": item.status == QuotaRequest.Status.PENDING and services.may_decide(actor, item, tier=item.approver),
+            "may_decide": item.status == QuotaRequest.Status.PENDING and policy.may_decide(actor, item, tier=item.approver),
             "mine": actor.user is not None and item.requested_by_id == actor.user.pk}
 
 

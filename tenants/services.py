@@ -11,9 +11,11 @@ from django.utils import timezone
 
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
 
+from . import policy
 from .access import Actor, has_perm, permissions_sync, permissions_sync_tenant
 from .audit import audit_record, snapshot
 from .authentication import token_generate
+from .guards import require, require_ops
 from .models import ApiToken, Membership, Project, Role, Tenant
 
 TENANT_FIELDS = ["name", "slug", "cost_centre", "contact_email", "status"]
@@ -23,14 +25,9 @@ TOKEN_FIELDS = ["name", "project", "scope", "expires_at", "revoked_at"]
 MAX_TOKEN_DAYS = 366
 
 
-def _require(actor: Actor, perm: str, obj: Tenant | Project, message: str) -> None:
-    if not has_perm(actor, perm, obj):
-        raise NotAllowed(message)
-
-
 def _require_writable(actor: Actor, tenant: Tenant) -> None:
     """A suspended tenant is read-only for everyone but ops."""
-    if not tenant.is_active and not actor.is_ops:
+    if not policy.may_write_in(actor, tenant):
         raise ReadOnlyTenant(f"Tenant {tenant.slug} is suspended: its data can be read but not changed.")
 
 
@@ -40,17 +37,12 @@ def _tenant_locked(tenant: Tenant) -> Tenant:
     return Tenant.objects.select_for_update().get(pk=tenant.pk)
 
 
-def _require_ops(actor: Actor, message: str) -> None:
-    if actor.user is not None and not actor.is_ops:
-        raise NotAllowed(message)
-
-
 # Tenants ---------------------------------------------------------------------------------------
 
 
 @transaction.atomic
 def tenant_create(*, actor: Actor, name: str, slug: str, cost_centre: str = "", contact_email: str = "") -> Tenant:
-    _require_ops(actor, "Only platform ops create tenants.")
+    require_ops(actor, "Only platform ops create tenants.")
     tenant = Tenant(name=name, slug=slug, cost_centre=cost_centre, contact_email=contact_email)
     tenant.full_clean()
     tenant.save()
@@ -61,9 +53,9 @@ def tenant_create(*, actor: Actor, name: str, slug: str, cost_centre: str = "", 
 @transaction.atomic
 def tenant_update(*, actor: Actor, tenant: Tenant, **changes: Any) -> Tenant:
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
-    _require(actor, "change_tenant", tenant, "Only tenant admins and ops change a tenant.")
+    require(policy.may_change_tenant(actor, tenant), "Only tenant admins and ops change a tenant.")
     if "status" in changes and changes["status"] != tenant.status:
-        _require_ops(actor, "Only platform ops suspend or reactivate a tenant.")
+        require_ops(actor, "Only platform ops suspend or reactivate a tenant.")
     elif not ("status" in changes and changes["status"] == Tenant.Status.ACTIVE):
         _require_writable(actor, tenant)
     if "slug" in changes and changes["slug"] != tenant.slug:
@@ -114,7 +106,7 @@ def _check_namespace(tenant: Tenant, slug: str) -> str:
 @transaction.atomic
 def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, description: str = "") -> Project:
     tenant = _tenant_locked(tenant)
-    _require(actor, "change_tenant", tenant, "Only tenant admins and ops create projects.")
+    require(policy.may_change_tenant(actor, tenant), "Only tenant admins and ops create projects.")
     _require_writable(actor, tenant)
     project = Project(tenant=tenant, name=name, slug=slug, description=description)
     project.full_clean()
@@ -132,15 +124,15 @@ def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, descri
 @transaction.atomic
 def project_update(*, actor: Actor, project: Project, **changes: Any) -> Project:
     project = Project.objects.select_for_update(of=("self",)).select_related("tenant").get(pk=project.pk)
-    _require(actor, "change_project", project, "Only project admins, tenant admins and ops change a project.")
+    require(policy.may_change_project(actor, project), "Only project admins, tenant admins and ops change a project.")
     _require_writable(actor, project.tenant)
     if "slug" in changes and changes["slug"] != project.slug:
         raise Invalid("The slug cannot change: it is the project's namespace.", field="slug")
     if "status" in changes and changes["status"] != project.status:
-        _require(actor, "change_tenant", project.tenant, "Only tenant admins and ops archive or restore a project.")
+        require(policy.may_change_tenant(actor, project.tenant), "Only tenant admins and ops archive or restore a project.")
     if changes.get("notebooks_open_to_approvers", project.notebooks_open_to_approvers) != project.notebooks_open_to_approvers:
         # Approvers would grant themselves access to other people's notebooks: the tenant admins decide.
-        _require(actor, "change_tenant", project.tenant, "Only tenant admins and ops let approvers open members' notebooks.")
+        require(policy.may_change_tenant(actor, project.tenant), "Only tenant admins and ops let approvers open members' notebooks.")
     before = snapshot(project, PROJECT_FIELDS)
     for field, value in changes.items():
         setattr(project, field, value)
@@ -178,7 +170,7 @@ def _check_membership_shape(*, tenant: Tenant, project: Project | None, role: st
 @transaction.atomic
 def membership_create(*, actor: Actor, tenant: Tenant, user: Any, role: str, project: Project | None = None) -> Membership:
     tenant = _tenant_locked(tenant)
-    _require(actor, "manage_members_tenant", tenant, "Only tenant admins and ops manage members.")
+    require(policy.may_manage_members(actor, tenant), "Only tenant admins and ops manage members.")
     _require_writable(actor, tenant)
     _check_membership_shape(tenant=tenant, project=project, role=role)
     if Membership.objects.filter(user=user, tenant=tenant, project=project).exists():
@@ -200,7 +192,7 @@ def membership_create(*, actor: Actor, tenant: Tenant, user: Any, role: str, pro
 @transaction.atomic
 def membership_update(*, actor: Actor, membership: Membership, role: str) -> Membership:
     membership = Membership.objects.select_for_update(of=("self",)).select_related("tenant", "project", "user").get(pk=membership.pk)
-    _require(actor, "manage_members_tenant", membership.tenant, "Only tenant admins and ops manage members.")
+    require(policy.may_manage_members(actor, membership.tenant), "Only tenant admins and ops manage members.")
     _require_writable(actor, membership.tenant)
     _check_membership_shape(tenant=membership.tenant, project=membership.project, role=role)
     _guard_last_admin(membership, new_role=role)
@@ -218,7 +210,7 @@ def membership_update(*, actor: Actor, membership: Membership, role: str) -> Mem
 @transaction.atomic
 def membership_delete(*, actor: Actor, membership: Membership) -> None:
     membership = Membership.objects.select_for_update(of=("self",)).select_related("tenant", "project", "user").get(pk=membership.pk)
-    _require(actor, "manage_members_tenant", membership.tenant, "Only tenant admins and ops manage members.")
+    require(policy.may_manage_members(actor, membership.tenant), "Only tenant admins and ops manage members.")
     _require_writable(actor, membership.tenant)
     _guard_last_admin(membership, new_role=None)
     before = snapshot(membership, MEMBERSHIP_FIELDS)
@@ -263,12 +255,12 @@ def token_create(
     """Create a token; returns it and the raw secret, which is never stored or shown again."""
     if actor.token is not None:
         raise NotAllowed("API tokens cannot create tokens; sign in to create one.")
-    _require(actor, "view_project", project, "You are not a member of this project.")
+    require(policy.may_view_project(actor, project), "You are not a member of this project.")
     _require_writable(actor, project.tenant)
     if not project.is_active:
         raise Invalid("The project is archived.", field="project")
     if scope == ApiToken.Scope.SUBMIT:
-        _require(actor, "submit_project", project, "Your role in this project cannot submit, so neither can your token.")
+        require(policy.may_submit(actor, project), "Your role in this project cannot submit, so neither can your token.")
     elif scope != ApiToken.Scope.READ:
         raise Invalid(f"Scope must be one of {', '.join(ApiToken.Scope.values)}.", field="scope")
     now = timezone.now()
@@ -329,7 +321,7 @@ def ops_user_ensure(*, actor: Actor, user: Any) -> bool:
 
     from .access import OPS_GROUP
 
-    _require_ops(actor, "Only platform ops make other users ops.")
+    require_ops(actor, "Only platform ops make other users ops.")
     locked = get_user_model().objects.select_for_update().get(pk=user.pk)
     before = _ops_snapshot(locked)
     group, _ = Group.objects.get_or_create(name=OPS_GROUP)
@@ -353,7 +345,7 @@ def ops_user_remove(*, actor: Actor, user: Any) -> bool:
     someone left who can give it back."""
     from .access import OPS_GROUP
 
-    _require_ops(actor, "Only platform ops remove other users' ops role.")
+    require_ops(actor, "Only platform ops remove other users' ops role.")
     if actor.user is not None and actor.user.pk == user.pk:
         raise ConflictError("You cannot remove your own ops role: ask another ops user.", field="user")
     locked = get_user_model().objects.select_for_update().get(pk=user.pk)

@@ -10,20 +10,17 @@ table row, and plain POSTs with a redirect and a message, so every page works wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 import django_filters as filters
-from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch, Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -31,9 +28,10 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
+from portal.ui import Pager, filtered
 
-from . import selectors, services
-from .access import OPS_GROUP, Actor, has_perm
+from . import policy, selectors, services
+from .access import OPS_GROUP, Actor
 from .filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
 from .forms import (
     MemberAddForm,
@@ -45,140 +43,10 @@ from .forms import (
     TokenCreateForm,
     add_service_error,
 )
+from .guards import ops_only as _ops_only
+from .guards import tenant_to_manage_members as _admin_tenant
 from .models import ApiToken, Membership, Project, Role, Tenant
-
-PAGE_SIZE = 25
-
-
-# Helpers ---------------------------------------------------------------------------------------
-
-
-class Pager:
-    """A page of a list plus the links to its neighbours, keeping the other query parameters (filters)."""
-
-    def __init__(self, request: HttpRequest, queryset: QuerySet[Any], *, param: str = "page", per_page: int = PAGE_SIZE):
-        self.request = request
-        self.param = param
-        self.page: Page = Paginator(queryset, per_page).get_page(request.GET.get(param))
-
-    def __iter__(self):  # noqa: ANN204
-        return iter(self.page.object_list)
-
-    def __len__(self) -> int:
-        return len(self.page.object_list)
-
-    def _url(self, number: int) -> str:
-        query = self.request.GET.copy()
-        query[self.param] = str(number)
-        return "?" + query.urlencode()
-
-    @property
-    def first_url(self) -> str | None:
-        return self._url(1) if self.page.number > 2 else None
-
-    @property
-    def previous_url(self) -> str | None:
-        return self._url(self.page.previous_page_number()) if self.page.has_previous() else None
-
-    @property
-    def next_url(self) -> str | None:
-        return self._url(self.page.next_page_number()) if self.page.has_next() else None
-
-    @property
-    def last_url(self) -> str | None:
-        last = self.page.paginator.num_pages
-        return self._url(last) if self.page.number < last - 1 else None
-
-
-# Shorter labels than the FilterSets' own (which the API schema uses).
-FILTER_LABELS = {
-    "tenant": "Tenant",
-    "project": "Project",
-    "user": "Username",
-    "actor": "Who",
-    "action": "Action starts with",
-    "since": "Since (UTC)",
-    "until": "Until (UTC)",
-    "is_active": "Account active",
-}
-
-
-def filtered(
-    filterset_class: type[filters.FilterSet],
-    request: HttpRequest,
-    queryset: QuerySet[Any],
-    *,
-    hide: tuple[str, ...] = (),
-    selects: dict[str, list[tuple[str, str]]] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> filters.FilterSet:
-    """A bound FilterSet for a list page. ``hide`` drops filters the page fixes itself (the tenant
-    on a tenant's page); ``selects`` turns slug text filters into drop-downs of known values;
-    ``labels`` are the page's own short labels, over ``FILTER_LABELS``. Every "no filter" choice reads "Any"."""
-    filterset = filterset_class(request.GET or None, queryset=queryset, request=request)
-    form = filterset.form
-    labels = FILTER_LABELS | dict(labels or {})
-    for name in hide:
-        form.fields.pop(name, None)
-    for name, field in form.fields.items():
-        field.label = labels.get(name, field.label)
-        if isinstance(field.widget, forms.NullBooleanSelect):
-            field.widget.choices = [(value, "Any" if value == "unknown" else label) for value, label in field.widget.choices]
-        elif getattr(field, "empty_label", None) is not None:
-            # django-filter's choice fields put their own empty choice ("---------") in front of
-            # whatever ``choices`` holds: relabel that one and keep it out of the list, or there are two.
-            field.empty_label = "Any"
-            field.choices = [(value, label) for value, label in field.choices if value != ""]
-        elif hasattr(field, "choices"):
-            field.choices = [(value, "Any" if value == "" else label) for value, label in field.choices]
-    for name, choices in (selects or {}).items():
-        if name in form.fields:
-            form.fields[name].widget = forms.Select(choices=[("", "Any")] + choices)
-    for name in ("since", "until"):
-        if name in form.fields:
-            form.fields[name].widget = forms.DateTimeInput(attrs={"type": "datetime-local"})
-    filterset.is_active = any(request.GET.get(name) for name in form.fields)
-    return filterset
-
-
-def _refresh_perms(user: Any) -> None:
-    # Permissions are cached on the request's user; a write in this request may have changed them.
-    for attr in ("_perm_cache", "_user_perm_cache", "_group_perm_cache", "_portal_is_ops"):
-        user.__dict__.pop(attr, None)
-
-
-def page(request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
-    """Render a full page with what the navigation needs."""
-    actor = Actor.from_request(request)
-    context.setdefault("actor", actor)
-    context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=actor).exists()
-    return render(request, template, context, status=status)
-
-
-def role_labels(actor: Actor) -> tuple[dict[int, str], dict[int, str]]:
-    """The user's own roles: ({project id: label}, {tenant id: label}) for tenant-wide roles."""
-    by_project: dict[int, str] = {}
-    by_tenant: dict[int, str] = {}
-    mine = selectors.memberships_for(actor=actor).filter(user=actor.user)
-    for membership in mine:
-        if membership.project_id is None:
-            by_tenant[membership.tenant_id] = membership.get_role_display()
-        else:
-            by_project[membership.project_id] = membership.get_role_display()
-    return by_project, by_tenant
-
-
-def role_in(project: Project, by_project: dict[int, str], by_tenant: dict[int, str], actor: Actor) -> str:
-    if project.pk in by_project:
-        return by_project[project.pk]
-    if project.tenant_id in by_tenant:
-        return by_tenant[project.tenant_id]
-    return "Platform ops" if actor.is_ops else "—"
-
-
-def tenant_choices() -> list[tuple[str, str]]:
-    return list(Tenant.objects.order_by("name").values_list("slug", "name"))
-
+from .ui import page, refresh_perms, role_in, role_labels, tenant_choices
 
 # Sign-in ---------------------------------------------------------------------------------------
 
@@ -241,7 +109,7 @@ def _project_page(
     new_secret: str | None = None,
 ) -> HttpResponse:
     tenant = project.tenant
-    can_submit = has_perm(actor, "submit_project", project)
+    can_submit = policy.may_submit(actor, project)
     by_project, by_tenant = role_labels(actor)
     members = selectors.memberships_for(actor=actor).filter(project=project).order_by("user__username")
     tokens = selectors.tokens_for(actor=actor).filter(project=project).order_by("-created_at")
@@ -249,9 +117,9 @@ def _project_page(
         "project": project,
         "tenant": tenant,
         "my_role": role_in(project, by_project, by_tenant, actor),
-        "writable": tenant.is_active or actor.is_ops,
-        "can_manage": has_perm(actor, "manage_members_tenant", tenant),
-        "can_archive": has_perm(actor, "change_tenant", tenant),
+        "writable": policy.may_write_in(actor, tenant),
+        "can_manage": policy.may_manage_members(actor, tenant),
+        "can_archive": policy.may_change_tenant(actor, tenant),
         "can_submit": can_submit,
         "members": Pager(request, members, param="members_page"),
         "tokens": Pager(request, tokens, param="tokens_page"),
@@ -277,7 +145,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
 def token_create(request: HttpRequest, slug: str) -> HttpResponse:
     actor = Actor.from_request(request)
     project = _visible_project(actor, slug)
-    form = TokenCreateForm(request.POST, can_submit=has_perm(actor, "submit_project", project))
+    form = TokenCreateForm(request.POST, can_submit=policy.may_submit(actor, project))
     if form.is_valid():
         data = form.cleaned_data
         try:
@@ -306,7 +174,7 @@ def token_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         error = exc.message
     if request.htmx:
         context = {"token": token, "project": project, "error": error, "now": timezone.now(),
-                   "can_manage": has_perm(actor, "manage_members_tenant", project.tenant)}
+                   "can_manage": policy.may_manage_members(actor, project.tenant)}
         return render(request, "tenants/_token_row.html", context)
     if error:
         messages.error(request, error)
@@ -321,7 +189,7 @@ def project_status(request: HttpRequest, slug: str) -> HttpResponse:
     """Archive or restore a project (tenant admins and ops)."""
     actor = Actor.from_request(request)
     project = _visible_project(actor, slug)
-    if not has_perm(actor, "change_tenant", project.tenant):
+    if not policy.may_change_tenant(actor, project.tenant):
         raise PermissionDenied("Only tenant admins and ops archive or restore a project.")
     status = request.POST.get("status")
     if status not in Project.Status.values:
@@ -337,14 +205,6 @@ def project_status(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 # Tenant admin ----------------------------------------------------------------------------------
-
-
-def _admin_tenant(actor: Actor, slug: str) -> Tenant:
-    """The tenant ``slug`` if the actor may administer it: 404 if they can't see it, 403 if only see it."""
-    tenant = get_object_or_404(selectors.tenants_for(actor=actor), slug=slug)
-    if not has_perm(actor, "manage_members_tenant", tenant):
-        raise PermissionDenied("Only the tenant's admins and platform ops manage a tenant.")
-    return tenant
 
 
 @login_required
@@ -369,7 +229,7 @@ def _tenant_overview(
     context = {
         "tenant": tenant,
         "tab": "overview",
-        "writable": tenant.is_active or actor.is_ops,
+        "writable": policy.may_write_in(actor, tenant),
         "details_form": details_form or TenantDetailsForm.for_tenant(tenant),
         "project_form": project_form or ProjectCreateForm(),
         "filterset": filterset,
@@ -414,7 +274,7 @@ def project_create(request: HttpRequest, slug: str) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc)
         else:
-            _refresh_perms(request.user)
+            refresh_perms(request.user)
             messages.success(request, f"Project {project.name} created (namespace {project.namespace}).")
             return redirect("tenant-detail", slug=tenant.slug)
     return _tenant_overview(request, actor, tenant, project_form=form)
@@ -430,7 +290,7 @@ def _tenant_members(request: HttpRequest, actor: Actor, tenant: Tenant, *, form:
     context = {
         "tenant": tenant,
         "tab": "members",
-        "writable": tenant.is_active or actor.is_ops,
+        "writable": policy.may_write_in(actor, tenant),
         "filterset": filterset,
         "pager": Pager(request, filterset.qs),
         "form": form or MemberAddForm(projects=projects, initial={"project": request.GET.get("project")}),
@@ -477,7 +337,7 @@ def _member_answer(
             return HttpResponse("")
         actor = Actor.from_request(request)
         context = {"m": membership, "tenant": tenant, "roles": Role.choices, "error": error,
-                   "note": None if error else done, "writable": tenant.is_active or actor.is_ops}
+                   "note": None if error else done, "writable": policy.may_write_in(actor, tenant)}
         return render(request, "tenants/_member_row.html", context)
     if error:
         messages.error(request, error)
@@ -519,7 +379,7 @@ def member_remove(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         services.membership_delete(actor=actor, membership=membership)
     except PortalError as exc:
         return _member_answer(request, tenant, membership, error=exc.message, done=done)
-    _refresh_perms(request.user)
+    refresh_perms(request.user)
     return _member_answer(request, tenant, None, error=None, done=done)
 
 
@@ -543,13 +403,6 @@ def tenant_audit(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 # Ops -------------------------------------------------------------------------------------------
-
-
-def _ops_only(request: HttpRequest) -> Actor:
-    actor = Actor.from_request(request)
-    if not actor.is_ops:
-        raise Http404("No such page.")  # ops pages don't exist for anyone else
-    return actor
 
 
 class UserFilter(filters.FilterSet):

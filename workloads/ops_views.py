@@ -17,13 +17,15 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Subquery
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 
 from portal.exceptions import ConflictError, PortalError
+from portal.ui import Pager, filtered
 from tenants.access import Actor
 from tenants.forms import add_service_error
-from tenants.views import Pager, filtered, page
+from tenants.guards import ops_only as _ops_only
+from tenants.ui import page
 
 from . import selectors, services
 from .filters import ImageFilter, TemplateFilter
@@ -31,13 +33,6 @@ from .models import Image, ServiceTemplate
 from .ops_forms import ImageForm, TemplateForm
 
 LABELS = {"kind": "Kind", "slug": "Slug", "active": "Active", "q": "Reference contains"}
-
-
-def _ops_only(request: HttpRequest) -> Actor:
-    actor = Actor.from_request(request)
-    if not actor.is_ops:
-        raise Http404("No such page.")  # ops pages don't exist for anyone else
-    return actor
 
 
 # Templates ------------------------------------------------------------------------------------------

@@ -152,17 +152,11 @@ def approval_rules_for(*, actor: Actor) -> QuerySet[ApprovalRule]:
 def notebook_may_open(*, actor: Actor, request: WorkloadRequest) -> bool:
     """Who may open a notebook (through the portal's proxy or the ingress that asks ``/notebooks/auth/``):
     its requester, and the project's approvers only where the project allows it
-    (``Project.notebooks_open_to_approvers``, off by default). An API token never opens a notebook."""
-    from tenants.access import has_perm
+    (``Project.notebooks_open_to_approvers``, off by default). An API token never opens a notebook.
+    The rule is ``workloads.policy.may_open_notebook``."""
+    from .policy import may_open_notebook
 
-    user = actor.user
-    if actor.token is not None or user is None or not user.is_authenticated:
-        return False
-    if request.template.kind != "notebook":
-        return False
-    if request.requested_by_id == user.pk:
-        return True
-    return bool(request.project.notebooks_open_to_approvers) and has_perm(actor, "approve_project", request.project)
+    return may_open_notebook(actor, request)
 
 
 @dataclass

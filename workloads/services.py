@@ -21,11 +21,12 @@ from django.db.models import F, Q, Sum
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
 from quotas.capacity import flavor_enforcement, is_enforced
 from quotas.models import Flavor, Quota
-from tenants.access import Actor, has_perm
+from tenants.access import Actor
 from tenants.audit import audit_record, snapshot
+from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project
 
-from . import hooks, manifests, notify
+from . import hooks, manifests, notify, policy
 from .models import (
     APPROVER_ONLY_PRIORITIES,
     LIVE_STATES,
@@ -58,16 +59,6 @@ MAX_REPLICAS = 64
 # Small checks shared by the services -----------------------------------------------------------
 
 
-def _require(actor: Actor, perm: str, project: Project, message: str) -> None:
-    if not has_perm(actor, perm, project):
-        raise NotAllowed(message)
-
-
-def _require_ops(actor: Actor, message: str) -> None:
-    if actor.user is not None and not actor.is_ops:
-        raise NotAllowed(message)
-
-
 def _require_usable(project: Project, doing: str) -> None:
     """Nothing that adds usage happens in a suspended tenant or an archived project (not even by ops)."""
     if not project.tenant.is_active:
@@ -76,21 +67,9 @@ def _require_usable(project: Project, doing: str) -> None:
         raise Invalid(f"Project {project.slug} is archived: {doing} is not possible.", field="project")
 
 
-def _may_approve(actor: Actor, project: Project) -> bool:
-    return has_perm(actor, "approve_project", project)
-
-
-def _is_requester(actor: Actor, req: WorkloadRequest) -> bool:
-    return actor.user is not None and actor.user.pk == req.requested_by_id
-
-
 def _require_owner_or_approver(actor: Actor, req: WorkloadRequest, doing: str) -> None:
     """The requester (while they may still submit in the project) or an approver of the project."""
-    if _may_approve(actor, req.project):
-        return
-    if _is_requester(actor, req) and has_perm(actor, "submit_project", req.project):
-        return
-    raise NotAllowed(f"Only the requester or a project admin may {doing} this request.")
+    require(policy.may_act_on(actor, req), f"Only the requester or a project admin may {doing} this request.")
 
 
 def _fresh(req: WorkloadRequest) -> WorkloadRequest:
@@ -215,7 +194,7 @@ def approval_decide(
     scale-up by a project admin), whatever the priority.
     """
     rule = approval_rule_for(project=project, template=template)
-    if actor.token is None and actor.user is not None and _may_approve(actor, project):
+    if actor.token is None and actor.user is not None and policy.may_decide(actor, project):
         if approver_decides:
             return Decision(True, f"Approved by {actor.label}, who may approve requests in {project.slug}.")
         allowed = _self_service(rule.admin_priorities if rule else default_self_service_priorities())
@@ -336,7 +315,7 @@ def request_submit(
     if actor.user is None:
         raise NotAllowed("Requests are made by users (or their tokens).")
     project = Project.objects.select_related("tenant").get(pk=project.pk)
-    _require(actor, "submit_project", project, "You may not submit requests in this project.")
+    require(policy.may_submit_request(actor, project), "You may not submit requests in this project.")
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:
         raise Invalid("An Idempotency-Key has at most 200 characters.", field="idempotency_key")
@@ -534,7 +513,7 @@ def _submit(
 
 def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> WorkloadRequest:
     req = _fresh(req)
-    _require(actor, "approve_project", req.project, "Only project admins, tenant admins and ops decide on requests.")
+    require(policy.may_decide(actor, req.project), "Only project admins, tenant admins and ops decide on requests.")
     if to == S.APPROVED:
         _require_usable(req.project, "approving a request")
     verb = "Approved" if to == S.APPROVED else "Rejected"
@@ -765,7 +744,7 @@ def _check_template(template: ServiceTemplate) -> None:
 @transaction.atomic
 def template_create(*, actor: Actor, allowed_flavors: Iterable[Flavor] = (), **values: Any) -> ServiceTemplate:
     """A new template, or a new version of an existing slug (version = last + 1)."""
-    _require_ops(actor, "Only platform ops manage templates.")
+    require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
     last = ServiceTemplate.objects.select_for_update().filter(slug=values.get("slug", "")).order_by("-version").first()
     values["version"] = (last.version + 1) if last else 1
     template = ServiceTemplate(**values)
@@ -782,7 +761,7 @@ def template_update(
 ) -> ServiceTemplate:
     """Edit a version in place. Once requests use it, only name, description and active may change:
     anything else makes a new version (POST with the same slug), so old requests keep their meaning."""
-    _require_ops(actor, "Only platform ops manage templates.")
+    require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
     template = ServiceTemplate.objects.select_for_update().get(pk=template.pk)
     for fixed in ("kind", "slug", "version"):
         if fixed in changes and changes[fixed] != getattr(template, fixed):
@@ -808,7 +787,7 @@ def template_update(
 
 @transaction.atomic
 def image_create(*, actor: Actor, **values: Any) -> Image:
-    _require_ops(actor, "Only platform ops manage the image list.")
+    require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
     image = Image(**values)
     _check_image(image)
     image.save()
@@ -818,7 +797,7 @@ def image_create(*, actor: Actor, **values: Any) -> Image:
 
 @transaction.atomic
 def image_update(*, actor: Actor, image: Image, **changes: Any) -> Image:
-    _require_ops(actor, "Only platform ops manage the image list.")
+    require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
     image = Image.objects.select_for_update().get(pk=image.pk)
     before = snapshot(image, IMAGE_FIELDS)
     for field, value in changes.items():
@@ -842,9 +821,9 @@ def _check_image(image: Image) -> None:
 
 def _require_rule_scope(actor: Actor, project: Project | None) -> None:
     if project is None:
-        _require_ops(actor, "Only platform ops set global approval rules.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops set global approval rules.")
     else:
-        _require(actor, "approve_project", project, "Only project admins, tenant admins and ops set the project's approval rules.")
+        require(policy.may_decide(actor, project), "Only project admins, tenant admins and ops set the project's approval rules.")
         if not project.tenant.is_active and not actor.is_ops:
             raise ReadOnlyTenant(f"Tenant {project.tenant.slug} is suspended: its data can be read but not changed.")
 
@@ -926,9 +905,9 @@ def volume_register(*, actor: Actor, project: Project, name: str, shared: bool =
         raise NotAllowed("Volumes are registered by users.")
     project = Project.objects.select_related("tenant").get(pk=project.pk)
     if shared:
-        _require(actor, "approve_project", project, "Only project admins, tenant admins and ops share volumes with a project.")
+        require(policy.may_decide(actor, project), "Only project admins, tenant admins and ops share volumes with a project.")
     else:
-        _require(actor, "submit_project", project, "You may not register volumes in this project.")
+        require(policy.may_submit_request(actor, project), "You may not register volumes in this project.")
     _require_usable(project, "registering a volume")
     name = (name or "").strip()
     if not name or len(name) > 253 or not manifests.DNS1123_SUBDOMAIN.match(name):

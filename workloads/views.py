@@ -27,12 +27,13 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
 from portal.inputs import is_id
+from portal.ui import Pager, filtered
 from quotas.models import Flavor
-from tenants.access import Actor, has_perm
+from tenants.access import Actor
 from tenants.selectors import projects_for, projects_where
-from tenants.views import Pager, filtered, page, tenant_choices
+from tenants.ui import page, tenant_choices
 
-from . import selectors, services
+from . import policy, selectors, services
 from .filters import RequestFilter
 from .forms import DecisionForm, ExtendForm, RequestForm, ScaleForm
 from .models import RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
@@ -194,18 +195,11 @@ def _visible_request(actor: Actor, pk: int) -> WorkloadRequest:
     return get_object_or_404(selectors.requests_for(actor=actor), pk=pk)
 
 
-def _can_act(actor: Actor, req: WorkloadRequest) -> bool:
-    """The requester (while they may still submit there) or an approver: the services' own rule."""
-    if has_perm(actor, "approve_project", req.project):
-        return True
-    return req.requested_by_id == getattr(actor.user, "pk", None) and has_perm(actor, "submit_project", req.project)
-
-
 def allowed_actions(actor: Actor, req: WorkloadRequest) -> dict[str, bool]:
     """Which lifecycle buttons to show. The services decide again on POST; this only hides what would be refused."""
     state = req.state
-    can_decide = state in (S.SUBMITTED, S.PENDING_APPROVAL) and has_perm(actor, "approve_project", req.project)
-    if not _can_act(actor, req):
+    can_decide = state in (S.SUBMITTED, S.PENDING_APPROVAL) and policy.may_decide(actor, req.project)
+    if not policy.may_act_on(actor, req):
         return {"decide": can_decide}
     writable = req.project.is_active and req.tenant.is_active
     return {

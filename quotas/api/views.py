@@ -13,9 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.exceptions import Invalid, NotAllowed
+from portal.exceptions import Invalid
 from portal.inputs import is_id
 from tenants.access import Actor
+from tenants.guards import actor_of, require_ops
 from tenants.selectors import projects_for, tenants_for
 
 from .. import selectors, services
@@ -43,14 +44,10 @@ DETAIL_RESPONSE = OpenApiResponse(
 )
 
 
-def actor_of(request: Request) -> Actor:
-    return Actor.from_request(request)
-
-
 def _require_ops(request: Request, message: str) -> Actor:
+    """The caller, if they are ops (API views whose only service is ops-only)."""
     actor = actor_of(request)
-    if not actor.is_ops:
-        raise NotAllowed(message)
+    require_ops(actor, message)
     return actor
 
 
@@ -214,7 +211,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
                 raise Invalid("No such tenant.", field="tenant")
         flavor = flavor_find(actor=actor, key=values["flavor"], cluster=values.get("cluster"))
         resource = values.get("resource") or flavor.primary_resource
-        existed = Quota.objects.filter(
+        existed = selectors.quotas_for(actor=actor).filter(
             tenant=tenant or project.tenant, project=project, flavor=flavor, resource=resource
         ).exists()
         row = services.quota_set(

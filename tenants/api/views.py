@@ -13,8 +13,8 @@ from rest_framework.views import APIView
 
 from portal.exceptions import Invalid, NotAllowed
 
-from .. import selectors, services
-from ..access import Actor, has_perm
+from .. import policy, selectors, services
+from ..guards import actor_of
 from ..filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
 from ..models import ApiToken, AuditEntry, Membership, Project, Tenant
 from .serializers import (
@@ -45,10 +45,6 @@ class IdOrSlugMixin:
         obj = selectors.lookup(self.get_queryset(), self.kwargs[self.lookup_field])
         self.check_object_permissions(self.request, obj)
         return obj
-
-
-def actor_of(request: Request) -> Actor:
-    return Actor.from_request(request)
 
 
 @extend_schema_view(retrieve=extend_schema(parameters=[ID_OR_SLUG]), partial_update=extend_schema(parameters=[ID_OR_SLUG]))
@@ -138,7 +134,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
         tenant = selectors.tenants_for(actor=actor).filter(slug=values["tenant"]).first()
         if tenant is None:
             raise Invalid("No such tenant.", field="tenant")
-        if not has_perm(actor, "manage_members_tenant", tenant):
+        if not policy.may_manage_members(actor, tenant):
             raise NotAllowed("Only tenant admins and ops manage members.")
         project = None
         if values.get("project"):

@@ -14,13 +14,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
-from portal.exceptions import Invalid, NotAllowed
+from portal.exceptions import Invalid
 from portal.inputs import NUL, NUL_MESSAGE, is_id
-from quotas.models import Flavor
+from quotas.selectors import flavors_for
 from tenants.access import Actor
+from tenants.guards import actor_of, require
 from tenants.selectors import projects_for
 
-from .. import selectors, services
+from .. import policy, selectors, services
 from ..filters import ImageFilter, RequestFilter, TemplateFilter
 from ..models import ApprovalRule, Image, ServiceTemplate, Volume, WorkloadRequest
 from .serializers import (
@@ -66,10 +67,6 @@ LOCATION_HEADER = OpenApiParameter(
 TEMPLATE_KEY = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Template id, or slug (its newest version).")
 
 
-def actor_of(request: Request) -> Actor:
-    return Actor.from_request(request)
-
-
 def _by_id_or_slug(queryset, key: str):  # noqa: ANN001, ANN202
     """A template by id, or by slug: its newest version in ``queryset``."""
     if is_id(key):
@@ -107,8 +104,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     @extend_schema(request=TemplateWriteSerializer, responses={201: TemplateSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage templates.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         template = services.template_create(actor=actor, **data.validated_data)
@@ -118,8 +114,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
         template = self.get_object()
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage templates.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(template, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         template = services.template_update(actor=actor, template=template, **data.validated_data)
@@ -145,8 +140,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
 
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage the image list.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         image = services.image_create(actor=actor, **data.validated_data)
@@ -155,8 +149,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         actor = actor_of(request)
         image = self.get_object()
-        if not actor.is_ops:
-            raise NotAllowed("Only platform ops manage the image list.")
+        require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(image, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         image = services.image_update(actor=actor, image=image, **data.validated_data)
@@ -311,7 +304,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         if flavor_name:
             flavor = (
                 template.allowed_flavors.filter(name=flavor_name).first()
-                or Flavor.objects.filter(name=flavor_name, active=True).order_by("pk").first()
+                or flavors_for(actor=actor).filter(name=flavor_name, active=True).order_by("pk").first()
             )
             if flavor is None:
                 raise Invalid(f"No such flavor {flavor_name}.", field="flavor")

@@ -1,0 +1,128 @@
+"""The authorisation matrix: every ``may_*`` predicate × role × own or foreign tenant.
+
+The cast (tests/conftest.py): in acme, alice is tenant admin, bob project admin of acme-vision, carol a
+member and dave a viewer there; nobody belongs nowhere; ops is platform ops. The "foreign" column
+asks the same question about globex (its project globex-llm, frank's requests there), where none of
+them but ops has a role. Each row lists who is allowed; everyone else must be refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from quotas import policy as quotas_policy
+from quotas.models import QuotaRequest
+from tenants import policy as tenants_policy
+from tenants.models import Tenant
+from workloads import policy as workloads_policy
+
+from .workloads.factories import make_catalogue, make_request
+
+ROLES = ["ops", "alice", "bob", "carol", "dave", "nobody"]
+EVERY_MEMBER = {"ops", "alice", "bob", "carol", "dave"}
+SUBMITTERS = {"ops", "alice", "bob", "carol"}
+APPROVERS = {"ops", "alice", "bob"}
+ADMINS = {"ops", "alice"}
+OPS = {"ops"}
+NONE: set[str] = set()
+
+
+class World:
+    """What the predicates are asked about, at home (acme) and abroad (globex)."""
+
+    def __init__(self, cast: Any) -> None:
+        self.cast = cast
+        cat = make_catalogue(cast)
+        self.tenant = {"home": cast.acme, "foreign": cast.globex}
+        self.project = {"home": cast.vision, "foreign": cast.llm}
+        self.request = {"home": make_request(cat, cast.vision, cast.carol),
+                        "foreign": make_request(cat, cast.llm, cast.frank)}
+        self.notebook = {"home": make_request(cat, cast.vision, cast.carol, template=cat.notebook),
+                         "foreign": make_request(cat, cast.llm, cast.frank, template=cat.notebook)}
+        self.quota_request = {
+            where: QuotaRequest.objects.create(
+                project=project, flavor=cat.h100, resource="nvidia.com/gpu", amount=Decimal(1), reason="more",
+                requested_by=who, approver=QuotaRequest.Approver.PROJECT_ADMIN,
+            )
+            for where, project, who in (("home", cast.vision, cast.carol), ("foreign", cast.llm, cast.frank))
+        }
+
+
+def _suspended(tenant: Tenant) -> Tenant:
+    tenant.status = Tenant.Status.SUSPENDED  # in memory only: the predicate reads the object it is given
+    return tenant
+
+
+def _opened(req: Any) -> Any:
+    req.project.notebooks_open_to_approvers = True
+    return req
+
+
+Ask = Callable[[Any, World, str], bool]
+# (predicate, question, allowed at home, allowed in the foreign tenant)
+MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
+    ("tenants.may_operate", lambda a, w, x: tenants_policy.may_operate(a), OPS, OPS),
+    ("tenants.may_view_tenant", lambda a, w, x: tenants_policy.may_view_tenant(a, w.tenant[x]), EVERY_MEMBER, OPS),
+    ("tenants.may_change_tenant", lambda a, w, x: tenants_policy.may_change_tenant(a, w.tenant[x]), ADMINS, OPS),
+    ("tenants.may_manage_members", lambda a, w, x: tenants_policy.may_manage_members(a, w.tenant[x]), ADMINS, OPS),
+    ("tenants.may_write_in (active)", lambda a, w, x: tenants_policy.may_write_in(a, w.tenant[x]),
+     set(ROLES), set(ROLES)),
+    ("tenants.may_write_in (suspended)", lambda a, w, x: tenants_policy.may_write_in(a, _suspended(w.tenant[x])),
+     OPS, OPS),
+    ("tenants.may_view_project", lambda a, w, x: tenants_policy.may_view_project(a, w.project[x]), EVERY_MEMBER, OPS),
+    ("tenants.may_change_project", lambda a, w, x: tenants_policy.may_change_project(a, w.project[x]), APPROVERS, OPS),
+    ("tenants.may_submit", lambda a, w, x: tenants_policy.may_submit(a, w.project[x]), SUBMITTERS, OPS),
+    ("tenants.may_approve", lambda a, w, x: tenants_policy.may_approve(a, w.project[x]), APPROVERS, OPS),
+    ("quotas.may_manage_capacity", lambda a, w, x: quotas_policy.may_manage_capacity(a), OPS, OPS),
+    ("quotas.may_set_quota (tenant)", lambda a, w, x: quotas_policy.may_set_quota(a, tenant=w.tenant[x]), OPS, OPS),
+    ("quotas.may_set_quota (project)", lambda a, w, x: quotas_policy.may_set_quota(a, project=w.project[x]),
+     ADMINS, OPS),
+    ("quotas.may_split_quota", lambda a, w, x: quotas_policy.may_split_quota(a, w.tenant[x]), ADMINS, OPS),
+    ("quotas.may_request_quota", lambda a, w, x: quotas_policy.may_request_quota(a, w.project[x]), SUBMITTERS, OPS),
+    ("quotas.may_decide (project tier)",
+     lambda a, w, x: quotas_policy.may_decide(a, w.quota_request[x], tier=QuotaRequest.Approver.PROJECT_ADMIN),
+     APPROVERS, OPS),
+    ("quotas.may_decide (tenant tier)",
+     lambda a, w, x: quotas_policy.may_decide(a, w.quota_request[x], tier=QuotaRequest.Approver.TENANT_ADMIN),
+     ADMINS, OPS),
+    ("quotas.may_decide (ops tier)",
+     lambda a, w, x: quotas_policy.may_decide(a, w.quota_request[x], tier=QuotaRequest.Approver.OPS), OPS, OPS),
+    ("workloads.may_submit_request", lambda a, w, x: workloads_policy.may_submit_request(a, w.project[x]),
+     SUBMITTERS, OPS),
+    ("workloads.may_decide", lambda a, w, x: workloads_policy.may_decide(a, w.project[x]), APPROVERS, OPS),
+    ("workloads.may_act_on", lambda a, w, x: workloads_policy.may_act_on(a, w.request[x]), SUBMITTERS, OPS),
+    ("workloads.may_manage_catalogue", lambda a, w, x: workloads_policy.may_manage_catalogue(a), OPS, OPS),
+    ("workloads.may_set_rules (project)", lambda a, w, x: workloads_policy.may_set_rules(a, w.project[x]),
+     APPROVERS, OPS),
+    ("workloads.may_set_rules (global)", lambda a, w, x: workloads_policy.may_set_rules(a, None), OPS, OPS),
+    ("workloads.may_open_notebook", lambda a, w, x: workloads_policy.may_open_notebook(a, w.notebook[x]),
+     {"carol"}, NONE),
+    ("workloads.may_open_notebook (open to approvers)",
+     lambda a, w, x: workloads_policy.may_open_notebook(a, _opened(w.notebook[x])), APPROVERS | {"carol"}, OPS),
+]
+
+
+@pytest.mark.parametrize(("name", "ask", "home", "foreign"), MATRIX, ids=[row[0] for row in MATRIX])
+def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[str]) -> None:  # noqa: ANN001
+    world = World(cast)
+    expected = {(who, where): who in allowed for who in ROLES for where, allowed in (("home", home), ("foreign", foreign))}
+    answered = {(who, where): ask(cast.actor(who), world, where) for who in ROLES for where in ("home", "foreign")}
+    wrong = {key: answered[key] for key in expected if answered[key] != expected[key]}
+    assert not wrong, f"{name}: these (role, tenant) pairs got the wrong answer: {wrong}"
+
+
+REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota")
+
+
+def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_or_ask(cast) -> None:  # noqa: ANN001
+    from tenants.access import Actor
+
+    world = World(cast)
+    system = Actor.system()
+    for name, ask, _home, _foreign in MATRIX:
+        expected = not name.startswith(REFUSED_TO_THE_SYSTEM)
+        assert ask(system, world, "home") is expected, name

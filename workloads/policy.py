@@ -1,0 +1,55 @@
+"""Who may do what with workload requests, notebooks and the catalogue. Built on ``tenants.policy``;
+services enforce these predicates, views and templates ask them (see ``tenants/policy.py``)."""
+
+from __future__ import annotations
+
+from tenants.access import Actor
+from tenants.models import Project
+from tenants.policy import may_approve, may_operate, may_submit
+
+from .models import WorkloadRequest
+
+
+def may_submit_request(actor: Actor, project: Project) -> bool:
+    return may_submit(actor, project)
+
+
+def may_decide(actor: Actor, project: Project) -> bool:
+    """Approve or reject the project's requests: project admins, tenant admins, ops."""
+    return may_approve(actor, project)
+
+
+def is_requester(actor: Actor, req: WorkloadRequest) -> bool:
+    return actor.user is not None and actor.user.pk == req.requested_by_id
+
+
+def may_act_on(actor: Actor, req: WorkloadRequest) -> bool:
+    """Cancel, stop, restart, extend, scale: the requester (while they may still submit in the
+    project) or an approver of the project."""
+    if may_approve(actor, req.project):
+        return True
+    return is_requester(actor, req) and may_submit(actor, req.project)
+
+
+def may_manage_catalogue(actor: Actor) -> bool:
+    """Templates, images and global approval rules: platform ops."""
+    return may_operate(actor)
+
+
+def may_set_rules(actor: Actor, project: Project | None) -> bool:
+    """Approval rules: a project's approvers for the project, ops for global rules."""
+    return may_operate(actor) if project is None else may_approve(actor, project)
+
+
+def may_open_notebook(actor: Actor, req: WorkloadRequest) -> bool:
+    """Who may open a notebook (through the portal's proxy or the ingress that asks ``/notebooks/auth/``):
+    its requester, and the project's approvers only where the project allows it
+    (``Project.notebooks_open_to_approvers``, off by default). An API token never opens a notebook."""
+    user = actor.user
+    if actor.token is not None or user is None or not user.is_authenticated:
+        return False
+    if req.template.kind != "notebook":
+        return False
+    if req.requested_by_id == user.pk:
+        return True
+    return bool(req.project.notebooks_open_to_approvers) and may_approve(actor, req.project)
