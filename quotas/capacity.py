@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from portal.labels import POOL_LABEL
+
 from .manifests import ClusterRow, offered_kinds, volcano_owned
 from .models import Cluster, Flavor, Node
 
-POOL_LABEL = "gpuportal.dev/pool"
 GPU = "nvidia.com/gpu"
 TOTAL_GPUCORES = "nvidia.com/total-gpucores"
 TOTAL_GPUMEM = "nvidia.com/total-gpumem"

@@ -32,29 +32,19 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from portal.labels import (
+    ARCHIVED_LABEL, DEFAULT_INSTALLATION, INSTALLATION_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POD_SECURITY,
+    POOL_LABEL, PROJECT_LABEL, TENANT_LABEL, VOLCANO_QUEUE_LABEL,
+)
+
 if TYPE_CHECKING:  # pragma: no cover
     from .models import Cluster, Flavor
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
-VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "gpu-portal"
-TENANT_LABEL = "gpuportal.dev/tenant"
-PROJECT_LABEL = "gpuportal.dev/project"
-POOL_LABEL = "gpuportal.dev/pool"
+# Labels come from portal/labels.py (re-exported here: the rest of quotas and the tests read them as ``m.*``).
 # Ownership (docs/ownership.md): every object we write carries MANAGED_BY=MANAGER and INSTALLATION_LABEL=<id>
 # and the OWNER_ANNOTATION naming the installation, tenant and project. Nothing without both labels is ours.
-INSTALLATION_LABEL = "gpuportal.dev/installation"
-OWNER_ANNOTATION = "gpuportal.dev/owner"
-ARCHIVED_LABEL = "gpuportal.dev/archived"
-DEFAULT_INSTALLATION = "gpu-portal"
-# Pod Security Admission on project namespaces: enforce baseline (notebook images run as root and use
-# sudo/apt, which restricted refuses), warn and audit at restricted so users see what would break.
-POD_SECURITY = {
-    "pod-security.kubernetes.io/enforce": "baseline",
-    "pod-security.kubernetes.io/warn": "restricted",
-    "pod-security.kubernetes.io/audit": "restricted",
-}
+KUEUE = "kueue.x-k8s.io/v1beta2"
+VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
 # Namespaces no project may ever use: the control plane's and the GPU stack's (a trailing * is a prefix).
 RESERVED_NAMESPACES: tuple[str, ...] = (
     "kube-*", "default", "openshift-*", "gpu-operator", "nvidia-gpu-operator", "nvidia-network-operator",
@@ -62,7 +52,6 @@ RESERVED_NAMESPACES: tuple[str, ...] = (
     "monitoring", "prometheus", "ingress-nginx", "istio-system", "calico-system", "tigera-operator",
     "local-path-storage", "metallb-system", "argocd", "flux-system", "gpu-portal",
 )
-VOLCANO_QUEUE_LABEL = "gpuportal.dev/volcano-queue"
 SHARED_QUEUE = "shared"  # architecture A's one ClusterQueue
 GUARDRAIL_NAME = "gpu-portal"  # the ResourceQuota's and LimitRange's name in each namespace
 ONLINE, OFFLINE = "online", "offline"

@@ -49,6 +49,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from portal.labels import (
+    INSTALLATION_LABEL, KIND_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POOL_LABEL, PROJECT_LABEL, REQUEST_LABEL,
+    TASK_LABEL, TENANT_LABEL,
+)
+from portal.labels import PRIORITY_CLASS_LABEL as PRIORITY_LABEL
+from portal.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
+from portal.labels import SANDBOX_DURATION_ANNOTATION as SANDBOX_DURATION
 from quotas import manifests as quota_manifests
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,20 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Manifest = dict[str, Any]
 
-# Labels and annotations.
-TENANT_LABEL = "gpuportal.dev/tenant"
-PROJECT_LABEL = "gpuportal.dev/project"
-REQUEST_LABEL = "gpuportal.dev/request"
-KIND_LABEL = "gpuportal.dev/kind"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpu-portal"
-INSTALLATION_LABEL = quota_manifests.INSTALLATION_LABEL  # which portal installation owns it (docs/ownership.md)
-OWNER_ANNOTATION = quota_manifests.OWNER_ANNOTATION
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-POOL_LABEL = "gpuportal.dev/pool"
-SANDBOX_DURATION = "sandbox.gpuportal.dev/duration"
-
+# Labels and annotations: portal/labels.py (imported above).
 # Ports and paths.
 NOTEBOOK_PORT = 8888
 NOTEBOOK_HOME = "/home/jovyan"
@@ -193,7 +187,7 @@ def owner_labels(t: Target) -> dict[str, str]:
         PROJECT_LABEL: t.project,
         REQUEST_LABEL: str(t.request_id),
         KIND_LABEL: t.kind,
-        MANAGED_BY_LABEL: MANAGED_BY,
+        MANAGED_BY: MANAGER,
         INSTALLATION_LABEL: t.installation,
     }
 
@@ -518,7 +512,7 @@ def render_volcano_job(request: WorkloadRequest, t: Target, *,
         if mounts:
             container["volumeMounts"] = mounts
         template = pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
-                                extra_labels={"gpuportal.dev/task": name})
+                                extra_labels={TASK_LABEL: name})
         return {"name": name, "replicas": replicas, "minAvailable": replicas, "template": template}
 
     return {

@@ -26,9 +26,10 @@ from django.core.mail import send_mail
 from django.db.models import F, Q
 from django.utils import timezone
 
+from portal import labels
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
-from .manifests import DEFAULT_JOB_TTL_SECONDS, REQUEST_LABEL, request_manifests
+from .manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
 from .manifests import manifests_hash as objects_hash
 from .models import RequestEvent, RequestState, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, move
@@ -123,7 +124,7 @@ def _delete_objects(kube: Kube, req: WorkloadRequest, objects: list[dict[str, An
         deleted += kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
     if volumes:
         claims, _ = kube.list("v1", "PersistentVolumeClaim", req.project.namespace,
-                              label_selector=f"{REQUEST_LABEL}={req.pk}")
+                              label_selector=labels.request_selector(req.pk))
         for claim in claims:
             deleted += kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], req.project.namespace)
     return deleted

@@ -47,7 +47,9 @@ from django.utils import timezone
 
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
-from .manifests import REQUEST_LABEL, cluster_queue_name, uses_volcano
+from portal.labels import REQUEST_LABEL
+
+from .manifests import cluster_queue_name, uses_volcano
 from .models import RequestState, TemplateKind, WorkloadRequest
 from .pending import request_pending_reason
 from .states import ACTIVE, move
