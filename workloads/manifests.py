@@ -56,6 +56,7 @@ from portal.labels import (
 from portal.labels import PRIORITY_CLASS_LABEL as PRIORITY_LABEL
 from portal.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
 from portal.labels import SANDBOX_DURATION_ANNOTATION as SANDBOX_DURATION
+from quotas import architectures
 from quotas import manifests as quota_manifests
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,11 +92,7 @@ RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
 NOTEBOOK_GROUP = 100
 
-# Under these architectures a distributed training job is a Volcano Job; elsewhere an Indexed Job through Kueue.
-VOLCANO_ARCHITECTURES = frozenset({"E"})
-# Architecture F keeps production inference on the online pool (and its own LocalQueue, ``<project>-online``).
-ONLINE_POOL_ARCHITECTURES = frozenset({"F"})
-ONLINE_POOL = "online"
+# Which architecture hands a pool to Volcano, or keeps an online pool for inference: quotas/architectures.py.
 
 
 def local_queue_name(t: Target) -> str:
@@ -103,12 +100,12 @@ def local_queue_name(t: Target) -> str:
 
     The names are the quota side's (``quotas.manifests.local_queue_name``), so both always agree.
     """
-    return quota_manifests.local_queue_name(t, t.project, inference=t.kind == "inference")
+    return quota_manifests.local_queue_name(t, t.project, kind=t.kind)
 
 
 def cluster_queue_name(t: Target) -> str:
     """The ClusterQueue behind that LocalQueue: ``shared`` under A, else the LocalQueue's own name."""
-    return quota_manifests.SHARED_QUEUE if t.architecture == "A" else local_queue_name(t)
+    return quota_manifests.SHARED_QUEUE if architectures.of(t).shared_queue else local_queue_name(t)
 
 
 def volcano_queue_name(project_slug: str) -> str:
@@ -244,9 +241,10 @@ def placement(request: WorkloadRequest, t: Target) -> dict[str, Any]:
     selector = {str(k): str(v) for k, v in (flavor.node_labels or {}).items()}
     tolerations = [dict(tol) for tol in (flavor.tolerations or [])]
     pool = flavor.pool_label
-    if t.kind == "inference" and t.architecture in ONLINE_POOL_ARCHITECTURES:
-        pool = pool or ONLINE_POOL
-    if pool and t.architecture in ONLINE_POOL_ARCHITECTURES:
+    arch = architectures.of(t)
+    if arch.online_for(t.kind):
+        pool = pool or arch.online_pool
+    if pool and arch.online_pool:
         selector.setdefault(POOL_LABEL, pool)
         pool_toleration = {"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
         if pool_toleration not in tolerations:
@@ -409,7 +407,8 @@ def uses_volcano(request: WorkloadRequest, architecture: str) -> bool:
     """Under E, training on a Volcano-owned flavor (the offline pool's whole GPUs, ``quotas.manifests.volcano_owned``)
     is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those nodes. Training on any other flavor
     (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, §5.5) stays with Kueue."""
-    return architecture in VOLCANO_ARCHITECTURES and quota_manifests.volcano_owned(request.cluster, request.flavor)
+    return (bool(architectures.get(architecture).volcano_pool)
+            and quota_manifests.volcano_owned(request.cluster, request.flavor))
 
 
 def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
@@ -419,7 +418,8 @@ def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
     always render to Kueue-managed objects, and Kueue has no ResourceFlavor for those nodes. Training there
     is a Volcano Job (:func:`uses_volcano`), single-node too, so it is never stranded.
     """
-    return kind != "training" and quota_manifests.volcano_owned(flavor.cluster, flavor)
+    return (kind not in architectures.of(flavor.cluster).volcano_kinds
+            and quota_manifests.volcano_owned(flavor.cluster, flavor))
 
 
 def training_volumes(request: WorkloadRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
