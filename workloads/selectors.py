@@ -15,6 +15,7 @@ from quotas.models import Quota
 from tenants.access import Actor, is_ops
 from tenants.selectors import projects_for, projects_where
 
+from . import kinds
 from .filters import RequestFilter
 from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
 from .pending import awaiting_approval_sentence
@@ -159,7 +160,7 @@ def notebook_may_open(*, actor: Actor, request: WorkloadRequest) -> bool:
     user = actor.user
     if actor.token is not None or user is None or not user.is_authenticated:
         return False
-    if request.template.kind != "notebook":
+    if not kinds.get(request.template.kind).interactive:
         return False
     if request.requested_by_id == user.pk:
         return True
