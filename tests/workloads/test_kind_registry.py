@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from workloads import kinds
-from workloads.catalogue import template_specs
 from workloads import manifests as m
+from workloads.catalogue import template_specs
 from workloads.kinds import BASE_ACTIONS, Kind, RenderOptions, TemplateDefaults
 from workloads.models import TemplateKind
 from workloads.status import derive
