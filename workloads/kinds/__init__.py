@@ -4,14 +4,17 @@ A :class:`Kind` holds everything that differs per kind: its catalogue defaults a
 default priority, the render function that turns a request into Kubernetes objects, the top-level objects the
 status follower reads its state from (and how), and the actions it allows. The renderer
 (``workloads/manifests.py:request_manifests``), the catalogue, the services, the status follower and the
-``TemplateKind`` choices of ``workloads/models.py`` read it. Adding a kind means adding one module that calls
-:func:`register` and importing it at the bottom of this file (plus the migration Django writes for the new choice).
+``TemplateKind`` choices of ``workloads/models.py`` read it. Adding a kind means adding one module here that calls
+:func:`register` (modules are discovered; ``Kind.order`` sets the catalogue order), plus the migration Django writes
+for the new choice.
 
 Nothing here imports the models at import time: ``workloads/models.py`` builds ``TemplateKind`` from this registry.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,6 +73,7 @@ class Kind:
     interactive: bool = False  # has an access token, a home volume, is culled when idle
     needs_admin_rule: bool = False  # ApprovalRule.require_admin_for_inference applies to it
     gone_message: str = "Its objects are gone from the cluster (deleted outside the portal)."
+    order: int = 100  # position in the catalogue and in TemplateKind's choices
 
     def allows(self, action: str) -> bool:
         return action in self.actions
@@ -85,6 +89,9 @@ def register(kind: Kind) -> Kind:
     if unknown:
         raise ValueError(f"Kind {kind.name!r} follows {sorted(unknown)}; the status follower knows {sorted(FOLLOWABLE)}.")
     KINDS[kind.name] = kind
+    ordered = sorted(KINDS.values(), key=lambda k: k.order)  # stable: equal orders keep registration order
+    KINDS.clear()
+    KINDS.update({k.name: k for k in ordered})
     return kind
 
 
@@ -128,7 +135,10 @@ def registered(kind: Kind) -> Iterator[Kind]:
         KINDS.update(before)
 
 
-# The built-in kinds, in the order the catalogue lists them; each module calls register().
-from . import notebook  # noqa: E402, F401, I001 - registration order is the catalogue's order
-from . import training  # noqa: E402, F401
-from . import inference  # noqa: E402, F401
+def _discover() -> None:
+    """Import every module of this package: each registers its kind."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_discover()

@@ -71,6 +71,7 @@ def _derive(objects: dict[str, dict[str, Any]], admitted: bool, running: int) ->
 
 KIND = register(Kind(
     name="inference",
+    order=30,
     label="Inference service",
     render=_render,
     schema=INFERENCE_SCHEMA,

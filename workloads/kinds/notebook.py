@@ -97,6 +97,7 @@ def _derive(objects: dict[str, dict[str, Any]], admitted: bool, running: int) ->
 
 KIND = register(Kind(
     name="notebook",
+    order=10,
     label="Notebook",
     render=_render,
     schema=NOTEBOOK_SCHEMA,

@@ -170,6 +170,7 @@ def _render(request: WorkloadRequest, t: Target, options: RenderOptions) -> list
 
 KIND = register(Kind(
     name="training",
+    order=20,
     label="Training job",
     render=_render,
     schema=TRAINING_SCHEMA,
