@@ -4,7 +4,8 @@
 a pure function of them, so the rendering is tested as data (tests/quotas/test_render.py) and
 exported as YAML for review.
 
-What each reference architecture renders (cluster-apis.md §1, §2.4, §3; Kueue v1beta2 only):
+What each reference architecture renders (Kueue v1beta2 only). The letters are data in
+``quotas/architectures.py`` (docs/extending.md); the functions below ask that entry, never the letter:
 
 * every architecture: a ResourceFlavor per active flavor of the kinds the architecture offers, the
   WorkloadPriorityClasses, and per active project a Namespace (labels ``gpuportal.dev/tenant`` and
