@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from portal.labels import POOL_LABEL
+
+from . import architectures
+
 from .manifests import ClusterRow, offered_kinds, volcano_owned
 from .models import Cluster, Flavor, Node
 
-POOL_LABEL = "gpuportal.dev/pool"
 GPU = "nvidia.com/gpu"
 TOTAL_GPUCORES = "nvidia.com/total-gpucores"
 TOTAL_GPUMEM = "nvidia.com/total-gpumem"
@@ -108,11 +111,18 @@ def capacity_by_flavor(cluster: Cluster) -> dict[tuple[int, str], Decimal]:
 
 # ----------------------------------------------------------------------------------------- offered vs enforced
 KIND_WORDS = {"whole": "whole-GPU", "mig": "MIG", "hami": "HAMi shared vGPU", "cpu": "CPU"}
-# What ops would have to apply for a flavor kind to be enforced (see manifests.offered_kinds).
-REMEDY = {
-    "mig": "ops apply architecture C, or E or F with MIG flavors switched on",
-    "hami": "ops apply architecture D, or E or F with HAMi flavors switched on",
-}
+
+
+def _remedy(kind: str) -> str:
+    """E.g. "ops apply architecture C, or E or F with MIG flavors switched on" (from the architecture registry)."""
+    if kind not in (architectures.MIG, architectures.HAMI):
+        return "ops apply an architecture that enforces it"
+    always = architectures.where(lambda a: getattr(a, kind) == architectures.ALWAYS)
+    switch = architectures.where(lambda a: getattr(a, kind) == architectures.SWITCH)
+    parts = [f"architecture {' or '.join(always)}"] if always else []
+    if switch:
+        parts.append(f"{' or '.join(switch)} with {KIND_WORDS[kind].split()[0]} flavors switched on")
+    return "ops apply " + ", or ".join(parts) if parts else "ops apply an architecture that enforces it"
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,7 @@ def flavor_enforcement(cluster: Any, flavor: Any) -> Enforcement:
     """
     kind = str(flavor.kind)
     arch = str(cluster.architecture)
+    entry = architectures.get(arch)
     row = cluster if isinstance(cluster, ClusterRow) else ClusterRow(
         str(cluster.name), arch, bool(cluster.use_mig), bool(cluster.use_hami))
     words = KIND_WORDS.get(kind, kind)
@@ -161,15 +172,17 @@ def flavor_enforcement(cluster: Any, flavor: Any) -> Enforcement:
     if kind in offered_kinds(row):
         if volcano_owned(row, flavor):
             return Enforcement(True, "volcano", f"Enforced by each project's Volcano Queue on cluster {row.name} "
-                                                f"(architecture E, offline pool): training only.")
+                                                f"(architecture {arch}, {entry.volcano_pool} pool): "
+                                                f"{' and '.join(sorted(entry.volcano_kinds))} only.")
         return Enforcement(True, "kueue", f"Enforced by Kueue on cluster {row.name} (architecture {arch}).")
-    if arch in ("E", "F"):
+    if entry.may_use(kind):  # the architecture has the kind, the cluster's switch is off
         switch = "MIG" if kind == "mig" else "HAMi"
         why = f"cluster {row.name} runs architecture {arch} with {switch} flavors switched off"
+    elif entry.offered_kinds() == {architectures.WHOLE, architectures.CPU} and not entry.switchable:
+        why = f"cluster {row.name} runs architecture {arch}, which enforces whole GPUs only"
     else:
-        why = f"cluster {row.name} runs architecture {arch}, which enforces whole GPUs only" if arch in ("A", "B") else \
-              f"cluster {row.name} runs architecture {arch}, which does not enforce {words} flavors"
-    remedy = REMEDY.get(kind, "ops apply an architecture that enforces it")
+        why = f"cluster {row.name} runs architecture {arch}, which does not enforce {words} flavors"
+    remedy = _remedy(kind)
     reason = (f"{words} flavor {flavor.name} is offered but not enforced: {why}, so Kueue has no ResourceFlavor or "
               f"quota for it and a request would wait forever. It becomes usable when {remedy}.")
     return Enforcement(False, "", reason, remedy)

@@ -16,15 +16,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .capacity import POOL_LABEL, parse_quantity
+from portal.labels import GPU_PRODUCT_LABEL as PRODUCT_LABEL
+from portal.labels import GPU_SHARING_LABEL, MIG_CONFIG_LABEL, MIG_STATE_LABEL, MIG_STRATEGY_LABEL, MODEL_LABEL, POOL_LABEL
+
+from .capacity import parse_quantity
 from .mig import MIG_PROFILES, canonical_profile, mig_profiles_for
 from .models import Cluster, Flavor, Node, NodePool
 
-MODEL_LABEL = "gpuportal.dev/gpu-model"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)$")
 
 
@@ -55,7 +53,7 @@ def model_key(labels: dict[str, str]) -> str:
 
 
 def node_sharing(labels: dict[str, str], allocatable: dict[str, Any]) -> str:
-    if labels.get("gpu") == "on" or labels.get("gpuportal.dev/gpu-sharing") == "hami":
+    if labels.get("gpu") == "on" or labels.get(GPU_SHARING_LABEL) == "hami":
         return NodePool.Sharing.HAMI
     if labels.get(MIG_STRATEGY_LABEL) in ("mixed", "single") and labels.get(MIG_CONFIG_LABEL, "all-disabled") != "all-disabled":
         return NodePool.Sharing.MIG

@@ -4,7 +4,8 @@
 a pure function of them, so the rendering is tested as data (tests/quotas/test_render.py) and
 exported as YAML for review.
 
-What each reference architecture renders (cluster-apis.md §1, §2.4, §3; Kueue v1beta2 only):
+What each reference architecture renders (Kueue v1beta2 only). The letters are data in
+``quotas/architectures.py`` (docs/extending.md); the functions below ask that entry, never the letter:
 
 * every architecture: a ResourceFlavor per active flavor of the kinds the architecture offers, the
   WorkloadPriorityClasses, and per active project a Namespace (labels ``gpuportal.dev/tenant`` and
@@ -32,29 +33,21 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from portal.labels import (  # noqa: F401 - re-exported: the rest of quotas and the tests read m.POOL_LABEL
+    ARCHIVED_LABEL, DEFAULT_INSTALLATION, INSTALLATION_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POD_SECURITY,
+    POOL_LABEL, PROJECT_LABEL, TENANT_LABEL, VOLCANO_QUEUE_LABEL,
+)
+
+from . import architectures
+
 if TYPE_CHECKING:  # pragma: no cover
     from .models import Cluster, Flavor
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
-VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "gpu-portal"
-TENANT_LABEL = "gpuportal.dev/tenant"
-PROJECT_LABEL = "gpuportal.dev/project"
-POOL_LABEL = "gpuportal.dev/pool"
+# Labels come from portal/labels.py (re-exported here: the rest of quotas and the tests read them as ``m.*``).
 # Ownership (docs/ownership.md): every object we write carries MANAGED_BY=MANAGER and INSTALLATION_LABEL=<id>
 # and the OWNER_ANNOTATION naming the installation, tenant and project. Nothing without both labels is ours.
-INSTALLATION_LABEL = "gpuportal.dev/installation"
-OWNER_ANNOTATION = "gpuportal.dev/owner"
-ARCHIVED_LABEL = "gpuportal.dev/archived"
-DEFAULT_INSTALLATION = "gpu-portal"
-# Pod Security Admission on project namespaces: enforce baseline (notebook images run as root and use
-# sudo/apt, which restricted refuses), warn and audit at restricted so users see what would break.
-POD_SECURITY = {
-    "pod-security.kubernetes.io/enforce": "baseline",
-    "pod-security.kubernetes.io/warn": "restricted",
-    "pod-security.kubernetes.io/audit": "restricted",
-}
+KUEUE = "kueue.x-k8s.io/v1beta2"
+VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
 # Namespaces no project may ever use: the control plane's and the GPU stack's (a trailing * is a prefix).
 RESERVED_NAMESPACES: tuple[str, ...] = (
     "kube-*", "default", "openshift-*", "gpu-operator", "nvidia-gpu-operator", "nvidia-network-operator",
@@ -62,7 +55,6 @@ RESERVED_NAMESPACES: tuple[str, ...] = (
     "monitoring", "prometheus", "ingress-nginx", "istio-system", "calico-system", "tigera-operator",
     "local-path-storage", "metallb-system", "argocd", "flux-system", "gpu-portal",
 )
-VOLCANO_QUEUE_LABEL = "gpuportal.dev/volcano-queue"
 SHARED_QUEUE = "shared"  # architecture A's one ClusterQueue
 GUARDRAIL_NAME = "gpu-portal"  # the ResourceQuota's and LimitRange's name in each namespace
 ONLINE, OFFLINE = "online", "offline"
@@ -195,18 +187,12 @@ def _tenant_labels(tenant: str, project: str | None = None) -> dict[str, str]:
 
 
 def offered_kinds(cluster: ClusterRow) -> set[str]:
-    """Flavor kinds an architecture materializes: A/B whole GPUs; C MIG; D HAMi; E/F as the cluster says."""
-    kinds = {"whole", "cpu"}
-    arch = cluster.architecture
-    if arch == "C" or (arch in ("E", "F") and cluster.use_mig):
-        kinds.add("mig")
-    if arch == "D" or (arch in ("E", "F") and cluster.use_hami):
-        kinds.add("hami")
-    return kinds
+    """Flavor kinds an architecture materializes (``architectures.Arch.mig`` / ``hami``, the cluster's switches)."""
+    return architectures.of(cluster).offered_kinds(use_mig=cluster.use_mig, use_hami=cluster.use_hami)
 
 
 def volcano_owned(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
-    """Architecture E: is this flavor's capacity handed out by Volcano instead of Kueue?
+    """Is this flavor's capacity handed out by Volcano instead of Kueue (architecture E: ``Arch.volcano_pool``)?
 
     Reads only ``cluster.architecture``, ``flavor.kind`` and ``flavor.pool_label``, so the rows here
     and the models (the workload renderer, the submit checks) ask the same question of one function.
@@ -219,7 +205,8 @@ def volcano_owned(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> 
     the different ``volcano.sh/vgpu-*`` resources, §5.5) stays Kueue's. The same quota row therefore
     feeds exactly one of the two systems, and the tenant/capacity invariants over those rows bound both.
     """
-    return cluster.architecture == "E" and flavor.kind == "whole" and flavor.pool_label == VOLCANO_POOL
+    pool = architectures.of(cluster).volcano_pool
+    return bool(pool) and flavor.kind == "whole" and flavor.pool_label == pool
 
 
 def kueue_flavors(cluster: ClusterRow, flavors: Iterable[FlavorRow]) -> list[FlavorRow]:
@@ -228,13 +215,13 @@ def kueue_flavors(cluster: ClusterRow, flavors: Iterable[FlavorRow]) -> list[Fla
     return sorted(chosen, key=lambda f: (f.order, f.name))
 
 
-def local_queue_name(cluster: ClusterRow, project_slug: str, *, inference: bool = False) -> str:
+def local_queue_name(cluster: ClusterRow, project_slug: str, *, inference: bool = False, kind: str = "") -> str:
     """The LocalQueue a workload of ``project_slug`` names in ``kueue.x-k8s.io/queue-name``.
 
     Never ``default``: a LocalQueue named ``default`` would make Kueue's pod integration gate every
     unlabelled pod of the namespace, which breaks Volcano gangs in architecture E (§1.5, §3.3).
     """
-    if cluster.architecture == "F" and inference:
+    if architectures.of(cluster).online_for("inference" if inference else kind):
         return f"{project_slug}-online"
     return project_slug
 
@@ -391,7 +378,7 @@ def _b_queue(project: ProjectRow, tenant: TenantRow, flavors: list[FlavorRow], h
 
 
 def _f_queues(project: ProjectRow, tenant: TenantRow, tenant_projects: list[ProjectRow], flavors: list[FlavorRow],
-              hold: bool) -> list[dict]:
+              hold: bool, *, online_pool: str = ONLINE) -> list[dict]:
     """Architecture F: an offline ClusterQueue (training, notebooks) and an online one (inference only).
 
     * Offline ``<project>``: the offline-pool flavors and the pool-less ones (CPU), with the project's
@@ -409,8 +396,8 @@ def _f_queues(project: ProjectRow, tenant: TenantRow, tenant_projects: list[Proj
       only the online flavors tolerate, so nothing else lands there.
     """
     own = _entries(project.quotas)
-    online = [f for f in flavors if f.pool_label == ONLINE]
-    offline = [f for f in flavors if f.pool_label != ONLINE]
+    online = [f for f in flavors if f.pool_label == online_pool]
+    offline = [f for f in flavors if f.pool_label != online_pool]
     pool_less = [f for f in offline if not f.pool_label]
     lent: dict[tuple[str, str], Decimal] = {}
     for sibling in tenant_projects:
@@ -445,7 +432,7 @@ def render_namespace(project: ProjectRow, cluster: ClusterRow) -> dict:
     meta_labels.update(POD_SECURITY)
     if not project.active:
         meta_labels[ARCHIVED_LABEL] = "true"
-    elif cluster.architecture == "E":
+    elif architectures.of(cluster).volcano_pool:
         # Tells the workload renderer which Volcano Queue this namespace's gang jobs go to. The
         # namespace has no LocalQueue named "default", so Kueue leaves Volcano's pods alone (§3.3).
         meta_labels[VOLCANO_QUEUE_LABEL] = project.slug
@@ -558,63 +545,95 @@ def _shared_queue(totals: Mapping[tuple[str, str], Decimal], flavors: list[Flavo
 
 
 # ----------------------------------------------------------------------------------------- the whole state
-def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
-    """Every object the portal wants on ``cluster``, in apply order (KIND_ORDER, then name).
+def _a_ceilings(totals: Mapping[tuple[str, str], Decimal], flavors: list[FlavorRow]) -> dict[str, Decimal]:
+    """The shared queue's GPU ceilings per pod resource (every namespace's ResourceQuota under A)."""
+    out: dict[str, Decimal] = {}
+    for f in flavors:
+        for r in f.resource_names:
+            if r.startswith(POD_GPU_PREFIXES):
+                out[r] = out.get(r, Decimal(0)) + totals.get((f.name, r), Decimal(0))
+    return out
 
-    ``cluster`` is a :class:`ClusterRow` or anything with the same attributes (a ``Cluster`` row).
-    """
-    if not isinstance(cluster, ClusterRow):
-        cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
-    arch = cluster.architecture
-    flavors = kueue_flavors(cluster, data.flavors)
-    flavor_names = {f.name for f in flavors}
-    volcano_flavors = sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name))
-    objects: list[dict] = [render_resource_flavor(f) for f in flavors]
-    objects += render_priority_classes()
-    tenants = {t.slug: t for t in data.tenants}
-    projects_by_tenant: dict[str, list[ProjectRow]] = {}
+
+@dataclass(frozen=True)
+class _Context:
+    """What every project's objects are rendered from: the cluster, its architecture entry, its flavors."""
+
+    cluster: ClusterRow
+    arch: architectures.Arch
+    flavors: list[FlavorRow]  # Kueue's, in try order
+    volcano_flavors: list[FlavorRow]  # Volcano's (architecture E's offline whole GPUs)
+    shared_ceilings: Mapping[str, Decimal] = field(default_factory=dict)  # SHARED layout only
+
+
+def _project_queue_objects(ctx: _Context, project: ProjectRow, tenant: TenantRow, projects: list[ProjectRow],
+                           tenant_flavors: list[FlavorRow]) -> list[dict]:
+    """A project's ClusterQueue(s), LocalQueue(s) and ResourceQuota, by the architecture's queue layout."""
+    hold = not tenant.active
+    if ctx.arch.queues == architectures.SHARED:
+        return [render_local_queue(project, project.slug, SHARED_QUEUE), render_resource_quota(project, ctx.shared_ceilings)]
+    if ctx.arch.queues == architectures.POOLS:
+        queues = _f_queues(project, tenant, projects, tenant_flavors, hold, online_pool=ctx.arch.online_pool)
+        local = [render_local_queue(project, q["metadata"]["name"], q["metadata"]["name"]) for q in queues]
+        return [*queues, *local, render_resource_quota(project, gpu_ceilings(project, tenant, tenant_flavors))]
+    return [_b_queue(project, tenant, tenant_flavors, hold), render_local_queue(project, project.slug, project.slug),
+            render_resource_quota(project, gpu_ceilings(project, tenant, tenant_flavors + ctx.volcano_flavors))]
+
+
+def _project_objects(ctx: _Context, project: ProjectRow, tenant: TenantRow, projects: list[ProjectRow],
+                     tenant_flavors: list[FlavorRow]) -> list[dict]:
+    objects = [render_namespace(project, ctx.cluster)]
+    objects += _project_queue_objects(ctx, project, tenant, projects, tenant_flavors)
+    objects.append(render_limit_range(project))
+    if ctx.arch.volcano_pool:
+        objects.append(render_volcano_queue(project, tenant, ctx.volcano_flavors,
+                                            capacity_plugin=ctx.cluster.volcano_capacity_plugin))
+    return objects
+
+
+def _projects_by_tenant(data: Snapshot) -> tuple[dict[str, list[ProjectRow]], list[ProjectRow]]:
+    """Active projects per tenant slug (sorted), and the archived ones whose namespace is retained."""
+    tenants = {t.slug for t in data.tenants}
+    active: dict[str, list[ProjectRow]] = {}
     retained: list[ProjectRow] = []
     for project in data.projects:
         if project.tenant not in tenants:
             continue
         if project.active:
-            projects_by_tenant.setdefault(project.tenant, []).append(project)
+            active.setdefault(project.tenant, []).append(project)
         else:  # archived, namespace kept until its retention ends or ops release it
             retained.append(project)
-    if arch == "A":
-        a_totals = _a_totals(data)
-        objects.append(_shared_queue(a_totals, flavors))
-        a_ceilings: dict[str, Decimal] = {}
-        for f in flavors:
-            for r in f.resource_names:
-                if r.startswith(POD_GPU_PREFIXES):
-                    a_ceilings[r] = a_ceilings.get(r, Decimal(0)) + a_totals.get((f.name, r), Decimal(0))
-    for tenant_slug in sorted(projects_by_tenant.keys() | {t.slug for t in data.tenants}):
-        tenant = tenants[tenant_slug]
-        projects = sorted(projects_by_tenant.get(tenant_slug, []), key=lambda p: p.slug)
+    return {k: sorted(v, key=lambda p: p.slug) for k, v in active.items()}, retained
+
+
+def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
+    """Every object the portal wants on ``cluster``, in apply order (KIND_ORDER, then name).
+
+    ``cluster`` is a :class:`ClusterRow` or anything with the same attributes (a ``Cluster`` row). What
+    differs per architecture comes from its ``quotas.architectures`` entry.
+    """
+    if not isinstance(cluster, ClusterRow):
+        cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
+    arch = architectures.of(cluster)
+    flavors = kueue_flavors(cluster, data.flavors)
+    flavor_names = {f.name for f in flavors}
+    ctx = _Context(cluster, arch, flavors,
+                   sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name)))
+    objects: list[dict] = [render_resource_flavor(f) for f in flavors]
+    objects += render_priority_classes()
+    if arch.shared_queue:
+        totals = _a_totals(data)
+        objects.append(_shared_queue(totals, flavors))
+        ctx = replace(ctx, shared_ceilings=_a_ceilings(totals, flavors))
+    projects_by_tenant, retained = _projects_by_tenant(data)
+    for tenant in sorted(data.tenants, key=lambda t: t.slug):
+        projects = projects_by_tenant.get(tenant.slug, [])
         used = _tenant_flavor_names(tenant, projects) & flavor_names
         tenant_flavors = [f for f in flavors if f.name in used]
-        hold = not tenant.active
-        if arch != "A":
+        if arch.cohorts:
             objects.append(render_cohort(tenant, tenant_flavors, projects))
         for project in projects:
-            objects.append(render_namespace(project, cluster))
-            if arch == "A":
-                objects.append(render_local_queue(project, project.slug, SHARED_QUEUE))
-                objects.append(render_resource_quota(project, a_ceilings))
-            elif arch == "F":
-                queues = _f_queues(project, tenant, projects, tenant_flavors, hold)
-                objects += queues
-                for queue in queues:
-                    objects.append(render_local_queue(project, queue["metadata"]["name"], queue["metadata"]["name"]))
-                objects.append(render_resource_quota(project, gpu_ceilings(project, tenant, tenant_flavors)))
-            else:
-                objects.append(_b_queue(project, tenant, tenant_flavors, hold))
-                objects.append(render_local_queue(project, project.slug, project.slug))
-                objects.append(render_resource_quota(project, gpu_ceilings(project, tenant, tenant_flavors + volcano_flavors)))
-            objects.append(render_limit_range(project))
-            if arch == "E":
-                objects.append(render_volcano_queue(project, tenant, volcano_flavors, capacity_plugin=cluster.volcano_capacity_plugin))
+            objects += _project_objects(ctx, project, tenant, projects, tenant_flavors)
     objects += [render_namespace(project, cluster) for project in retained]
     return sort_objects([mark(obj, data.installation) for obj in objects])
 

@@ -20,18 +20,15 @@ from django.db.models import Q
 
 from tenants.models import DNS1123_LABEL, Project, Tenant
 
+from . import architectures
+
 FLAVOR_NAME = RegexValidator(
     r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "Use lower-case letters, digits, '-' and '.' (a DNS-1123 subdomain)."
 )
 
 
-class Architecture(models.TextChoices):
-    A = "A", "A · one queue for everyone, whole GPUs"
-    B = "B", "B · cohort per tenant, ClusterQueue per project, whole GPUs"
-    C = "C", "C · B plus MIG flavors"
-    D = "D", "D · B plus HAMi shared vGPU flavors"
-    E = "E", "E · B/C/D plus Volcano queues for gang-scheduled training"
-    F = "F", "F · separate online (inference) and offline (training) pools"
+# The reference architectures' letters and labels come from their registry (quotas/architectures.py).
+Architecture = models.TextChoices("Architecture", [(letter, (letter, label)) for letter, label in architectures.choices()])
 
 
 class Cluster(models.Model):

@@ -37,6 +37,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal import labels
 from tenants.models import Project, Tenant
 
 from . import manifests as m
@@ -54,7 +55,7 @@ def _reserved(name: str) -> bool:
     return m.reserved_namespace(name, getattr(settings, "PORTAL_RESERVED_NAMESPACES", ()))
 
 Key = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
-MANAGED_SELECTOR = f"{m.MANAGED_BY}={m.MANAGER}"
+MANAGED_SELECTOR = labels.managed_selector()
 # Fields Kubernetes refuses to change in place: a different value means delete and create again.
 IMMUTABLE = {("LocalQueue", ("spec", "clusterQueue"))}
 RETRY_ATTEMPTS = 6

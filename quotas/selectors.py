@@ -14,6 +14,7 @@ from tenants.access import OPS_GROUP, Actor, is_ops
 from tenants.models import Project, Role, Tenant
 from tenants.selectors import admin_tenants_for, projects_for, projects_where
 
+from . import architectures
 from .capacity import Enforcement, capacity_by_flavor
 from .capacity import flavor_enforcement as _flavor_enforcement
 from .models import AppliedObject, Cluster, Flavor, Quota, QuotaRequest
@@ -39,18 +40,22 @@ def clusters_for(*, actor: Actor) -> QuerySet[Cluster]:
 def enforced_flavor_q(prefix: str = "") -> Q:
     """``capacity.flavor_enforcement(...).enforced`` as a filter (``prefix``: e.g. ``"flavor__"``).
 
-    Whole GPUs and CPU everywhere; MIG under C, or E/F with ``use_mig``; HAMi under D, or E/F with
-    ``use_hami``; active flavors only. tests/quotas/test_enforcement.py checks that this and the pure
+    Whole GPUs and CPU everywhere; MIG and HAMi where the architecture's entry (``quotas.architectures``)
+    has them always, or as a switch and the cluster's ``use_mig`` / ``use_hami`` is on; active flavors only. tests/quotas/test_enforcement.py checks that this and the pure
     function agree for every architecture, switch and kind.
     """
     p = prefix
-    sharing = ["E", "F"]
+
+    def shared_kind(kind: str, switch_field: str) -> Q:
+        always = architectures.where(lambda a: getattr(a, kind) == architectures.ALWAYS)
+        switch = architectures.where(lambda a: getattr(a, kind) == architectures.SWITCH)
+        return Q(**{f"{p}kind": kind}) & (Q(**{f"{p}cluster__architecture__in": always})
+                                          | Q(**{f"{p}cluster__architecture__in": switch, f"{p}cluster__{switch_field}": True}))
+
     return Q(**{f"{p}active": True}) & (
         Q(**{f"{p}kind__in": [Flavor.Kind.WHOLE, Flavor.Kind.CPU]})
-        | Q(**{f"{p}kind": Flavor.Kind.MIG}) & (Q(**{f"{p}cluster__architecture": "C"})
-                                               | Q(**{f"{p}cluster__architecture__in": sharing, f"{p}cluster__use_mig": True}))
-        | Q(**{f"{p}kind": Flavor.Kind.HAMI}) & (Q(**{f"{p}cluster__architecture": "D"})
-                                                | Q(**{f"{p}cluster__architecture__in": sharing, f"{p}cluster__use_hami": True}))
+        | shared_kind(Flavor.Kind.MIG, "use_mig")
+        | shared_kind(Flavor.Kind.HAMI, "use_hami")
     )
 
 
@@ -211,7 +216,7 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
         else:
             objs = [o for o in by_tenant.get((cluster.pk, row.tenant_id), []) if o["project_id"] is None or o["project_id"] in active_projects]
             tellable = any(o["kind"] == "Cohort" for o in objs)
-        if cluster.architecture == "A":
+        if architectures.of(cluster).shared_queue:
             objs, tellable = ([shared[cluster.pk]] if cluster.pk in shared else []), False
         info["confirmed_at"] = confirmed(objs)
         if enforcement.by == "kueue" and tellable:

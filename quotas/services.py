@@ -32,7 +32,7 @@ from tenants.audit import audit_record, snapshot
 from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project, Tenant
 
-from . import policy, selectors
+from . import architectures, policy, selectors
 from .events import schedule_reconcile
 from .exceptions import AlreadyDecided, QuotaExceeded
 from .mig import MIG_PROFILES, validate_mig_profile
@@ -51,8 +51,6 @@ FLAVOR_FIELDS = [
     "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order", "active",
 ]
 REQUEST_FIELDS = ["status", "approver", "comment", "decided_at"]
-MIG_ARCHITECTURES = {Architecture.C, Architecture.E, Architecture.F}
-HAMI_ARCHITECTURES = {Architecture.D, Architecture.E, Architecture.F}
 MAX_OVERCOMMIT_PERCENT = 1000
 POOL_LABELS = {"", "online", "offline"}
 TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
@@ -83,12 +81,13 @@ def _full_clean(obj: Any, exclude: list[str] | None = None) -> None:
 
 
 def _cluster_check(cluster: Cluster) -> None:
-    if cluster.architecture not in Architecture.values:
-        raise Invalid(f"Architecture must be one of {', '.join(Architecture.values)}.", field="architecture")
-    if cluster.use_mig and cluster.architecture not in MIG_ARCHITECTURES:
-        raise Invalid(f"MIG flavors belong to architectures C, E and F, not {cluster.architecture}.", field="use_mig")
-    if cluster.use_hami and cluster.architecture not in HAMI_ARCHITECTURES:
-        raise Invalid(f"HAMi flavors belong to architectures D, E and F, not {cluster.architecture}.", field="use_hami")
+    if cluster.architecture not in architectures.letters():
+        raise Invalid(f"Architecture must be one of {', '.join(architectures.letters())}.", field="architecture")
+    for flag, kind, words in (("use_mig", Flavor.Kind.MIG, "MIG"), ("use_hami", Flavor.Kind.HAMI, "HAMi")):
+        having = architectures.where(lambda a, kind=kind: a.may_use(kind))
+        if getattr(cluster, flag) and cluster.architecture not in having:
+            raise Invalid(f"{words} flavors belong to architectures {architectures.names(having)}, not {cluster.architecture}.",
+                          field=flag)
     if not 0 <= int(cluster.overcommit_percent) <= MAX_OVERCOMMIT_PERCENT:
         raise Invalid(f"Overcommit is a percentage from 0 to {MAX_OVERCOMMIT_PERCENT}.", field="overcommit_percent")
     if cluster.kubeconfig_path and not cluster.kubeconfig_path.startswith("/"):
@@ -174,11 +173,11 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
         setattr(cluster, field, value)
     _cluster_check(cluster)
     quotas = Quota.objects.filter(flavor__cluster=cluster)
-    if cluster.architecture == Architecture.A and quotas.filter(project__isnull=False).exclude(
+    if not architectures.get(cluster.architecture).cohorts and quotas.filter(project__isnull=False).exclude(
         borrowing_limit__isnull=True, lending_limit__isnull=True
     ).exists():
         raise Invalid(
-            "Architecture A has no cohorts: clear the borrowing and lending limits of this cluster's quotas first.",
+            f"Architecture {cluster.architecture} has no cohorts: clear the borrowing and lending limits of this cluster's quotas first.",
             field="architecture",
         )
     for flag, kind in (("use_mig", Flavor.Kind.MIG), ("use_hami", Flavor.Kind.HAMI)):
@@ -558,9 +557,9 @@ def quota_set(
     lending = parse_quantity(lending_limit, field="lending_limit", resource=resource, allow_none=True)
     if borrowing is not None or lending is not None:
         field = "borrowing_limit" if borrowing is not None else "lending_limit"
-        if flavor.cluster.architecture == Architecture.A:
+        if not architectures.of(flavor.cluster).cohorts:
             raise Invalid(
-                f"Cluster {flavor.cluster.name} runs architecture A: there is no cohort to borrow from or lend to.", field=field
+                f"Cluster {flavor.cluster.name} runs architecture {flavor.cluster.architecture}: there is no cohort to borrow from or lend to.", field=field
             )
         if project is None:
             raise Invalid(

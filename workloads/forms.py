@@ -23,9 +23,10 @@ from quotas.models import Flavor
 from tenants.forms import add_service_error
 from tenants.models import Project
 
-from .models import Image, Priority, ServiceTemplate, TemplateKind
+from . import kinds
+from .models import Image, Priority, ServiceTemplate
 from .schema import PREFIX, form_fields
-from .services import DEFAULT_DURATION_HOURS, DEFAULT_PRIORITY, MAX_REPLICAS
+from .services import DEFAULT_DURATION_HOURS, MAX_REPLICAS
 
 PARAM = "param_"
 CUSTOM_IMAGE = "__custom__"
@@ -196,7 +197,7 @@ class RequestForm(forms.Form):
         fields["cpu"].help_text = f"Per replica; at most {template.max_cpu.normalize():f}."
         fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
         fields["duration_hours"].help_text = f"At most {template.max_duration_hours} hours; it stops then."
-        if template.kind != TemplateKind.INFERENCE:
+        if kinds.get(template.kind).replicas != "free":
             # Notebooks have one replica; training workers come from the parameters (workers, distributed).
             del fields["replicas"]
         self.initial.update({
@@ -204,7 +205,7 @@ class RequestForm(forms.Form):
             "cpu": template.default_cpu,
             "memory_gib": template.default_memory_gib,
             "duration_hours": min(DEFAULT_DURATION_HOURS, template.max_duration_hours),
-            "priority": DEFAULT_PRIORITY.get(TemplateKind(template.kind), Priority.BATCH),
+            "priority": kinds.get(template.kind).default_priority,
             "image": curated[0].reference if curated else CUSTOM_IMAGE,
         })
         if not self.is_bound and not self.initial.get("idempotency_key"):

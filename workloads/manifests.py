@@ -49,6 +49,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from portal.labels import (
+    INSTALLATION_LABEL, KIND_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POOL_LABEL, PROJECT_LABEL, REQUEST_LABEL,
+    TENANT_LABEL,
+)
+from portal.labels import PRIORITY_CLASS_LABEL as PRIORITY_LABEL
+from portal.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
+from portal.labels import SANDBOX_DURATION_ANNOTATION as SANDBOX_DURATION  # noqa: F401 - read by kinds/training.py
+from quotas import architectures
 from quotas import manifests as quota_manifests
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,20 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Manifest = dict[str, Any]
 
-# Labels and annotations.
-TENANT_LABEL = "gpuportal.dev/tenant"
-PROJECT_LABEL = "gpuportal.dev/project"
-REQUEST_LABEL = "gpuportal.dev/request"
-KIND_LABEL = "gpuportal.dev/kind"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpu-portal"
-INSTALLATION_LABEL = quota_manifests.INSTALLATION_LABEL  # which portal installation owns it (docs/ownership.md)
-OWNER_ANNOTATION = quota_manifests.OWNER_ANNOTATION
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-POOL_LABEL = "gpuportal.dev/pool"
-SANDBOX_DURATION = "sandbox.gpuportal.dev/duration"
-
+# Labels and annotations: portal/labels.py (imported above).
 # Ports and paths.
 NOTEBOOK_PORT = 8888
 NOTEBOOK_HOME = "/home/jovyan"
@@ -97,11 +92,7 @@ RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
 NOTEBOOK_GROUP = 100
 
-# Under these architectures a distributed training job is a Volcano Job; elsewhere an Indexed Job through Kueue.
-VOLCANO_ARCHITECTURES = frozenset({"E"})
-# Architecture F keeps production inference on the online pool (and its own LocalQueue, ``<project>-online``).
-ONLINE_POOL_ARCHITECTURES = frozenset({"F"})
-ONLINE_POOL = "online"
+# Which architecture hands a pool to Volcano, or keeps an online pool for inference: quotas/architectures.py.
 
 
 def local_queue_name(t: Target) -> str:
@@ -109,12 +100,12 @@ def local_queue_name(t: Target) -> str:
 
     The names are the quota side's (``quotas.manifests.local_queue_name``), so both always agree.
     """
-    return quota_manifests.local_queue_name(t, t.project, inference=t.kind == "inference")
+    return quota_manifests.local_queue_name(t, t.project, kind=t.kind)
 
 
 def cluster_queue_name(t: Target) -> str:
     """The ClusterQueue behind that LocalQueue: ``shared`` under A, else the LocalQueue's own name."""
-    return quota_manifests.SHARED_QUEUE if t.architecture == "A" else local_queue_name(t)
+    return quota_manifests.SHARED_QUEUE if architectures.of(t).shared_queue else local_queue_name(t)
 
 
 def volcano_queue_name(project_slug: str) -> str:
@@ -157,22 +148,10 @@ def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
         priority=request.priority,
         installation=_installation_id(),
     )
-    if target.kind == "notebook":
-        return render_notebook(request, target, token=notebook_token)
-    if target.kind == "training":
-        return render_training(request, target, job_ttl_seconds=job_ttl_seconds)
-    if target.kind == "inference":
-        return render_inference(request, target)
-    raise ValueError(f"Unknown template kind {target.kind!r}.")
+    from . import kinds  # the kind modules import this one's building blocks
 
-
-def workload_kinds(kind: str) -> list[tuple[str, str]]:
-    """(apiVersion, kind) of every object any request of ``kind`` may own, to delete or follow them."""
-    if kind == "notebook":
-        return [("apps/v1", "StatefulSet"), ("v1", "Service"), ("v1", "Secret")]
-    if kind == "training":
-        return [("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"), ("v1", "Service")]
-    return [("apps/v1", "Deployment"), ("v1", "Service")]
+    options = kinds.RenderOptions(notebook_token=notebook_token, job_ttl_seconds=job_ttl_seconds)
+    return kinds.get(target.kind).render(request, target, options)
 
 
 def manifests_hash(objects: list[Manifest]) -> str:
@@ -193,7 +172,7 @@ def owner_labels(t: Target) -> dict[str, str]:
         PROJECT_LABEL: t.project,
         REQUEST_LABEL: str(t.request_id),
         KIND_LABEL: t.kind,
-        MANAGED_BY_LABEL: MANAGED_BY,
+        MANAGED_BY: MANAGER,
         INSTALLATION_LABEL: t.installation,
     }
 
@@ -250,9 +229,10 @@ def placement(request: WorkloadRequest, t: Target) -> dict[str, Any]:
     selector = {str(k): str(v) for k, v in (flavor.node_labels or {}).items()}
     tolerations = [dict(tol) for tol in (flavor.tolerations or [])]
     pool = flavor.pool_label
-    if t.kind == "inference" and t.architecture in ONLINE_POOL_ARCHITECTURES:
-        pool = pool or ONLINE_POOL
-    if pool and t.architecture in ONLINE_POOL_ARCHITECTURES:
+    arch = architectures.of(t)
+    if arch.online_for(t.kind):
+        pool = pool or arch.online_pool
+    if pool and arch.online_pool:
         selector.setdefault(POOL_LABEL, pool)
         pool_toleration = {"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
         if pool_toleration not in tolerations:
@@ -303,7 +283,9 @@ def main_container(request: WorkloadRequest, *, command: list[str] | None = None
 
 def pod_security_context(t: Target) -> dict[str, Any]:
     """The pod's: non-root with a fixed uid, RuntimeDefault seccomp; volumes group-owned by the user's group."""
-    group = NOTEBOOK_GROUP if t.kind == "notebook" else RUN_AS_GROUP
+    from . import kinds
+
+    group = kinds.get(t.kind).pod_group
     return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": group, "fsGroup": group,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -359,63 +341,13 @@ def notebook_access_url(*, request_id: int, ide: str, base_url: str = "") -> str
     return f"{root}{path}" if ide == "vscode" else f"{root}{path}lab"
 
 
-def notebook_command(ide: str, t: Target) -> list[str]:
-    base_url = notebook_path(t.request_id)
-    if ide == "vscode":
-        return ["code-server", "--bind-addr", f"0.0.0.0:{NOTEBOOK_PORT}", "--auth", "password", NOTEBOOK_HOME]
-    return [
-        "jupyter", "lab", "--ip=0.0.0.0", f"--port={NOTEBOOK_PORT}", "--no-browser",
-        f"--ServerApp.base_url={base_url}", "--IdentityProvider.token=$(NOTEBOOK_TOKEN)",
-        f"--ServerApp.root_dir={NOTEBOOK_HOME}",
-    ]
-
-
-def render_notebook(request: WorkloadRequest, t: Target, *, token: str = "") -> list[Manifest]:
-    params = request.parameters or {}
-    ide = str(params.get("ide") or "jupyterlab")
-    home_gib = int(params.get("home_size_gib") or DEFAULT_HOME_GIB)
-    secret_name = f"{t.name}-token"
-    token_env = {"name": "NOTEBOOK_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "token"}}}
-    # code-server reads its password from $PASSWORD.
-    password_env = {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "token"}}}
-    container = main_container(
-        request,
-        command=notebook_command(ide, t),
-        env=[token_env, password_env, {"name": "HOME", "value": NOTEBOOK_HOME}],
-        ports=[{"name": "http", "containerPort": NOTEBOOK_PORT, "protocol": "TCP"}],
-    )
-    container["volumeMounts"] = [{"name": "home", "mountPath": NOTEBOOK_HOME}]
-    container["readinessProbe"] = {"tcpSocket": {"port": NOTEBOOK_PORT}, "periodSeconds": 10}
-    secret = {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata(t, secret_name),
-        "stringData": {"token": token},
-    }
-    statefulset = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": metadata(t, labels=kueue_labels(t)),
-        "spec": {
-            "replicas": 1,
-            "serviceName": t.name,
-            # Kueue runs a StatefulSet as one pod group and forces Parallel; say so rather than be overridden.
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": selector_labels(t)},
-            "template": pod_template(request, t, [container], restart_policy="Always"),
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "home", "labels": owner_labels(t)},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{home_gib}Gi"}}},
-            }],
-        },
-    }
-    return [secret, service(t, port=80, target_port="http"), statefulset]
-
-
-# ---------------------------------------------------------------------------------------------- training
+# ---------------------------------------------------------------------------------------------- Volcano or Kueue
 def uses_volcano(request: WorkloadRequest, architecture: str) -> bool:
     """Under E, training on a Volcano-owned flavor (the offline pool's whole GPUs, ``quotas.manifests.volcano_owned``)
     is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those nodes. Training on any other flavor
     (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, §5.5) stays with Kueue."""
-    return architecture in VOLCANO_ARCHITECTURES and quota_manifests.volcano_owned(request.cluster, request.flavor)
+    return (bool(architectures.get(architecture).volcano_pool)
+            and quota_manifests.volcano_owned(request.cluster, request.flavor))
 
 
 def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
@@ -425,145 +357,5 @@ def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
     always render to Kueue-managed objects, and Kueue has no ResourceFlavor for those nodes. Training there
     is a Volcano Job (:func:`uses_volcano`), single-node too, so it is never stranded.
     """
-    return kind != "training" and quota_manifests.volcano_owned(flavor.cluster, flavor)
-
-
-def training_volumes(request: WorkloadRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    claim = (request.parameters or {}).get("data_volume")
-    if not claim:
-        return [], []
-    return ([{"name": "data", "persistentVolumeClaim": {"claimName": str(claim)}}],
-            [{"name": "data", "mountPath": DATA_MOUNT}])
-
-
-def duration_annotations(request: WorkloadRequest) -> dict[str, str]:
-    return {SANDBOX_DURATION: f"{int(request.duration_hours)}h"}
-
-
-def retries(request: WorkloadRequest) -> int:
-    return max(0, int((request.parameters or {}).get("retries") or 0))
-
-
-def ttl_spec(job_ttl_seconds: int | None) -> dict[str, int]:
-    return {} if job_ttl_seconds is None else {"ttlSecondsAfterFinished": int(job_ttl_seconds)}
-
-
-def render_training(request: WorkloadRequest, t: Target, *,
-                    job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
-    if uses_volcano(request, t.architecture):
-        return [render_volcano_job(request, t, job_ttl_seconds=job_ttl_seconds)]
-    if int(request.replicas) > 1:
-        return render_indexed_job(request, t, job_ttl_seconds=job_ttl_seconds)
-    volumes, mounts = training_volumes(request)
-    container = main_container(request)
-    if mounts:
-        container["volumeMounts"] = mounts
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(t, labels=kueue_labels(t), annotations=duration_annotations(request)),
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "backoffLimit": retries(request),
-            **ttl_spec(job_ttl_seconds),
-            "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes),
-        },
-    }
-    return [job]
-
-
-def render_indexed_job(request: WorkloadRequest, t: Target, *,
-                       job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
-    """n pods through Kueue (admitted all together as one pod set), ranks from the completion index."""
-    n = int(request.replicas)
-    volumes, mounts = training_volumes(request)
-    dist_env = [
-        {"name": "MASTER_ADDR", "value": f"{t.name}-0.{t.name}"},
-        {"name": "MASTER_PORT", "value": str(PYTORCH_PORT)},
-        {"name": "WORLD_SIZE", "value": str(n)},
-        {"name": "RANK", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
-    ]
-    container = main_container(request, env=dist_env,
-                               ports=[{"name": "dist", "containerPort": PYTORCH_PORT, "protocol": "TCP"}])
-    if mounts:
-        container["volumeMounts"] = mounts
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(t, labels=kueue_labels(t), annotations=duration_annotations(request)),
-        "spec": {
-            "completionMode": "Indexed",
-            "parallelism": n,
-            "completions": n,
-            "backoffLimit": retries(request),
-            **ttl_spec(job_ttl_seconds),
-            "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
-                                     spec_extra={"subdomain": t.name}),
-        },
-    }
-    # The headless Service gives the pods their <job>-<index>.<job> names; it comes first so DNS is there.
-    return [service(t, port=PYTORCH_PORT, target_port=PYTORCH_PORT, headless=True), job]
-
-
-def render_volcano_job(request: WorkloadRequest, t: Target, *,
-                       job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> Manifest:
-    """A gang of n pods (1 master + n-1 workers) in the project's Volcano Queue; no Kueue labels anywhere."""
-    n = int(request.replicas)
-    volumes, mounts = training_volumes(request)
-
-    def task(name: str, replicas: int) -> dict[str, Any]:
-        container = main_container(request)
-        if mounts:
-            container["volumeMounts"] = mounts
-        template = pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
-                                extra_labels={"gpuportal.dev/task": name})
-        return {"name": name, "replicas": replicas, "minAvailable": replicas, "template": template}
-
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": metadata(t, annotations=duration_annotations(request)),
-        "spec": {
-            "schedulerName": "volcano",
-            "queue": volcano_queue_name(t.project),
-            "minAvailable": n,
-            "maxRetry": max(1, retries(request)),
-            **ttl_spec(job_ttl_seconds),
-            "plugins": {
-                "pytorch": ["--master=master", "--worker=worker", f"--port={PYTORCH_PORT}"],
-                "env": [],
-                "svc": [],
-            },
-            # An evicted pod restarts the whole gang; a failed one too, until maxRetry is spent.
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "RestartJob"}],
-            "tasks": [task("master", 1)] + ([task("worker", n - 1)] if n > 1 else []),
-        },
-    }
-
-
-# ---------------------------------------------------------------------------------------------- inference
-def render_inference(request: WorkloadRequest, t: Target) -> list[Manifest]:
-    params = request.parameters or {}
-    port = int(params.get("port") or DEFAULT_INFERENCE_PORT)
-    env = []
-    if params.get("model_uri"):
-        env.append({"name": "MODEL_URI", "value": str(params["model_uri"])})
-    container = main_container(request, env=env, ports=[{"name": "http", "containerPort": port, "protocol": "TCP"}])
-    container["readinessProbe"] = {
-        "httpGet": {"path": str(params.get("readiness_path") or DEFAULT_READINESS_PATH), "port": port},
-        "initialDelaySeconds": 5,
-        "periodSeconds": 10,
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(t, labels=kueue_labels(t)),
-        "spec": {
-            "replicas": int(request.replicas),
-            "selector": {"matchLabels": selector_labels(t)},
-            "template": pod_template(request, t, [container], restart_policy="Always"),
-        },
-    }
-    return [service(t, port=80, target_port="http"), deployment]
+    return (kind not in architectures.of(flavor.cluster).volcano_kinds
+            and quota_manifests.volcano_owned(flavor.cluster, flavor))

@@ -26,11 +26,13 @@ from django.core.mail import send_mail
 from django.db.models import F, Q
 from django.utils import timezone
 
+from portal import labels
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
-from .manifests import DEFAULT_JOB_TTL_SECONDS, REQUEST_LABEL, request_manifests
+from . import kinds
+from .manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
 from .manifests import manifests_hash as objects_hash
-from .models import RequestEvent, RequestState, TemplateKind, WorkloadRequest
+from .models import RequestEvent, RequestState, WorkloadRequest
 from .states import ACTIVE, FINAL, move
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ def _load(request_id: int) -> WorkloadRequest | None:
 
 def notebook_token(request: WorkloadRequest) -> str:
     """The notebook's access token: derived from our secret and the request, so re-rendering gives the same one."""
-    if request.template.kind != TemplateKind.NOTEBOOK:
+    if not kinds.get(request.template.kind).interactive:
         return ""
     return hmac.new(settings.SECRET_KEY.encode(), f"notebook:{request.pk}".encode(), hashlib.sha256).hexdigest()[:32]
 
@@ -123,7 +125,7 @@ def _delete_objects(kube: Kube, req: WorkloadRequest, objects: list[dict[str, An
         deleted += kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
     if volumes:
         claims, _ = kube.list("v1", "PersistentVolumeClaim", req.project.namespace,
-                              label_selector=f"{REQUEST_LABEL}={req.pk}")
+                              label_selector=labels.request_selector(req.pk))
         for claim in claims:
             deleted += kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], req.project.namespace)
     return deleted
@@ -188,7 +190,8 @@ def notebooks_cull_idle(now: datetime | None = None) -> int:
     """Stop running notebooks idle longer than their template's timeout, and tell their owners."""
     now = now or timezone.now()
     candidates = _select_active().filter(
-        state=S.RUNNING, template__kind=TemplateKind.NOTEBOOK, template__idle_timeout_minutes__isnull=False
+        state=S.RUNNING, template__kind__in=[k.name for k in kinds.KINDS.values() if k.interactive],
+        template__idle_timeout_minutes__isnull=False
     )
     count = 0
     for req in candidates:

@@ -15,11 +15,11 @@ from django.db.models import Q
 from quotas.models import Cluster, Flavor
 from tenants.models import ApiToken, DNS1123_LABEL, Project, Tenant
 
+from . import kinds
 
-class TemplateKind(models.TextChoices):
-    NOTEBOOK = "notebook", "Notebook"
-    TRAINING = "training", "Training job"
-    INFERENCE = "inference", "Inference service"
+
+# The template kinds' values and labels come from their registry (workloads/kinds/).
+TemplateKind = models.TextChoices("TemplateKind", [(name.upper(), (name, label)) for name, label in kinds.choices()])
 
 
 class Image(models.Model):

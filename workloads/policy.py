@@ -7,6 +7,7 @@ from tenants.access import Actor
 from tenants.models import Project
 from tenants.policy import may_approve, may_operate, may_submit
 
+from . import kinds
 from .models import WorkloadRequest
 
 
@@ -48,7 +49,7 @@ def may_open_notebook(actor: Actor, req: WorkloadRequest) -> bool:
     user = actor.user
     if actor.token is not None or user is None or not user.is_authenticated:
         return False
-    if req.template.kind != "notebook":
+    if not kinds.get(req.template.kind).interactive:
         return False
     if req.requested_by_id == user.pk:
         return True

@@ -10,6 +10,7 @@ from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, Quer
 from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
+from portal import labels
 from quotas.models import Quota
 from tenants.access import Actor, is_ops
 from tenants.selectors import projects_for, projects_where
@@ -213,11 +214,9 @@ def logs_for(request: WorkloadRequest, *, tail: int | None = 200, since: str | M
         return []
     from portal.kube import kube_for, pod_log_read
 
-    from .manifests import REQUEST_LABEL
-
     kube = kube_for(cluster)
     namespace = request.project.namespace
-    items, _ = kube.list("v1", "Pod", namespace, label_selector=f"{REQUEST_LABEL}={request.pk}")
+    items, _ = kube.list("v1", "Pod", namespace, label_selector=labels.request_selector(request.pk))
     out = []
     for item in sorted(items, key=lambda p: p["metadata"]["name"]):
         name = item["metadata"]["name"]

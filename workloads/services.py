@@ -26,7 +26,7 @@ from tenants.audit import audit_record, snapshot
 from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project
 
-from . import hooks, manifests, notify, policy
+from . import hooks, kinds, manifests, notify, policy
 from .models import (
     APPROVER_ONLY_PRIORITIES,
     LIVE_STATES,
@@ -36,7 +36,6 @@ from .models import (
     RequestEvent,
     RequestState,
     ServiceTemplate,
-    TemplateKind,
     Volume,
     WorkloadRequest,
     default_self_service_priorities,
@@ -47,11 +46,6 @@ from .states import ACTIVE, CANCELLABLE, FINAL, move
 S = RequestState
 RULE_LABEL = "approval rule"
 REQUEST_FIELDS = ["name", "image", "flavor", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "state"]
-DEFAULT_PRIORITY = {
-    TemplateKind.NOTEBOOK: Priority.INTERACTIVE,
-    TemplateKind.TRAINING: Priority.BATCH,
-    TemplateKind.INFERENCE: Priority.PRODUCTION,
-}
 DEFAULT_DURATION_HOURS = 8
 MAX_REPLICAS = 64
 
@@ -203,7 +197,7 @@ def approval_decide(
         return Decision(False, _priority_needs_approver(priority, allowed))
     if rule is None:
         return Decision(False, "No approval rule applies, so a project admin decides.")
-    if template.kind == TemplateKind.INFERENCE and rule.require_admin_for_inference:
+    if kinds.get(template.kind).needs_admin_rule and rule.require_admin_for_inference:
         return Decision(False, "Inference services need a project admin's approval.")
     allowed = _self_service(rule.member_priorities)
     if priority not in allowed:
@@ -437,20 +431,21 @@ def _submit(
         error("duration_hours", f"At most {template.max_duration_hours} hours for {template.name}.")
 
     # Replicas: inference replicas, or distributed training's workers (one source: the parameters).
-    if template.kind == TemplateKind.TRAINING:
+    kind = kinds.get(template.kind)
+    if kind.replicas == "workers":
         derived = int(parameters.get("workers", 1)) if parameters.get("distributed") else 1
         if replicas is not None and replicas != derived:
-            error("replicas", "For training, set parameters.workers (with parameters.distributed) instead.")
+            error("replicas", f"For {kind.name}, set parameters.workers (with parameters.distributed) instead.")
         replicas = derived
-    elif template.kind == TemplateKind.NOTEBOOK:
+    elif kind.replicas == "one":
         if replicas not in (None, 1):
-            error("replicas", "A notebook has one replica.")
+            error("replicas", f"A {kind.name} has one replica.")
         replicas = 1
     replicas = 1 if replicas is None else replicas
     if not 1 <= replicas <= MAX_REPLICAS:
         error("replicas", f"Between 1 and {MAX_REPLICAS}.")
 
-    priority = priority or DEFAULT_PRIORITY.get(template.kind, Priority.BATCH)
+    priority = priority or kind.default_priority
     if priority not in Priority.values:
         error("priority", f"One of {', '.join(Priority.values)}.")
 
@@ -484,7 +479,7 @@ def _submit(
         request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
         message=f"Submitted: {template.name} v{template.version}, {gpus} x {flavor} x {replicas}, {duration_hours} h.",
     )
-    if template.kind == TemplateKind.NOTEBOOK:
+    if kind.interactive:
         # The home volume (the StatefulSet's claim) is the requester's own: only their requests may mount it.
         Volume.objects.create(project=project, name=manifests.notebook_home_claim(req.k8s_name), owner=actor.user,
                               request=req, description=f"Home of notebook {name}.")
@@ -682,7 +677,7 @@ def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> W
     """Change an inference service's replicas: down always, up within quota and the approval rule."""
     req = _fresh(request)
     _require_owner_or_approver(actor, req, "scale")
-    if req.template.kind != TemplateKind.INFERENCE:
+    if not kinds.allows(req.template.kind, "scale"):
         raise Invalid("Only inference services scale.", field="replicas")
     if not 1 <= replicas <= MAX_REPLICAS:
         raise Invalid(f"Between 1 and {MAX_REPLICAS} replicas.", field="replicas")
@@ -809,9 +804,9 @@ def image_update(*, actor: Actor, image: Image, **changes: Any) -> Image:
 
 
 def _check_image_kinds(image: Image) -> None:
-    kinds = image.kinds if isinstance(image.kinds, list) else None
-    if not kinds or any(kind not in TemplateKind.values for kind in kinds):
-        raise ValidationError({"kinds": [f"A list of template kinds: {', '.join(TemplateKind.values)}."]})
+    listed = image.kinds if isinstance(image.kinds, list) else None
+    if not listed or any(kind not in kinds.names() for kind in listed):
+        raise ValidationError({"kinds": [f"A list of template kinds: {', '.join(kinds.names())}."]})
 
 
 def _check_image(image: Image) -> None:

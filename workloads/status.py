@@ -47,8 +47,11 @@ from django.utils import timezone
 
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
-from .manifests import REQUEST_LABEL, cluster_queue_name, uses_volcano
-from .models import RequestState, TemplateKind, WorkloadRequest
+from portal.labels import REQUEST_LABEL
+
+from . import kinds
+from .manifests import cluster_queue_name, uses_volcano
+from .models import RequestState, WorkloadRequest
 from .pending import request_pending_reason
 from .states import ACTIVE, move
 
@@ -61,7 +64,7 @@ WORKLOAD_CONDITIONS = ("QuotaReserved", "Admitted", "Evicted", "Preempted", "Req
 JOB_CONDITIONS = ("Complete", "Failed", "Suspended")
 VOLCANO_DONE = {"Completed": S.SUCCEEDED, "Completing": S.SUCCEEDED, "Failed": S.FAILED, "Aborted": S.FAILED,
                 "Aborting": S.FAILED, "Terminated": S.FAILED, "Terminating": S.FAILED}
-TOP_LEVEL = ("job", "vcjob", "deployment", "statefulset")
+TOP_LEVEL = kinds.FOLLOWABLE  # every top-level object a kind may follow (workloads/kinds/: Kind.follows)
 MISSING_GRACE = timedelta(seconds=60)
 WARNINGS_KEPT = 3
 
@@ -195,18 +198,12 @@ def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
         if phase == "Running":
             return Derived(S.RUNNING, f"Volcano scheduled the gang; {vc.get('running') or running} pod(s) running.")
         return Derived(S.QUEUED, "Waiting in the Volcano queue.")
-    if kind == TemplateKind.INFERENCE:
-        dep = objects.get("deployment") or {}
-        if int(dep.get("ready") or 0) >= 1:
-            return Derived(S.RUNNING, f"{dep.get('ready')} of {dep.get('replicas')} replica(s) ready.")
-        return Derived(S.QUEUED, "No replica is ready yet.")
     # Kueue's word first: a pod still shown running while its Workload was just evicted is on its way out.
     admitted = not workloads or any(((w.get("c") or {}).get("Admitted") or [""])[0] == "True" for w in workloads)
-    if kind == TemplateKind.NOTEBOOK:
-        sts = objects.get("statefulset") or {}
-        if admitted and (int(sts.get("ready") or 0) >= 1 or running):
-            return Derived(S.RUNNING, "Admitted; the notebook is running.")
-        return Derived(S.QUEUED, "Waiting for admission.")
+    kind_derive = kinds.get(kind).derive  # the kind's reading of its own top-level object (workloads/kinds/)
+    if kind_derive is not None:
+        state, reason = kind_derive(objects, admitted, running)
+        return Derived(state, reason)
     if admitted and running and not (job or {}).get("suspend"):
         return Derived(S.RUNNING, f"Admitted; {running} pod(s) running.")
     return Derived(S.QUEUED, "Waiting for admission.")
@@ -371,10 +368,7 @@ class StatusFollower:
             stats.events += len(listed.get(req.pk, []))
             if not any(k in new_objects for k in TOP_LEVEL):
                 if req.state in (S.QUEUED, S.RUNNING, S.PREEMPTED) and (req.queued_at or now) < now - MISSING_GRACE:
-                    gone = "Its objects are gone from the cluster (deleted outside the portal)."
-                    if req.template.kind == TemplateKind.TRAINING:
-                        gone = ("Its Job is gone from the cluster and its outcome was not seen: deleted outside the portal, "
-                                "or removed after it finished (ttlSecondsAfterFinished) while its status was not followed.")
+                    gone = kinds.get(req.template.kind).gone_message
                     if move(req, to=S.FAILED, actor_label=ACTOR, reason=gone):
                         stats.moves += 1
                 continue

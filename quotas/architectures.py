@@ -1,0 +1,133 @@
+"""The reference architectures A–F, as data. The one place that knows what a letter means.
+
+Everything that behaves differently per architecture asks this registry instead of comparing letters:
+the quota renderer (``quotas/manifests.py``), the request renderer (``workloads/manifests.py``), the
+enforcement rule (``quotas/capacity.py:flavor_enforcement`` and its query twin
+``quotas/selectors.py:enforced_flavor_q``), the services' checks and the ``Architecture`` choices of
+``quotas/models.py``. Adding an architecture G is one :class:`Arch` entry in :data:`ARCHITECTURES` (plus its
+tests, and the migration Django writes for the new choice). docs/architectures.md explains each entry.
+
+What an entry says:
+
+* ``queues`` — the Kueue queue layout: ``SHARED`` (one ClusterQueue ``shared`` for every namespace, no
+  cohort), ``COHORT`` (a Cohort per tenant, a ClusterQueue per project) or ``POOLS`` (COHORT with an
+  offline and an online ClusterQueue per project and explicit lending from offline to online).
+* ``mig`` / ``hami`` — whether the pools get MIG / HAMi flavors: ``NEVER``, ``ALWAYS`` or ``SWITCH`` (as the
+  cluster's ``use_mig`` / ``use_hami`` say). Whole-GPU and CPU flavors exist everywhere.
+* ``volcano_pool`` — the node pool whose whole-GPU flavors Volcano owns instead of Kueue (empty: none);
+  ``volcano_kinds`` — the template kinds that may run there (as Volcano Jobs).
+* ``online_pool`` — the pool kept for ``online_kinds`` (they get the ``<project>-online`` LocalQueue and
+  are pinned to that pool); empty: no online/offline split.
+* ``cohorts`` (derived) — whether quotas may set borrowing and lending limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+SHARED, COHORT, POOLS = "shared", "cohort", "pools"
+NEVER, ALWAYS, SWITCH = "never", "always", "switch"
+WHOLE, MIG, HAMI, CPU = "whole", "mig", "hami", "cpu"  # Flavor.Kind values
+
+
+@dataclass(frozen=True)
+class Arch:
+    letter: str
+    label: str
+    queues: str = COHORT
+    mig: str = NEVER
+    hami: str = NEVER
+    volcano_pool: str = ""
+    volcano_kinds: frozenset[str] = frozenset({"training"})
+    online_pool: str = ""
+    online_kinds: frozenset[str] = frozenset({"inference"})
+
+    @property
+    def cohorts(self) -> bool:
+        """Quotas may borrow and lend (there is a cohort to do it in)."""
+        return self.queues != SHARED
+
+    @property
+    def shared_queue(self) -> bool:
+        return self.queues == SHARED
+
+    @property
+    def switchable(self) -> bool:
+        """MIG or HAMi is switched per cluster rather than fixed by the letter."""
+        return SWITCH in (self.mig, self.hami)
+
+    def may_use(self, kind: str) -> bool:
+        """May this architecture ever offer flavors of ``kind`` (whole | mig | hami | cpu)?"""
+        if kind == MIG:
+            return self.mig != NEVER
+        if kind == HAMI:
+            return self.hami != NEVER
+        return True
+
+    def offers(self, kind: str, *, use_mig: bool = False, use_hami: bool = False) -> bool:
+        """Does a cluster of this architecture (with these switches) materialize flavors of ``kind``?"""
+        mode, switch = {MIG: (self.mig, use_mig), HAMI: (self.hami, use_hami)}.get(kind, (ALWAYS, True))
+        return mode == ALWAYS or (mode == SWITCH and switch)
+
+    def offered_kinds(self, *, use_mig: bool = False, use_hami: bool = False) -> set[str]:
+        return {k for k in (WHOLE, CPU, MIG, HAMI) if self.offers(k, use_mig=use_mig, use_hami=use_hami)}
+
+    def online_for(self, template_kind: str) -> bool:
+        """Does a request of ``template_kind`` go to the online pool (and its ``-online`` queue)?"""
+        return bool(self.online_pool) and template_kind in self.online_kinds
+
+
+ARCHITECTURES: dict[str, Arch] = {a.letter: a for a in (
+    Arch("A", "A · one queue for everyone, whole GPUs", queues=SHARED),
+    Arch("B", "B · cohort per tenant, ClusterQueue per project, whole GPUs"),
+    Arch("C", "C · B plus MIG flavors", mig=ALWAYS),
+    Arch("D", "D · B plus HAMi shared vGPU flavors", hami=ALWAYS),
+    Arch("E", "E · B/C/D plus Volcano queues for gang-scheduled training", mig=SWITCH, hami=SWITCH, volcano_pool="offline"),
+    Arch("F", "F · separate online (inference) and offline (training) pools", queues=POOLS, mig=SWITCH, hami=SWITCH,
+         online_pool="online"),
+)}
+
+
+def get(letter: str) -> Arch:
+    """The entry for ``letter``; ``KeyError`` names the known letters."""
+    try:
+        return ARCHITECTURES[str(letter)]
+    except KeyError:
+        raise KeyError(f"Unknown architecture {letter!r}; known: {', '.join(ARCHITECTURES)}.") from None
+
+
+def of(cluster: object) -> Arch:
+    """The entry for anything with an ``architecture`` attribute (a Cluster, a ClusterRow, a Target)."""
+    return get(getattr(cluster, "architecture"))
+
+
+def letters() -> list[str]:
+    return list(ARCHITECTURES)
+
+
+def choices() -> list[tuple[str, str]]:
+    return [(a.letter, a.label) for a in ARCHITECTURES.values()]
+
+
+def where(predicate) -> list[str]:  # noqa: ANN001 - any callable Arch -> bool
+    """The letters whose entry satisfies ``predicate`` (for building database filters)."""
+    return [a.letter for a in ARCHITECTURES.values() if predicate(a)]
+
+
+def names(letters_: list[str]) -> str:
+    """``["C", "E", "F"]`` → ``"C, E and F"``."""
+    return letters_[0] if len(letters_) == 1 else f"{', '.join(letters_[:-1])} and {letters_[-1]}"
+
+
+@contextmanager
+def registered(arch: Arch) -> Iterator[Arch]:
+    """Register ``arch`` for the duration of the block (tests: a new architecture as data), then restore."""
+    before = dict(ARCHITECTURES)
+    ARCHITECTURES[arch.letter] = arch
+    try:
+        yield arch
+    finally:
+        ARCHITECTURES.clear()
+        ARCHITECTURES.update(before)
