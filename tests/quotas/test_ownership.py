@@ -35,7 +35,7 @@ def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
     """The demo cluster on a fresh sandbox, registered (so project creation asks it), nothing applied yet."""
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    seed_quota_demo(reconcile_now=False)
+    seed_quota_demo(architecture="B", reconcile_now=False)
     cluster = Cluster.objects.get(name="sandbox")
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     return cluster, kube, fresh_sandbox

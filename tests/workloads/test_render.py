@@ -74,6 +74,11 @@ def dry_run(objects: list[dict]) -> list[dict]:
     """Create every object with dryRun in a fresh store (schemas, defaults, built-in checks); returns what it stored."""
     store = Store()
     store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    # Volcano's admission refuses a Job whose queue does not exist: the project's queue is there, as the
+    # quota reconcile would have made it.
+    for queue in sorted({o["spec"].get("queue") for o in objects if o["apiVersion"].startswith("batch.volcano.sh/")} - {None}):
+        store.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": queue},
+                      "spec": {"weight": 1}})
     out = []
     for obj in objects:
         warnings: list[str] = []
