@@ -52,8 +52,3 @@ def validate_mig_profile(model: str, profile: str) -> str:
             field="mig_profile",
         )
     return name
-
-
-def max_instances(model: str, profile: str) -> int:
-    """How many slices of ``profile`` one GPU of ``model`` holds when cut into that profile only (0: none)."""
-    return mig_profiles_for(model).get(canonical_profile(profile), 0)

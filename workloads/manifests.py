@@ -166,15 +166,6 @@ def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
     raise ValueError(f"Unknown template kind {target.kind!r}.")
 
 
-def workload_kinds(kind: str) -> list[tuple[str, str]]:
-    """(apiVersion, kind) of every object any request of ``kind`` may own, to delete or follow them."""
-    if kind == "notebook":
-        return [("apps/v1", "StatefulSet"), ("v1", "Service"), ("v1", "Secret")]
-    if kind == "training":
-        return [("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"), ("v1", "Service")]
-    return [("apps/v1", "Deployment"), ("v1", "Service")]
-
-
 def manifests_hash(objects: list[Manifest]) -> str:
     """A stable digest of what is applied: equal for equal content, whatever the dict order."""
     return hashlib.sha256(json.dumps(objects, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

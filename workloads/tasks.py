@@ -39,10 +39,6 @@ def request_changed_task(request_id: int, action: str) -> str:
     return materialize.request_act(request_id=request_id, action=action)
 
 
-# The name the issue uses; the hooks call ``request_changed_task``.
-request_action_task = request_changed_task
-
-
 @shared_task(ignore_result=True)
 def requests_sync_task() -> dict[str, dict[str, Any]]:
     """One status-following cycle for every cluster."""
