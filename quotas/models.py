@@ -180,7 +180,7 @@ class Flavor(models.Model):
         if self.kind == self.Kind.MIG:
             return [f"nvidia.com/mig-{self.mig_profile}"]
         if self.kind == self.Kind.HAMI:
-            # Kueue sees HAMi through resource transformations (cluster-apis.md §5.4).
+            # Kueue sees HAMi through resource transformations (docs/cluster-objects.md, "HAMi").
             return ["nvidia.com/gpu", "nvidia.com/total-gpucores", "nvidia.com/total-gpumem"]
         return ["cpu", "memory"]
 

@@ -1,6 +1,6 @@
 """Celery entry points of the request lifecycle: thin wrappers around ``materialize`` and ``status``.
 
-Each takes ids, re-reads, and may run twice (style guide §5). A cluster that cannot answer
+Each takes ids, re-reads, and may run twice (docs/conventions.md, "Transactions and Celery"). A cluster that cannot answer
 (``ClusterUnavailable``) retries the task with exponential backoff; everything else is decided inside.
 
 Beat (``CELERY_BEAT_SCHEDULE`` in portal/settings.py): ``requests_sync_task`` every 5 s (one status cycle per
