@@ -280,6 +280,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TemplateKindEnum": "workloads.models.TemplateKind",
         "FlavorKindEnum": "quotas.models.Flavor.Kind",
+        # Two "state" choice sets: keep the requests' name as it was, name the architecture changes' own.
+        "StateEnum": "workloads.models.RequestState",
+        "ArchitectureChangeStateEnum": "quotas.models.ArchitectureChange.State",
+        "ArchitectureEnum": "quotas.models.Architecture",
     },
 }
 
