@@ -80,14 +80,23 @@ def _actor_of(change: ArchitectureChange) -> Actor:
 def architecture_change_apply(change_id: int) -> ArchitectureChange | None:
     """Apply a requested change. Call it holding the cluster's reconcile lock. Idempotent: a change
     that already left ``requested`` is not touched again (None)."""
-    from portal.kube import ClusterError
-
     change = ArchitectureChange.objects.select_related("cluster", "requested_by").filter(pk=change_id).first()
     if change is None:
         return None
     actor = _actor_of(change)
     if not states.move(change, to=S.APPLYING, actor=actor):
         return None
+    try:
+        return _apply(change, actor)
+    except Exception as exc:
+        # Never leave a change "applying": it would block the cluster's next change.
+        states.move(change, to=S.FAILED, actor=actor, reason=f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _apply(change: ArchitectureChange, actor: Actor) -> ArchitectureChange:
+    from portal.kube import ClusterError
+
     cluster = Cluster.objects.get(pk=change.cluster_id)
     try:
         plan = plan_for(cluster, change.to_architecture)

@@ -132,3 +132,12 @@ def test_a_plan_that_changed_before_the_worker_ran_fails_the_change(demo) -> Non
     assert change.state == S.FAILED and "plan changed" in change.state_reason
     assert Cluster.objects.get(pk=demo.pk).architecture == "B" and not AuditEntry.objects.filter(action="cluster.apply").exists()
     assert architecture_change_apply(change.pk) is None  # a redelivered task does nothing
+
+
+def test_an_unexpected_error_fails_the_change_instead_of_leaving_it_applying(cast, settings) -> None:  # noqa: ANN001
+    settings.KUBECONFIG = "/nonexistent/kubeconfig"  # a broken configuration: not a cluster error
+    change = _change(make_fleet().cluster)
+    with pytest.raises(Exception) as caught:
+        architecture_change_apply(change.pk)
+    change.refresh_from_db()
+    assert change.state == S.FAILED and type(caught.value).__name__ in change.state_reason
