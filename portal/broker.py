@@ -15,7 +15,7 @@ not finished and died on ``JSONDecodeError``). On top of kombu's transport this 
 A consumer that is killed (SIGKILL, OOM) leaves its delivered-but-unacknowledged rows hidden;
 ``restore_unacked()`` makes them visible again. ``deploy/devstack.py`` calls it before it (re)starts
 the worker, the only consumer of the embedded broker, so a killed worker's tasks run again (tasks
-are idempotent, style guide §5). Rows hidden longer than ``VISIBILITY_TIMEOUT`` come back anyway.
+are idempotent, docs/conventions.md). Rows hidden longer than ``VISIBILITY_TIMEOUT`` come back anyway.
 """
 
 from __future__ import annotations

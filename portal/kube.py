@@ -1,4 +1,4 @@
-"""The one module that talks to Kubernetes (style guide §4): apply, get, list, delete, watch.
+"""The one module that talks to Kubernetes (docs/conventions.md, "Kubernetes: render, then apply"): apply, get, list, delete, watch.
 
 Every app renders plain dicts and hands them to a :class:`Kube`. Requests go through the official
 client's ``ApiClient`` (authentication, TLS and proxies from the kubeconfig exactly as in production);

@@ -285,6 +285,10 @@ SPECTACULAR_SETTINGS = {
         "TemplateKindEnum": "workloads.models.TemplateKind",
         "FlavorKindEnum": "quotas.models.Flavor.Kind",
         "PriorityEnum": "workloads.models.Priority",
+        # Two "state" choice sets: keep the requests' name as it was, name the architecture changes' own.
+        "StateEnum": "workloads.models.RequestState",
+        "ArchitectureChangeStateEnum": "quotas.models.ArchitectureChange.State",
+        "ArchitectureEnum": "quotas.models.Architecture",
     },
     # Error responses, token auth and response headers are documented by one hook (portal/api.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],

@@ -5,14 +5,9 @@ from django.utils.csp import CSP
 from django.views.decorators.csp import csp_override
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from tenants.forms import ThrottledAdminAuthenticationForm
-
 # Redoc styles itself with inline <style> elements it creates at run time (no nonce): its page alone
 # allows inline styles. Scripts stay as strict as everywhere else.
 REDOC_CSP = settings.SECURE_CSP | {"style-src": [CSP.SELF, CSP.UNSAFE_INLINE], "worker-src": [CSP.SELF, "blob:"]}
-
-# The admin's sign-in explains a throttled attempt like the portal's (the throttle is in the backend).
-admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("", include("tenants.urls")),

@@ -11,7 +11,7 @@ Units (shared with ``Quota.nominal`` and ``quotas/manifests.py``):
 A node counts while it is ready, present and not in the middle of a MIG layout change
 (``Node.counts_capacity``). A flavor matches a node when every one of the flavor's node labels is on
 the node and, for architecture F, the node is in the flavor's pool. Kueue itself never reads node
-capacity (cluster-apis.md §6), so this is the number ops compare promises against.
+capacity (docs/cluster-objects.md, "Capacity"), so this is the number ops compare promises against.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .models import Cluster, Flavor, Node
 GPU = "nvidia.com/gpu"
 TOTAL_GPUCORES = "nvidia.com/total-gpucores"
 TOTAL_GPUMEM = "nvidia.com/total-gpumem"
-HAMI_NODE_LABEL = ("gpu", "on")  # HAMi's device plugin runs only on nodes labelled gpu=on (§5.3)
+HAMI_NODE_LABEL = ("gpu", "on")  # HAMi's device plugin runs only on nodes labelled gpu=on (docs/cluster-objects.md, "HAMi")
 
 
 def parse_quantity(value: Any) -> Decimal:

@@ -27,3 +27,15 @@ class AlreadyDecided(ConflictError):
     """Compare-and-set lost: the quota request is no longer in the state the caller saw."""
 
     code = "already_decided"
+
+
+class PlanChanged(ConflictError):
+    """The plan made now differs from the one the person reviewed (its fingerprint); nothing is applied."""
+
+    code = "plan_changed"
+
+
+class NothingToApply(ConflictError):
+    """The cluster already matches the desired state of its current architecture."""
+
+    code = "nothing_to_apply"

@@ -29,7 +29,7 @@ MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)$")
 def model_key(labels: dict[str, str]) -> str:
     """A short GPU model key (``h100-80gb``, ``a100-80gb``, ``l40s``) from a node's labels.
 
-    Prefers an ops-set ``gpuportal.dev/gpu-model`` label (survives SKU-name drift, §6); else derives it
+    Prefers an ops-set ``gpuportal.dev/gpu-model`` label (survives SKU-name drift, docs/cluster-objects.md "GPU labels"); else derives it
     from GFD's product name and memory, e.g. ``NVIDIA-A100-SXM4-80GB`` -> ``a100-80gb``.
     """
     if labels.get(MODEL_LABEL):
@@ -171,7 +171,7 @@ def flavors_discover(cluster: Cluster, *, taints_by_node: dict[str, list[dict]] 
     """Default flavors (unsaved) for the cluster's pools, e.g. ``h100-80gb``, ``a100-80gb-mig-1g.10gb``,
     ``l40s-hami``, ``cpu``. Existing flavor names are skipped.
 
-    Whole GPUs select nodes by ``nvidia.com/gpu.product`` (read off the nodes, never guessed, §4.2);
+    Whole GPUs select nodes by ``nvidia.com/gpu.product`` (read off the nodes, never guessed, docs/cluster-objects.md "GPU labels");
     when one model sits in several pools (architecture F) each pool gets its own flavor, named and
     selected with the pool label. MIG flavors are one per profile the pool's layout offers and the
     model's profile table allows; HAMi flavors select ``gpu=on`` (HAMi's node label) and the product.

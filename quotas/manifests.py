@@ -4,8 +4,8 @@
 a pure function of them, so the rendering is tested as data (tests/quotas/test_render.py) and
 exported as YAML for review.
 
-What each reference architecture renders (Kueue v1beta2 only). The letters are data in
-``quotas/architectures.py`` (docs/extending.md); the functions below ask that entry, never the letter:
+What each reference architecture renders (docs/cluster-objects.md says why; Kueue v1beta2 only). The
+letters are data in ``quotas/architectures.py`` (docs/extending.md); the functions below ask that entry, never the letter:
 
 * every architecture: a ResourceFlavor per active flavor of the kinds the architecture offers, the
   WorkloadPriorityClasses, and per active project a Namespace (labels ``gpuportal.dev/tenant`` and
@@ -202,7 +202,7 @@ def volcano_owned(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> 
     Kueue admits nothing onto those nodes (Kueue pins admitted pods to their flavor's nodeLabels);
     each project's quota rows for them become its Volcano Queue's ``capability`` (and ``deserved`` /
     ``guarantee``). Every other flavor (online whole GPUs, MIG, HAMi — HAMi under Volcano would need
-    the different ``volcano.sh/vgpu-*`` resources, §5.5) stays Kueue's. The same quota row therefore
+    the different ``volcano.sh/vgpu-*`` resources, docs/cluster-objects.md "HAMi") stays Kueue's. The same quota row therefore
     feeds exactly one of the two systems, and the tenant/capacity invariants over those rows bound both.
     """
     pool = architectures.of(cluster).volcano_pool
@@ -219,7 +219,7 @@ def local_queue_name(cluster: ClusterRow, project_slug: str, *, inference: bool 
     """The LocalQueue a workload of ``project_slug`` names in ``kueue.x-k8s.io/queue-name``.
 
     Never ``default``: a LocalQueue named ``default`` would make Kueue's pod integration gate every
-    unlabelled pod of the namespace, which breaks Volcano gangs in architecture E (§1.5, §3.3).
+    unlabelled pod of the namespace, which breaks Volcano gangs in architecture E (docs/cluster-objects.md, "Kueue and Volcano together").
     """
     if architectures.of(cluster).online_for("inference" if inference else kind):
         return f"{project_slug}-online"
@@ -244,7 +244,7 @@ def resource_groups(flavors: list[FlavorRow], entries: Mapping[tuple[str, str], 
 
     Flavors that share a resource name must share a group (a resource may be in only one group), e.g.
     whole GPUs and HAMi both use ``nvidia.com/gpu``; every flavor of a group lists every covered
-    resource in the same order, with ``0`` where it has none (cluster-apis.md §1.3). Borrowing and
+    resource in the same order, with ``0`` where it has none (docs/cluster-objects.md, "Cluster queues and resource groups"). Borrowing and
     lending limits are written only when the queue is in a cohort (Kueue rejects them otherwise).
     """
     parent = list(range(len(flavors)))
@@ -314,7 +314,7 @@ def render_cohort(tenant: TenantRow, flavors: list[FlavorRow], projects: list[Pr
     """The tenant's Cohort. Its own ``resourceGroups`` hold the tenant quota *not* given to projects.
 
     Why the remainder and not the tenant total: a Cohort's quota is *added* to its members' nominal
-    quotas (cluster-apis.md §1.4), so writing the total would double the tenant's promise. With the
+    quotas (docs/cluster-objects.md, "Cohorts and borrowing"), so writing the total would double the tenant's promise. With the
     remainder the cohort's capacity is exactly the tenant's nominal quota: projects first use their own
     nominal, then borrow unused sibling quota and this unassigned pool. Borrowing/lending limits are
     left out: Kueue accepts them on a Cohort only when it has a parent, and tenants have none.
@@ -345,7 +345,7 @@ def _cluster_queue(name: str, *, tenant: str, project: str | None, cohort: str |
     spec["queueingStrategy"] = "BestEffortFIFO"
     spec["resourceGroups"] = groups
     spec["preemption"] = preemption
-    # A suspended tenant's queues admit nothing new; running work continues (§1.3 "freeze tenant").
+    # A suspended tenant's queues admit nothing new; running work continues (stopPolicy Hold).
     spec["stopPolicy"] = "Hold" if hold else "None"
     meta_labels = _tenant_labels(tenant, project) if tenant else labels()
     return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name, "labels": meta_labels}, "spec": spec}
@@ -369,7 +369,7 @@ def _b_queue(project: ProjectRow, tenant: TenantRow, flavors: list[FlavorRow], h
     """Architectures B–E: the project's ClusterQueue in its tenant's cohort.
 
     It lists every flavor its tenant has quota for, with nominal 0 where the project has none: a
-    ClusterQueue can only borrow a (flavor, resource) it lists (§1.4). No project row = no borrowing
+    ClusterQueue can only borrow a (flavor, resource) it lists (docs/cluster-objects.md, "Cohorts and borrowing"). No project row = no borrowing
     limit = it may borrow whatever the cohort has unused.
     """
     groups = resource_groups(flavors, _entries(project.quotas), cohort=True)
@@ -434,7 +434,7 @@ def render_namespace(project: ProjectRow, cluster: ClusterRow) -> dict:
         meta_labels[ARCHIVED_LABEL] = "true"
     elif architectures.of(cluster).volcano_pool:
         # Tells the workload renderer which Volcano Queue this namespace's gang jobs go to. The
-        # namespace has no LocalQueue named "default", so Kueue leaves Volcano's pods alone (§3.3).
+        # namespace has no LocalQueue named "default", so Kueue leaves Volcano's pods alone (docs/cluster-objects.md).
         meta_labels[VOLCANO_QUEUE_LABEL] = project.slug
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": project.ns, "labels": meta_labels}}
 

@@ -1,4 +1,4 @@
-"""The MIG profile table (cluster-apis.md §4.4): which slices each GPU model can be cut into.
+"""The MIG profile table (docs/cluster-objects.md, "MIG profiles"): which slices each GPU model can be cut into.
 
 Keys are the short model keys flavors use (``Flavor.gpu_model``); values map a profile name
 (``<compute slices>g.<memory GB>gb``) to the most instances of that one profile per GPU. ``+me``
@@ -20,7 +20,7 @@ MIG_PROFILES: dict[str, dict[str, int]] = {
     "h100-80gb": dict(_A100_80GB),
     "h200-141gb": {"1g.18gb": 7, "1g.18gb.me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1},
     # Only 1g.23gb (and its .me) is confirmed per GPU; the rest appear in the operator's config under
-    # generic headings and match the B200's balanced layout (cluster-apis.md §7 item 2).
+    # generic headings and match the B200's balanced layout (docs/cluster-objects.md, "MIG profiles").
     "b200": {"1g.23gb": 7, "1g.23gb.me": 1, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1, "7g.180gb": 1},
 }
 
@@ -52,8 +52,3 @@ def validate_mig_profile(model: str, profile: str) -> str:
             field="mig_profile",
         )
     return name
-
-
-def max_instances(model: str, profile: str) -> int:
-    """How many slices of ``profile`` one GPU of ``model`` holds when cut into that profile only (0: none)."""
-    return mig_profiles_for(model).get(canonical_profile(profile), 0)

@@ -177,7 +177,7 @@ class Flavor(models.Model):
         if self.kind == self.Kind.MIG:
             return [f"nvidia.com/mig-{self.mig_profile}"]
         if self.kind == self.Kind.HAMI:
-            # Kueue sees HAMi through resource transformations (cluster-apis.md §5.4).
+            # Kueue sees HAMi through resource transformations (docs/cluster-objects.md, "HAMi").
             return ["nvidia.com/gpu", "nvidia.com/total-gpucores", "nvidia.com/total-gpumem"]
         return ["cpu", "memory"]
 
@@ -288,3 +288,35 @@ class AppliedObject(models.Model):
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind} {where}{self.name}"
+
+
+class ArchitectureChange(models.Model):
+    """Ops applying a reviewed plan to a cluster, maybe switching its reference architecture. Started by
+    ``quotas.architecture.architecture_change_start``, applied by a Celery task under the cluster's
+    reconcile lock; its state moves only through ``quotas/architecture_states.py``."""
+
+    class State(models.TextChoices):
+        REQUESTED = "requested", "Requested"
+        APPLYING = "applying", "Applying"
+        APPLIED = "applied", "Applied"
+        FAILED = "failed", "Failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="architecture_changes")
+    from_architecture = models.CharField(max_length=1, choices=Architecture.choices)
+    to_architecture = models.CharField(max_length=1, choices=Architecture.choices)
+    fingerprint = models.CharField(max_length=64, help_text="The plan the person reviewed (sha256 of its text).")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.REQUESTED)
+    state_reason = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    # What the apply did: {"applied": n, "deleted": n, "skipped": n, "failed": [[object, error], ...]}.
+    result = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} {self.from_architecture} → {self.to_architecture} ({self.state})"

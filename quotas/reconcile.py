@@ -3,7 +3,7 @@
     snapshot_load(cluster) -> Snapshot          one function reads the database (5 queries)
     manifests.desired_state(cluster, snapshot)  pure rendering
     plan_build(cluster) -> Plan                 one label-selected list call per kind, never a GET per object
-    plan_apply(plan, actor=...) -> ApplyResult  server-side apply in dependency order, deletes, records
+    plan_apply(plan) -> ApplyResult             server-side apply in dependency order, deletes, records
     reconcile(cluster)                          all of the above plus ClusterQueue usage read back
 
 What counts as a change: an object is written when it is missing on the cluster, when the fields we
@@ -12,9 +12,13 @@ or when its rendered hash differs from the hash we last applied (so fields we st
 dropped by server-side apply). Otherwise nothing is written: a no-op reconcile only lists.
 
 Units: a tenant's objects (cohort, queues, namespaces, guard rails) are applied as one unit, in
-dependency order; the first object that still fails after retries stops that unit and is recorded
+dependency order; the first object that fails stops that unit and is recorded
 (``AppliedObject.error``), the rest of the unit keeps its old hash, and the next run resumes from the
-live state. Nothing of a tenant is applied out of order, so a half-applied tenant is always a
+live state.
+
+Retries: each cluster call is made once here. The Celery task that runs a reconcile retries the
+whole run with backoff when the cluster was unavailable (``quotas/tasks.py``), and the periodic run
+catches up after that; a retry loop here as well would multiply the attempts and block whoever waits. Nothing of a tenant is applied out of order, so a half-applied tenant is always a
 consistent prefix (its cohort before its queues, a namespace before what lives in it).
 """
 
@@ -24,8 +28,6 @@ import difflib
 import hashlib
 import json
 import logging
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -33,7 +35,6 @@ from typing import Any
 
 import yaml
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -58,8 +59,6 @@ Key = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
 MANAGED_SELECTOR = labels.managed_selector()
 # Fields Kubernetes refuses to change in place: a different value means delete and create again.
 IMMUTABLE = {("LocalQueue", ("spec", "clusterQueue"))}
-RETRY_ATTEMPTS = 6
-RETRY_CAP_SECONDS = 5.0
 APPLY_WORKERS = 8  # tenant units applied side by side
 
 
@@ -223,8 +222,7 @@ class Plan:
         return "\n".join(parts) + "\n"
 
 
-def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, sleep: Callable[[float], None] = time.sleep,
-                  installation: str = m.DEFAULT_INSTALLATION, applied: Any = (),
+def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, installation: str = m.DEFAULT_INSTALLATION, applied: Any = (),
                   ) -> tuple[dict[Key, dict], list[dict]]:
     """Our objects on the cluster: one (paginated) list call per kind, selected by our managed-by label.
 
@@ -238,8 +236,7 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, sleep: Call
     queues: list[dict] = []
     for api_version, kind in m.KIND_ORDER:
         try:
-            items, _ = _with_retries(lambda a=api_version, k=kind: kube.list(a, k, label_selector=MANAGED_SELECTOR),
-                                     attempts=RETRY_ATTEMPTS, sleep=sleep)
+            items, _ = kube.list(api_version, kind, label_selector=MANAGED_SELECTOR)
         except ClusterRejected as exc:
             if exc.status == 404 and (api_version, kind) not in desired_kinds:
                 continue  # e.g. no Volcano on a cluster that does not need it
@@ -255,14 +252,19 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, sleep: Call
     return live, queues
 
 
-def _any_objects(kube: Any, kinds: set[tuple[str, str]], *, sleep: Callable[[float], None]) -> dict[Key, dict]:
+def _any_objects(kube: Any, kinds: set[tuple[str, str]]) -> dict[Key, dict]:
     """Every object of ``kinds``, whoever owns it: one list per kind, only for kinds we are about to create."""
     found: dict[Key, dict] = {}
     for api_version, kind in sorted(kinds):
-        items, _ = _with_retries(lambda a=api_version, k=kind: kube.list(a, k), attempts=RETRY_ATTEMPTS, sleep=sleep)
+        items, _ = kube.list(api_version, kind)
         for obj in items:
             found[m.object_key(obj)] = obj
     return found
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """What the person reviewed: applying re-plans and refuses when this differs."""
+    return hashlib.sha256(plan.text().encode()).hexdigest()
 
 
 def _namespace_of(key: Key) -> str:
@@ -270,7 +272,7 @@ def _namespace_of(key: Key) -> str:
 
 
 def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | None = None,
-               architecture: str | None = None, sleep: Callable[[float], None] = time.sleep) -> Plan:
+               architecture: str | None = None) -> Plan:
     """Compare the desired state with the cluster (and what we last applied); nothing is written."""
     from portal.kube import kube_for
 
@@ -281,7 +283,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     desired = m.desired_state(snapshot.cluster, snapshot)
     installation = snapshot.installation
     applied_rows = {(a.api_version, a.kind, a.namespace, a.name): a.hash for a in AppliedObject.objects.filter(cluster=cluster)}
-    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired}, sleep=sleep,
+    live, queues = _live_objects(kube, {(o["apiVersion"], o["kind"]) for o in desired},
                                  installation=installation, applied=applied_rows)
     applied = applied_rows
     adopted = set(Project.objects.filter(namespace_adopted_at__isnull=False).values_list("cluster_namespace", flat=True))
@@ -291,7 +293,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     ours = m.owner_selector(installation)
     # Objects we want that are not (visibly) ours: are they missing, or someone else's?
     missing_kinds = {(o["apiVersion"], o["kind"]) for o in desired if m.object_key(o) not in live}
-    anyone = _any_objects(kube, missing_kinds, sleep=sleep) if missing_kinds else {}
+    anyone = _any_objects(kube, missing_kinds) if missing_kinds else {}
     # Namespaces we must not write into: reserved, or existing without our labels (and not adopted).
     foreign_ns: dict[str, str] = {}
     for obj in desired:
@@ -368,7 +370,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
 
 def plan_for_architecture_change(cluster: Cluster, new_architecture: str, *, kube: Any = None) -> Plan:
     """What switching ``cluster`` to ``new_architecture`` would create, change and delete. Writes nothing;
-    apply it with ``plan_apply(plan, actor=...)``, which also records the new architecture."""
+    start applying it with ``quotas.architecture.architecture_change_start``, which records the new architecture."""
     if new_architecture not in Architecture.values:
         raise ValueError(f"unknown architecture {new_architecture!r}")
     return plan_build(cluster, kube=kube, architecture=new_architecture)
@@ -416,22 +418,6 @@ def _units(plan: Plan) -> list[tuple[str, list[Item]]]:
     return units
 
 
-def _with_retries(call: Callable[[], Any], *, attempts: int, sleep: Callable[[float], None]) -> Any:
-    from portal.kube import ClusterUnavailable
-
-    delay = 0.1
-    for attempt in range(attempts):
-        try:
-            return call()
-        except ClusterUnavailable as exc:
-            if attempt == attempts - 1:
-                raise
-            wait = exc.retry_after if exc.retry_after is not None else delay
-            sleep(min(max(float(wait), 0.0), RETRY_CAP_SECONDS))
-            delay = min(delay * 2, RETRY_CAP_SECONDS)
-    raise AssertionError("unreachable")
-
-
 def _error_text(exc: Exception) -> str:
     from portal.kube import ClusterRejected
 
@@ -441,30 +427,17 @@ def _error_text(exc: Exception) -> str:
     return f"unavailable: {exc}"
 
 
-def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int = RETRY_ATTEMPTS,
-               sleep: Callable[[float], None] = time.sleep, workers: int = APPLY_WORKERS) -> ApplyResult:
+def plan_apply(plan: Plan, *, kube: Any = None, workers: int = APPLY_WORKERS) -> ApplyResult:
     """Apply ``plan`` to its cluster: server-side apply (field manager ``gpu-portal``) and deletes.
 
-    With ``actor`` this is an explicit ops action and is audited (and, for a plan made by
-    :func:`plan_for_architecture_change`, records the new architecture first). Without one (the
-    periodic task) the plan must be for the cluster's current architecture.
+    The plan must be for the cluster's recorded architecture: a change of architecture is recorded
+    and audited first by ``quotas.architecture.architecture_change_apply``, which then calls this.
     """
     from portal.kube import ClusterError, ClusterUnavailable, kube_for
 
     cluster = Cluster.objects.get(pk=plan.cluster_id)
-    if actor is not None:
-        from tenants.audit import audit_record
-
-        with transaction.atomic():
-            before = {"architecture": cluster.architecture}
-            if plan.architecture != cluster.architecture:
-                Cluster.objects.filter(pk=cluster.pk).update(architecture=plan.architecture)
-                cluster.architecture = plan.architecture
-            audit_record(actor=actor, action="cluster.apply", target=cluster, before=before,
-                         after={"architecture": plan.architecture, "create": len(plan.creates),
-                                "change": len(plan.changes), "delete": len(plan.deletes)})
-    elif plan.architecture != cluster.architecture:
-        raise ValueError("an architecture change is applied only by an explicit, audited plan_apply(actor=...)")
+    if plan.architecture != cluster.architecture:
+        raise ValueError("an architecture change is applied only through quotas.architecture (recorded and audited)")
     kube = kube or kube_for(cluster)
     result = ApplyResult()
     rows = {(a.api_version, a.kind, a.namespace, a.name): a for a in AppliedObject.objects.filter(cluster=cluster)}
@@ -481,22 +454,21 @@ def plan_apply(plan: Plan, *, actor: Any = None, kube: Any = None, attempts: int
                     continue
                 if item.action == "release":
                     bare = {"apiVersion": item.key[0], "kind": item.key[1], "metadata": {"name": item.key[3]}}
-                    _with_retries(lambda b=bare: kube.apply(b, force=False), attempts=attempts, sleep=sleep)
+                    kube.apply(bare, force=False)
                     part.conflicts.append((item.label, item.reason))
                     done.append((item, item.reason))
                     continue
                 if item.action in ("delete", "replace"):
-                    _with_retries(lambda i=item: kube.delete(i.key[0], i.key[1], i.key[3], i.key[2] or None),
-                                  attempts=attempts, sleep=sleep)
+                    kube.delete(item.key[0], item.key[1], item.key[3], item.key[2] or None)
                 if item.action == "delete":
                     part.deleted += 1
                     done.append((item, "deleted"))
                     continue
                 if item.action == "create":
                     # Not forced: if someone created it since we looked, the server refuses to take their fields.
-                    _with_retries(lambda i=item: kube.apply(i.desired, force=False), attempts=attempts, sleep=sleep)
+                    kube.apply(item.desired, force=False)
                 else:
-                    _with_retries(lambda i=item: kube.apply(i.desired, owner=i.owner), attempts=attempts, sleep=sleep)
+                    kube.apply(item.desired, owner=item.owner)
                 part.applied += 1
                 done.append((item, "applied"))
             except ClusterError as exc:
@@ -676,14 +648,14 @@ def queues_confirm(cluster: Cluster, plan: Plan, started: Any) -> int:
 
 
 # ----------------------------------------------------------------------------------------- entry points
-def reconcile(cluster: Cluster, *, kube: Any = None, sleep: Callable[[float], None] = time.sleep) -> ApplyResult:
+def reconcile(cluster: Cluster, *, kube: Any = None) -> ApplyResult:
     """Bring ``cluster`` to the desired state (the periodic and on-change task). Idempotent."""
     from portal.kube import kube_for
 
     kube = kube or kube_for(cluster)
-    plan = plan_build(cluster, kube=kube, sleep=sleep)
+    plan = plan_build(cluster, kube=kube)
     started = timezone.now()
-    result = plan_apply(plan, kube=kube, sleep=sleep) if not plan.empty else ApplyResult()
+    result = plan_apply(plan, kube=kube) if not plan.empty else ApplyResult()
     usage_readback(cluster, plan.live_cluster_queues)
     queues_confirm(cluster, plan, started)
     Cluster.objects.filter(pk=cluster.pk).update(reconciled_at=timezone.now())

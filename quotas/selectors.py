@@ -17,7 +17,7 @@ from tenants.selectors import admin_tenants_for, projects_for, projects_where
 from . import architectures
 from .capacity import Enforcement, capacity_by_flavor
 from .capacity import flavor_enforcement as _flavor_enforcement
-from .models import AppliedObject, Cluster, Flavor, Quota, QuotaRequest
+from .models import AppliedObject, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest
 
 ZERO = Decimal(0)
 MILLI = Decimal("0.001")
@@ -339,3 +339,8 @@ def quota_request_approvers(*, request: QuotaRequest) -> list[Any]:
         project_admins = Q(memberships__project_id=request.project_id, memberships__role=Role.PROJECT_ADMIN)
         users = User.objects.filter(tenant_admins | project_admins, is_active=True)
     return list(users.distinct().order_by("username"))
+
+
+def architecture_change_latest(cluster: Cluster) -> ArchitectureChange | None:
+    """The cluster's most recent architecture change (or plan apply), for its progress on the page and the API."""
+    return ArchitectureChange.objects.filter(cluster=cluster).select_related("requested_by").first()

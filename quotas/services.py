@@ -32,7 +32,7 @@ from tenants.audit import audit_record, snapshot
 from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project, Tenant
 
-from . import architectures, policy, selectors
+from . import architectures, policy, selectors, states
 from .events import schedule_reconcile
 from .exceptions import AlreadyDecided, QuotaExceeded
 from .mig import MIG_PROFILES, validate_mig_profile
@@ -651,14 +651,14 @@ def _require_decider(actor: Actor, request: QuotaRequest, *, tier: str, why: str
         raise NotAllowed(f"{why}Only {_TIER_WHO[tier]} may decide this request.")
 
 
-def _cas(request: QuotaRequest, *, source: str, **values: Any) -> None:
-    """Compare-and-set on status: of two deciders clicking at once exactly one wins."""
-    won = QuotaRequest.objects.filter(pk=request.pk, status=source).update(**values) == 1
-    if not won:
-        current = QuotaRequest.objects.filter(pk=request.pk).values_list("status", flat=True).first()
-        raise AlreadyDecided(f"The request is already {current}.")
-    for field, value in values.items():
-        setattr(request, field, value)
+def _decide(request: QuotaRequest, *, to: str, actor: Actor, action: str, fields: dict[str, Any],
+            effect: Any = None) -> QuotaRequest:
+    """Move a pending request (``quotas.states``): of two deciders clicking at once exactly one wins."""
+    moved = states.move(request, to=to, actor=actor, action=action, fields=fields, effect=effect,
+                        snapshot=_request_snapshot)
+    if moved is None:
+        raise AlreadyDecided(f"The request is already {states.current_status(request.pk)}.")
+    return moved
 
 
 @transaction.atomic
@@ -674,8 +674,15 @@ def quota_request_approve(*, actor: Actor, request: QuotaRequest, comment: str =
     now = timezone.now()
     if request.until is not None and request.until <= now:
         raise ConflictError("The request's end date has passed; ask again.")
-    before = _request_snapshot(request)
-    _cas(request, source=Status.PENDING, status=Status.APPROVED, decided_by=actor.user, decided_at=now, comment=comment or "")
+    request = _decide(request, to=Status.APPROVED, actor=actor, action="quota_request.approve",
+                      fields={"decided_by": actor.user, "decided_at": now, "comment": comment or ""},
+                      effect=lambda locked: _approval_apply(actor, locked))
+    quota_request_notify(request=request, event="approved", actor_label=actor.label, also=[actor.user])
+    return request
+
+
+def _approval_apply(actor: Actor, request: QuotaRequest) -> None:
+    """The quota writes of an approval, under the request's row lock (``states.move``'s effect)."""
     project, flavor, resource, amount = request.project, request.flavor, request.resource, request.amount
     flavor = _check_flavor_resource(flavor, resource)
     locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
@@ -696,10 +703,6 @@ def quota_request_approve(*, actor: Actor, request: QuotaRequest, comment: str =
     applied["project"] = {"quota": locked.project_row.pk, "added": fmt(amount)}
     request.applied = applied
     request.save(update_fields=["applied"])
-    audit_record(actor=actor, action="quota_request.approve", target=request, tenant=project.tenant, project=project,
-                 before=before, after=_request_snapshot(request))
-    quota_request_notify(request=request, event="approved", actor_label=actor.label, also=[actor.user])
-    return request
 
 
 @transaction.atomic
@@ -712,10 +715,8 @@ def quota_request_reject(*, actor: Actor, request: QuotaRequest, comment: str) -
     comment = (comment or "").strip()
     if not comment:
         raise Invalid("Say why, so the requester knows what to do.", field="comment")
-    before = _request_snapshot(request)
-    _cas(request, source=Status.PENDING, status=Status.REJECTED, decided_by=actor.user, decided_at=timezone.now(), comment=comment)
-    audit_record(actor=actor, action="quota_request.reject", target=request, tenant=request.project.tenant,
-                 project=request.project, before=before, after=_request_snapshot(request))
+    request = _decide(request, to=Status.REJECTED, actor=actor, action="quota_request.reject",
+                      fields={"decided_by": actor.user, "decided_at": timezone.now(), "comment": comment})
     quota_request_notify(request=request, event="rejected", actor_label=actor.label, also=[actor.user])
     return request
 
@@ -729,10 +730,8 @@ def quota_request_cancel(*, actor: Actor, request: QuotaRequest) -> QuotaRequest
     _require_writable(actor, request.project.tenant)
     if request.status != Status.PENDING:
         raise AlreadyDecided(f"The request is already {request.status}.")
-    before = _request_snapshot(request)
-    _cas(request, source=Status.PENDING, status=Status.CANCELLED, decided_at=timezone.now())
-    audit_record(actor=actor, action="quota_request.cancel", target=request, tenant=request.project.tenant,
-                 project=request.project, before=before, after=_request_snapshot(request))
+    request = _decide(request, to=Status.CANCELLED, actor=actor, action="quota_request.cancel",
+                      fields={"decided_at": timezone.now()})
     quota_request_notify(request=request, event="cancelled", actor_label=actor.label)
     return request
 
@@ -742,12 +741,18 @@ def quota_request_revert(*, request_id: int, now: datetime) -> bool:
     """End an approved request whose ``until`` has passed: subtract what approval added, never
     taking the project's quota below 0 nor the tenant's below what its projects are still promised.
     False when there is nothing to do (not due, or another worker got there first)."""
-    won = QuotaRequest.objects.filter(pk=request_id, status=Status.APPROVED, until__lte=now).update(status=Status.REVERTED) == 1
-    if not won:
-        return False
     actor = Actor.system()
-    request = _reload(QuotaRequest(pk=request_id))
-    before = _request_snapshot(request) | {"status": Status.APPROVED}
+    request = states.move(QuotaRequest(pk=request_id), to=Status.REVERTED, actor=actor, action="quota_request.revert",
+                          where={"until__lte": now}, effect=lambda locked: _revert_apply(actor, locked, now),
+                          snapshot=_request_snapshot)
+    if request is None:
+        return False
+    quota_request_notify(request=request, event="reverted", actor_label=actor.label)
+    return True
+
+
+def _revert_apply(actor: Actor, request: QuotaRequest, now: datetime) -> None:
+    """Subtract what approval added, under the request's row lock (``states.move``'s effect)."""
     project, flavor, resource = request.project, request.flavor, request.resource
     locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
     applied = dict(request.applied or {})
@@ -765,23 +770,15 @@ def quota_request_revert(*, request_id: int, now: datetime) -> bool:
         reverted["tenant"] = fmt(take)
     request.applied = applied | {"reverted": reverted, "reverted_at": now.isoformat()}
     request.save(update_fields=["applied"])
-    audit_record(actor=actor, action="quota_request.revert", target=request, tenant=project.tenant, project=project,
-                 before=before, after=_request_snapshot(request))
-    quota_request_notify(request=request, event="reverted", actor_label=actor.label)
-    return True
 
 
 @transaction.atomic
 def quota_request_lapse(*, request_id: int, now: datetime) -> bool:
     """A pending request whose ``until`` passed before anyone decided is closed (rejected by the system)."""
-    won = QuotaRequest.objects.filter(pk=request_id, status=Status.PENDING, until__lte=now).update(
-        status=Status.REJECTED, decided_at=now, comment="Ended before anyone decided."
-    ) == 1
-    if not won:
+    request = states.move(QuotaRequest(pk=request_id), to=Status.REJECTED, actor=Actor.system(),
+                          action="quota_request.lapse", where={"until__lte": now},
+                          fields={"decided_at": now, "comment": "Ended before anyone decided."}, snapshot=_request_snapshot)
+    if request is None:
         return False
-    request = _reload(QuotaRequest(pk=request_id))
-    audit_record(actor=Actor.system(), action="quota_request.lapse", target=request, tenant=request.project.tenant,
-                 project=request.project, before=_request_snapshot(request) | {"status": Status.PENDING},
-                 after=_request_snapshot(request))
     quota_request_notify(request=request, event="lapsed", actor_label="system")
     return True

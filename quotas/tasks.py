@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 LOCK_SECONDS = 600
 
 
+def reconcile_lock(cluster_id: int) -> str:
+    """The cache key held while anything writes a cluster's capacity objects: one writer per cluster."""
+    return f"quotas:reconcile:{cluster_id}"
+
+
 @shared_task(name="quotas.inventory_sync", bind=True, autoretry_for=(ClusterUnavailable,), retry_backoff=10,
              retry_backoff_max=300, retry_jitter=True, max_retries=5)
 def inventory_sync_task(self, cluster_id: int) -> dict | None:  # noqa: ANN001
@@ -48,7 +53,7 @@ def reconcile_cluster_task(self, cluster_id: int) -> dict | None:  # noqa: ANN00
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return None
-    lock = f"quotas:reconcile:{cluster_id}"
+    lock = reconcile_lock(cluster_id)
     if not cache.add(lock, self.request.id or "local", LOCK_SECONDS):
         log.info("reconcile of cluster %s already running; skipped", cluster_id)
         return {"skipped": True}
@@ -65,6 +70,26 @@ def reconcile_cluster_task(self, cluster_id: int) -> dict | None:  # noqa: ANN00
         raise ClusterUnavailable(f"cluster {cluster.name}: {len(result.failed)} object(s) not applied")
     cluster.health_record()
     return {"applied": result.applied, "deleted": result.deleted, "failed": len(result.failed)}
+
+
+@shared_task(name="quotas.architecture_change_apply", bind=True, max_retries=120)
+def architecture_change_apply_task(self, change_id: int) -> dict | None:  # noqa: ANN001
+    """Apply a requested architecture change (``quotas/architecture.py``) under the cluster's reconcile
+    lock. While a reconcile holds the lock the change waits (retried every few seconds), it is not dropped."""
+    from .architecture import architecture_change_apply
+    from .models import ArchitectureChange
+
+    cluster_id = ArchitectureChange.objects.filter(pk=change_id).values_list("cluster_id", flat=True).first()
+    if cluster_id is None:
+        return None
+    lock = reconcile_lock(cluster_id)
+    if not cache.add(lock, self.request.id or "local", LOCK_SECONDS):
+        raise self.retry(countdown=5)
+    try:
+        change = architecture_change_apply(change_id)
+    finally:
+        cache.delete(lock)
+    return {"state": change.state} if change is not None else None
 
 
 @shared_task(name="quotas.reconcile_all")

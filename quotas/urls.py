@@ -12,6 +12,7 @@ urlpatterns = [
     path("ops/clusters/<str:name>/", views.cluster_detail, name="ops-cluster"),
     path("ops/clusters/<str:name>/settings/", views.cluster_settings, name="ops-cluster-settings"),
     path("ops/clusters/<str:name>/apply/", views.cluster_apply, name="ops-cluster-apply"),
+    path("ops/clusters/<str:name>/change/", views.cluster_change_progress, name="ops-cluster-change"),
     path("ops/clusters/<str:name>/sync/", views.cluster_sync, name="ops-cluster-sync"),
     path("ops/clusters/<str:name>/export.yaml", views.cluster_export, name="ops-cluster-export"),
     path("ops/clusters/<str:name>/objects/", views.cluster_objects, name="ops-cluster-objects"),

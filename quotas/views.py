@@ -14,7 +14,6 @@ Numbers people compare are also charts: the views hand ``static/js/charts.js`` a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import defaultdict
 from decimal import Decimal
@@ -44,9 +43,10 @@ from tenants.forms import add_service_error
 from tenants.models import Project, Tenant
 from tenants.ui import page
 
+from . import architecture as architecture_service
 from . import policy, reconcile, selectors, services
 from .capacity import flavor_enforcement, flavor_matches, node_offers
-from .exceptions import QuotaExceeded
+from .exceptions import NothingToApply, PlanChanged, QuotaExceeded
 from .filters import FlavorFilter, QuotaFilter, QuotaRequestFilter
 from .forms import (
     ArchitectureForm,
@@ -389,16 +389,12 @@ def _ops_cluster(actor: Actor, name: str) -> Cluster:
     return get_object_or_404(selectors.clusters_for(actor=actor), name=name)
 
 
-def plan_fingerprint(plan: reconcile.Plan) -> str:
-    """What the person reviewed: applying re-plans and refuses when this differs."""
-    return hashlib.sha256(plan.text().encode()).hexdigest()
+plan_fingerprint = reconcile.plan_fingerprint
 
 
 def _plan_for(cluster: Cluster, architecture: str) -> tuple[reconcile.Plan | None, str | None]:
     try:
-        if architecture != cluster.architecture:
-            return reconcile.plan_for_architecture_change(cluster, architecture), None
-        return reconcile.plan_build(cluster), None
+        return architecture_service.plan_for(cluster, architecture), None
     except Exception as exc:  # noqa: BLE001 - an unreachable or misconfigured cluster must not break the page
         log.warning("plan for cluster %s failed: %s", cluster.name, exc)
         return None, _error_text(exc) or exc.__class__.__name__
@@ -460,6 +456,7 @@ def _cluster_page(request: HttpRequest, actor: Actor, cluster: Cluster, *, archi
         "plan_items": [(item, diff_lines(item.diff)) for item in pager],
         "tenants": Tenant.objects.order_by("name").values_list("slug", "name"),
         "errors_count": AppliedObject.objects.filter(cluster=cluster).exclude(error="").count(),
+        "change": selectors.architecture_change_latest(cluster),
     }
     return _ops_page(request, "quotas/cluster_detail.html", context)
 
@@ -505,7 +502,7 @@ def cluster_sync(request: HttpRequest, name: str) -> HttpResponse:
 @login_required
 @require_POST
 def cluster_apply(request: HttpRequest, name: str) -> HttpResponse:
-    """Apply the plan the person reviewed: re-plan, compare fingerprints, apply (audited by ``plan_apply``)."""
+    """Start applying the plan the person reviewed (``quotas.architecture``); a worker applies it."""
     actor = _ops_only(request)
     cluster = _ops_cluster(actor, name)
     form = ArchitectureForm(request.POST)
@@ -516,25 +513,32 @@ def cluster_apply(request: HttpRequest, name: str) -> HttpResponse:
     architecture = form.cleaned_data["architecture"]
     if architecture != cluster.architecture:
         url += f"?architecture={architecture}"
-    plan, error = _plan_for(cluster, architecture)
-    if plan is None:
-        messages.error(request, f"Nothing was applied: the plan could not be made ({error}).")
+    try:
+        architecture_service.architecture_change_start(actor=actor, cluster=cluster, architecture=architecture,
+                                                       fingerprint=request.POST.get("fingerprint", ""))
+    except NothingToApply as exc:
+        messages.info(request, exc.message)
         return redirect(url)
-    if plan_fingerprint(plan) != request.POST.get("fingerprint"):
+    except PlanChanged:
         messages.warning(request, "Nothing was applied: the plan changed since you reviewed it. Review the new plan below.")
         return redirect(url)
-    if plan.empty and architecture == cluster.architecture:
-        messages.info(request, "Nothing to apply: the cluster already matches the desired state.")
+    except PortalError as exc:
+        messages.error(request, f"Nothing was applied: {exc.message}")
         return redirect(url)
-    result = reconcile.plan_apply(plan, actor=actor)
-    done = f"{result.applied} applied, {result.deleted} deleted"
-    if result.ok:
-        messages.success(request, f"Plan applied to {cluster.name} (architecture {architecture}): {done}.")
-    else:
-        label, text = result.failed[0]
-        messages.error(request, f"Plan partly applied to {cluster.name}: {done}, {len(result.failed)} failed, "
-                                f"{result.skipped} not attempted. First failure: {label}: {text}. See applied objects.")
+    except Exception as exc:  # noqa: BLE001 - an unreachable cluster must not break the page
+        messages.error(request, f"Nothing was applied: the plan could not be made ({_error_text(exc) or exc.__class__.__name__}).")
+        return redirect(url)
+    messages.success(request, f"Applying the plan to {cluster.name} (architecture {architecture}); its progress is shown below.")
     return redirect(reverse("ops-cluster", kwargs={"name": cluster.name}))
+
+
+@login_required
+def cluster_change_progress(request: HttpRequest, name: str) -> HttpResponse:
+    """The latest architecture change of a cluster (the fragment the cluster page polls while it runs)."""
+    actor = _ops_only(request)
+    cluster = _ops_cluster(actor, name)
+    return render(request, "quotas/_architecture_change.html",
+                  {"cluster": cluster, "change": selectors.architecture_change_latest(cluster)})
 
 
 @login_required

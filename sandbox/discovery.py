@@ -1,7 +1,7 @@
 """Legacy discovery documents (/version, /api, /api/v1, /apis, /apis/<g>/<v>).
 
 Only the legacy (APIVersions / APIGroupList / APIResourceList) format is served: kubectl falls back
-to it cleanly and the Python DynamicClient speaks nothing else (see docs/kube-wire.md section 1).
+to it cleanly and the Python DynamicClient speaks nothing else (sandbox/README.md, "What clients expect").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """OpenAPI v3 documents (``/openapi/v3`` and ``/openapi/v3/<api|apis>/<g>/<v>``).
 
-What kubectl needs (docs/kube-wire.md section 2):
+What kubectl needs (sandbox/README.md, "What clients expect"):
 
 * every kind has a ``patch`` operation on its item path carrying ``x-kubernetes-group-version-kind`` (an object)
   and the ``fieldValidation`` query parameter, so kubectl lets the server validate (``fieldValidation=Strict``);

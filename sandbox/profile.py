@@ -29,7 +29,7 @@ A profile is a YAML file (see ``profiles/demo.yaml``)::
 
 :func:`load_profile` parses a file (``None`` = the shipped demo profile); :func:`build_nodes` turns a profile into
 Node objects whose labels and capacity follow the NVIDIA device plugin / GPU Feature Discovery / HAMi conventions
-(see ``shared/docs/cluster-apis.md`` §4–5). :func:`mig_layout` resolves a MIG config name for a GPU model and
+(docs/cluster-objects.md, "NVIDIA GPUs and MIG" and "HAMi"). :func:`mig_layout` resolves a MIG config name for a GPU model and
 :func:`gpu_node_state` computes the GPU part of a node's labels and capacity for a given layout — the node
 controller uses both for MIG reconfiguration.
 """

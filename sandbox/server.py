@@ -1,5 +1,5 @@
 """HTTP front end of the sandbox cluster: a loopback server speaking enough of the Kubernetes API for
-``kubectl`` 1.32 and the official ``kubernetes`` Python client (see docs/kube-wire.md).
+``kubectl`` 1.32 and the official ``kubernetes`` Python client (sandbox/README.md, "What clients expect").
 
 Stdlib only: ``http.server.ThreadingHTTPServer`` with HTTP/1.1 keep-alive, one thread per connection.
 Watches are streamed with chunked transfer encoding, one JSON event per line.

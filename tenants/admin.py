@@ -17,7 +17,11 @@ from portal.exceptions import PortalError
 
 from . import services
 from .access import Actor, is_ops
+from .forms import ThrottledAdminAuthenticationForm
 from .models import ApiToken, AuditEntry, Membership, Project, Tenant
+
+# The admin's sign-in explains a throttled attempt like the portal's (the throttle is in the backend).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class OpsReadOnlyAdmin(admin.ModelAdmin):

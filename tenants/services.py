@@ -82,14 +82,28 @@ def project_namespace(tenant_slug: str, slug: str) -> str:
     return slug if slug.startswith(f"{tenant_slug}-") else f"{tenant_slug}-{slug}"
 
 
+class NamespaceChecks:
+    """What only the app that knows the clusters can say about a namespace. tenants sits below quotas
+    and does not import it: quotas installs its checks here when it is ready (``QuotasConfig.ready``)."""
+
+    @staticmethod
+    def reserved(name: str) -> bool:
+        return False
+
+    @staticmethod
+    def problem(namespace: str, *, project_slug: str | None = None) -> str | None:
+        return None
+
+
+namespace_checks = NamespaceChecks()
+
+
 def _check_namespace(tenant: Tenant, slug: str) -> str:
     """The namespace for a new project, or Invalid (field ``slug``): reserved, too long, taken, or it
     exists on a registered cluster without our labels (never adopted silently; ops may adopt it)."""
-    from quotas.namespaces import is_reserved, namespace_problem
-
     if not slug:
         return slug
-    if is_reserved(slug):
+    if namespace_checks.reserved(slug):
         raise Invalid(f"{slug} is a reserved name (Kubernetes, GPU operator, Kueue, Volcano, HAMi...): choose another slug.",
                       field="slug")
     namespace = project_namespace(tenant.slug, slug)
@@ -97,7 +111,7 @@ def _check_namespace(tenant: Tenant, slug: str) -> str:
         raise Invalid(f"The namespace {namespace} would be longer than 63 characters: choose a shorter slug.", field="slug")
     if Project.objects.filter(cluster_namespace=namespace).exists():
         raise Invalid(f"Namespace {namespace} belongs to another project: choose another slug.", field="slug")
-    problem = namespace_problem(namespace, project_slug=slug)
+    problem = namespace_checks.problem(namespace, project_slug=slug)
     if problem:
         raise Invalid(problem, field="slug")
     return namespace

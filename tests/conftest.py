@@ -1,6 +1,6 @@
 """Shared fixtures: the cast (one per role, plus an outsider tenant), API clients, the sandbox cluster.
 
-The cast, as in the style guide: in tenant A ("acme") alice is tenant admin, bob project admin of
+The cast (docs/conventions.md, "Tests"): in tenant A ("acme") alice is tenant admin, bob project admin of
 acme-vision, carol member, dave viewer; in tenant B ("globex") erin is tenant admin and frank a
 member of globex-llm; ops is platform ops; nobody has no role anywhere.
 """

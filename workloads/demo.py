@@ -10,9 +10,6 @@ materializes the approved ones and the status follower moves them along (running
 from __future__ import annotations
 
 import logging
-from decimal import Decimal
-
-from django.db.models import Sum
 
 from quotas.models import Flavor, Quota
 from tenants.access import Actor
@@ -80,9 +77,3 @@ def seed_request_demo() -> list[WorkloadRequest]:
     submit(member, "training-approval", "training", image=TRAINING_IMAGE, gpus=min(4, max(3, nominal)), duration_hours=24,
            parameters={"command": "python sweep.py"}, name="hparam-sweep")
     return made
-
-
-def demo_gpu_usage() -> Decimal:
-    """GPUs the demo's requests ask for (for the demo's summary line)."""
-    total = WorkloadRequest.objects.filter(idempotency_key__startswith="demo-").aggregate(s=Sum("gpus"))["s"]
-    return Decimal(total or 0)

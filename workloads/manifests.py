@@ -21,10 +21,10 @@ inference       Service, Deployment (replicas, port, readiness probe, model   Ku
 Names derive from ``request.k8s_name`` (``req-<pk>``), so applying the same request twice writes the same
 objects. Every object carries the owner labels (tenant, project, request), and so does every pod template, so
 the status follower can find pods by label. Kueue-managed top-level objects carry the queue-name and
-priority-class labels; Volcano Jobs carry neither, here or on their pods (cluster-apis.md §3.3: a queue label on
+priority-class labels; Volcano Jobs carry neither, here or on their pods (docs/cluster-objects.md, "Kueue and Volcano together": a queue label on
 a Volcano pod would make each pod its own Kueue Workload and break the gang).
 
-GPU resources come from the flavor, always explicit (cluster-apis.md §5.4): ``nvidia.com/gpu`` for whole GPUs,
+GPU resources come from the flavor, always explicit (docs/cluster-objects.md, "HAMi"): ``nvidia.com/gpu`` for whole GPUs,
 ``nvidia.com/mig-<profile>`` for MIG slices, ``nvidia.com/gpu`` + ``nvidia.com/gpumem`` + ``nvidia.com/gpucores``
 for HAMi. CPU and memory requests equal limits. The pod templates select the flavor's nodes (``nodeSelector`` =
 its node labels, plus its tolerations): Kueue would inject them on admission, but writing them pins the flavor
@@ -201,7 +201,7 @@ def quantity_cpu(cpu: Decimal | int | float | str) -> str:
 
 
 def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
-    """The flavor's extended resources for ``gpus`` GPUs (slices, vGPUs); always explicit for HAMi (§5.4)."""
+    """The flavor's extended resources for ``gpus`` GPUs (slices, vGPUs); always explicit for HAMi (docs/cluster-objects.md)."""
     if gpus <= 0 or flavor.kind == "cpu":
         return {}
     if flavor.kind == "whole":
@@ -345,7 +345,7 @@ def notebook_access_url(*, request_id: int, ide: str, base_url: str = "") -> str
 def uses_volcano(request: WorkloadRequest, architecture: str) -> bool:
     """Under E, training on a Volcano-owned flavor (the offline pool's whole GPUs, ``quotas.manifests.volcano_owned``)
     is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those nodes. Training on any other flavor
-    (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, §5.5) stays with Kueue."""
+    (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, docs/cluster-objects.md) stays with Kueue."""
     return (bool(architectures.get(architecture).volcano_pool)
             and quota_manifests.volcano_owned(request.cluster, request.flavor))
 

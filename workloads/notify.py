@@ -6,36 +6,22 @@ or blocks the decision. ``PORTAL_WEBHOOK_URL`` (a setting, empty by default) rec
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.request
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
 
 logger = logging.getLogger(__name__)
-WEBHOOK_TIMEOUT_S = 5
 
 
 def _webhook(payload: dict[str, Any]) -> None:
     url = getattr(settings, "PORTAL_WEBHOOK_URL", "")
     if not url:
         return
-    try:  # one webhook client for the portal: the quota notifications' one
-        from quotas.notify import webhook_post
-    except ImportError:  # pragma: no cover - quotas ships it
-        webhook_post = None
-    if webhook_post is not None:
-        webhook_post(payload)
-        return
-    body = json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_S):  # noqa: S310 - ops configure the URL
-            pass
-    except Exception:
-        logger.exception("webhook %s failed for %s", url, payload.get("event"))
+    from quotas.notify import webhook_post  # one webhook client for the portal: the quota notifications' one
+
+    webhook_post(payload)
 
 
 def request_decided_notify(request_id: int) -> None:

@@ -10,7 +10,7 @@ connection is resumed from the last resourceVersion seen; an expired one (410) r
 
 Per request we keep a small summary of its objects in ``request.cluster_status`` (conditions, phases, counts;
 no timestamps, so an object that changed nothing we care about changes nothing), and derive the state from it
-(cluster-apis.md §1.9, §2.2):
+(docs/cluster-objects.md, "Submitting work and following it", "Volcano"):
 
 * Workload ``Finished=True`` → succeeded / failed (checked first: Kueue keeps ``Admitted`` on finished ones);
   Job ``Complete`` / ``Failed`` likewise; Volcano ``Completed`` → succeeded, ``Failed``/``Aborted``/``Terminated``
@@ -168,7 +168,7 @@ class Derived:
 
 
 def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
-    """The request state the cluster's objects say (cluster-apis.md §1.9 and §2.2). Finished before admitted."""
+    """The request state the cluster's objects say (docs/cluster-objects.md). Finished before admitted."""
     workloads = [v for k, v in objects.items() if k.startswith("workload/")]
     for wl in workloads:
         fin = (wl.get("c") or {}).get("Finished")

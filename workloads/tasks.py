@@ -1,6 +1,6 @@
 """Celery entry points of the request lifecycle: thin wrappers around ``materialize`` and ``status``.
 
-Each takes ids, re-reads, and may run twice (style guide §5). A cluster that cannot answer
+Each takes ids, re-reads, and may run twice (docs/conventions.md, "Transactions and Celery"). A cluster that cannot answer
 (``ClusterUnavailable``) retries the task with exponential backoff; everything else is decided inside.
 
 Beat (``CELERY_BEAT_SCHEDULE`` in portal/settings.py): ``requests_sync_task`` every 5 s (one status cycle per
@@ -37,10 +37,6 @@ def request_materialize_task(request_id: int) -> str:
 def request_changed_task(request_id: int, action: str) -> str:
     """A lifecycle action a service recorded (stop, cancel, delete, scale, extend, restart): make the cluster match."""
     return materialize.request_act(request_id=request_id, action=action)
-
-
-# The name the issue uses; the hooks call ``request_changed_task``.
-request_action_task = request_changed_task
 
 
 @shared_task(ignore_result=True)

@@ -92,10 +92,6 @@ def _polling(rows: Any) -> bool:
     return any(req.state not in FINAL for req in rows)
 
 
-def _state_of(req: WorkloadRequest) -> dict[str, Any]:
-    return {"status": req.state, "label": req.get_state_display()}
-
-
 # My requests ------------------------------------------------------------------------------------
 
 

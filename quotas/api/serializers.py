@@ -9,7 +9,7 @@ from rest_framework import serializers
 from portal.api import DateTimeField, IdOrNameField, JSONObjectField, JSONObjectListField, StrictSerializerMixin
 
 from ..capacity import flavor_enforcement
-from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
+from ..models import Architecture, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest
 
 QUANTITY = {"max_digits": 14, "decimal_places": 3}
 
@@ -215,3 +215,35 @@ class OvercommitRowSerializer(serializers.Serializer):
                                             help_text="null: promised with no capacity at all.")
     allowed = serializers.DecimalField(**QUANTITY)
     within_limit = serializers.BooleanField()
+
+
+class ArchitectureChangeSerializer(serializers.ModelSerializer):
+    """An architecture change (or an apply of the current architecture's plan) and its progress."""
+
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ArchitectureChange
+        fields = ["id", "cluster", "from_architecture", "to_architecture", "fingerprint", "state", "state_reason",
+                  "requested_by", "result", "created_at", "started_at", "finished_at"]
+        read_only_fields = fields
+
+
+class ArchitectureChangeStartSerializer(StrictSerializerMixin, serializers.Serializer):
+    architecture = serializers.ChoiceField(choices=Architecture.choices)
+    fingerprint = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="The fingerprint of the plan you reviewed "
+                                         "(GET this endpoint with ?architecture=X).")
+
+
+class ArchitecturePlanSerializer(serializers.Serializer):
+    architecture = serializers.CharField()
+    fingerprint = serializers.CharField()
+    summary = serializers.CharField()
+    empty = serializers.BooleanField()
+    text = serializers.CharField()
+
+
+class ArchitectureStatusSerializer(serializers.Serializer):
+    change = ArchitectureChangeSerializer(allow_null=True, help_text="The latest change of the cluster, if any.")
+    plan = ArchitecturePlanSerializer(allow_null=True, help_text="With ?architecture=X: the plan to review.")

@@ -3,11 +3,12 @@ writes go through services; a row the caller may not see is a 404."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
-from rest_framework import serializers
-from rest_framework import mixins, status, viewsets
+from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,8 +22,11 @@ from tenants.selectors import projects_for, tenants_for
 
 from .. import selectors, services
 from ..filters import ClusterFilter, FlavorFilter, QuotaFilter, QuotaRequestFilter
-from ..models import Cluster, Flavor, Quota, QuotaRequest
+from ..models import Architecture, Cluster, Flavor, Quota, QuotaRequest
 from .serializers import (
+    ArchitectureChangeSerializer,
+    ArchitectureChangeStartSerializer,
+    ArchitectureStatusSerializer,
     ClusterPublicSerializer,
     ClusterReadSerializer,
     ClusterSerializer,
@@ -49,6 +53,19 @@ def _require_ops(request: Request, message: str) -> Actor:
     actor = actor_of(request)
     require_ops(actor, message)
     return actor
+
+
+@contextmanager
+def _cluster_unavailable_is_503() -> Iterator[None]:
+    """A plan reads the cluster: when it cannot be read, say so (503) instead of failing with a 500."""
+    from portal.kube import ClusterError
+
+    try:
+        yield
+    except ClusterError as exc:
+        error = exceptions.APIException(f"The cluster could not be read: {exc}", code="cluster_unavailable")
+        error.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        raise error from exc
 
 
 def flavor_find(*, actor: Actor, key: Any, cluster: str | None = None) -> Flavor:
@@ -132,6 +149,37 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         cluster = self.get_object()
         services.cluster_sync(actor=_require_ops(request, "Only platform ops sync a cluster's inventory."), cluster=cluster)
         return Response({"detail": "Inventory sync and reconcile queued."}, status=202)
+
+    @extend_schema(methods=["GET"], parameters=[OpenApiParameter("architecture", str, description="Also plan for this architecture.")],
+                   responses={200: ArchitectureStatusSerializer})
+    @extend_schema(methods=["POST"], request=ArchitectureChangeStartSerializer, responses={202: ArchitectureChangeSerializer})
+    @action(detail=True, methods=["get", "post"])
+    def architecture(self, request: Request, pk: str | None = None) -> Response:
+        """Ops: GET the latest architecture change and its progress (with ``?architecture=X``, also the plan
+        to review and its fingerprint); POST ``{architecture, fingerprint}`` to start applying that plan.
+        A worker applies it under the cluster's reconcile lock; poll GET for its state."""
+        from .. import architecture as architecture_service
+        from ..reconcile import plan_fingerprint
+
+        cluster = self.get_object()
+        actor = _require_ops(request, "Only platform ops change a cluster's architecture.")
+        if request.method == "POST":
+            data = ArchitectureChangeStartSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            with _cluster_unavailable_is_503():
+                change = architecture_service.architecture_change_start(actor=actor, cluster=cluster, **data.validated_data)
+            return Response(ArchitectureChangeSerializer(change).data, status=status.HTTP_202_ACCEPTED)
+        wanted = request.query_params.get("architecture")
+        plan = None
+        if wanted:
+            if wanted not in Architecture.values:
+                raise Invalid("Choose one of the reference architectures.", field="architecture")
+            with _cluster_unavailable_is_503():
+                made = architecture_service.plan_for(cluster, wanted)
+            plan = {"architecture": made.architecture, "fingerprint": plan_fingerprint(made), "summary": made.summary(),
+                    "empty": made.empty, "text": made.text()}
+        change = selectors.architecture_change_latest(cluster)
+        return Response(ArchitectureStatusSerializer({"change": change, "plan": plan}).data)
 
 
 class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):

@@ -4,7 +4,7 @@ One :meth:`Kueue.reconcile` pass does, in order:
 
 1. **webhooks** — a batch/v1 Job with the label ``kueue.x-k8s.io/queue-name`` (or in a namespace with a LocalQueue
    named ``default``) is suspended on first sight, before the Job controller can create pods; plain Pods (and
-   pods of non-Kueue owners such as Volcano Jobs, see cluster-apis.md §3.3) that should be managed get the scheduling
+   pods of non-Kueue owners such as Volcano Jobs, see docs/cluster-objects.md, "Kueue and Volcano together") that should be managed get the scheduling
    gate ``kueue.x-k8s.io/admission``. Pods created by the sandbox's Deployment/StatefulSet controllers are gated at
    creation through :meth:`Kueue.mutate_pod`.
 2. **workloads** — one Workload per Job (``job-<name>-<hash5>``), per Deployment/plain pod (``pod-<name>-<hash5>``;
@@ -106,7 +106,7 @@ COMPONENT = "kueue-admission"
 JOB_COMPONENT = "kueue-job-controller"
 
 # Kueue Configuration ``resources.transformations`` the sandbox applies (profile key ``kueue.transformations``
-# overrides): by default the HAMi recipe of cluster-apis.md §5.4 — per-vGPU memory/cores become totals.
+# overrides): by default the HAMi recipe of docs/cluster-objects.md, "HAMi" — per-vGPU memory/cores become totals.
 DEFAULT_TRANSFORMATIONS = [
     {"input": "nvidia.com/gpucores", "strategy": "Replace", "multiplyBy": "nvidia.com/gpu",
      "outputs": {"nvidia.com/total-gpucores": "1"}},

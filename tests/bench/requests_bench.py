@@ -121,7 +121,7 @@ def make_world(sandbox, *, gpus: int, architecture: str = "B"):  # noqa: ANN001,
     for template in ServiceTemplate.objects.all():
         template.allowed_flavors.set(Flavor.objects.filter(cluster=cluster))
     if sandbox.controllers is not None:
-        reconcile(cluster, kube=kube, sleep=lambda s: None)
+        reconcile(cluster, kube=kube)
     return cluster, tenant, project, admin
 
 

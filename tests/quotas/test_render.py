@@ -115,7 +115,7 @@ def test_structural_rules(arch: str) -> None:
     for obj in objects:
         assert obj["metadata"]["labels"][m.MANAGED_BY] == "gpu-portal"
         if obj["kind"] == "LocalQueue":
-            assert obj["metadata"]["name"] != "default"  # would gate Volcano's pods (cluster-apis.md §3.3)
+            assert obj["metadata"]["name"] != "default"  # would gate Volcano's pods (docs/cluster-objects.md)
         if obj["kind"] == "Namespace":
             labels = obj["metadata"]["labels"]
             assert labels[m.TENANT_LABEL] and labels[m.PROJECT_LABEL] == obj["metadata"]["name"]
@@ -225,7 +225,7 @@ def test_c_and_d_add_mig_and_hami_resources() -> None:
     assert ["nvidia.com/mig-1g.10gb"] in [g["coveredResources"] for g in c]
     d = find(render("D"), "Cohort", "acme")["spec"]["resourceGroups"]
     gpu_group = d[0]
-    # Whole GPUs and HAMi share nvidia.com/gpu, so they share a group; HAMi quota is in the totals (§5.4).
+    # Whole GPUs and HAMi share nvidia.com/gpu, so they share a group; HAMi quota is in the totals (docs/cluster-objects.md).
     assert gpu_group["coveredResources"] == [GPU, "nvidia.com/total-gpucores", "nvidia.com/total-gpumem"]
     hami = next(f for f in gpu_group["flavors"] if f["name"] == "l40s-hami")
     assert hami["resources"] == [{"name": GPU, "nominalQuota": "20"}, {"name": "nvidia.com/total-gpucores", "nominalQuota": "200"},

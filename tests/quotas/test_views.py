@@ -18,7 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from quotas import services
-from quotas.models import AppliedObject, Cluster, Flavor, Node, Quota, QuotaRequest
+from quotas.models import AppliedObject, ArchitectureChange, Cluster, Flavor, Node, Quota, QuotaRequest
+from quotas.tasks import architecture_change_apply_task
 from tenants.models import AuditEntry
 
 from .factories import GPU, MIG_1G, make_fleet, make_node
@@ -262,7 +263,12 @@ def test_plan_then_explicit_audited_apply(as_user, sandbox_demo) -> None:  # noq
     assert not AppliedObject.objects.exists() and not AuditEntry.objects.filter(action="cluster.apply").exists()
 
     response = client.post("/ops/clusters/sandbox/apply/", {"architecture": "B", "fingerprint": fingerprint}, follow=True)
-    assert f"{created} applied, 0 deleted" in text(response)
+    assert "Applying the plan to sandbox (architecture B)" in text(response) and "Requested" in text(response)
+    assert 'hx-get="/ops/clusters/sandbox/change/"' in response.content.decode()  # the page polls the progress
+    change = ArchitectureChange.objects.get(cluster=sandbox_demo)
+    architecture_change_apply_task.apply(args=[change.pk])  # what the worker does
+    progress = text(client.get("/ops/clusters/sandbox/change/"))
+    assert "Applied" in progress and f"{created} applied, 0 deleted" in progress
     assert AppliedObject.objects.filter(cluster=sandbox_demo, error="").count() == created
     entry = AuditEntry.objects.get(action="cluster.apply")
     assert entry.actor_label == "ops" and entry.after["create"] == created
@@ -278,6 +284,8 @@ def test_architecture_change_is_planned_before_it_is_applied(as_user, sandbox_de
     assert "badge-plan-delete" not in body
     fingerprint = re.search(r'name="fingerprint" value="([0-9a-f]{64})"', body).group(1)
     client.post("/ops/clusters/sandbox/apply/", {"architecture": "A", "fingerprint": fingerprint})
+    assert Cluster.objects.get(pk=sandbox_demo.pk).architecture == "B"  # the view only starts it
+    architecture_change_apply_task.apply(args=[ArchitectureChange.objects.get(cluster=sandbox_demo).pk])
     assert Cluster.objects.get(pk=sandbox_demo.pk).architecture == "A"
     assert AuditEntry.objects.get(action="cluster.apply").after["architecture"] == "A"
 

@@ -574,7 +574,7 @@ def test_pending_event_only_when_message_changes(sim):
 
 
 def test_volcano_pods_in_namespace_with_default_local_queue_are_gated_one_by_one(sim):
-    """cluster-apis.md §3.3: Kueue's pod integration gates every pod of a non-Kueue owner in such namespaces."""
+    """docs/cluster-objects.md, "Kueue and Volcano together": Kueue's pod integration gates every pod of a non-Kueue owner in such namespaces."""
     cpu_setup(sim, quota=1)
     sim.create(sim.local_queue("default", "t", "cq"))
     tmpl = Sim.pod_template({"cpu": 1}, tolerations=TOL)

@@ -127,7 +127,7 @@ def _world(sandbox: Any, cast: Any, *, architecture: str, gpus: int = 8) -> Worl
     templates = {t.slug: t for t in ServiceTemplate.objects.all()}
     for template in templates.values():
         template.allowed_flavors.set(flavors.values())
-    result = reconcile(cluster, kube=kube, sleep=lambda s: None)
+    result = reconcile(cluster, kube=kube)
     assert not getattr(result, "errors", None), result
     return World(sandbox, cluster, flavors, templates, cast)
 

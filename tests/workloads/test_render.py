@@ -160,7 +160,7 @@ def test_single_node_training_is_a_kueue_job() -> None:
     assert job["apiVersion"] == "batch/v1"
     assert job["metadata"]["labels"][QUEUE_LABEL] == NAMESPACE
     assert job["metadata"]["labels"][PRIORITY_LABEL] == "batch"
-    assert "suspend" not in job["spec"]  # Kueue's webhook suspends it; we never set it (cluster-apis.md §1.8)
+    assert "suspend" not in job["spec"]  # Kueue's webhook suspends it; we never set it (docs/cluster-objects.md)
     assert job["spec"]["backoffLimit"] == 2
     assert job["metadata"]["annotations"][SANDBOX_DURATION] == "3h"
     spec = job["spec"]["template"]["spec"]
@@ -181,7 +181,7 @@ def test_distributed_training_under_e_is_a_volcano_gang() -> None:
     assert spec["schedulerName"] == "volcano"
     assert set(spec["plugins"]) == {"pytorch", "env", "svc"}
     assert [(t["name"], t["replicas"]) for t in spec["tasks"]] == [("master", 1), ("worker", 3)]
-    # No Kueue label anywhere: each pod would otherwise become its own Workload (cluster-apis.md §3.3).
+    # No Kueue label anywhere: each pod would otherwise become its own Workload (docs/cluster-objects.md).
     assert QUEUE_LABEL not in vcjob["metadata"]["labels"]
     for task in spec["tasks"]:
         assert QUEUE_LABEL not in task["template"]["metadata"]["labels"]

@@ -1,6 +1,13 @@
+"""``manage.py seed_demo``: the whole demo (tenants, users, the sandbox cluster's quotas, the catalogue
+and some requests). It lives in workloads, the highest app it needs, so that every import points
+down (tests/test_imports.py); when billing has demo data it moves up to billing."""
+
 from django.core.management.base import BaseCommand
 
+from quotas.demo import seed_quota_demo
 from tenants.demo import DEMO_PASSWORD, seed_demo
+from workloads.catalogue import seed_catalogue
+from workloads.demo import seed_request_demo
 
 
 class Command(BaseCommand):
@@ -8,14 +15,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
         logins = seed_demo()
-        from quotas.demo import seed_quota_demo
-
         seed_quota_demo()
-        from workloads.catalogue import seed_catalogue
-
         seed_catalogue()
-        from workloads.demo import seed_request_demo
-
         seed_request_demo()
         self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
         for username, what in logins:
