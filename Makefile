@@ -9,13 +9,17 @@ PYTHON  ?= $(shell for c in python3.14 python3.13 python3.12 python3 $$(ls -d $$
              $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$c; break; }; done)
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test venv bench browser-deps clean
+.PHONY: run test lint venv bench browser-deps clean
 
 run: venv
 	$(VPY) deploy/devstack.py
 
 test: venv
 	$(VPY) deploy/run_tests.py $(ARGS)
+
+# Ruff with the small rule set in pyproject.toml (CI runs it before the tests).
+lint: venv
+	$(VENV)/bin/ruff check .
 
 bench: venv
 	$(VPY) tests/bench/sandbox_bench.py

@@ -89,7 +89,7 @@ def group_alive(pgid: int) -> bool:
 class Child:
     """One supervised program, in a process group of its own."""
 
-    def __init__(self, name: str, argv: list[str], before_start=None) -> None:  # noqa: ANN001
+    def __init__(self, name: str, argv: list[str], before_start=None) -> None:
         self.name, self.argv, self.before_start = name, argv, before_start
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
@@ -117,7 +117,7 @@ class Child:
         if self.proc is None and self.restart_at is not None and now >= self.restart_at:
             try:
                 self.start()
-            except Exception as exc:  # noqa: BLE001 - e.g. the sandbox did not come up: try again later
+            except Exception as exc:
                 self.failures += 1
                 delay = min(BACKOFF_MAX, 2.0 ** (self.failures - 1))
                 say(f"{self.name} did not start ({exc}); retrying in {delay:.0f}s")

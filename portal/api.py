@@ -225,7 +225,7 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-def schema_postprocess(result: dict, generator: Any, request: Any, public: bool) -> dict:  # noqa: ARG001
+def schema_postprocess(result: dict, generator: Any, request: Any, public: bool) -> dict:
     """Document the error responses and both authentication schemes on every API operation."""
     components = result.setdefault("components", {})
     components.setdefault("schemas", {})["Error"] = ERROR_SCHEMA

@@ -67,12 +67,12 @@ def restore_unacked(url: str, older_than: float = 0.0) -> int:
 class Channel(kombu_sqla.Channel):
     _last_sweep = 0.0
 
-    def __init__(self, connection, **kwargs) -> None:  # noqa: ANN001
+    def __init__(self, connection, **kwargs) -> None:
         self._rows: dict[str, int] = {}
         self._rows_lock = threading.Lock()
         super().__init__(connection, **kwargs)
 
-    def _engine_from_config(self):  # noqa: ANN202
+    def _engine_from_config(self):
         conninfo = self.connection.client
         options = conninfo.transport_options
         saved = {k: options.pop(k) for k in _OWN_OPTIONS if k in options}
@@ -85,21 +85,21 @@ class Channel(kombu_sqla.Channel):
         if engine.dialect.name == "sqlite":
 
             @event.listens_for(engine, "connect")
-            def _pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
+            def _pragmas(dbapi_connection, _record) -> None:
                 dbapi_connection.execute("PRAGMA journal_mode=WAL")
                 dbapi_connection.execute("PRAGMA synchronous=NORMAL")
                 dbapi_connection.execute("PRAGMA busy_timeout=30000")
 
         return engine
 
-    def _get_or_create(self, queue):  # noqa: ANN001, ANN202
+    def _get_or_create(self, queue):
         try:
             return super()._get_or_create(queue)
         except IntegrityError:  # another process created it first
             self.session.rollback()
             return self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
 
-    def _get(self, queue):  # noqa: ANN001, ANN202
+    def _get(self, queue):
         self._sweep()
         obj = self._get_or_create(queue)
         if self.session.bind.name == "sqlite":
@@ -109,7 +109,7 @@ class Channel(kombu_sqla.Channel):
                 self.session.query(self.message_cls)
                 .with_for_update()
                 .filter(self.message_cls.queue_id == obj.id)
-                .filter(self.message_cls.visible != False)  # noqa: E712
+                .filter(self.message_cls.visible != False)
                 .order_by(self.message_cls.sent_at)
                 .order_by(self.message_cls.id)
                 .limit(1)
@@ -150,18 +150,18 @@ class Channel(kombu_sqla.Channel):
         with engine.begin() as db:
             db.execute(delete(self.message_cls.__table__).where(self.message_cls.__table__.c.id == row))
 
-    def basic_ack(self, delivery_tag, multiple=False) -> None:  # noqa: ANN001
+    def basic_ack(self, delivery_tag, multiple=False) -> None:
         super().basic_ack(delivery_tag, multiple=multiple)
         self._delete_row(self._row(delivery_tag))
 
-    def basic_reject(self, delivery_tag, requeue=False) -> None:  # noqa: ANN001
+    def basic_reject(self, delivery_tag, requeue=False) -> None:
         if requeue:
             super().basic_reject(delivery_tag, requeue=True)  # _restore shows the row again
             return
         super().basic_reject(delivery_tag, requeue=False)
         self._delete_row(self._row(delivery_tag))
 
-    def _restore(self, message) -> None:  # noqa: ANN001
+    def _restore(self, message) -> None:
         row = self._row(message.delivery_tag)
         if row is None:
             super()._restore(message)
@@ -176,7 +176,7 @@ class Transport(kombu_sqla.Transport):
     Channel = Channel
     polling_interval = 0.1
 
-    def __init__(self, client, **kwargs) -> None:  # noqa: ANN001
+    def __init__(self, client, **kwargs) -> None:
         super().__init__(client, **kwargs)
         self.polling_interval = client.transport_options.get("polling_interval", self.polling_interval)
 

@@ -29,7 +29,7 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"  # noqa: S105 - refused in production below
+DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"
 PORTAL_ENV = os.environ.get("PORTAL_ENV", "development")
 SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
 DEBUG = env_bool("DEBUG", PORTAL_ENV != "production")
@@ -169,7 +169,7 @@ if PORTAL_ENV == "production":
 # Content-Security-Policy (Django's own middleware): scripts and styles only from the portal itself,
 # inline ones only with the request's nonce ({{ csp_nonce }}); no plugins, frames or foreign forms.
 # The API docs pages get their own policy (portal/urls.py).
-from django.utils.csp import CSP  # noqa: E402
+from django.utils.csp import CSP
 
 SECURE_CSP = {
     "default-src": [CSP.SELF],

@@ -23,7 +23,7 @@ class Pager:
         self.param = param
         self.page: Page = Paginator(queryset, per_page).get_page(request.GET.get(param))
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.page.object_list)
 
     def __len__(self) -> int:

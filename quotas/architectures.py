@@ -111,7 +111,7 @@ def choices() -> list[tuple[str, str]]:
     return [(a.letter, a.label) for a in ARCHITECTURES.values()]
 
 
-def where(predicate) -> list[str]:  # noqa: ANN001 - any callable Arch -> bool
+def where(predicate) -> list[str]:
     """The letters whose entry satisfies ``predicate`` (for building database filters)."""
     return [a.letter for a in ARCHITECTURES.values() if predicate(a)]
 

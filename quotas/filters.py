@@ -40,7 +40,7 @@ class QuotaFilter(FilterSet):
         model = Quota
         fields = ["tenant", "project", "cluster", "flavor", "flavor_name", "resource", "level"]
 
-    def filter_level(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_level(self, queryset, name, value):
         return queryset.filter(project__isnull=(value == "tenant"))
 
 
@@ -57,13 +57,13 @@ class QuotaRequestFilter(FilterSet):
         model = QuotaRequest
         fields = ["tenant", "project", "flavor", "status", "approver", "mine", "inbox"]
 
-    def filter_mine(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_mine(self, queryset, name, value):
         user = getattr(self.request, "user", None)
         if user is None or not value:
             return queryset
         return queryset.filter(requested_by=user)
 
-    def filter_inbox(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_inbox(self, queryset, name, value):
         from .selectors import quota_requests_for
 
         if not value or self.request is None:

@@ -23,11 +23,11 @@ def quota_requests_expire(now: datetime | None = None) -> dict[str, int]:
     for pk in due.filter(status=QuotaRequest.Status.APPROVED).order_by("until", "pk").values_list("pk", flat=True):
         try:
             done["reverted"] += services.quota_request_revert(request_id=pk, now=now)
-        except Exception:  # noqa: BLE001 - one bad row must not stop the others; the next run retries it
+        except Exception:
             logger.exception("reverting quota request %s failed", pk)
     for pk in due.filter(status=QuotaRequest.Status.PENDING).order_by("until", "pk").values_list("pk", flat=True):
         try:
             done["lapsed"] += services.quota_request_lapse(request_id=pk, now=now)
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.exception("closing quota request %s failed", pk)
     return done

@@ -42,7 +42,7 @@ def namespace_detail(request: HttpRequest, name: str, slug: str) -> HttpResponse
     return _ops_page(request, "quotas/namespace.html", context)
 
 
-def _act(request: HttpRequest, name: str, slug: str, service, done: str) -> HttpResponse:  # noqa: ANN001
+def _act(request: HttpRequest, name: str, slug: str, service, done: str) -> HttpResponse:
     actor = _ops_only(request)
     cluster = _ops_cluster(actor, name)
     project = get_object_or_404(Project.objects.select_related("tenant"), slug=slug)

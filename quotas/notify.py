@@ -103,7 +103,7 @@ def notify_send(*, subject: str, body: str, to: list[str], payload: dict[str, An
         try:
             messages = [EmailMessage(subject, body, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
             get_connection().send_messages(messages)
-        except Exception:  # noqa: BLE001 - any mail backend failure is logged, never raised
+        except Exception:
             logger.exception("quota notification email failed: %s", subject)
     webhook_post(payload)
 
@@ -121,8 +121,8 @@ def webhook_post(payload: dict[str, Any]) -> bool:
         url, data=data, method="POST", headers={"Content-Type": "application/json", "User-Agent": "gpu-portal"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:  # noqa: S310 - scheme checked
+        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:
             return 200 <= response.status < 300
-    except Exception as exc:  # noqa: BLE001 - a broken webhook must not break anything else
+    except Exception as exc:
         logger.warning("quota webhook to %s failed: %s", urlsplit(url).netloc, exc)
         return False

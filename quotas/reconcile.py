@@ -108,7 +108,7 @@ def _same(live: Any, want: Any) -> bool:
     if isinstance(live, (str, int, float)) and isinstance(want, (str, int, float)):
         try:  # "16.5" vs "16500m", 4 vs "4": the same quantity written differently
             return parse_quantity(live) == parse_quantity(want)
-        except Exception:  # noqa: BLE001 - not quantities
+        except Exception:
             return False
     return False
 

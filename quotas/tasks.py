@@ -34,7 +34,7 @@ def reconcile_lock(cluster_id: int) -> str:
 
 @shared_task(name="quotas.inventory_sync", bind=True, autoretry_for=(ClusterUnavailable,), retry_backoff=10,
              retry_backoff_max=300, retry_jitter=True, max_retries=5)
-def inventory_sync_task(self, cluster_id: int) -> dict | None:  # noqa: ANN001
+def inventory_sync_task(self, cluster_id: int) -> dict | None:
     from .inventory import inventory_sync
 
     cluster = Cluster.objects.filter(pk=cluster_id).first()
@@ -45,7 +45,7 @@ def inventory_sync_task(self, cluster_id: int) -> dict | None:  # noqa: ANN001
 
 @shared_task(name="quotas.reconcile_cluster", bind=True, autoretry_for=(ClusterUnavailable,), retry_backoff=5,
              retry_backoff_max=300, retry_jitter=True, max_retries=8)
-def reconcile_cluster_task(self, cluster_id: int) -> dict | None:  # noqa: ANN001
+def reconcile_cluster_task(self, cluster_id: int) -> dict | None:
     """Reconcile one cluster. One run per cluster at a time (a cache lock); a run that finds the lock
     held is dropped — the holder reads the database after it started, or the next period catches up."""
     from .reconcile import reconcile
@@ -73,7 +73,7 @@ def reconcile_cluster_task(self, cluster_id: int) -> dict | None:  # noqa: ANN00
 
 
 @shared_task(name="quotas.architecture_change_apply", bind=True, max_retries=120)
-def architecture_change_apply_task(self, change_id: int) -> dict | None:  # noqa: ANN001
+def architecture_change_apply_task(self, change_id: int) -> dict | None:
     """Apply a requested architecture change (``quotas/architecture.py``) under the cluster's reconcile
     lock. While a reconcile holds the lock the change waits (retried every few seconds), it is not dropped."""
     from .architecture import architecture_change_apply

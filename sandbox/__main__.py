@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = threading.Event()
 
-    def _on_signal(signum, frame):  # noqa: ARG001
+    def _on_signal(signum, frame):
         stop.set()
 
     signal.signal(signal.SIGTERM, _on_signal)

@@ -140,7 +140,7 @@ class Sandbox:
         if self.controllers is not None:
             try:
                 self.controllers.stop()
-            except Exception:  # noqa: BLE001 - stopping must not fail
+            except Exception:
                 pass
         self.server.stop()
         if self.state_file:

@@ -140,7 +140,7 @@ def _load_builtin_defs() -> dict:
                     cand = versions[-1] / "_definitions.json" if versions else cand
                 with open(cand) as fh:
                     defs = json.load(fh).get("$defs") or {}
-            except Exception:  # noqa: BLE001 - fall back to loose schemas
+            except Exception:
                 defs = {}
             _builtin_defs = defs
         return _builtin_defs

@@ -588,7 +588,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.owner._track(self.connection, False)
 
-    def log_message(self, format, *args):  # noqa: A002 - silence the default stderr logging
+    def log_message(self, format, *args):
         pass
 
     def do_GET(self):
@@ -722,7 +722,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_api_error(e, self._warning_headers())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except Exception as e:  # noqa: BLE001 - the server must answer with a Status, never die
+        except Exception as e:
             import traceback
 
             traceback.print_exc()
@@ -797,8 +797,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _json_body(self, allow_empty: bool = False, strict_dups: bool = False):
         ctype = self._content_type()
         if ctype in PROTOBUF_TYPES or ctype.startswith("application/vnd.kubernetes.protobuf"):
-            raise _Reply(415, f"the body of the request was in an unknown format - accepted media types include: "
-                              f"application/json, application/yaml", "UnsupportedMediaType")
+            raise _Reply(415, "the body of the request was in an unknown format - accepted media types include: "
+                              "application/json, application/yaml", "UnsupportedMediaType")
         if not self.body:
             if allow_empty:
                 return None
@@ -1345,6 +1345,6 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             try:
                 watcher.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         return None

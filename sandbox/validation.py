@@ -638,7 +638,7 @@ def _run_rules(v, n: Node, path: str, res: Result, old):
             continue
         try:
             ok = fn(v, old)
-        except Exception:  # noqa: BLE001 - rule does not apply to this shape
+        except Exception:
             continue
         if not ok:
             p = path + (field_path or "") if field_path else path

@@ -52,7 +52,7 @@ def token_resolve(raw: str) -> ApiToken:
 class ApiTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
-    def authenticate(self, request):  # noqa: ANN001, ANN201
+    def authenticate(self, request):
         header = authentication.get_authorization_header(request).decode(errors="replace").split()
         if not header or header[0].lower() not in ("bearer", "token"):
             return None
@@ -61,7 +61,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         token = token_resolve(header[1])
         return token.user, token
 
-    def authenticate_header(self, request) -> str:  # noqa: ANN001
+    def authenticate_header(self, request) -> str:
         return self.keyword
 
 
@@ -71,6 +71,6 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     target_class = ApiTokenAuthentication
     name = "projectToken"
 
-    def get_security_definition(self, auto_schema):  # noqa: ANN001, ANN201
+    def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "gpp_<prefix>_<secret>",
                 "description": "A project token (POST /api/v1/tokens/); the secret is shown once."}

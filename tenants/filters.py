@@ -14,7 +14,7 @@ class TenantFilter(FilterSet):
         model = Tenant
         fields = ["status", "slug"]
 
-    def search(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def search(self, queryset, name, value):
         return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
 
 
@@ -26,7 +26,7 @@ class ProjectFilter(FilterSet):
         model = Project
         fields = ["status", "tenant", "slug"]
 
-    def search(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def search(self, queryset, name, value):
         return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
 
 
@@ -49,7 +49,7 @@ class TokenFilter(FilterSet):
         model = ApiToken
         fields = ["project", "scope"]
 
-    def filter_active(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_active(self, queryset, name, value):
         from django.utils import timezone
 
         live = queryset.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())

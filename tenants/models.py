@@ -157,7 +157,7 @@ class ApiToken(models.Model):
 
 
 class AuditEntryQuerySet(models.QuerySet):
-    def update(self, **kwargs):  # noqa: ANN003
+    def update(self, **kwargs):
         raise PermissionError("Audit entries are append-only.")
 
     def delete(self):
@@ -201,12 +201,12 @@ class AuditEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_repr}"
 
-    def save(self, *args, **kwargs):  # noqa: ANN002, ANN003
+    def save(self, *args, **kwargs):
         if self.pk is not None:
             raise PermissionError("Audit entries are append-only.")
         super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
+    def delete(self, *args, **kwargs):
         raise PermissionError("Audit entries are append-only.")
 
 

@@ -134,7 +134,7 @@ class ThrottledModelBackend(ModelBackend):
     and leaves the ``Blocked`` on ``request.login_blocked`` for the form to explain.
     """
 
-    def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any):  # noqa: ANN201
+    def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any):
         from django.contrib.auth import get_user_model
 
         if username is None:

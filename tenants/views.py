@@ -59,7 +59,7 @@ class LoginView(auth_views.LoginView):
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
-    def form_valid(self, form):  # noqa: ANN001, ANN201
+    def form_valid(self, form):
         messages.success(self.request, "Your password was changed.")
         return super().form_valid(form)
 
@@ -415,7 +415,7 @@ class UserFilter(filters.FilterSet):
         model = get_user_model()
         fields = ["q", "tenant", "is_active"]
 
-    def search(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def search(self, queryset, name, value):
         return queryset.filter(
             Q(username__icontains=value) | Q(email__icontains=value)
             | Q(first_name__icontains=value) | Q(last_name__icontains=value)

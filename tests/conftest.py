@@ -57,12 +57,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hashing(settings) -> None:  # noqa: ANN001
+def _fast_password_hashing(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
-def private_cache(settings) -> Iterator[None]:  # noqa: ANN001
+def private_cache(settings) -> Iterator[None]:
     """Task locks count in the cache: give every test an empty in-memory one."""
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "tests"}}
     from django.core.cache import cache
@@ -93,7 +93,7 @@ class Cast:
 
 
 @pytest.fixture
-def cast(db) -> Cast:  # noqa: ANN001
+def cast(db) -> Cast:
     acme = make_tenant("acme", name="Acme Research")
     globex = make_tenant("globex", name="Globex AI")
     vision = make_project(acme, "acme-vision", name="Vision")
@@ -111,7 +111,7 @@ def cast(db) -> Cast:  # noqa: ANN001
 
 
 @pytest.fixture
-def api(cast: Cast):  # noqa: ANN201
+def api(cast: Cast):
     """``api("carol")`` is an APIClient logged in as carol (session auth, like the browser)."""
 
     def make(who: str) -> APIClient:
@@ -123,10 +123,10 @@ def api(cast: Cast):  # noqa: ANN201
 
 
 @pytest.fixture
-def as_user(cast: Cast, client):  # noqa: ANN001, ANN201
+def as_user(cast: Cast, client):
     """``as_user("carol")`` is the test client (pages, session) signed in as carol."""
 
-    def make(who: str):  # noqa: ANN202
+    def make(who: str):
         client.logout()
         client.force_login(getattr(cast, who))
         return client
@@ -135,7 +135,7 @@ def as_user(cast: Cast, client):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture
-def token_client(cast: Cast):  # noqa: ANN201
+def token_client(cast: Cast):
     """``token_client("carol", project, scope)`` -> (APIClient with a Bearer token, token row)."""
 
     def make(who: str, project: Project, scope: str = "read") -> tuple[APIClient, Any]:

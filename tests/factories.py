@@ -21,7 +21,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
     @factory.post_generation
-    def password(self, create: bool, extracted: str | None, **kwargs) -> None:  # noqa: ANN003
+    def password(self, create: bool, extracted: str | None, **kwargs) -> None:
         self.set_password(extracted or PASSWORD)
         if create:
             self.save(update_fields=["password"])
@@ -30,15 +30,15 @@ class UserFactory(factory.django.DjangoModelFactory):
 _seq = iter(range(1, 10**9))
 
 
-def make_tenant(slug: str | None = None, **kwargs) -> Tenant:  # noqa: ANN003
+def make_tenant(slug: str | None = None, **kwargs) -> Tenant:
     slug = slug or f"tenant-{next(_seq)}"
     return tenant_create(actor=Actor.system(), name=kwargs.pop("name", slug.title()), slug=slug, **kwargs)
 
 
-def make_project(tenant: Tenant, slug: str | None = None, **kwargs) -> Project:  # noqa: ANN003
+def make_project(tenant: Tenant, slug: str | None = None, **kwargs) -> Project:
     slug = slug or f"{tenant.slug}-p{next(_seq)}"
     return project_create(actor=Actor.system(), tenant=tenant, name=kwargs.pop("name", slug), slug=slug, **kwargs)
 
 
-def make_member(user, tenant: Tenant, role: str, project: Project | None = None):  # noqa: ANN001, ANN201
+def make_member(user, tenant: Tenant, role: str, project: Project | None = None):
     return membership_create(actor=Actor.system(), tenant=tenant, project=project, user=user, role=role)

@@ -21,11 +21,11 @@ TRAIN = {"template": "training", "flavor": "h100", "parameters": {"command": "py
 
 
 @pytest.fixture
-def cat(cast):  # noqa: ANN001, ANN201
+def cat(cast):
     return make_catalogue(cast)
 
 
-def field_error(response, field: str) -> list[str]:  # noqa: ANN001
+def field_error(response, field: str) -> list[str]:
     assert response.status_code == 400, (response.status_code, response.content[:500])
     body = response.json()
     assert body["error"] == "invalid", body
@@ -47,32 +47,32 @@ def field_error(response, field: str) -> list[str]:  # noqa: ANN001
         ("/audit/", "until"),
     ],
 )
-def test_api_date_filter_with_out_of_range_offset_is_a_field_error(api, offset, path, field) -> None:  # noqa: ANN001
+def test_api_date_filter_with_out_of_range_offset_is_a_field_error(api, offset, path, field) -> None:
     response = api("ops").get(f"{API}{path}", {field: f"2026-01-01T00:00:00{offset}"})
     messages = field_error(response, field)
     assert any("offset" in message for message in messages), messages
 
 
 @pytest.mark.parametrize("offset", ["+15:59", "-15:59", "+05:30", "Z"])
-def test_api_date_filter_accepts_offsets_postgresql_accepts(api, offset) -> None:  # noqa: ANN001
+def test_api_date_filter_accepts_offsets_postgresql_accepts(api, offset) -> None:
     assert api("ops").get(f"{API}/requests/", {"created_after": f"2026-01-01T00:00:00{offset}"}).status_code == 200
 
 
 @pytest.mark.parametrize(
     ("page", "field"), [("/requests/", "created_after"), ("/ops/requests/", "created_before"), ("/ops/audit/", "since")]
 )
-def test_page_date_filter_with_out_of_range_offset_is_not_a_server_error(as_user, page, field) -> None:  # noqa: ANN001
+def test_page_date_filter_with_out_of_range_offset_is_not_a_server_error(as_user, page, field) -> None:
     response = as_user("ops").get(page, {field: "2026-01-01T00:00:00+20:00"})
     assert response.status_code in (200, 400), response.status_code
 
 
-def test_token_expiry_with_out_of_range_offset_is_a_field_error(api, cast) -> None:  # noqa: ANN001
+def test_token_expiry_with_out_of_range_offset_is_a_field_error(api, cast) -> None:
     body = {"name": "ci", "project": "acme-vision", "expires_at": "2026-12-01T00:00:00+20:00"}
     response = api("carol").post(f"{API}/tokens/", body, format="json")
     assert "offset" in " ".join(field_error(response, "expires_at"))
 
 
-def test_quota_request_until_with_out_of_range_offset_is_a_field_error(api, cat) -> None:  # noqa: ANN001
+def test_quota_request_until_with_out_of_range_offset_is_a_field_error(api, cat) -> None:
     body = {"project": "acme-vision", "flavor": "h100", "amount": "1", "reason": "more", "until": "2027-01-01T00:00:00-18:00"}
     response = api("carol").post(f"{API}/quota-requests/", body, format="json")
     assert "offset" in " ".join(field_error(response, "until"))
@@ -83,14 +83,14 @@ def test_quota_request_until_with_out_of_range_offset_is_a_field_error(api, cat)
 
 @pytest.mark.parametrize("key", ["²", "١٢", "𝟙", "1²"])
 @pytest.mark.parametrize("collection", ["tenants", "projects", "templates", "clusters"])
-def test_api_unicode_digits_in_id_or_slug_are_404(api, cat, collection, key) -> None:  # noqa: ANN001
+def test_api_unicode_digits_in_id_or_slug_are_404(api, cat, collection, key) -> None:
     response = api("ops").get(f"{API}/{collection}/{key}/")
     assert response.status_code == 404, response.content[:300]
     assert response.json()["error"] == "not_found"
 
 
 @pytest.mark.parametrize("key", ["²", "١"])
-def test_api_unicode_digits_as_flavor_or_template_are_field_errors(api, cat, key) -> None:  # noqa: ANN001
+def test_api_unicode_digits_as_flavor_or_template_are_field_errors(api, cat, key) -> None:
     client = api("ops")
     quota = {"project": "acme-vision", "flavor": key, "nominal": "1"}
     assert field_error(client.post(f"{API}/quotas/", quota, format="json"), "flavor")
@@ -100,7 +100,7 @@ def test_api_unicode_digits_as_flavor_or_template_are_field_errors(api, cat, key
     assert field_error(client.post(f"{API}/requests/", submit, format="json"), "template")
 
 
-def test_pages_unicode_digits_are_not_server_errors(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_pages_unicode_digits_are_not_server_errors(as_user, cast, cat) -> None:
     client = as_user("alice")
     assert client.get("/requests/new/", {"template": "²"}).status_code in (200, 404)
     assert client.get(f"/tenants/{cast.acme.slug}/quotas/", {"edit": "²"}).status_code == 200
@@ -116,14 +116,14 @@ def test_pages_unicode_digits_are_not_server_errors(as_user, cast, cat) -> None:
         "/projects/acme-vision%00/quota/", "/requests/1%00/", "/memberships/%00/",
     ],
 )
-def test_api_nul_in_path_is_404(api, cat, path) -> None:  # noqa: ANN001
+def test_api_nul_in_path_is_404(api, cat, path) -> None:
     response = api("ops").get(f"{API}{path}")
     assert response.status_code == 404, response.content[:300]
     assert response.json()["error"] == "not_found"
 
 
 @pytest.mark.parametrize("page", ["/ops/clusters/lab%00/", "/ops/clusters/%00/settings/"])
-def test_page_nul_in_path_is_404(as_user, cat, page) -> None:  # noqa: ANN001
+def test_page_nul_in_path_is_404(as_user, cat, page) -> None:
     assert as_user("ops").get(page).status_code == 404
 
 
@@ -131,13 +131,13 @@ def test_page_nul_in_path_is_404(as_user, cat, page) -> None:  # noqa: ANN001
     ("path", "field"),
     [("/tenants/", "slug"), ("/projects/", "tenant"), ("/requests/", "q"), ("/audit/", "actor"), ("/clusters/", "name")],
 )
-def test_api_nul_in_query_is_a_field_error(api, cat, path, field) -> None:  # noqa: ANN001
+def test_api_nul_in_query_is_a_field_error(api, cat, path, field) -> None:
     response = api("ops").get(f"{API}{path}", {field: "a\x00b"})
     assert "NUL" in " ".join(field_error(response, field))
 
 
 @pytest.mark.parametrize(("page", "field"), [("/requests/", "q"), ("/ops/tenants/", "q"), ("/ops/audit/", "actor")])
-def test_page_nul_in_query_is_400(as_user, page, field) -> None:  # noqa: ANN001
+def test_page_nul_in_query_is_400(as_user, page, field) -> None:
     assert as_user("ops").get(page, {field: "a\x00b"}).status_code == 400
 
 
@@ -145,13 +145,13 @@ def test_page_nul_in_query_is_400(as_user, page, field) -> None:  # noqa: ANN001
     "parameters",
     [{"command": "python\x00train.py"}, {"command": "python train.py", "args": ["--a\x00"]}, {"command": "x", "env\x00": "1"}],
 )
-def test_api_nul_in_request_parameters_is_a_field_error(api, cat, parameters) -> None:  # noqa: ANN001
+def test_api_nul_in_request_parameters_is_a_field_error(api, cat, parameters) -> None:
     response = api("carol").post(f"{API}/requests/", TRAIN | {"project": "acme-vision", "parameters": parameters}, format="json")
     assert "NUL" in " ".join(field_error(response, "parameters"))
     assert not WorkloadRequest.objects.exists()
 
 
-def test_api_nul_in_other_json_fields_is_a_field_error(api, cat) -> None:  # noqa: ANN001
+def test_api_nul_in_other_json_fields_is_a_field_error(api, cat) -> None:
     client = api("ops")
     assert field_error(client.post(f"{API}/requests/", TRAIN | {"project": "acme-vision", "name": "a\x00"}, format="json"), "name")
     flavor = {"cluster": "lab", "name": "x", "display_name": "X", "kind": "cpu", "node_labels": {"a": "b\x00"}}
@@ -160,7 +160,7 @@ def test_api_nul_in_other_json_fields_is_a_field_error(api, cat) -> None:  # noq
     assert field_error(client.post(f"{API}/templates/", template, format="json"), "parameters_schema")
 
 
-def test_api_nul_in_idempotency_key_is_a_field_error(api, cat) -> None:  # noqa: ANN001
+def test_api_nul_in_idempotency_key_is_a_field_error(api, cat) -> None:
     response = api("carol").post(
         f"{API}/requests/", TRAIN | {"project": "acme-vision"}, format="json", headers={"Idempotency-Key": "build\x007"}
     )
@@ -168,7 +168,7 @@ def test_api_nul_in_idempotency_key_is_a_field_error(api, cat) -> None:  # noqa:
     assert not WorkloadRequest.objects.exists()
 
 
-def test_api_nul_in_bearer_token_is_401(cat) -> None:  # noqa: ANN001
+def test_api_nul_in_bearer_token_is_401(cat) -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer gpp_\x00abc")
     assert client.get(f"{API}/projects/").status_code in (400, 401)
@@ -178,12 +178,12 @@ def test_api_nul_in_bearer_token_is_401(cat) -> None:  # noqa: ANN001
 
 
 @pytest.fixture
-def without_nul_guard(settings) -> None:  # noqa: ANN001
+def without_nul_guard(settings) -> None:
     settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != "portal.inputs.NulGuardMiddleware"]
 
 
 @pytest.mark.usefixtures("without_nul_guard")
-def test_serializers_and_lookups_refuse_nul_without_the_middleware(api, cat) -> None:  # noqa: ANN001
+def test_serializers_and_lookups_refuse_nul_without_the_middleware(api, cat) -> None:
     client = api("carol")
     body = TRAIN | {"project": "acme-vision", "parameters": {"command": "a", "args": ["\x00"]}}
     assert "args.0" in " ".join(field_error(client.post(f"{API}/requests/", body, format="json"), "parameters"))
@@ -198,32 +198,32 @@ def test_serializers_and_lookups_refuse_nul_without_the_middleware(api, cat) -> 
 
 
 @pytest.mark.parametrize(("path", "query"), [("/flavors/", {"active": "-58800"}), ("/requests/", {"mine": "maybe"}), ("/tokens/", {"active": "x"})])
-def test_api_boolean_filter_with_nonsense_is_a_field_error(api, cat, path, query) -> None:  # noqa: ANN001
+def test_api_boolean_filter_with_nonsense_is_a_field_error(api, cat, path, query) -> None:
     assert field_error(api("ops").get(f"{API}{path}", query), next(iter(query)))
 
 
-def test_api_boolean_filter_reads_true_and_false(api, cat) -> None:  # noqa: ANN001
+def test_api_boolean_filter_reads_true_and_false(api, cat) -> None:
     client = api("ops")
     assert client.get(f"{API}/flavors/", {"active": "true"}).json()["count"] == 3
     assert client.get(f"{API}/flavors/", {"active": "false"}).json()["count"] == 0
 
 
 @pytest.mark.parametrize("size", ["null", "0", "-1", "²", "1.5"])
-def test_api_page_size_must_be_a_whole_number_from_1(api, cat, size) -> None:  # noqa: ANN001
+def test_api_page_size_must_be_a_whole_number_from_1(api, cat, size) -> None:
     assert field_error(api("ops").get(f"{API}/flavors/", {"page_size": size}), "page_size")
 
 
-def test_api_page_size_over_the_maximum_is_the_maximum(api, cat) -> None:  # noqa: ANN001
+def test_api_page_size_over_the_maximum_is_the_maximum(api, cat) -> None:
     assert api("ops").get(f"{API}/flavors/", {"page_size": "9" * 30}).status_code == 200
 
 
-def test_api_unknown_route_is_a_json_404(api, cat) -> None:  # noqa: ANN001
+def test_api_unknown_route_is_a_json_404(api, cat) -> None:
     response = api("ops").get(f"{API}/flavors/0.5/")
     assert response.status_code == 404
     assert response.json() == {"error": "not_found", "detail": "Not found."}
 
 
-def test_api_values_of_the_wrong_json_type_are_field_errors(api, cast, cat) -> None:  # noqa: ANN001
+def test_api_values_of_the_wrong_json_type_are_field_errors(api, cast, cat) -> None:
     client = api("ops")
     response = client.post(f"{API}/tenants/", {"name": "X", "slug": "x", "cost_centre": 0}, format="json")
     assert field_error(response, "cost_centre") == ["Must be a string."]
@@ -245,6 +245,6 @@ def test_api_values_of_the_wrong_json_type_are_field_errors(api, cast, cat) -> N
     assert "fields" not in response.json() or "flavor" not in response.json()["fields"]
 
 
-def test_api_empty_multiple_choice_filter_is_no_filter(api, cat) -> None:  # noqa: ANN001
+def test_api_empty_multiple_choice_filter_is_no_filter(api, cat) -> None:
     assert api("ops").get(f"{API}/requests/", {"state": ""}).status_code == 200
     assert field_error(api("ops").get(f"{API}/requests/", {"state": "nonsense"}), "state")

@@ -16,7 +16,7 @@ def test_worker_runs_a_task_through_the_broker() -> None:
     done = threading.Event()
     results: dict[str, object] = {}
 
-    def record(sender=None, task_id=None, retval=None, state=None, **kwargs) -> None:  # noqa: ANN001
+    def record(sender=None, task_id=None, retval=None, state=None, **kwargs) -> None:
         results[task_id] = (state, retval)
         done.set()
 

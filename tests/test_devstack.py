@@ -119,7 +119,7 @@ class Devstack:
 
 
 @pytest.fixture
-def devstack(tmp_path):  # noqa: ANN001, ANN201
+def devstack(tmp_path):
     stack = Devstack(tmp_path / "var")
     yield stack
     stack.kill()

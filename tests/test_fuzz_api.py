@@ -85,16 +85,16 @@ def _assert_clean(run: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.fixture
-def world(cast):  # noqa: ANN001, ANN201
+def world(cast):
     return _world(cast)
 
 
-def test_fuzz_with_a_project_token(live_server, cast, world, tmp_path) -> None:  # noqa: ANN001
+def test_fuzz_with_a_project_token(live_server, cast, world, tmp_path) -> None:
     _, raw = token_create(actor=cast.actor("carol"), project=cast.vision, name="fuzz", scope="read+submit")
     _assert_clean(_fuzz(live_server, tmp_path, [f"Authorization: Bearer {raw}"]))
 
 
-def test_fuzz_as_ops_in_a_session(live_server, cast, world, tmp_path) -> None:  # noqa: ANN001
+def test_fuzz_as_ops_in_a_session(live_server, cast, world, tmp_path) -> None:
     session = _session_for(cast.ops)
     headers = [f"Cookie: sessionid={session}; csrftoken={CSRF}", f"X-CSRFToken: {CSRF}", f"Referer: {live_server.url}/"]
     _assert_clean(_fuzz(live_server, tmp_path, headers))

@@ -107,7 +107,7 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
 
 
 @pytest.mark.parametrize(("name", "ask", "home", "foreign"), MATRIX, ids=[row[0] for row in MATRIX])
-def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[str]) -> None:  # noqa: ANN001
+def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[str]) -> None:
     world = World(cast)
     expected = {(who, where): who in allowed for who in ROLES for where, allowed in (("home", home), ("foreign", foreign))}
     answered = {(who, where): ask(cast.actor(who), world, where) for who in ROLES for where in ("home", "foreign")}
@@ -118,7 +118,7 @@ def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[s
 REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota")
 
 
-def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_or_ask(cast) -> None:  # noqa: ANN001
+def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_or_ask(cast) -> None:
     from tenants.access import Actor
 
     world = World(cast)

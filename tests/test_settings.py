@@ -33,7 +33,7 @@ def test_production_starts_with_safe_settings() -> None:
     assert result.stdout.split()[-1] == "False"
 
 
-def test_development_defaults_need_no_server(tmp_path) -> None:  # noqa: ANN001
+def test_development_defaults_need_no_server(tmp_path) -> None:
     result = load_settings(PORTAL_VAR_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     engine, broker, debug = result.stdout.split()
@@ -41,7 +41,7 @@ def test_development_defaults_need_no_server(tmp_path) -> None:  # noqa: ANN001
     assert engine.endswith("sqlite3") and broker.startswith(f"portal+sqlite:///{tmp_path}/celery-broker") and debug == "True"
 
 
-def test_environment_selects_postgres_and_redis(tmp_path) -> None:  # noqa: ANN001
+def test_environment_selects_postgres_and_redis(tmp_path) -> None:
     result = load_settings(PORTAL_VAR_DIR=str(tmp_path), DATABASE_URL="postgres://u@db:5432/p", REDIS_URL="redis://cache:6379/0")
     assert result.returncode == 0, result.stderr
     engine, broker, _ = result.stdout.split()

@@ -54,7 +54,7 @@ def seed_request_demo() -> list[WorkloadRequest]:
     borrow = int(quota.borrowing_limit) if quota.borrowing_limit is not None else 0
     made: list[WorkloadRequest] = []
 
-    def submit(who: Membership, key: str, template: str, **values) -> None:  # noqa: ANN003
+    def submit(who: Membership, key: str, template: str, **values) -> None:
         try:
             made.append(services.request_submit(actor=Actor(user=who.user), project=project, template=templates[template],
                                                 idempotency_key=f"demo-{key}", flavor=flavor, **values))

@@ -33,11 +33,11 @@ class RequestFilter(FilterSet):
         model = WorkloadRequest
         fields = ["state", "tenant", "project", "template", "kind", "flavor", "priority", "requested_by"]
 
-    def filter_phase(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_phase(self, queryset, name, value):
         states = {"waiting": WAITING, "active": ACTIVE, "final": FINAL}[value]
         return queryset.filter(state__in=list(states))
 
-    def filter_mine(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_mine(self, queryset, name, value):
         user = getattr(self.request, "user", None)
         if user is None or not user.is_authenticated:
             return queryset.none() if value else queryset
@@ -61,6 +61,6 @@ class ImageFilter(FilterSet):
         model = Image
         fields = ["active"]
 
-    def filter_kind(self, queryset, name, value):  # noqa: ANN001, ANN201
+    def filter_kind(self, queryset, name, value):
         # JSON containment is not portable (SQLite); the image list is short, so filter by id.
         return queryset.filter(pk__in=[image.pk for image in queryset if value in (image.kinds or [])])

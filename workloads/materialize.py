@@ -220,7 +220,7 @@ def requests_sweep_approved(now: datetime | None = None) -> list[int]:
     )
 
 
-def _select_active():  # noqa: ANN202
+def _select_active():
     return WorkloadRequest.objects.select_related("tenant", "project", "cluster", "template", "flavor", "requested_by").filter(
         state__in=[S.QUEUED, S.RUNNING, S.PREEMPTED]
     )

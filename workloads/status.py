@@ -527,7 +527,7 @@ def follow_one(cluster: Any, *, watch_seconds: int = 1) -> CycleStats | None:
         logger.warning("status sync of %s: cluster unavailable: %s", cluster, exc)
         cluster.health_record(error=f"Unavailable: {exc}")
         return None
-    except Exception as exc:  # noqa: BLE001 - one broken cluster must not stop the others
+    except Exception as exc:
         logger.exception("status sync of %s failed", cluster)
         cluster.health_record(error=f"{type(exc).__name__}: {exc}")
         return None

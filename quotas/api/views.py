@@ -101,19 +101,19 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
     lookup_value_regex = "[^/]+"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.clusters_for(actor=actor_of(self.request))
 
-    def get_serializer_class(self):  # noqa: ANN201
+    def get_serializer_class(self):
         if getattr(self, "swagger_fake_view", False) or actor_of(self.request).is_ops:
             return ClusterSerializer
         return ClusterPublicSerializer
 
-    def get_object(self):  # noqa: ANN201
+    def get_object(self):
         return selectors.lookup_by_id_or_name(self.get_queryset(), self.kwargs["pk"])
 
     @extend_schema(request=ClusterSerializer, responses={201: ClusterSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = _require_ops(request, "Only platform ops register clusters.")
         data = ClusterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -121,7 +121,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ClusterSerializer, responses={200: ClusterSerializer}, parameters=[CLUSTER_KEY])
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         cluster = self.get_object()
         actor = _require_ops(request, "Only platform ops change clusters.")
         data = ClusterSerializer(cluster, data=request.data, partial=True)
@@ -130,7 +130,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         return Response(ClusterSerializer(cluster).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
     @extend_schema(responses={200: OvercommitRowSerializer(many=True)}, parameters=[CLUSTER_KEY])
@@ -192,11 +192,11 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
     search_fields = ["name", "display_name", "gpu_product", "gpu_model"]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.flavors_for(actor=actor_of(self.request))
 
     @extend_schema(request=FlavorSerializer, responses={201: FlavorSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = _require_ops(request, "Only platform ops define flavors.")
         data = FlavorSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -204,7 +204,7 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
         return Response(FlavorSerializer(flavor).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=FlavorUpdateSerializer, responses={200: FlavorSerializer})
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         flavor = self.get_object()
         actor = _require_ops(request, "Only platform ops change flavors.")
         data = FlavorUpdateSerializer(flavor, data=request.data, partial=True)
@@ -216,7 +216,7 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
         return Response(FlavorSerializer(flavor).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
     @extend_schema(request=None, responses={200: FlavorSerializer})
@@ -237,13 +237,13 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     search_fields = ["tenant__slug", "project__slug", "flavor__name", "resource"]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Quota.objects.none()
         return selectors.quotas_for(actor=actor_of(self.request))
 
     @extend_schema(request=QuotaSetSerializer, responses={200: QuotaSerializer, 201: QuotaSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = QuotaSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -270,7 +270,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
         return Response(QuotaSerializer(row).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
 
     @extend_schema(request=QuotaUpdateSerializer, responses={200: QuotaSerializer})
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         row = self.get_object()
         data = QuotaUpdateSerializer(data=request.data)
@@ -282,7 +282,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
         return Response(QuotaSerializer(self.get_queryset().get(pk=row.pk)).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
 
@@ -294,13 +294,13 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     ordering_fields = ["created_at", "decided_at", "status", "amount", "until"]
     search_fields = ["reason", "project__slug", "flavor__name", "requested_by__username"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return QuotaRequest.objects.none()
         return selectors.quota_requests_for(actor=actor_of(self.request))
 
     @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = QuotaRequestCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)

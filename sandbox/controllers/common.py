@@ -19,7 +19,6 @@ from collections import defaultdict, deque
 from datetime import datetime
 
 from sandbox.clock import format_time, parse_time
-from sandbox.patch import deep_copy
 
 # ---------------------------------------------------------------------------------------------------- constants
 SANDBOX = "sandbox.gpuportal.dev/"

@@ -1034,7 +1034,6 @@ class Kueue:
         return out
 
     def _schedule(self) -> None:
-        ctx = self.ctx
         quota = self._quota()
         dirty = self._dirty_groups(quota)
         dirty_ns = self._cur[4]

@@ -41,7 +41,7 @@ class IdOrSlugMixin:
 
     lookup_value_regex = "[^/]+"
 
-    def get_object(self):  # noqa: ANN201
+    def get_object(self):
         obj = selectors.lookup(self.get_queryset(), self.kwargs[self.lookup_field])
         self.check_object_permissions(self.request, obj)
         return obj
@@ -59,17 +59,17 @@ class TenantViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelMi
     lookup_field = "pk"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.tenants_for(actor=actor_of(self.request))
 
     @extend_schema(request=TenantCreateSerializer, responses={201: TenantSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         data = TenantCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         tenant = services.tenant_create(actor=actor_of(request), **data.validated_data)
         return Response(TenantSerializer(tenant).data, status=status.HTTP_201_CREATED)
 
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         tenant = self.get_object()
         data = TenantSerializer(tenant, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
@@ -89,11 +89,11 @@ class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelM
     lookup_field = "pk"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.projects_for(actor=actor_of(self.request))
 
     @extend_schema(request=ProjectCreateSerializer, responses={201: ProjectSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = ProjectCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -104,7 +104,7 @@ class ProjectViewSet(IdOrSlugMixin, mixins.CreateModelMixin, mixins.UpdateModelM
         project = services.project_create(actor=actor, tenant=tenant, **values)
         return Response(ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
 
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         project = self.get_object()
         data = ProjectSerializer(project, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
@@ -122,11 +122,11 @@ class MembershipViewSet(viewsets.ModelViewSet):
     search_fields = ["user__username", "user__email"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.memberships_for(actor=actor_of(self.request))
 
     @extend_schema(request=MembershipCreateSerializer, responses={201: MembershipSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = MembershipCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -146,7 +146,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=MembershipUpdateSerializer, responses={200: MembershipSerializer})
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         membership = self.get_object()
         data = MembershipUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -154,10 +154,10 @@ class MembershipViewSet(viewsets.ModelViewSet):
         return Response(MembershipSerializer(membership).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
-    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
         services.membership_delete(actor=actor_of(request), membership=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -171,11 +171,11 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
     ordering_fields = ["created_at", "expires_at", "last_used_at", "name"]
     search_fields = ["name", "prefix"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.tokens_for(actor=actor_of(self.request))
 
     @extend_schema(request=TokenCreateSerializer, responses={201: TokenCreatedSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         if actor.token is not None:
             raise NotAllowed("API tokens cannot create tokens; sign in to create one.")
@@ -197,7 +197,7 @@ class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
         token = services.token_revoke(actor=actor_of(request), token=self.get_object())
         return Response(TokenSerializer(token).data)
 
-    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
         services.token_revoke(actor=actor_of(request), token=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -211,7 +211,7 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["created_at", "action"]
     search_fields = ["target_repr", "actor_label", "action"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.audit_entries_for(actor=actor_of(self.request))
 
 

@@ -31,7 +31,7 @@ SQLITE_BACKWARD = [
 ]
 
 
-def forward(apps, schema_editor):  # noqa: ANN001, ANN201
+def forward(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         schema_editor.execute(FORWARD)
@@ -40,7 +40,7 @@ def forward(apps, schema_editor):  # noqa: ANN001, ANN201
             schema_editor.execute(statement)
 
 
-def backward(apps, schema_editor):  # noqa: ANN001, ANN201
+def backward(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         schema_editor.execute(BACKWARD)

@@ -13,7 +13,7 @@ SQLITE_TRIGGER = (
 )
 
 
-def chain_existing(apps, schema_editor):  # noqa: ANN001, ANN201
+def chain_existing(apps, schema_editor):
     from tenants.audit import entry_digest
 
     AuditEntry = apps.get_model("tenants", "AuditEntry")
@@ -38,7 +38,7 @@ def chain_existing(apps, schema_editor):  # noqa: ANN001, ANN201
         schema_editor.execute(SQLITE_TRIGGER)
 
 
-def sqlite_trigger_again(apps, schema_editor):  # noqa: ANN001, ANN201
+def sqlite_trigger_again(apps, schema_editor):
     if schema_editor.connection.vendor == "sqlite":
         schema_editor.execute("DROP TRIGGER IF EXISTS tenants_auditentry_no_update")
         schema_editor.execute(SQLITE_TRIGGER)

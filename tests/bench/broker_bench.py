@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from celery import Celery  # noqa: E402
-from celery.contrib.testing.worker import start_worker  # noqa: E402
-from kombu.transport import TRANSPORT_ALIASES  # noqa: E402
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+from kombu.transport import TRANSPORT_ALIASES
 
 TRANSPORT_ALIASES.setdefault("portal", "portal.broker:Transport")
 

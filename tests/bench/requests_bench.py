@@ -32,16 +32,16 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 os.environ.setdefault("PORTAL_VAR_DIR", str(REPO / "var" / "bench"))
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from decimal import Decimal  # noqa: E402
+from decimal import Decimal
 
-from django.conf import settings  # noqa: E402
-from django.db import connection, connections  # noqa: E402
-from django.db.models import Count  # noqa: E402
-from django.test.utils import setup_test_environment  # noqa: E402
+from django.conf import settings
+from django.db import connection, connections
+from django.db.models import Count
+from django.test.utils import setup_test_environment
 
 
 class QueryCounter:
@@ -51,7 +51,7 @@ class QueryCounter:
         self.count = 0
         self.writes = 0
 
-    def __call__(self, execute, sql, params, many, context):  # noqa: ANN001, ANN204
+    def __call__(self, execute, sql, params, many, context):
         self.count += 1
         if sql.lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE")):
             self.writes += 1
@@ -85,7 +85,7 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def make_world(sandbox, *, gpus: int, architecture: str = "B"):  # noqa: ANN001, ANN201
+def make_world(sandbox, *, gpus: int, architecture: str = "B"):
     from portal.kube import kube_for
     from quotas.inventory import flavors_discover, inventory_sync, node_taints
     from quotas.models import Cluster, Flavor, Quota

@@ -53,7 +53,7 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def new_page(browser, live_server) -> Iterator[Callable[..., object]]:  # noqa: ANN001
+def new_page(browser, live_server) -> Iterator[Callable[..., object]]:
     """``new_page()`` opens a page in a fresh browser context (its own cookies) on the live server."""
     contexts = []
     violations: list[str] = []
@@ -74,7 +74,7 @@ def new_page(browser, live_server) -> Iterator[Callable[..., object]]:  # noqa: 
 
 
 @pytest.fixture
-def signed_in(new_page, cast, password) -> Callable[..., object]:  # noqa: ANN001
+def signed_in(new_page, cast, password) -> Callable[..., object]:
     """``signed_in("alice")`` is a page where alice has signed in through the login form."""
 
     def make(who: str, **size: int) -> object:

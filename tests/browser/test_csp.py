@@ -20,7 +20,7 @@ PAGES = [
 
 
 @pytest.fixture
-def world(cast):  # noqa: ANN001, ANN201
+def world(cast):
     from quotas import services
 
     fleet = make_fleet(overcommit_percent=50)
@@ -28,7 +28,7 @@ def world(cast):  # noqa: ANN001, ANN201
     return make_catalogue(cast)
 
 
-def test_main_pages_keep_the_policy(signed_in, world) -> None:  # noqa: ANN001
+def test_main_pages_keep_the_policy(signed_in, world) -> None:
     page = signed_in("ops")
     for path in PAGES:
         response = page.goto(path)
@@ -41,7 +41,7 @@ def test_main_pages_keep_the_policy(signed_in, world) -> None:  # noqa: ANN001
     expect(page.locator("canvas").first).to_be_visible()
 
 
-def test_login_and_admin_keep_the_policy(new_page, cast, password) -> None:  # noqa: ANN001
+def test_login_and_admin_keep_the_policy(new_page, cast, password) -> None:
     page = new_page()
     page.goto("/admin/login/")
     page.get_by_label("Username").fill("ops")
@@ -53,7 +53,7 @@ def test_login_and_admin_keep_the_policy(new_page, cast, password) -> None:  # n
         page.wait_for_load_state("networkidle")
 
 
-def test_api_docs_render_under_the_policy(signed_in, cast) -> None:  # noqa: ANN001
+def test_api_docs_render_under_the_policy(signed_in, cast) -> None:
     page = signed_in("alice")
     page.goto("/api/docs/")
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("GPU Portal API", timeout=30_000)  # the schema takes a while

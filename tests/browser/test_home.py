@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_home_lists_my_projects_and_navigates(signed_in) -> None:  # noqa: ANN001
+def test_home_lists_my_projects_and_navigates(signed_in) -> None:
     page = signed_in("alice")
     cards = page.get_by_role("list", name="Projects").get_by_role("listitem")
     expect(cards).to_have_count(2)
@@ -28,7 +28,7 @@ def test_home_lists_my_projects_and_navigates(signed_in) -> None:  # noqa: ANN00
     expect(page.get_by_role("region", name="Members")).to_contain_text("carol")
 
 
-def test_filter_projects_on_home(signed_in) -> None:  # noqa: ANN001
+def test_filter_projects_on_home(signed_in) -> None:
     page = signed_in("alice")
     page.get_by_label("Name or slug contains").fill("nlp")
     page.get_by_role("button", name="Filter").click()
@@ -39,7 +39,7 @@ def test_filter_projects_on_home(signed_in) -> None:  # noqa: ANN001
     expect(cards).to_have_count(2)
 
 
-def test_ops_sees_ops_pages(signed_in) -> None:  # noqa: ANN001
+def test_ops_sees_ops_pages(signed_in) -> None:
     page = signed_in("ops")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Ops").click()
     expect(page.get_by_role("heading", name="Platform ops")).to_be_visible()
@@ -49,7 +49,7 @@ def test_ops_sees_ops_pages(signed_in) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("path", ["/", "/projects/acme-vision/", "/tenants/acme/members/", "/tenants/acme/audit/"])
-def test_pages_fit_a_phone(signed_in, path) -> None:  # noqa: ANN001
+def test_pages_fit_a_phone(signed_in, path) -> None:
     page = signed_in("alice", width=375, height=740)
     page.goto(path)
     # Nothing pushes the page sideways; wide tables scroll inside their own box.

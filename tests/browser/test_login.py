@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_wrong_password_shows_an_error_then_right_one_lands_on_home(new_page, cast, password) -> None:  # noqa: ANN001
+def test_wrong_password_shows_an_error_then_right_one_lands_on_home(new_page, cast, password) -> None:
     page = new_page()
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))  # anonymous users sign in first
@@ -29,7 +29,7 @@ def test_wrong_password_shows_an_error_then_right_one_lands_on_home(new_page, ca
     expect(cards.first).to_contain_text("Member")
 
 
-def test_sign_out_from_the_user_menu(signed_in) -> None:  # noqa: ANN001
+def test_sign_out_from_the_user_menu(signed_in) -> None:
     page = signed_in("carol")
     page.get_by_text("carol", exact=True).click()
     page.get_by_role("button", name="Sign out").click()
@@ -38,7 +38,7 @@ def test_sign_out_from_the_user_menu(signed_in) -> None:  # noqa: ANN001
     expect(page).to_have_url(re.compile(r"/accounts/login/"))
 
 
-def test_repeated_failures_are_throttled(new_page, cast, password, settings) -> None:  # noqa: ANN001
+def test_repeated_failures_are_throttled(new_page, cast, password, settings) -> None:
     settings.LOGIN_THROTTLE_ATTEMPTS = 3
     page = new_page()
     page.goto("/accounts/login/")

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_admin_adds_changes_and_removes_a_member(signed_in) -> None:  # noqa: ANN001
+def test_admin_adds_changes_and_removes_a_member(signed_in) -> None:
     alice = signed_in("alice")
     carol = signed_in("carol")
     projects = carol.get_by_role("list", name="Projects").get_by_role("listitem")
@@ -53,7 +53,7 @@ def test_admin_adds_changes_and_removes_a_member(signed_in) -> None:  # noqa: AN
     expect(projects).to_have_count(1)
 
 
-def test_bad_member_input_shows_the_error_next_to_the_field(signed_in) -> None:  # noqa: ANN001
+def test_bad_member_input_shows_the_error_next_to_the_field(signed_in) -> None:
     alice = signed_in("alice")
     alice.goto("/tenants/acme/members/")
     add = alice.get_by_role("region", name="Add a member")
@@ -64,7 +64,7 @@ def test_bad_member_input_shows_the_error_next_to_the_field(signed_in) -> None: 
     expect(alice.locator("#id_member-username_error")).to_contain_text("No active user named 'ghost'")
 
 
-def test_token_secret_is_shown_once_and_revoke_works_in_place(signed_in) -> None:  # noqa: ANN001
+def test_token_secret_is_shown_once_and_revoke_works_in_place(signed_in) -> None:
     carol = signed_in("carol")
     carol.context.grant_permissions(["clipboard-read", "clipboard-write"])
     carol.goto("/projects/acme-vision/")
@@ -93,7 +93,7 @@ def test_token_secret_is_shown_once_and_revoke_works_in_place(signed_in) -> None
     expect(row.get_by_role("button")).to_have_count(0)
 
 
-def test_declining_the_confirmation_changes_nothing(signed_in, cast) -> None:  # noqa: ANN001
+def test_declining_the_confirmation_changes_nothing(signed_in, cast) -> None:
     from tenants.models import Membership
 
     alice = signed_in("alice")

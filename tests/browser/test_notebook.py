@@ -22,11 +22,11 @@ S = RequestState
 
 
 @pytest.fixture
-def world(fresh_sandbox, cast, worker) -> World:  # noqa: ANN001, F811
+def world(fresh_sandbox, cast, worker) -> World:  # noqa: F811 - the fixture named like the imported helper
     return _world(fresh_sandbox, cast, architecture="B")
 
 
-def _sign_in(page, who: str, password: str) -> None:  # noqa: ANN001
+def _sign_in(page, who: str, password: str) -> None:
     page.goto("/accounts/login/")
     page.get_by_label("Username").fill(who)
     page.get_by_label("Password").fill(password)
@@ -34,7 +34,7 @@ def _sign_in(page, who: str, password: str) -> None:  # noqa: ANN001
     page.wait_for_url("**/")
 
 
-def test_researcher_opens_her_notebook_then_stops_it(world: World, signed_in, password) -> None:  # noqa: ANN001
+def test_researcher_opens_her_notebook_then_stops_it(world: World, signed_in, password) -> None:
     req = world.submit("carol", "notebook", "h100-80gb-offline", gpus=1, duration_hours=4)
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5)
 
@@ -68,7 +68,7 @@ def test_researcher_opens_her_notebook_then_stops_it(world: World, signed_in, pa
     assert response is not None and response.status == 404
 
 
-def test_logs_page_follows_downloads_and_shows_cluster_time_in_the_readers_zone(  # noqa: ANN001
+def test_logs_page_follows_downloads_and_shows_cluster_time_in_the_readers_zone(
         world: World, browser, live_server, password) -> None:
     req = world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1)
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5)

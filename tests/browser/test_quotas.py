@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def split(cast):  # noqa: ANN001, ANN201
+def split(cast):
     """acme 8 of the 16 H100s (vision 4 of them), globex 12: 20 promised of 16, with 50% overcommit allowed."""
     fleet = make_fleet(overcommit_percent=50)
     ops = cast.actor("ops")
@@ -28,7 +28,7 @@ def split(cast):  # noqa: ANN001, ANN201
     return fleet
 
 
-def test_quota_request_is_made_approved_and_seen(signed_in, split) -> None:  # noqa: ANN001
+def test_quota_request_is_made_approved_and_seen(signed_in, split) -> None:
     carol = signed_in("carol")
     carol.goto("/projects/acme-vision/")
     carol.get_by_role("region", name="Quota").get_by_role("link", name="Details and requests →").click()
@@ -68,7 +68,7 @@ def test_quota_request_is_made_approved_and_seen(signed_in, split) -> None:  # n
     assert Quota.objects.get(project__slug="acme-vision", flavor=split.h100).nominal == 6
 
 
-def test_capacity_chart_draws_the_numbers_with_overcommit_in_red(signed_in, split) -> None:  # noqa: ANN001
+def test_capacity_chart_draws_the_numbers_with_overcommit_in_red(signed_in, split) -> None:
     page = signed_in("ops")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Capacity").click()
     canvas = page.locator("#flavor-chart-canvas")
@@ -90,14 +90,14 @@ def test_capacity_chart_draws_the_numbers_with_overcommit_in_red(signed_in, spli
     expect(page.get_by_role("region", name="Nodes").locator("tr", has_text="gpu-h100-2")).to_contain_text("NotReady")
 
 
-def test_capacity_page_fits_a_phone(signed_in, split) -> None:  # noqa: ANN001
+def test_capacity_page_fits_a_phone(signed_in, split) -> None:
     page = signed_in("ops", width=390, height=800)
     page.goto("/ops/capacity/")
     expect(page.locator("#flavor-chart-canvas")).to_have_attribute("data-rendered", "true")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
 
 
-def test_quota_split_refusal_says_by_how_much(signed_in, split) -> None:  # noqa: ANN001
+def test_quota_split_refusal_says_by_how_much(signed_in, split) -> None:
     alice = signed_in("alice")
     alice.goto("/tenants/acme/")
     alice.get_by_role("navigation", name="Tenant sections").get_by_role("link", name="Quotas").click()

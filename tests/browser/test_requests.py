@@ -22,11 +22,11 @@ S = RequestState
 
 
 @pytest.fixture
-def cat(cast):  # noqa: ANN001, ANN201
+def cat(cast):
     return make_catalogue(cast)
 
 
-def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, cat) -> None:  # noqa: ANN001
+def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, cat) -> None:
     page = signed_in("carol")
     nav = page.get_by_role("navigation", name="Main")
     expect(nav.get_by_role("link", name="Approvals", exact=True)).to_have_count(0)
@@ -66,7 +66,7 @@ def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, c
     expect(page.get_by_role("button", name="Cancel request")).to_have_count(0)
 
 
-def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, cast, cat) -> None:  # noqa: ANN001
+def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, cast, cat) -> None:
     carol = signed_in("carol")
     carol.goto("/requests/new/?template=inference")
     carol.get_by_label("Name").fill("llm-api")
@@ -104,7 +104,7 @@ def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, ca
     expect(bob.get_by_text("Nothing waits for you.")).to_be_visible()
 
 
-def test_an_invalid_parameter_is_shown_next_to_its_field(signed_in, cast, cat) -> None:  # noqa: ANN001
+def test_an_invalid_parameter_is_shown_next_to_its_field(signed_in, cast, cat) -> None:
     page = signed_in("carol")
     page.goto("/requests/new/?template=training")
     page.get_by_label("Command").fill("python train.py")
@@ -118,7 +118,7 @@ def test_an_invalid_parameter_is_shown_next_to_its_field(signed_in, cast, cat) -
     assert not WorkloadRequest.objects.exists()
 
 
-def test_outsiders_find_no_request(signed_in, cast, cat) -> None:  # noqa: ANN001
+def test_outsiders_find_no_request(signed_in, cast, cat) -> None:
     from tests.workloads.factories import make_request
 
     req = make_request(cat, cast.vision, cast.carol, state=S.RUNNING, name="secret-run")
@@ -134,7 +134,7 @@ def test_outsiders_find_no_request(signed_in, cast, cat) -> None:  # noqa: ANN00
 
 @pytest.mark.parametrize("who, path", [("carol", "/requests/"), ("carol", "/requests/new/?template=training"),
                                        ("carol", "detail"), ("bob", "/approvals/"), ("ops", "/ops/requests/")])
-def test_request_pages_fit_a_phone(signed_in, cast, cat, who, path) -> None:  # noqa: ANN001
+def test_request_pages_fit_a_phone(signed_in, cast, cat, who, path) -> None:
     from tests.workloads.factories import make_request
 
     req = make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL, name="a-rather-long-request-name-here")

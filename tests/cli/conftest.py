@@ -26,18 +26,18 @@ BIN = Path(sys.executable).parent / "gpuportal"
 
 
 @pytest.fixture
-def cat(cast) -> Catalogue:  # noqa: ANN001
+def cat(cast) -> Catalogue:
     return make_catalogue(cast)
 
 
 @pytest.fixture
-def token(cast) -> str:  # noqa: ANN001
+def token(cast) -> str:
     _, raw = token_create(actor=cast.actor("carol"), project=cast.vision, name="pipeline", scope=ApiToken.Scope.SUBMIT)
     return raw
 
 
 @pytest.fixture
-def cli_env(live_server, token, tmp_path) -> dict[str, str]:  # noqa: ANN001
+def cli_env(live_server, token, tmp_path) -> dict[str, str]:
     assert BIN.exists(), f"{BIN} is missing: `make venv` installs the client (pip install -e .)"
     return {
         "PATH": f"{BIN.parent}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
@@ -47,7 +47,7 @@ def cli_env(live_server, token, tmp_path) -> dict[str, str]:  # noqa: ANN001
 
 
 @pytest.fixture
-def gp(cli_env) -> Callable[..., Any]:  # noqa: ANN001
+def gp(cli_env) -> Callable[..., Any]:
     """``gp(*args, env=..., background=False, input=None)``: run ``gpuportal``; ``env`` entries set to None are unset."""
 
     def run(*args: str, env: dict[str, str | None] | None = None, background: bool = False,

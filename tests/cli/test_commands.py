@@ -33,13 +33,13 @@ def _states(out: str) -> list[str]:
     return [line.split()[1] for line in out.splitlines() if line.startswith("state: ")]
 
 
-def _finish(process, first: str = "") -> tuple[str, str]:  # noqa: ANN001
+def _finish(process, first: str = "") -> tuple[str, str]:
     """Wait for a background run; its whole stdout (with ``first``, a line already read) and stderr."""
     process.wait(timeout=60)
     return first + process.stdout.read(), process.stderr.read()
 
 
-def test_login_checks_the_token_and_writes_a_private_config(gp, cli_env, token, live_server, closed_port) -> None:  # noqa: ANN001
+def test_login_checks_the_token_and_writes_a_private_config(gp, cli_env, token, live_server, closed_port) -> None:
     no_env = {"PORTAL_URL": None, "PORTAL_TOKEN": None}
     run = gp("list", env=no_env)
     assert run.returncode == 2 and "Not logged in" in run.stderr
@@ -65,7 +65,7 @@ def test_login_checks_the_token_and_writes_a_private_config(gp, cli_env, token, 
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_submit_with_a_key_and_a_retry_finds_the_same_request(gp, cast, cat) -> None:  # noqa: ANN001
+def test_submit_with_a_key_and_a_retry_finds_the_same_request(gp, cast, cat) -> None:
     first = gp("submit", *TRAIN, "-p", 'args=["--epochs", "3"]', "-p", 'env={"SEED": "1"}', "-p", "retries=2",
                "--idempotency-key", "pipeline-42")
     assert first.returncode == 0, first.stderr
@@ -82,7 +82,7 @@ def test_submit_with_a_key_and_a_retry_finds_the_same_request(gp, cast, cat) -> 
     assert WorkloadRequest.objects.count() == 1
 
 
-def test_the_default_key_comes_from_the_ci_job_and_the_submission(gp, cat) -> None:  # noqa: ANN001
+def test_the_default_key_comes_from_the_ci_job_and_the_submission(gp, cat) -> None:
     ci = {"CI_JOB_ID": "88121"}
     first, retry = gp("submit", *TRAIN, "-q", env=ci), gp("submit", *TRAIN, "-q", env=ci)
     assert first.returncode == retry.returncode == 0, first.stderr + retry.stderr
@@ -96,7 +96,7 @@ def test_the_default_key_comes_from_the_ci_job_and_the_submission(gp, cat) -> No
     assert WorkloadRequest.objects.count() == 4
 
 
-def test_refusals_exit_2_with_the_field_errors(gp, cat) -> None:  # noqa: ANN001
+def test_refusals_exit_2_with_the_field_errors(gp, cat) -> None:
     run = gp("submit", *TRAIN, "-p", "retries=99")
     assert run.returncode == 2
     assert "parameters.retries: 99 is greater than the maximum of 10" in run.stderr
@@ -114,7 +114,7 @@ def test_refusals_exit_2_with_the_field_errors(gp, cat) -> None:  # noqa: ANN001
     assert not WorkloadRequest.objects.exists()
 
 
-def test_wait_exit_statuses(gp, cast, cat) -> None:  # noqa: ANN001
+def test_wait_exit_statuses(gp, cast, cat) -> None:
     big = gp("submit", *TRAIN, "--gpus", "4", "-q")  # more than the rule approves on its own
     req = WorkloadRequest.objects.get(pk=int(big.stdout))
     assert req.state == S.PENDING_APPROVAL
@@ -153,7 +153,7 @@ def test_wait_exit_statuses(gp, cast, cat) -> None:  # noqa: ANN001
     assert gp("wait", str(req.pk), "--until", "done").returncode == 2  # a usage error
 
 
-def test_submit_wait_follows_it_through(gp, cast, cat) -> None:  # noqa: ANN001
+def test_submit_wait_follows_it_through(gp, cast, cat) -> None:
     process = gp("submit", *TRAIN, "--wait", "--until", "queued", "--timeout", "30", background=True)
     deadline = time.monotonic() + 20
     while not WorkloadRequest.objects.filter(state=S.APPROVED).exists():
@@ -165,7 +165,7 @@ def test_submit_wait_follows_it_through(gp, cast, cat) -> None:  # noqa: ANN001
     assert _states(out) == ["approved", "queued"]
 
 
-def test_list_status_cancel_templates_flavors(gp, cast, cat) -> None:  # noqa: ANN001
+def test_list_status_cancel_templates_flavors(gp, cast, cat) -> None:
     ids = [int(gp("submit", *TRAIN, "--name", name, "-q").stdout) for name in ("first", "second")]
 
     listing = gp("list")
@@ -202,7 +202,7 @@ def test_list_status_cancel_templates_flavors(gp, cast, cat) -> None:  # noqa: A
     assert {f["name"] for f in json.loads(gp("flavors", "-o", "json").stdout)} == {"h100", "a100-1g.10gb", "cpu"}
 
 
-def test_an_unreachable_portal_exits_4(gp, closed_port) -> None:  # noqa: ANN001
+def test_an_unreachable_portal_exits_4(gp, closed_port) -> None:
     url = f"http://127.0.0.1:{closed_port}"
     run = gp("--retries", "1", "status", "1", env={"PORTAL_URL": url})
     assert run.returncode == 4
@@ -211,7 +211,7 @@ def test_an_unreachable_portal_exits_4(gp, closed_port) -> None:  # noqa: ANN001
         assert gp(*args, env={"PORTAL_URL": url, "GPUPORTAL_RETRIES": "0"}).returncode == 4, args
 
 
-def test_the_client_is_http_only(cli_env) -> None:  # noqa: ANN001
+def test_the_client_is_http_only(cli_env) -> None:
     """No Django (nor anything of the portal) in the client: it installs on any CI runner."""
     code = ("import sys, gpuportal_cli.main; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'portal', 'workloads', "
@@ -220,7 +220,7 @@ def test_the_client_is_http_only(cli_env) -> None:  # noqa: ANN001
     assert run.returncode == 0 and run.stdout.strip() == "[]", run.stdout + run.stderr
 
 
-def test_help_and_shell_completion(gp) -> None:  # noqa: ANN001
+def test_help_and_shell_completion(gp) -> None:
     run = gp("--help")
     assert run.returncode == 0
     for command in ("login", "submit", "wait", "status", "logs", "cancel", "list", "templates", "flavors"):

@@ -23,11 +23,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 
 @pytest.fixture
-def world(fresh_sandbox, cast, worker) -> World:  # noqa: ANN001, F811
+def world(fresh_sandbox, cast, worker) -> World:  # noqa: F811 - the fixture named like the imported helper
     return _world(fresh_sandbox, cast, architecture="B")
 
 
-def _drive(world: World, processes: list[subprocess.Popen], *, advance: float, stop=None, timeout: float = 120) -> None:  # noqa: ANN001
+def _drive(world: World, processes: list[subprocess.Popen], *, advance: float, stop=None, timeout: float = 120) -> None:
     """Run follower cycles, moving simulated time, until the processes end (or ``stop()`` holds). Time stops
     once every request has ended, so finished pods (and their logs) stay until the test reads them."""
     deadline = time.monotonic() + timeout
@@ -43,7 +43,7 @@ def _states(out: str) -> list[str]:
     return [line.split()[1] for line in out.splitlines() if line.startswith("state: ")]
 
 
-def test_submit_wait_status_and_logs_in_the_sandbox(gp, world) -> None:  # noqa: ANN001
+def test_submit_wait_status_and_logs_in_the_sandbox(gp, world) -> None:
     submit = gp("submit", "training", "--flavor", "h100-80gb-offline", "--gpus", "1", "--duration-hours", "1",
                 "-p", "command=python train.py", "--wait", "--until", "running", background=True)
     _drive(world, [submit], advance=5)
@@ -81,7 +81,7 @@ def _readme_ci_block() -> str:
     return match.group(1)
 
 
-def test_the_readme_ci_example_runs_as_written(cli_env, world) -> None:  # noqa: ANN001
+def test_the_readme_ci_example_runs_as_written(cli_env, world) -> None:
     block = _readme_ci_block()
     assert "gpuportal submit" in block and "gpuportal wait" in block
     process = subprocess.Popen(["bash", "-e", "-c", block], env={**cli_env, "CI_JOB_ID": "88121"}, cwd="/",

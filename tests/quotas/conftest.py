@@ -10,12 +10,12 @@ from .factories import GPU, make_fleet
 
 
 @pytest.fixture
-def fleet(cast):  # noqa: ANN001, ANN201
+def fleet(cast):
     return make_fleet()
 
 
 @pytest.fixture
-def split(cast, fleet):  # noqa: ANN001, ANN201
+def split(cast, fleet):
     """acme 8 of the 16 H100s, vision 4 of acme's 8; globex 4, llm 2."""
     ops = cast.actor("ops")
     services.quota_set(actor=ops, tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=8)

@@ -30,7 +30,7 @@ class Fleet:
     cpu: Flavor
 
 
-def make_cluster(name: str = "gpu-test", *, architecture: str = "E", overcommit_percent: int = 0, **kwargs) -> Cluster:  # noqa: ANN003
+def make_cluster(name: str = "gpu-test", *, architecture: str = "E", overcommit_percent: int = 0, **kwargs) -> Cluster:
     use_gpu_sharing = architecture in ("E", "F")
     return services.cluster_create(
         actor=Actor.system(), name=name, architecture=architecture, overcommit_percent=overcommit_percent,
@@ -82,5 +82,5 @@ def make_fleet(name: str = "gpu-test", *, architecture: str = "E", overcommit_pe
     return Fleet(cluster=cluster, h100=h100, mig=flavors.get("mig"), hami=flavors.get("hami"), cpu=flavors["cpu"])  # type: ignore[arg-type]
 
 
-def D(value: str | int) -> Decimal:  # noqa: N802 - reads like a literal
+def D(value: str | int) -> Decimal:
     return Decimal(str(value))

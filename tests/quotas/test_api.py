@@ -22,7 +22,7 @@ API = "/api/v1"
 KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://10.1.2.3:6443'}\n"
 
 
-def results(response) -> list:  # noqa: ANN001
+def results(response) -> list:
     assert response.status_code == 200, response.content
     return response.json()["results"]
 
@@ -32,7 +32,7 @@ def written() -> tuple[int, ...]:
             AuditEntry.objects.count())
 
 
-def ask(cast, fleet, amount=2, who="carol", **kwargs):  # noqa: ANN001, ANN003, ANN201
+def ask(cast, fleet, amount=2, who="carol", **kwargs):
     return services.quota_request_create(actor=cast.actor(who), project=kwargs.pop("project", cast.vision), flavor=fleet.h100,
                                          resource=GPU, amount=amount, reason="More runs.", **kwargs)
 
@@ -41,7 +41,7 @@ def ask(cast, fleet, amount=2, who="carol", **kwargs):  # noqa: ANN001, ANN003, 
 
 
 @pytest.mark.parametrize("who", ["ops", "alice", "carol", "erin", "nobody"])
-def test_cluster_list_everyone_sees_minimal(api, fleet, who, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_cluster_list_everyone_sees_minimal(api, fleet, who, django_assert_max_num_queries) -> None:
     make_fleet("second", architecture="B")
     client = api(who)
     with django_assert_max_num_queries(8):
@@ -54,7 +54,7 @@ def test_cluster_list_everyone_sees_minimal(api, fleet, who, django_assert_max_n
         assert set(rows[0]) == {"id", "name", "architecture"}
 
 
-def test_cluster_by_id_and_name(api, fleet) -> None:  # noqa: ANN001
+def test_cluster_by_id_and_name(api, fleet) -> None:
     client = api("carol")
     assert client.get(f"{API}/clusters/{fleet.cluster.pk}/").json() == {"id": fleet.cluster.pk, "name": "gpu-test", "architecture": "E"}
     assert client.get(f"{API}/clusters/gpu-test/").json()["id"] == fleet.cluster.pk
@@ -62,7 +62,7 @@ def test_cluster_by_id_and_name(api, fleet) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("who, status", [("ops", 201), ("alice", 403), ("carol", 403), ("nobody", 403)])
-def test_cluster_create_ops_only(api, cast, who, status) -> None:  # noqa: ANN001
+def test_cluster_create_ops_only(api, cast, who, status) -> None:
     body = {"name": "prod-1", "architecture": "D", "use_hami": True, "overcommit_percent": 20, "kubeconfig": KUBECONFIG}
     response = api(who).post(f"{API}/clusters/", body, format="json")
     assert response.status_code == status, response.content
@@ -88,7 +88,7 @@ def test_cluster_create_ops_only(api, cast, who, status) -> None:  # noqa: ANN00
         ({}, "name"),
     ],
 )
-def test_cluster_create_bad_input(api, fleet, body, field) -> None:  # noqa: ANN001
+def test_cluster_create_bad_input(api, fleet, body, field) -> None:
     before = written()
     response = api("ops").post(f"{API}/clusters/", body, format="json")
     assert response.status_code == 400, response.content
@@ -96,7 +96,7 @@ def test_cluster_create_bad_input(api, fleet, body, field) -> None:  # noqa: ANN
     assert written() == before
 
 
-def test_cluster_update_and_overcommit_view(api, split) -> None:  # noqa: ANN001
+def test_cluster_update_and_overcommit_view(api, split) -> None:
     assert api("alice").patch(f"{API}/clusters/gpu-test/", {"overcommit_percent": 50}, format="json").status_code == 403
     response = api("ops").patch(f"{API}/clusters/gpu-test/", {"overcommit_percent": 50}, format="json")
     assert response.status_code == 200 and response.json()["overcommit_percent"] == 50
@@ -112,7 +112,7 @@ def test_cluster_update_and_overcommit_view(api, split) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("who, count", [("ops", 4), ("carol", 3), ("erin", 3), ("nobody", 3)])
-def test_flavor_list(api, cast, fleet, who, count, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_flavor_list(api, cast, fleet, who, count, django_assert_max_num_queries) -> None:
     services.flavor_deactivate(actor=cast.actor("ops"), flavor=fleet.hami)
     client = api(who)
     with django_assert_max_num_queries(8):
@@ -123,7 +123,7 @@ def test_flavor_list(api, cast, fleet, who, count, django_assert_max_num_queries
     assert api(who).get(f"{API}/flavors/{fleet.hami.pk}/").status_code == (200 if who == "ops" else 404)
 
 
-def test_flavor_filters_and_ordering(api, fleet) -> None:  # noqa: ANN001
+def test_flavor_filters_and_ordering(api, fleet) -> None:
     client = api("carol")
     assert [r["name"] for r in results(client.get(f"{API}/flavors/?kind=mig"))] == ["a100-80gb-mig-1g.10gb"]
     assert [r["name"] for r in results(client.get(f"{API}/flavors/?ordering=-order"))][0] == "cpu"
@@ -132,7 +132,7 @@ def test_flavor_filters_and_ordering(api, fleet) -> None:  # noqa: ANN001
     assert page["count"] == 4 and len(page["results"]) == 2 and page["next"]
 
 
-def test_flavor_create(api, fleet) -> None:  # noqa: ANN001
+def test_flavor_create(api, fleet) -> None:
     body = {"cluster": "gpu-test", "name": "a100-80gb-mig-3g.40gb", "kind": "mig", "gpu_model": "a100-80gb", "mig_profile": "3g.40gb",
             "node_labels": {"nvidia.com/mig.config": "all-3g.40gb"}}
     assert api("alice").post(f"{API}/flavors/", body, format="json").status_code == 403
@@ -159,7 +159,7 @@ def test_flavor_create(api, fleet) -> None:  # noqa: ANN001
         ({"colour": "red"}, "colour", []),
     ],
 )
-def test_flavor_create_bad_input(api, fleet, changes, field, words) -> None:  # noqa: ANN001
+def test_flavor_create_bad_input(api, fleet, changes, field, words) -> None:
     body = {"cluster": "gpu-test", "name": "new-one", "kind": "whole", **changes}
     before = written()
     response = api("ops").post(f"{API}/flavors/", body, format="json")
@@ -170,7 +170,7 @@ def test_flavor_create_bad_input(api, fleet, changes, field, words) -> None:  # 
     assert written() == before
 
 
-def test_flavor_update_and_deactivate(api, fleet) -> None:  # noqa: ANN001
+def test_flavor_update_and_deactivate(api, fleet) -> None:
     url = f"{API}/flavors/{fleet.h100.pk}/"
     assert api("ops").patch(url, {"display_name": "H100"}, format="json").json()["display_name"] == "H100"
     response = api("ops").patch(url, {"name": "renamed"}, format="json")
@@ -185,7 +185,7 @@ def test_flavor_update_and_deactivate(api, fleet) -> None:  # noqa: ANN001
 # Quotas ------------------------------------------------------------------------------------------
 
 
-def test_tenant_quota_upsert(api, cast, fleet) -> None:  # noqa: ANN001
+def test_tenant_quota_upsert(api, cast, fleet) -> None:
     client = api("ops")
     response = client.post(f"{API}/quotas/", {"tenant": "acme", "flavor": "h100-80gb", "nominal": 8}, format="json")
     assert response.status_code == 201, response.content
@@ -196,14 +196,14 @@ def test_tenant_quota_upsert(api, cast, fleet) -> None:  # noqa: ANN001
     assert AuditEntry.objects.filter(action="quota.set").count() == 2
 
 
-def test_project_quota_upsert_and_limits(api, split) -> None:  # noqa: ANN001
+def test_project_quota_upsert_and_limits(api, split) -> None:
     body = {"project": "acme-nlp", "flavor": "h100-80gb", "nominal": 3, "borrowing_limit": 2, "lending_limit": None}
     response = api("alice").post(f"{API}/quotas/", body, format="json")
     assert response.status_code == 201, response.content
     assert (response.json()["borrowing_limit"], response.json()["lending_limit"]) == ("2.000", None)
 
 
-def test_quota_exceeded_is_409_with_numbers(api, split) -> None:  # noqa: ANN001
+def test_quota_exceeded_is_409_with_numbers(api, split) -> None:
     before = written()
     response = api("alice").post(f"{API}/quotas/", {"project": "acme-nlp", "flavor": "h100-80gb", "nominal": 8}, format="json")
     assert response.status_code == 409
@@ -237,7 +237,7 @@ def test_quota_exceeded_is_409_with_numbers(api, split) -> None:  # noqa: ANN001
         ({"project": "acme-nlp", "flavor": "h100-80gb", "nominal": 1, "priority": "high"}, "priority"),
     ],
 )
-def test_quota_bad_input_is_400_and_writes_nothing(api, split, body, field) -> None:  # noqa: ANN001
+def test_quota_bad_input_is_400_and_writes_nothing(api, split, body, field) -> None:
     before = written()
     response = api("alice").post(f"{API}/quotas/", body, format="json")
     assert response.status_code == 400, response.content
@@ -245,7 +245,7 @@ def test_quota_bad_input_is_400_and_writes_nothing(api, split, body, field) -> N
     assert written() == before
 
 
-def test_borrowing_without_cohort_is_400(api, cast) -> None:  # noqa: ANN001
+def test_borrowing_without_cohort_is_400(api, cast) -> None:
     plain = make_fleet("single-queue", architecture="A")
     services.quota_set(actor=cast.actor("ops"), tenant=cast.acme, flavor=plain.h100, resource=GPU, nominal=8)
     before = written()
@@ -255,7 +255,7 @@ def test_borrowing_without_cohort_is_400(api, cast) -> None:  # noqa: ANN001
     assert written() == before
 
 
-def test_ambiguous_flavor_name_needs_cluster(api, cast, split) -> None:  # noqa: ANN001
+def test_ambiguous_flavor_name_needs_cluster(api, cast, split) -> None:
     make_fleet("second", architecture="B")
     response = api("ops").post(f"{API}/quotas/", {"tenant": "acme", "flavor": "h100-80gb", "nominal": 1}, format="json")
     assert response.status_code == 400 and "cluster" in response.json()["fields"]
@@ -274,14 +274,14 @@ def test_ambiguous_flavor_name_needs_cluster(api, cast, split) -> None:  # noqa:
         ("nobody", set()),
     ],
 )
-def test_quota_list_is_scoped(api, split, who, expected, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_quota_list_is_scoped(api, split, who, expected, django_assert_max_num_queries) -> None:
     client = api(who)
     with django_assert_max_num_queries(8):
         rows = results(client.get(f"{API}/quotas/"))
     assert {r["project"] or r["tenant"] for r in rows} == expected
 
 
-def test_quota_filters(api, cast, split) -> None:  # noqa: ANN001
+def test_quota_filters(api, cast, split) -> None:
     client = api("ops")
     assert {r["tenant"] for r in results(client.get(f"{API}/quotas/?tenant=acme"))} == {"acme"}
     assert [r["project"] for r in results(client.get(f"{API}/quotas/?project=acme-vision"))] == ["acme-vision"]
@@ -294,7 +294,7 @@ def test_quota_filters(api, cast, split) -> None:  # noqa: ANN001
     assert results(api("erin").get(f"{API}/quotas/?tenant=acme")) == []
 
 
-def test_quota_detail_and_patch(api, cast, split) -> None:  # noqa: ANN001
+def test_quota_detail_and_patch(api, cast, split) -> None:
     row = Quota.objects.get(project=cast.vision)
     url = f"{API}/quotas/{row.pk}/"
     assert api("carol").get(url).json()["nominal"] == "4.000"
@@ -312,7 +312,7 @@ def test_quota_detail_and_patch(api, cast, split) -> None:  # noqa: ANN001
 # Project quota summary ---------------------------------------------------------------------------
 
 
-def test_project_quota_summary(api, cast, split) -> None:  # noqa: ANN001
+def test_project_quota_summary(api, cast, split) -> None:
     Quota.objects.filter(project=cast.vision).update(used=3, borrowed=0)
     response = api("carol").get(f"{API}/projects/acme-vision/quota/")
     assert response.status_code == 200
@@ -331,7 +331,7 @@ def test_project_quota_summary(api, cast, split) -> None:  # noqa: ANN001
     assert api("alice").get(f"{API}/projects/acme-nlp/quota/").json()["quotas"] == []
 
 
-def test_project_quota_summary_with_a_token(cast, split, token_client) -> None:  # noqa: ANN001
+def test_project_quota_summary_with_a_token(cast, split, token_client) -> None:
     client, _token = token_client("carol", cast.vision, "read")
     assert client.get(f"{API}/projects/acme-vision/quota/").json()["quotas"][0]["nominal"] == "4.000"
     assert client.get(f"{API}/projects/acme-nlp/quota/").status_code == 404
@@ -340,7 +340,7 @@ def test_project_quota_summary_with_a_token(cast, split, token_client) -> None: 
 # Quota requests ----------------------------------------------------------------------------------
 
 
-def test_request_create(api, split, mailoutbox) -> None:  # noqa: ANN001
+def test_request_create(api, split, mailoutbox) -> None:
     body = {"project": "acme-vision", "flavor": "h100-80gb", "amount": 2, "reason": "Paper deadline.",
             "until": (timezone.now() + timedelta(days=7)).isoformat()}
     response = api("carol").post(f"{API}/quota-requests/", body, format="json")
@@ -367,7 +367,7 @@ def test_request_create(api, split, mailoutbox) -> None:  # noqa: ANN001
         ({"approver": "ops"}, "approver"),
     ],
 )
-def test_request_bad_input(api, split, changes, field) -> None:  # noqa: ANN001
+def test_request_bad_input(api, split, changes, field) -> None:
     body = {"project": "acme-vision", "flavor": "h100-80gb", "amount": 2, "reason": "Paper deadline.", **changes}
     before = written()
     response = api("carol").post(f"{API}/quota-requests/", body, format="json")
@@ -376,7 +376,7 @@ def test_request_bad_input(api, split, changes, field) -> None:  # noqa: ANN001
     assert written() == before
 
 
-def test_request_list_scoped_and_inbox(api, cast, split, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_request_list_scoped_and_inbox(api, cast, split, django_assert_max_num_queries) -> None:
     mine = ask(cast, split, 2)
     big = ask(cast, split, 6)
     bobs = ask(cast, split, 1, who="bob")
@@ -403,7 +403,7 @@ def test_request_list_scoped_and_inbox(api, cast, split, django_assert_max_num_q
 @pytest.mark.parametrize(
     "who, status", [("bob", 200), ("alice", 200), ("ops", 200), ("carol", 403), ("dave", 404), ("erin", 404), ("nobody", 404)]
 )
-def test_request_approve_matrix(api, cast, split, who, status) -> None:  # noqa: ANN001
+def test_request_approve_matrix(api, cast, split, who, status) -> None:
     request = ask(cast, split, 3)
     response = api(who).post(f"{API}/quota-requests/{request.pk}/approve/", {"comment": "ok"}, format="json")
     assert response.status_code == status, response.content
@@ -413,7 +413,7 @@ def test_request_approve_matrix(api, cast, split, who, status) -> None:  # noqa:
         assert response.json()["status"] == "approved" and response.json()["applied"]["project"]["added"] == "3"
 
 
-def test_second_approver_gets_409(api, cast, split) -> None:  # noqa: ANN001
+def test_second_approver_gets_409(api, cast, split) -> None:
     request = ask(cast, split, 3)
     assert api("bob").post(f"{API}/quota-requests/{request.pk}/approve/", {}, format="json").status_code == 200
     response = api("alice").post(f"{API}/quota-requests/{request.pk}/approve/", {"comment": "me too"}, format="json")
@@ -421,7 +421,7 @@ def test_second_approver_gets_409(api, cast, split) -> None:  # noqa: ANN001
     assert Quota.objects.get(project=cast.vision).nominal == 7
 
 
-def test_request_reject_and_cancel(api, cast, split) -> None:  # noqa: ANN001
+def test_request_reject_and_cancel(api, cast, split) -> None:
     request = ask(cast, split, 2)
     url = f"{API}/quota-requests/{request.pk}"
     response = api("bob").post(f"{url}/reject/", {}, format="json")
@@ -436,7 +436,7 @@ def test_request_reject_and_cancel(api, cast, split) -> None:  # noqa: ANN001
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
 
 
-def test_tokens_ask_but_never_decide(cast, split, token_client) -> None:  # noqa: ANN001
+def test_tokens_ask_but_never_decide(cast, split, token_client) -> None:
     client, _token = token_client("alice", cast.vision, "read+submit")
     response = client.post(f"{API}/quota-requests/", {"project": "acme-vision", "flavor": "h100-80gb", "amount": 1, "reason": "CI"}, format="json")
     assert response.status_code == 201, response.content
@@ -460,7 +460,7 @@ MATRIX = {
 }
 
 
-def _call(client, cast, fleet, action: str):  # noqa: ANN001, ANN201
+def _call(client, cast, fleet, action: str):
     if action == "cluster.create":
         return client.post(f"{API}/clusters/", {"name": "another"}, format="json")
     if action == "flavor.create":
@@ -480,17 +480,17 @@ def _call(client, cast, fleet, action: str):  # noqa: ANN001, ANN201
 
 @pytest.mark.parametrize("who", list(MATRIX))
 @pytest.mark.parametrize("action", ACTIONS)
-def test_role_action_matrix(api, cast, split, who, action) -> None:  # noqa: ANN001
+def test_role_action_matrix(api, cast, split, who, action) -> None:
     response = _call(api(who), cast, split, action)
     assert response.status_code == MATRIX[who][ACTIONS.index(action)], response.content
 
 
-def test_cluster_sync_on_demand_queues_inventory_then_reconcile(api, fleet, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_cluster_sync_on_demand_queues_inventory_then_reconcile(api, fleet, django_capture_on_commit_callbacks) -> None:
     from celery.signals import before_task_publish
 
     published: list[str] = []
 
-    def record(sender=None, **kwargs) -> None:  # noqa: ANN001, ANN003
+    def record(sender=None, **kwargs) -> None:
         published.append(sender)
 
     before_task_publish.connect(record, weak=False)

@@ -26,13 +26,13 @@ S = ArchitectureChange.State
 
 
 @pytest.fixture
-def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
+def demo(cast, fresh_sandbox, settings):
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     seed_quota_demo(architecture="B", reconcile_now=False)
     return Cluster.objects.get(name="sandbox")
 
 
-def _change(cluster: Cluster, **fields) -> ArchitectureChange:  # noqa: ANN003
+def _change(cluster: Cluster, **fields) -> ArchitectureChange:
     return ArchitectureChange.objects.create(cluster=cluster, from_architecture="B", to_architecture="A",
                                              fingerprint="0" * 64, **fields)
 
@@ -48,7 +48,7 @@ def test_the_table() -> None:
 
 
 @pytest.mark.django_db
-def test_allowed_moves_are_timed_and_audited_refused_ones_write_nothing(cast) -> None:  # noqa: ANN001
+def test_allowed_moves_are_timed_and_audited_refused_ones_write_nothing(cast) -> None:
     change = _change(make_fleet().cluster)
     assert not states.move(change, to=S.APPLIED, actor=Actor.system())  # not before it applies
     assert states.move(change, to=S.APPLYING, actor=cast.actor("ops"))
@@ -64,7 +64,7 @@ def test_allowed_moves_are_timed_and_audited_refused_ones_write_nothing(cast) ->
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_moves_exactly_one_wins(cast) -> None:  # noqa: ANN001
+def test_concurrent_moves_exactly_one_wins(cast) -> None:
     """Twenty workers handed the same change (a redelivered task): one starts applying it."""
     change = _change(make_fleet().cluster)
     outcomes = run_at_once(lambda i: states.move(ArchitectureChange.objects.get(pk=change.pk), to=S.APPLYING,
@@ -75,7 +75,7 @@ def test_concurrent_moves_exactly_one_wins(cast) -> None:  # noqa: ANN001
     assert AuditEntry.objects.filter(target_id=str(change.pk), action__startswith="architecture_change.").count() == 1
 
 
-def test_api_plan_start_and_progress(api, demo) -> None:  # noqa: ANN001
+def test_api_plan_start_and_progress(api, demo) -> None:
     url = f"{API}/clusters/{demo.pk}/architecture/"
     assert api("alice").get(url).status_code == 403
     assert api("alice").post(url, {"architecture": "A", "fingerprint": "0" * 64}, format="json").status_code == 403
@@ -107,7 +107,7 @@ def test_api_plan_start_and_progress(api, demo) -> None:  # noqa: ANN001
     assert AuditEntry.objects.filter(action="architecture_change.requested", actor_label="ops").count() == 1
 
 
-def test_the_task_waits_for_a_running_reconcile(demo) -> None:  # noqa: ANN001
+def test_the_task_waits_for_a_running_reconcile(demo) -> None:
     plan = plan_for_architecture_change(demo, "A")
     change = architecture_change_start(actor=Actor.system(), cluster=demo, architecture="A",
                                        fingerprint=plan_fingerprint(plan))
@@ -123,7 +123,7 @@ def test_the_task_waits_for_a_running_reconcile(demo) -> None:  # noqa: ANN001
     assert cache.add(reconcile_lock(demo.pk), "free again", 1)  # released after the apply
 
 
-def test_a_plan_that_changed_before_the_worker_ran_fails_the_change(demo) -> None:  # noqa: ANN001
+def test_a_plan_that_changed_before_the_worker_ran_fails_the_change(demo) -> None:
     plan = plan_for_architecture_change(demo, "A")
     change = architecture_change_start(actor=Actor.system(), cluster=demo, architecture="A",
                                        fingerprint=plan_fingerprint(plan), queue=False)
@@ -134,7 +134,7 @@ def test_a_plan_that_changed_before_the_worker_ran_fails_the_change(demo) -> Non
     assert architecture_change_apply(change.pk) is None  # a redelivered task does nothing
 
 
-def test_an_unexpected_error_fails_the_change_instead_of_leaving_it_applying(cast, settings) -> None:  # noqa: ANN001
+def test_an_unexpected_error_fails_the_change_instead_of_leaving_it_applying(cast, settings) -> None:
     settings.KUBECONFIG = "/nonexistent/kubeconfig"  # a broken configuration: not a cluster error
     change = _change(make_fleet().cluster)
     with pytest.raises(Exception) as caught:

@@ -61,7 +61,7 @@ def test_the_registry_restores_itself() -> None:
         architectures.get("G")
 
 
-def test_a_copy_of_c_renders_what_c_renders(g_like_c) -> None:  # noqa: ANN001
+def test_a_copy_of_c_renders_what_c_renders(g_like_c) -> None:
     objects = render("G", use_mig=False, use_hami=False)
     validate(objects)
     assert objects == render("C", use_mig=False, use_hami=False)
@@ -69,7 +69,7 @@ def test_a_copy_of_c_renders_what_c_renders(g_like_c) -> None:  # noqa: ANN001
         "h100-80gb", "h100-80gb-online", "a100-80gb-mig-1g.10gb", "cpu"}
 
 
-def test_a_new_combination_renders_valid_quota_manifests(h_pools_and_volcano) -> None:  # noqa: ANN001
+def test_a_new_combination_renders_valid_quota_manifests(h_pools_and_volcano) -> None:
     objects = render("H")
     validate(objects)
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
@@ -82,7 +82,7 @@ def test_a_new_combination_renders_valid_quota_manifests(h_pools_and_volcano) ->
 
 @pytest.mark.parametrize(("kind", "replicas"), [("notebook", 1), ("training", 1), ("training", 3), ("inference", 2)])
 @pytest.mark.parametrize("flavor_kind", ["whole", "mig"])
-def test_a_new_architecture_renders_valid_request_manifests(g_like_c, kind: str, replicas: int,  # noqa: ANN001
+def test_a_new_architecture_renders_valid_request_manifests(g_like_c, kind: str, replicas: int,
                                                              flavor_kind: str) -> None:
     request = make_request(kind, architecture="G", flavor_kind=flavor_kind, replicas=replicas)
     objects = request_manifests(request, notebook_token="t0ken")
@@ -93,7 +93,7 @@ def test_a_new_architecture_renders_valid_request_manifests(g_like_c, kind: str,
     assert top_level(objects)["metadata"]["labels"][QUEUE_LABEL] == "acme-vision"
 
 
-def test_inference_follows_the_online_pool_of_a_new_architecture(h_pools_and_volcano) -> None:  # noqa: ANN001
+def test_inference_follows_the_online_pool_of_a_new_architecture(h_pools_and_volcano) -> None:
     objects = request_manifests(make_request("inference", architecture="H", replicas=2), notebook_token="")
     dry_run(objects)
     deployment = top_level(objects)
@@ -102,7 +102,7 @@ def test_inference_follows_the_online_pool_of_a_new_architecture(h_pools_and_vol
 
 
 @pytest.mark.django_db
-def test_enforcement_rule_and_filter_follow_a_new_architecture(h_pools_and_volcano) -> None:  # noqa: ANN001
+def test_enforcement_rule_and_filter_follow_a_new_architecture(h_pools_and_volcano) -> None:
     cluster = Cluster.objects.create(name="h", architecture="H", use_mig=False, use_hami=True)
     for kind in KINDS:
         Flavor.objects.create(cluster=cluster, name=f"{kind}-x", kind=kind, mig_profile="1g.10gb")

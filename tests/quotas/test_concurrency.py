@@ -47,7 +47,7 @@ def run_at_once(work: Callable[[int], Any], n: int = THREADS) -> list[tuple[str,
             barrier.wait(timeout=30)
             with turns:
                 outcomes[i] = ("ok", work(i))
-        except Exception as exc:  # noqa: BLE001 - collected and asserted on below
+        except Exception as exc:
             outcomes[i] = ("error", exc)
         finally:
             connections.close_all()
@@ -70,15 +70,15 @@ def actor(username: str) -> Actor:
     return Actor(user=get_user_model().objects.get(username=username))
 
 
-def project_sum(tenant, flavor) -> Decimal:  # noqa: ANN001
+def project_sum(tenant, flavor) -> Decimal:
     return Quota.objects.filter(tenant=tenant, project__isnull=False, flavor=flavor, resource=GPU).aggregate(s=Sum("nominal"))["s"] or Decimal(0)
 
 
-def tenant_sum(flavor) -> Decimal:  # noqa: ANN001
+def tenant_sum(flavor) -> Decimal:
     return Quota.objects.filter(project__isnull=True, flavor=flavor, resource=GPU).aggregate(s=Sum("nominal"))["s"] or Decimal(0)
 
 
-def test_twenty_projects_race_for_the_tenants_quota(cast) -> None:  # noqa: ANN001
+def test_twenty_projects_race_for_the_tenants_quota(cast) -> None:
     fleet = make_fleet()
     services.quota_set(actor=cast.actor("ops"), tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=10)
     projects = [make_project(cast.acme, f"acme-race-{i}") for i in range(THREADS)]
@@ -97,7 +97,7 @@ def test_twenty_projects_race_for_the_tenants_quota(cast) -> None:  # noqa: ANN0
     assert all("but the tenant has 10 (1 over)" in str(error) for error in errors)
 
 
-def test_twenty_tenants_race_for_the_clusters_capacity(cast) -> None:  # noqa: ANN001
+def test_twenty_tenants_race_for_the_clusters_capacity(cast) -> None:
     fleet = make_fleet()  # 16 H100s that count
     tenants = [make_tenant(f"race-{i}") for i in range(THREADS)]
 
@@ -111,7 +111,7 @@ def test_twenty_tenants_race_for_the_clusters_capacity(cast) -> None:  # noqa: A
 
 
 @pytest.mark.parametrize("approver, refusal", [("alice", "NotAllowed"), ("ops", "QuotaExceeded")])
-def test_twenty_approvals_keep_both_invariants(cast, approver, refusal) -> None:  # noqa: ANN001
+def test_twenty_approvals_keep_both_invariants(cast, approver, refusal) -> None:
     """acme has 10 of 16; vision 0. Twenty 1-GPU requests approved at once: the first 10 come from
     acme's unassigned quota, 6 more raise acme to the cluster's 16. The last 4 only ops could decide,
     so the tenant admin is refused; ops are refused too, because the cluster has nothing left."""
@@ -138,7 +138,7 @@ def test_twenty_approvals_keep_both_invariants(cast, approver, refusal) -> None:
     assert added == Counter({"project": 16, "tenant": 6})  # exactly what a revert would subtract
 
 
-def test_twenty_approvers_click_the_same_request(cast) -> None:  # noqa: ANN001
+def test_twenty_approvers_click_the_same_request(cast) -> None:
     fleet = make_fleet()
     services.quota_set(actor=cast.actor("ops"), tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=10)
     request = services.quota_request_create(actor=cast.actor("carol"), project=cast.vision, flavor=fleet.h100, resource=GPU,

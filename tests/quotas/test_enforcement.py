@@ -32,7 +32,7 @@ KINDS = ("whole", "mig", "hami", "cpu")
 COMBOS = list(itertools.product("ABCDEF", (False, True), (False, True)))
 
 
-def text(response) -> str:  # noqa: ANN001
+def text(response) -> str:
     return response.content.decode()
 
 
@@ -62,7 +62,7 @@ def test_offline_whole_gpus_under_e_are_volcanos() -> None:
     assert e.enforced and e.by == "volcano"
 
 
-def test_rule_filter_and_renderer_agree_everywhere(cast) -> None:  # noqa: ANN001
+def test_rule_filter_and_renderer_agree_everywhere(cast) -> None:
     flavors = []
     for i, (arch, use_mig, use_hami) in enumerate(COMBOS):
         cluster = Cluster.objects.create(name=f"c{i}", architecture=arch, use_mig=use_mig, use_hami=use_hami)
@@ -84,7 +84,7 @@ def test_rule_filter_and_renderer_agree_everywhere(cast) -> None:  # noqa: ANN00
 
 # ----------------------------------------------------------------------------------------- under B
 @pytest.fixture
-def on_b(cast):  # noqa: ANN001, ANN201
+def on_b(cast):
     """The fleet with MIG and HAMi flavors and quotas for them, on a cluster that runs B (as the old demo did)."""
     fleet = make_fleet()
     ops = cast.actor("ops")
@@ -103,7 +103,7 @@ def _chart(body: str, chart_id: str) -> dict:
     return json.loads(found.group(1))
 
 
-def test_capacity_page_says_offered_but_not_enforced_and_does_not_chart_it(as_user, on_b) -> None:  # noqa: ANN001
+def test_capacity_page_says_offered_but_not_enforced_and_does_not_chart_it(as_user, on_b) -> None:
     body = text(as_user("ops").get("/ops/capacity/"))
     banner = body[body.index('id="not-enforced"'):body.index('id="flavors"')]
     assert "a100-80gb-mig-1g.10gb" in banner and "l40s-hami" in banner and "h100-80gb" not in banner
@@ -116,7 +116,7 @@ def test_capacity_page_says_offered_but_not_enforced_and_does_not_chart_it(as_us
     assert f'value="{on_b.mig.pk}:' not in body.split('id="set-tenant-quota"')[1]
 
 
-def test_flavor_list_marks_it(as_user, on_b) -> None:  # noqa: ANN001
+def test_flavor_list_marks_it(as_user, on_b) -> None:
     body = text(as_user("ops").get("/ops/flavors/"))
     row = re.search(r'>a100-80gb-mig-1g.10gb</a>.*?</tr>', body, re.S).group(0)
     assert "Offered but not enforced" in row and "architecture C" in row
@@ -125,7 +125,7 @@ def test_flavor_list_marks_it(as_user, on_b) -> None:  # noqa: ANN001
     assert "offered but not enforced" in detail
 
 
-def test_quota_pages_and_api_do_not_promise_it(api, as_user, cast, on_b) -> None:  # noqa: ANN001
+def test_quota_pages_and_api_do_not_promise_it(api, as_user, cast, on_b) -> None:
     body = api("carol").get("/api/v1/projects/acme-vision/quota/").json()
     rows = {r["flavor"]: r for r in body["quotas"]}
     mig = rows["a100-80gb-mig-1g.10gb"]
@@ -144,7 +144,7 @@ def test_quota_pages_and_api_do_not_promise_it(api, as_user, cast, on_b) -> None
 
 # ----------------------------------------------------------------------------------------- confirmed, drift
 @pytest.fixture
-def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
+def demo(cast, fresh_sandbox, settings):
     from quotas.demo import seed_quota_demo
 
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
@@ -156,7 +156,7 @@ def _h100(body: dict) -> dict:
     return next(r for r in body["quotas"] if r["flavor"] == "h100-80gb-offline" and r["resource"] == GPU)
 
 
-def test_each_figure_says_when_the_cluster_confirmed_it_and_flags_drift(api, as_user, demo) -> None:  # noqa: ANN001
+def test_each_figure_says_when_the_cluster_confirmed_it_and_flags_drift(api, as_user, demo) -> None:
     cluster, sb = demo
     before = _h100(api("carol").get("/api/v1/projects/acme-vision/quota/").json())
     assert before["confirmed_at"] is None and before["drift"] is True  # nothing on the cluster yet

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def synced(fresh_sandbox):  # noqa: ANN001, ANN201
+def synced(fresh_sandbox):
     cluster = Cluster.objects.create(name="sandbox", architecture="B", kubeconfig_path=str(fresh_sandbox.kubeconfig))
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     counts = inventory_sync(cluster, kube=kube)
@@ -29,7 +29,7 @@ def capacity(cluster: Cluster) -> dict[tuple[str, str], D]:
     return {(names[fid], res): value for (fid, res), value in capacity_by_flavor(cluster).items()}
 
 
-def test_sync_reads_nodes_into_pools(synced) -> None:  # noqa: ANN001
+def test_sync_reads_nodes_into_pools(synced) -> None:
     cluster, _, counts = synced
     assert counts == {"seen": 10, "new": 10, "gone": 0, "not_ready": 0}
     pools = {p.name: (p.sharing, p.pool_label, p.nodes.count()) for p in NodePool.objects.filter(cluster=cluster)}
@@ -48,7 +48,7 @@ def test_sync_reads_nodes_into_pools(synced) -> None:  # noqa: ANN001
     assert cluster.__class__.objects.get(pk=cluster.pk).inventory_synced_at is not None
 
 
-def test_discovered_flavors_and_their_capacity(synced) -> None:  # noqa: ANN001
+def test_discovered_flavors_and_their_capacity(synced) -> None:
     cluster, _, _ = synced
     flavors = {f.name: f for f in Flavor.objects.filter(cluster=cluster)}
     assert set(flavors) == {"h100-80gb-online", "h100-80gb-offline", "a100-80gb-mig-1g.10gb", "a100-80gb-mig-2g.20gb",
@@ -72,7 +72,7 @@ def test_discovered_flavors_and_their_capacity(synced) -> None:  # noqa: ANN001
     assert not any(res.startswith("nvidia.com/") for (fname, res) in cap if fname == "cpu")
 
 
-def test_vanished_and_not_ready_nodes_are_kept_and_stop_counting(synced, fresh_sandbox) -> None:  # noqa: ANN001
+def test_vanished_and_not_ready_nodes_are_kept_and_stop_counting(synced, fresh_sandbox) -> None:
     cluster, kube, _ = synced
     store = fresh_sandbox.store
     node = store.get("v1", "Node", "gpu-h100-1")
@@ -89,7 +89,7 @@ def test_vanished_and_not_ready_nodes_are_kept_and_stop_counting(synced, fresh_s
     assert capacity(cluster)[("h100-80gb-offline", "nvidia.com/gpu")] == 8  # only gpu-h100-2 still counts
 
 
-def test_mig_layout_change_does_not_count_until_it_succeeds(synced, fresh_sandbox) -> None:  # noqa: ANN001
+def test_mig_layout_change_does_not_count_until_it_succeeds(synced, fresh_sandbox) -> None:
     cluster, kube, _ = synced
     kubectl(fresh_sandbox, "label", "node", "gpu-a100-mig-1", "nvidia.com/mig.config=all-1g.10gb", "--overwrite")
     fresh_sandbox.tick()

@@ -17,11 +17,11 @@ from sandbox.testing import control
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
-def flavor(name: str, **spec) -> dict:  # noqa: ANN003
+def flavor(name: str, **spec) -> dict:
     return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": name, "labels": {"t": "kube"}}, "spec": spec}
 
 
-def test_crypto_round_trip_and_tamper(settings) -> None:  # noqa: ANN001
+def test_crypto_round_trip_and_tamper(settings) -> None:
     token = encrypt("apiVersion: v1\nkind: Config\n")
     assert token != "apiVersion" and decrypt(token) == "apiVersion: v1\nkind: Config\n"
     with pytest.raises(InvalidToken):
@@ -32,7 +32,7 @@ def test_crypto_round_trip_and_tamper(settings) -> None:  # noqa: ANN001
     assert decrypt(encrypt("x")) == "x"
 
 
-def test_verbs_errors_and_pagination(fresh_sandbox) -> None:  # noqa: ANN001
+def test_verbs_errors_and_pagination(fresh_sandbox) -> None:
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     created = kube.apply(flavor("a", nodeLabels={"x": "y"}))
     assert created["metadata"]["name"] == "a" and kube.get(KUEUE, "ResourceFlavor", "a")["spec"] == {"nodeLabels": {"x": "y"}}
@@ -53,7 +53,7 @@ def test_verbs_errors_and_pagination(fresh_sandbox) -> None:  # noqa: ANN001
     assert kube.delete(KUEUE, "ResourceFlavor", "a") is False  # already gone counts as done
 
 
-def test_unavailable_carries_retry_after(fresh_sandbox) -> None:  # noqa: ANN001
+def test_unavailable_carries_retry_after(fresh_sandbox) -> None:
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     kube.resource(KUEUE, "ResourceFlavor")  # discovery before the faults
     control(fresh_sandbox, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [429], "retry_after": 7})
@@ -77,7 +77,7 @@ def test_connection_refused_is_unavailable(tmp_path: Path) -> None:
         kube.list("v1", "Node")
 
 
-def test_watch_yields_events(fresh_sandbox) -> None:  # noqa: ANN001
+def test_watch_yields_events(fresh_sandbox) -> None:
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     _, version = kube.list(KUEUE, "ResourceFlavor")
     threading.Timer(0.3, lambda: fresh_sandbox.store.create(flavor("watched"))).start()
@@ -89,7 +89,7 @@ def test_watch_yields_events(fresh_sandbox) -> None:  # noqa: ANN001
 
 
 @pytest.mark.django_db
-def test_kube_for_reads_an_encrypted_kubeconfig_and_caches(fresh_sandbox) -> None:  # noqa: ANN001
+def test_kube_for_reads_an_encrypted_kubeconfig_and_caches(fresh_sandbox) -> None:
     kube_cache_clear()
     text = Path(fresh_sandbox.kubeconfig).read_text()
     cluster = Cluster.objects.create(name="enc", kubeconfig_encrypted=encrypt(text))
@@ -103,7 +103,7 @@ def test_kube_for_reads_an_encrypted_kubeconfig_and_caches(fresh_sandbox) -> Non
         kube_for(Cluster.objects.create(name="none"))
 
 
-def test_pod_log_reads_the_tail(fresh_sandbox) -> None:  # noqa: ANN001
+def test_pod_log_reads_the_tail(fresh_sandbox) -> None:
     kube = Kube(kubeconfig_path=str(fresh_sandbox.kubeconfig))
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "logs"}})
     kube.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "logs",

@@ -26,7 +26,7 @@ GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
-def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
+def demo(cast, fresh_sandbox, settings):
     """The demo cluster (B, flavors from discovery, the demo quotas) on a fresh sandbox, nothing applied yet."""
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     summary = seed_quota_demo(architecture="B", reconcile_now=False)
@@ -44,7 +44,7 @@ def names(kube: Kube, api_version: str, kind: str) -> set[str]:
     return {o["metadata"]["name"] for o in ours(kube, api_version, kind)}
 
 
-def test_apply_from_scratch_then_a_noop_writes_nothing(demo) -> None:  # noqa: ANN001
+def test_apply_from_scratch_then_a_noop_writes_nothing(demo) -> None:
     cluster, kube, sb = demo
     result = reconcile(cluster, kube=kube)
     assert result.ok and result.applied == len(m.desired_state(cluster, snapshot_load(cluster)))
@@ -68,7 +68,7 @@ def test_apply_from_scratch_then_a_noop_writes_nothing(demo) -> None:  # noqa: A
     assert calls["list"] == len(m.KIND_ORDER)
 
 
-def test_changing_a_quota_plans_a_diff_and_applies_it(demo) -> None:  # noqa: ANN001
+def test_changing_a_quota_plans_a_diff_and_applies_it(demo) -> None:
     cluster, kube, _ = demo
     reconcile(cluster, kube=kube)
     Quota.objects.filter(project__slug="acme-vision", flavor__name="h100-80gb-offline", resource=GPU).update(nominal=D(8))
@@ -85,7 +85,7 @@ def test_changing_a_quota_plans_a_diff_and_applies_it(demo) -> None:  # noqa: AN
     assert plan_build(cluster, kube=kube).empty
 
 
-def test_archiving_a_project_deletes_its_objects(demo) -> None:  # noqa: ANN001
+def test_archiving_a_project_deletes_its_objects(demo) -> None:
     cluster, kube, _ = demo
     reconcile(cluster, kube=kube)
     Project.objects.filter(slug="acme-nlp").update(status=Project.Status.ARCHIVED)
@@ -104,7 +104,7 @@ def test_archiving_a_project_deletes_its_objects(demo) -> None:  # noqa: ANN001
     assert not AppliedObject.objects.filter(cluster=cluster, name="acme-nlp").exists()
 
 
-def test_drift_deleted_or_edited_by_hand_is_restored(demo) -> None:  # noqa: ANN001
+def test_drift_deleted_or_edited_by_hand_is_restored(demo) -> None:
     cluster, kube, sb = demo
     reconcile(cluster, kube=kube)
     kubectl(sb, "delete", "localqueue", "acme-vision", "-n", "acme-vision")
@@ -143,7 +143,7 @@ def _workload_state(kube: Kube, job: str) -> tuple[bool, dict]:
     return False, {}
 
 
-def test_jobs_are_admitted_within_quota_and_borrow_from_the_cohort(demo) -> None:  # noqa: ANN001
+def test_jobs_are_admitted_within_quota_and_borrow_from_the_cohort(demo) -> None:
     cluster, kube, sb = demo
     assert reconcile(cluster, kube=kube).ok
     # acme: 12 offline H100s; acme-vision 6 nominal + borrowing limit 2; acme-nlp 4 (idle); 2 unassigned.
@@ -171,7 +171,7 @@ def test_jobs_are_admitted_within_quota_and_borrow_from_the_cohort(demo) -> None
     assert Quota.objects.get(project__slug="acme-nlp", flavor__name="h100-80gb-offline", resource=GPU).used == 0
 
 
-def test_faults_still_converge_without_duplicates(demo) -> None:  # noqa: ANN001
+def test_faults_still_converge_without_duplicates(demo) -> None:
     cluster, kube, sb = demo
     status, _, _ = control(sb, "PUT", "/sandbox/faults", {"error_rate": 0.15, "error_codes": [503, 429, 500], "retry_after": 0})
     assert status == 200
@@ -181,7 +181,7 @@ def test_faults_still_converge_without_duplicates(demo) -> None:  # noqa: ANN001
     for _ in range(400):
         try:
             result = reconcile(cluster, kube=kube)
-        except Exception:  # noqa: BLE001 - the list calls of the plan may fail too; the next run retries
+        except Exception:
             failed_runs += 1
             continue
         if result.ok:
@@ -199,7 +199,7 @@ def test_faults_still_converge_without_duplicates(demo) -> None:  # noqa: ANN001
     assert not AppliedObject.objects.filter(cluster=cluster).exclude(error="").exists()
 
 
-def test_each_cluster_call_is_made_once_retries_are_the_tasks(demo) -> None:  # noqa: ANN001
+def test_each_cluster_call_is_made_once_retries_are_the_tasks(demo) -> None:
     """One retry layer: the Celery task's. A plan (also what the ops page shows) is not held up by a
     retry loop of its own when the cluster is unavailable."""
     from portal.kube import ClusterUnavailable
@@ -215,7 +215,7 @@ def test_each_cluster_call_is_made_once_retries_are_the_tasks(demo) -> None:  # 
     assert kube.calls["list"] == before + 1
 
 
-def test_a_422_is_recorded_with_the_object_and_field(demo) -> None:  # noqa: ANN001
+def test_a_422_is_recorded_with_the_object_and_field(demo) -> None:
     cluster, kube, _ = demo
     Flavor.objects.filter(cluster=cluster, name="h100-80gb-online").update(
         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "Sometimes"}]
@@ -236,7 +236,7 @@ def test_a_422_is_recorded_with_the_object_and_field(demo) -> None:  # noqa: ANN
 
 
 @pytest.mark.parametrize("path", ["AB", "BCDEFA"])
-def test_architecture_changes_are_planned_then_applied_and_audited(demo, path: str) -> None:  # noqa: ANN001
+def test_architecture_changes_are_planned_then_applied_and_audited(demo, path: str) -> None:
     cluster, kube, _ = demo
     Cluster.objects.filter(pk=cluster.pk).update(architecture=path[0])
     cluster.refresh_from_db()
@@ -268,7 +268,7 @@ def test_architecture_changes_are_planned_then_applied_and_audited(demo, path: s
         plan_apply(plan_for_architecture_change(cluster, path[0], kube=kube), kube=kube)  # only through the service
 
 
-def test_task_and_command(demo, capsys) -> None:  # noqa: ANN001
+def test_task_and_command(demo, capsys) -> None:
     from django.core.management import call_command
 
     from portal.kube import kube_cache_clear

@@ -31,7 +31,7 @@ INSTALLATION = "gpu-portal"
 
 
 @pytest.fixture
-def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
+def demo(cast, fresh_sandbox, settings):
     """The demo cluster on a fresh sandbox, registered (so project creation asks it), nothing applied yet."""
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     settings.CELERY_TASK_ALWAYS_EAGER = False
@@ -41,7 +41,7 @@ def demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
     return cluster, kube, fresh_sandbox
 
 
-def foreign_namespace(sb, name: str) -> None:  # noqa: ANN001
+def foreign_namespace(sb, name: str) -> None:
     """What an operator makes with kubectl: a namespace holding a ConfigMap, no portal labels."""
     kubectl(sb, "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
     kubectl(sb, "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
@@ -55,7 +55,7 @@ def labels_of(kube: Kube, kind: str, name: str, namespace: str | None = None, ap
 
 
 # ------------------------------------------------------------------------------------------- marks
-def test_every_object_carries_our_labels_and_owner_annotation(demo) -> None:  # noqa: ANN001
+def test_every_object_carries_our_labels_and_owner_annotation(demo) -> None:
     cluster, kube, _ = demo
     desired = m.desired_state(cluster, snapshot_load(cluster))
     for obj in desired:
@@ -75,7 +75,7 @@ def test_every_object_carries_our_labels_and_owner_annotation(demo) -> None:  # 
             assert obj["metadata"]["labels"][m.INSTALLATION_LABEL] == INSTALLATION
 
 
-def test_installation_id_comes_from_the_setting(demo, settings) -> None:  # noqa: ANN001
+def test_installation_id_comes_from_the_setting(demo, settings) -> None:
     cluster, _, _ = demo
     settings.PORTAL_INSTALLATION_ID = "portal-eu-1"
     snap = snapshot_load(cluster)
@@ -86,14 +86,14 @@ def test_installation_id_comes_from_the_setting(demo, settings) -> None:  # noqa
 # ------------------------------------------------------------------------------------------- create
 @pytest.mark.parametrize("slug", ["kube-system", "kube-public", "default", "gpu-operator", "nvidia-gpu-operator",
                                   "kueue-system", "volcano-system", "volcano-monitoring", "hami-system", "cert-manager"])
-def test_reserved_names_are_refused_with_a_field_error(demo, api, slug: str) -> None:  # noqa: ANN001
+def test_reserved_names_are_refused_with_a_field_error(demo, api, slug: str) -> None:
     response = api("alice").post(f"{API}/projects/", {"tenant": "acme", "name": slug, "slug": slug}, format="json")
     assert response.status_code == 400, response.content
     assert "reserved" in response.json()["fields"]["slug"][0]
     assert not Project.objects.filter(slug=slug).exists()
 
 
-def test_configured_reserved_names_are_refused(demo, api, settings) -> None:  # noqa: ANN001
+def test_configured_reserved_names_are_refused(demo, api, settings) -> None:
     settings.PORTAL_RESERVED_NAMESPACES = ["acme-secret", "shared-*"]
     for slug in ("acme-secret", "shared-data"):
         response = api("alice").post(f"{API}/projects/", {"tenant": "acme", "name": slug, "slug": slug}, format="json")
@@ -103,7 +103,7 @@ def test_configured_reserved_names_are_refused(demo, api, settings) -> None:  # 
     assert response.status_code == 400 and "reserved" in response.json()["fields"]["slug"][0]
 
 
-def test_an_existing_namespace_that_is_not_ours_is_refused(demo, api) -> None:  # noqa: ANN001
+def test_an_existing_namespace_that_is_not_ours_is_refused(demo, api) -> None:
     _, kube, sb = demo
     foreign_namespace(sb, "acme-data")
     for slug in ("acme-data", "data"):  # "data" in tenant acme is namespace acme-data
@@ -113,7 +113,7 @@ def test_an_existing_namespace_that_is_not_ours_is_refused(demo, api) -> None:  
     assert labels_of(kube, "Namespace", "acme-data").get(m.MANAGED_BY) is None
 
 
-def test_namespace_is_prefixed_with_the_tenant_and_fixed_at_creation(demo, api, as_user) -> None:  # noqa: ANN001
+def test_namespace_is_prefixed_with_the_tenant_and_fixed_at_creation(demo, api, as_user) -> None:
     response = api("alice").post(f"{API}/projects/", {"tenant": "acme", "name": "Robotics", "slug": "robotics"}, format="json")
     assert response.status_code == 201
     project = Project.objects.get(slug="robotics")
@@ -125,7 +125,7 @@ def test_namespace_is_prefixed_with_the_tenant_and_fixed_at_creation(demo, api, 
     assert "namespace acme-speech" in response.content.decode()
 
 
-def test_the_project_page_form_shows_the_reserved_error(demo, as_user) -> None:  # noqa: ANN001
+def test_the_project_page_form_shows_the_reserved_error(demo, as_user) -> None:
     response = as_user("alice").post(reverse("project-create", args=["acme"]), {"project-name": "Sys", "project-slug": "kube-system"})
     assert response.status_code == 200
     assert "kube-system is a reserved name" in response.content.decode()
@@ -133,7 +133,7 @@ def test_the_project_page_form_shows_the_reserved_error(demo, as_user) -> None: 
 
 
 # ------------------------------------------------------------------------------------------- apply
-def test_reconcile_never_writes_into_a_namespace_that_is_not_ours(demo, as_user) -> None:  # noqa: ANN001
+def test_reconcile_never_writes_into_a_namespace_that_is_not_ours(demo, as_user) -> None:
     cluster, kube, sb = demo
     # The project was created while the namespace did not exist; someone made it with kubectl since.
     foreign_namespace(sb, "acme-nlp")
@@ -156,7 +156,7 @@ def test_reconcile_never_writes_into_a_namespace_that_is_not_ours(demo, as_user)
     assert "4 not ours (left alone)" in plan_page and "namespace acme-nlp exists and is not managed" in plan_page
 
 
-def test_reserved_namespace_of_an_old_project_is_never_written_or_deleted(demo) -> None:  # noqa: ANN001
+def test_reserved_namespace_of_an_old_project_is_never_written_or_deleted(demo) -> None:
     """The finding: projects named default and kube-system (made before the checks) got our labels and
     guard rails; archiving default deleted it. Now: our marks come off, nothing is written or deleted."""
     cluster, kube, _ = demo
@@ -185,7 +185,7 @@ def test_reserved_namespace_of_an_old_project_is_never_written_or_deleted(demo) 
     assert kube.get("v1", "Namespace", "default") is not None
 
 
-def test_forced_apply_is_refused_on_an_object_we_do_not_own(demo) -> None:  # noqa: ANN001
+def test_forced_apply_is_refused_on_an_object_we_do_not_own(demo) -> None:
     cluster, kube, sb = demo
     # Another team's ClusterQueue that happens to have a project's name, and another installation's Cohort.
     theirs = {"apiVersion": KUEUE, "kind": "ClusterQueue",
@@ -212,7 +212,7 @@ def test_forced_apply_is_refused_on_an_object_we_do_not_own(demo) -> None:  # no
 
 
 # ------------------------------------------------------------------------------------------- archive / delete
-def test_archiving_keeps_the_namespace_until_ops_confirm_after_seeing_its_contents(demo, api) -> None:  # noqa: ANN001
+def test_archiving_keeps_the_namespace_until_ops_confirm_after_seeing_its_contents(demo, api) -> None:
     cluster, kube, sb = demo
     assert reconcile(cluster, kube=kube).ok
     kubectl(sb, "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
@@ -243,7 +243,7 @@ def test_archiving_keeps_the_namespace_until_ops_confirm_after_seeing_its_conten
     assert ns is None or (ns.get("metadata") or {}).get("deletionTimestamp")
 
 
-def test_housekeeping_deletes_archived_namespaces_after_the_retention_period(demo, settings) -> None:  # noqa: ANN001
+def test_housekeeping_deletes_archived_namespaces_after_the_retention_period(demo, settings) -> None:
     cluster, kube, _ = demo
     settings.PORTAL_NAMESPACE_RETENTION_DAYS = 7
     assert reconcile(cluster, kube=kube).ok
@@ -260,7 +260,7 @@ def test_housekeeping_deletes_archived_namespaces_after_the_retention_period(dem
     assert ns is None or (ns.get("metadata") or {}).get("deletionTimestamp")
 
 
-def test_restoring_within_retention_keeps_everything(demo, api) -> None:  # noqa: ANN001
+def test_restoring_within_retention_keeps_everything(demo, api) -> None:
     cluster, kube, _ = demo
     assert reconcile(cluster, kube=kube).ok
     api("alice").patch(f"{API}/projects/acme-nlp/", {"status": "archived"}, format="json")
@@ -273,7 +273,7 @@ def test_restoring_within_retention_keeps_everything(demo, api) -> None:  # noqa
 
 
 # ------------------------------------------------------------------------------------------- adopt
-def test_ops_adopt_a_foreign_namespace_explicitly_after_seeing_what_is_inside(demo, api, as_user) -> None:  # noqa: ANN001
+def test_ops_adopt_a_foreign_namespace_explicitly_after_seeing_what_is_inside(demo, api, as_user) -> None:
     cluster, kube, sb = demo
     foreign_namespace(sb, "acme-nlp")
     reconcile(cluster, kube=kube)
@@ -299,7 +299,7 @@ def test_ops_adopt_a_foreign_namespace_explicitly_after_seeing_what_is_inside(de
     assert not AppliedObject.objects.filter(cluster=cluster, namespace="acme-nlp").exclude(error="").exists()
 
 
-def test_reserved_namespaces_are_never_adopted(demo, api) -> None:  # noqa: ANN001
+def test_reserved_namespaces_are_never_adopted(demo, api) -> None:
     acme = Project.objects.get(slug="acme-vision").tenant
     Project.objects.create(tenant=acme, name="Sys", slug="kube-system", cluster_namespace="kube-system")
     response = api("ops").post(f"{API}/clusters/sandbox/projects/kube-system/namespace/adopt/", {"confirm": 0}, format="json")
@@ -308,7 +308,7 @@ def test_reserved_namespaces_are_never_adopted(demo, api) -> None:  # noqa: ANN0
 
 # ------------------------------------------------------------------------------------------- request objects
 @pytest.mark.parametrize("kind", ["notebook", "training", "inference"])
-def test_request_objects_carry_our_labels_and_owner_annotation(kind: str, settings) -> None:  # noqa: ANN001
+def test_request_objects_carry_our_labels_and_owner_annotation(kind: str, settings) -> None:
     from tests.workloads.test_render import make_request, pod_templates
     from workloads import manifests as wm
 

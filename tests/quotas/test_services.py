@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db
 Approver = QuotaRequest.Approver
 
 
-def nominal(fleet, *, tenant=None, project=None, flavor=None, resource=GPU) -> Decimal:  # noqa: ANN001
+def nominal(fleet, *, tenant=None, project=None, flavor=None, resource=GPU) -> Decimal:
     flavor = flavor or fleet.h100
     rows = Quota.objects.filter(flavor=flavor, resource=resource)
     rows = rows.filter(project=project) if project else rows.filter(tenant=tenant, project__isnull=True)
@@ -39,11 +39,11 @@ def nominal(fleet, *, tenant=None, project=None, flavor=None, resource=GPU) -> D
     return row.nominal if row else Decimal(0)
 
 
-def tenant_quota(cast, fleet, tenant, amount, flavor=None, resource=GPU):  # noqa: ANN001, ANN201
+def tenant_quota(cast, fleet, tenant, amount, flavor=None, resource=GPU):
     return services.quota_set(actor=cast.actor("ops"), tenant=tenant, flavor=flavor or fleet.h100, resource=resource, nominal=amount)
 
 
-def project_quota(cast, fleet, project, amount, who="alice", **limits):  # noqa: ANN001, ANN003, ANN201
+def project_quota(cast, fleet, project, amount, who="alice", **limits):
     return services.quota_set(actor=cast.actor(who), project=project, flavor=fleet.h100, resource=GPU, nominal=amount, **limits)
 
 
@@ -54,7 +54,7 @@ def counts() -> tuple[int, int, int]:
 # The fixture cluster and the MIG table -----------------------------------------------------------
 
 
-def test_fixture_capacity_counts_only_ready_nodes(fleet) -> None:  # noqa: ANN001
+def test_fixture_capacity_counts_only_ready_nodes(fleet) -> None:
     capacity = capacity_by_flavor(fleet.cluster)
     assert capacity[(fleet.h100.pk, GPU)] == 16  # the NotReady third node does not count
     assert capacity[(fleet.mig.pk, MIG_1G)] == 56
@@ -73,7 +73,7 @@ def test_fixture_capacity_counts_only_ready_nodes(fleet) -> None:  # noqa: ANN00
         ("b200", "1g.23gb", "1g.23gb"),
     ],
 )
-def test_mig_profile_table_accepts_real_profiles(model, profile, expected) -> None:  # noqa: ANN001
+def test_mig_profile_table_accepts_real_profiles(model, profile, expected) -> None:
     assert validate_mig_profile(model, profile) == expected
 
 
@@ -82,7 +82,7 @@ def test_mig_profile_table_accepts_real_profiles(model, profile, expected) -> No
     [("a100-40gb", "1g.10gb.me", "mig_profile"), ("a30-24gb", "7g.80gb", "mig_profile"), ("a100-80gb", "1g.5gb", "mig_profile"),
      ("h100-80gb", "", "mig_profile"), ("v100-16gb", "1g.5gb", "gpu_model")],
 )
-def test_mig_profile_table_rejects_others(model, profile, field) -> None:  # noqa: ANN001
+def test_mig_profile_table_rejects_others(model, profile, field) -> None:
     with pytest.raises(Invalid) as caught:
         validate_mig_profile(model, profile)
     assert caught.value.field == field
@@ -93,7 +93,7 @@ def test_mig_profile_table_rejects_others(model, profile, field) -> None:  # noq
 # Clusters ----------------------------------------------------------------------------------------
 
 
-def test_cluster_create_is_ops_only_and_audited(cast) -> None:  # noqa: ANN001
+def test_cluster_create_is_ops_only_and_audited(cast) -> None:
     with pytest.raises(NotAllowed):
         services.cluster_create(actor=cast.actor("alice"), name="mine")
     cluster = services.cluster_create(actor=cast.actor("ops"), name="prod-1", architecture="C", use_mig=True, overcommit_percent=10)
@@ -116,7 +116,7 @@ def test_cluster_create_is_ops_only_and_audited(cast) -> None:  # noqa: ANN001
         ({"name": "x", "kubeconfig_path": "relative/kubeconfig"}, "kubeconfig_path"),
     ],
 )
-def test_cluster_create_bad_input(cast, fleet, values, field) -> None:  # noqa: ANN001
+def test_cluster_create_bad_input(cast, fleet, values, field) -> None:
     before = (Cluster.objects.count(), AuditEntry.objects.count())
     with pytest.raises((PortalError, Exception)) as caught:
         services.cluster_create(actor=cast.actor("ops"), **values)
@@ -126,7 +126,7 @@ def test_cluster_create_bad_input(cast, fleet, values, field) -> None:  # noqa: 
     assert (Cluster.objects.count(), AuditEntry.objects.count()) == before
 
 
-def test_kubeconfig_is_stored_encrypted(cast) -> None:  # noqa: ANN001
+def test_kubeconfig_is_stored_encrypted(cast) -> None:
     from portal.crypto import decrypt
 
     text = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://10.0.0.1:6443'}\n"
@@ -138,7 +138,7 @@ def test_kubeconfig_is_stored_encrypted(cast) -> None:  # noqa: ANN001
     assert Cluster.objects.get(pk=cluster.pk).kubeconfig_encrypted == ""
 
 
-def test_cluster_update_guards(cast, fleet) -> None:  # noqa: ANN001
+def test_cluster_update_guards(cast, fleet) -> None:
     ops = cast.actor("ops")
     with pytest.raises(Invalid) as caught:
         services.cluster_update(actor=ops, cluster=fleet.cluster, use_mig=False)
@@ -155,7 +155,7 @@ def test_cluster_update_guards(cast, fleet) -> None:  # noqa: ANN001
     assert Cluster.objects.get(pk=fleet.cluster.pk).architecture == "E"
 
 
-def test_lowering_overcommit_below_promises_is_refused(cast, fleet) -> None:  # noqa: ANN001
+def test_lowering_overcommit_below_promises_is_refused(cast, fleet) -> None:
     ops = cast.actor("ops")
     services.cluster_update(actor=ops, cluster=fleet.cluster, overcommit_percent=50)
     tenant_quota(cast, fleet, cast.acme, 20)
@@ -169,7 +169,7 @@ def test_lowering_overcommit_below_promises_is_refused(cast, fleet) -> None:  # 
 # Flavors -----------------------------------------------------------------------------------------
 
 
-def flavor_kwargs(**overrides):  # noqa: ANN003, ANN201
+def flavor_kwargs(**overrides):
     return {"name": "new-flavor", "kind": "whole", **overrides}
 
 
@@ -195,9 +195,9 @@ def flavor_kwargs(**overrides):  # noqa: ANN003, ANN201
         (flavor_kwargs(tolerations=[{"key": "k", "operator": "Maybe"}]), "tolerations", []),
     ],
 )
-def test_flavor_validation(cast, fleet, values, field, words) -> None:  # noqa: ANN001
+def test_flavor_validation(cast, fleet, values, field, words) -> None:
     before = (Flavor.objects.count(), AuditEntry.objects.count())
-    with pytest.raises(Exception) as caught:  # noqa: PT011 - Invalid or Django's ValidationError
+    with pytest.raises(Exception) as caught:
         services.flavor_create(actor=cast.actor("ops"), cluster=fleet.cluster, **values)
     error = caught.value
     fields = [error.field] if isinstance(error, PortalError) else list(error.message_dict)
@@ -207,7 +207,7 @@ def test_flavor_validation(cast, fleet, values, field, words) -> None:  # noqa: 
     assert (Flavor.objects.count(), AuditEntry.objects.count()) == before
 
 
-def test_flavor_kinds_need_the_cluster_to_offer_them(cast) -> None:  # noqa: ANN001
+def test_flavor_kinds_need_the_cluster_to_offer_them(cast) -> None:
     cluster = make_cluster("plain", architecture="B")
     for kind, extra in (("mig", {"gpu_model": "a100-80gb", "mig_profile": "1g.10gb"}), ("hami", {"hami_memory_mib": 1, "hami_cores_percent": 10})):
         with pytest.raises(Invalid) as caught:
@@ -215,7 +215,7 @@ def test_flavor_kinds_need_the_cluster_to_offer_them(cast) -> None:  # noqa: ANN
         assert caught.value.field == "kind"
 
 
-def test_flavor_ops_only_and_fixed_identity(cast, fleet) -> None:  # noqa: ANN001
+def test_flavor_ops_only_and_fixed_identity(cast, fleet) -> None:
     with pytest.raises(NotAllowed):
         services.flavor_create(actor=cast.actor("alice"), cluster=fleet.cluster, name="x", kind="whole")
     with pytest.raises(NotAllowed):
@@ -234,7 +234,7 @@ def test_flavor_ops_only_and_fixed_identity(cast, fleet) -> None:  # noqa: ANN00
     assert AuditEntry.objects.filter(action="flavor.update", target_id=str(fleet.h100.pk)).count() == 1
 
 
-def test_deactivated_flavor_takes_no_new_quota(cast, fleet) -> None:  # noqa: ANN001
+def test_deactivated_flavor_takes_no_new_quota(cast, fleet) -> None:
     services.flavor_deactivate(actor=cast.actor("ops"), flavor=fleet.h100)
     assert AuditEntry.objects.filter(action="flavor.deactivate").count() == 1
     assert not selectors.flavors_for(actor=cast.actor("carol")).filter(pk=fleet.h100.pk).exists()
@@ -247,7 +247,7 @@ def test_deactivated_flavor_takes_no_new_quota(cast, fleet) -> None:  # noqa: AN
 # Quotas: the two invariants ----------------------------------------------------------------------
 
 
-def test_tenants_fit_in_capacity_with_explicit_overcommit(cast, fleet) -> None:  # noqa: ANN001
+def test_tenants_fit_in_capacity_with_explicit_overcommit(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 10)
     with pytest.raises(QuotaExceeded) as caught:
         tenant_quota(cast, fleet, cast.globex, 7)
@@ -263,7 +263,7 @@ def test_tenants_fit_in_capacity_with_explicit_overcommit(cast, fleet) -> None: 
     assert "but the cluster allows 20 (16 with 25% overcommit) (1 over)" in str(caught.value)
 
 
-def test_projects_fit_in_their_tenant(cast, fleet) -> None:  # noqa: ANN001
+def test_projects_fit_in_their_tenant(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     project_quota(cast, fleet, cast.vision, 5)
     project_quota(cast, fleet, cast.nlp, 3)
@@ -276,7 +276,7 @@ def test_projects_fit_in_their_tenant(cast, fleet) -> None:  # noqa: ANN001
     project_quota(cast, fleet, cast.nlp, 7)
 
 
-def test_tenant_quota_cannot_drop_below_its_projects(cast, fleet) -> None:  # noqa: ANN001
+def test_tenant_quota_cannot_drop_below_its_projects(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     project_quota(cast, fleet, cast.vision, 6)
     with pytest.raises(QuotaExceeded) as caught:
@@ -286,7 +286,7 @@ def test_tenant_quota_cannot_drop_below_its_projects(cast, fleet) -> None:  # no
     tenant_quota(cast, fleet, cast.acme, 6)
 
 
-def test_project_quota_without_tenant_quota_is_refused_and_writes_nothing(cast, fleet) -> None:  # noqa: ANN001
+def test_project_quota_without_tenant_quota_is_refused_and_writes_nothing(cast, fleet) -> None:
     before = counts()
     with pytest.raises(QuotaExceeded) as caught:
         project_quota(cast, fleet, cast.vision, 1)
@@ -294,7 +294,7 @@ def test_project_quota_without_tenant_quota_is_refused_and_writes_nothing(cast, 
     assert counts() == before  # not even the tenant's zero row
 
 
-def test_capacity_loss_allows_lowering_and_shows_overcommit(cast, fleet) -> None:  # noqa: ANN001
+def test_capacity_loss_allows_lowering_and_shows_overcommit(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 10)
     tenant_quota(cast, fleet, cast.globex, 6)
     Node.objects.filter(name="gpu-h100-1").update(ready=False)  # capacity drops to 8
@@ -307,7 +307,7 @@ def test_capacity_loss_allows_lowering_and_shows_overcommit(cast, fleet) -> None
         tenant_quota(cast, fleet, cast.globex, 7)  # raising does not
 
 
-def test_overcommit_for_reports_percent(cast, fleet) -> None:  # noqa: ANN001
+def test_overcommit_for_reports_percent(cast, fleet) -> None:
     cluster = services.cluster_update(actor=cast.actor("ops"), cluster=fleet.cluster, overcommit_percent=50)
     tenant_quota(cast, fleet, cast.acme, 12)
     tenant_quota(cast, fleet, cast.globex, 8)
@@ -322,8 +322,8 @@ def test_overcommit_for_reports_percent(cast, fleet) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("who, allowed", [("ops", True), ("alice", False), ("bob", False), ("carol", False), ("erin", False), ("nobody", False)])
-def test_tenant_quota_is_set_by_ops_only(cast, fleet, who, allowed) -> None:  # noqa: ANN001
-    call = lambda: services.quota_set(actor=cast.actor(who), tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=4)  # noqa: E731
+def test_tenant_quota_is_set_by_ops_only(cast, fleet, who, allowed) -> None:
+    call = lambda: services.quota_set(actor=cast.actor(who), tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=4)
     if allowed:
         assert call().nominal == 4
     else:
@@ -334,7 +334,7 @@ def test_tenant_quota_is_set_by_ops_only(cast, fleet, who, allowed) -> None:  # 
 @pytest.mark.parametrize(
     "who, allowed", [("ops", True), ("alice", True), ("bob", False), ("carol", False), ("dave", False), ("erin", False), ("nobody", False)]
 )
-def test_project_quota_is_set_by_tenant_admins_and_ops(cast, fleet, who, allowed) -> None:  # noqa: ANN001
+def test_project_quota_is_set_by_tenant_admins_and_ops(cast, fleet, who, allowed) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     if allowed:
         assert project_quota(cast, fleet, cast.vision, 4, who=who).nominal == 4
@@ -343,7 +343,7 @@ def test_project_quota_is_set_by_tenant_admins_and_ops(cast, fleet, who, allowed
             project_quota(cast, fleet, cast.vision, 4, who=who)
 
 
-def test_project_token_cannot_set_quota(cast, fleet, token_client) -> None:  # noqa: ANN001
+def test_project_token_cannot_set_quota(cast, fleet, token_client) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     _client, token = token_client("alice", cast.vision, "read+submit")
     with pytest.raises(NotAllowed):
@@ -368,7 +368,7 @@ def test_project_token_cannot_set_quota(cast, fleet, token_client) -> None:  # n
         ({"nominal": 2, "resource": ""}, "resource"),
     ],
 )
-def test_project_quota_bad_input_writes_nothing(cast, fleet, changes, field) -> None:  # noqa: ANN001
+def test_project_quota_bad_input_writes_nothing(cast, fleet, changes, field) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     before = counts()
     values = {"resource": GPU, **changes}
@@ -378,7 +378,7 @@ def test_project_quota_bad_input_writes_nothing(cast, fleet, changes, field) -> 
     assert counts() == before
 
 
-def test_cpu_quota_takes_fractions_but_not_four_places(cast, fleet) -> None:  # noqa: ANN001
+def test_cpu_quota_takes_fractions_but_not_four_places(cast, fleet) -> None:
     ops = cast.actor("ops")
     assert services.quota_set(actor=ops, tenant=cast.acme, flavor=fleet.cpu, resource="cpu", nominal="12.5").nominal == D("12.5")
     with pytest.raises(Invalid) as caught:
@@ -386,7 +386,7 @@ def test_cpu_quota_takes_fractions_but_not_four_places(cast, fleet) -> None:  # 
     assert caught.value.field == "nominal"
 
 
-def test_limits_need_a_cohort(cast, fleet) -> None:  # noqa: ANN001
+def test_limits_need_a_cohort(cast, fleet) -> None:
     ops = cast.actor("ops")
     with pytest.raises(Invalid) as caught:  # a tenant's cohort has no parent to borrow from
         services.quota_set(actor=ops, tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=8, borrowing_limit=2)
@@ -405,7 +405,7 @@ def test_limits_need_a_cohort(cast, fleet) -> None:  # noqa: ANN001
     assert counts() == before
 
 
-def test_suspended_tenant_cannot_change_its_split(cast, fleet) -> None:  # noqa: ANN001
+def test_suspended_tenant_cannot_change_its_split(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     tenant_update(actor=cast.actor("ops"), tenant=cast.acme, status=Tenant.Status.SUSPENDED)
     with pytest.raises(ReadOnlyTenant):
@@ -413,7 +413,7 @@ def test_suspended_tenant_cannot_change_its_split(cast, fleet) -> None:  # noqa:
     project_quota(cast, fleet, cast.vision, 2, who="ops")
 
 
-def test_quota_change_is_audited_and_schedules_one_reconcile(cast, fleet) -> None:  # noqa: ANN001
+def test_quota_change_is_audited_and_schedules_one_reconcile(cast, fleet) -> None:
     other = make_cluster("other")
     tenant_quota(cast, fleet, cast.acme, 8)
     project_quota(cast, fleet, cast.vision, 4, borrowing_limit=2)
@@ -431,7 +431,7 @@ def test_quota_change_is_audited_and_schedules_one_reconcile(cast, fleet) -> Non
     assert AuditEntry.objects.filter(action="quota.set", project=cast.vision).count() == 1
 
 
-def test_quota_selectors_are_scoped(cast, fleet) -> None:  # noqa: ANN001
+def test_quota_selectors_are_scoped(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     tenant_quota(cast, fleet, cast.globex, 4)
     project_quota(cast, fleet, cast.vision, 4)
@@ -449,7 +449,7 @@ def test_quota_selectors_are_scoped(cast, fleet) -> None:  # noqa: ANN001
     assert seen("nobody") == set()
 
 
-def test_project_quota_summary(cast, fleet) -> None:  # noqa: ANN001
+def test_project_quota_summary(cast, fleet) -> None:
     tenant_quota(cast, fleet, cast.acme, 8)
     project_quota(cast, fleet, cast.vision, 4, borrowing_limit=2)
     Quota.objects.filter(project=cast.vision).update(used=5, borrowed=1)
@@ -467,7 +467,7 @@ def test_project_quota_summary(cast, fleet) -> None:  # noqa: ANN001
 # Quota requests: routing, approval, revert ---------------------------------------------------------
 
 
-def ask(cast, fleet, amount, *, who="carol", until=None, project=None):  # noqa: ANN001, ANN201
+def ask(cast, fleet, amount, *, who="carol", until=None, project=None):
     return services.quota_request_create(
         actor=cast.actor(who), project=project or cast.vision, flavor=fleet.h100, resource=GPU, amount=amount,
         reason="Training run for the paper.", until=until,
@@ -475,7 +475,7 @@ def ask(cast, fleet, amount, *, who="carol", until=None, project=None):  # noqa:
 
 
 @pytest.fixture
-def split(cast, fleet):  # noqa: ANN001, ANN201
+def split(cast, fleet):
     """acme has 8 GPUs of 16; vision 4 of them, so 4 are unassigned and 8 unpromised in the cluster."""
     tenant_quota(cast, fleet, cast.acme, 8)
     project_quota(cast, fleet, cast.vision, 4)
@@ -484,14 +484,14 @@ def split(cast, fleet):  # noqa: ANN001, ANN201
 
 @pytest.mark.parametrize("amount, approver", [(1, Approver.PROJECT_ADMIN), (4, Approver.PROJECT_ADMIN),
                                               (5, Approver.TENANT_ADMIN), (12, Approver.TENANT_ADMIN), (13, Approver.OPS)])
-def test_request_goes_to_who_owns_the_headroom(cast, split, amount, approver) -> None:  # noqa: ANN001
+def test_request_goes_to_who_owns_the_headroom(cast, split, amount, approver) -> None:
     request = ask(cast, split, amount)
     assert (request.approver, request.status) == (approver, QuotaRequest.Status.PENDING)
     assert AuditEntry.objects.get(action="quota_request.create").after["approver"] == approver
 
 
 @pytest.mark.parametrize("who, allowed", [("carol", True), ("bob", True), ("alice", True), ("ops", True), ("dave", False), ("erin", False), ("nobody", False)])
-def test_who_may_ask(cast, split, who, allowed) -> None:  # noqa: ANN001
+def test_who_may_ask(cast, split, who, allowed) -> None:
     if allowed:
         assert ask(cast, split, 1, who=who).requested_by == getattr(cast, who)
     else:
@@ -511,7 +511,7 @@ def test_who_may_ask(cast, split, who, allowed) -> None:  # noqa: ANN001
         ({"resource": "cpu"}, "resource"),
     ],
 )
-def test_request_bad_input(cast, split, changes, field) -> None:  # noqa: ANN001
+def test_request_bad_input(cast, split, changes, field) -> None:
     values = {"amount": 1, "reason": "why not", "resource": GPU, "until": None, **changes}
     if values["until"] == "past":
         values["until"] = timezone.now() - timedelta(minutes=1)
@@ -522,14 +522,14 @@ def test_request_bad_input(cast, split, changes, field) -> None:  # noqa: ANN001
     assert counts() == before
 
 
-def test_archived_project_cannot_ask(cast, split) -> None:  # noqa: ANN001
+def test_archived_project_cannot_ask(cast, split) -> None:
     project_update(actor=cast.actor("alice"), project=cast.nlp, status="archived")
     with pytest.raises(Invalid) as caught:
         ask(cast, split, 1, who="alice", project=cast.nlp)
     assert caught.value.field == "project"
 
 
-def test_project_admin_approves_from_unassigned_quota(cast, split) -> None:  # noqa: ANN001
+def test_project_admin_approves_from_unassigned_quota(cast, split) -> None:
     request = ask(cast, split, 3)
     for who in ("carol", "dave", "erin", "frank"):
         with pytest.raises(NotAllowed):
@@ -545,7 +545,7 @@ def test_project_admin_approves_from_unassigned_quota(cast, split) -> None:  # n
     assert approve_entry.before["status"] == "pending" and approve_entry.after["status"] == "approved"
 
 
-def test_project_admin_cannot_approve_their_own_request(cast, split) -> None:  # noqa: ANN001
+def test_project_admin_cannot_approve_their_own_request(cast, split) -> None:
     request = ask(cast, split, 2, who="bob")
     assert request.approver == Approver.PROJECT_ADMIN
     with pytest.raises(NotAllowed):
@@ -554,7 +554,7 @@ def test_project_admin_cannot_approve_their_own_request(cast, split) -> None:  #
     services.quota_request_approve(actor=cast.actor("alice"), request=request)
 
 
-def test_tenant_admin_approves_by_raising_the_tenant(cast, split) -> None:  # noqa: ANN001
+def test_tenant_admin_approves_by_raising_the_tenant(cast, split) -> None:
     request = ask(cast, split, 6)  # 4 unassigned, 2 more from the cluster
     assert request.approver == Approver.TENANT_ADMIN
     with pytest.raises(NotAllowed):
@@ -565,7 +565,7 @@ def test_tenant_admin_approves_by_raising_the_tenant(cast, split) -> None:  # no
     assert AuditEntry.objects.filter(action="quota.raise").count() == 2
 
 
-def test_ops_request_needs_ops_and_capacity(cast, split) -> None:  # noqa: ANN001
+def test_ops_request_needs_ops_and_capacity(cast, split) -> None:
     tenant_quota(cast, split, cast.globex, 8)  # the cluster's 16 are all promised
     request = ask(cast, split, 6)
     assert request.approver == Approver.OPS
@@ -580,7 +580,7 @@ def test_ops_request_needs_ops_and_capacity(cast, split) -> None:  # noqa: ANN00
     assert nominal(split, tenant=cast.acme) == 10 and nominal(split, project=cast.vision) == 10
 
 
-def test_approval_escalates_when_the_headroom_went_away(cast, split) -> None:  # noqa: ANN001
+def test_approval_escalates_when_the_headroom_went_away(cast, split) -> None:
     request = ask(cast, split, 3)
     assert request.approver == Approver.PROJECT_ADMIN
     project_quota(cast, split, cast.nlp, 4)  # alice hands the unassigned 4 to nlp
@@ -591,7 +591,7 @@ def test_approval_escalates_when_the_headroom_went_away(cast, split) -> None:  #
     assert nominal(split, tenant=cast.acme) == 11 and nominal(split, project=cast.vision) == 7
 
 
-def test_decisions_are_compare_and_set(cast, split) -> None:  # noqa: ANN001
+def test_decisions_are_compare_and_set(cast, split) -> None:
     request = ask(cast, split, 1)
     services.quota_request_approve(actor=cast.actor("bob"), request=request)
     with pytest.raises(AlreadyDecided):
@@ -603,7 +603,7 @@ def test_decisions_are_compare_and_set(cast, split) -> None:  # noqa: ANN001
     assert nominal(split, project=cast.vision) == 5  # applied once
 
 
-def test_reject_needs_a_comment_and_changes_no_quota(cast, split) -> None:  # noqa: ANN001
+def test_reject_needs_a_comment_and_changes_no_quota(cast, split) -> None:
     request = ask(cast, split, 2)
     with pytest.raises(Invalid) as caught:
         services.quota_request_reject(actor=cast.actor("bob"), request=request, comment=" ")
@@ -616,7 +616,7 @@ def test_reject_needs_a_comment_and_changes_no_quota(cast, split) -> None:  # no
     assert AuditEntry.objects.filter(action="quota_request.reject").count() == 1
 
 
-def test_only_the_requester_cancels(cast, split) -> None:  # noqa: ANN001
+def test_only_the_requester_cancels(cast, split) -> None:
     request = ask(cast, split, 2)
     for who in ("bob", "alice", "ops"):
         with pytest.raises(NotAllowed):
@@ -627,7 +627,7 @@ def test_only_the_requester_cancels(cast, split) -> None:  # noqa: ANN001
     assert AuditEntry.objects.filter(action="quota_request.cancel").count() == 1
 
 
-def test_approved_request_reverts_when_it_ends(cast, split) -> None:  # noqa: ANN001
+def test_approved_request_reverts_when_it_ends(cast, split) -> None:
     until = timezone.now() + timedelta(days=2)
     request = ask(cast, split, 6, until=until)
     services.quota_request_approve(actor=cast.actor("alice"), request=request)
@@ -642,7 +642,7 @@ def test_approved_request_reverts_when_it_ends(cast, split) -> None:  # noqa: AN
     assert jobs.quota_requests_expire(now=until + timedelta(days=1)) == {"reverted": 0, "lapsed": 0}  # runs twice safely
 
 
-def test_revert_never_takes_what_is_promised_to_others(cast, split) -> None:  # noqa: ANN001
+def test_revert_never_takes_what_is_promised_to_others(cast, split) -> None:
     until = timezone.now() + timedelta(hours=1)
     request = ask(cast, split, 6, until=until)
     services.quota_request_approve(actor=cast.actor("alice"), request=request)  # acme 10, vision 10
@@ -656,7 +656,7 @@ def test_revert_never_takes_what_is_promised_to_others(cast, split) -> None:  # 
     assert request.applied["reverted"] == {"project": "1", "tenant": "1"}
 
 
-def test_pending_request_that_ended_lapses(cast, split) -> None:  # noqa: ANN001
+def test_pending_request_that_ended_lapses(cast, split) -> None:
     until = timezone.now() + timedelta(hours=1)
     request = ask(cast, split, 2, until=until)
     assert jobs.quota_requests_expire(now=until) == {"reverted": 0, "lapsed": 1}
@@ -665,7 +665,7 @@ def test_pending_request_that_ended_lapses(cast, split) -> None:  # noqa: ANN001
     assert nominal(split, project=cast.vision) == 4
 
 
-def test_inbox_agrees_with_who_may_decide(cast, split) -> None:  # noqa: ANN001
+def test_inbox_agrees_with_who_may_decide(cast, split) -> None:
     tenant_quota(cast, split, cast.globex, 4)
     requests = [ask(cast, split, 2), ask(cast, split, 6), ask(cast, split, 2, who="bob"), ask(cast, split, 13)]
     assert [r.approver for r in requests] == [Approver.PROJECT_ADMIN, Approver.TENANT_ADMIN, Approver.PROJECT_ADMIN, Approver.OPS]
@@ -681,7 +681,7 @@ def test_inbox_agrees_with_who_may_decide(cast, split) -> None:  # noqa: ANN001
 # Notifications -------------------------------------------------------------------------------------
 
 
-def test_everyone_involved_is_emailed(cast, split, mailoutbox, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_everyone_involved_is_emailed(cast, split, mailoutbox, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         request = ask(cast, split, 2)
     assert sorted(m.to[0] for m in mailoutbox) == ["alice@example.com", "bob@example.com", "carol@example.com"]
@@ -698,7 +698,7 @@ def test_everyone_involved_is_emailed(cast, split, mailoutbox, django_capture_on
     assert sorted(m.to[0] for m in mailoutbox) == ["carol@example.com", "ops@example.com"]
 
 
-def test_nothing_is_sent_when_the_decision_rolls_back(cast, split, mailoutbox, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_nothing_is_sent_when_the_decision_rolls_back(cast, split, mailoutbox, django_capture_on_commit_callbacks) -> None:
     tenant_quota(cast, split, cast.globex, 8)
     request = ask(cast, split, 6)
     with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(QuotaExceeded):
@@ -709,18 +709,18 @@ def test_nothing_is_sent_when_the_decision_rolls_back(cast, split, mailoutbox, d
 class _Hook(BaseHTTPRequestHandler):
     received: list = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         type(self).received.append((self.headers["Content-Type"], json.loads(body)))
         self.send_response(204)
         self.end_headers()
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
+    def log_message(self, *args) -> None:
         pass
 
 
 @pytest.fixture
-def webhook(settings):  # noqa: ANN001, ANN201
+def webhook(settings):
     """A real HTTP server on loopback standing in for the customer's webhook."""
     _Hook.received = []
     server = HTTPServer(("127.0.0.1", 0), _Hook)
@@ -732,7 +732,7 @@ def webhook(settings):  # noqa: ANN001, ANN201
     server.server_close()
 
 
-def test_webhook_receives_json(cast, split, webhook, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_webhook_receives_json(cast, split, webhook, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         request = ask(cast, split, 2, until=timezone.now() + timedelta(days=1))
     with django_capture_on_commit_callbacks(execute=True):
@@ -748,7 +748,7 @@ def test_webhook_receives_json(cast, split, webhook, django_capture_on_commit_ca
     assert rejected["actor"] == "alice" and rejected["request"]["comment"] == "Not this week."
 
 
-def test_broken_webhook_is_logged_not_raised(cast, split, settings, mailoutbox, caplog, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_broken_webhook_is_logged_not_raised(cast, split, settings, mailoutbox, caplog, django_capture_on_commit_callbacks) -> None:
     settings.PORTAL_WEBHOOK_URL = "http://127.0.0.1:9/nothing-listens-here"
     with django_capture_on_commit_callbacks(execute=True):
         request = ask(cast, split, 1)

@@ -20,7 +20,7 @@ from .test_concurrency import kinds, run_at_once
 S = QuotaRequest.Status
 
 
-def _ask(cast, fleet, *, until=None) -> QuotaRequest:  # noqa: ANN001
+def _ask(cast, fleet, *, until=None) -> QuotaRequest:
     services.quota_set(actor=cast.actor("ops"), tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=10)
     return services.quota_request_create(actor=cast.actor("carol"), project=cast.vision, flavor=fleet.h100,
                                          resource=GPU, amount=1, reason="a run", until=until)
@@ -37,7 +37,7 @@ def test_the_table() -> None:
 
 
 @pytest.mark.django_db
-def test_allowed_moves_are_audited_and_refused_ones_write_nothing(cast) -> None:  # noqa: ANN001
+def test_allowed_moves_are_audited_and_refused_ones_write_nothing(cast) -> None:
     request = _ask(cast, make_fleet())
     moved = states.move(request, to=S.REJECTED, actor=cast.actor("bob"), action="quota_request.reject",
                         fields={"comment": "no"})
@@ -51,7 +51,7 @@ def test_allowed_moves_are_audited_and_refused_ones_write_nothing(cast) -> None:
 
 
 @pytest.mark.django_db
-def test_a_condition_of_the_compare_is_part_of_the_move(cast) -> None:  # noqa: ANN001
+def test_a_condition_of_the_compare_is_part_of_the_move(cast) -> None:
     until = timezone.now() + timedelta(days=1)
     request = _ask(cast, make_fleet(), until=until)
     assert states.move(request, to=S.REJECTED, actor=Actor.system(), action="quota_request.lapse",
@@ -61,7 +61,7 @@ def test_a_condition_of_the_compare_is_part_of_the_move(cast) -> None:  # noqa: 
 
 
 @pytest.mark.django_db
-def test_an_effect_that_fails_undoes_the_move(cast) -> None:  # noqa: ANN001
+def test_an_effect_that_fails_undoes_the_move(cast) -> None:
     request = _ask(cast, make_fleet())
 
     def fail(_: QuotaRequest) -> None:
@@ -74,7 +74,7 @@ def test_an_effect_that_fails_undoes_the_move(cast) -> None:  # noqa: ANN001
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_moves_exactly_one_wins(cast) -> None:  # noqa: ANN001
+def test_concurrent_moves_exactly_one_wins(cast) -> None:
     """Twenty workers race a pending request to rejected, cancelled and approved: one moves it."""
     request = _ask(cast, make_fleet())
     targets = [S.REJECTED, S.CANCELLED, S.APPROVED]
@@ -92,7 +92,7 @@ def test_concurrent_moves_exactly_one_wins(cast) -> None:  # noqa: ANN001
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_expiry_job_twice_at_once_reverts_once(cast) -> None:  # noqa: ANN001
+def test_the_expiry_job_twice_at_once_reverts_once(cast) -> None:
     until = timezone.now() + timedelta(days=1)
     request = _ask(cast, make_fleet(), until=until)
     services.quota_request_approve(actor=cast.actor("alice"), request=request)

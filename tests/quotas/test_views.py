@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.django_db]
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-def text(response) -> str:  # noqa: ANN001
+def text(response) -> str:
     return response.content.decode()
 
 
@@ -43,7 +43,7 @@ def target(flavor: Flavor, resource: str = GPU) -> str:
     return f"{flavor.pk}|{resource}"
 
 
-def ask(cast, fleet, amount=2, who="carol"):  # noqa: ANN001, ANN201
+def ask(cast, fleet, amount=2, who="carol"):
     return services.quota_request_create(actor=cast.actor(who), project=cast.vision, flavor=fleet.h100, resource=GPU,
                                          amount=amount, reason="More training runs.")
 
@@ -55,7 +55,7 @@ def vision_h100() -> Decimal:
 # Sign-in and who sees which page ------------------------------------------------------------------
 
 
-def test_pages_need_sign_in(client, split) -> None:  # noqa: ANN001
+def test_pages_need_sign_in(client, split) -> None:
     for url in ["/ops/capacity/", "/ops/clusters/gpu-test/", "/ops/flavors/", "/tenants/acme/quotas/",
                 "/projects/acme-vision/quota/", "/quota-requests/", "/ops/clusters/gpu-test/export.yaml"]:
         response = client.get(url)
@@ -67,7 +67,7 @@ OPS_URLS = ["/ops/capacity/", "/ops/clusters/gpu-test/objects/", "/ops/flavors/"
 
 
 @pytest.mark.parametrize("who", ["alice", "bob", "carol", "erin", "nobody"])
-def test_ops_pages_are_404_for_everyone_else(as_user, split, who) -> None:  # noqa: ANN001
+def test_ops_pages_are_404_for_everyone_else(as_user, split, who) -> None:
     client = as_user(who)
     flavor = Flavor.objects.get(name="h100-80gb")
     for url in [*OPS_URLS, "/ops/clusters/gpu-test/", f"/ops/flavors/{flavor.pk}/"]:
@@ -85,7 +85,7 @@ def test_ops_pages_are_404_for_everyone_else(as_user, split, who) -> None:  # no
     assert written() == before
 
 
-def test_ops_pages_render_for_ops(as_user, split) -> None:  # noqa: ANN001
+def test_ops_pages_render_for_ops(as_user, split) -> None:
     client = as_user("ops")
     for url in OPS_URLS:
         assert client.get(url).status_code == 200, url
@@ -97,7 +97,7 @@ def test_ops_pages_render_for_ops(as_user, split) -> None:  # noqa: ANN001
 # Capacity ----------------------------------------------------------------------------------------
 
 
-def test_capacity_shows_overcommit_in_red_with_percent_and_flags_nodes(as_user, cast, settings) -> None:  # noqa: ANN001
+def test_capacity_shows_overcommit_in_red_with_percent_and_flags_nodes(as_user, cast, settings) -> None:
     fleet = make_fleet(overcommit_percent=50)
     ops = cast.actor("ops")
     services.quota_set(actor=ops, tenant=cast.acme, flavor=fleet.h100, resource=GPU, nominal=12)
@@ -129,7 +129,7 @@ def test_capacity_shows_overcommit_in_red_with_percent_and_flags_nodes(as_user, 
     assert not re.search(r'(src|href)="(https?:)?//', body)  # no CDN
 
 
-def test_capacity_lists_filter_and_paginate(as_user, split, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_capacity_lists_filter_and_paginate(as_user, split, django_assert_max_num_queries) -> None:
     for n in range(30):
         make_node(split.cluster, f"cpu-{n:02d}", labels={}, allocatable={"cpu": "8", "memory": "32Gi"})
     client = as_user("ops")
@@ -145,7 +145,7 @@ def test_capacity_lists_filter_and_paginate(as_user, split, django_assert_max_nu
     assert client.get("/ops/capacity/?cluster=nope").status_code == 404
 
 
-def test_ops_set_a_tenant_quota(as_user, split) -> None:  # noqa: ANN001
+def test_ops_set_a_tenant_quota(as_user, split) -> None:
     client = as_user("ops")
     response = client.post("/ops/capacity/tenant-quota/?cluster=gpu-test",
                            {"tq-tenant": "acme", "tq-target": target(split.h100), "tq-nominal": "10"})
@@ -157,7 +157,7 @@ def test_ops_set_a_tenant_quota(as_user, split) -> None:  # noqa: ANN001
     ("13", "tenants of cluster gpu-test would be promised 17 x nvidia.com/gpu in h100-80gb but the cluster has 16 (1 over)"),
     ("3", "projects of acme are promised 4 x nvidia.com/gpu in h100-80gb but the tenant would have 3 (1 over)"),
 ])
-def test_tenant_quota_refusals_say_by_how_much_and_write_nothing(as_user, split, nominal, words) -> None:  # noqa: ANN001
+def test_tenant_quota_refusals_say_by_how_much_and_write_nothing(as_user, split, nominal, words) -> None:
     before = written()
     response = as_user("ops").post("/ops/capacity/tenant-quota/?cluster=gpu-test",
                                    {"tq-tenant": "acme", "tq-target": target(split.h100), "tq-nominal": nominal})
@@ -173,7 +173,7 @@ def test_tenant_quota_refusals_say_by_how_much_and_write_nothing(as_user, split,
     ({"tq-tenant": "nope"}, "tq-tenant"),
     ({"tq-target": "999999|nvidia.com/gpu"}, "tq-target"),
 ])
-def test_tenant_quota_bad_input_gives_field_errors(as_user, split, data, field) -> None:  # noqa: ANN001
+def test_tenant_quota_bad_input_gives_field_errors(as_user, split, data, field) -> None:
     before = written()
     body = {"tq-tenant": "acme", "tq-target": target(split.h100), "tq-nominal": "5"} | data
     response = as_user("ops").post("/ops/capacity/tenant-quota/?cluster=gpu-test", body)
@@ -185,13 +185,13 @@ def test_tenant_quota_bad_input_gives_field_errors(as_user, split, data, field) 
 # Clusters: settings, plan, export, applied objects -----------------------------------------------
 
 
-def test_cluster_page_without_a_reachable_cluster_offers_no_apply(as_user, split) -> None:  # noqa: ANN001
+def test_cluster_page_without_a_reachable_cluster_offers_no_apply(as_user, split) -> None:
     body = text(as_user("ops").get("/ops/clusters/gpu-test/"))
     assert "No plan:" in body and "has no kubeconfig" in body
     assert "Apply plan" not in body
 
 
-def test_cluster_settings_change_and_refusal(as_user, cast, split) -> None:  # noqa: ANN001
+def test_cluster_settings_change_and_refusal(as_user, cast, split) -> None:
     client = as_user("ops")
     response = client.post("/ops/clusters/gpu-test/settings/", {"settings-overcommit_percent": "50", "settings-use_mig": "on",
                                                                "settings-use_hami": "on"})
@@ -208,7 +208,7 @@ def test_cluster_settings_change_and_refusal(as_user, cast, split) -> None:  # n
     assert 'id="id_settings-overcommit_percent_error"' in text(response)
 
 
-def test_export_yaml_downloads_cluster_or_tenant(as_user, split) -> None:  # noqa: ANN001
+def test_export_yaml_downloads_cluster_or_tenant(as_user, split) -> None:
     client = as_user("ops")
     response = client.get("/ops/clusters/gpu-test/export.yaml")
     assert response.status_code == 200
@@ -223,7 +223,7 @@ def test_export_yaml_downloads_cluster_or_tenant(as_user, split) -> None:  # noq
     assert client.get("/ops/clusters/nope/export.yaml").status_code == 404
 
 
-def test_applied_objects_show_errors_first_and_filter(as_user, split) -> None:  # noqa: ANN001
+def test_applied_objects_show_errors_first_and_filter(as_user, split) -> None:
     now = timezone.now()
     AppliedObject.objects.create(cluster=split.cluster, api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue",
                                  name="acme-vision", hash="a" * 64, applied_at=now)
@@ -239,7 +239,7 @@ def test_applied_objects_show_errors_first_and_filter(as_user, split) -> None:  
 
 
 @pytest.fixture
-def sandbox_demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
+def sandbox_demo(cast, fresh_sandbox, settings):
     """The demo cluster (architecture B) on a fresh sandbox, nothing applied yet."""
     from quotas.demo import seed_quota_demo
 
@@ -248,7 +248,7 @@ def sandbox_demo(cast, fresh_sandbox, settings):  # noqa: ANN001, ANN201
     return Cluster.objects.get(name="sandbox")
 
 
-def test_plan_then_explicit_audited_apply(as_user, sandbox_demo) -> None:  # noqa: ANN001
+def test_plan_then_explicit_audited_apply(as_user, sandbox_demo) -> None:
     client = as_user("ops")
     body = text(client.get("/ops/clusters/sandbox/"))
     created = int(re.search(r"(\d+) to create", body).group(1))
@@ -275,7 +275,7 @@ def test_plan_then_explicit_audited_apply(as_user, sandbox_demo) -> None:  # noq
     assert "The cluster matches the desired state" in text(client.get("/ops/clusters/sandbox/"))
 
 
-def test_architecture_change_is_planned_before_it_is_applied(as_user, sandbox_demo) -> None:  # noqa: ANN001
+def test_architecture_change_is_planned_before_it_is_applied(as_user, sandbox_demo) -> None:
     client = as_user("ops")
     body = text(client.get("/ops/clusters/sandbox/?architecture=A"))
     assert "switch to architecture A" in body and "Applying it records the new architecture" in body
@@ -293,7 +293,7 @@ def test_architecture_change_is_planned_before_it_is_applied(as_user, sandbox_de
 # Flavors -----------------------------------------------------------------------------------------
 
 
-def test_flavor_create_edit_and_deactivate(as_user, split) -> None:  # noqa: ANN001
+def test_flavor_create_edit_and_deactivate(as_user, split) -> None:
     client = as_user("ops")
     response = client.post("/ops/flavors/new/", {
         "flavor-cluster": "gpu-test", "flavor-name": "a100-80gb-mig-3g.40gb", "flavor-kind": "mig",
@@ -330,7 +330,7 @@ def test_flavor_create_edit_and_deactivate(as_user, split) -> None:  # noqa: ANN
     ({"flavor-name": "Bad Name"}, "flavor-name", ""),
     ({"flavor-name": "h100-80gb", "flavor-kind": "whole", "flavor-mig_profile": ""}, "flavor-name", "already has a flavor"),
 ])
-def test_flavor_bad_input_gives_field_errors_and_writes_nothing(as_user, split, changes, field, words) -> None:  # noqa: ANN001
+def test_flavor_bad_input_gives_field_errors_and_writes_nothing(as_user, split, changes, field, words) -> None:
     before = written()
     data = {"flavor-cluster": "gpu-test", "flavor-name": "a100-80gb-mig-2g.20gb", "flavor-kind": "mig",
             "flavor-gpu_model": "a100-80gb", "flavor-mig_profile": "2g.20gb", "flavor-hami_memory_mib": "0",
@@ -348,7 +348,7 @@ def test_flavor_bad_input_gives_field_errors_and_writes_nothing(as_user, split, 
 @pytest.mark.parametrize(("who", "status"), [
     ("alice", 200), ("ops", 200), ("bob", 403), ("carol", 403), ("dave", 403), ("erin", 404), ("frank", 404), ("nobody", 404),
 ])
-def test_tenant_quota_page_is_for_tenant_admins(as_user, split, who, status) -> None:  # noqa: ANN001
+def test_tenant_quota_page_is_for_tenant_admins(as_user, split, who, status) -> None:
     client = as_user(who)
     assert client.get("/tenants/acme/quotas/").status_code == status
     before = written()
@@ -358,7 +358,7 @@ def test_tenant_quota_page_is_for_tenant_admins(as_user, split, who, status) -> 
         assert written() == before
 
 
-def test_tenant_quota_page_shows_the_split(as_user, split) -> None:  # noqa: ANN001
+def test_tenant_quota_page_shows_the_split(as_user, split) -> None:
     body = text(as_user("alice").get("/tenants/acme/quotas/"))
     assert 'aria-current="page">Quotas</a>' in body
     chart = json.loads(re.search(r'<script id="split-chart" type="application/json">(.*?)</script>', body, re.S).group(1))
@@ -369,7 +369,7 @@ def test_tenant_quota_page_shows_the_split(as_user, split) -> None:  # noqa: ANN
     assert 'value="acme-vision" selected' in body and f'value="{target(split.h100)}" selected' in body
 
 
-def test_tenant_admin_splits_quota_with_limits(as_user, split) -> None:  # noqa: ANN001
+def test_tenant_admin_splits_quota_with_limits(as_user, split) -> None:
     client = as_user("alice")
     response = client.post("/tenants/acme/quotas/set/", {"pq-project": "acme-nlp", "pq-target": target(split.h100),
                                                          "pq-nominal": "3", "pq-borrowing_limit": "2", "pq-lending_limit": ""})
@@ -386,7 +386,7 @@ def test_tenant_admin_splits_quota_with_limits(as_user, split) -> None:  # noqa:
     ({"pq-nominal": "2", "pq-lending_limit": "3"}, "pq-lending_limit", "cannot lend more than its nominal quota (2)"),
     ({"pq-project": "globex-llm"}, "pq-project", ""),
 ])
-def test_tenant_quota_split_refusals(as_user, split, data, where, words) -> None:  # noqa: ANN001
+def test_tenant_quota_split_refusals(as_user, split, data, where, words) -> None:
     before = written()
     body = {"pq-project": "acme-vision", "pq-target": target(split.h100), "pq-nominal": "4"} | data
     response = as_user("alice").post("/tenants/acme/quotas/set/", body)
@@ -406,11 +406,11 @@ def test_tenant_quota_split_refusals(as_user, split, data, where, words) -> None
 @pytest.mark.parametrize(("who", "status"), [
     ("carol", 200), ("dave", 200), ("bob", 200), ("alice", 200), ("ops", 200), ("erin", 404), ("frank", 404), ("nobody", 404),
 ])
-def test_project_quota_page_is_for_who_sees_the_project(as_user, split, who, status) -> None:  # noqa: ANN001
+def test_project_quota_page_is_for_who_sees_the_project(as_user, split, who, status) -> None:
     assert as_user(who).get("/projects/acme-vision/quota/").status_code == status
 
 
-def test_project_quota_shows_quota_use_borrowed_free(as_user, split) -> None:  # noqa: ANN001
+def test_project_quota_shows_quota_use_borrowed_free(as_user, split) -> None:
     Quota.objects.filter(project__slug="acme-vision", flavor=split.h100).update(used=5, borrowed=1)
     body = text(as_user("carol").get("/projects/acme-vision/quota/"))
     row = re.search(r'<th scope="row" data-label="Flavor">h100-80gb</th>(.*?)</tr>', body, re.S).group(1)
@@ -425,7 +425,7 @@ def test_project_quota_shows_quota_use_borrowed_free(as_user, split) -> None:  #
     assert 'id="quota-h"' in body and 'href="/projects/acme-vision/quota/"' in body
 
 
-def test_member_asks_for_more_quota(as_user, split, mailoutbox, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_member_asks_for_more_quota(as_user, split, mailoutbox, django_capture_on_commit_callbacks) -> None:
     client = as_user("carol")
     until = (timezone.now() + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
     with django_capture_on_commit_callbacks(execute=True):
@@ -449,7 +449,7 @@ def test_member_asks_for_more_quota(as_user, split, mailoutbox, django_capture_o
     ({"qr-until": "soon"}, "qr-until"),
     ({"qr-target": "12345|nvidia.com/gpu"}, "qr-target"),
 ])
-def test_quota_request_bad_input_gives_field_errors(as_user, split, data, field) -> None:  # noqa: ANN001
+def test_quota_request_bad_input_gives_field_errors(as_user, split, data, field) -> None:
     before = written()
     body = {"qr-target": target(split.h100), "qr-amount": "2", "qr-reason": "More runs."} | data
     response = as_user("carol").post("/projects/acme-vision/quota/request/", body)
@@ -459,7 +459,7 @@ def test_quota_request_bad_input_gives_field_errors(as_user, split, data, field)
 
 
 @pytest.mark.parametrize(("who", "status"), [("dave", 200), ("frank", 404), ("nobody", 404)])
-def test_only_members_ask(as_user, split, who, status) -> None:  # noqa: ANN001
+def test_only_members_ask(as_user, split, who, status) -> None:
     before = written()
     response = as_user(who).post("/projects/acme-vision/quota/request/", {
         "qr-target": target(split.h100), "qr-amount": "2", "qr-reason": "More runs."})
@@ -472,7 +472,7 @@ def test_only_members_ask(as_user, split, who, status) -> None:  # noqa: ANN001
 # Quota requests: inbox and decisions -------------------------------------------------------------
 
 
-def test_inbox_and_list_are_scoped(as_user, cast, split, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_inbox_and_list_are_scoped(as_user, cast, split, django_assert_max_num_queries) -> None:
     mine = ask(cast, split)
     services.quota_request_create(actor=cast.actor("frank"), project=cast.llm, flavor=split.h100, resource=GPU, amount=1, reason="Eval.")
     client = as_user("bob")
@@ -488,11 +488,11 @@ def test_inbox_and_list_are_scoped(as_user, cast, split, django_assert_max_num_q
     body = text(as_user("frank").get("/quota-requests/"))
     assert f'href="/quota-requests/{mine.pk}/"' not in body
     assert as_user("frank").get(f"/quota-requests/{mine.pk}/").status_code == 404
-    body = text(as_user("carol").get(f"/quota-requests/?status=approved"))
+    body = text(as_user("carol").get("/quota-requests/?status=approved"))
     assert "No request matches these filters." in body
 
 
-def test_approve_with_comment_raises_the_quota(as_user, cast, split) -> None:  # noqa: ANN001
+def test_approve_with_comment_raises_the_quota(as_user, cast, split) -> None:
     request = ask(cast, split)
     response = as_user("bob").post(f"/quota-requests/{request.pk}/decide/",
                                    {"decision": "approve", "comment": "Go ahead.", "next": "/quota-requests/"})
@@ -504,7 +504,7 @@ def test_approve_with_comment_raises_the_quota(as_user, cast, split) -> None:  #
     assert '<td data-label="Quota" class="quota-nominal">6</td>' in body and "Go ahead." in body
 
 
-def test_htmx_decision_answers_with_the_card(as_user, cast, split) -> None:  # noqa: ANN001
+def test_htmx_decision_answers_with_the_card(as_user, cast, split) -> None:
     request = ask(cast, split)
     response = as_user("alice").post(f"/quota-requests/{request.pk}/decide/", {"decision": "reject", "comment": "Use NLP's."}, **HTMX)
     assert response.status_code == 200
@@ -514,7 +514,7 @@ def test_htmx_decision_answers_with_the_card(as_user, cast, split) -> None:  # n
     assert QuotaRequest.objects.get().status == "rejected" and vision_h100() == 4
 
 
-def test_reject_needs_a_comment_and_changes_nothing(as_user, cast, split) -> None:  # noqa: ANN001
+def test_reject_needs_a_comment_and_changes_nothing(as_user, cast, split) -> None:
     request = ask(cast, split)
     before = written()
     response = as_user("bob").post(f"/quota-requests/{request.pk}/decide/", {"decision": "reject", "comment": ""}, **HTMX)
@@ -523,7 +523,7 @@ def test_reject_needs_a_comment_and_changes_nothing(as_user, cast, split) -> Non
 
 
 @pytest.mark.parametrize(("who", "status"), [("carol", 302), ("dave", 404), ("erin", 404), ("frank", 404)])
-def test_who_may_not_decide(as_user, cast, split, who, status) -> None:  # noqa: ANN001
+def test_who_may_not_decide(as_user, cast, split, who, status) -> None:
     request = ask(cast, split)
     before = written()
     client = as_user(who)
@@ -535,7 +535,7 @@ def test_who_may_not_decide(as_user, cast, split, who, status) -> None:  # noqa:
     assert written() == before and QuotaRequest.objects.get().status == "pending"
 
 
-def test_second_decision_is_refused(as_user, cast, split) -> None:  # noqa: ANN001
+def test_second_decision_is_refused(as_user, cast, split) -> None:
     request = ask(cast, split)
     as_user("bob").post(f"/quota-requests/{request.pk}/decide/", {"decision": "approve"})
     response = as_user("alice").post(f"/quota-requests/{request.pk}/decide/", {"decision": "approve"}, **HTMX)
@@ -543,7 +543,7 @@ def test_second_decision_is_refused(as_user, cast, split) -> None:  # noqa: ANN0
     assert vision_h100() == 6
 
 
-def test_requester_withdraws(as_user, cast, split) -> None:  # noqa: ANN001
+def test_requester_withdraws(as_user, cast, split) -> None:
     request = ask(cast, split)
     assert as_user("bob").post(f"/quota-requests/{request.pk}/cancel/").status_code == 302
     assert QuotaRequest.objects.get().status == "pending"  # only the requester
@@ -554,7 +554,7 @@ def test_requester_withdraws(as_user, cast, split) -> None:  # noqa: ANN001
     assert QuotaRequest.objects.get().status == "cancelled"
 
 
-def test_capacity_page_sync_now_button(cast, client) -> None:  # noqa: ANN001
+def test_capacity_page_sync_now_button(cast, client) -> None:
     fleet = make_fleet()
     client.force_login(cast.ops)
     page = client.get(f"/ops/capacity/?cluster={fleet.cluster.name}").content.decode()
@@ -585,7 +585,7 @@ def cluster_form(**overrides: object) -> dict[str, object]:
     return {f"cluster-{k}": v for k, v in data.items() if v is not None}
 
 
-def test_ops_registers_a_cluster_with_a_kubeconfig(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_registers_a_cluster_with_a_kubeconfig(as_user, cast) -> None:
     from portal.crypto import decrypt
 
     client = as_user("ops")
@@ -601,7 +601,7 @@ def test_ops_registers_a_cluster_with_a_kubeconfig(as_user, cast) -> None:  # no
     assert "127.0.0.1:6443" not in json.dumps(entry.after, default=str)
 
 
-def test_ops_registers_a_cluster_by_kubeconfig_path(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_registers_a_cluster_by_kubeconfig_path(as_user, cast) -> None:
     response = as_user("ops").post("/ops/clusters/new/", cluster_form(
         name="lab-3", architecture="B", use_mig=None, kubeconfig="", kubeconfig_path="/etc/portal/lab-3.yaml"))
     assert response.status_code == 302
@@ -620,7 +620,7 @@ def test_ops_registers_a_cluster_by_kubeconfig_path(as_user, cast) -> None:  # n
     ({"kubeconfig": "", "kubeconfig_path": "relative/kubeconfig"}, "kubeconfig_path"),
     ({"kubeconfig_path": "/etc/portal/x.yaml"}, "kubeconfig_path"),  # both
 ])
-def test_bad_cluster_input_shows_errors_and_writes_nothing(as_user, fleet, overrides, field) -> None:  # noqa: ANN001
+def test_bad_cluster_input_shows_errors_and_writes_nothing(as_user, fleet, overrides, field) -> None:
     before = written()
     response = as_user("ops").post("/ops/clusters/new/", cluster_form(**overrides))
     assert response.status_code == 200 and field in response.context["form"].errors
@@ -629,7 +629,7 @@ def test_bad_cluster_input_shows_errors_and_writes_nothing(as_user, fleet, overr
 
 
 @pytest.mark.parametrize("who", ["alice", "bob", "nobody"])
-def test_cluster_registration_is_404_for_non_ops(as_user, cast, who) -> None:  # noqa: ANN001
+def test_cluster_registration_is_404_for_non_ops(as_user, cast, who) -> None:
     client = as_user(who)
     assert client.get("/ops/clusters/new/").status_code == 404
     assert client.post("/ops/clusters/new/", cluster_form()).status_code == 404

@@ -328,7 +328,7 @@ def test_restart_keeps_state_and_port(fresh_sandbox):
             with api_client(sb) as api:
                 ns = client.CoreV1Api(api).read_namespace("survivor")
             break
-        except Exception:  # noqa: BLE001 - the listener is coming back
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)

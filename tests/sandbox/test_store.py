@@ -3,7 +3,6 @@
 import json
 import re
 import threading
-import time
 
 import pytest
 

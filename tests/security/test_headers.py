@@ -21,7 +21,7 @@ def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
                   "PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings"} | extra
 
 
-def test_check_deploy_finds_no_issues_in_production(tmp_path) -> None:  # noqa: ANN001
+def test_check_deploy_finds_no_issues_in_production(tmp_path) -> None:
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT, env=production_env(tmp_path),
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr
@@ -40,7 +40,7 @@ print("csp", secure.get("Content-Security-Policy"))
 """
 
 
-def test_production_redirects_to_https_and_sends_hsts_for_a_year(tmp_path) -> None:  # noqa: ANN001
+def test_production_redirects_to_https_and_sends_hsts_for_a_year(tmp_path) -> None:
     result = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=production_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
@@ -49,7 +49,7 @@ def test_production_redirects_to_https_and_sends_hsts_for_a_year(tmp_path) -> No
     assert "default-src 'self'" in lines["csp"]
 
 
-def test_production_tls_settings_follow_the_environment(tmp_path) -> None:  # noqa: ANN001
+def test_production_tls_settings_follow_the_environment(tmp_path) -> None:
     env = production_env(tmp_path, SECURE_SSL_REDIRECT="0", SECURE_HSTS_INCLUDE_SUBDOMAINS="0", SECURE_HSTS_PRELOAD="0")
     result = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
@@ -58,7 +58,7 @@ def test_production_tls_settings_follow_the_environment(tmp_path) -> None:  # no
 
 
 @pytest.mark.django_db
-def test_pages_carry_the_policy_and_inline_code_its_nonce(client, as_user) -> None:  # noqa: ANN001
+def test_pages_carry_the_policy_and_inline_code_its_nonce(client, as_user) -> None:
     response = client.get("/accounts/login/")
     policy = response["Content-Security-Policy"]
     assert "script-src 'self'" in policy and "style-src 'self'" in policy and "unsafe-inline" not in policy

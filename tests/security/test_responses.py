@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 API = "/api/v1"
 
 
-def test_token_create_response_is_not_stored(api, cast) -> None:  # noqa: ANN001
+def test_token_create_response_is_not_stored(api, cast) -> None:
     response = api("carol").post(f"{API}/tokens/", {"name": "ci", "project": "acme-vision", "scope": "read"}, format="json")
     assert response.status_code == 201 and response.json()["secret"].startswith("gpp_")
     assert "no-store" in response["Cache-Control"]
@@ -20,7 +20,7 @@ def test_token_create_response_is_not_stored(api, cast) -> None:  # noqa: ANN001
 
 
 @pytest.mark.urls("tests.security.urls_boom")
-def test_api_500_is_json_in_the_error_shape(settings) -> None:  # noqa: ANN001
+def test_api_500_is_json_in_the_error_shape(settings) -> None:
     settings.DEBUG = False
     client = Client(raise_request_exception=False)
     response = client.get(f"{API}/boom/")
@@ -32,7 +32,7 @@ def test_api_500_is_json_in_the_error_shape(settings) -> None:  # noqa: ANN001
 
 
 @pytest.mark.urls("tests.security.urls_boom")
-def test_page_500_stays_html(settings) -> None:  # noqa: ANN001
+def test_page_500_stays_html(settings) -> None:
     settings.DEBUG = False
     response = Client(raise_request_exception=False).get("/boom/")
     assert response.status_code == 500

@@ -10,11 +10,11 @@ from portal import urls as portal_urls
 class Boom(APIView):
     permission_classes = [AllowAny]
 
-    def get(self, request):  # noqa: ANN001, ANN201
+    def get(self, request):
         raise RuntimeError("boom: a bug in an API view")
 
 
-def boom_page(request):  # noqa: ANN001, ANN201
+def boom_page(request):
     raise RuntimeError("boom: a bug in a page")
 
 

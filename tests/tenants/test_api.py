@@ -14,11 +14,11 @@ pytestmark = pytest.mark.django_db
 API = "/api/v1"
 
 
-def ids(response) -> set:  # noqa: ANN001
+def ids(response) -> set:
     return {row["id"] for row in response.json()["results"]}
 
 
-def slugs(response) -> set:  # noqa: ANN001
+def slugs(response) -> set:
     return {row["slug"] for row in response.json()["results"]}
 
 
@@ -37,7 +37,7 @@ def slugs(response) -> set:  # noqa: ANN001
         ("nobody", set()),
     ],
 )
-def test_tenant_list_is_scoped(api, who, expected, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_tenant_list_is_scoped(api, who, expected, django_assert_max_num_queries) -> None:
     client = api(who)
     with django_assert_max_num_queries(8):
         response = client.get(f"{API}/tenants/")
@@ -46,7 +46,7 @@ def test_tenant_list_is_scoped(api, who, expected, django_assert_max_num_queries
     assert response.json()["count"] == len(expected)
 
 
-def test_tenant_by_id_and_slug_and_foreign_is_404(api, cast) -> None:  # noqa: ANN001
+def test_tenant_by_id_and_slug_and_foreign_is_404(api, cast) -> None:
     client = api("carol")
     assert client.get(f"{API}/tenants/{cast.acme.pk}/").json()["slug"] == "acme"
     assert client.get(f"{API}/tenants/acme/").json()["id"] == cast.acme.pk
@@ -59,7 +59,7 @@ def test_tenant_by_id_and_slug_and_foreign_is_404(api, cast) -> None:  # noqa: A
 
 
 @pytest.mark.parametrize("who, status", [("ops", 201), ("alice", 403), ("carol", 403), ("nobody", 403)])
-def test_tenant_create_only_ops(api, who, status) -> None:  # noqa: ANN001
+def test_tenant_create_only_ops(api, who, status) -> None:
     response = api(who).post(f"{API}/tenants/", {"name": "Initech", "slug": "initech", "cost_centre": "CC-9"}, format="json")
     assert response.status_code == status, response.content
     assert Tenant.objects.filter(slug="initech").exists() == (status == 201)
@@ -80,7 +80,7 @@ def test_tenant_create_only_ops(api, who, status) -> None:  # noqa: ANN001
         ({"slug": "noname"}, "name"),
     ],
 )
-def test_tenant_create_bad_input_is_400_and_writes_nothing(api, body, field) -> None:  # noqa: ANN001
+def test_tenant_create_bad_input_is_400_and_writes_nothing(api, body, field) -> None:
     before = (Tenant.objects.count(), AuditEntry.objects.count())
     response = api("ops").post(f"{API}/tenants/", body, format="json")
     assert response.status_code == 400, response.content
@@ -90,7 +90,7 @@ def test_tenant_create_bad_input_is_400_and_writes_nothing(api, body, field) -> 
     assert (Tenant.objects.count(), AuditEntry.objects.count()) == before
 
 
-def test_tenant_admin_edits_details_but_not_status(api, cast) -> None:  # noqa: ANN001
+def test_tenant_admin_edits_details_but_not_status(api, cast) -> None:
     client = api("alice")
     response = client.patch(f"{API}/tenants/acme/", {"cost_centre": "CC-42"}, format="json")
     assert response.status_code == 200 and response.json()["cost_centre"] == "CC-42"
@@ -101,7 +101,7 @@ def test_tenant_admin_edits_details_but_not_status(api, cast) -> None:  # noqa: 
     assert api("erin").patch(f"{API}/tenants/acme/", {"cost_centre": "x"}, format="json").status_code == 404
 
 
-def test_suspended_tenant_is_read_only_for_its_users(api, cast) -> None:  # noqa: ANN001
+def test_suspended_tenant_is_read_only_for_its_users(api, cast) -> None:
     assert api("ops").patch(f"{API}/tenants/acme/", {"status": "suspended"}, format="json").status_code == 200
     alice = api("alice")
     assert alice.get(f"{API}/projects/").json()["count"] == 2  # still readable
@@ -131,14 +131,14 @@ def test_suspended_tenant_is_read_only_for_its_users(api, cast) -> None:  # noqa
         ("nobody", set()),
     ],
 )
-def test_project_list_is_scoped(api, who, expected, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_project_list_is_scoped(api, who, expected, django_assert_max_num_queries) -> None:
     client = api(who)
     with django_assert_max_num_queries(8):
         response = client.get(f"{API}/projects/")
     assert slugs(response) == expected
 
 
-def test_project_filters_ordering_pagination(api) -> None:  # noqa: ANN001
+def test_project_filters_ordering_pagination(api) -> None:
     client = api("ops")
     assert slugs(client.get(f"{API}/projects/?tenant=acme")) == {"acme-vision", "acme-nlp"}
     assert slugs(client.get(f"{API}/projects/?q=nlp")) == {"acme-nlp"}
@@ -148,7 +148,7 @@ def test_project_filters_ordering_pagination(api) -> None:  # noqa: ANN001
     assert page["count"] == 3 and len(page["results"]) == 2 and page["next"]
 
 
-def test_project_foreign_is_404_by_id_and_slug(api, cast) -> None:  # noqa: ANN001
+def test_project_foreign_is_404_by_id_and_slug(api, cast) -> None:
     client = api("frank")
     for key in (cast.vision.pk, "acme-vision"):
         assert client.get(f"{API}/projects/{key}/").status_code == 404
@@ -157,7 +157,7 @@ def test_project_foreign_is_404_by_id_and_slug(api, cast) -> None:  # noqa: ANN0
 
 
 @pytest.mark.parametrize("who, status", [("ops", 201), ("alice", 201), ("bob", 403), ("carol", 403), ("dave", 403), ("erin", 400)])
-def test_project_create_matrix(api, who, status) -> None:  # noqa: ANN001
+def test_project_create_matrix(api, who, status) -> None:
     response = api(who).post(f"{API}/projects/", {"tenant": "acme", "name": "Robotics", "slug": "acme-robotics"}, format="json")
     assert response.status_code == status, response.content
     assert Project.objects.filter(slug="acme-robotics").exists() == (status == 201)
@@ -165,7 +165,7 @@ def test_project_create_matrix(api, who, status) -> None:  # noqa: ANN001
         assert response.json()["fields"] == {"tenant": ["No such tenant."]}
 
 
-def test_project_slug_is_dns_label_and_unique_portal_wide(api) -> None:  # noqa: ANN001
+def test_project_slug_is_dns_label_and_unique_portal_wide(api) -> None:
     client = api("ops")
     for slug in ("UPPER", "-lead", "trail-", "a" * 64, "has.dot"):
         response = client.post(f"{API}/projects/", {"tenant": "acme", "name": f"n-{slug}", "slug": slug}, format="json")
@@ -175,20 +175,20 @@ def test_project_slug_is_dns_label_and_unique_portal_wide(api) -> None:  # noqa:
 
 
 @pytest.mark.parametrize("who, status", [("alice", 200), ("bob", 200), ("carol", 403), ("dave", 403)])
-def test_project_update_matrix(api, who, status) -> None:  # noqa: ANN001
+def test_project_update_matrix(api, who, status) -> None:
     response = api(who).patch(f"{API}/projects/acme-vision/", {"description": "new words"}, format="json")
     assert response.status_code == status
     assert (Project.objects.get(slug="acme-vision").description == "new words") == (status == 200)
 
 
-def test_project_archive_by_tenant_admin_only(api) -> None:  # noqa: ANN001
+def test_project_archive_by_tenant_admin_only(api) -> None:
     assert api("bob").patch(f"{API}/projects/acme-vision/", {"status": "archived"}, format="json").status_code == 403
     response = api("alice").patch(f"{API}/projects/acme-vision/", {"status": "archived"}, format="json")
     assert response.status_code == 200 and response.json()["status"] == "archived"
     assert AuditEntry.objects.filter(action="project.archive", project__slug="acme-vision").exists()
 
 
-def test_project_slug_cannot_change(api) -> None:  # noqa: ANN001
+def test_project_slug_cannot_change(api) -> None:
     response = api("alice").patch(f"{API}/projects/acme-vision/", {"slug": "renamed"}, format="json")
     assert response.status_code == 400 and "slug" in response.json()["fields"]
 
@@ -196,7 +196,7 @@ def test_project_slug_cannot_change(api) -> None:  # noqa: ANN001
 # Memberships -------------------------------------------------------------------------------------
 
 
-def test_membership_list_scope(api, cast) -> None:  # noqa: ANN001
+def test_membership_list_scope(api, cast) -> None:
     alice_sees = {(m["user"], m["project"]) for m in api("alice").get(f"{API}/memberships/").json()["results"]}
     assert ("alice", None) in alice_sees and ("carol", "acme-vision") in alice_sees
     assert not any(user in {"erin", "frank"} for user, _ in alice_sees)
@@ -209,14 +209,14 @@ def test_membership_list_scope(api, cast) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("who, status", [("ops", 201), ("alice", 201), ("bob", 403), ("carol", 403), ("dave", 403), ("erin", 400)])
-def test_membership_create_matrix(api, who, status) -> None:  # noqa: ANN001
+def test_membership_create_matrix(api, who, status) -> None:
     body = {"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "member"}
     response = api(who).post(f"{API}/memberships/", body, format="json")
     assert response.status_code == status, response.content
     assert Membership.objects.filter(user__username="nobody").exists() == (status == 201)
 
 
-def test_membership_change_updates_visibility_at_once(api, cast) -> None:  # noqa: ANN001
+def test_membership_change_updates_visibility_at_once(api, cast) -> None:
     nobody = api("nobody")
     assert nobody.get(f"{API}/projects/acme-nlp/").status_code == 404
     alice = api("alice")
@@ -234,7 +234,7 @@ def test_membership_change_updates_visibility_at_once(api, cast) -> None:  # noq
     assert sorted(actions).count("membership.create") >= 1 and "membership.update" in actions and "membership.delete" in actions
 
 
-def test_membership_bad_input(api) -> None:  # noqa: ANN001
+def test_membership_bad_input(api) -> None:
     alice = api("alice")
     cases = [
         ({"user": "ghost", "tenant": "acme", "project": "acme-nlp", "role": "member"}, "user"),
@@ -253,7 +253,7 @@ def test_membership_bad_input(api) -> None:  # noqa: ANN001
     assert (Membership.objects.count(), AuditEntry.objects.count()) == before
 
 
-def test_last_tenant_admin_cannot_be_removed(api, cast) -> None:  # noqa: ANN001
+def test_last_tenant_admin_cannot_be_removed(api, cast) -> None:
     own = Membership.objects.get(user=cast.alice)
     response = api("alice").delete(f"{API}/memberships/{own.pk}/")
     assert response.status_code == 409
@@ -263,7 +263,7 @@ def test_last_tenant_admin_cannot_be_removed(api, cast) -> None:  # noqa: ANN001
 # Tokens ------------------------------------------------------------------------------------------
 
 
-def test_token_create_shows_secret_once_and_stores_hash(api, cast) -> None:  # noqa: ANN001
+def test_token_create_shows_secret_once_and_stores_hash(api, cast) -> None:
     client = api("carol")
     response = client.post(f"{API}/tokens/", {"name": "ci", "project": "acme-vision", "scope": "read+submit"}, format="json")
     assert response.status_code == 201, response.content
@@ -289,12 +289,12 @@ def test_token_create_shows_secret_once_and_stores_hash(api, cast) -> None:  # n
         ("alice", "acme-nlp", "read+submit", 201),
     ],
 )
-def test_token_create_matrix(api, who, project, scope, status) -> None:  # noqa: ANN001
+def test_token_create_matrix(api, who, project, scope, status) -> None:
     response = api(who).post(f"{API}/tokens/", {"name": "ci", "project": project, "scope": scope}, format="json")
     assert response.status_code == status, response.content
 
 
-def test_token_expiry_validation(api) -> None:  # noqa: ANN001
+def test_token_expiry_validation(api) -> None:
     client = api("carol")
     past = (timezone.now() - timedelta(days=1)).isoformat()
     far = (timezone.now() + timedelta(days=800)).isoformat()
@@ -304,7 +304,7 @@ def test_token_expiry_validation(api) -> None:  # noqa: ANN001
     assert ApiToken.objects.count() == 0
 
 
-def test_token_authenticates_scoped_to_project(token_client, cast) -> None:  # noqa: ANN001
+def test_token_authenticates_scoped_to_project(token_client, cast) -> None:
     client, token = token_client("alice", cast.vision, "read")
     assert slugs(client.get(f"{API}/projects/")) == {"acme-vision"}  # alice sees both, the token only one
     assert client.get(f"{API}/projects/acme-nlp/").status_code == 404
@@ -315,7 +315,7 @@ def test_token_authenticates_scoped_to_project(token_client, cast) -> None:  # n
     assert token.last_used_at is not None
 
 
-def test_token_cannot_write_tenancy(token_client, cast) -> None:  # noqa: ANN001
+def test_token_cannot_write_tenancy(token_client, cast) -> None:
     client, _ = token_client("alice", cast.vision, "read+submit")
     assert client.patch(f"{API}/projects/acme-vision/", {"description": "x"}, format="json").status_code == 403
     assert client.post(f"{API}/tokens/", {"name": "x", "project": "acme-vision"}, format="json").status_code == 403
@@ -324,7 +324,7 @@ def test_token_cannot_write_tenancy(token_client, cast) -> None:  # noqa: ANN001
     assert client.get(f"{API}/audit/").json()["count"] == 0
 
 
-def test_revoked_and_expired_tokens_get_401(token_client, api, cast) -> None:  # noqa: ANN001
+def test_revoked_and_expired_tokens_get_401(token_client, api, cast) -> None:
     client, token = token_client("carol", cast.vision, "read")
     assert client.get(f"{API}/projects/").status_code == 200
     assert api("carol").post(f"{API}/tokens/{token.pk}/revoke/").status_code == 200
@@ -341,7 +341,7 @@ def test_revoked_and_expired_tokens_get_401(token_client, api, cast) -> None:  #
     assert bogus.get(f"{API}/projects/").status_code == 401
 
 
-def test_token_revoke_permissions(token_client, api, cast) -> None:  # noqa: ANN001
+def test_token_revoke_permissions(token_client, api, cast) -> None:
     _, token = token_client("carol", cast.vision, "read")
     assert api("dave").delete(f"{API}/tokens/{token.pk}/").status_code == 404  # not his, not visible
     assert api("erin").delete(f"{API}/tokens/{token.pk}/").status_code == 404
@@ -351,14 +351,14 @@ def test_token_revoke_permissions(token_client, api, cast) -> None:  # noqa: ANN
     assert AuditEntry.objects.filter(action="token.revoke", target_id=str(token.pk)).count() == 1
 
 
-def test_removing_member_revokes_their_project_tokens(token_client, api, cast) -> None:  # noqa: ANN001
+def test_removing_member_revokes_their_project_tokens(token_client, api, cast) -> None:
     client, token = token_client("carol", cast.vision, "read")
     membership = Membership.objects.get(user=cast.carol)
     assert api("alice").delete(f"{API}/memberships/{membership.pk}/").status_code == 204
     assert client.get(f"{API}/projects/").status_code == 401
 
 
-def test_unauthenticated_is_401_or_403(client) -> None:  # noqa: ANN001
+def test_unauthenticated_is_401_or_403(client) -> None:
     for path in ("tenants/", "projects/", "memberships/", "tokens/", "audit/", "me/"):
         assert client.get(f"{API}/{path}").status_code in (401, 403)
 
@@ -366,7 +366,7 @@ def test_unauthenticated_is_401_or_403(client) -> None:  # noqa: ANN001
 # Audit -------------------------------------------------------------------------------------------
 
 
-def test_audit_scope_and_read_only(api, cast) -> None:  # noqa: ANN001
+def test_audit_scope_and_read_only(api, cast) -> None:
     api("alice").patch(f"{API}/projects/acme-vision/", {"description": "d"}, format="json")
     api("erin").patch(f"{API}/projects/globex-llm/", {"description": "d"}, format="json")
     alice_entries = api("alice").get(f"{API}/audit/?page_size=500").json()["results"]
@@ -385,7 +385,7 @@ def test_audit_scope_and_read_only(api, cast) -> None:  # noqa: ANN001
     assert ops.post(f"{API}/audit/", {"action": "x"}, format="json").status_code == 405
 
 
-def test_audit_entry_records_actor_ip_and_change(api) -> None:  # noqa: ANN001
+def test_audit_entry_records_actor_ip_and_change(api) -> None:
     api("alice").patch(f"{API}/projects/acme-vision/", {"description": "after"}, format="json", REMOTE_ADDR="10.1.2.3")
     entry = AuditEntry.objects.filter(action="project.update").latest("id")
     assert entry.actor_label == "alice" and entry.client_address == "10.1.2.3"
@@ -393,13 +393,13 @@ def test_audit_entry_records_actor_ip_and_change(api) -> None:  # noqa: ANN001
     assert entry.tenant.slug == "acme" and entry.project.slug == "acme-vision"
 
 
-def test_audit_filters(api) -> None:  # noqa: ANN001
+def test_audit_filters(api) -> None:
     client = api("ops")
     response = client.get(f"{API}/audit/?action=membership.&tenant=globex").json()
     assert response["count"] >= 2 and all(e["action"].startswith("membership.") and e["tenant"] == "globex" for e in response["results"])
 
 
-def test_audit_rows_cannot_change(cast) -> None:  # noqa: ANN001
+def test_audit_rows_cannot_change(cast) -> None:
     entry = AuditEntry.objects.first()
     with pytest.raises(PermissionError):
         entry.action = "forged"
@@ -412,7 +412,7 @@ def test_audit_rows_cannot_change(cast) -> None:  # noqa: ANN001
         AuditEntry.objects.all().delete()
 
 
-def test_every_change_is_audited(api, cast) -> None:  # noqa: ANN001
+def test_every_change_is_audited(api, cast) -> None:
     """Each write endpoint leaves exactly one entry, in its own transaction."""
     start = AuditEntry.objects.count()
     ops, alice, carol = api("ops"), api("alice"), api("carol")
@@ -431,7 +431,7 @@ def test_every_change_is_audited(api, cast) -> None:  # noqa: ANN001
 # Schema ------------------------------------------------------------------------------------------
 
 
-def test_openapi_schema_and_docs(client) -> None:  # noqa: ANN001
+def test_openapi_schema_and_docs(client) -> None:
     response = client.get("/api/schema/?format=json")
     assert response.status_code == 200
     paths = response.json()["paths"]

@@ -44,7 +44,7 @@ def tamper(sql: str, params: list | None = None) -> None:
 
 
 @pytest.fixture
-def log(cast):  # noqa: ANN001, ANN201
+def log(cast):
     """A log of at least six entries, including awkward values (IPv6, floats, non-ASCII, nesting)."""
     alice = Actor(user=cast.alice, ip="2001:DB8:0:0::1")
     services.project_update(actor=alice, project=cast.vision, description="Ünïcode — vision")
@@ -56,19 +56,19 @@ def log(cast):  # noqa: ANN001, ANN201
     return entries
 
 
-def test_an_untouched_log_verifies(log) -> None:  # noqa: ANN001
+def test_an_untouched_log_verifies(log) -> None:
     assert [entry.seq for entry in log] == list(range(1, len(log) + 1))
     assert log[0].prev_hash == "" and all(b.prev_hash == a.entry_hash for a, b in zip(log, log[1:]))
     assert f"audit log intact: {len(log)} entries, head #{len(log)} {log[-1].entry_hash}" in verify()
 
 
-def test_a_changed_entry_is_the_first_break(log) -> None:  # noqa: ANN001
+def test_a_changed_entry_is_the_first_break(log) -> None:
     middle = log[3]
     tamper(f"UPDATE {TABLE} SET actor_label = 'someone else' WHERE id = %s", [middle.pk])
     assert f"broken at entry #{middle.seq}: entry #{middle.seq} (id {middle.pk}) was changed" in broken()
 
 
-def test_a_changed_entry_with_its_hash_recomputed_breaks_the_next_link(log) -> None:  # noqa: ANN001
+def test_a_changed_entry_with_its_hash_recomputed_breaks_the_next_link(log) -> None:
     from tenants.audit import entry_digest
 
     middle = log[2]
@@ -77,18 +77,18 @@ def test_a_changed_entry_with_its_hash_recomputed_breaks_the_next_link(log) -> N
     assert f"broken at entry #{middle.seq + 1}: entry #{middle.seq + 1} does not follow entry #{middle.seq}" in broken()
 
 
-def test_a_deleted_middle_entry_is_the_first_break(log) -> None:  # noqa: ANN001
+def test_a_deleted_middle_entry_is_the_first_break(log) -> None:
     middle = log[2]
     tamper(f"DELETE FROM {TABLE} WHERE id = %s", [middle.pk])
     assert f"broken at entry #{middle.seq}: entry #{middle.seq} is missing" in broken()
 
 
-def test_deleted_last_entries_show_against_the_head(log) -> None:  # noqa: ANN001
+def test_deleted_last_entries_show_against_the_head(log) -> None:
     tamper(f"DELETE FROM {TABLE} WHERE seq > %s", [len(log) - 2])
     assert f"entries #{len(log) - 1}..#{len(log)} are missing at the end" in broken()
 
 
-def test_a_truncated_log_is_a_break(log) -> None:  # noqa: ANN001
+def test_a_truncated_log_is_a_break(log) -> None:
     tamper(f"TRUNCATE {TABLE}" if connection.vendor == "postgresql" else f"DELETE FROM {TABLE}")
     assert f"broken at entry #1: entries #1..#{len(log)} are missing at the end (the log was cut or emptied)" in broken()
     # Entries written after the cut do not hide it.
@@ -96,7 +96,7 @@ def test_a_truncated_log_is_a_break(log) -> None:  # noqa: ANN001
     assert f"entries #1..#{len(log)} are missing" in broken()
 
 
-def test_an_entry_inserted_outside_the_portal_is_a_break(log) -> None:  # noqa: ANN001
+def test_an_entry_inserted_outside_the_portal_is_a_break(log) -> None:
     tamper(
         f"INSERT INTO {TABLE} (created_at, actor_label, action, target_type, target_id, target_repr, prev_hash, entry_hash)"
         " VALUES (%s, 'x', 'forged', 't', '1', 'r', '', '')",
@@ -106,7 +106,7 @@ def test_an_entry_inserted_outside_the_portal_is_a_break(log) -> None:  # noqa: 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_parallel_appends_keep_one_chain(cast) -> None:  # noqa: ANN001
+def test_parallel_appends_keep_one_chain(cast) -> None:
     before = AuditEntry.objects.count()
     errors: list[BaseException] = []
     start = threading.Barrier(8)
@@ -117,7 +117,7 @@ def test_parallel_appends_keep_one_chain(cast) -> None:  # noqa: ANN001
             for i in range(5):
                 with transaction.atomic():
                     audit_record(actor=Actor.system(), action=f"test.parallel.{n}.{i}", target=cast.acme)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()

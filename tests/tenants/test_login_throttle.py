@@ -40,7 +40,7 @@ class CountingHasher(MD5PasswordHasher):
 
 
 @pytest.fixture
-def counting_hasher(settings):  # noqa: ANN001, ANN201
+def counting_hasher(settings):
     settings.PASSWORD_HASHERS = [f"{__name__}.CountingHasher"]
     settings.LOGIN_THROTTLE_ATTEMPTS = LIMIT
     settings.LOGIN_THROTTLE_WINDOW = 300
@@ -75,7 +75,7 @@ def _guess_in_parallel(base: str, path: str, username: str) -> list[requests.Res
 
 
 @pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
-def test_parallel_wrong_passwords_get_at_most_the_limit_of_checks(live_server, cast, counting_hasher, path) -> None:  # noqa: ANN001
+def test_parallel_wrong_passwords_get_at_most_the_limit_of_checks(live_server, cast, counting_hasher, path) -> None:
     responses = _guess_in_parallel(live_server.url, path, "ops")
     assert all(response.status_code == 200 for response in responses), [r.status_code for r in responses]
     assert counting_hasher.checks <= LIMIT, f"{counting_hasher.checks} password checks for {PARALLEL} parallel guesses"
@@ -91,7 +91,7 @@ def test_parallel_wrong_passwords_get_at_most_the_limit_of_checks(live_server, c
     assert counting_hasher.checks == checks  # refused before the password was looked at
 
 
-def test_admin_login_is_throttled_like_the_portal_login(client, cast, settings) -> None:  # noqa: ANN001
+def test_admin_login_is_throttled_like_the_portal_login(client, cast, settings) -> None:
     settings.LOGIN_THROTTLE_ATTEMPTS = 3
     for _ in range(3):
         response = client.post("/admin/login/", {"username": "ops", "password": "wrong"})

@@ -13,7 +13,7 @@ from tenants.models import Project
 pytestmark = pytest.mark.django_db
 
 
-def test_namespace_is_computed_once_and_unique(cast) -> None:  # noqa: ANN001
+def test_namespace_is_computed_once_and_unique(cast) -> None:
     alice = cast.actor("alice")
     project = services.project_create(actor=alice, tenant=cast.acme, name="Speech", slug="speech")
     assert project.cluster_namespace == "acme-speech" and project.namespace == "acme-speech"
@@ -26,13 +26,13 @@ def test_namespace_is_computed_once_and_unique(cast) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("slug", ["default", "kube-system", "gpu-operator", "hami-system"])
-def test_reserved_slugs_are_refused(cast, slug: str) -> None:  # noqa: ANN001
+def test_reserved_slugs_are_refused(cast, slug: str) -> None:
     with pytest.raises(Invalid) as err:
         services.project_create(actor=cast.actor("alice"), tenant=cast.acme, name=slug, slug=slug)
     assert err.value.field == "slug" and "reserved" in err.value.message
 
 
-def test_archiving_starts_retention_and_restoring_cancels_it(cast) -> None:  # noqa: ANN001
+def test_archiving_starts_retention_and_restoring_cancels_it(cast) -> None:
     alice = cast.actor("alice")
     services.project_update(actor=alice, project=cast.nlp, status=Project.Status.ARCHIVED)
     nlp = Project.objects.get(pk=cast.nlp.pk)

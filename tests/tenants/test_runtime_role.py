@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def runtime_role(cast, monkeypatch):  # noqa: ANN001, ANN201
+def runtime_role(cast, monkeypatch):
     role = f"portal_rt_{uuid.uuid4().hex[:10]}"
     monkeypatch.setenv("PORTAL_RUNTIME_DB_PASSWORD", "rt-" + uuid.uuid4().hex)
     call_command("db_runtime_role", role, "--apply")
@@ -47,7 +47,7 @@ def refused(conn: psycopg.Connection, statement: str) -> bool:
     return False
 
 
-def test_runtime_role_cannot_change_or_empty_the_audit_log(runtime_role) -> None:  # noqa: ANN001
+def test_runtime_role_cannot_change_or_empty_the_audit_log(runtime_role) -> None:
     audit_record(actor=Actor.system(), action="test.entry", target=_tenant())
     count = runtime_role.execute("SELECT count(*) FROM tenants_auditentry").fetchone()[0]
     assert count > 0
@@ -64,7 +64,7 @@ def test_runtime_role_cannot_change_or_empty_the_audit_log(runtime_role) -> None
     assert runtime_role.execute("SELECT count(*) FROM tenants_auditentry").fetchone()[0] == count
 
 
-def test_runtime_role_can_do_what_the_portal_does(runtime_role) -> None:  # noqa: ANN001
+def test_runtime_role_can_do_what_the_portal_does(runtime_role) -> None:
     """Append to the log as ``audit_record`` does (lock the head, insert, move the head), and DML elsewhere."""
     with runtime_role.transaction():
         runtime_role.execute("INSERT INTO tenants_auditchainhead (id, seq, hash) VALUES (1, 0, '') ON CONFLICT (id) DO NOTHING")
@@ -79,7 +79,7 @@ def test_runtime_role_can_do_what_the_portal_does(runtime_role) -> None:  # noqa
     runtime_role.execute("DELETE FROM tenants_loginthrottle")
 
 
-def _tenant():  # noqa: ANN202
+def _tenant():
     from tenants.models import Tenant
 
     return Tenant.objects.get(slug="acme")

@@ -34,14 +34,14 @@ PERM = {
 
 @pytest.mark.parametrize("who", list(MATRIX))
 @pytest.mark.parametrize("action", ACTIONS)
-def test_permission_matrix(cast, who, action) -> None:  # noqa: ANN001
+def test_permission_matrix(cast, who, action) -> None:
     perm, target = PERM[action]
     expected = MATRIX[who][ACTIONS.index(action)]
     assert has_perm(cast.actor(who), perm, getattr(cast, target)) is expected
 
 
 @pytest.mark.parametrize("who", list(MATRIX))
-def test_selectors_agree_with_matrix(cast, who) -> None:  # noqa: ANN001
+def test_selectors_agree_with_matrix(cast, who) -> None:
     actor = cast.actor(who)
     sees_vision = selectors.projects_for(actor=actor).filter(pk=cast.vision.pk).exists()
     assert sees_vision is MATRIX[who][ACTIONS.index("view_project")]
@@ -49,13 +49,13 @@ def test_selectors_agree_with_matrix(cast, who) -> None:  # noqa: ANN001
     assert submits is MATRIX[who][ACTIONS.index("submit")]
 
 
-def test_tenant_admin_gets_new_projects_at_once(cast) -> None:  # noqa: ANN001
+def test_tenant_admin_gets_new_projects_at_once(cast) -> None:
     project = services.project_create(actor=cast.actor("alice"), tenant=cast.acme, name="Fresh", slug="acme-fresh")
     assert has_perm(cast.actor("alice"), "change_project", project)
     assert not has_perm(cast.actor("carol"), "view_project", project)
 
 
-def test_suspended_tenant_blocks_writes_not_reads(cast) -> None:  # noqa: ANN001
+def test_suspended_tenant_blocks_writes_not_reads(cast) -> None:
     services.tenant_update(actor=cast.actor("ops"), tenant=cast.acme, status=Tenant.Status.SUSPENDED)
     alice = cast.actor("alice")
     with pytest.raises(ReadOnlyTenant):
@@ -68,7 +68,7 @@ def test_suspended_tenant_blocks_writes_not_reads(cast) -> None:  # noqa: ANN001
     services.project_update(actor=alice, project=cast.vision, description="x")
 
 
-def test_audit_is_written_in_the_same_transaction(cast) -> None:  # noqa: ANN001
+def test_audit_is_written_in_the_same_transaction(cast) -> None:
     """A change that fails leaves no audit entry; one that commits always has one."""
     before = AuditEntry.objects.count()
     with pytest.raises(PortalError):
@@ -79,7 +79,7 @@ def test_audit_is_written_in_the_same_transaction(cast) -> None:  # noqa: ANN001
     assert Project.objects.get(pk=cast.vision.pk).description == ""
 
 
-def test_database_refuses_to_change_audit_rows(cast) -> None:  # noqa: ANN001
+def test_database_refuses_to_change_audit_rows(cast) -> None:
     """Raw SQL can't forge entries; on PostgreSQL (production, CI) it can't delete them either."""
     entry = AuditEntry.objects.first()
     table = AuditEntry._meta.db_table
@@ -93,14 +93,14 @@ def test_database_refuses_to_change_audit_rows(cast) -> None:  # noqa: ANN001
     assert AuditEntry.objects.get(pk=entry.pk).action == entry.action
 
 
-def test_membership_removal_drops_permissions(cast) -> None:  # noqa: ANN001
+def test_membership_removal_drops_permissions(cast) -> None:
     membership = Membership.objects.get(user=cast.dave)
     services.membership_delete(actor=cast.actor("alice"), membership=membership)
     assert not has_perm(cast.actor("dave"), "view_project", cast.vision)
     assert not selectors.tenants_for(actor=cast.actor("dave")).exists()
 
 
-def test_role_change_takes_effect_at_once(cast) -> None:  # noqa: ANN001
+def test_role_change_takes_effect_at_once(cast) -> None:
     membership = Membership.objects.get(user=cast.dave)
     dave = cast.actor("dave")
     assert not has_perm(dave, "submit_project", cast.vision)
@@ -108,7 +108,7 @@ def test_role_change_takes_effect_at_once(cast) -> None:  # noqa: ANN001
     assert has_perm(cast.actor("dave"), "submit_project", cast.vision)
 
 
-def test_making_ops_is_audited_once_and_removing_it_too(cast) -> None:  # noqa: ANN001
+def test_making_ops_is_audited_once_and_removing_it_too(cast) -> None:
     ops = cast.actor("ops")
     assert services.ops_user_ensure(actor=ops, user=cast.carol) is True
     assert has_perm(Actor(user=cast.carol), "change_tenant", cast.globex)
@@ -123,7 +123,7 @@ def test_making_ops_is_audited_once_and_removing_it_too(cast) -> None:  # noqa: 
     assert AuditEntry.objects.filter(action="user.remove_ops", target_id=str(cast.carol.pk)).count() == 1
 
 
-def test_only_ops_change_ops_and_never_their_own(cast) -> None:  # noqa: ANN001
+def test_only_ops_change_ops_and_never_their_own(cast) -> None:
     before = AuditEntry.objects.count()
     with pytest.raises(NotAllowed):
         services.ops_user_ensure(actor=cast.actor("alice"), user=cast.alice)

@@ -28,21 +28,21 @@ def suspend(tenant: Tenant) -> None:
     tenant_update(actor=Actor.system(), tenant=tenant, status=Tenant.Status.SUSPENDED)
 
 
-def text(response) -> str:  # noqa: ANN001
+def text(response) -> str:
     return response.content.decode()
 
 
 # Sign-in, sign-out, password ------------------------------------------------------------------
 
 
-def test_pages_need_sign_in(client, cast) -> None:  # noqa: ANN001
+def test_pages_need_sign_in(client, cast) -> None:
     for url in ["/", "/projects/acme-vision/", "/tenants/", "/tenants/acme/", "/ops/", "/accounts/password/"]:
         response = client.get(url)
         assert response.status_code == 302
         assert response["Location"].startswith(reverse("login"))
 
 
-def test_login_page_renders_form_with_own_assets(client, db) -> None:  # noqa: ANN001
+def test_login_page_renders_form_with_own_assets(client, db) -> None:
     response = client.get(reverse("login"))
     assert response.status_code == 200
     body = text(response)
@@ -53,21 +53,21 @@ def test_login_page_renders_form_with_own_assets(client, db) -> None:  # noqa: A
     assert not re.search(r'(src|href)="(https?:)?//', body)
 
 
-def test_login_wrong_password_shows_error(client, cast) -> None:  # noqa: ANN001
+def test_login_wrong_password_shows_error(client, cast) -> None:
     response = client.post(reverse("login"), {"username": "carol", "password": "wrong"})
     assert response.status_code == 200
     assert "do not match" in text(response)
     assert "_auth_user_id" not in client.session
 
 
-def test_login_right_password_lands_on_home(client, cast) -> None:  # noqa: ANN001
+def test_login_right_password_lands_on_home(client, cast) -> None:
     response = client.post(reverse("login"), {"username": "carol", "password": PASSWORD}, follow=True)
     assert response.redirect_chain[-1][0] == reverse("home")
     assert "Vision" in text(response)
     assert client.session["_auth_user_id"] == str(cast.carol.pk)
 
 
-def test_login_throttles_a_username_then_lets_go_after_the_window(client, cast, settings, monkeypatch) -> None:  # noqa: ANN001
+def test_login_throttles_a_username_then_lets_go_after_the_window(client, cast, settings, monkeypatch) -> None:
     settings.LOGIN_THROTTLE_ATTEMPTS = 3
     settings.LOGIN_THROTTLE_WINDOW = 60
     for _ in range(3):
@@ -85,7 +85,7 @@ def test_login_throttles_a_username_then_lets_go_after_the_window(client, cast, 
     assert client.session["_auth_user_id"] == str(cast.carol.pk)
 
 
-def test_login_throttles_a_client_address_across_usernames(client, cast, settings) -> None:  # noqa: ANN001
+def test_login_throttles_a_client_address_across_usernames(client, cast, settings) -> None:
     settings.LOGIN_THROTTLE_ATTEMPTS = 3
     for name in ["alice", "bob", "dave"]:
         client.post(reverse("login"), {"username": name, "password": "wrong"}, REMOTE_ADDR="10.0.0.9")
@@ -96,7 +96,7 @@ def test_login_throttles_a_client_address_across_usernames(client, cast, setting
     assert response.status_code == 302
 
 
-def test_successful_login_resets_username_failures(client, cast, settings) -> None:  # noqa: ANN001
+def test_successful_login_resets_username_failures(client, cast, settings) -> None:
     settings.LOGIN_THROTTLE_ATTEMPTS = 3
     for _ in range(2):
         client.post(reverse("login"), {"username": "carol", "password": "wrong"})
@@ -107,7 +107,7 @@ def test_successful_login_resets_username_failures(client, cast, settings) -> No
     assert response.status_code == 302
 
 
-def test_logout_is_post_only(as_user) -> None:  # noqa: ANN001
+def test_logout_is_post_only(as_user) -> None:
     client = as_user("carol")
     assert client.get(reverse("logout")).status_code == 405
     response = client.post(reverse("logout"))
@@ -115,7 +115,7 @@ def test_logout_is_post_only(as_user) -> None:  # noqa: ANN001
     assert "_auth_user_id" not in client.session
 
 
-def test_password_change(as_user, cast) -> None:  # noqa: ANN001
+def test_password_change(as_user, cast) -> None:
     client = as_user("carol")
     response = client.post(
         reverse("password_change"),
@@ -137,7 +137,7 @@ def test_password_change(as_user, cast) -> None:  # noqa: ANN001
     assert cast.carol.check_password("a-new-long-pass-phrase")
 
 
-def test_forms_need_csrf(cast) -> None:  # noqa: ANN001
+def test_forms_need_csrf(cast) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(cast.alice)
     response = client.post(reverse("member-add", args=["acme"]), {"member-username": "nobody", "member-project": "acme-nlp", "member-role": "member"})
@@ -148,7 +148,7 @@ def test_forms_need_csrf(cast) -> None:  # noqa: ANN001
 # Home ------------------------------------------------------------------------------------------
 
 
-def test_home_lists_my_projects_with_role(as_user) -> None:  # noqa: ANN001
+def test_home_lists_my_projects_with_role(as_user) -> None:
     body = text(as_user("carol").get("/"))
     assert "Vision" in body and "Acme Research" in body and "Member" in body
     assert "NLP" not in body and "LLM" not in body
@@ -160,19 +160,19 @@ def test_home_lists_my_projects_with_role(as_user) -> None:  # noqa: ANN001
     assert "Tenants you admin" in body
 
 
-def test_home_for_ops_links_ops_pages(as_user) -> None:  # noqa: ANN001
+def test_home_for_ops_links_ops_pages(as_user) -> None:
     body = text(as_user("ops").get("/"))
     assert 'href="/ops/"' in body
     assert "LLM" in body and "Vision" in body
 
 
-def test_home_empty_state(as_user) -> None:  # noqa: ANN001
+def test_home_empty_state(as_user) -> None:
     body = text(as_user("nobody").get("/"))
     assert "You are not in any project yet" in body
     assert "Tenants you admin" not in body
 
 
-def test_home_filters_and_paginates(as_user, cast, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_home_filters_and_paginates(as_user, cast, django_assert_max_num_queries) -> None:
     for n in range(30):
         make_project(cast.acme, f"acme-extra-{n:02d}", name=f"Extra {n:02d}")
     client = as_user("alice")
@@ -204,11 +204,11 @@ def test_home_filters_and_paginates(as_user, cast, django_assert_max_num_queries
         ("carol", "no-such-project", 404),
     ],
 )
-def test_project_page_visibility(as_user, who, slug, status) -> None:  # noqa: ANN001
+def test_project_page_visibility(as_user, who, slug, status) -> None:
     assert as_user(who).get(f"/projects/{slug}/").status_code == status
 
 
-def test_project_page_shows_details_members_and_own_tokens(as_user, cast) -> None:  # noqa: ANN001
+def test_project_page_shows_details_members_and_own_tokens(as_user, cast) -> None:
     token_create(actor=cast.actor("carol"), project=cast.vision, name="carol-ci", scope="read")
     token_create(actor=cast.actor("bob"), project=cast.vision, name="bob-ci", scope="read")
     body = text(as_user("carol").get("/projects/acme-vision/"))
@@ -223,7 +223,7 @@ def test_project_page_shows_details_members_and_own_tokens(as_user, cast) -> Non
     assert "Manage members" in body and "Archive project" in body
 
 
-def test_token_create_shows_secret_once(as_user, cast) -> None:  # noqa: ANN001
+def test_token_create_shows_secret_once(as_user, cast) -> None:
     client = as_user("carol")
     response = client.post(
         reverse("token-create", args=["acme-vision"]),
@@ -248,14 +248,14 @@ def test_token_create_shows_secret_once(as_user, cast) -> None:  # noqa: ANN001
         ({"token-name": "x", "token-scope": "admin", "token-expires_days": "30"}, "scope"),
     ],
 )
-def test_token_create_bad_input_writes_nothing(as_user, data, field) -> None:  # noqa: ANN001
+def test_token_create_bad_input_writes_nothing(as_user, data, field) -> None:
     response = as_user("carol").post(reverse("token-create", args=["acme-vision"]), data)
     assert response.status_code == 200
     assert f'id="id_token-{field}_error"' in text(response)
     assert not ApiToken.objects.exists()
 
 
-def test_viewer_cannot_create_a_submit_token(as_user) -> None:  # noqa: ANN001
+def test_viewer_cannot_create_a_submit_token(as_user) -> None:
     client = as_user("dave")
     assert 'value="read+submit"' not in text(client.get("/projects/acme-vision/"))
     response = client.post(
@@ -266,7 +266,7 @@ def test_viewer_cannot_create_a_submit_token(as_user) -> None:  # noqa: ANN001
     assert not ApiToken.objects.exists()
 
 
-def test_token_create_outsider_gets_404(as_user) -> None:  # noqa: ANN001
+def test_token_create_outsider_gets_404(as_user) -> None:
     response = as_user("erin").post(
         reverse("token-create", args=["acme-vision"]), {"token-name": "x", "token-scope": "read", "token-expires_days": "30"}
     )
@@ -274,7 +274,7 @@ def test_token_create_outsider_gets_404(as_user) -> None:  # noqa: ANN001
     assert not ApiToken.objects.exists()
 
 
-def test_token_revoke_plain_post_and_htmx(as_user, cast) -> None:  # noqa: ANN001
+def test_token_revoke_plain_post_and_htmx(as_user, cast) -> None:
     first, _ = token_create(actor=cast.actor("carol"), project=cast.vision, name="one", scope="read")
     second, _ = token_create(actor=cast.actor("carol"), project=cast.vision, name="two", scope="read")
     client = as_user("carol")
@@ -293,7 +293,7 @@ def test_token_revoke_plain_post_and_htmx(as_user, cast) -> None:  # noqa: ANN00
 
 
 @pytest.mark.parametrize(("who", "status", "revoked"), [("alice", 302, True), ("bob", 404, False), ("erin", 404, False)])
-def test_token_revoke_by_others(as_user, cast, who, status, revoked) -> None:  # noqa: ANN001
+def test_token_revoke_by_others(as_user, cast, who, status, revoked) -> None:
     token, _ = token_create(actor=cast.actor("carol"), project=cast.vision, name="carol-ci", scope="read")
     response = as_user(who).post(reverse("token-revoke", args=["acme-vision", token.pk]))
     assert response.status_code == status
@@ -305,14 +305,14 @@ def test_token_revoke_by_others(as_user, cast, who, status, revoked) -> None:  #
     ("who", "status", "archived"),
     [("alice", 302, True), ("ops", 302, True), ("bob", 403, False), ("carol", 403, False), ("erin", 404, False)],
 )
-def test_project_archive_matrix(as_user, cast, who, status, archived) -> None:  # noqa: ANN001
+def test_project_archive_matrix(as_user, cast, who, status, archived) -> None:
     response = as_user(who).post(reverse("project-status", args=["acme-vision"]), {"status": "archived"})
     assert response.status_code == status
     cast.vision.refresh_from_db()
     assert (cast.vision.status == Project.Status.ARCHIVED) is archived
 
 
-def test_archived_project_restores_and_refuses_tokens(as_user, cast) -> None:  # noqa: ANN001
+def test_archived_project_restores_and_refuses_tokens(as_user, cast) -> None:
     client = as_user("alice")
     client.post(reverse("project-status", args=["acme-vision"]), {"status": "archived"})
     body = text(client.get("/projects/acme-vision/"))
@@ -337,28 +337,28 @@ TENANT_PAGES = ["/tenants/acme/", "/tenants/acme/members/", "/tenants/acme/audit
     [("ops", 200), ("alice", 200), ("bob", 403), ("carol", 403), ("dave", 403), ("erin", 404), ("nobody", 404)],
 )
 @pytest.mark.parametrize("url", TENANT_PAGES)
-def test_tenant_pages_matrix(as_user, who, status, url) -> None:  # noqa: ANN001
+def test_tenant_pages_matrix(as_user, who, status, url) -> None:
     assert as_user(who).get(url).status_code == status
 
 
-def test_unknown_tenant_is_404(as_user) -> None:  # noqa: ANN001
+def test_unknown_tenant_is_404(as_user) -> None:
     assert as_user("ops").get("/tenants/no-such/").status_code == 404
 
 
-def test_tenant_list_shows_admin_tenants(as_user) -> None:  # noqa: ANN001
+def test_tenant_list_shows_admin_tenants(as_user) -> None:
     body = text(as_user("alice").get("/tenants/"))
     assert "Acme Research" in body and "Globex" not in body
     body = text(as_user("carol").get("/tenants/"))
     assert "You are not a tenant admin anywhere" in body
 
 
-def test_tenant_overview_lists_projects_and_details(as_user) -> None:  # noqa: ANN001
+def test_tenant_overview_lists_projects_and_details(as_user) -> None:
     body = text(as_user("alice").get("/tenants/acme/"))
     assert "Vision" in body and "NLP" in body and "LLM" not in body
     assert 'name="details-name"' in body and 'name="project-slug"' in body
 
 
-def test_tenant_details_edit(as_user, cast) -> None:  # noqa: ANN001
+def test_tenant_details_edit(as_user, cast) -> None:
     client = as_user("alice")
     data = {"details-name": "Acme Research Ltd", "details-cost_centre": "CC-9", "details-contact_email": "gpu@acme.example"}
     response = client.post(reverse("tenant-details", args=["acme"]), data, follow=True)
@@ -376,7 +376,7 @@ def test_tenant_details_edit(as_user, cast) -> None:  # noqa: ANN001
         ({"details-name": "Globex AI", "details-contact_email": ""}, "name"),  # unique, from the model's full_clean
     ],
 )
-def test_tenant_details_bad_input_writes_nothing(as_user, cast, data, field) -> None:  # noqa: ANN001
+def test_tenant_details_bad_input_writes_nothing(as_user, cast, data, field) -> None:
     response = as_user("alice").post(reverse("tenant-details", args=["acme"]), data)
     assert response.status_code == 200
     assert f'id="id_details-{field}_error"' in text(response)
@@ -384,7 +384,7 @@ def test_tenant_details_bad_input_writes_nothing(as_user, cast, data, field) -> 
     assert cast.acme.name == "Acme Research"
 
 
-def test_project_create(as_user, cast) -> None:  # noqa: ANN001
+def test_project_create(as_user, cast) -> None:
     client = as_user("alice")
     data = {"project-name": "Speech", "project-slug": "acme-speech", "project-description": "ASR"}
     response = client.post(reverse("project-create", args=["acme"]), data, follow=True)
@@ -402,7 +402,7 @@ def test_project_create(as_user, cast) -> None:  # noqa: ANN001
         ({"project-name": "", "project-slug": "acme-x"}, "name"),
     ],
 )
-def test_project_create_bad_input_writes_nothing(as_user, data, field) -> None:  # noqa: ANN001
+def test_project_create_bad_input_writes_nothing(as_user, data, field) -> None:
     before = Project.objects.count()
     response = as_user("alice").post(reverse("project-create", args=["acme"]), data)
     assert response.status_code == 200
@@ -410,13 +410,13 @@ def test_project_create_bad_input_writes_nothing(as_user, data, field) -> None: 
     assert Project.objects.count() == before
 
 
-def test_project_create_same_name_in_tenant_is_refused(as_user) -> None:  # noqa: ANN001
+def test_project_create_same_name_in_tenant_is_refused(as_user) -> None:
     response = as_user("alice").post(reverse("project-create", args=["acme"]), {"project-name": "Vision", "project-slug": "acme-vision-2"})
     assert "already exists" in text(response)
     assert not Project.objects.filter(slug="acme-vision-2").exists()
 
 
-def test_members_page_lists_tenant_members_only(as_user) -> None:  # noqa: ANN001
+def test_members_page_lists_tenant_members_only(as_user) -> None:
     body = text(as_user("alice").get("/tenants/acme/members/"))
     for name in ["alice", "bob", "carol", "dave"]:
         assert f"<strong>{name}</strong>" in body
@@ -425,7 +425,7 @@ def test_members_page_lists_tenant_members_only(as_user) -> None:  # noqa: ANN00
     assert "<strong>dave</strong>" in body and "<strong>carol</strong>" not in body
 
 
-def test_choice_filters_offer_one_any_and_no_dashes(as_user) -> None:  # noqa: ANN001
+def test_choice_filters_offer_one_any_and_no_dashes(as_user) -> None:
     """django-filter's choice fields bring their own empty choice; the page shows it once, as "Any"."""
     body = text(as_user("alice").get("/tenants/acme/members/"))
     role = re.search(r'<select name="role".*?</select>', body, re.S)
@@ -449,13 +449,13 @@ ADD_NOBODY = {"member-username": "nobody", "member-project": "acme-nlp", "member
         ("nobody", 404, False),
     ],
 )
-def test_member_add_matrix(as_user, cast, who, status, created) -> None:  # noqa: ANN001
+def test_member_add_matrix(as_user, cast, who, status, created) -> None:
     response = as_user(who).post(reverse("member-add", args=["acme"]), ADD_NOBODY)
     assert response.status_code == status
     assert Membership.objects.filter(user=cast.nobody, project=cast.nlp, role=Role.MEMBER).exists() is created
 
 
-def test_member_add_changes_what_the_user_sees(as_user, cast) -> None:  # noqa: ANN001
+def test_member_add_changes_what_the_user_sees(as_user, cast) -> None:
     response = as_user("alice").post(reverse("member-add", args=["acme"]), ADD_NOBODY, follow=True)
     assert "nobody is now Member of NLP." in text(response)
     assert AuditEntry.objects.filter(action="membership.create", project=cast.nlp).exists()
@@ -476,7 +476,7 @@ def test_member_add_changes_what_the_user_sees(as_user, cast) -> None:  # noqa: 
         ({"member-username": "", "member-project": "acme-nlp", "member-role": "member"}, "username", "required"),
     ],
 )
-def test_member_add_bad_input_writes_nothing(as_user, data, field, message) -> None:  # noqa: ANN001
+def test_member_add_bad_input_writes_nothing(as_user, data, field, message) -> None:
     before = list(Membership.objects.values_list("pk", "role"))
     audit_before = AuditEntry.objects.count()
     response = as_user("alice").post(reverse("member-add", args=["acme"]), data)
@@ -487,11 +487,11 @@ def test_member_add_bad_input_writes_nothing(as_user, data, field, message) -> N
     assert AuditEntry.objects.count() == audit_before
 
 
-def _carol_in_vision(cast) -> Membership:  # noqa: ANN001
+def _carol_in_vision(cast) -> Membership:
     return Membership.objects.get(user=cast.carol, project=cast.vision)
 
 
-def test_member_role_change_plain_post(as_user, cast) -> None:  # noqa: ANN001
+def test_member_role_change_plain_post(as_user, cast) -> None:
     membership = _carol_in_vision(cast)
     response = as_user("alice").post(reverse("member-role", args=["acme", membership.pk]), {"role": "viewer"}, follow=True)
     assert "carol is now Viewer." in text(response)
@@ -501,7 +501,7 @@ def test_member_role_change_plain_post(as_user, cast) -> None:  # noqa: ANN001
     assert 'value="read+submit"' not in text(as_user("carol").get("/projects/acme-vision/"))
 
 
-def test_member_role_change_htmx_returns_the_row(as_user, cast) -> None:  # noqa: ANN001
+def test_member_role_change_htmx_returns_the_row(as_user, cast) -> None:
     membership = _carol_in_vision(cast)
     response = as_user("alice").post(reverse("member-role", args=["acme", membership.pk]), {"role": "project_admin"}, **HTMX)
     assert response.status_code == 200
@@ -513,7 +513,7 @@ def test_member_role_change_htmx_returns_the_row(as_user, cast) -> None:  # noqa
 
 
 @pytest.mark.parametrize("role", ["tenant_admin", "owner", ""])
-def test_member_role_change_bad_role_writes_nothing(as_user, cast, role) -> None:  # noqa: ANN001
+def test_member_role_change_bad_role_writes_nothing(as_user, cast, role) -> None:
     membership = _carol_in_vision(cast)
     response = as_user("alice").post(reverse("member-role", args=["acme", membership.pk]), {"role": role}, **HTMX)
     assert response.status_code == 200
@@ -526,7 +526,7 @@ def test_member_role_change_bad_role_writes_nothing(as_user, cast, role) -> None
     ("who", "status", "changed"),
     [("ops", 302, True), ("alice", 302, True), ("bob", 403, False), ("carol", 403, False), ("erin", 404, False), ("nobody", 404, False)],
 )
-def test_member_role_change_matrix(as_user, cast, who, status, changed) -> None:  # noqa: ANN001
+def test_member_role_change_matrix(as_user, cast, who, status, changed) -> None:
     membership = _carol_in_vision(cast)
     response = as_user(who).post(reverse("member-role", args=["acme", membership.pk]), {"role": "viewer"})
     assert response.status_code == status
@@ -534,7 +534,7 @@ def test_member_role_change_matrix(as_user, cast, who, status, changed) -> None:
     assert (membership.role == Role.VIEWER) is changed
 
 
-def test_member_of_another_tenant_is_404_on_this_tenants_page(as_user, cast) -> None:  # noqa: ANN001
+def test_member_of_another_tenant_is_404_on_this_tenants_page(as_user, cast) -> None:
     frank = Membership.objects.get(user=cast.frank)
     response = as_user("alice").post(reverse("member-role", args=["acme", frank.pk]), {"role": "viewer"})
     assert response.status_code == 404
@@ -547,14 +547,14 @@ def test_member_of_another_tenant_is_404_on_this_tenants_page(as_user, cast) -> 
     ("who", "status", "removed"),
     [("ops", 302, True), ("alice", 302, True), ("bob", 403, False), ("dave", 403, False), ("erin", 404, False)],
 )
-def test_member_remove_matrix(as_user, cast, who, status, removed) -> None:  # noqa: ANN001
+def test_member_remove_matrix(as_user, cast, who, status, removed) -> None:
     membership = _carol_in_vision(cast)
     response = as_user(who).post(reverse("member-remove", args=["acme", membership.pk]))
     assert response.status_code == status
     assert Membership.objects.filter(pk=membership.pk).exists() is not removed
 
 
-def test_member_remove_htmx_and_the_user_loses_access(as_user, cast) -> None:  # noqa: ANN001
+def test_member_remove_htmx_and_the_user_loses_access(as_user, cast) -> None:
     token, _ = token_create(actor=cast.actor("carol"), project=cast.vision, name="ci", scope="read")
     membership = _carol_in_vision(cast)
     response = as_user("alice").post(reverse("member-remove", args=["acme", membership.pk]), **HTMX)
@@ -566,7 +566,7 @@ def test_member_remove_htmx_and_the_user_loses_access(as_user, cast) -> None:  #
     assert "You are not in any project yet" in text(client.get("/"))
 
 
-def test_last_tenant_admin_cannot_be_removed(as_user, cast) -> None:  # noqa: ANN001
+def test_last_tenant_admin_cannot_be_removed(as_user, cast) -> None:
     alice = Membership.objects.get(user=cast.alice)
     response = as_user("alice").post(reverse("member-remove", args=["acme", alice.pk]), follow=True)
     assert "last tenant admin" in text(response)
@@ -579,7 +579,7 @@ def test_last_tenant_admin_cannot_be_removed(as_user, cast) -> None:  # noqa: AN
 REFUSED = "is suspended: its data can be read but not changed."  # the service's own words
 
 
-def test_suspended_tenant_is_read_only(as_user, cast) -> None:  # noqa: ANN001
+def test_suspended_tenant_is_read_only(as_user, cast) -> None:
     suspend(cast.acme)
     client = as_user("alice")
     for url in ["/tenants/acme/", "/tenants/acme/members/", "/projects/acme-vision/"]:
@@ -619,7 +619,7 @@ def test_suspended_tenant_is_read_only(as_user, cast) -> None:  # noqa: ANN001
 # Audit ------------------------------------------------------------------------------------------
 
 
-def test_tenant_audit_shows_own_tenant_only_newest_first(as_user, cast) -> None:  # noqa: ANN001
+def test_tenant_audit_shows_own_tenant_only_newest_first(as_user, cast) -> None:
     body = text(as_user("alice").get("/tenants/acme/audit/"))
     assert "membership.create" in body and "acme-vision" in body
     assert "globex" not in body
@@ -627,7 +627,7 @@ def test_tenant_audit_shows_own_tenant_only_newest_first(as_user, cast) -> None:
     assert times == sorted(times, reverse=True)
 
 
-def test_audit_filters_and_paginates(as_user, cast) -> None:  # noqa: ANN001
+def test_audit_filters_and_paginates(as_user, cast) -> None:
     for n in range(26):
         make_project(cast.globex, f"globex-p{n:02d}")
     client = as_user("ops")
@@ -651,16 +651,16 @@ OPS_PAGES = ["/ops/", "/ops/tenants/", "/ops/projects/", "/ops/users/", "/ops/au
 
 @pytest.mark.parametrize("who", ["alice", "bob", "carol", "erin", "nobody"])
 @pytest.mark.parametrize("url", OPS_PAGES)
-def test_ops_pages_are_404_for_everyone_else(as_user, who, url) -> None:  # noqa: ANN001
+def test_ops_pages_are_404_for_everyone_else(as_user, who, url) -> None:
     assert as_user(who).get(url).status_code == 404
 
 
 @pytest.mark.parametrize("url", OPS_PAGES[1:])
-def test_ops_pages_render_for_ops(as_user, url) -> None:  # noqa: ANN001
+def test_ops_pages_render_for_ops(as_user, url) -> None:
     assert as_user("ops").get(url).status_code == 200
 
 
-def test_ops_tenant_create(as_user) -> None:  # noqa: ANN001
+def test_ops_tenant_create(as_user) -> None:
     client = as_user("ops")
     data = {"name": "Initech", "slug": "initech", "cost_centre": "CC-3", "contact_email": "it@initech.example"}
     response = client.post(reverse("ops-tenant-create"), data, follow=True)
@@ -677,7 +677,7 @@ def test_ops_tenant_create(as_user) -> None:  # noqa: ANN001
         ({"name": "Y", "slug": "y", "contact_email": "nope"}, "contact_email"),
     ],
 )
-def test_ops_tenant_create_bad_input_writes_nothing(as_user, data, field) -> None:  # noqa: ANN001
+def test_ops_tenant_create_bad_input_writes_nothing(as_user, data, field) -> None:
     before = Tenant.objects.count()
     response = as_user("ops").post(reverse("ops-tenant-create"), data)
     assert response.status_code == 200
@@ -685,12 +685,12 @@ def test_ops_tenant_create_bad_input_writes_nothing(as_user, data, field) -> Non
     assert Tenant.objects.count() == before
 
 
-def test_ops_tenant_create_refused_to_others(as_user) -> None:  # noqa: ANN001
+def test_ops_tenant_create_refused_to_others(as_user) -> None:
     assert as_user("alice").post(reverse("ops-tenant-create"), {"name": "Z", "slug": "z"}).status_code == 404
     assert not Tenant.objects.filter(slug="z").exists()
 
 
-def test_ops_suspend_and_activate(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_suspend_and_activate(as_user, cast) -> None:
     client = as_user("ops")
     response = client.post(reverse("ops-tenant-status", args=["acme"]), {"status": "suspended"}, follow=True)
     assert "is suspended" in text(response)
@@ -706,7 +706,7 @@ def test_ops_suspend_and_activate(as_user, cast) -> None:  # noqa: ANN001
     assert as_user("alice").post(reverse("ops-tenant-status", args=["acme"]), {"status": "suspended"}).status_code == 404
 
 
-def test_ops_projects_filter(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_projects_filter(as_user, cast) -> None:
     client = as_user("ops")
     body = text(client.get("/ops/projects/?tenant=globex"))
     assert "LLM" in body and "Vision" not in body
@@ -718,7 +718,7 @@ def test_ops_projects_filter(as_user, cast) -> None:  # noqa: ANN001
     assert "NLP" in body and "Vision" not in body
 
 
-def test_ops_users_lists_memberships(as_user, cast, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_ops_users_lists_memberships(as_user, cast, django_assert_max_num_queries) -> None:
     for n in range(10):
         UserFactory(username=f"extra{n}")
     client = as_user("ops")
@@ -731,7 +731,7 @@ def test_ops_users_lists_memberships(as_user, cast, django_assert_max_num_querie
     assert "<strong>erin</strong>" in body and "<strong>frank</strong>" in body and "<strong>carol</strong>" not in body
 
 
-def _is_ops(user) -> bool:  # noqa: ANN001
+def _is_ops(user) -> bool:
     from tenants.access import is_ops
 
     user.refresh_from_db()
@@ -739,7 +739,7 @@ def _is_ops(user) -> bool:  # noqa: ANN001
     return is_ops(user)
 
 
-def test_ops_make_and_remove_ops_on_the_users_page(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_make_and_remove_ops_on_the_users_page(as_user, cast) -> None:
     client = as_user("ops")
     body = text(client.get("/ops/users/?q=caro"))
     assert "Make ops" in body and reverse("ops-user-ops", args=[cast.carol.pk]) in body
@@ -759,7 +759,7 @@ def test_ops_make_and_remove_ops_on_the_users_page(as_user, cast) -> None:  # no
     assert as_user("carol").get("/ops/tenants/").status_code == 404
 
 
-def test_ops_cannot_remove_their_own_ops_role(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_cannot_remove_their_own_ops_role(as_user, cast) -> None:
     client = as_user("ops")
     body = text(client.get("/ops/users/?q=ops"))
     assert reverse("ops-user-ops", args=[cast.ops.pk]) not in body  # no button on your own row
@@ -769,7 +769,7 @@ def test_ops_cannot_remove_their_own_ops_role(as_user, cast) -> None:  # noqa: A
     assert not AuditEntry.objects.filter(action="user.remove_ops").exists()
 
 
-def test_making_an_ops_user_ops_again_changes_nothing(as_user, cast) -> None:  # noqa: ANN001
+def test_making_an_ops_user_ops_again_changes_nothing(as_user, cast) -> None:
     from tenants.access import Actor
     from tenants.services import ops_user_ensure
 
@@ -781,7 +781,7 @@ def test_making_an_ops_user_ops_again_changes_nothing(as_user, cast) -> None:  #
 
 
 @pytest.mark.parametrize("who", ["alice", "bob", "carol", "erin", "nobody"])
-def test_only_ops_change_who_is_ops(as_user, cast, who) -> None:  # noqa: ANN001
+def test_only_ops_change_who_is_ops(as_user, cast, who) -> None:
     response = as_user(who).post(reverse("ops-user-ops", args=[cast.dave.pk]), {"ops": "true"})
     assert response.status_code == 404
     assert not _is_ops(cast.dave)
@@ -791,7 +791,7 @@ def test_only_ops_change_who_is_ops(as_user, cast, who) -> None:  # noqa: ANN001
     assert not AuditEntry.objects.filter(action__in=["user.make_ops", "user.remove_ops"], actor__isnull=False).exists()
 
 
-def test_ops_user_action_is_post_only_and_checks_its_input(as_user, cast) -> None:  # noqa: ANN001
+def test_ops_user_action_is_post_only_and_checks_its_input(as_user, cast) -> None:
     client = as_user("ops")
     assert client.get(reverse("ops-user-ops", args=[cast.carol.pk])).status_code == 405
     assert client.post(reverse("ops-user-ops", args=[999999]), {"ops": "true"}).status_code == 404
@@ -803,7 +803,7 @@ def test_ops_user_action_is_post_only_and_checks_its_input(as_user, cast) -> Non
 # Django admin for ops -------------------------------------------------------------------------
 
 
-def test_admin_is_read_mostly_for_ops(as_user, cast) -> None:  # noqa: ANN001
+def test_admin_is_read_mostly_for_ops(as_user, cast) -> None:
     token, _ = token_create(actor=cast.actor("carol"), project=cast.vision, name="ci", scope="read")
     client = as_user("ops")
     for model in ["tenant", "project", "membership", "apitoken", "auditentry"]:
@@ -818,7 +818,7 @@ def test_admin_is_read_mostly_for_ops(as_user, cast) -> None:  # noqa: ANN001
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
 
 
-def test_admin_action_goes_through_services(as_user, cast) -> None:  # noqa: ANN001
+def test_admin_action_goes_through_services(as_user, cast) -> None:
     client = as_user("ops")
     response = client.post(
         "/admin/tenants/tenant/", {"action": "suspend", "_selected_action": [cast.globex.pk]}, follow=True
@@ -829,6 +829,6 @@ def test_admin_action_goes_through_services(as_user, cast) -> None:  # noqa: ANN
     assert AuditEntry.objects.filter(action="tenant.suspend", tenant=cast.globex, actor_label="ops").exists()
 
 
-def test_admin_refuses_non_ops(as_user) -> None:  # noqa: ANN001
+def test_admin_refuses_non_ops(as_user) -> None:
     response = as_user("alice").get("/admin/tenants/tenant/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]

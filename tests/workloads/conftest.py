@@ -12,7 +12,7 @@ from .factories import Catalogue, make_catalogue
 
 
 @pytest.fixture
-def cat(cast) -> Catalogue:  # noqa: ANN001
+def cat(cast) -> Catalogue:
     """The catalogue and quotas; carol is also a member of acme-nlp (to submit in two projects)."""
     make_member(cast.carol, cast.acme, Role.MEMBER, cast.nlp)
     return make_catalogue(cast)

@@ -15,7 +15,7 @@ from .factories import make_request
 pytestmark = pytest.mark.django_db
 
 
-def _template_form(template: ServiceTemplate, **changes) -> dict:  # noqa: ANN003
+def _template_form(template: ServiceTemplate, **changes) -> dict:
     data = {
         "kind": template.kind, "slug": template.slug, "version": template.version, "name": template.name,
         "description": template.description, "parameters_schema": json.dumps(template.parameters_schema),
@@ -29,11 +29,11 @@ def _template_form(template: ServiceTemplate, **changes) -> dict:  # noqa: ANN00
     return data
 
 
-def errors(response) -> str:  # noqa: ANN001
+def errors(response) -> str:
     return " ".join(re.findall(r'class="errorlist[^"]*"[^>]*>(.*?)</ul>', response.content.decode(), re.S))
 
 
-def test_a_new_template_of_a_known_slug_is_its_next_version(as_user, cat) -> None:  # noqa: ANN001
+def test_a_new_template_of_a_known_slug_is_its_next_version(as_user, cat) -> None:
     client = as_user("ops")
     response = client.post("/admin/workloads/servicetemplate/add/", _template_form(cat.training, version=1, name="Training 2"))
     assert response.status_code == 302, errors(response)
@@ -44,7 +44,7 @@ def test_a_new_template_of_a_known_slug_is_its_next_version(as_user, cat) -> Non
     assert entry.actor_label == "ops"
 
 
-def test_a_used_version_refuses_meaningful_changes_in_the_form(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_a_used_version_refuses_meaningful_changes_in_the_form(as_user, cast, cat) -> None:
     make_request(cat, cast.vision, cast.carol, template=cat.training)
     client = as_user("ops")
     url = f"/admin/workloads/servicetemplate/{cat.training.pk}/change/"
@@ -58,7 +58,7 @@ def test_a_used_version_refuses_meaningful_changes_in_the_form(as_user, cast, ca
     assert AuditEntry.objects.filter(action="template.update", target_id=str(cat.training.pk)).count() == 1
 
 
-def test_a_bad_schema_and_bad_image_kinds_are_form_errors(as_user, cat) -> None:  # noqa: ANN001
+def test_a_bad_schema_and_bad_image_kinds_are_form_errors(as_user, cat) -> None:
     client = as_user("ops")
     response = client.post("/admin/workloads/servicetemplate/add/",
                            _template_form(cat.training, slug="other", parameters_schema='{"type": "nonsense"}'))
@@ -74,7 +74,7 @@ def test_a_bad_schema_and_bad_image_kinds_are_form_errors(as_user, cat) -> None:
     assert AuditEntry.objects.get(action="image.create", target_id=str(image.pk)).actor_label == "ops"
 
 
-def test_approval_rules_go_through_the_service(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_approval_rules_go_through_the_service(as_user, cast, cat) -> None:
     client = as_user("ops")
     data = {"project": cast.vision.pk, "template_slug": "training", "auto_approve_max_gpus": 2,
             "auto_approve_max_hours": 4, "member_priorities": '["batch"]', "admin_priorities": '["batch"]'}

@@ -19,18 +19,18 @@ S = RequestState
 TRAIN = {"template": "training", "flavor": "h100", "parameters": {"command": "python train.py"}}
 
 
-def ids(response) -> set:  # noqa: ANN001
+def ids(response) -> set:
     return {row["id"] for row in response.json()["results"]}
 
 
-def post(client, path: str, body: dict | None = None, **headers):  # noqa: ANN001, ANN003, ANN201
+def post(client, path: str, body: dict | None = None, **headers):
     return client.post(f"{API}{path}", body or {}, format="json", headers=headers)
 
 
 # Catalogue ------------------------------------------------------------------------------------
 
 
-def test_templates_are_readable_with_their_form(api, cat) -> None:  # noqa: ANN001
+def test_templates_are_readable_with_their_form(api, cat) -> None:
     response = api("carol").get(f"{API}/templates/")
     assert response.status_code == 200
     assert {row["slug"] for row in response.json()["results"]} == {"notebook", "training", "inference"}
@@ -41,7 +41,7 @@ def test_templates_are_readable_with_their_form(api, cat) -> None:  # noqa: ANN0
     assert api("carol").get(f"{API}/templates/no-such/").status_code == 404
 
 
-def test_ops_create_template_versions_others_cannot(api, cat) -> None:  # noqa: ANN001
+def test_ops_create_template_versions_others_cannot(api, cat) -> None:
     body = {"kind": "training", "slug": "training", "name": "Training job", "max_gpus": 4,
             "parameters_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
             "allowed_flavors": [cat.h100.pk]}
@@ -56,14 +56,14 @@ def test_ops_create_template_versions_others_cannot(api, cat) -> None:  # noqa: 
     assert bad.status_code == 400 and "parameters_schema" in bad.json()["fields"]
 
 
-def test_template_in_use_keeps_its_meaning(api, cast, cat) -> None:  # noqa: ANN001
+def test_template_in_use_keeps_its_meaning(api, cast, cat) -> None:
     make_request(cat, cast.vision, cast.carol)
     url = f"{API}/templates/{cat.training.pk}/"
     assert api("ops").patch(url, {"max_gpus": 1}, format="json").status_code == 409
     assert api("ops").patch(url, {"description": "Now with more docs."}, format="json").status_code == 200
 
 
-def test_images(api, cat) -> None:  # noqa: ANN001
+def test_images(api, cat) -> None:
     response = api("carol").get(f"{API}/images/?kind=inference")
     assert [row["reference"] for row in response.json()["results"]] == ["vllm/vllm-openai:v0.12.0"]
     body = {"name": "Triton", "reference": "nvcr.io/nvidia/tritonserver:26.10-py3", "kinds": ["inference"]}
@@ -74,7 +74,7 @@ def test_images(api, cat) -> None:  # noqa: ANN001
     assert Image.objects.filter(reference=body["reference"]).count() == 1
 
 
-def test_approval_rules(api, cast, cat) -> None:  # noqa: ANN001
+def test_approval_rules(api, cast, cat) -> None:
     body = {"project": "acme-vision", "template_slug": "training", "auto_approve_max_gpus": 4, "auto_approve_max_hours": 24}
     assert post(api("carol"), "/approval-rules/", body).status_code == 403
     assert post(api("erin"), "/approval-rules/", body).status_code == 400  # no such project, for erin
@@ -101,7 +101,7 @@ def test_approval_rules(api, cast, cat) -> None:  # noqa: ANN001
 # Submitting -----------------------------------------------------------------------------------
 
 
-def test_submit_and_read_back(api, cat) -> None:  # noqa: ANN001
+def test_submit_and_read_back(api, cat) -> None:
     response = post(api("carol"), "/requests/", TRAIN | {"project": "acme-vision", "gpus": 1, "name": "resnet"})
     assert response.status_code == 201, response.content
     body = response.json()
@@ -113,7 +113,7 @@ def test_submit_and_read_back(api, cat) -> None:  # noqa: ANN001
     assert body["k8s_name"] == f"req-{body['id']}" and body["cost_estimate"] is None
 
 
-def test_pending_request_says_why(api, cat) -> None:  # noqa: ANN001
+def test_pending_request_says_why(api, cat) -> None:
     body = post(api("carol"), "/requests/", TRAIN | {"project": "acme-vision", "gpus": 4}).json()
     assert body["state"] == S.PENDING_APPROVAL
     assert body["pending_reason"].startswith("Awaiting approval by a project admin since ")
@@ -129,7 +129,7 @@ def test_pending_request_says_why(api, cat) -> None:  # noqa: ANN001
     assert body["pending_reason"].startswith(f"Awaiting approval by a project admin since {localtime(earlier):%Y-%m-%d %H:%M}: ")
 
 
-def test_idempotency_key(api, cat) -> None:  # noqa: ANN001
+def test_idempotency_key(api, cat) -> None:
     client = api("carol")
     first = post(client, "/requests/", TRAIN | {"project": "acme-vision"}, **{"Idempotency-Key": "build-7"})
     assert first.status_code == 201
@@ -159,7 +159,7 @@ def test_idempotency_key(api, cat) -> None:  # noqa: ANN001
         ({"parameters": {"command": "x", "distributed": True, "workers": 2}, "gpus": 6}, "replicas"),  # 12 > 8 + 2
     ],
 )
-def test_refused_with_field_errors_and_nothing_created(api, cat, body, field) -> None:  # noqa: ANN001
+def test_refused_with_field_errors_and_nothing_created(api, cat, body, field) -> None:
     response = post(api("carol"), "/requests/", {**TRAIN, "project": "acme-vision", **body})
     assert response.status_code == 400, response.content
     data = response.json()
@@ -167,13 +167,13 @@ def test_refused_with_field_errors_and_nothing_created(api, cat, body, field) ->
     assert not WorkloadRequest.objects.exists()
 
 
-def test_over_quota_message_is_plain(api, cat) -> None:  # noqa: ANN001
+def test_over_quota_message_is_plain(api, cat) -> None:
     body = {**TRAIN, "project": "acme-vision", "gpus": 6, "parameters": {"command": "x", "distributed": True, "workers": 2}}
     message = post(api("carol"), "/requests/", body).json()["fields"]["replicas"][0]
     assert message.startswith("This can never run: 12 x H100 80GB") and "8 nominal + 2 borrowable = 10" in message
 
 
-def test_suspended_tenant_and_archived_project(api, cast, cat) -> None:  # noqa: ANN001
+def test_suspended_tenant_and_archived_project(api, cast, cat) -> None:
     Tenant.objects.filter(pk=cast.acme.pk).update(status=Tenant.Status.SUSPENDED)
     response = post(api("carol"), "/requests/", TRAIN | {"project": "acme-vision"})
     assert response.status_code == 403 and response.json()["error"] == "tenant_suspended"
@@ -185,7 +185,7 @@ def test_suspended_tenant_and_archived_project(api, cast, cat) -> None:  # noqa:
 
 
 @pytest.mark.parametrize("who, status", [("dave", 403), ("erin", 400), ("nobody", 400)])
-def test_only_submitters_submit(api, cat, who, status) -> None:  # noqa: ANN001
+def test_only_submitters_submit(api, cat, who, status) -> None:
     assert post(api(who), "/requests/", TRAIN | {"project": "acme-vision"}).status_code == status
     assert not WorkloadRequest.objects.exists()
 
@@ -194,7 +194,7 @@ def test_only_submitters_submit(api, cat, who, status) -> None:  # noqa: ANN001
 
 
 @pytest.fixture
-def requests(cast, cat):  # noqa: ANN001, ANN201
+def requests(cast, cat):
     """Two requests in acme-vision, one in acme-nlp, one in globex-llm."""
     return {
         "vision1": make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL, gpus=4),
@@ -217,13 +217,13 @@ def requests(cast, cat):  # noqa: ANN001, ANN201
         ("nobody", set()),
     ],
 )
-def test_request_list_is_scoped(api, requests, who, expected) -> None:  # noqa: ANN001
+def test_request_list_is_scoped(api, requests, who, expected) -> None:
     response = api(who).get(f"{API}/requests/")
     assert response.status_code == 200
     assert ids(response) == {requests[name].pk for name in expected}
 
 
-def test_filters_and_ordering(api, requests, cast) -> None:  # noqa: ANN001
+def test_filters_and_ordering(api, requests, cast) -> None:
     client = api("ops")
     assert ids(client.get(f"{API}/requests/?state=running&state=queued")) == {requests["vision2"].pk, requests["nlp"].pk}
     assert ids(client.get(f"{API}/requests/?project=acme-vision")) == {requests["vision1"].pk, requests["vision2"].pk}
@@ -241,7 +241,7 @@ ACTIONS = [("approve", {}), ("reject", {}), ("cancel", {}), ("stop", {}), ("rest
 
 
 @pytest.mark.parametrize("who", ["erin", "frank", "nobody"])
-def test_foreign_requests_are_404_everywhere(api, requests, who) -> None:  # noqa: ANN001
+def test_foreign_requests_are_404_everywhere(api, requests, who) -> None:
     client = api(who)
     pk = requests["vision1"].pk
     assert client.get(f"{API}/requests/{pk}/").status_code == 404
@@ -255,7 +255,7 @@ def test_foreign_requests_are_404_everywhere(api, requests, who) -> None:  # noq
 @pytest.mark.parametrize(
     "who, status", [("bob", 200), ("alice", 200), ("ops", 200), ("carol", 403), ("dave", 403), ("erin", 404), ("nobody", 404)]
 )
-def test_only_approvers_approve(api, requests, who, status) -> None:  # noqa: ANN001
+def test_only_approvers_approve(api, requests, who, status) -> None:
     pk = requests["vision1"].pk
     response = post(api(who), f"/requests/{pk}/approve/", {"comment": "fine"})
     assert response.status_code == status, response.content
@@ -266,7 +266,7 @@ def test_only_approvers_approve(api, requests, who, status) -> None:  # noqa: AN
         assert post(api("bob"), f"/requests/{pk}/reject/").status_code == 409
 
 
-def test_reject_with_comment(api, requests, mailoutbox, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_reject_with_comment(api, requests, mailoutbox, django_capture_on_commit_callbacks) -> None:
     pk = requests["vision1"].pk
     with django_capture_on_commit_callbacks(execute=True):
         response = post(api("bob"), f"/requests/{pk}/reject/", {"comment": "too big for now"})
@@ -275,7 +275,7 @@ def test_reject_with_comment(api, requests, mailoutbox, django_capture_on_commit
     assert mailoutbox[0].to == ["carol@example.com"]
 
 
-def test_lifecycle_actions(api, cast, cat, requests) -> None:  # noqa: ANN001
+def test_lifecycle_actions(api, cast, cat, requests) -> None:
     carol = api("carol")
     pending = requests["vision1"].pk
     assert post(carol, f"/requests/{pending}/cancel/", {"reason": "oops"}).json()["state"] == S.CANCELLED
@@ -299,7 +299,7 @@ def test_lifecycle_actions(api, cast, cat, requests) -> None:  # noqa: ANN001
     assert post(api("bob"), f"/requests/{inference.pk}/scale/", {"replicas": 4}).json()["replicas"] == 4
 
 
-def test_etag_lets_pollers_skip_unchanged_bodies(api, requests) -> None:  # noqa: ANN001
+def test_etag_lets_pollers_skip_unchanged_bodies(api, requests) -> None:
     client = api("carol")
     url = f"{API}/requests/{requests['vision1'].pk}/"
     first = client.get(url)
@@ -314,7 +314,7 @@ def test_etag_lets_pollers_skip_unchanged_bodies(api, requests) -> None:  # noqa
 # Approvals inbox ------------------------------------------------------------------------------
 
 
-def test_approvals_inbox_with_context(api, cast, cat, requests) -> None:  # noqa: ANN001
+def test_approvals_inbox_with_context(api, cast, cat, requests) -> None:
     make_request(cat, cast.vision, cast.carol, state=S.QUEUED)  # one ahead in the H100 queue
     make_request(cat, cast.vision, cast.carol, state=S.RUNNING, gpus=2)  # running: 1 + 2 GPUs in use
     response = api("bob").get(f"{API}/approvals/")
@@ -333,7 +333,7 @@ def test_approvals_inbox_with_context(api, cast, cat, requests) -> None:  # noqa
 # Tokens ---------------------------------------------------------------------------------------
 
 
-def test_read_token_reads_its_project_only(token_client, cast, requests) -> None:  # noqa: ANN001
+def test_read_token_reads_its_project_only(token_client, cast, requests) -> None:
     client, _ = token_client("carol", cast.vision, "read")
     assert ids(client.get(f"{API}/requests/")) == {requests["vision1"].pk, requests["vision2"].pk}  # not acme-nlp
     assert client.get(f"{API}/requests/{requests['vision1'].pk}/").status_code == 200
@@ -344,7 +344,7 @@ def test_read_token_reads_its_project_only(token_client, cast, requests) -> None
     assert WorkloadRequest.objects.count() == 4
 
 
-def test_submit_token_submits_in_its_project_only(token_client, cast, cat) -> None:  # noqa: ANN001
+def test_submit_token_submits_in_its_project_only(token_client, cast, cat) -> None:
     client, token = token_client("carol", cast.vision, "read+submit")
     response = post(client, "/requests/", TRAIN, **{"Idempotency-Key": "pipeline-1"})
     assert response.status_code == 201, response.content
@@ -366,7 +366,7 @@ def test_submit_token_submits_in_its_project_only(token_client, cast, cat) -> No
 
 
 @pytest.mark.parametrize("who", ["ops", "carol"])
-def test_list_queries_do_not_grow_with_rows(api, cast, cat, who, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_list_queries_do_not_grow_with_rows(api, cast, cat, who, django_assert_max_num_queries) -> None:
     for i in range(30):
         make_request(cat, cast.vision if i % 2 else cast.llm, cast.carol if i % 2 else cast.frank,
                      state=S.PENDING_APPROVAL, template=cat.inference if i % 3 else cat.training)

@@ -14,7 +14,7 @@ API = "/api/v1"
 pytestmark = pytest.mark.django_db
 
 
-def test_lists_the_pods_with_their_last_lines(api, cast, cat, fresh_sandbox) -> None:  # noqa: ANN001
+def test_lists_the_pods_with_their_last_lines(api, cast, cat, fresh_sandbox) -> None:
     kube_cache_clear()
     cat.cluster.kubeconfig_path = str(fresh_sandbox.kubeconfig)
     cat.cluster.save()
@@ -38,7 +38,7 @@ def test_lists_the_pods_with_their_last_lines(api, cast, cat, fresh_sandbox) -> 
     assert "line 1\n" in whole and whole.endswith("line 10\n")
 
 
-def test_scoped_validated_and_never_a_500(api, cast, cat, tmp_path) -> None:  # noqa: ANN001
+def test_scoped_validated_and_never_a_500(api, cast, cat, tmp_path) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=RequestState.RUNNING)
     url = f"{API}/requests/{req.pk}/logs/"
     assert api("frank").get(url).status_code == 404  # another tenant's request

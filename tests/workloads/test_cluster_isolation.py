@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("
 
 
 @pytest.fixture
-def world(fresh_sandbox, cast) -> World:  # noqa: ANN001
+def world(fresh_sandbox, cast) -> World:
     return _world(fresh_sandbox, cast, architecture="B")
 
 
@@ -42,7 +42,7 @@ def wait(world: World, req: WorkloadRequest, states: set[str], *, advance: float
         sync()
 
 
-def test_one_broken_cluster_does_not_stop_the_others(world: World, tmp_path, api, as_user) -> None:  # noqa: ANN001
+def test_one_broken_cluster_does_not_stop_the_others(world: World, tmp_path, api, as_user) -> None:
     # Sorted by name, both broken clusters come before the sandbox's ("sandbox-b").
     missing = Cluster.objects.create(name="broken-path", architecture="B", kubeconfig_path=str(tmp_path / "gone.yaml"))
     garbage = tmp_path / "garbage.yaml"
@@ -83,7 +83,7 @@ def test_one_broken_cluster_does_not_stop_the_others(world: World, tmp_path, api
     assert missing.health == "healthy" and missing.last_error == ""
 
 
-def test_a_finished_job_removed_by_its_ttl_keeps_its_success(world: World, settings) -> None:  # noqa: ANN001
+def test_a_finished_job_removed_by_its_ttl_keeps_its_success(world: World, settings) -> None:
     settings.WORKLOADS_JOB_TTL_SECONDS = 60
     req = world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1)
     assert request_materialize(request_id=req.pk) == "queued"

@@ -29,7 +29,7 @@ def _quota_reserved(wl: dict) -> str:
     return next((c["status"] for c in (wl.get("status") or {}).get("conditions") or [] if c["type"] == "QuotaReserved"), "")
 
 
-def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh_sandbox, settings) -> None:  # noqa: ANN001
+def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh_sandbox, settings) -> None:
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     kube_cache_clear()
     call_command("seed_demo", stdout=io.StringIO())

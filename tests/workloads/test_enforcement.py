@@ -21,13 +21,13 @@ API = "/api/v1"
 
 
 @pytest.fixture
-def on_b(cat):  # noqa: ANN001, ANN201
+def on_b(cat):
     Cluster.objects.filter(pk=cat.cluster.pk).update(architecture="B", use_mig=False)
     cat.cluster.refresh_from_db()
     return cat
 
 
-def test_api_refuses_an_unenforced_flavor_at_once_with_the_reason(api, on_b, hooks_called) -> None:  # noqa: ANN001
+def test_api_refuses_an_unenforced_flavor_at_once_with_the_reason(api, on_b, hooks_called) -> None:
     body = {"project": "acme-vision", "template": "notebook", "flavor": on_b.mig.name, "gpus": 1,
             "parameters": {}, "duration_hours": 2}
     response = api("carol").post(f"{API}/requests/", body, format="json")
@@ -38,14 +38,14 @@ def test_api_refuses_an_unenforced_flavor_at_once_with_the_reason(api, on_b, hoo
     assert not WorkloadRequest.objects.exists() and hooks_called == []
 
 
-def test_the_same_flavor_is_accepted_once_the_architecture_enforces_it(api, cat) -> None:  # noqa: ANN001
+def test_the_same_flavor_is_accepted_once_the_architecture_enforces_it(api, cat) -> None:
     body = {"project": "acme-vision", "template": "notebook", "flavor": cat.mig.name, "gpus": 1,
             "parameters": {}, "duration_hours": 2}
     response = api("carol").post(f"{API}/requests/", body, format="json")
     assert response.status_code == 201, response.content
 
 
-def test_default_flavor_skips_unenforced_ones(api, on_b) -> None:  # noqa: ANN001
+def test_default_flavor_skips_unenforced_ones(api, on_b) -> None:
     # The template's first allowed flavor would be the MIG one if it came first: it must never be picked.
     on_b.mig.order = 1
     on_b.mig.save()
@@ -55,7 +55,7 @@ def test_default_flavor_skips_unenforced_ones(api, on_b) -> None:  # noqa: ANN00
     assert response.json()["flavor"] == on_b.h100.name
 
 
-def test_form_never_offers_it_and_refuses_a_forged_post_with_the_reason(as_user, on_b) -> None:  # noqa: ANN001
+def test_form_never_offers_it_and_refuses_a_forged_post_with_the_reason(as_user, on_b) -> None:
     client = as_user("carol")
     body = text(client.get("/requests/new/?template=training&project=acme-vision"))
     options = re.findall(r'<option value="(\d+)"[^>]*>([^<]*)</option>', body)
@@ -69,7 +69,7 @@ def test_form_never_offers_it_and_refuses_a_forged_post_with_the_reason(as_user,
     assert not WorkloadRequest.objects.exists()
 
 
-def test_catalogue_lists_only_enforced_flavors_to_researchers(api, as_user, on_b) -> None:  # noqa: ANN001
+def test_catalogue_lists_only_enforced_flavors_to_researchers(api, as_user, on_b) -> None:
     templates = api("carol").get(f"{API}/templates/").json()["results"]
     for template in templates:
         names = {f["name"] for f in template["allowed_flavors"]}
@@ -82,7 +82,7 @@ def test_catalogue_lists_only_enforced_flavors_to_researchers(api, as_user, on_b
     assert "A100 1g.10gb" not in picker and "H100 80GB" in picker
 
 
-def test_flavors_api_hides_it_from_researchers_and_explains_it_to_ops(api, on_b) -> None:  # noqa: ANN001
+def test_flavors_api_hides_it_from_researchers_and_explains_it_to_ops(api, on_b) -> None:
     mine = {f["name"] for f in api("carol").get(f"{API}/flavors/").json()["results"]}
     assert on_b.mig.name not in mine and on_b.h100.name in mine
     rows = {f["name"]: f for f in api("ops").get(f"{API}/flavors/").json()["results"]}

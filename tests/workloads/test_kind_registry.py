@@ -48,7 +48,7 @@ def evaluation():
         yield kind
 
 
-def test_the_registry_restores_itself(evaluation) -> None:  # noqa: ANN001
+def test_the_registry_restores_itself(evaluation) -> None:
     assert kinds.names() == ["notebook", "training", "inference", "evaluation"]
     assert not kinds.allows("evaluation", "extend") and kinds.allows("evaluation", "stop")
     assert [spec.slug for spec in template_specs()] == ["notebook", "training", "inference", "evaluation"]
@@ -71,7 +71,7 @@ def test_a_kind_must_follow_objects_the_follower_knows() -> None:
 
 @pytest.mark.parametrize(("architecture", "flavor_kind"),
                          [(arch, fk) for arch, fks in FLAVOR_KINDS_BY_ARCH.items() for fk in fks])
-def test_a_new_kind_renders_valid_manifests(evaluation, architecture: str, flavor_kind: str) -> None:  # noqa: ANN001
+def test_a_new_kind_renders_valid_manifests(evaluation, architecture: str, flavor_kind: str) -> None:
     request = make_request("evaluation", architecture=architecture, flavor_kind=flavor_kind,
                            parameters={"command": "python eval.py"})
     objects = m.request_manifests(request, job_ttl_seconds=600)
@@ -83,7 +83,7 @@ def test_a_new_kind_renders_valid_manifests(evaluation, architecture: str, flavo
     assert job["spec"]["template"]["spec"]["securityContext"]["runAsGroup"] == m.RUN_AS_GROUP
 
 
-def test_the_follower_reads_a_new_kinds_objects(evaluation) -> None:  # noqa: ANN001
+def test_the_follower_reads_a_new_kinds_objects(evaluation) -> None:
     done = derive("evaluation", {"job": {"c": {"Complete": ["True", "", ""]}}})
     assert (done.state, done.reason) == ("succeeded", "Finished: the Job completed.")
     running = derive("evaluation", {"job": {"c": {}, "suspend": False}, "pod/req-42-x": {"phase": "Running"}})

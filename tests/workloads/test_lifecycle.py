@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from celery.contrib.testing.worker import start_worker
-from django.conf import settings
 from django.db import connection, connections
 from django.utils import timezone
 
@@ -55,7 +54,7 @@ class World:
     templates: dict[str, ServiceTemplate]
     cast: Any
 
-    def kube(self):  # noqa: ANN201
+    def kube(self):
         return kube_for(self.cluster)
 
     def sync(self) -> None:
@@ -153,13 +152,13 @@ def celery_worker_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def worker(celery_worker_thread, transactional_db) -> Iterator[None]:  # noqa: ANN001
+def worker(celery_worker_thread, transactional_db) -> Iterator[None]:
     yield
     connections.close_all()
 
 
 @pytest.fixture
-def world(fresh_sandbox, cast, worker) -> World:  # noqa: ANN001
+def world(fresh_sandbox, cast, worker) -> World:
     return _world(fresh_sandbox, cast, architecture="B")
 
 
@@ -213,7 +212,7 @@ def test_notebook_runs_and_is_stopped(world: World) -> None:
     assert req.state == S.STOPPED
 
 
-def test_idle_notebook_is_culled(world: World, mailoutbox) -> None:  # noqa: ANN001
+def test_idle_notebook_is_culled(world: World, mailoutbox) -> None:
     req = world.submit("carol", "notebook", "h100-80gb-offline", gpus=1, duration_hours=4)
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5)
     timeout = req.template.idle_timeout_minutes
@@ -267,7 +266,7 @@ def test_preempted_training_job_is_requeued_and_runs_again(world: World) -> None
     assert _states(job) == [S.APPROVED, S.QUEUED, S.RUNNING, S.PREEMPTED, S.QUEUED, S.RUNNING, S.SUCCEEDED]
 
 
-def test_distributed_training_under_e_is_a_volcano_gang(fresh_sandbox, cast, worker) -> None:  # noqa: ANN001
+def test_distributed_training_under_e_is_a_volcano_gang(fresh_sandbox, cast, worker) -> None:
     world = _world(fresh_sandbox, cast, architecture="E")
     req = world.submit("bob", "training", "h100-80gb-offline", gpus=2, duration_hours=1,
                        parameters={"command": "torchrun train.py", "distributed": True, "workers": 3})
@@ -281,7 +280,7 @@ def test_distributed_training_under_e_is_a_volcano_gang(fresh_sandbox, cast, wor
 
 
 # ------------------------------------------------------------------------------------------------ crash
-def test_worker_killed_between_apply_and_record(fresh_sandbox, cast, worker, tmp_path) -> None:  # noqa: ANN001
+def test_worker_killed_between_apply_and_record(fresh_sandbox, cast, worker, tmp_path) -> None:
     world = _world(fresh_sandbox, cast, architecture="B")
     # Approve without the hook firing: the request is materialized by a separate process we can kill.
     from workloads import hooks
@@ -329,7 +328,7 @@ def test_worker_killed_between_apply_and_record(fresh_sandbox, cast, worker, tmp
 
 
 # ------------------------------------------------------------------------------------------------ concurrency
-def test_fifty_concurrent_submissions_agree_with_the_cluster(fresh_sandbox, cast, worker) -> None:  # noqa: ANN001
+def test_fifty_concurrent_submissions_agree_with_the_cluster(fresh_sandbox, cast, worker) -> None:
     world = _world(fresh_sandbox, cast, architecture="B", gpus=8)
     users = [cast.carol, cast.bob]
 

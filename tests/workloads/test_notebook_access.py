@@ -24,13 +24,13 @@ from .test_lifecycle import World, _world, celery_worker_thread, worker  # noqa:
 S = RequestState
 
 
-def auth(client, uri: str, **headers: str):  # noqa: ANN001, ANN201
+def auth(client, uri: str, **headers: str):
     return client.get("/notebooks/auth/", HTTP_X_ORIGINAL_URI=uri, **headers)
 
 
 # ------------------------------------------------------------------------------------------------ who may open
 @pytest.mark.django_db
-def test_auth_endpoint_answers_by_session_and_original_uri(client, as_user, cast, cat) -> None:  # noqa: ANN001
+def test_auth_endpoint_answers_by_session_and_original_uri(client, as_user, cast, cat) -> None:
     nb = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.RUNNING)
     uri = f"/notebooks/{nb.pk}/lab/tree/analysis.ipynb?reset"
     assert auth(client, uri).status_code == 401  # nobody signed in
@@ -53,7 +53,7 @@ def test_auth_endpoint_answers_by_session_and_original_uri(client, as_user, cast
 
 
 @pytest.mark.django_db
-def test_approvers_open_notebooks_only_where_the_tenant_admin_allows_it(as_user, api, cast, cat) -> None:  # noqa: ANN001
+def test_approvers_open_notebooks_only_where_the_tenant_admin_allows_it(as_user, api, cast, cat) -> None:
     nb = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.RUNNING)
     bob = as_user("bob")
     assert auth(bob, f"/notebooks/{nb.pk}/lab").status_code == 403
@@ -68,7 +68,7 @@ def test_approvers_open_notebooks_only_where_the_tenant_admin_allows_it(as_user,
 
 
 @pytest.mark.django_db
-def test_auth_endpoint_refuses_cross_site_writes(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_auth_endpoint_refuses_cross_site_writes(as_user, cast, cat) -> None:
     nb = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.RUNNING)
     carol = as_user("carol")
     uri = f"/notebooks/{nb.pk}/api/contents/x.ipynb"
@@ -84,7 +84,7 @@ def test_auth_endpoint_refuses_cross_site_writes(as_user, cast, cat) -> None:  #
 
 
 @pytest.mark.django_db
-def test_auth_checks_record_activity_at_most_once_a_minute(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_auth_checks_record_activity_at_most_once_a_minute(as_user, cast, cat) -> None:
     nb = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.RUNNING)
     carol = as_user("carol")
     assert auth(carol, f"/notebooks/{nb.pk}/lab").status_code == 200
@@ -113,7 +113,7 @@ def test_auth_checks_record_activity_at_most_once_a_minute(as_user, cast, cat) -
 
 
 @pytest.mark.django_db
-def test_proxy_refusals_without_touching_a_cluster(client, as_user, cast, cat) -> None:  # noqa: ANN001
+def test_proxy_refusals_without_touching_a_cluster(client, as_user, cast, cat) -> None:
     nb = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.STOPPED,
                       state_reason="Stopped by carol.")
     response = client.get(f"/notebooks/{nb.pk}/lab")
@@ -133,7 +133,7 @@ def test_proxy_refusals_without_touching_a_cluster(client, as_user, cast, cat) -
 
 # ------------------------------------------------------------------------------------------------ with a cluster
 @pytest.fixture
-def world(fresh_sandbox, cast, worker) -> World:  # noqa: ANN001, F811
+def world(fresh_sandbox, cast, worker) -> World:  # noqa: F811 - the fixture named like the imported helper
     return _world(fresh_sandbox, cast, architecture="B")
 
 
@@ -142,7 +142,7 @@ def _running_notebook(world: World, who: str = "carol") -> WorkloadRequest:
     return world.wait(req, lambda r: r.state == S.RUNNING, advance=5)
 
 
-def _signed_in(client, user):  # noqa: ANN001, ANN202
+def _signed_in(client, user):
     client.force_login(user)
     return client
 
@@ -150,7 +150,7 @@ def _signed_in(client, user):  # noqa: ANN001, ANN202
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xdist_group("lifecycle")
 @pytest.mark.timeout(240)
-def test_proxy_reaches_the_running_notebook_with_its_token(world: World, client, django_user_model) -> None:  # noqa: ANN001
+def test_proxy_reaches_the_running_notebook_with_its_token(world: World, client, django_user_model) -> None:
     req = _running_notebook(world)
     carol = _signed_in(client, world.cast.carol)
     page = carol.get(f"/notebooks/{req.pk}/lab?reset")
@@ -189,7 +189,7 @@ def test_proxy_reaches_the_running_notebook_with_its_token(world: World, client,
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xdist_group("lifecycle")
 @pytest.mark.timeout(240)
-def test_idle_culling_counts_activity_on_the_notebook_path(world: World, client) -> None:  # noqa: ANN001
+def test_idle_culling_counts_activity_on_the_notebook_path(world: World, client) -> None:
     opened = _running_notebook(world)
     timeout = timedelta(minutes=opened.template.idle_timeout_minutes)
     # Started long ago, but used through the portal just now: it stays.
@@ -226,7 +226,7 @@ def test_idle_culling_falls_back_to_the_start_and_ignores_activity_before_a_rest
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xdist_group("lifecycle")
 @pytest.mark.timeout(240)
-def test_logs_tail_follow_and_download(world: World, client) -> None:  # noqa: ANN001
+def test_logs_tail_follow_and_download(world: World, client) -> None:
     req = world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1)
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5)
     world.sandbox.advance(65)  # a few progress lines
@@ -276,7 +276,7 @@ def test_logs_tail_follow_and_download(world: World, client) -> None:  # noqa: A
     assert other["HX-Retarget"] == "#request-logs" and f'id="log-{name}"' in other.content.decode()
 
 
-def test_sandbox_log_options(sandbox_cluster) -> None:  # noqa: ANN001
+def test_sandbox_log_options(sandbox_cluster) -> None:
     """The sandbox's ``log`` subresource takes tailLines, sinceTime, timestamps and limitBytes as kubelet does."""
     store = sandbox_cluster.store
     ns = "logs-options"

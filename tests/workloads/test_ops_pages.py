@@ -21,11 +21,11 @@ pytestmark = [pytest.mark.django_db]
 SCHEMA = {"type": "object", "properties": {"prompt": {"type": "string", "title": "Prompt"}}, "required": ["prompt"]}
 
 
-def text(response) -> str:  # noqa: ANN001
+def text(response) -> str:
     return response.content.decode()
 
 
-def template_form(cat, **overrides: Any) -> dict[str, Any]:  # noqa: ANN001
+def template_form(cat, **overrides: Any) -> dict[str, Any]:
     data = {
         "kind": "inference", "slug": "llm-chat", "name": "LLM chat", "description": "A chat model.",
         "parameters_schema": json.dumps(SCHEMA), "allowed_flavors": [str(cat.h100.pk), str(cat.mig.pk)],
@@ -50,7 +50,7 @@ def written() -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("who", ["alice", "carol", "nobody"])
-def test_catalogue_pages_are_404_for_everyone_but_ops(as_user, cat, who) -> None:  # noqa: ANN001
+def test_catalogue_pages_are_404_for_everyone_but_ops(as_user, cat, who) -> None:
     image = Image.objects.first()
     before = written()
     client = as_user(who)
@@ -64,7 +64,7 @@ def test_catalogue_pages_are_404_for_everyone_but_ops(as_user, cat, who) -> None
     assert written() == before
 
 
-def test_anonymous_is_sent_to_sign_in(client, cat) -> None:  # noqa: ANN001
+def test_anonymous_is_sent_to_sign_in(client, cat) -> None:
     response = client.get("/ops/templates/")
     assert response.status_code == 302 and "/login" in response["Location"]
 
@@ -72,7 +72,7 @@ def test_anonymous_is_sent_to_sign_in(client, cat) -> None:  # noqa: ANN001
 # Templates ------------------------------------------------------------------------------------------
 
 
-def test_ops_lists_templates_with_filters_and_versions(as_user, cat, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_ops_lists_templates_with_filters_and_versions(as_user, cat, django_assert_max_num_queries) -> None:
     client = as_user("ops")
     with django_assert_max_num_queries(15):
         body = text(client.get("/ops/templates/"))
@@ -85,7 +85,7 @@ def test_ops_lists_templates_with_filters_and_versions(as_user, cat, django_asse
     assert f"/ops/templates/{cat.inference.pk}/" in body and f"/ops/templates/{cat.training.pk}/" not in body
 
 
-def test_ops_creates_a_template(as_user, cat) -> None:  # noqa: ANN001
+def test_ops_creates_a_template(as_user, cat) -> None:
     response = as_user("ops").post("/ops/templates/new/", template_form(cat))
     template = ServiceTemplate.objects.get(slug="llm-chat")
     assert response.status_code == 302 and response["Location"] == f"/ops/templates/{template.pk}/"
@@ -104,7 +104,7 @@ def test_ops_creates_a_template(as_user, cat) -> None:  # noqa: ANN001
     ({"slug": "Not_A_Label"}, "slug", ""),
     ({"default_gpus": "8", "max_gpus": "4"}, "default_gpus", "At most max_gpus"),
 ])
-def test_bad_template_input_shows_errors_and_writes_nothing(as_user, cat, overrides, field, message) -> None:  # noqa: ANN001
+def test_bad_template_input_shows_errors_and_writes_nothing(as_user, cat, overrides, field, message) -> None:
     before = written()
     response = as_user("ops").post("/ops/templates/new/", template_form(cat, **overrides))
     assert response.status_code == 200
@@ -114,7 +114,7 @@ def test_bad_template_input_shows_errors_and_writes_nothing(as_user, cat, overri
     assert written() == before
 
 
-def test_edit_in_place_while_no_request_uses_the_version(as_user, cat) -> None:  # noqa: ANN001
+def test_edit_in_place_while_no_request_uses_the_version(as_user, cat) -> None:
     client = as_user("ops")
     body = text(client.get(f"/ops/templates/{cat.inference.pk}/"))
     assert "Versions" in body and "Save template" in body
@@ -126,7 +126,7 @@ def test_edit_in_place_while_no_request_uses_the_version(as_user, cat) -> None: 
     assert AuditEntry.objects.filter(action="template.update").count() == 1
 
 
-def test_edit_of_a_used_version_makes_the_next_version(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_edit_of_a_used_version_makes_the_next_version(as_user, cast, cat) -> None:
     make_request(cat, cast.vision, cast.carol, template=cat.training)
     old_schema = cat.training.parameters_schema
     client = as_user("ops")
@@ -145,7 +145,7 @@ def test_edit_of_a_used_version_makes_the_next_version(as_user, cast, cat) -> No
     assert "v2" in body and "v1" in body and "latest" in body
 
 
-def test_cosmetic_edit_of_a_used_version_stays_in_place(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_cosmetic_edit_of_a_used_version_stays_in_place(as_user, cast, cat) -> None:
     make_request(cat, cast.vision, cast.carol, template=cat.training)
     t = cat.training
     form = template_form(
@@ -160,7 +160,7 @@ def test_cosmetic_edit_of_a_used_version_stays_in_place(as_user, cast, cat) -> N
     assert (t.name, t.active, ServiceTemplate.objects.filter(slug="training").count()) == ("Training (old)", False, 1)
 
 
-def test_bad_edit_writes_nothing(as_user, cat) -> None:  # noqa: ANN001
+def test_bad_edit_writes_nothing(as_user, cat) -> None:
     before = written()
     response = as_user("ops").post(f"/ops/templates/{cat.inference.pk}/", template_form(cat, parameters_schema="{nope"))
     assert response.status_code == 200 and "parameters_schema" in response.context["form"].errors
@@ -170,7 +170,7 @@ def test_bad_edit_writes_nothing(as_user, cat) -> None:  # noqa: ANN001
 # Images ---------------------------------------------------------------------------------------------
 
 
-def test_ops_lists_creates_and_edits_images(as_user, cat) -> None:  # noqa: ANN001
+def test_ops_lists_creates_and_edits_images(as_user, cat) -> None:
     client = as_user("ops")
     body = text(client.get("/ops/images/"))
     assert "/ops/images/new/" in body and 'aria-current="page">Images</a>' in body
@@ -197,7 +197,7 @@ def test_ops_lists_creates_and_edits_images(as_user, cat) -> None:  # noqa: ANN0
     ({"name": ""}, "name"),
     ("duplicate", "reference"),
 ])
-def test_bad_image_input_shows_errors_and_writes_nothing(as_user, cat, overrides, field) -> None:  # noqa: ANN001
+def test_bad_image_input_shows_errors_and_writes_nothing(as_user, cat, overrides, field) -> None:
     if overrides == "duplicate":
         overrides = {"reference": Image.objects.first().reference}
     before = written()
@@ -206,7 +206,7 @@ def test_bad_image_input_shows_errors_and_writes_nothing(as_user, cat, overrides
     assert written() == before
 
 
-def test_edit_to_a_duplicate_reference_is_refused(as_user, cat) -> None:  # noqa: ANN001
+def test_edit_to_a_duplicate_reference_is_refused(as_user, cat) -> None:
     first, second = Image.objects.order_by("pk")[:2]
     before = written()
     response = as_user("ops").post(f"/ops/images/{second.pk}/", image_form(name=second.name, reference=first.reference))

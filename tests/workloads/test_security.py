@@ -27,11 +27,11 @@ S = RequestState
 TRAIN = {"template": "training", "flavor": "h100", "project": "acme-vision", "parameters": {"command": "python train.py"}}
 
 
-def post(client, path: str, body: dict[str, Any]):  # noqa: ANN001, ANN201
+def post(client, path: str, body: dict[str, Any]):
     return client.post(f"{API}{path}", body, format="json")
 
 
-def submit(cast, cat, who: str = "carol", *, template=None, **values):  # noqa: ANN001, ANN003, ANN201
+def submit(cast, cat, who: str = "carol", *, template=None, **values):
     template = template or cat.training
     values.setdefault("parameters", {"training": {"command": "python train.py"}, "inference": {"model_uri": "hf://m"}}
                       .get(template.slug, {}))
@@ -42,7 +42,7 @@ def submit(cast, cat, who: str = "carol", *, template=None, **values):  # noqa: 
 # 1. Volumes: only the requester's own and the project's shared ones ----------------------------------------
 
 
-def test_a_job_cannot_mount_another_users_notebook_home(api, cast, cat) -> None:  # noqa: ANN001
+def test_a_job_cannot_mount_another_users_notebook_home(api, cast, cat) -> None:
     notebook = submit(cast, cat, "bob", template=cat.notebook, gpus=1)
     home = Volume.objects.get(request=notebook)
     assert (home.name, home.owner) == (f"home-req-{notebook.pk}-0", cast.bob)
@@ -60,7 +60,7 @@ def test_a_job_cannot_mount_another_users_notebook_home(api, cast, cat) -> None:
     assert unknown.status_code == 400 and "parameters.data_volume" in unknown.json()["fields"]
 
 
-def test_own_and_project_shared_volumes_may_be_mounted(api, cast, cat) -> None:  # noqa: ANN001
+def test_own_and_project_shared_volumes_may_be_mounted(api, cast, cat) -> None:
     mine = submit(cast, cat, "carol", template=cat.notebook, gpus=1)
     own_home = Volume.objects.get(request=mine).name
     # A project admin shares a dataset claim with the project; carol registers a scratch claim of her own.
@@ -85,7 +85,7 @@ def test_own_and_project_shared_volumes_may_be_mounted(api, cast, cat) -> None: 
     assert gone.status_code == 400 and "parameters.data_volume" in gone.json()["fields"]
 
 
-def test_only_approvers_share_volumes_and_home_names_are_reserved(api, cast, cat) -> None:  # noqa: ANN001
+def test_only_approvers_share_volumes_and_home_names_are_reserved(api, cast, cat) -> None:
     response = post(api("carol"), "/volumes/", {"project": "acme-vision", "name": "datasets", "shared": True})
     assert response.status_code == 403
     reserved = post(api("carol"), "/volumes/", {"project": "acme-vision", "name": "home-req-1-0"})
@@ -101,7 +101,7 @@ def test_only_approvers_share_volumes_and_home_names_are_reserved(api, cast, cat
 # 2. Priorities: production always needs an approver ------------------------------------------------------
 
 
-def test_a_members_production_job_is_not_auto_approved(api, cast, cat) -> None:  # noqa: ANN001
+def test_a_members_production_job_is_not_auto_approved(api, cast, cat) -> None:
     response = post(api("carol"), "/requests/", TRAIN | {"gpus": 1, "priority": "production"})
     assert response.status_code == 201, response.json()
     body = response.json()
@@ -112,7 +112,7 @@ def test_a_members_production_job_is_not_auto_approved(api, cast, cat) -> None: 
     assert batch.json()["state"] == S.APPROVED
 
 
-def test_production_is_never_approved_on_submission_not_even_for_an_approver(cast, cat) -> None:  # noqa: ANN001
+def test_production_is_never_approved_on_submission_not_even_for_an_approver(cast, cat) -> None:
     ApprovalRule.objects.update(require_admin_for_inference=False, auto_approve_max_gpus=8, auto_approve_max_hours=24)
     by_member = submit(cast, cat, "carol", template=cat.inference, gpus=1)
     assert by_member.priority == "production" and by_member.state == S.PENDING_APPROVAL
@@ -125,7 +125,7 @@ def test_production_is_never_approved_on_submission_not_even_for_an_approver(cas
     assert submit(cast, cat, "bob", gpus=1, priority="batch").state == S.APPROVED
 
 
-def test_rule_narrows_members_priorities_per_project_and_template(cast, cat) -> None:  # noqa: ANN001
+def test_rule_narrows_members_priorities_per_project_and_template(cast, cat) -> None:
     services.approval_rule_create(actor=cast.actor("bob"), project=cast.vision, template_slug="notebook",
                                   auto_approve_max_gpus=2, auto_approve_max_hours=8, member_priorities=["batch"])
     notebook = submit(cast, cat, "carol", template=cat.notebook, gpus=1)  # interactive by default
@@ -135,7 +135,7 @@ def test_rule_narrows_members_priorities_per_project_and_template(cast, cat) -> 
     assert submit(cast, cat, "carol", gpus=1, priority="interactive").state == S.APPROVED
 
 
-def test_a_rule_cannot_auto_approve_production(api, cast, cat) -> None:  # noqa: ANN001
+def test_a_rule_cannot_auto_approve_production(api, cast, cat) -> None:
     body = {"project": "acme-vision", "template_slug": "training", "member_priorities": ["batch", "production"]}
     response = post(api("bob"), "/approval-rules/", body)
     assert response.status_code == 400 and "member_priorities" in response.json()["fields"]
@@ -149,7 +149,7 @@ def test_a_rule_cannot_auto_approve_production(api, cast, cat) -> None:  # noqa:
                                       admin_priorities=["production"])
 
 
-def test_extending_a_production_request_needs_an_approver(cast, cat) -> None:  # noqa: ANN001
+def test_extending_a_production_request_needs_an_approver(cast, cat) -> None:
     req = submit(cast, cat, "carol", gpus=1, priority="production", duration_hours=2)
     req = services.request_approve(actor=cast.actor("bob"), request=req)
     with pytest.raises(NotAllowed, match="Priority production"):
@@ -164,7 +164,7 @@ def test_live_states_are_the_complement_of_final() -> None:
     assert set(LIVE_STATES) == set(S.values) - set(FINAL)
 
 
-def test_the_database_refuses_a_second_live_request_with_a_name(cast, cat) -> None:  # noqa: ANN001
+def test_the_database_refuses_a_second_live_request_with_a_name(cast, cat) -> None:
     make_request(cat, cast.vision, cast.carol, name="same", state=S.RUNNING)
     make_request(cat, cast.vision, cast.carol, name="same", state=S.SUCCEEDED)  # ended ones do not count
     make_request(cat, cast.nlp, cast.carol, name="same", state=S.RUNNING)  # nor other projects
@@ -172,7 +172,7 @@ def test_the_database_refuses_a_second_live_request_with_a_name(cast, cat) -> No
         make_request(cat, cast.vision, cast.bob, name="same", state=S.PENDING_APPROVAL)
 
 
-def test_restart_under_a_name_taken_meanwhile_is_a_conflict(cast, cat) -> None:  # noqa: ANN001
+def test_restart_under_a_name_taken_meanwhile_is_a_conflict(cast, cat) -> None:
     old = make_request(cat, cast.vision, cast.carol, name="resnet", state=S.STOPPED)
     submit(cast, cat, "carol", gpus=1, name="resnet")
     with pytest.raises(ConflictError) as exc:
@@ -183,7 +183,7 @@ def test_restart_under_a_name_taken_meanwhile_is_a_conflict(cast, cat) -> None: 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_twenty_parallel_submissions_with_one_name_leave_one_live_request(cast, cat) -> None:  # noqa: ANN001
+def test_twenty_parallel_submissions_with_one_name_leave_one_live_request(cast, cat) -> None:
     n = 20
     clients = []
     for _ in range(n):

@@ -13,7 +13,7 @@ from django.db import connection
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
 from quotas.models import Quota
 from tenants.models import AuditEntry, Project, Tenant
-from workloads import hooks, services
+from workloads import services
 from workloads.catalogue import seed_catalogue
 from workloads.models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
 from workloads.schema import form_fields, parameter_errors
@@ -24,7 +24,7 @@ S = RequestState
 TRAIN = {"command": "python train.py"}
 
 
-def submit(cast, cat, who: str = "carol", *, project=None, template=None, **values):  # noqa: ANN001, ANN003, ANN201
+def submit(cast, cat, who: str = "carol", *, project=None, template=None, **values):
     template = template or cat.training
     if "parameters" not in values:
         values["parameters"] = {"training": TRAIN, "inference": {"model_uri": "hf://org/model"}}.get(template.slug, {})
@@ -42,7 +42,7 @@ def nothing_created() -> bool:
 
 
 def test_small_request_is_auto_approved_and_materialization_scheduled(
-    cast, cat, hooks_called, django_capture_on_commit_callbacks  # noqa: ANN001
+    cast, cat, hooks_called, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         req = submit(cast, cat, gpus=2, duration_hours=8)
@@ -66,7 +66,7 @@ def test_small_request_is_auto_approved_and_materialization_scheduled(
         ({"gpus": 1, "duration_hours": 9}, "9 hours is more than the 8 approved automatically"),
     ],
 )
-def test_bigger_request_waits_for_approval(cast, cat, hooks_called, values, reason, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_bigger_request_waits_for_approval(cast, cat, hooks_called, values, reason, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         req = submit(cast, cat, **values)
     assert req.state == S.PENDING_APPROVAL
@@ -74,7 +74,7 @@ def test_bigger_request_waits_for_approval(cast, cat, hooks_called, values, reas
     assert hooks_called == []
 
 
-def test_inference_needs_a_project_admin_unless_one_submits(cast, cat) -> None:  # noqa: ANN001
+def test_inference_needs_a_project_admin_unless_one_submits(cast, cat) -> None:
     req = submit(cast, cat, template=cat.inference, gpus=1)
     assert req.state == S.PENDING_APPROVAL and "Inference services need" in req.pending_reason
     assert req.priority == "production"
@@ -85,13 +85,13 @@ def test_inference_needs_a_project_admin_unless_one_submits(cast, cat) -> None: 
     assert by_admin.state == S.APPROVED and "bob may approve" in by_admin.state_reason
 
 
-def test_no_rule_means_a_human_decides(cast, cat) -> None:  # noqa: ANN001
+def test_no_rule_means_a_human_decides(cast, cat) -> None:
     ApprovalRule.objects.all().delete()
     req = submit(cast, cat, gpus=1)
     assert req.state == S.PENDING_APPROVAL and "No approval rule" in req.pending_reason
 
 
-def test_most_specific_rule_wins(cast, cat) -> None:  # noqa: ANN001
+def test_most_specific_rule_wins(cast, cat) -> None:
     ApprovalRule.objects.create(project=None, template_slug="training", auto_approve_max_gpus=4, auto_approve_max_hours=24)
     assert submit(cast, cat, gpus=4, duration_hours=20).state == S.APPROVED  # template rule beats the global one
     ApprovalRule.objects.create(project=cast.vision, template_slug="", auto_approve_max_gpus=0, auto_approve_max_hours=0)
@@ -107,7 +107,7 @@ def test_most_specific_rule_wins(cast, cat) -> None:  # noqa: ANN001
 # Refused at once, nothing created ------------------------------------------------------------------
 
 
-def test_more_than_quota_plus_borrowing_can_never_run(cast, cat) -> None:  # noqa: ANN001
+def test_more_than_quota_plus_borrowing_can_never_run(cast, cat) -> None:
     # acme-vision: 8 nominal + 2 borrowable H100. 2 workers x 6 GPUs = 12.
     with pytest.raises(Invalid) as exc:
         submit(cast, cat, gpus=6, parameters=TRAIN | {"distributed": True, "workers": 2})
@@ -118,14 +118,14 @@ def test_more_than_quota_plus_borrowing_can_never_run(cast, cat) -> None:  # noq
     assert submit(cast, cat, gpus=5, parameters=TRAIN | {"distributed": True, "workers": 2}).replicas == 2
 
 
-def test_no_quota_in_the_flavor_can_never_run(cast, cat) -> None:  # noqa: ANN001
+def test_no_quota_in_the_flavor_can_never_run(cast, cat) -> None:
     with pytest.raises(Invalid) as exc:
         submit(cast, cat, project=cast.nlp, flavor=cat.mig, gpus=1)
     assert "has no quota for A100 1g.10gb" in exc.value.message and exc.value.field == "gpus"
     assert nothing_created()
 
 
-def test_without_a_borrowing_limit_the_tenant_pool_bounds_it(cast, cat) -> None:  # noqa: ANN001
+def test_without_a_borrowing_limit_the_tenant_pool_bounds_it(cast, cat) -> None:
     # acme-nlp: 2 nominal, no borrowing limit; acme's pool for H100 is 12.
     ApprovalRule.objects.all().delete()
     assert submit(cast, cat, project=cast.nlp, gpus=6, parameters=TRAIN | {"distributed": True, "workers": 2}).replicas == 2
@@ -154,7 +154,7 @@ def test_without_a_borrowing_limit_the_tenant_pool_bounds_it(cast, cat) -> None:
         ({"parameters": ["not", "an", "object"]}, "parameters", "must be a JSON object"),
     ],
 )
-def test_invalid_requests_name_the_field(cast, cat, values, field, text) -> None:  # noqa: ANN001
+def test_invalid_requests_name_the_field(cast, cat, values, field, text) -> None:
     if values.get("flavor") == "cpu":
         values["flavor"] = cat.cpu
     with pytest.raises(ValidationError) as exc:
@@ -165,7 +165,7 @@ def test_invalid_requests_name_the_field(cast, cat, values, field, text) -> None
     assert nothing_created()
 
 
-def volcano_owned_h100(cat, *, architecture: str = "E", pool: str = "offline") -> None:  # noqa: ANN001
+def volcano_owned_h100(cat, *, architecture: str = "E", pool: str = "offline") -> None:
     """The H100 flavor as the offline pool's whole GPUs: under E Volcano alone hands them out."""
     type(cat.cluster).objects.filter(pk=cat.cluster.pk).update(architecture=architecture)
     type(cat.h100).objects.filter(pk=cat.h100.pk).update(pool_label=pool)
@@ -173,7 +173,7 @@ def volcano_owned_h100(cat, *, architecture: str = "E", pool: str = "offline") -
 
 
 @pytest.mark.parametrize("slug", ["notebook", "inference"])
-def test_kueue_workloads_on_volcano_owned_gpus_are_refused(cast, cat, slug) -> None:  # noqa: ANN001
+def test_kueue_workloads_on_volcano_owned_gpus_are_refused(cast, cat, slug) -> None:
     # Notebooks and inference always render to Kueue objects; Kueue has no ResourceFlavor for these nodes.
     volcano_owned_h100(cat)
     with pytest.raises(ValidationError) as exc:
@@ -185,7 +185,7 @@ def test_kueue_workloads_on_volcano_owned_gpus_are_refused(cast, cat, slug) -> N
 
 
 @pytest.mark.parametrize("parameters", [TRAIN, TRAIN | {"distributed": True, "workers": 2}])
-def test_training_on_volcano_owned_gpus_goes_ahead(cast, cat, parameters) -> None:  # noqa: ANN001
+def test_training_on_volcano_owned_gpus_goes_ahead(cast, cat, parameters) -> None:
     # Training there renders to a Volcano Job, single-node too (workloads.manifests.uses_volcano).
     volcano_owned_h100(cat)
     req = submit(cast, cat, gpus=1, parameters=parameters)
@@ -193,18 +193,18 @@ def test_training_on_volcano_owned_gpus_goes_ahead(cast, cat, parameters) -> Non
 
 
 @pytest.mark.parametrize(("architecture", "pool"), [("E", "online"), ("E", ""), ("F", "offline"), ("C", "offline")])
-def test_notebooks_on_gpus_kueue_owns_go_ahead(cast, cat, architecture, pool) -> None:  # noqa: ANN001
+def test_notebooks_on_gpus_kueue_owns_go_ahead(cast, cat, architecture, pool) -> None:
     volcano_owned_h100(cat, architecture=architecture, pool=pool)
     assert submit(cast, cat, template=cat.notebook, gpus=1).flavor == cat.h100
 
 
-def test_several_problems_are_reported_together(cast, cat) -> None:  # noqa: ANN001
+def test_several_problems_are_reported_together(cast, cat) -> None:
     with pytest.raises(ValidationError) as exc:
         submit(cast, cat, gpus=9, duration_hours=100, parameters={"retries": -1})
     assert {"gpus", "duration_hours", "parameters.command", "parameters.retries"} <= set(exc.value.message_dict)
 
 
-def test_custom_images_only_where_the_project_allows_them(cast, cat) -> None:  # noqa: ANN001
+def test_custom_images_only_where_the_project_allows_them(cast, cat) -> None:
     Project.objects.filter(pk=cast.vision.pk).update(allow_custom_images=True)
     req = submit(cast, cat, image="ghcr.io/acme/trainer:1.2")
     assert req.image == "ghcr.io/acme/trainer:1.2"
@@ -212,7 +212,7 @@ def test_custom_images_only_where_the_project_allows_them(cast, cat) -> None:  #
         submit(cast, cat, project=cast.nlp, image="ghcr.io/acme/trainer:1.2")
 
 
-def test_suspended_tenant_and_archived_project_are_refused(cast, cat) -> None:  # noqa: ANN001
+def test_suspended_tenant_and_archived_project_are_refused(cast, cat) -> None:
     Tenant.objects.filter(pk=cast.acme.pk).update(status=Tenant.Status.SUSPENDED)
     with pytest.raises(ReadOnlyTenant):
         submit(cast, cat, "ops")  # not even ops start work in a suspended tenant
@@ -225,20 +225,20 @@ def test_suspended_tenant_and_archived_project_are_refused(cast, cat) -> None:  
 
 
 @pytest.mark.parametrize("who", ["dave", "erin", "nobody"])
-def test_only_submitters_submit(cast, cat, who) -> None:  # noqa: ANN001
+def test_only_submitters_submit(cast, cat, who) -> None:
     with pytest.raises(NotAllowed):
         submit(cast, cat, who)
     assert nothing_created()
 
 
-def test_inactive_template_is_refused(cast, cat) -> None:  # noqa: ANN001
+def test_inactive_template_is_refused(cast, cat) -> None:
     ServiceTemplate.objects.filter(pk=cat.training.pk).update(active=False)
     cat.training.refresh_from_db()
     with pytest.raises(Invalid, match="no longer offered"):
         submit(cast, cat)
 
 
-def test_active_names_are_unique_in_the_project(cast, cat) -> None:  # noqa: ANN001
+def test_active_names_are_unique_in_the_project(cast, cat) -> None:
     first = submit(cast, cat, name="resnet")
     with pytest.raises(ValidationError) as exc:
         submit(cast, cat, name="resnet")
@@ -250,7 +250,7 @@ def test_active_names_are_unique_in_the_project(cast, cat) -> None:  # noqa: ANN
 # Idempotency ----------------------------------------------------------------------------------
 
 
-def test_same_idempotency_key_returns_the_same_request(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_same_idempotency_key_returns_the_same_request(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         first = submit(cast, cat, idempotency_key="ci-build-42")
     counts = (WorkloadRequest.objects.count(), RequestEvent.objects.count(), AuditEntry.objects.count())
@@ -267,7 +267,7 @@ def test_same_idempotency_key_returns_the_same_request(cast, cat, hooks_called, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_retries_with_one_key_create_one_request(cast, cat) -> None:  # noqa: ANN001
+def test_concurrent_retries_with_one_key_create_one_request(cast, cat) -> None:
     barrier = threading.Barrier(4)
     ids: list[int] = []
     errors: list[BaseException] = []
@@ -276,7 +276,7 @@ def test_concurrent_retries_with_one_key_create_one_request(cast, cat) -> None: 
         try:
             barrier.wait()
             ids.append(submit(cast, cat, idempotency_key="retry-storm").pk)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()
@@ -296,7 +296,7 @@ def test_concurrent_retries_with_one_key_create_one_request(cast, cat) -> None: 
 
 
 @pytest.mark.parametrize("who", ["bob", "alice", "ops"])
-def test_approvers_approve_and_the_requester_hears(cast, cat, who, hooks_called, mailoutbox, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_approvers_approve_and_the_requester_hears(cast, cat, who, hooks_called, mailoutbox, django_capture_on_commit_callbacks) -> None:
     req = submit(cast, cat, gpus=4)
     with django_capture_on_commit_callbacks(execute=True):
         services.request_approve(actor=cast.actor(who), request=req, comment="go ahead")
@@ -310,7 +310,7 @@ def test_approvers_approve_and_the_requester_hears(cast, cat, who, hooks_called,
 
 
 @pytest.mark.parametrize("who", ["carol", "dave", "erin", "frank", "nobody"])
-def test_others_cannot_decide(cast, cat, who) -> None:  # noqa: ANN001
+def test_others_cannot_decide(cast, cat, who) -> None:
     req = submit(cast, cat, gpus=4)
     for decide in (services.request_approve, services.request_reject):
         with pytest.raises(NotAllowed):
@@ -318,7 +318,7 @@ def test_others_cannot_decide(cast, cat, who) -> None:  # noqa: ANN001
     assert WorkloadRequest.objects.get(pk=req.pk).state == S.PENDING_APPROVAL
 
 
-def test_a_decided_request_cannot_be_decided_again(cast, cat, mailoutbox, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_a_decided_request_cannot_be_decided_again(cast, cat, mailoutbox, django_capture_on_commit_callbacks) -> None:
     req = submit(cast, cat, gpus=4)
     with django_capture_on_commit_callbacks(execute=True):
         services.request_reject(actor=cast.actor("bob"), request=req, comment="use fewer GPUs")
@@ -328,16 +328,16 @@ def test_a_decided_request_cannot_be_decided_again(cast, cat, mailoutbox, django
     assert "rejected" in mailoutbox[0].subject and "use fewer GPUs" in mailoutbox[0].body
 
 
-def test_webhook_is_called_on_decisions(cast, cat, settings, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_webhook_is_called_on_decisions(cast, cat, settings, django_capture_on_commit_callbacks) -> None:
     received: list[dict] = []
 
     class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(204)
             self.end_headers()
 
-        def log_message(self, *args) -> None:  # noqa: ANN002
+        def log_message(self, *args) -> None:
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
@@ -354,7 +354,7 @@ def test_webhook_is_called_on_decisions(cast, cat, settings, django_capture_on_c
 # Lifecycle actions ----------------------------------------------------------------------------
 
 
-def test_cancel_before_running_only(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_cancel_before_running_only(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     req = submit(cast, cat, gpus=4)
     with pytest.raises(NotAllowed):
         services.request_cancel(actor=cast.actor("dave"), request=req)
@@ -367,7 +367,7 @@ def test_cancel_before_running_only(cast, cat, hooks_called, django_capture_on_c
         services.request_cancel(actor=cast.actor("bob"), request=running)
 
 
-def test_stop_and_restart(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_stop_and_restart(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     req = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.RUNNING, parameters={})
     with django_capture_on_commit_callbacks(execute=True):
         services.request_stop(actor=cast.actor("carol"), request=req)
@@ -384,14 +384,14 @@ def test_stop_and_restart(cast, cat, hooks_called, django_capture_on_commit_call
         services.request_stop(actor=cast.actor("dave"), request=req)
 
 
-def test_restart_refused_when_quota_shrank(cast, cat) -> None:  # noqa: ANN001
+def test_restart_refused_when_quota_shrank(cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.STOPPED, gpus=6)
     Quota.objects.filter(project=cast.vision, flavor=cat.h100).update(nominal=2, borrowing_limit=0)
     with pytest.raises(Invalid, match="can never run"):
         services.request_restart(actor=cast.actor("carol"), request=req)
 
 
-def test_delete_ends_the_request_and_removes_its_objects(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_delete_ends_the_request_and_removes_its_objects(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     running = make_request(cat, cast.vision, cast.carol, state=S.RUNNING)
     pending = make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL)
     with django_capture_on_commit_callbacks(execute=True):
@@ -403,7 +403,7 @@ def test_delete_ends_the_request_and_removes_its_objects(cast, cat, hooks_called
     assert hooks_called == [("delete", running.pk), ("delete", pending.pk)]
 
 
-def test_extend(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_extend(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.RUNNING, duration_hours=4)
     with django_capture_on_commit_callbacks(execute=True):
         services.request_extend(actor=cast.actor("carol"), request=req, hours=4)  # 8 h: within the rule
@@ -419,13 +419,13 @@ def test_extend(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> 
     assert AuditEntry.objects.filter(action="request.extend").count() == 2
 
 
-def test_extend_while_pending_is_for_the_approver_to_judge(cast, cat) -> None:  # noqa: ANN001
+def test_extend_while_pending_is_for_the_approver_to_judge(cast, cat) -> None:
     req = submit(cast, cat, gpus=4, duration_hours=8)
     services.request_extend(actor=cast.actor("carol"), request=req, hours=16)
     assert WorkloadRequest.objects.get(pk=req.pk).duration_hours == 24
 
 
-def test_extend_moves_the_deadline(cast, cat) -> None:  # noqa: ANN001
+def test_extend_moves_the_deadline(cast, cat) -> None:
     from django.utils import timezone
 
     deadline = timezone.now()
@@ -434,7 +434,7 @@ def test_extend_moves_the_deadline(cast, cat) -> None:  # noqa: ANN001
     assert WorkloadRequest.objects.get(pk=req.pk).expires_at == deadline + timezone.timedelta(hours=3)
 
 
-def test_scale_inference(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_scale_inference(cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     req = make_request(cat, cast.vision, cast.carol, template=cat.inference, state=S.RUNNING, gpus=2, replicas=2)
     with pytest.raises(NotAllowed):
         services.request_scale(actor=cast.actor("carol"), request=req, replicas=3)  # inference: a project admin scales up
@@ -450,7 +450,7 @@ def test_scale_inference(cast, cat, hooks_called, django_capture_on_commit_callb
         services.request_scale(actor=cast.actor("bob"), request=training, replicas=2)
 
 
-def test_actions_on_a_suspended_tenant(cast, cat) -> None:  # noqa: ANN001
+def test_actions_on_a_suspended_tenant(cast, cat) -> None:
     running = make_request(cat, cast.vision, cast.carol, state=S.RUNNING)
     stopped = make_request(cat, cast.vision, cast.carol, state=S.STOPPED)
     Tenant.objects.filter(pk=cast.acme.pk).update(status=Tenant.Status.SUSPENDED)
@@ -465,7 +465,7 @@ def test_actions_on_a_suspended_tenant(cast, cat) -> None:  # noqa: ANN001
 
 
 @pytest.mark.django_db
-def test_seed_catalogue_is_idempotent_and_links_gpu_flavors(cast, cat) -> None:  # noqa: ANN001
+def test_seed_catalogue_is_idempotent_and_links_gpu_flavors(cast, cat) -> None:
     assert seed_catalogue() == {"templates": 0, "images": 0, "rules": 0}
     assert set(cat.training.allowed_flavors.values_list("name", flat=True)) == {"h100", "a100-1g.10gb"}
     assert Image.objects.count() == 3 and ApprovalRule.objects.get().project is None
@@ -474,7 +474,7 @@ def test_seed_catalogue_is_idempotent_and_links_gpu_flavors(cast, cat) -> None: 
                                                              **({"model_uri": "m"} if template.slug == "inference" else {})}) == {}
 
 
-def test_form_fields_describe_the_schema(cat) -> None:  # noqa: ANN001
+def test_form_fields_describe_the_schema(cat) -> None:
     fields = {f["name"]: f for f in form_fields(cat.training.parameters_schema)}
     assert fields["retries"] | {} == fields["retries"]
     assert (fields["retries"]["type"], fields["retries"]["minimum"], fields["retries"]["maximum"], fields["retries"]["default"]) == ("integer", 0, 10, 0)

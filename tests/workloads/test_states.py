@@ -31,7 +31,7 @@ def test_every_state_is_known_to_the_machine() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("source", ALL)
-def test_moves_from_each_state(cast, cat, source) -> None:  # noqa: ANN001
+def test_moves_from_each_state(cast, cat, source) -> None:
     """Every (from, to) pair: allowed ones win and write, forbidden ones change nothing."""
     for target in ALL:
         if not sources_of(target):
@@ -45,7 +45,7 @@ def test_moves_from_each_state(cast, cat, source) -> None:  # noqa: ANN001
 
 
 @pytest.mark.django_db
-def test_move_writes_timeline_audit_and_timestamps(cast, cat) -> None:  # noqa: ANN001
+def test_move_writes_timeline_audit_and_timestamps(cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL)
     assert move(req, to=S.APPROVED, actor_label="bob", actor=cast.actor("bob"), reason="looks fine",
                 fields={"approved_by": cast.bob})
@@ -71,7 +71,7 @@ def test_move_writes_timeline_audit_and_timestamps(cast, cat) -> None:  # noqa: 
 
 
 @pytest.mark.django_db
-def test_move_is_compare_and_set_against_the_database(cast, cat) -> None:  # noqa: ANN001
+def test_move_is_compare_and_set_against_the_database(cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL)
     stale = WorkloadRequest.objects.get(pk=req.pk)
     assert move(req, to=S.CANCELLED, actor_label="carol")
@@ -82,7 +82,7 @@ def test_move_is_compare_and_set_against_the_database(cast, cat) -> None:  # noq
 
 
 @pytest.mark.django_db
-def test_only_from_narrows_the_sources(cast, cat) -> None:  # noqa: ANN001
+def test_only_from_narrows_the_sources(cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.STOPPED)
     assert move(req, to=S.APPROVED, actor_label="bob", only_from=[S.PENDING_APPROVAL]) is False
     assert move(req, to=S.APPROVED, actor_label="carol", only_from=[S.STOPPED, S.FAILED]) is True
@@ -101,7 +101,7 @@ def test_only_from_narrows_the_sources(cast, cat) -> None:  # noqa: ANN001
         (S.RUNNING, (S.SUCCEEDED, S.STOPPED)),  # the job ends while the user stops it
     ],
 )
-def test_two_concurrent_moves_exactly_one_wins(cast, cat, source, targets) -> None:  # noqa: ANN001
+def test_two_concurrent_moves_exactly_one_wins(cast, cat, source, targets) -> None:
     for _ in range(5):
         req = make_request(cat, cast.vision, cast.carol, state=source)
         barrier = threading.Barrier(2)

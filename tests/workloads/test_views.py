@@ -28,11 +28,11 @@ from .factories import make_request
 S = RequestState
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
-def text(response) -> str:  # noqa: ANN001
+def text(response) -> str:
     return response.content.decode()
 
 
-def training_form(cat, **overrides: Any) -> dict[str, Any]:  # noqa: ANN001
+def training_form(cat, **overrides: Any) -> dict[str, Any]:
     """What the generated training form posts, filled in the way a person would."""
     data = {
         "project": "acme-vision", "name": "", "image": "nvcr.io/nvidia/pytorch:26.10-py3", "custom_image": "",
@@ -48,14 +48,14 @@ def training_form(cat, **overrides: Any) -> dict[str, Any]:  # noqa: ANN001
 # Sign-in and who sees what --------------------------------------------------------------------
 
 
-def test_pages_need_sign_in(client, cat) -> None:  # noqa: ANN001
+def test_pages_need_sign_in(client, cat) -> None:
     for url in ["/requests/", "/requests/new/", "/requests/1/", "/approvals/", "/ops/requests/"]:
         response = client.get(url)
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 
 @pytest.mark.parametrize("who", ["erin", "frank", "nobody"])
-def test_outsiders_get_404_on_every_request_page(as_user, cast, cat, who) -> None:  # noqa: ANN001
+def test_outsiders_get_404_on_every_request_page(as_user, cast, cat, who) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.PENDING_APPROVAL)
     client = as_user(who)
     assert client.get(f"/requests/{req.pk}/").status_code == 404
@@ -69,17 +69,17 @@ def test_outsiders_get_404_on_every_request_page(as_user, cast, cat, who) -> Non
 
 
 @pytest.mark.parametrize("who, status", [("bob", 200), ("alice", 200), ("ops", 200), ("carol", 404), ("dave", 404), ("nobody", 404)])
-def test_only_approvers_have_an_inbox(as_user, cat, who, status) -> None:  # noqa: ANN001
+def test_only_approvers_have_an_inbox(as_user, cat, who, status) -> None:
     assert as_user(who).get("/approvals/").status_code == status
 
 
 @pytest.mark.parametrize("who, status", [("ops", 200), ("alice", 404), ("bob", 404), ("carol", 404)])
-def test_ops_requests_page_is_for_ops_only(as_user, cat, who, status) -> None:  # noqa: ANN001
+def test_ops_requests_page_is_for_ops_only(as_user, cat, who, status) -> None:
     assert as_user(who).get("/ops/requests/").status_code == status
 
 
-def test_navigation_links_follow_the_role(as_user, cat) -> None:  # noqa: ANN001
-    nav = lambda who: text(as_user(who).get("/")).split('aria-label="Main"')[1].split("</nav>")[0]  # noqa: E731
+def test_navigation_links_follow_the_role(as_user, cat) -> None:
+    nav = lambda who: text(as_user(who).get("/")).split('aria-label="Main"')[1].split("</nav>")[0]
     carol, bob, ops, dave = nav("carol"), nav("bob"), nav("ops"), nav("dave")
     assert ">Requests<" in dave and "New request" not in dave and "Approvals" not in dave
     assert ">Requests<" in carol and ">New request<" in carol and "Approvals" not in carol and "All requests" not in carol
@@ -87,7 +87,7 @@ def test_navigation_links_follow_the_role(as_user, cat) -> None:  # noqa: ANN001
     assert ">Approvals<" in ops and ">All requests<" in ops
 
 
-def test_project_page_links_to_its_requests(as_user, cat) -> None:  # noqa: ANN001
+def test_project_page_links_to_its_requests(as_user, cat) -> None:
     body = text(as_user("carol").get("/projects/acme-vision/"))
     assert "/requests/?scope=projects&amp;project=acme-vision" in body
     assert "/requests/new/?project=acme-vision" in body
@@ -98,7 +98,7 @@ def test_project_page_links_to_its_requests(as_user, cat) -> None:  # noqa: ANN0
 # New request: the generated form ----------------------------------------------------------------
 
 
-def test_new_request_lists_templates_then_generates_the_form_from_the_schema(as_user, cat) -> None:  # noqa: ANN001
+def test_new_request_lists_templates_then_generates_the_form_from_the_schema(as_user, cat) -> None:
     client = as_user("carol")
     body = text(client.get("/requests/new/?project=acme-vision"))
     for name in ["Notebook", "Training job", "Inference service"]:
@@ -124,12 +124,12 @@ def test_new_request_lists_templates_then_generates_the_form_from_the_schema(as_
     assert '<select name="param_ide"' in notebook and '<option value="jupyterlab" selected>' in notebook
 
 
-def test_viewer_cannot_submit_anywhere(as_user, cat) -> None:  # noqa: ANN001
+def test_viewer_cannot_submit_anywhere(as_user, cat) -> None:
     body = text(as_user("dave").get("/requests/new/?template=training"))
     assert "cannot submit work in any active project" in body and "Submit request" not in body
 
 
-def test_submit_a_training_job(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_submit_a_training_job(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     client = as_user("carol")
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post("/requests/new/?template=training", training_form(cat, name="resnet"))
@@ -144,7 +144,7 @@ def test_submit_a_training_job(as_user, cast, cat, hooks_called, django_capture_
     assert "Approved on submission" in body or "Within the automatic limit" in body  # the rule's reason, on the timeline
 
 
-def test_the_same_form_sent_twice_makes_one_request(as_user, cat, hooks_called) -> None:  # noqa: ANN001
+def test_the_same_form_sent_twice_makes_one_request(as_user, cat, hooks_called) -> None:
     client = as_user("carol")
     data = training_form(cat, idempotency_key="form-1234")
     first = client.post("/requests/new/?template=training", data)
@@ -173,7 +173,7 @@ def test_the_same_form_sent_twice_makes_one_request(as_user, cat, hooks_called) 
         ({"name": "Not A Label"}, "name", "DNS-1123 label"),
     ],
 )
-def test_invalid_input_is_refused_next_to_its_field(as_user, cat, hooks_called, overrides, field, message) -> None:  # noqa: ANN001
+def test_invalid_input_is_refused_next_to_its_field(as_user, cat, hooks_called, overrides, field, message) -> None:
     if overrides.get("flavor", "") is None:
         overrides = {**overrides, "flavor": str(cat.mig.pk)}  # 4 slices, no borrowing: 5 can never run
     response = as_user("carol").post("/requests/new/?template=training", training_form(cat, **overrides))
@@ -186,13 +186,13 @@ def test_invalid_input_is_refused_next_to_its_field(as_user, cat, hooks_called, 
     assert not WorkloadRequest.objects.exists() and hooks_called == []
 
 
-def test_suspended_tenant_offers_nothing_to_submit_to(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_suspended_tenant_offers_nothing_to_submit_to(as_user, cast, cat) -> None:
     tenant_update(actor=Actor.system(), tenant=cast.acme, status=Tenant.Status.SUSPENDED)
     response = as_user("carol").post("/requests/new/?template=training", training_form(cat))
     assert "cannot submit work in any active project" in text(response) and not WorkloadRequest.objects.exists()
 
 
-def test_service_errors_map_onto_the_generated_fields(cast, cat) -> None:  # noqa: ANN001
+def test_service_errors_map_onto_the_generated_fields(cast, cat) -> None:
     from django.core.exceptions import ValidationError
 
     from portal.exceptions import Invalid
@@ -212,7 +212,7 @@ def test_service_errors_map_onto_the_generated_fields(cast, cat) -> None:  # noq
     assert form.non_field_errors() == ["Unknown parameter.", "For training, set parameters.workers instead.", "The cluster is gone."]
 
 
-def test_unknown_template_goes_back_to_the_picker(as_user, cat) -> None:  # noqa: ANN001
+def test_unknown_template_goes_back_to_the_picker(as_user, cat) -> None:
     body = text(as_user("carol").get("/requests/new/?template=nope"))
     assert "That template is not offered" in body and "Training job" in body
 
@@ -220,7 +220,7 @@ def test_unknown_template_goes_back_to_the_picker(as_user, cat) -> None:  # noqa
 # My requests: the list and its live part ----------------------------------------------------------
 
 
-def test_my_requests_lists_mine_and_all_in_my_projects(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_my_requests_lists_mine_and_all_in_my_projects(as_user, cast, cat) -> None:
     mine = make_request(cat, cast.vision, cast.carol, state=S.RUNNING, name="mine-running")
     other = make_request(cat, cast.vision, cast.bob, state=S.QUEUED, name="bobs-queued")
     make_request(cat, cast.llm, cast.frank, state=S.RUNNING, name="globex-secret")
@@ -236,7 +236,7 @@ def test_my_requests_lists_mine_and_all_in_my_projects(as_user, cast, cat) -> No
     assert other.pk
 
 
-def test_the_list_polls_a_partial_while_something_can_change(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_the_list_polls_a_partial_while_something_can_change(as_user, cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.QUEUED, name="waiting-one")
     client = as_user("carol")
     body = text(client.get("/requests/"))
@@ -248,7 +248,7 @@ def test_the_list_polls_a_partial_while_something_can_change(as_user, cast, cat)
     assert "Succeeded" in partial and "hx-trigger" not in partial  # everything ended: polling stops
 
 
-def test_list_queries_do_not_grow_with_rows(as_user, cast, cat, django_assert_max_num_queries) -> None:  # noqa: ANN001
+def test_list_queries_do_not_grow_with_rows(as_user, cast, cat, django_assert_max_num_queries) -> None:
     for _ in range(20):
         make_request(cat, cast.vision, cast.carol, state=S.RUNNING)
     client = as_user("carol")
@@ -260,14 +260,14 @@ def test_list_queries_do_not_grow_with_rows(as_user, cast, cat, django_assert_ma
 # Request detail: state, why pending, timeline, actions ----------------------------------------------
 
 
-def submit(cast, cat, who: str = "carol", **values: Any) -> WorkloadRequest:  # noqa: ANN001
+def submit(cast, cat, who: str = "carol", **values: Any) -> WorkloadRequest:
     template = values.pop("template", cat.training)
     params = {"training": {"command": "python train.py"}, "inference": {"model_uri": "hf://org/model"}}.get(template.slug, {})
     return services.request_submit(actor=cast.actor(who), project=cast.vision, template=template, flavor=cat.h100,
                                    parameters=params, **values)
 
 
-def test_detail_answers_why_it_is_pending(as_user, cast, cat, hooks_called) -> None:  # noqa: ANN001
+def test_detail_answers_why_it_is_pending(as_user, cast, cat, hooks_called) -> None:
     req = submit(cast, cat, gpus=4)
     body = text(as_user("carol").get(f"/requests/{req.pk}/"))
     assert "Why is it not running yet?" in body
@@ -276,10 +276,10 @@ def test_detail_answers_why_it_is_pending(as_user, cast, cat, hooks_called) -> N
     assert "Billing not configured" in body
 
 
-def test_detail_shows_what_the_cluster_says(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_detail_shows_what_the_cluster_says(as_user, cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.QUEUED, pending_reason="waiting for 1 x H100 80GB: your project uses 8 of 8",
                        cluster_status={"objects": {
-                           f"workload/job-req-1": {"c": {"QuotaReserved": ["False", "Pending", "insufficient quota"]}, "ev": 0, "cq": "acme-vision"},
+                           "workload/job-req-1": {"c": {"QuotaReserved": ["False", "Pending", "insufficient quota"]}, "ev": 0, "cq": "acme-vision"},
                            "pod/req-1-abc": {"phase": "Pending", "sched": ["False", "Unschedulable", "0/4 nodes are available"]},
                        }, "warnings": [["FailedScheduling", "0/4 nodes are available"]]})
     body = text(as_user("carol").get(f"/requests/{req.pk}/"))
@@ -287,7 +287,7 @@ def test_detail_shows_what_the_cluster_says(as_user, cast, cat) -> None:  # noqa
     assert "QuotaReserved=False" in body and "FailedScheduling" in body and "req-1-abc" in body
 
 
-def test_live_partial_has_no_page_around_it_and_stops_when_ended(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_live_partial_has_no_page_around_it_and_stops_when_ended(as_user, cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.RUNNING)
     client = as_user("carol")
     partial = text(client.get(f"/requests/{req.pk}/", HTTP_HX_TARGET="request-live", **HTMX))
@@ -317,13 +317,13 @@ BUTTONS = {"cancel": "Cancel request", "stop": ">Stop<", "restart": ">Restart<",
         (S.RUNNING, "training", "dave", set()),
     ],
 )
-def test_actions_are_shown_only_when_allowed(as_user, cast, cat, state, template, who, shown) -> None:  # noqa: ANN001
+def test_actions_are_shown_only_when_allowed(as_user, cast, cat, state, template, who, shown) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=state, template=getattr(cat, template))
     body = text(as_user(who).get(f"/requests/{req.pk}/"))
     assert {name for name, label in BUTTONS.items() if label in body} == shown
 
 
-def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     client = as_user("carol")
     pending = submit(cast, cat, gpus=4)
     response = client.post(f"/requests/{pending.pk}/cancel/", follow=True)
@@ -360,7 +360,7 @@ def test_lifecycle_actions_through_the_page(as_user, cast, cat, hooks_called, dj
     assert ("scale", running.pk) in hooks_called and ("delete", running.pk) in hooks_called
 
 
-def test_refused_action_says_why_and_changes_nothing(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_refused_action_says_why_and_changes_nothing(as_user, cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.SUCCEEDED)
     response = as_user("carol").post(f"/requests/{req.pk}/cancel/", follow=True)
     assert "A succeeded request cannot be cancelled." in text(response)
@@ -370,7 +370,7 @@ def test_refused_action_says_why_and_changes_nothing(as_user, cast, cat) -> None
     assert req.state == S.SUCCEEDED and not req.events.exists()
 
 
-def test_logs_without_a_cluster_connection(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_logs_without_a_cluster_connection(as_user, cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, state=S.RUNNING)
     client = as_user("carol")
     partial = text(client.get(f"/requests/{req.pk}/logs/", **HTMX))
@@ -381,7 +381,7 @@ def test_logs_without_a_cluster_connection(as_user, cast, cat) -> None:  # noqa:
 # Approvals ------------------------------------------------------------------------------------------
 
 
-def test_inbox_shows_context_and_approves_in_place(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+def test_inbox_shows_context_and_approves_in_place(as_user, cast, cat, hooks_called, django_capture_on_commit_callbacks) -> None:
     waiting = submit(cast, cat, template=cat.inference, name="llm-api")
     make_request(cat, cast.vision, cast.bob, state=S.RUNNING, gpus=3)
     make_request(cat, cast.vision, cast.bob, state=S.QUEUED)
@@ -408,7 +408,7 @@ def test_inbox_shows_context_and_approves_in_place(as_user, cast, cat, hooks_cal
     assert "Approved by bob: go ahead" in text(as_user("carol").get(f"/requests/{waiting.pk}/"))
 
 
-def test_reject_without_javascript_and_twice(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_reject_without_javascript_and_twice(as_user, cast, cat) -> None:
     req = submit(cast, cat, gpus=4)
     client = as_user("bob")
     response = client.post(f"/requests/{req.pk}/decide/", {"decision": "reject", "next": "inbox", f"decide-{req.pk}-comment": "too big"})
@@ -419,7 +419,7 @@ def test_reject_without_javascript_and_twice(as_user, cast, cat) -> None:  # noq
     assert "someone already decided on it" in text(response)
 
 
-def test_members_cannot_decide(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_members_cannot_decide(as_user, cast, cat) -> None:
     req = submit(cast, cat, gpus=4)
     response = as_user("carol").post(f"/requests/{req.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert "Only project admins" in text(response)
@@ -430,7 +430,7 @@ def test_members_cannot_decide(as_user, cast, cat) -> None:  # noqa: ANN001
 # Ops: all requests ----------------------------------------------------------------------------------
 
 
-def test_ops_sees_every_request_with_filters(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_ops_sees_every_request_with_filters(as_user, cast, cat) -> None:
     make_request(cat, cast.vision, cast.carol, state=S.RUNNING, name="acme-one")
     make_request(cat, cast.llm, cast.frank, state=S.FAILED, name="globex-one")
     client = as_user("ops")
@@ -442,7 +442,7 @@ def test_ops_sees_every_request_with_filters(as_user, cast, cat) -> None:  # noq
     assert "acme-one" in body and "globex-one" not in body
 
 
-def test_running_notebook_shows_its_access_url_to_the_requester_only(as_user, cast, cat) -> None:  # noqa: ANN001
+def test_running_notebook_shows_its_access_url_to_the_requester_only(as_user, cast, cat) -> None:
     notebook = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.RUNNING)
     page = as_user("carol").get(f"/requests/{notebook.pk}/").content.decode()
     assert f'href="/notebooks/{notebook.pk}/lab"' in page and "token=" not in page

@@ -67,7 +67,7 @@ LOCATION_HEADER = OpenApiParameter(
 TEMPLATE_KEY = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Template id, or slug (its newest version).")
 
 
-def _by_id_or_slug(queryset, key: str):  # noqa: ANN001, ANN202
+def _by_id_or_slug(queryset, key: str):
     """A template by id, or by slug: its newest version in ``queryset``."""
     if is_id(key):
         return get_object_or_404(queryset, pk=int(key))
@@ -91,18 +91,18 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     lookup_value_regex = "[^/]+"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.templates_for(actor=actor_of(self.request))
 
     @extend_schema(parameters=[TEMPLATE_KEY])
-    def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
         return super().retrieve(request, *args, **kwargs)
 
-    def get_object(self):  # noqa: ANN201
+    def get_object(self):
         return _by_id_or_slug(self.get_queryset(), self.kwargs["pk"])
 
     @extend_schema(request=TemplateWriteSerializer, responses={201: TemplateSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(data=request.data)
@@ -111,7 +111,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         return Response(TemplateSerializer(template).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=TemplateWriteSerializer, responses={200: TemplateSerializer}, parameters=[TEMPLATE_KEY])
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         template = self.get_object()
         require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
@@ -121,7 +121,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         return Response(TemplateSerializer(template).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
 
@@ -135,10 +135,10 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     search_fields = ["name", "reference", "description"]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.images_for(actor=actor_of(self.request))
 
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(data=request.data)
@@ -146,7 +146,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
         image = services.image_create(actor=actor, **data.validated_data)
         return Response(ImageSerializer(image).data, status=status.HTTP_201_CREATED)
 
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         image = self.get_object()
         require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
@@ -156,7 +156,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
         return Response(ImageSerializer(image).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
 
@@ -170,10 +170,10 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
     filterset_fields = ["template_slug"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.approval_rules_for(actor=actor_of(self.request))
 
-    def _project(self, actor: Actor, slug: str | None):  # noqa: ANN202
+    def _project(self, actor: Actor, slug: str | None):
         if not slug:
             return None
         project = projects_for(actor=actor).filter(slug=slug).first()
@@ -182,7 +182,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
         return project
 
     @extend_schema(request=ApprovalRuleWriteSerializer, responses={201: ApprovalRuleSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = ApprovalRuleWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -192,7 +192,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
         return Response(ApprovalRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ApprovalRuleWriteSerializer, responses={200: ApprovalRuleSerializer})
-    def partial_update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
         rule = self.get_object()
         data = ApprovalRuleWriteSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
@@ -203,10 +203,10 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
         return Response(ApprovalRuleSerializer(rule).data)
 
     @extend_schema(exclude=True)
-    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def update(self, request: Request, *args, **kwargs) -> Response:
         return self.partial_update(request, *args, **kwargs)
 
-    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
         services.approval_rule_delete(actor=actor_of(request), rule=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -220,11 +220,11 @@ class VolumeViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["name", "created_at"]
     filterset_fields = ["name"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.volumes_for(actor=actor_of(self.request))
 
     @extend_schema(request=VolumeWriteSerializer, responses={201: VolumeSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = VolumeWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -254,7 +254,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     ordering = ["-created_at", "-id"]
     search_fields = ["name", "project__slug", "template__slug"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.requests_for(actor=actor_of(self.request))
 
     def _detail(self, req: WorkloadRequest, *, code: int = status.HTTP_200_OK, headers: dict | None = None) -> Response:
@@ -266,7 +266,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         parameters=[IF_NONE_MATCH_HEADER, ETAG_HEADER],
         responses={200: RequestDetailSerializer, 304: OpenApiResponse(description="Not modified since the ETag you sent.")},
     )
-    def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
         req = self.get_object()
         body = RequestDetailSerializer(req).data
         etag = _etag(body)
@@ -278,7 +278,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         request=RequestCreateSerializer, parameters=[IDEMPOTENCY_HEADER, ETAG_HEADER, REPLAYED_HEADER, LOCATION_HEADER],
         responses={201: RequestDetailSerializer, 200: RequestDetailSerializer},
     )
-    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         data = RequestCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -321,7 +321,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         return self._detail(req, code=status.HTTP_201_CREATED, headers={"Location": f"{request.path}{req.pk}/"})
 
     @extend_schema(request=None, responses={202: RequestDetailSerializer}, parameters=[ETAG_HEADER])
-    def destroy(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
         req = services.request_delete(actor=actor_of(request), request=self.get_object())
         return self._detail(req, code=status.HTTP_202_ACCEPTED)
 
@@ -418,7 +418,7 @@ def request_pod_logs(req: WorkloadRequest, *, tail: int) -> list[dict]:
              "log": kube.pod_log(req.project.namespace, pod["metadata"]["name"], tail_lines=tail)}
             for pod in sorted(items, key=lambda p: p["metadata"]["name"])
         ]
-    except Exception as exc:  # noqa: BLE001 - an unreachable or broken cluster is a 503, never a 500
+    except Exception as exc:
         raise ClusterUnavailable(f"The cluster did not answer: {exc}") from exc
 
 
@@ -431,5 +431,5 @@ class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
     ordering_fields = ["created_at", "gpus"]
     ordering = ["created_at", "id"]
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.approvals_inbox_for(actor=actor_of(self.request))

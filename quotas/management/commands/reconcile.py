@@ -16,14 +16,14 @@ from quotas.models import Architecture, Cluster
 class Command(BaseCommand):
     help = "Plan, apply or export the quota objects (Kueue, Volcano) of a cluster."
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001
+    def add_arguments(self, parser) -> None:
         parser.add_argument("cluster")
         parser.add_argument("action", choices=["plan", "apply", "export"])
         parser.add_argument("--architecture", choices=Architecture.values)
         parser.add_argument("--tenant", help="export: only this tenant's objects")
         parser.add_argument("--yes", action="store_true", help="apply without asking")
 
-    def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
+    def handle(self, *args, **options) -> None:
         from django.core.cache import cache
 
         from portal.kube import ClusterError

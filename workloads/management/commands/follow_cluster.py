@@ -52,7 +52,7 @@ class Command(BaseCommand):
                     cluster.health_record(error=f"Unavailable: {exc}")
                     time.sleep(options["watch"])
                     continue
-                except Exception as exc:  # noqa: BLE001 - nor a cycle that fails in another way
+                except Exception as exc:
                     self.stderr.write(f"{cluster}: {type(exc).__name__}: {exc}")
                     cluster.health_record(error=f"{type(exc).__name__}: {exc}")
                     followers.pop(cluster.pk, None)

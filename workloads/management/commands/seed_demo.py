@@ -13,7 +13,7 @@ from workloads.demo import seed_request_demo
 class Command(BaseCommand):
     help = "Create the demo tenants, projects and users (idempotent) and print the logins."
 
-    def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
+    def handle(self, *args, **options) -> None:
         logins = seed_demo()
         seed_quota_demo()
         seed_catalogue()
