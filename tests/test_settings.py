@@ -46,3 +46,35 @@ def test_environment_selects_postgres_and_redis(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     engine, broker, _ = result.stdout.split()
     assert engine.endswith("postgresql") and broker == "redis://cache:6379/0"
+
+
+def test_each_test_run_names_its_own_databases_and_keys(tmp_path) -> None:
+    """Two `make test` runs on one machine never share test databases or Redis keys (they used to collide
+    on fixed names such as test_portal_gw0)."""
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(settings.DATABASES['default']['TEST']['NAME'], settings.CELERY_BROKER_TRANSPORT_OPTIONS['global_keyprefix'])")
+    seen = []
+    for run_id in ("run1", "run2"):
+        env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
+        env |= {"DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_VAR_DIR": str(tmp_path), "PORTAL_TEST_RUN_ID": run_id,
+                "PYTEST_XDIST_WORKER": "gw0", "DATABASE_URL": "postgres://u@db:5432/portal",
+                "REDIS_URL": "redis://cache:6379/15"}
+        result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        seen.append(result.stdout.split())
+    assert seen == [["test_portal_run1", "test-run1-gw0:"], ["test_portal_run2", "test-run2-gw0:"]]
+
+
+def test_make_test_gives_each_run_its_own_id_and_runtime_folder() -> None:
+    """deploy/run_tests.py (`make test`) picks a fresh id per run, says which, and removes the run's folder."""
+    ids = set()
+    for _ in range(2):
+        env = {k: v for k, v in os.environ.items() if k not in {"PORTAL_TEST_RUN_ID", "PORTAL_VAR_DIR", "PYTEST_XDIST_WORKER"}}
+        env["PYTEST_WORKERS"] = "0"
+        result = subprocess.run([sys.executable, "deploy/run_tests.py", "--co", "-q", "tests/test_settings.py::test_production_refuses_debug"],
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        run_id = result.stdout.splitlines()[0].rsplit("run ", 1)[1]
+        assert not (ROOT / "var" / "test" / run_id).exists()
+        ids.add(run_id)
+    assert len(ids) == 2
