@@ -67,11 +67,12 @@ def seed_request_demo() -> list[WorkloadRequest]:
     # A notebook (one GPU, auto-approved).
     submit(member, "notebook", "notebook", image=NOTEBOOK_IMAGE, gpus=1, duration_hours=8, parameters={"ide": "jupyterlab"},
            name="explore-data")
-    # Pending for quota: the project admin approves it (as submitter) but it needs more than is left.
-    used = 2
-    want = max(1, min(nominal + borrow, 8) - used + 1)
-    if want + used > nominal:
-        submit(admin, "training-pending", "training", image=TRAINING_IMAGE, gpus=min(want, 8), duration_hours=4,
+    # Pending for quota: the project admin approves it (as submitter), but it needs every GPU the project may
+    # use (nominal + borrowing), so it waits for as long as the notebook holds one (hours of portal time),
+    # not only until the short training job finishes.
+    want = min(nominal + borrow, 8)
+    if want >= 2:
+        submit(admin, "training-pending", "training", image=TRAINING_IMAGE, gpus=want, duration_hours=4,
                parameters={"command": "torchrun --nproc-per-node 8 train.py"}, name="llm-finetune")
     # Awaiting approval: more than the rule approves alone (2 GPUs, 8 h).
     submit(member, "training-approval", "training", image=TRAINING_IMAGE, gpus=min(4, max(3, nominal)), duration_hours=24,

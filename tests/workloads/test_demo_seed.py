@@ -67,3 +67,13 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     requests_sync_task.apply().get()
     wl = kube.get(m.KUEUE, "Workload", held[0]["metadata"]["name"], namespace)
     assert _quota_reserved(wl) == "False"
+    # And it still waits once the short training job has finished (two simulated hours later): it needs the
+    # notebook's GPU too, so a new user who opens the demo minutes after `make run` still sees it held.
+    fresh_sandbox.advance(3 * 3600)
+    for _ in range(3):
+        fresh_sandbox.advance(5)
+        requests_sync_task.apply().get()
+    assert WorkloadRequest.objects.get(pk=made["resnet-baseline"].pk).state == S.SUCCEEDED
+    wl = kube.get(m.KUEUE, "Workload", held[0]["metadata"]["name"], namespace)
+    assert _quota_reserved(wl) == "False"
+    assert WorkloadRequest.objects.get(pk=made["llm-finetune"].pk).state == S.QUEUED
