@@ -55,7 +55,7 @@ def test_submit_wait_status_and_logs_in_the_sandbox(gp, world) -> None:
 
     logs = gp("logs", str(req.pk), "--tail", "5")
     assert logs.returncode == 0, logs.stderr
-    assert "sandbox: container started on node" in logs.stdout and len(logs.stdout.splitlines()) <= 5
+    assert "started on node" in logs.stdout and len(logs.stdout.splitlines()) <= 5
     pods = gp("logs", str(req.pk), "-o", "json")
     assert pods.returncode == 0 and '"pods"' in pods.stdout
 
@@ -69,7 +69,7 @@ def test_submit_wait_status_and_logs_in_the_sandbox(gp, world) -> None:
     assert follow.returncode == 0, err
     lines = followed.splitlines()
     assert lines and len(lines) == len(set(lines))  # each line once, though it was read again and again
-    assert "sandbox: container started on node" in followed
+    assert "started on node" in followed
     assert WorkloadRequest.objects.get().state == S.SUCCEEDED
 
 
@@ -93,4 +93,4 @@ def test_the_readme_ci_example_runs_as_written(cli_env, world) -> None:
     assert req.state == S.SUCCEEDED and req.idempotency_key.startswith("ci-ci_job_id-88121-")
     assert req.parameters["args"] == ["--epochs", "3"] and req.parameters["env"] == {"SEED": "1"}
     assert _states(out)[-1] == "succeeded" and "running" in _states(out)
-    assert "sandbox: work finished, exiting with code 0" in out  # the logs
+    assert "exiting with code 0" in out  # the logs
