@@ -6,7 +6,7 @@ status (``flavorsUsage`` against its nominal quota) and how many requests are ah
 :func:`request_pending_reason` for the requests whose cluster state changed and stores the answer in
 ``request.pending_reason``; the approval side can call :func:`awaiting_approval_sentence`.
 
-    waiting for 4 x H100: your project uses 6 of 8, your tenant's cohort has nothing to lend; 2 requests are ahead of you
+    waiting for 4 x H100: asks for 4; the project has 8 and may borrow 2 (6 in use now); 2 requests are ahead of you
     awaiting approval by a project admin since 10:42
 """
 
@@ -133,17 +133,60 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
                         match.group("resource") if match else resource)
     parts = [f"{prefix}waiting for {what}"]
     if usage is not None:
-        detail = f"your project uses {_fmt(usage.used)} of {_fmt(usage.nominal)}"
-        if not usage.cohort:
-            detail += ", with no cohort to borrow from"
-        elif usage.borrowing_limit is not None and usage.used >= usage.nominal + usage.borrowing_limit:
-            detail += f", and may borrow at most {_fmt(usage.borrowing_limit)} more than that"
-        else:
-            detail += ", your tenant's cohort has nothing to lend"
-        parts.append(": " + detail)
+        parts.append(": " + quota_detail(asks=Decimal(gpus_total) if gpus_total else None, usage=usage))
     elif message:
         parts.append(f": {message}")
     return "".join(parts) + f"; {_ahead(ahead)}"
+
+
+def quota_detail(*, asks: Decimal | None, usage: QueueUsage) -> str:
+    """"asks for 10; the project has 6 and may borrow 4 (8 in use now)": what it asks against what the project has."""
+    detail = (f"asks for {_fmt(asks)}; " if asks else "") + f"the project has {_fmt(usage.nominal)}"
+    if not usage.cohort:
+        detail += " and no cohort to borrow from"
+    elif usage.borrowing_limit is not None:
+        detail += f" and may borrow {_fmt(usage.borrowing_limit)}" if usage.borrowing_limit else " and may not borrow"
+    else:
+        detail += " and may borrow from its tenant's cohort, which has nothing to lend now"
+    if usage.used:
+        detail += f" ({_fmt(usage.used)} in use now)"
+    return detail
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return "less than a minute"
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} day{'s' if days > 1 else ''} {hours} h" if hours else f"{days} day{'s' if days > 1 else ''}"
+
+
+def queue_line(*, since: datetime | None, now: datetime, ahead: int | None, queue: str = "") -> str:
+    """"pending for 12 min, 2nd in the queue acme-vision": how long it has waited and where it stands."""
+    parts = []
+    if since is not None:
+        parts.append(f"pending for {_duration(max((now - since).total_seconds(), 0))}")
+    if ahead is not None:
+        parts.append(f"{_ordinal(ahead + 1)} in the queue" + (f" {queue}" if queue else ""))
+    return ", ".join(parts)
+
+
+def request_queue_line(request: WorkloadRequest, *, queue: str = "") -> str:
+    """The queue line of a request waiting in the cluster (queued or preempted); "" otherwise."""
+    if request.state not in (S.QUEUED, S.PREEMPTED):
+        return ""
+    return queue_line(since=request.queued_at or request.updated_at, now=timezone.now(),
+                      ahead=requests_ahead(request), queue=queue)
 
 
 def awaiting_approval_sentence(since: datetime | None) -> str:

@@ -37,6 +37,7 @@ from . import policy, selectors, services
 from .filters import RequestFilter
 from .forms import DecisionForm, ExtendForm, RequestForm, ScaleForm
 from .models import RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from .pending import request_queue_line
 from .states import ACTIVE, CANCELLABLE, FINAL
 
 S = RequestState
@@ -229,8 +230,11 @@ def cluster_facts(req: WorkloadRequest) -> dict[str, Any]:
                            "conditions": [{"type": t, "status": v[0], "reason": v[1], "message": v[2]}
                                           for t, v in (summary.get("c") or {}).items()]})
     warnings = [{"reason": w[0], "message": w[1]} for w in status.get("warnings") or [] if isinstance(w, list) and len(w) == 2]
-    return {"pods": pods, "workloads": workloads, "others": others, "warnings": warnings,
-            "any": bool(pods or workloads or others or warnings)}
+    # "any": whether the box has something to say; objects the follower knows but without a word about them
+    # (a workload with no conditions yet, a summary with no fields) do not open an empty box.
+    said = (pods or warnings or any(w["conditions"] for w in workloads)
+            or any(o["summary"] or o["conditions"] for o in others))
+    return {"pods": pods, "workloads": workloads, "others": others, "warnings": warnings, "any": bool(said)}
 
 
 def notebook_access(actor: Actor, req: WorkloadRequest) -> dict[str, Any] | None:
@@ -254,10 +258,17 @@ def notebook_access(actor: Actor, req: WorkloadRequest) -> dict[str, Any] | None
     return {"url": url, "status": status, "mine": req.requested_by_id == getattr(actor.user, "pk", None)}
 
 
+def _queue_name(req: WorkloadRequest) -> str:
+    """The ClusterQueue the status follower saw the request's Kueue workload in ("" before it saw one)."""
+    objects = (req.cluster_status or {}).get("objects") or {}
+    return next((str(v.get("cq")) for k, v in sorted(objects.items()) if k.startswith("workload/") and v.get("cq")), "")
+
+
 def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
     return {
         "req": req,
         "pending": selectors.request_pending_reason(req),
+        "queue_line": request_queue_line(req, queue=_queue_name(req)),
         "timeline": selectors.request_timeline(req),
         "actions": allowed_actions(actor, req),
         "cluster": cluster_facts(req),

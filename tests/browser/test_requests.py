@@ -96,9 +96,9 @@ def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, ca
     assert carol.evaluate("window.__stayed") is True
     req = WorkloadRequest.objects.get(name="llm-api")
     move(req, to=S.QUEUED, actor_label="materializer", reason="Objects created in the cluster.",
-         fields={"pending_reason": "waiting for 1 x H100 80GB: your project uses 8 of 8; nothing is ahead of you"})
+         fields={"pending_reason": "waiting for 1 x H100 80GB: asks for 1; the project has 8 and may not borrow (8 in use now); nothing is ahead of you"})
     expect(carol.locator(".state-line .state")).to_have_text("Queued")
-    expect(carol.locator(".pending")).to_contain_text("your project uses 8 of 8")
+    expect(carol.locator(".pending")).to_contain_text("asks for 1; the project has 8 and may not borrow (8 in use now)")
 
     bob.reload()
     expect(bob.get_by_text("Nothing waits for you.")).to_be_visible()

@@ -277,13 +277,13 @@ def test_detail_answers_why_it_is_pending(as_user, cast, cat, hooks_called) -> N
 
 
 def test_detail_shows_what_the_cluster_says(as_user, cast, cat) -> None:
-    req = make_request(cat, cast.vision, cast.carol, state=S.QUEUED, pending_reason="waiting for 1 x H100 80GB: your project uses 8 of 8",
+    req = make_request(cat, cast.vision, cast.carol, state=S.QUEUED, pending_reason="waiting for 1 x H100 80GB: asks for 1; the project has 8 and may not borrow (8 in use now)",
                        cluster_status={"objects": {
                            "workload/job-req-1": {"c": {"QuotaReserved": ["False", "Pending", "insufficient quota"]}, "ev": 0, "cq": "acme-vision"},
                            "pod/req-1-abc": {"phase": "Pending", "sched": ["False", "Unschedulable", "0/4 nodes are available"]},
                        }, "warnings": [["FailedScheduling", "0/4 nodes are available"]]})
     body = text(as_user("carol").get(f"/requests/{req.pk}/"))
-    assert "Waiting for 1 x H100 80GB: your project uses 8 of 8" in body
+    assert "Waiting for 1 x H100 80GB: asks for 1; the project has 8 and may not borrow (8 in use now)" in body
     assert "QuotaReserved=False" in body and "FailedScheduling" in body and "req-1-abc" in body
 
 

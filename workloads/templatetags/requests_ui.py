@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from django import template
@@ -41,3 +42,20 @@ def request_nav(context: dict[str, Any]) -> dict[str, bool]:
 @register.filter
 def state_badge(state: str) -> str:
     return BADGES.get(state, "archived")
+
+
+@register.filter
+def parameter_text(value: Any, key: str = "") -> str:
+    """A request parameter as a person writes it: a list as a shell command line (``--epochs 3``), env as
+    ``KEY=value`` lines, booleans as yes/no; "" for an empty value (the page shows "—")."""
+    if value is None or value == "" or value == [] or value == {}:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return "\n".join(f"{k}={'' if v is None else v}" for k, v in sorted(value.items()))
+    if isinstance(value, list):
+        if key == "env" or (value and all(isinstance(i, dict) and "name" in i for i in value)):
+            return "\n".join(f"{i.get('name')}={i.get('value', '')}" for i in value if isinstance(i, dict))
+        return shlex.join(str(part) for part in value)
+    return str(value)
