@@ -15,6 +15,7 @@ from workloads.models import ServiceTemplate
 from .factories import make_request
 
 API = "/api/v1"
+SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}}
 
 
 def _edit_notebook_via_ops_page(as_user, cat) -> ServiceTemplate:
@@ -35,12 +36,13 @@ def _edit_notebook_via_ops_page(as_user, cat) -> ServiceTemplate:
 
 def test_a_new_version_retires_the_previous_one(cast, cat) -> None:
     v2 = services.template_create(actor=cast.actor("ops"), kind=cat.training.kind, slug="training", name="Training",
-                                  max_gpus=2, allowed_flavors=[cat.h100])
+                                  max_gpus=2, allowed_flavors=[cat.h100], parameters_schema=SCHEMA)
     cat.training.refresh_from_db()
     assert v2.version == 2 and v2.active and not cat.training.active
     assert AuditEntry.objects.filter(action="template.retire", target_id=str(cat.training.pk)).count() == 1
     # A draft (inactive) version retires nothing.
-    services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Draft", active=False)
+    services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Draft", active=False,
+                             parameters_schema=SCHEMA)
     v2.refresh_from_db()
     assert v2.active
 
@@ -100,7 +102,8 @@ def test_restart_refused_when_the_template_is_withdrawn(cast, cat) -> None:
 
 
 def test_reactivating_an_old_version_makes_it_the_live_one(api, cast, cat) -> None:
-    v2 = services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Training", max_gpus=2)
+    v2 = services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Training", max_gpus=2,
+                                  parameters_schema=SCHEMA)
     response = api("ops").patch(f"{API}/templates/{cat.training.pk}/", {"active": True}, format="json")
     assert response.status_code == 200, response.content
     v2.refresh_from_db()
