@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
 
-from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
@@ -120,10 +120,26 @@ def request_pending_reason(request: WorkloadRequest) -> str:
     return ""
 
 
+def live_templates() -> QuerySet[ServiceTemplate]:
+    """One version per slug: the newest active one. Older versions are retired for new submissions."""
+    newer = ServiceTemplate.objects.filter(slug=OuterRef("slug"), active=True, version__gt=OuterRef("version"))
+    return ServiceTemplate.objects.filter(active=True).exclude(Exists(newer))
+
+
+def live_template(slug: str) -> ServiceTemplate | None:
+    """The version of ``slug`` that new requests use; None if the template is not offered."""
+    return live_templates().filter(slug=slug).first()
+
+
 def templates_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
-    """The catalogue: active templates for everyone; ops also see retired versions."""
+    """Templates an actor may look at: the live versions; ops also see retired ones (ops pages)."""
     base = ServiceTemplate.objects.prefetch_related("allowed_flavors__cluster")
-    return base if _is_ops(actor) else base.filter(active=True)
+    return base if _is_ops(actor) else base.filter(pk__in=live_templates().values("pk"))
+
+
+def catalogue_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
+    """The catalogue to submit from: one entry per slug, its live version, for everyone."""
+    return templates_for(actor=actor).filter(pk__in=live_templates().values("pk"))
 
 
 def images_for(*, actor: Actor) -> QuerySet[Image]:

@@ -26,7 +26,7 @@ from tenants.audit import audit_record, snapshot
 from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project
 
-from . import hooks, kinds, manifests, notify, policy
+from . import hooks, kinds, manifests, notify, policy, selectors
 from .models import (
     APPROVER_ONLY_PRIORITIES,
     LIVE_STATES,
@@ -359,8 +359,7 @@ def _submit(
     idempotency_key: str,
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
-    if not template.active:
-        raise Invalid(f"Template {template.slug} v{template.version} is no longer offered.", field="template")
+    _require_live(template)
 
     errors: dict[str, list[str]] = {}
 
@@ -578,7 +577,8 @@ def request_restart(*, actor: Actor, request: WorkloadRequest) -> WorkloadReques
     req = _fresh(request)
     _require_owner_or_approver(actor, req, "restart")
     _require_usable(req.project, "restarting a request")
-    if not req.template.active:
+    # The same request under its original approval: it keeps its version, even one a newer version retired.
+    if selectors.live_template(req.template.slug) is None:
         raise Invalid(f"Template {req.template.slug} v{req.template.version} is no longer offered; submit a new request.")
     # Quotas may have shrunk since it was submitted.
     demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=req.replicas, cpu=req.cpu)
@@ -727,6 +727,32 @@ RULE_FIELDS = [
 ]
 
 
+def _require_live(template: ServiceTemplate) -> None:
+    """New requests use the live version of a template: older versions are retired, and say which one replaced them."""
+    live = selectors.live_template(template.slug)
+    if live is not None and live.pk == template.pk:
+        return
+    if live is not None and live.version > template.version:
+        raise Invalid(
+            f"Version {template.version} of {template.slug} is retired; use version {live.version} (id {live.pk}).",
+            field="template",
+        )
+    raise Invalid(f"Template {template.slug} v{template.version} is no longer offered.", field="template")
+
+
+def _retire_others(actor: Actor, template: ServiceTemplate) -> None:
+    """One live version per slug: activating a version (a new one, or an old one again) retires the others."""
+    if not template.active:
+        return
+    others = ServiceTemplate.objects.select_for_update().filter(slug=template.slug, active=True).exclude(pk=template.pk)
+    for other in others:
+        before = snapshot(other, TEMPLATE_FIELDS)
+        other.active = False
+        other.save(update_fields=["active"])
+        audit_record(actor=actor, action="template.retire", target=other, before=before,
+                     after=snapshot(other, TEMPLATE_FIELDS) | {"replaced_by": f"{template.slug} v{template.version}"})
+
+
 def _check_template(template: ServiceTemplate) -> None:
     problems = schema_errors(template.parameters_schema)
     if problems:
@@ -747,6 +773,7 @@ def template_create(*, actor: Actor, allowed_flavors: Iterable[Flavor] = (), **v
     template.save()
     template.allowed_flavors.set(list(allowed_flavors))
     audit_record(actor=actor, action="template.create", target=template, after=snapshot(template, TEMPLATE_FIELDS))
+    _retire_others(actor, template)
     return template
 
 
@@ -777,6 +804,8 @@ def template_update(
     if allowed_flavors is not None:
         template.allowed_flavors.set(list(allowed_flavors))
     audit_record(actor=actor, action="template.update", target=template, before=before, after=snapshot(template, TEMPLATE_FIELDS))
+    if changes.get("active") and not before["active"]:
+        _retire_others(actor, template)
     return template
 
 

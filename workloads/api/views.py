@@ -92,7 +92,17 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self):
-        return selectors.templates_for(actor=actor_of(self.request))
+        actor = actor_of(self.request)
+        # The list is the catalogue, one entry per slug; ops ask for ?versions=all to see retired versions too.
+        if self.action == "list" and not (actor.is_ops and self.request.query_params.get("versions") == "all"):
+            return selectors.catalogue_for(actor=actor)
+        return selectors.templates_for(actor=actor)
+
+    @extend_schema(parameters=[OpenApiParameter(
+        "versions", str, OpenApiParameter.QUERY, required=False, enum=["all"],
+        description="Ops: list every version, retired ones included (default: one entry per slug, its live version).")])
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(parameters=[TEMPLATE_KEY])
     def retrieve(self, request: Request, *args, **kwargs) -> Response:
@@ -294,8 +304,11 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             raise Invalid("No such project.", field="project")
 
         key = values.pop("template")
-        templates = selectors.templates_for(actor=actor).filter(active=True)
-        template = templates.filter(pk=int(key)).first() if is_id(key) else templates.filter(slug=key).order_by("-version").first()
+        # By id, any version: the service refuses a retired one and names the live one. By slug: the live one.
+        if is_id(key):
+            template = ServiceTemplate.objects.filter(pk=int(key)).first()
+        else:
+            template = selectors.catalogue_for(actor=actor).filter(slug=key).first()
         if template is None:
             raise Invalid("No such template.", field="template")
 
