@@ -268,7 +268,12 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
     "DEFAULT_VERSIONING_CLASS": None,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.UserRateThrottle"],
 }
+# API rate limits per token (or per signed-in user), e.g. "1200/min"; empty: no limit. Submissions
+# (POST /api/v1/requests/) have their own, stricter one on top. Counted in the default cache.
+API_RATE_USER = os.environ.get("API_RATE_USER", "1200/min")
+API_RATE_SUBMIT = os.environ.get("API_RATE_SUBMIT", "120/min")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
