@@ -3,6 +3,8 @@ sent again with a different body is a client bug answered 422 ``idempotency_key_
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from workloads.models import WorkloadRequest
@@ -88,3 +90,21 @@ def test_openapi_declares_the_422(client) -> None:
     response = schema["paths"]["/api/v1/requests/"]["post"]["responses"]["422"]
     assert "idempotency_key_reused" in response["description"]
     assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+
+
+def test_the_form_sent_again_with_other_values_gets_a_new_key(as_user, cat) -> None:
+    from .test_views import training_form
+
+    client = as_user("carol")
+    assert client.post("/requests/new/?template=training", training_form(cat, idempotency_key="form-77")).status_code == 302
+    # The back button, another GPU count, send: not the first request silently, not a dead end.
+    edited = training_form(cat, idempotency_key="form-77", gpus="2")
+    page = client.post("/requests/new/?template=training", edited)
+    assert page.status_code == 200 and WorkloadRequest.objects.count() == 1
+    body = page.content.decode()
+    assert "already sent with other values" in body
+    fresh = re.search(r'name="idempotency_key" value="(\w+)"', body).group(1)
+    assert fresh != "form-77"
+    again = client.post("/requests/new/?template=training", edited | {"idempotency_key": fresh})
+    assert again.status_code == 302 and WorkloadRequest.objects.count() == 2
+    assert WorkloadRequest.objects.get(idempotency_key=fresh).gpus == 2
