@@ -4,6 +4,11 @@ Retry-After in the one error shape. Low rates are set per test; the cache is eac
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from workloads.models import WorkloadRequest
@@ -12,6 +17,7 @@ from .workloads.factories import make_catalogue
 
 pytestmark = [pytest.mark.django_db]
 
+ROOT = Path(__file__).resolve().parent.parent
 API = "/api/v1"
 TRAIN = {"template": "training", "flavor": "h100", "parameters": {"command": "python train.py"}}
 
@@ -64,8 +70,16 @@ def test_an_empty_rate_means_no_limit(api, cast, settings) -> None:
     assert all(carol.get(f"{API}/me/").status_code == 200 for _ in range(30))
 
 
-def test_defaults_come_from_the_environment() -> None:
-    from django.conf import settings
+def _rates(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in {"API_RATE_USER", "API_RATE_SUBMIT"}} | env
+    code = ("import django; django.setup(); from django.conf import settings; "
+            "print(repr(settings.API_RATE_USER), repr(settings.API_RATE_SUBMIT))")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean | {"DJANGO_SETTINGS_MODULE": "portal.settings"},
+                          capture_output=True, text=True, timeout=60)
 
-    # Not the test run's overrides: the documented defaults (the run sets neither variable).
-    assert settings.API_RATE_USER == "1200/min" and settings.API_RATE_SUBMIT == "120/min"
+
+def test_rates_come_from_the_environment() -> None:
+    assert _rates().stdout.split() == ["'1200/min'", "'120/min'"]
+    assert _rates(API_RATE_USER="50/s", API_RATE_SUBMIT="").stdout.split() == ["'50/s'", "''"]
+    bad = _rates(API_RATE_SUBMIT="fast")
+    assert bad.returncode != 0 and "API_RATE_SUBMIT='fast'" in bad.stderr
