@@ -45,3 +45,10 @@ class Invalid(PortalError):
 class ConflictError(PortalError):
     status_code = status.HTTP_409_CONFLICT
     code = "conflict"
+
+
+class IdempotencyKeyReused(PortalError):
+    """An Idempotency-Key sent again with a different request body: a client bug, not a retry."""
+
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    code = "idempotency_key_reused"

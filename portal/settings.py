@@ -268,7 +268,17 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
     "DEFAULT_VERSIONING_CLASS": None,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.UserRateThrottle"],
 }
+# API rate limits per token (or per signed-in user), e.g. "1200/min"; empty: no limit. Submissions
+# (POST /api/v1/requests/) have their own, stricter one on top. Counted in the default cache.
+API_RATE_USER = os.environ.get("API_RATE_USER", "1200/min")
+API_RATE_SUBMIT = os.environ.get("API_RATE_SUBMIT", "120/min")
+for _rate_name in ("API_RATE_USER", "API_RATE_SUBMIT"):
+    _rate = globals()[_rate_name]
+    _count, _, _period = _rate.partition("/")
+    if _rate and not (_count.isascii() and _count.isdecimal() and _period[:1] in {"s", "m", "h", "d"}):
+        raise ImproperlyConfigured(f"{_rate_name}={_rate!r}: a rate is N/s, N/min, N/hour or N/day (empty: no limit).")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",

@@ -17,7 +17,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from portal.exceptions import PortalError
+from portal.exceptions import IdempotencyKeyReused, PortalError
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.forms import add_service_error
@@ -290,6 +290,14 @@ class RequestForm(forms.Form):
         return key if key in self.fields else None
 
     def add_service_error(self, exc: PortalError | ValidationError) -> None:
+        if isinstance(exc, IdempotencyKeyReused):
+            # Sent before with other values (the back button, then edits): a new key, so that sending
+            # the form again submits these values as a new request.
+            self.data = self.data.copy()
+            self.data["idempotency_key"] = uuid.uuid4().hex
+            self.add_error(None, "This form was already sent with other values. Send it again to submit these "
+                                 "values as a new request.")
+            return
         if isinstance(exc, PortalError):
             keys = [exc.field]
         elif hasattr(exc, "error_dict"):

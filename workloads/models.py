@@ -156,6 +156,9 @@ class WorkloadRequest(models.Model):
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     token = models.ForeignKey(ApiToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     idempotency_key = models.CharField(max_length=200, blank=True)
+    # sha256 of the submission's canonical JSON (services._submission_fingerprint): a retry with the key
+    # must send the same body. Empty on rows made before it was recorded (only project/template compared).
+    idempotency_fingerprint = models.CharField(max_length=64, blank=True, default="")
     approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)

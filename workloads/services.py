@@ -8,6 +8,8 @@ the cluster. State changes go through ``states.move()`` only.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 
-from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from portal.exceptions import ConflictError, IdempotencyKeyReused, Invalid, NotAllowed, ReadOnlyTenant
 from quotas.capacity import flavor_enforcement, is_enforced
 from quotas.models import Flavor, Quota
 from tenants.access import Actor
@@ -237,13 +239,34 @@ def _replay(actor: Actor, key: str) -> WorkloadRequest | None:
     return found
 
 
-def _check_replay_matches(found: WorkloadRequest, *, project: Project, template: ServiceTemplate) -> None:
-    # A key names one request. Reusing it for a different one is a client bug, not a retry.
-    if found.project_id != project.pk or found.template.slug != template.slug:
-        raise ConflictError(
-            "This Idempotency-Key was already used for a different request "
-            f"({found.project.slug}/{found.name}); use a new key.",
-            field="idempotency_key",
+def _submission_fingerprint(
+    *, project: Project, template: ServiceTemplate, image: str, flavor: Flavor | None, gpus: int | None,
+    replicas: int | None, cpu: Decimal | int | float | None, memory_gib: int | None,
+    parameters: dict[str, Any] | None, duration_hours: int | None, priority: str, name: str,
+) -> str:
+    """sha256 of the submission as sent (canonical JSON; an omitted value is null, not its default)."""
+    body = {
+        "project": project.pk, "template": template.slug, "flavor": flavor.name if flavor is not None else None,
+        "image": (image or "").strip(), "gpus": gpus, "replicas": replicas,
+        "cpu": None if cpu is None else format(Decimal(str(cpu)).normalize(), "f"), "memory_gib": memory_gib,
+        "parameters": parameters, "duration_hours": duration_hours, "priority": priority or "",
+        "name": (name or "").strip(),
+    }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_replay_matches(found: WorkloadRequest, *, project: Project, template: ServiceTemplate, fingerprint: str) -> None:
+    # A key names one request. Reusing it for a different one is a client bug, not a retry. Rows from
+    # before fingerprints were recorded can only be compared by project and template.
+    if found.idempotency_fingerprint:
+        differs = found.idempotency_fingerprint != fingerprint
+    else:
+        differs = found.project_id != project.pk or found.template.slug != template.slug
+    if differs:
+        raise IdempotencyKeyReused(
+            "This Idempotency-Key was already used with a different request body "
+            f"({found.project.slug}/{found.name}); send the same body to retry, or use a new key."
         )
 
 
@@ -314,9 +337,13 @@ def request_submit(
     if len(idempotency_key) > 200:
         raise Invalid("An Idempotency-Key has at most 200 characters.", field="idempotency_key")
 
+    fingerprint = _submission_fingerprint(
+        project=project, template=template, image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu,
+        memory_gib=memory_gib, parameters=parameters, duration_hours=duration_hours, priority=priority, name=name,
+    ) if idempotency_key else ""
     found = _replay(actor, idempotency_key)
     if found is not None:
-        _check_replay_matches(found, project=project, template=template)
+        _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
         return found
 
     try:
@@ -325,12 +352,13 @@ def request_submit(
                 actor=actor, project=project, template=template, image=image, flavor=flavor, gpus=gpus,
                 replicas=replicas, cpu=cpu, memory_gib=memory_gib, parameters=parameters,
                 duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
+                idempotency_fingerprint=fingerprint,
             )
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
         found = _replay(actor, idempotency_key)
         if found is not None:
-            _check_replay_matches(found, project=project, template=template)
+            _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
             return found
         # Or a concurrent submission took the name (the partial unique constraint on live names decides).
         taken = (name or "").strip()
@@ -357,6 +385,7 @@ def _submit(
     priority: str,
     name: str,
     idempotency_key: str,
+    idempotency_fingerprint: str,
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
@@ -473,6 +502,7 @@ def _submit(
         image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu, memory_gib=memory_gib,
         parameters=parameters, duration_hours=duration_hours, priority=priority, state=S.SUBMITTED,
         requested_by=actor.user, token=actor.token, idempotency_key=idempotency_key,
+        idempotency_fingerprint=idempotency_fingerprint,
     )
     RequestEvent.objects.create(
         request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],

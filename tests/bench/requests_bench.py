@@ -262,6 +262,7 @@ def main() -> int:
     args = parser.parse_args()
     setup_test_environment()
     settings.DEBUG = False
+    settings.API_RATE_USER = settings.API_RATE_SUBMIT = ""  # one token submits N requests: no rate limit here
     db = connection.settings_dict
     db.setdefault("TEST", {})["NAME"] = f"test_bench_requests_{os.getpid()}"
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)

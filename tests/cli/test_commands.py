@@ -66,8 +66,8 @@ def test_login_checks_the_token_and_writes_a_private_config(gp, cli_env, token, 
 
 
 def test_submit_with_a_key_and_a_retry_finds_the_same_request(gp, cast, cat) -> None:
-    first = gp("submit", *TRAIN, "-p", 'args=["--epochs", "3"]', "-p", 'env={"SEED": "1"}', "-p", "retries=2",
-               "--idempotency-key", "pipeline-42")
+    extra = ("-p", 'args=["--epochs", "3"]', "-p", 'env={"SEED": "1"}', "-p", "retries=2")
+    first = gp("submit", *TRAIN, *extra, "--idempotency-key", "pipeline-42")
     assert first.returncode == 0, first.stderr
     req = WorkloadRequest.objects.get()
     assert f"request {req.pk} (acme-vision/{req.name}) submitted; key pipeline-42" in first.stdout
@@ -75,10 +75,13 @@ def test_submit_with_a_key_and_a_retry_finds_the_same_request(gp, cast, cat) -> 
     assert {k: req.parameters[k] for k in ("command", "args", "env", "retries")} == {
         "command": "python train.py", "args": ["--epochs", "3"], "env": {"SEED": "1"}, "retries": 2}
 
-    again = gp("submit", *TRAIN, "--idempotency-key", "pipeline-42", "--output", "json")
+    again = gp("submit", *TRAIN, *extra, "--idempotency-key", "pipeline-42", "--output", "json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["id"] == req.pk and "already submitted (same Idempotency-Key)" not in again.stdout
-    assert gp("submit", *TRAIN, "--idempotency-key", "pipeline-42", "-q").stdout == f"{req.pk}\n"
+    assert gp("submit", *TRAIN, *extra, "--idempotency-key", "pipeline-42", "-q").stdout == f"{req.pk}\n"
+    # The key again with another submission: refused (exit 2), not the first request passed off as this one.
+    other = gp("submit", *TRAIN, "--idempotency-key", "pipeline-42")
+    assert other.returncode == 2 and "idempotency_key_reused" in other.stderr
     assert WorkloadRequest.objects.count() == 1
 
 

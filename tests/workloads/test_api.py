@@ -138,7 +138,7 @@ def test_idempotency_key(api, cat) -> None:
     assert again.json()["id"] == first.json()["id"]
     assert WorkloadRequest.objects.count() == 1
     other = post(client, "/requests/", TRAIN | {"project": "acme-nlp"}, **{"Idempotency-Key": "build-7"})
-    assert other.status_code == 409 and other.json()["fields"]["idempotency_key"]
+    assert other.status_code == 422 and other.json()["error"] == "idempotency_key_reused"
     assert post(client, "/requests/", TRAIN | {"project": "acme-vision"}, **{"Idempotency-Key": "build-8"}).status_code == 201
 
 

@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from portal.exceptions import ConflictError, IdempotencyKeyReused, Invalid, NotAllowed, ReadOnlyTenant
 from quotas.models import Quota
 from tenants.models import AuditEntry, Project, Tenant
 from workloads import services
@@ -255,15 +255,17 @@ def test_same_idempotency_key_returns_the_same_request(cast, cat, hooks_called, 
         first = submit(cast, cat, idempotency_key="ci-build-42")
     counts = (WorkloadRequest.objects.count(), RequestEvent.objects.count(), AuditEntry.objects.count())
     with django_capture_on_commit_callbacks(execute=True):
-        again = submit(cast, cat, idempotency_key="ci-build-42", gpus=1)
+        again = submit(cast, cat, idempotency_key="ci-build-42")
     assert again.pk == first.pk and again.replayed is True and first.replayed is False
     assert (WorkloadRequest.objects.count(), RequestEvent.objects.count(), AuditEntry.objects.count()) == counts
     assert hooks_called == [("approved", first.pk)]  # materialization is not scheduled twice
     # Keys are per user: bob's "ci-build-42" is another request.
     assert submit(cast, cat, "bob", idempotency_key="ci-build-42").pk != first.pk
-    # The same key for a different request is a client bug.
-    with pytest.raises(ConflictError):
+    # The same key for a different request (another project, or another body) is a client bug.
+    with pytest.raises(IdempotencyKeyReused):
         submit(cast, cat, project=cast.nlp, idempotency_key="ci-build-42")
+    with pytest.raises(IdempotencyKeyReused):
+        submit(cast, cat, idempotency_key="ci-build-42", gpus=1)
 
 
 @pytest.mark.django_db(transaction=True)

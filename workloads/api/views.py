@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
+from portal.api import SubmitRateThrottle
 from portal.exceptions import Invalid
 from portal.inputs import NUL, NUL_MESSAGE, is_id
 from quotas.selectors import flavors_for
@@ -267,6 +268,10 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     def get_queryset(self):
         return selectors.requests_for(actor=actor_of(self.request))
 
+    def get_throttles(self) -> list:
+        throttles = super().get_throttles()
+        return [*throttles, SubmitRateThrottle()] if self.action == "create" else throttles
+
     def _detail(self, req: WorkloadRequest, *, code: int = status.HTTP_200_OK, headers: dict | None = None) -> Response:
         req = self.get_queryset().get(pk=req.pk)  # re-read with the relations the serializer uses
         body = RequestDetailSerializer(req).data
@@ -286,7 +291,11 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
 
     @extend_schema(
         request=RequestCreateSerializer, parameters=[IDEMPOTENCY_HEADER, ETAG_HEADER, REPLAYED_HEADER, LOCATION_HEADER],
-        responses={201: RequestDetailSerializer, 200: RequestDetailSerializer},
+        responses={
+            201: RequestDetailSerializer, 200: RequestDetailSerializer,
+            422: OpenApiResponse(description="The Idempotency-Key was already used with a different body "
+                                             "(`error`: `idempotency_key_reused`): send the same body to retry, or use a new key."),
+        },
     )
     def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
