@@ -268,7 +268,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
     "DEFAULT_VERSIONING_CLASS": None,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "DEFAULT_THROTTLE_CLASSES": ["portal.api.UserRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.throttles.UserRateThrottle"],
 }
 # API rate limits per token (or per signed-in user), e.g. "1200/min"; empty: no limit. Submissions
 # (POST /api/v1/requests/) have their own, stricter one on top. Counted in the default cache.

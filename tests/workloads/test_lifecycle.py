@@ -381,5 +381,5 @@ def test_demo_requests_reach_their_states(world: World) -> None:
     world.wait(made["resnet-baseline"], lambda r: r.state == S.RUNNING, advance=5)
     world.wait(made["explore-data"], lambda r: r.state == S.RUNNING, advance=5)
     pending = world.wait(made["llm-finetune"], lambda r: r.state == S.QUEUED and r.pending_reason.startswith("waiting for"))
-    assert "your project uses" in pending.pending_reason
+    assert "asks for" in pending.pending_reason and "the project has" in pending.pending_reason
     assert len(seed_request_demo()) == 4 and WorkloadRequest.objects.count() == 4  # idempotent

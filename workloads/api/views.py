@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
-from portal.api import SubmitRateThrottle
+from portal.throttles import SubmitRateThrottle
 from portal.exceptions import Invalid
 from portal.inputs import NUL, NUL_MESSAGE, is_id
 from quotas.selectors import flavors_for
