@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from django import forms
@@ -233,6 +234,25 @@ class RequestForm(forms.Form):
     @property
     def parameter_fields(self) -> list[forms.BoundField]:
         return self._group(self.parameter_names)
+
+    def asked_for(self) -> SimpleNamespace:
+        """What the form asks for so far, shaped like a request (for a cost estimate): the valid values
+        sent, else the initial ones; the first project and flavor offered when none is chosen yet."""
+        data = getattr(self, "cleaned_data", {}) if self.is_bound else None
+
+        def value(name: str) -> Any:
+            if data is not None:
+                return data.get(name)
+            field = self.fields.get(name)
+            return self.initial.get(name, field.initial if field is not None else None)
+
+        project = self.projects.get(str(value("project") or "")) or next(iter(self.projects.values()), None)
+        flavor = self.flavors.get(str(value("flavor") or "")) or next(iter(self.flavors.values()), None)
+        return SimpleNamespace(
+            tenant=project.tenant if project is not None else None, project=project, template=self.template,
+            flavor=flavor, gpus=value("gpus"), replicas=value("replicas") or 1, cpu=value("cpu"),
+            memory_gib=value("memory_gib"), duration_hours=value("duration_hours"), priority=value("priority"),
+        )
 
     # -- cleaned data for the service --------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
