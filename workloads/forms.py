@@ -19,6 +19,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from portal.exceptions import IdempotencyKeyReused, PortalError
+from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.forms import add_service_error
@@ -195,7 +196,7 @@ class RequestForm(forms.Form):
         fields["gpus"].max_value = template.max_gpus
         fields["gpus"].widget.attrs["max"] = template.max_gpus
         fields["gpus"].help_text = f"Per replica or worker; at most {template.max_gpus}."
-        fields["cpu"].help_text = f"Per replica; at most {template.max_cpu.normalize():f}."
+        fields["cpu"].help_text = f"Per replica; at most {fmt(template.max_cpu)}."
         fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
         fields["duration_hours"].help_text = f"At most {template.max_duration_hours} hours; it stops then."
         if kinds.get(template.kind).replicas != "free":

@@ -211,7 +211,7 @@ def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
 
 
 def container_resources(request: WorkloadRequest) -> dict[str, dict[str, str]]:
-    amounts = {"cpu": kube_quantity("cpu", request.cpu), "memory": f"{int(request.memory_gib)}Gi",
+    amounts = {"cpu": kube_quantity("cpu", request.cpu), "memory": kube_quantity("memory", request.memory_gib),
                **gpu_resources(request.flavor, int(request.gpus))}
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
