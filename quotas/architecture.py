@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from portal.events import after_commit
 from portal.exceptions import ConflictError, Invalid, NotAllowed
 from tenants.access import Actor
 from tenants.audit import audit_record
@@ -63,7 +64,7 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
                      after={"cluster": cluster.name, "from": cluster.architecture, "to": architecture,
                             "plan": plan.summary()})
         if queue:
-            transaction.on_commit(lambda: _queue(change.pk), robust=True)
+            after_commit(_queue, change.pk)
     return change
 
 

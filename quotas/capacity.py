@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from portal.labels import POOL_LABEL
+from portal.quantities import in_portal_units, parse_quantity
 
 from . import architectures
 
@@ -31,24 +32,6 @@ GPU = "nvidia.com/gpu"
 TOTAL_GPUCORES = "nvidia.com/total-gpucores"
 TOTAL_GPUMEM = "nvidia.com/total-gpumem"
 HAMI_NODE_LABEL = ("gpu", "on")  # HAMi's device plugin runs only on nodes labelled gpu=on (docs/cluster-objects.md, "HAMi")
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity ("96", "500m", "2Ti", "1152Gi", "1e3") as a Decimal of base units."""
-    if value is None or value == "":
-        return Decimal(0)
-    if isinstance(value, (int, float, Decimal)):
-        return Decimal(str(value))
-    text = str(value).strip()
-    binary = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-    decimal_si = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10**3),
-                  "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-    for suffix, factor in binary.items():
-        if text.endswith(suffix):
-            return Decimal(text[: -len(suffix)]) * factor
-    if text[-1:] in decimal_si and not text[-2:-1].isalpha():
-        return Decimal(text[:-1]) * decimal_si[text[-1]]
-    return Decimal(text)
 
 
 def node_pool_label(node: Node) -> str:
@@ -73,7 +56,7 @@ def node_offers(flavor: Flavor, node: Node) -> dict[str, Decimal]:
     out: dict[str, Decimal] = {}
     if flavor.kind == Flavor.Kind.CPU:
         out["cpu"] = parse_quantity(alloc.get("cpu"))
-        out["memory"] = parse_quantity(alloc.get("memory")) / Decimal(2**30)
+        out["memory"] = in_portal_units("memory", alloc.get("memory"))
     elif flavor.kind == Flavor.Kind.WHOLE:
         # A HAMi node advertises vGPU slots as nvidia.com/gpu: never count those as whole GPUs.
         out[GPU] = Decimal(0) if labels.get(HAMI_NODE_LABEL[0]) == HAMI_NODE_LABEL[1] else parse_quantity(alloc.get(GPU))

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from portal.labels import GPU_PRODUCT_LABEL as PRODUCT_LABEL
 from portal.labels import GPU_SHARING_LABEL, MIG_CONFIG_LABEL, MIG_STATE_LABEL, MIG_STRATEGY_LABEL, MODEL_LABEL, POOL_LABEL
+from portal.quantities import parse_quantity
 
-from .capacity import parse_quantity
 from .mig import MIG_PROFILES, canonical_profile, mig_profiles_for
 from .models import Cluster, Flavor, Node, NodePool
 

@@ -37,6 +37,7 @@ from portal.labels import (  # noqa: F401 - re-exported: the rest of quotas and 
     ARCHIVED_LABEL, DEFAULT_INSTALLATION, INSTALLATION_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POD_SECURITY,
     POOL_LABEL, PROJECT_LABEL, TENANT_LABEL, VOLCANO_QUEUE_LABEL,
 )
+from portal.quantities import kube_quantity
 
 from . import architectures
 
@@ -159,20 +160,6 @@ class Snapshot:
 
 
 # ----------------------------------------------------------------------------------------- small helpers
-def quantity(resource: str, value: Decimal | int) -> str:
-    """A quota number in our units as a Kubernetes quantity string (stable: same number, same text)."""
-    value = Decimal(value)
-    if resource == "memory":
-        if value == value.to_integral_value():
-            return f"{int(value)}Gi"
-        return f"{int((value * 1024).to_integral_value())}Mi"
-    if resource == "cpu" and value != value.to_integral_value():
-        return f"{int((value * 1000).to_integral_value())}m"
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
-
-
 def labels(**extra: str) -> dict[str, str]:
     out = {MANAGED_BY: MANAGER}
     out.update({k: v for k, v in extra.items() if v})
@@ -275,11 +262,11 @@ def resource_groups(flavors: list[FlavorRow], entries: Mapping[tuple[str, str], 
             resources = []
             for resource in covered:
                 entry = entries.get((flavor.name, resource)) or _Entry()
-                item: dict[str, Any] = {"name": resource, "nominalQuota": quantity(resource, entry.nominal)}
+                item: dict[str, Any] = {"name": resource, "nominalQuota": kube_quantity(resource, entry.nominal)}
                 if cohort and entry.borrowing is not None:
-                    item["borrowingLimit"] = quantity(resource, entry.borrowing)
+                    item["borrowingLimit"] = kube_quantity(resource, entry.borrowing)
                 if cohort and entry.lending is not None:
-                    item["lendingLimit"] = quantity(resource, min(entry.lending, entry.nominal))
+                    item["lendingLimit"] = kube_quantity(resource, min(entry.lending, entry.nominal))
                 resources.append(item)
             rendered.append({"name": flavor.name, "resources": resources})
         out.append({"coveredResources": covered, "flavors": rendered})
@@ -453,7 +440,7 @@ def render_limit_range(project: ProjectRow) -> dict:
 
 
 def render_resource_quota(project: ProjectRow, ceilings: Mapping[str, Decimal]) -> dict:
-    hard = {f"requests.{resource}": quantity(resource, value) for resource, value in sorted(ceilings.items())}
+    hard = {f"requests.{resource}": kube_quantity(resource, value) for resource, value in sorted(ceilings.items())}
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": GUARDRAIL_NAME, "namespace": project.ns, "labels": _tenant_labels(project.tenant, project.slug)},
             "spec": {"hard": hard}}
@@ -509,12 +496,12 @@ def render_volcano_queue(project: ProjectRow, tenant: TenantRow, flavors: list[F
     spec: dict[str, Any] = {
         "weight": max(1, min(65535, int(gpus))),
         "reclaimable": True,
-        "capability": {r: quantity(r, v) for r, v in sorted(capability.items())},
+        "capability": {r: kube_quantity(r, v) for r, v in sorted(capability.items())},
     }
     if capacity_plugin:
-        spec["deserved"] = {r: quantity(r, v) for r, v in sorted(deserved.items())}
+        spec["deserved"] = {r: kube_quantity(r, v) for r, v in sorted(deserved.items())}
         if guarantee:
-            spec["guarantee"] = {"resource": {r: quantity(r, v) for r, v in sorted(guarantee.items())}}
+            spec["guarantee"] = {"resource": {r: kube_quantity(r, v) for r, v in sorted(guarantee.items())}}
     return {"apiVersion": VOLCANO_QUEUE, "kind": "Queue",
             "metadata": {"name": project.slug, "labels": _tenant_labels(project.tenant, project.slug)}, "spec": spec}
 

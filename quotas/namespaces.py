@@ -27,6 +27,7 @@ from portal.exceptions import ConflictError, Invalid, NotAllowed
 from tenants.models import Project
 
 from . import manifests as m
+from .events import schedule_reconcile
 from .models import Cluster
 
 log = logging.getLogger(__name__)
@@ -140,8 +141,6 @@ def namespace_adopt(*, actor: Any, cluster: Cluster, project: Project, confirm: 
     inside (or after it changed). Audited; the next reconcile labels it and writes our objects into it."""
     from tenants.audit import audit_record
 
-    from .tasks import reconcile_cluster_task
-
     info = namespace_inspect(cluster, project.namespace, kube=kube)
     with transaction.atomic():
         project = _project_for_ops(actor, project)
@@ -160,7 +159,7 @@ def namespace_adopt(*, actor: Any, cluster: Cluster, project: Project, confirm: 
         audit_record(actor=actor, action="namespace.adopt", target=project, tenant=project.tenant, project=project,
                      before={"cluster": cluster.name, "owner": info.owner, "labels": info.labels},
                      after={"namespace": project.namespace, "contents": info.contents})
-        transaction.on_commit(lambda: reconcile_cluster_task.delay(cluster.pk))
+        schedule_reconcile(cluster.pk)
     return info
 
 
@@ -168,8 +167,6 @@ def namespace_release(*, actor: Any, cluster: Cluster, project: Project, confirm
     """Ops confirm an archived project's namespace (and all it holds) may be deleted now. ``confirm`` is
     the object count they were shown. The reconcile deletes it, and only if it carries our labels."""
     from tenants.audit import audit_record
-
-    from .tasks import reconcile_cluster_task
 
     info = namespace_inspect(cluster, project.namespace, kube=kube)
     with transaction.atomic():
@@ -188,7 +185,7 @@ def namespace_release(*, actor: Any, cluster: Cluster, project: Project, confirm
             audit_record(actor=actor, action="namespace.delete", target=project, tenant=project.tenant, project=project,
                          before={"cluster": cluster.name, "contents": info.contents},
                          after={"namespace": project.namespace, "released": True})
-        transaction.on_commit(lambda: reconcile_cluster_task.delay(cluster.pk))
+        schedule_reconcile(cluster.pk)
     return info
 
 

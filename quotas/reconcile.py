@@ -39,10 +39,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal import labels
+from portal.quantities import in_portal_units, parse_quantity
 from tenants.models import Project, Tenant
 
 from . import manifests as m
-from .capacity import parse_quantity
 from .models import AppliedObject, Architecture, Cluster, Flavor, Quota
 
 log = logging.getLogger(__name__)
@@ -549,10 +549,7 @@ def _record(cluster: Cluster, plan: Plan, done: list[tuple[Item, str]], rows: di
 
 # ----------------------------------------------------------------------------------------- usage read-back
 def _amount(resource: str, value: Any) -> Decimal:
-    amount = parse_quantity(value)
-    if resource == "memory":
-        amount = amount / Decimal(2**30)
-    return amount.quantize(Decimal("0.001"))
+    return in_portal_units(resource, value).quantize(Decimal("0.001"))
 
 
 def usage_readback(cluster: Cluster, queues: list[dict[str, Any]]) -> int:

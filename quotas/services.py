@@ -26,7 +26,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from portal.events import after_commit
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from portal.quantities import fmt
 from tenants.access import Actor
 from tenants.audit import audit_record, snapshot
 from tenants.guards import require
@@ -54,14 +56,6 @@ REQUEST_FIELDS = ["status", "approver", "comment", "decided_at"]
 MAX_OVERCOMMIT_PERCENT = 1000
 POOL_LABELS = {"", "online", "offline"}
 TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
-
-
-def fmt(value: Any) -> str:
-    """A quantity for people: ``12`` rather than ``12.000``, ``0.5`` rather than ``5E-1``."""
-    if value is None:
-        return "unlimited"
-    text = format(Decimal(value).normalize(), "f")
-    return "0" if text in ("-0", "") else text
 
 
 def _require_writable(actor: Actor, tenant: Tenant) -> None:
@@ -154,7 +148,7 @@ def cluster_sync(*, actor: Actor, cluster: Cluster) -> None:
 
         chain(inventory_sync_task.si(cluster.pk), reconcile_cluster_task.si(cluster.pk)).delay()
 
-    transaction.on_commit(queue)
+    after_commit(queue)
 
 
 @transaction.atomic

@@ -33,6 +33,7 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
 from portal.inputs import is_id
+from portal.quantities import fmt
 from portal.ui import Pager, filtered
 from tenants import selectors as tenancy
 from tenants import policy as tenancy_policy
@@ -207,9 +208,9 @@ def _flavor_chart(cluster: Cluster, rows: list[dict[str, Any]]) -> dict[str, Any
     for r in shown:
         if r["over"] > 0:
             percent = "no capacity at all" if r["percent_over"] is None else f"{r['percent_over']}%"
-            notes.append(f"OVERCOMMITTED: {services.fmt(r['over'])} over capacity ({percent})")
+            notes.append(f"OVERCOMMITTED: {fmt(r['over'])} over capacity ({percent})")
         else:
-            notes.append(f"{services.fmt(r['capacity'] - r['promised'])} not yet promised")
+            notes.append(f"{fmt(r['capacity'] - r['promised'])} not yet promised")
     # Promises are one bar in two parts: what fits the capacity, and the overcommit on top, in red.
     return bar_chart(
         title=f"Capacity, promised and in use per flavor on {cluster.name}",
@@ -361,7 +362,7 @@ def tenant_quota_set(request: HttpRequest) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             _show_error(form, exc)
         else:
-            messages.success(request, f"{tenant.name} is now promised {services.fmt(row.nominal)} × {resource} of {flavor.name}.")
+            messages.success(request, f"{tenant.name} is now promised {fmt(row.nominal)} × {resource} of {flavor.name}.")
             return redirect(reverse("ops-capacity") + f"?cluster={cluster.name}")
     return _capacity_page(request, actor, clusters, cluster, form=form)
 
@@ -699,7 +700,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
         chart = bar_chart(title=f"How {tenant.name} splits its quota across projects",
                           labels=[f"{s['row'].flavor.name} ({s['row'].resource.removeprefix('nvidia.com/')})" for s in charted],
                           datasets=datasets, stacked=True,
-                          notes=[f"tenant quota {services.fmt(s['row'].nominal)}, in use {services.fmt(s['used'])}" for s in charted])
+                          notes=[f"tenant quota {fmt(s['row'].nominal)}, in use {fmt(s['used'])}" for s in charted])
 
     rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
     flavors = [s["row"].flavor for s in summary]
@@ -717,9 +718,9 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
             editing = Quota.objects.filter(tenant=tenant, project__isnull=False, pk=int(edit)).select_related("project", "flavor").first()
             if editing is not None:
                 initial = {"project": editing.project.slug, "target": target_key(editing.flavor, editing.resource),
-                           "nominal": services.fmt(editing.nominal),
-                           "borrowing_limit": None if editing.borrowing_limit is None else services.fmt(editing.borrowing_limit),
-                           "lending_limit": None if editing.lending_limit is None else services.fmt(editing.lending_limit)}
+                           "nominal": fmt(editing.nominal),
+                           "borrowing_limit": None if editing.borrowing_limit is None else fmt(editing.borrowing_limit),
+                           "lending_limit": None if editing.lending_limit is None else fmt(editing.lending_limit)}
         offered = [f for f in unique_flavors if tenant_checks_enforced(summary, f)]
         form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=offered, initial=initial)
     context = {"tenant": tenant, "tab": "quotas", "writable": tenancy_policy.may_write_in(actor, tenant), "summary": summary,
@@ -758,7 +759,7 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             _show_error(form, exc)
         else:
-            messages.success(request, f"{project.name} now has {services.fmt(row.nominal)} × {resource} of {flavor.name}.")
+            messages.success(request, f"{project.name} now has {fmt(row.nominal)} × {resource} of {flavor.name}.")
             return redirect("tenant-quotas", slug=tenant.slug)
     return _tenant_quotas(request, actor, tenant, form=form)
 
@@ -781,7 +782,7 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any]
             dataset("Free", [r["free"] for r in shown], COLOURS["free"], stack="q"),
         ],
         stacked=True,
-        notes=[f"nominal quota {services.fmt(r['nominal'])}" for r in shown],
+        notes=[f"nominal quota {fmt(r['nominal'])}" for r in shown],
     )
 
 
@@ -825,7 +826,7 @@ def quota_request_create(request: HttpRequest, slug: str) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             _show_error(form, exc)
         else:
-            messages.success(request, f"Request #{created.pk} sent: +{services.fmt(created.amount)} × {resource} of "
+            messages.success(request, f"Request #{created.pk} sent: +{fmt(created.amount)} × {resource} of "
                                       f"{flavor.name}. It waits for {created.get_approver_display().lower()} approval.")
             return redirect("project-quota", slug=project.slug)
     return _project_quota(request, actor, project, form=form)
@@ -906,7 +907,7 @@ def quota_request_decide(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         if decision == "approve":
             item = services.quota_request_approve(actor=actor, request=item, comment=comment)
-            done = (f"Request #{item.pk} approved: {item.project.name} has {services.fmt(item.amount)} more "
+            done = (f"Request #{item.pk} approved: {item.project.name} has {fmt(item.amount)} more "
                     f"× {item.resource} of {item.flavor.name}.")
         else:
             item = services.quota_request_reject(actor=actor, request=item, comment=comment)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 
 from portal.exceptions import IdempotencyKeyReused, PortalError
+from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.forms import add_service_error
@@ -194,7 +196,7 @@ class RequestForm(forms.Form):
         fields["gpus"].max_value = template.max_gpus
         fields["gpus"].widget.attrs["max"] = template.max_gpus
         fields["gpus"].help_text = f"Per replica or worker; at most {template.max_gpus}."
-        fields["cpu"].help_text = f"Per replica; at most {template.max_cpu.normalize():f}."
+        fields["cpu"].help_text = f"Per replica; at most {fmt(template.max_cpu)}."
         fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
         fields["duration_hours"].help_text = f"At most {template.max_duration_hours} hours; it stops then."
         if kinds.get(template.kind).replicas != "free":
@@ -233,6 +235,25 @@ class RequestForm(forms.Form):
     @property
     def parameter_fields(self) -> list[forms.BoundField]:
         return self._group(self.parameter_names)
+
+    def asked_for(self) -> SimpleNamespace:
+        """What the form asks for so far, shaped like a request (for a cost estimate): the valid values
+        sent, else the initial ones; the first project and flavor offered when none is chosen yet."""
+        data = getattr(self, "cleaned_data", {}) if self.is_bound else None
+
+        def value(name: str) -> Any:
+            if data is not None:
+                return data.get(name)
+            field = self.fields.get(name)
+            return self.initial.get(name, field.initial if field is not None else None)
+
+        project = self.projects.get(str(value("project") or "")) or next(iter(self.projects.values()), None)
+        flavor = self.flavors.get(str(value("flavor") or "")) or next(iter(self.flavors.values()), None)
+        return SimpleNamespace(
+            tenant=project.tenant if project is not None else None, project=project, template=self.template,
+            flavor=flavor, gpus=value("gpus"), replicas=value("replicas") or 1, cpu=value("cpu"),
+            memory_gib=value("memory_gib"), duration_hours=value("duration_hours"), priority=value("priority"),
+        )
 
     # -- cleaned data for the service --------------------------------------------------------------
     def clean(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Where the request lifecycle hands over to materialization (the cluster side).
 
-Services call these after their transaction commits (``transaction.on_commit``), with ids only.
+Services call these after their transaction commits (``portal.events.after_commit``), with ids only.
 They queue the Celery tasks of ``workloads/tasks.py``; if the broker is down they log and return,
 and the materializer's periodic sweep picks up approved requests, so a lost message never loses a
 request. (Imported inside the functions: tasks.py imports the services that call these.)

@@ -46,7 +46,6 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from portal.labels import (
@@ -56,6 +55,7 @@ from portal.labels import (
 from portal.labels import PRIORITY_CLASS_LABEL as PRIORITY_LABEL
 from portal.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
 from portal.labels import SANDBOX_DURATION_ANNOTATION as SANDBOX_DURATION  # noqa: F401 - read by kinds/training.py
+from portal.quantities import kube_quantity
 from quotas import architectures
 from quotas import manifests as quota_manifests
 
@@ -193,13 +193,6 @@ def metadata(t: Target, name: str | None = None, *, labels: dict[str, str] | Non
     return meta
 
 
-def quantity_cpu(cpu: Decimal | int | float | str) -> str:
-    value = Decimal(str(cpu))
-    if value == value.to_integral_value():
-        return str(int(value))
-    return f"{int(value * 1000)}m"
-
-
 def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
     """The flavor's extended resources for ``gpus`` GPUs (slices, vGPUs); always explicit for HAMi (docs/cluster-objects.md)."""
     if gpus <= 0 or flavor.kind == "cpu":
@@ -218,7 +211,7 @@ def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
 
 
 def container_resources(request: WorkloadRequest) -> dict[str, dict[str, str]]:
-    amounts = {"cpu": quantity_cpu(request.cpu), "memory": f"{int(request.memory_gib)}Gi",
+    amounts = {"cpu": kube_quantity("cpu", request.cpu), "memory": kube_quantity("memory", request.memory_gib),
                **gpu_resources(request.flavor, int(request.gpus))}
     return {"requests": dict(amounts), "limits": dict(amounts)}
 

@@ -1,27 +1,13 @@
-"""Telling the requester what happened to their request: email, and an optional webhook.
+"""Telling the requester what happened to their request, through the portal's notifier
+(``portal.notify``): email, and the optional JSON webhook (``PORTAL_WEBHOOK_URL``).
 
 Called after the transaction commits; a failing mail server or webhook is logged and never undoes
-or blocks the decision. ``PORTAL_WEBHOOK_URL`` (a setting, empty by default) receives a JSON POST.
+or blocks the decision.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-from django.conf import settings
-from django.core.mail import send_mail
-
-logger = logging.getLogger(__name__)
-
-
-def _webhook(payload: dict[str, Any]) -> None:
-    url = getattr(settings, "PORTAL_WEBHOOK_URL", "")
-    if not url:
-        return
-    from quotas.notify import webhook_post  # one webhook client for the portal: the quota notifications' one
-
-    webhook_post(payload)
+from portal.notify import notify_send
 
 
 def request_decided_notify(request_id: int) -> None:
@@ -46,13 +32,9 @@ def request_decided_notify(request_id: int) -> None:
     if comment:
         lines.append(f"Comment: {comment}")
     address = getattr(req.requested_by, "email", "")
-    if address:
-        try:
-            send_mail(subject, "\n\n".join(lines), None, [address], fail_silently=False)
-        except Exception:
-            logger.exception("could not email %s about request %s", address, req.pk)
-    _webhook(
-        {
+    notify_send(
+        subject=subject, body="\n\n".join(lines), to=[address] if address else [], topic="request",
+        payload={
             "event": f"request.{req.state}",
             "request": req.pk,
             "name": req.name,
@@ -61,5 +43,5 @@ def request_decided_notify(request_id: int) -> None:
             "by": by,
             "comment": comment,
             "requested_by": req.requested_by.get_username(),
-        }
+        },
     )

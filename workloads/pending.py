@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
+
+from portal.quantities import fmt, in_portal_units
 
 from .models import RequestState, WorkloadRequest
 
@@ -36,19 +38,12 @@ class QueueUsage:
     cohort: str
 
 
-def _num(value: Any) -> Decimal:
+def _num(resource: str, value: Any) -> Decimal:
+    """A ClusterQueue quantity in the portal's units; 0 when the cluster wrote something else."""
     try:
-        text = str(value)
-        for suffix, factor in (("Gi", 1), ("Mi", Decimal(1) / 1024), ("m", Decimal("0.001"))):
-            if text.endswith(suffix):
-                return Decimal(text[: -len(suffix)]) * factor
-        return Decimal(text)
-    except (InvalidOperation, ValueError):
+        return in_portal_units(resource, value)
+    except (ArithmeticError, ValueError):
         return Decimal(0)
-
-
-def _fmt(value: Decimal) -> str:
-    return str(int(value)) if value == value.to_integral_value() else format(value.normalize(), "f")
 
 
 def queue_usage(cluster_queue: dict[str, Any] | None, flavor: str, resource: str) -> QueueUsage | None:
@@ -71,10 +66,11 @@ def queue_usage(cluster_queue: dict[str, Any] | None, flavor: str, resource: str
         if fl.get("name") == flavor:
             for res in fl.get("resources") or []:
                 if res.get("name") == resource:
-                    used = _num(res.get("total", 0))
+                    used = _num(resource, res.get("total", 0))
     limit = found.get("borrowingLimit")
-    return QueueUsage(nominal=_num(found.get("nominalQuota", 0)), used=used,
-                      borrowing_limit=None if limit is None else _num(limit), cohort=str(spec.get("cohortName") or ""))
+    return QueueUsage(nominal=_num(resource, found.get("nominalQuota", 0)), used=used,
+                      borrowing_limit=None if limit is None else _num(resource, limit),
+                      cohort=str(spec.get("cohortName") or ""))
 
 
 def _cond(summary: dict[str, Any], ctype: str) -> list[str] | None:
@@ -141,15 +137,15 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
 
 def quota_detail(*, asks: Decimal | None, usage: QueueUsage) -> str:
     """"asks for 10; the project has 6 and may borrow 4 (8 in use now)": what it asks against what the project has."""
-    detail = (f"asks for {_fmt(asks)}; " if asks else "") + f"the project has {_fmt(usage.nominal)}"
+    detail = (f"asks for {fmt(asks)}; " if asks else "") + f"the project has {fmt(usage.nominal)}"
     if not usage.cohort:
         detail += " and no cohort to borrow from"
     elif usage.borrowing_limit is not None:
-        detail += f" and may borrow {_fmt(usage.borrowing_limit)}" if usage.borrowing_limit else " and may not borrow"
+        detail += f" and may borrow {fmt(usage.borrowing_limit)}" if usage.borrowing_limit else " and may not borrow"
     else:
         detail += " and may borrow from its tenant's cohort, which has nothing to lend now"
     if usage.used:
-        detail += f" ({_fmt(usage.used)} in use now)"
+        detail += f" ({fmt(usage.used)} in use now)"
     return detail
 
 

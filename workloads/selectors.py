@@ -11,6 +11,7 @@ from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
 from portal import labels
+from portal.extensions import cost_estimator
 from quotas.models import Quota
 from tenants.access import Actor, is_ops
 from tenants.selectors import projects_for, projects_where
@@ -78,6 +79,13 @@ def _number(value: Decimal | None) -> float | None:
     return None if value is None else float(value)
 
 
+def request_cost_estimate(request: Any) -> str | None:
+    """The estimated cost of a request (or of a form's values) as a decimal string ("12.50"), None
+    while no estimator is registered (``portal.extensions.cost_estimator``)."""
+    value = cost_estimator.estimate(request)
+    return None if value is None else str(value)
+
+
 def approval_context(request: WorkloadRequest) -> dict[str, Any]:
     """What an approver needs beside the request: usage against quota, the queue, the cost."""
     rows = getattr(request.project, "quota_rows", None)  # prefetched by approvals_inbox_for()
@@ -96,8 +104,8 @@ def approval_context(request: WorkloadRequest) -> dict[str, Any]:
         ],
         "in_use": getattr(request, "in_use", None),
         "waiting_ahead": getattr(request, "waiting_ahead", None),
-        # Billing does not exist yet; the estimate comes from its price list once it does.
-        "cost_estimate": None,
+        # From billing's price list once it registers an estimator (portal.extensions); None until then.
+        "cost_estimate": request_cost_estimate(request),
     }
 
 

@@ -20,7 +20,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 
+from portal.events import after_commit
 from portal.exceptions import ConflictError, IdempotencyKeyReused, Invalid, NotAllowed, ReadOnlyTenant
+from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement, is_enforced
 from quotas.models import Flavor, Quota
 from tenants.access import Actor
@@ -79,15 +81,13 @@ def _event(req: WorkloadRequest, *, actor_label: str, message: str) -> RequestEv
 
 
 def _on_commit_changed(req: WorkloadRequest, action: str) -> None:
-    pk = req.pk
-    transaction.on_commit(lambda: hooks.request_changed(pk, action))
+    after_commit(hooks.request_changed, req.pk, action)
 
 
 def _on_commit_approved(req: WorkloadRequest, *, notify_requester: bool) -> None:
-    pk = req.pk
     if notify_requester:
-        transaction.on_commit(lambda: notify.request_decided_notify(pk))
-    transaction.on_commit(lambda: hooks.request_approved(pk))
+        after_commit(notify.request_decided_notify, req.pk)
+    after_commit(hooks.request_approved, req.pk)
 
 
 # Quota: what can never run --------------------------------------------------------------------
@@ -131,22 +131,18 @@ def request_demand(*, flavor: Flavor, gpus: int, replicas: int, cpu: Decimal) ->
     return per_pod * replicas
 
 
-def _fmt(value: Decimal) -> str:
-    return f"{value.normalize():f}"
-
-
 def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, field: str = "gpus") -> None:
     ceiling = quota_ceiling(project=project, flavor=flavor)
     if demand <= ceiling.total:
         return
-    what = f"{_fmt(demand)} x {flavor} ({ceiling.resource})"
+    what = f"{fmt(demand)} x {flavor} ({ceiling.resource})"
     if ceiling.total == 0:
         message = f"This can never run: project {project.slug} has no quota for {flavor}. Ask for quota or choose another flavor."
     else:
-        borrow = "no borrowing limit" if ceiling.borrowable is None else f"{_fmt(ceiling.borrowable)} borrowable"
+        borrow = "no borrowing limit" if ceiling.borrowable is None else f"{fmt(ceiling.borrowable)} borrowable"
         message = (
             f"This can never run: {what} is more than project {project.slug} can ever get "
-            f"({_fmt(ceiling.nominal)} nominal + {borrow} = {_fmt(ceiling.total)}). Ask for more quota or request less."
+            f"({fmt(ceiling.nominal)} nominal + {borrow} = {fmt(ceiling.total)}). Ask for more quota or request less."
         )
     raise Invalid(message, field=field)
 
@@ -448,7 +444,7 @@ def _submit(
         error("gpus", f"At most {template.max_gpus} per replica for {template.name}.")
     cpu = template.default_cpu if cpu is None else Decimal(str(cpu))
     if cpu <= 0 or cpu > template.max_cpu:
-        error("cpu", f"Between 0 and {_fmt(template.max_cpu)} CPUs for {template.name}.")
+        error("cpu", f"Between 0 and {fmt(template.max_cpu)} CPUs for {template.name}.")
     memory_gib = template.default_memory_gib if memory_gib is None else memory_gib
     if memory_gib < 1 or memory_gib > template.max_memory_gib:
         error("memory_gib", f"Between 1 and {template.max_memory_gib} GiB for {template.name}.")
@@ -553,8 +549,7 @@ def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> Wor
     if to == S.APPROVED:
         _on_commit_approved(req, notify_requester=True)
     else:
-        pk = req.pk
-        transaction.on_commit(lambda: notify.request_decided_notify(pk))
+        after_commit(notify.request_decided_notify, req.pk)
     return req
 
 

@@ -26,6 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
+from portal.extensions import cost_estimator
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
 from quotas.models import Flavor
@@ -147,8 +148,11 @@ def _request_form(actor: Actor, template: ServiceTemplate, data: Any = None, ini
 
 
 def _cost_estimate(form: RequestForm) -> str | None:
-    """The estimated cost of what the form asks for. None until billing has a price list."""
-    return None
+    """The estimated cost of what the form asks for ("12.50 EUR"), from the estimator billing registers
+    (``portal.extensions``); None while there is none."""
+    if not cost_estimator.active:
+        return None
+    return cost_estimator.display(form.asked_for())
 
 
 @login_required

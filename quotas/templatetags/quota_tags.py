@@ -6,9 +6,9 @@ from typing import Any
 
 from django import template
 
+from portal.quantities import fmt
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
-from quotas.services import fmt
 
 register = template.Library()
 

@@ -278,11 +278,3 @@ def test_f_separates_pools_and_lends_offline_to_online_explicitly() -> None:
     no_lending = Snapshot(cluster, FLAVORS, (ACME,), (ProjectRow("acme-vision", "acme", quotas=(QuotaRow("h100-80gb", GPU, D(6)),)),))
     online = find(m.desired_state(cluster, no_lending), "ClusterQueue", "acme-vision-online")["spec"]
     assert "h100-80gb" not in [f["name"] for g in online["resourceGroups"] for f in g["flavors"]]
-
-
-@pytest.mark.parametrize(("resource", "value", "text"), [
-    (GPU, D(4), "4"), (GPU, D("4.000"), "4"), ("cpu", D("0.5"), "500m"), ("cpu", D(96), "96"),
-    ("memory", D(128), "128Gi"), ("memory", D("0.5"), "512Mi"), ("nvidia.com/total-gpumem", D(46068), "46068"),
-])
-def test_quantity(resource: str, value: D, text: str) -> None:
-    assert m.quantity(resource, value) == text

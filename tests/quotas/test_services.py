@@ -10,13 +10,13 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
+from portal import events
 from portal.exceptions import ConflictError, Invalid, NotAllowed, PortalError, ReadOnlyTenant
 from quotas import jobs, policy, selectors, services
 from quotas.capacity import capacity_by_flavor
-from quotas.events import _Reconcile
+from quotas.events import reconcile_queue
 from quotas.exceptions import AlreadyDecided, QuotaExceeded
 from quotas.mig import MIG_PROFILES, validate_mig_profile
 from quotas.models import Cluster, Flavor, Node, Quota, QuotaRequest
@@ -418,8 +418,8 @@ def test_quota_change_is_audited_and_schedules_one_reconcile(cast, fleet) -> Non
     tenant_quota(cast, fleet, cast.acme, 8)
     project_quota(cast, fleet, cast.vision, 4, borrowing_limit=2)
     # Everything here runs in the test's one transaction: one reconcile per cluster covers it all.
-    pending = [func for _, func, _ in connection.run_on_commit if isinstance(func, _Reconcile)]
-    assert pending == [_Reconcile(fleet.cluster.pk), _Reconcile(other.pk)]
+    pending = [handler.args for handler in events.pending() if handler.fn is reconcile_queue]
+    assert pending == [(fleet.cluster.pk,), (other.pk,)]
     entry = AuditEntry.objects.filter(action="quota.set", project=cast.vision).get()
     assert entry.actor_label == "alice" and entry.tenant_id == cast.acme.pk
     assert entry.before["nominal"] == "0" and entry.after == {

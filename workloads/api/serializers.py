@@ -172,8 +172,8 @@ class RequestSerializer(serializers.ModelSerializer):
         return selectors.request_pending_reason(req)
 
     @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True))
-    def get_cost_estimate(self, req: WorkloadRequest) -> None:
-        return None
+    def get_cost_estimate(self, req: WorkloadRequest) -> str | None:
+        return selectors.request_cost_estimate(req)
 
 
 class RequestDetailSerializer(RequestSerializer):

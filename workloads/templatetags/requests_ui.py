@@ -8,6 +8,8 @@ from typing import Any
 
 from django import template
 
+from portal.extensions import cost_estimator
+from portal.quantities import format_money
 from tenants.access import Actor
 from tenants.selectors import projects_where
 
@@ -20,6 +22,12 @@ BADGES = {
     "failed": "suspended", "rejected": "suspended",
     "stopped": "archived", "cancelled": "archived", "expired": "archived",
 }
+
+
+@register.filter
+def money(amount: Any) -> str:
+    """A cost estimate's amount ("12.50") with the currency of the registered estimator: "12.50 EUR"."""
+    return "" if amount is None or amount == "" else format_money(amount, cost_estimator.currency)
 
 
 @register.simple_tag(takes_context=True)

@@ -1,0 +1,110 @@
+"""Extension points: how a lower app asks a higher one for something without importing it.
+
+Apps import only downward (``portal`` ← ``tenants`` ← ``quotas`` ← ``workloads`` ← ``billing``). When a
+lower app needs an answer only a higher one has (workloads showing a cost that billing's price list
+knows), the kit holds a :class:`Slot`: the higher app registers a function in its ``AppConfig.ready()``,
+the lower one calls the slot, and gets None while nothing is registered. A registered function that
+raises is logged and answers None: an estimate never breaks a page or an API call.
+
+``cost_estimator``: ``register(fn, currency="EUR")`` where ``fn(request_like) -> Decimal | None``;
+``request_like`` is a ``WorkloadRequest`` or anything with the same attributes (``tenant``, ``project``,
+``template``, ``flavor``, ``gpus``, ``replicas``, ``cpu``, ``memory_gib``, ``duration_hours``, ``priority``;
+any of them may be None on a half-filled form). ``estimate(request_like)`` is the amount rounded to the
+cent, ``display(request_like)`` the same with its currency ("12.50 EUR").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+
+from .quantities import format_money, round_money
+
+logger = logging.getLogger(__name__)
+
+
+class Slot:
+    """One function a higher app provides; calling the slot answers None while none is registered."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._fn: Callable[..., Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._fn is not None
+
+    def register(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Provide ``fn`` (replacing the one before). Returns ``fn``, so it works as a decorator."""
+        self._fn = fn
+        return fn
+
+    def unregister(self) -> None:
+        self._fn = None
+
+    @contextmanager
+    def registered(self, fn: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+        """``fn`` for the duration of a ``with`` block (tests), then whatever was there before."""
+        previous = self._fn
+        self.register(fn)
+        try:
+            yield fn
+        finally:
+            self._fn = previous
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        fn = self._fn
+        if fn is None:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            logger.exception("the %s extension failed; answering None", self.name)
+            return None
+
+
+class CostEstimator(Slot):
+    """What a request would cost, from the price list of whoever registered (billing)."""
+
+    def __init__(self) -> None:
+        super().__init__("cost estimate")
+        self.currency = ""
+
+    def register(self, fn: Callable[[Any], Decimal | None], *, currency: str = "EUR") -> Callable[[Any], Decimal | None]:
+        self.currency = currency
+        return super().register(fn)
+
+    def unregister(self) -> None:
+        super().unregister()
+        self.currency = ""
+
+    @contextmanager
+    def registered(self, fn: Callable[[Any], Decimal | None], *, currency: str = "EUR") -> Iterator[Callable[..., Any]]:
+        previous = (self._fn, self.currency)
+        self.register(fn, currency=currency)
+        try:
+            yield fn
+        finally:
+            self._fn, self.currency = previous
+
+    def estimate(self, request_like: Any) -> Decimal | None:
+        """The estimated cost, rounded to the cent; None when no estimator is registered or it has no answer."""
+        value = self.call(request_like)
+        if value is None:
+            return None
+        try:
+            return round_money(value)
+        except Exception:
+            logger.exception("the cost estimate %r is not an amount; answering None", value)
+            return None
+
+    def display(self, request_like: Any) -> str | None:
+        """The estimate with its currency ("12.50 EUR"), or None."""
+        value = self.estimate(request_like)
+        return None if value is None else format_money(value, self.currency)
+
+
+cost_estimator = CostEstimator()
