@@ -73,3 +73,24 @@ def pending(*, using: str = DEFAULT_DB_ALIAS) -> list[Handler]:
     if not connection.in_atomic_block:
         return []
     return [func for _, func, _ in connection.run_on_commit if isinstance(func, Handler)]
+
+
+def enqueue(task_name: str, *args: Any) -> None:
+    """Queue the Celery task registered as ``task_name`` (``"app.tasks.function"``) with ``args``.
+
+    By name, so a service that queues work need not import the task module, which imports the
+    services back (tasks are thin wrappers around them): no import cycle, even a deferred one. In a
+    process that has the task loaded (a worker) the task's own ``apply_async`` runs; elsewhere the
+    message goes to the broker by name. Raises what the broker raises; callers that run after commit
+    log it (the periodic sweeps catch up).
+    """
+    from celery import current_app
+
+    current_app.signature(task_name, args=args).delay()
+
+
+def enqueue_chain(*steps: tuple[str, tuple[Any, ...]]) -> None:
+    """Queue tasks by name, one after the other (a Celery chain); each step is ``(task_name, args)``."""
+    from celery import chain, current_app
+
+    chain(*(current_app.signature(name, args=args, immutable=True) for name, args in steps)).delay()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from portal.events import after_commit
+from portal.events import after_commit, enqueue
 from portal.exceptions import ConflictError, Invalid, NotAllowed
 from tenants.access import Actor
 from tenants.audit import audit_record
@@ -69,9 +69,7 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
 
 
 def _queue(change_id: int) -> None:
-    from .tasks import architecture_change_apply_task
-
-    architecture_change_apply_task.delay(change_id)
+    enqueue("quotas.tasks.architecture_change_apply_task", change_id)
 
 
 def _actor_of(change: ArchitectureChange) -> Actor:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS
 
-from portal.events import after_commit
+from portal.events import after_commit, enqueue
 
 
 def reconcile_queue(cluster_id: int) -> None:
     """Queue ``reconcile_cluster_task(cluster_id)`` (run after commit)."""
-    # Imported here: the task module imports the cluster client, which services need not load.
-    from quotas.tasks import reconcile_cluster_task
-
-    reconcile_cluster_task.delay(cluster_id)
+    # By name: the task module imports the services (through jobs) and the cluster client.
+    enqueue("quotas.tasks.reconcile_cluster_task", cluster_id)
 
 
 def schedule_reconcile(cluster_id: int, *, using: str = DEFAULT_DB_ALIAS) -> None:

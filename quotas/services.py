@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from portal.events import after_commit
+from portal.events import after_commit, enqueue_chain
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
 from portal.quantities import fmt
 from tenants.access import Actor
@@ -141,14 +141,8 @@ def cluster_sync(*, actor: Actor, cluster: Cluster) -> None:
     require(policy.may_manage_capacity(actor), "Only platform ops sync a cluster's inventory.")
     audit_record(actor=actor, action="cluster.sync", target=cluster)
 
-    def queue() -> None:
-        from celery import chain
-
-        from .tasks import inventory_sync_task, reconcile_cluster_task
-
-        chain(inventory_sync_task.si(cluster.pk), reconcile_cluster_task.si(cluster.pk)).delay()
-
-    after_commit(queue)
+    after_commit(enqueue_chain, ("quotas.tasks.inventory_sync_task", (cluster.pk,)),
+                 ("quotas.tasks.reconcile_cluster_task", (cluster.pk,)))
 
 
 @transaction.atomic

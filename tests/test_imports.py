@@ -57,3 +57,72 @@ def test_the_finder_resolves_relative_imports() -> None:
 def test_apps_import_only_downward_and_never_the_sandbox() -> None:
     found = violations()
     assert found == [], "\n".join(found)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Product module -> the product modules it imports (``from x import y`` counts ``x.y`` when that is a module)."""
+    files = {}
+    for app in LAYERS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if "migrations" in parts:
+                continue
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            files[name] = path
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and ast.unparse(block.test).endswith("TYPE_CHECKING") for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:  # type hints only: never imported at run time
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = imported_modules(ast.unparse(node), package)[0][1]
+                targets |= {base} | {f"{base}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+        graph[name] = {t for t in targets if t in files and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another, directly or around a loop (Tarjan's components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_loop() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_import_cycles_even_through_imports_inside_functions() -> None:
+    """Services queue tasks by name (``portal.events.enqueue``), so tasks → services never loops back."""
+    found = cycles(module_graph())
+    assert found == [], found

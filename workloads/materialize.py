@@ -26,6 +26,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal import labels
+from portal.events import enqueue
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 from portal.notify import notify_send
 
@@ -170,9 +171,7 @@ def _end(req: WorkloadRequest, *, to: str, reason: str, action: str) -> bool:
     try:
         _delete_objects(kube_for(req.cluster), req)
     except (ClusterUnavailable, ClusterRejected):
-        from .tasks import request_changed_task
-
-        request_changed_task.delay(req.pk, action)
+        enqueue("workloads.tasks.request_changed_task", req.pk, action)
     return True
 
 
