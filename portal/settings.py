@@ -91,7 +91,6 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "tenants.context_processors.portal",
                 "django.template.context_processors.csp",
             ],
         },

@@ -6,9 +6,12 @@ class QuotasConfig(AppConfig):
 
     def ready(self) -> None:
         # tenants checks a new project's namespace against the clusters through these (it sits below quotas).
+        from tenants.policy import predicates_install
         from tenants.services import namespace_checks
 
+        from . import policy
         from .namespaces import is_reserved, namespace_problem
 
         namespace_checks.reserved = is_reserved  # type: ignore[method-assign]
         namespace_checks.problem = namespace_problem  # type: ignore[method-assign]
+        predicates_install(policy)  # templates ask them by name ({% may "quotas.may_decide" ... %})

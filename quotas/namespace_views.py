@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from portal.exceptions import PortalError
 from portal.kube import ClusterError
 from tenants.guards import ops_only as _ops_only
-from tenants.models import Project
+from tenants.selectors import projects_for
 
 from . import namespaces
 from .views import _ops_cluster, _ops_page
@@ -31,7 +31,7 @@ def _confirm(request: HttpRequest) -> int | None:
 def namespace_detail(request: HttpRequest, name: str, slug: str) -> HttpResponse:
     actor = _ops_only(request)
     cluster = _ops_cluster(actor, name)
-    project = get_object_or_404(Project.objects.select_related("tenant"), slug=slug)
+    project = get_object_or_404(projects_for(actor=actor), slug=slug)
     info, error = None, None
     try:
         info = namespaces.namespace_inspect(cluster, project.namespace)
@@ -45,7 +45,7 @@ def namespace_detail(request: HttpRequest, name: str, slug: str) -> HttpResponse
 def _act(request: HttpRequest, name: str, slug: str, service, done: str) -> HttpResponse:
     actor = _ops_only(request)
     cluster = _ops_cluster(actor, name)
-    project = get_object_or_404(Project.objects.select_related("tenant"), slug=slug)
+    project = get_object_or_404(projects_for(actor=actor), slug=slug)
     try:
         service(actor=actor, cluster=cluster, project=project, confirm=_confirm(request))
     except (PortalError, ClusterError) as exc:

@@ -49,3 +49,8 @@ def may_decide(actor: Actor, request: QuotaRequest, *, tier: str) -> bool:
     if tenant_admin:
         return True
     return may_approve(actor, request.project) and actor.user.pk != request.requested_by_id
+
+
+def may_withdraw(actor: Actor, request: QuotaRequest) -> bool:
+    """Cancel a quota request: its requester only (approvers reject it instead)."""
+    return actor.user is not None and actor.user.pk == request.requested_by_id

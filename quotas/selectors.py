@@ -17,7 +17,7 @@ from tenants.selectors import admin_tenants_for, projects_for, projects_where
 from . import architectures
 from .capacity import Enforcement, capacity_by_flavor
 from .capacity import flavor_enforcement as _flavor_enforcement
-from .models import AppliedObject, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest
+from .models import AppliedObject, ArchitectureChange, Cluster, Flavor, Node, NodePool, Quota, QuotaRequest
 
 ZERO = Decimal(0)
 MILLI = Decimal("0.001")
@@ -66,6 +66,22 @@ def flavors_for(*, actor: Actor) -> QuerySet[Flavor]:
     return base if _ops(actor) else base.filter(enforced_flavor_q())
 
 
+def flavor_name_choices(*, actor: Actor) -> list[tuple[str, str]]:
+    """(name, name) of every flavor ``actor`` sees, once per name: a filter's choices."""
+    return list(flavors_for(actor=actor).order_by("name").values_list("name", "name").distinct())
+
+
+def flavors_by_pk(pks: set[int]) -> dict[int, Flavor]:
+    """The flavors of rows the caller already holds (say, a project's quota summary), by id."""
+    return {f.pk: f for f in Flavor.objects.filter(pk__in=pks)}
+
+
+def flavors_promised_to(*, tenant: Tenant) -> QuerySet[Flavor]:
+    """The enforced flavors ``tenant`` is promised quota of: what its projects' quota may be set in."""
+    return (Flavor.objects.filter(enforced_flavor_q(), quotas__tenant=tenant, quotas__project__isnull=True)
+            .select_related("cluster").distinct())
+
+
 def flavor_enforcement(flavor: Flavor) -> Enforcement:
     return _flavor_enforcement(flavor.cluster, flavor)
 
@@ -102,6 +118,34 @@ def quotas_for(*, actor: Actor) -> QuerySet[Quota]:
     if _ops(actor):
         return base
     return base.filter(Q(tenant__in=admin_tenants_for(actor=actor)) | Q(project__in=projects_for(actor=actor)))
+
+
+def tenant_quotas_for(*, tenant: Tenant) -> QuerySet[Quota]:
+    """The tenant's own rows (what ops promised it) in active flavors, in page order. ``tenant`` comes from a
+    guard (``tenants.guards``) or a scoped selector."""
+    return (Quota.objects.filter(tenant=tenant, project__isnull=True, flavor__active=True).select_related("flavor__cluster")
+            .order_by("flavor__cluster__name", "flavor__order", "flavor__name", "resource"))
+
+
+def project_quotas_for(*, tenant: Tenant) -> QuerySet[Quota]:
+    """The rows of ``tenant``'s projects (its split), archived projects included."""
+    return Quota.objects.filter(tenant=tenant, project__isnull=False).select_related("project", "flavor__cluster")
+
+
+def flavor_quota_count(*, flavor: Flavor) -> int:
+    """How many quota rows (tenants' and projects') name ``flavor``."""
+    return Quota.objects.filter(flavor=flavor).count()
+
+
+def quotas_asked_for(requests: list[QuotaRequest]) -> dict[int, Quota | None]:
+    """Request id -> the project's current quota row for what it asks (one query for any number)."""
+    if not requests:
+        return {}
+    wanted = Q()
+    for r in requests:
+        wanted |= Q(project_id=r.project_id, flavor_id=r.flavor_id, resource=r.resource)
+    rows = {(q.project_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(wanted)}
+    return {r.pk: rows.get((r.project_id, r.flavor_id, r.resource)) for r in requests}
 
 
 def projects_promised(*, tenant: Tenant, flavor: Flavor, resource: str, exclude_project_id: int | None = None) -> Decimal:
@@ -296,6 +340,39 @@ def overcommit_for(*, cluster: Cluster) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+# Capacity pages (ops): one cluster, got through ``clusters_for`` ---------------------------------------
+
+
+def nodes_for(*, cluster: Cluster) -> QuerySet[Node]:
+    return Node.objects.filter(cluster=cluster).select_related("pool")
+
+
+def node_pools_for(*, cluster: Cluster) -> QuerySet[NodePool]:
+    return NodePool.objects.filter(cluster=cluster).order_by("name")
+
+
+def tenant_promises_for(*, cluster: Cluster) -> QuerySet[Quota]:
+    """The tenants' rows on ``cluster`` (what ops promised), in page order."""
+    return (Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor")
+            .order_by("tenant__name", "flavor__order", "flavor__name", "resource"))
+
+
+def project_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any]]:
+    """(flavor id, resource) -> what the projects are promised ("assigned"), use and borrow on ``cluster``."""
+    rows = (
+        Quota.objects.filter(flavor__cluster=cluster, project__isnull=False)
+        .values("flavor_id", "resource")
+        .annotate(assigned=Sum("nominal"), used=Sum("used"), borrowed=Sum("borrowed"))
+    )
+    return {(r["flavor_id"], r["resource"]): r for r in rows}
+
+
+def applied_objects_for(*, actor: Actor, cluster: Cluster) -> QuerySet[AppliedObject]:
+    """What the materializer applied to ``cluster``: ops see it, nobody else."""
+    base = AppliedObject.objects.filter(cluster=cluster)
+    return base if _ops(actor) else base.none()
 
 
 # Quota requests --------------------------------------------------------------------------------

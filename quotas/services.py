@@ -713,8 +713,7 @@ def quota_request_reject(*, actor: Actor, request: QuotaRequest, comment: str) -
 def quota_request_cancel(*, actor: Actor, request: QuotaRequest) -> QuotaRequest:
     """The requester withdraws a pending request."""
     request = _reload(request)
-    if actor.user is None or actor.user.pk != request.requested_by_id:
-        raise NotAllowed("Only the requester can cancel a request; approvers reject it.")
+    require(policy.may_withdraw(actor, request), "Only the requester can cancel a request; approvers reject it.")
     _require_writable(actor, request.project.tenant)
     if request.status != Status.PENDING:
         raise AlreadyDecided(f"The request is already {request.status}.")

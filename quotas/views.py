@@ -25,7 +25,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import F, Q, Sum
+from django.db.models import F, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -36,7 +36,6 @@ from portal.inputs import is_id
 from portal.quantities import fmt
 from portal.ui import Pager, filtered
 from tenants import selectors as tenancy
-from tenants import policy as tenancy_policy
 from tenants.access import Actor
 from tenants.guards import ops_only as _ops_only
 from tenants.guards import tenant_to_change as _admin_tenant
@@ -45,7 +44,7 @@ from tenants.models import Project, Tenant
 from tenants.ui import page
 
 from . import architecture as architecture_service
-from . import policy, reconcile, selectors, services
+from . import reconcile, selectors, services
 from .capacity import flavor_enforcement, flavor_matches, node_offers
 from .exceptions import NothingToApply, PlanChanged, QuotaExceeded
 from .filters import FlavorFilter, QuotaFilter, QuotaRequestFilter
@@ -60,7 +59,7 @@ from .forms import (
     TenantQuotaForm,
     target_key,
 )
-from .models import AppliedObject, Architecture, Cluster, Flavor, Node, NodePool, Quota, QuotaRequest
+from .models import AppliedObject, Architecture, Cluster, Flavor, Node, NodePool, QuotaRequest
 
 log = logging.getLogger(__name__)
 ZERO = Decimal(0)
@@ -172,18 +171,8 @@ def node_flags(node: Node) -> list[tuple[str, str]]:
     return flags
 
 
-def _project_sums(cluster: Cluster) -> dict[tuple[int, str], dict[str, Decimal]]:
-    """(flavor id, resource) -> what the projects are promised ("assigned") and use, for one cluster."""
-    rows = (
-        Quota.objects.filter(flavor__cluster=cluster, project__isnull=False)
-        .values("flavor_id", "resource")
-        .annotate(assigned=Sum("nominal"), used=Sum("used"), borrowed=Sum("borrowed"))
-    )
-    return {(r["flavor_id"], r["resource"]): r for r in rows}
-
-
 def _flavor_rows(cluster: Cluster, flavors: dict[int, Flavor]) -> list[dict[str, Any]]:
-    sums = _project_sums(cluster)
+    sums = selectors.project_sums_for(cluster=cluster)
     rows = []
     for row in selectors.overcommit_for(cluster=cluster):
         extra = sums.get((row["flavor_id"], row["resource"]), {})
@@ -226,16 +215,17 @@ def _flavor_chart(cluster: Cluster, rows: list[dict[str, Any]]) -> dict[str, Any
     )
 
 
-def _pool_rows(cluster: Cluster, flavors: dict[int, Flavor], flavor_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _pool_rows(cluster: Cluster, pool_list: list[NodePool], flavors: dict[int, Flavor],
+               flavor_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per node pool: its nodes by state, and what it offers of each flavor (counting, and lost to
     nodes that do not count), next to the flavor's totals. Promises are per flavor, not per pool."""
     by_flavor = {(r["flavor_id"], r["resource"]): r for r in flavor_rows}
     pools: dict[int | None, dict[str, Any]] = {}
-    for pool in NodePool.objects.filter(cluster=cluster).order_by("name"):
+    for pool in pool_list:
         pools[pool.pk] = {"pool": pool, "nodes": 0, "counting": 0, "notready": 0, "vanished": 0, "mig": 0,
                           "offers": defaultdict(lambda: [ZERO, ZERO])}
     gpu_flavors = [f for f in flavors.values() if f.kind in GPU_KINDS]
-    for node in Node.objects.filter(cluster=cluster).select_related("pool"):
+    for node in selectors.nodes_for(cluster=cluster):
         entry = pools.setdefault(node.pool_id, {"pool": None, "nodes": 0, "counting": 0, "notready": 0, "vanished": 0,
                                                 "mig": 0, "offers": defaultdict(lambda: [ZERO, ZERO])})
         entry["nodes"] += 1
@@ -281,8 +271,8 @@ def _pool_chart(cluster: Cluster, pools: list[dict[str, Any]]) -> dict[str, Any]
     )
 
 
-def _cluster_from_query(request: HttpRequest) -> tuple[list[Cluster], Cluster | None]:
-    clusters = list(Cluster.objects.order_by("name"))
+def _cluster_from_query(request: HttpRequest, actor: Actor) -> tuple[list[Cluster], Cluster | None]:
+    clusters = list(selectors.clusters_for(actor=actor).order_by("name"))
     name = request.GET.get("cluster")
     if not clusters:
         return clusters, None
@@ -299,21 +289,21 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     context: dict[str, Any] = {"tab": "capacity", "clusters": clusters, "cluster": cluster}
     if cluster is None:
         return _ops_page(request, "quotas/capacity.html", context)
-    flavors = {f.pk: f for f in Flavor.objects.filter(cluster=cluster, active=True)}
+    flavors = {f.pk: f for f in selectors.flavors_for(actor=actor).filter(cluster=cluster, active=True)}
     flavor_rows = _flavor_rows(cluster, flavors)
-    pools = _pool_rows(cluster, flavors, flavor_rows)
+    pool_list = list(selectors.node_pools_for(cluster=cluster))
+    pools = _pool_rows(cluster, pool_list, flavors, flavor_rows)
 
-    nodes = Node.objects.filter(cluster=cluster).select_related("pool").order_by("present", "ready", "name")
-    node_filter = filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in cluster.pools.order_by("name")]})
+    nodes = selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name")
+    node_filter = filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in pool_list]})
     node_pager = Pager(request, node_filter.qs, param="nodes_page")
     node_rows = [(node, node_flags(node)) for node in node_pager]
 
-    promises = Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor").order_by(
-        "tenant__name", "flavor__order", "flavor__name", "resource")
-    quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
-                            selects={"tenant": list(Tenant.objects.order_by("name").values_list("slug", "name")),
-                                     "flavor_name": [(f.name, f.name) for f in flavors.values()]})
+    promises = selectors.tenant_promises_for(cluster=cluster)
     tenants = tenancy.tenants_for(actor=actor).order_by("name")
+    quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
+                            selects={"tenant": list(tenants.values_list("slug", "name")),
+                                     "flavor_name": [(f.name, f.name) for f in flavors.values()]})
     quota_pager = Pager(request, quota_filter.qs, param="quotas_page")
     quota_items = list(quota_pager)
     checks = selectors.quota_confirmations(quota_items)
@@ -340,7 +330,7 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
 @login_required
 def capacity(request: HttpRequest) -> HttpResponse:
     actor = _ops_only(request)
-    clusters, cluster = _cluster_from_query(request)
+    clusters, cluster = _cluster_from_query(request, actor)
     return _capacity_page(request, actor, clusters, cluster)
 
 
@@ -349,10 +339,10 @@ def capacity(request: HttpRequest) -> HttpResponse:
 def tenant_quota_set(request: HttpRequest) -> HttpResponse:
     """Ops set what a tenant is promised; the cluster invariant (capacity plus overcommit) is the service's."""
     actor = _ops_only(request)
-    clusters, cluster = _cluster_from_query(request)
+    clusters, cluster = _cluster_from_query(request, actor)
     if cluster is None:
         raise Http404("No cluster yet.")
-    flavors = Flavor.objects.filter(selectors.enforced_flavor_q(), cluster=cluster).select_related("cluster")
+    flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q(), cluster=cluster)
     form = TenantQuotaForm(request.POST, tenants=tenancy.tenants_for(actor=actor).order_by("name"), flavors=flavors)
     if form.is_valid():
         flavor, resource = form.cleaned_target()
@@ -455,8 +445,8 @@ def _cluster_page(request: HttpRequest, actor: Actor, cluster: Cluster, *, archi
         "keep": [("architecture", architecture)],
         "pager": pager,
         "plan_items": [(item, diff_lines(item.diff)) for item in pager],
-        "tenants": Tenant.objects.order_by("name").values_list("slug", "name"),
-        "errors_count": AppliedObject.objects.filter(cluster=cluster).exclude(error="").count(),
+        "tenants": tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name"),
+        "errors_count": selectors.applied_objects_for(actor=actor, cluster=cluster).exclude(error="").count(),
         "change": selectors.architecture_change_latest(cluster),
     }
     return _ops_page(request, "quotas/cluster_detail.html", context)
@@ -548,7 +538,7 @@ def cluster_export(request: HttpRequest, name: str) -> HttpResponse:
     actor = _ops_only(request)
     cluster = _ops_cluster(actor, name)
     slug = request.GET.get("tenant") or None
-    tenant = get_object_or_404(Tenant, slug=slug) if slug else None
+    tenant = get_object_or_404(tenancy.tenants_for(actor=actor), slug=slug) if slug else None
     text = reconcile.export_yaml(cluster, tenant)
     response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
     filename = f"{cluster.name}-{tenant.slug}.yaml" if tenant else f"{cluster.name}.yaml"
@@ -578,11 +568,11 @@ class AppliedObjectFilter(filters.FilterSet):
 def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
     actor = _ops_only(request)
     cluster = _ops_cluster(actor, name)
-    rows = AppliedObject.objects.filter(cluster=cluster).select_related("tenant", "project").order_by(
-        F("error_at").desc(nulls_last=True), "kind", "namespace", "name")
-    kinds = AppliedObject.objects.filter(cluster=cluster).order_by("kind").values_list("kind", flat=True).distinct()
-    filterset = filtered(AppliedObjectFilter, request, rows, selects={
-        "kind": [(k, k) for k in kinds], "tenant": list(Tenant.objects.order_by("name").values_list("slug", "name"))})
+    applied = selectors.applied_objects_for(actor=actor, cluster=cluster)
+    rows = applied.select_related("tenant", "project").order_by(F("error_at").desc(nulls_last=True), "kind", "namespace", "name")
+    kinds = applied.order_by("kind").values_list("kind", flat=True).distinct()
+    tenants = tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")
+    filterset = filtered(AppliedObjectFilter, request, rows, selects={"kind": [(k, k) for k in kinds], "tenant": list(tenants)})
     context = {"tab": "objects", "cluster": cluster, "filterset": filterset, "pager": Pager(request, filterset.qs),
                "errors_count": rows.exclude(error="").count()}
     return _ops_page(request, "quotas/cluster_objects.html", context)
@@ -593,7 +583,7 @@ def cluster_objects(request: HttpRequest, name: str) -> HttpResponse:
 
 def _flavor_list(request: HttpRequest, actor: Actor, *, form: FlavorForm | None = None) -> HttpResponse:
     flavors = selectors.flavors_for(actor=actor).order_by("cluster__name", "order", "name")
-    clusters = list(Cluster.objects.order_by("name"))
+    clusters = list(selectors.clusters_for(actor=actor).order_by("name"))
     filterset = filtered(FlavorFilter, request, flavors, selects={"cluster": [(c.name, c.name) for c in clusters]})
     pager = Pager(request, filterset.qs)
     context = {"tab": "flavors", "filterset": filterset, "pager": pager,
@@ -611,7 +601,7 @@ def flavor_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 def flavor_create(request: HttpRequest) -> HttpResponse:
     actor = _ops_only(request)
-    form = FlavorForm(request.POST, clusters=Cluster.objects.order_by("name"))
+    form = FlavorForm(request.POST, clusters=selectors.clusters_for(actor=actor).order_by("name"))
     if form.is_valid():
         try:
             flavor = services.flavor_create(actor=actor, **form.service_kwargs())
@@ -642,7 +632,7 @@ def flavor_detail(request: HttpRequest, pk: int) -> HttpResponse:
             else:
                 messages.success(request, f"Flavor {flavor.name} saved.")
                 return redirect("ops-flavor", pk=flavor.pk)
-    quotas = Quota.objects.filter(flavor=flavor).count()
+    quotas = selectors.flavor_quota_count(flavor=flavor)
     return _ops_page(request, "quotas/flavor_detail.html", {"tab": "flavors", "flavor": flavor, "form": form, "quota_rows": quotas,
                                                             "enforcement": flavor_enforcement(flavor.cluster, flavor)})
 
@@ -667,11 +657,8 @@ def flavor_active(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: ProjectQuotaForm | None = None) -> HttpResponse:
-    tenant_rows = list(
-        Quota.objects.filter(tenant=tenant, project__isnull=True, flavor__active=True).select_related("flavor__cluster")
-        .order_by("flavor__cluster__name", "flavor__order", "flavor__name", "resource")
-    )
-    project_rows = Quota.objects.filter(tenant=tenant, project__isnull=False).select_related("project", "flavor__cluster")
+    tenant_rows = list(selectors.tenant_quotas_for(tenant=tenant))
+    project_rows = selectors.project_quotas_for(tenant=tenant)
     split: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(lambda: {"assigned": ZERO, "used": ZERO})
     by_project: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(dict)
     for row in project_rows.values("project__slug", "flavor_id", "resource", "nominal", "used"):
@@ -715,7 +702,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
         initial: dict[str, Any] = {}
         edit = request.GET.get("edit")
         if is_id(edit):
-            editing = Quota.objects.filter(tenant=tenant, project__isnull=False, pk=int(edit)).select_related("project", "flavor").first()
+            editing = project_rows.filter(pk=int(edit)).first()
             if editing is not None:
                 initial = {"project": editing.project.slug, "target": target_key(editing.flavor, editing.resource),
                            "nominal": fmt(editing.nominal),
@@ -723,7 +710,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                            "lending_limit": None if editing.lending_limit is None else fmt(editing.lending_limit)}
         offered = [f for f in unique_flavors if tenant_checks_enforced(summary, f)]
         form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=offered, initial=initial)
-    context = {"tenant": tenant, "tab": "quotas", "writable": tenancy_policy.may_write_in(actor, tenant), "summary": summary,
+    context = {"tenant": tenant, "tab": "quotas", "summary": summary,
                "chart": chart, "filterset": filterset, "pager": pager, "form": form,
                "project_rows": [(q, project_checks[q.pk]) for q in page_rows],
                "not_enforced": [s for s in summary if not s["check"]["enforced"]]}
@@ -746,8 +733,7 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
     actor = Actor.from_request(request)
     tenant = _admin_tenant(actor, slug)
     projects = tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
-    flavors = Flavor.objects.filter(selectors.enforced_flavor_q(), quotas__tenant=tenant,
-                                    quotas__project__isnull=True).select_related("cluster").distinct()
+    flavors = selectors.flavors_promised_to(tenant=tenant)
     form = ProjectQuotaForm(request.POST, projects=projects, flavors=flavors)
     if form.is_valid():
         flavor, resource = form.cleaned_target()
@@ -768,7 +754,7 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    flavors = {f.pk: f for f in Flavor.objects.filter(pk__in={r["flavor_id"] for r in rows})}
+    flavors = selectors.flavors_by_pk({r["flavor_id"] for r in rows})
     shown = [r for r in rows if flavors[r["flavor_id"]].kind in GPU_KINDS and r["resource"] == flavors[r["flavor_id"]].primary_resource
              and r["enforced"]]
     if not shown:
@@ -789,16 +775,13 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any]
 def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
     tenant = project.tenant
     rows = selectors.project_quota_summary(project=project)
-    can_request = policy.may_request_quota(actor, project) and project.is_active and (tenancy_policy.may_write_in(actor, tenant))
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
-        "can_request": can_request,
         "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
         "filterset": filterset, "pager": Pager(request, filterset.qs),
-        "can_split": policy.may_split_quota(actor, tenant),
         "not_enforced": [r for r in rows if not r["enforced"]],
         "drifting": [r for r in rows if r["drift"]],
     }
@@ -835,23 +818,11 @@ def quota_request_create(request: HttpRequest, slug: str) -> HttpResponse:
 # Quota requests: mine and the approver's inbox ---------------------------------------------------
 
 
-def _context_for(requests: list[QuotaRequest]) -> dict[int, Quota]:
-    """request id -> the project's current quota row for what it asks (one query for the page)."""
-    if not requests:
-        return {}
-    wanted = Q()
-    for r in requests:
-        wanted |= Q(project_id=r.project_id, flavor_id=r.flavor_id, resource=r.resource)
-    rows = {(q.project_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(wanted)}
-    return {r.pk: rows.get((r.project_id, r.flavor_id, r.resource)) for r in requests}  # type: ignore[misc]
-
-
-def _item_context(actor: Actor, item: QuotaRequest, *, error: str | None = None, note: str | None = None,
+def _item_context(item: QuotaRequest, *, error: str | None = None, note: str | None = None,
                   form: DecisionForm | None = None) -> dict[str, Any]:
-    current = _context_for([item]).get(item.pk)
-    return {"r": item, "current": current, "error": error, "note": note, "form": form,
-            "may_decide": item.status == QuotaRequest.Status.PENDING and policy.may_decide(actor, item, tier=item.approver),
-            "mine": actor.user is not None and item.requested_by_id == actor.user.pk}
+    """The card's context; the card asks the predicates who may decide or withdraw (``{% may %}``)."""
+    current = selectors.quotas_asked_for([item]).get(item.pk)
+    return {"r": item, "current": current, "error": error, "note": note, "form": form}
 
 
 @login_required
@@ -860,7 +831,7 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
     inbox_qs = selectors.quota_requests_for(actor=actor, inbox=True).order_by("created_at")
     inbox = Pager(request, inbox_qs, param="inbox_page")
     inbox_items = list(inbox)
-    current = _context_for(inbox_items)
+    current = selectors.quotas_asked_for(inbox_items)
     visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
         "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
@@ -879,7 +850,7 @@ def _visible_request(actor: Actor, pk: int) -> QuotaRequest:
 def quota_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     actor = Actor.from_request(request)
     item = _visible_request(actor, pk)
-    return page(request, "quotas/request_detail.html", _item_context(actor, item) | {"detail": True})
+    return page(request, "quotas/request_detail.html", _item_context(item) | {"detail": True})
 
 
 def _answer(request: HttpRequest, actor: Actor, item: QuotaRequest, *, error: str | None, done: str,
@@ -887,7 +858,7 @@ def _answer(request: HttpRequest, actor: Actor, item: QuotaRequest, *, error: st
     """htmx: the request's card, updated. Plain POST: back where it came from, with a message."""
     if request.htmx:
         item = _visible_request(actor, item.pk)
-        return render(request, "quotas/_request_card.html", _item_context(actor, item, error=error, note=None if error else done, form=form))
+        return render(request, "quotas/_request_card.html", _item_context(item, error=error, note=None if error else done, form=form))
     if error:
         messages.error(request, error)
     else:

@@ -8,8 +8,13 @@ templates only ask them, so a button is shown exactly when the service would acc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
 from .access import Actor, has_perm
 from .models import Project, Tenant
+from .selectors import admin_tenants_for
 
 
 def may_operate(actor: Actor) -> bool:
@@ -52,3 +57,55 @@ def may_submit(actor: Actor, project: Project) -> bool:
 def may_approve(actor: Actor, project: Project) -> bool:
     """Decide on the project's requests and set its approval rules: project admins, tenant admins, ops."""
     return has_perm(actor, "approve_project", project)
+
+
+def may_manage_some_tenant(actor: Actor) -> bool:
+    """Administer at least one tenant (the navigation's "Tenants you admin"): tenant admins and ops."""
+    return actor.user is None or admin_tenants_for(actor=actor).exists()
+
+
+# Asking by name, once per request --------------------------------------------------------------------------------
+#
+# Templates ask predicates by name: ``{% may "tenants.may_write_in" tenant as writable %}``
+# (``tenants/templatetags/policy.py``). Each app makes its policy module's own ``may_*`` functions askable
+# from its ``AppConfig.ready`` (tenants sits below the apps whose predicates it names, so it cannot import them).
+
+PREDICATES: dict[str, Callable[..., bool]] = {}
+
+
+def predicates_install(module: ModuleType) -> None:
+    """Make the ``may_*`` functions defined in ``module`` askable as ``"<app>.<function>"``."""
+    app = module.__name__.split(".")[0]
+    for name, value in vars(module).items():
+        if name.startswith("may_") and callable(value) and getattr(value, "__module__", None) == module.__name__:
+            PREDICATES[f"{app}.{name}"] = value
+
+
+def predicate(name: str) -> Callable[..., bool]:
+    """The predicate templates call ``name``; ``KeyError`` if no app installed it."""
+    return PREDICATES[name]
+
+
+def _key(value: Any) -> Any:
+    """What identifies an argument in the per-request memo: a row by model and pk, a plain value by itself."""
+    meta = getattr(value, "_meta", None)
+    if meta is not None and getattr(value, "pk", None) is not None:
+        return (meta.label, value.pk)
+    hash(value)  # TypeError for what cannot be remembered
+    return value
+
+
+def asked(request: Any, may: Callable[..., bool], *objects: Any, **options: Any) -> bool:
+    """``may(actor, *objects, **options)`` for the actor of ``request``, asked once per request: a page that
+    shows the same button on every row asks once (a predicate may read permissions from the database).
+    Rows count by model and pk; a request renders after its writes, so the answers hold for the rest of it."""
+    actor = Actor.from_request(request)
+    try:
+        key = (may.__module__, may.__qualname__, tuple(_key(o) for o in objects),
+               tuple(sorted((name, _key(value)) for name, value in options.items())))
+    except TypeError:
+        return bool(may(actor, *objects, **options))
+    memo = request.__dict__.setdefault("_portal_may", {})
+    if key not in memo:
+        memo[key] = bool(may(actor, *objects, **options))
+    return memo[key]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, Q, QuerySet
 from guardian.shortcuts import get_objects_for_user
 
 from .access import Actor, is_ops
@@ -61,6 +62,26 @@ def memberships_for(*, actor: Actor) -> QuerySet[Membership]:
     projects = projects_for(actor=actor)
     admin_tenants = admin_tenants_for(actor=actor)
     return base.filter(Q(tenant__in=admin_tenants) | Q(project__in=projects))
+
+
+def own_memberships_for(*, actor: Actor) -> QuerySet[Membership]:
+    """The actor's own roles (``/api/v1/me/``); through a token, only those in the token's tenant."""
+    mine = Membership.objects.filter(user=actor.user).select_related("tenant", "project", "user")
+    if actor.token is not None:
+        mine = mine.filter(tenant=actor.token.project.tenant_id)
+    return mine
+
+
+def users_for(*, actor: Actor) -> QuerySet[Any]:
+    """Every user account, for ops (the ops pages); nobody else lists users."""
+    users = get_user_model().objects.all()
+    return users if actor.token is None and is_ops(actor.user) else users.none()
+
+
+def user_list_for(*, actor: Actor) -> QuerySet[Any]:
+    """``users_for`` by username, with each user's memberships and groups (ops' user list)."""
+    memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
+    return users_for(actor=actor).order_by("username").prefetch_related(memberships, "groups")
 
 
 def tokens_for(*, actor: Actor) -> QuerySet[ApiToken]:

@@ -23,10 +23,8 @@ def refresh_perms(user: Any) -> None:
 
 
 def page(request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
-    """Render a full page with what the navigation needs."""
-    actor = Actor.from_request(request)
-    context.setdefault("actor", actor)
-    context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=actor).exists()
+    """Render a full page. The navigation asks the predicates itself (``{% may %}`` in ``base.html``)."""
+    context.setdefault("actor", Actor.from_request(request))
     return render(request, template, context, status=status)
 
 

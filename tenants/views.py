@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -63,18 +63,6 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         messages.success(self.request, "Your password was changed.")
         return super().form_valid(form)
 
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=Actor.from_request(self.request)).exists()
-        return context
-
-
-class PasswordChangeDoneView(auth_views.PasswordChangeDoneView):
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["nav_admins_tenants"] = selectors.admin_tenants_for(actor=Actor.from_request(self.request)).exists()
-        return context
-
 
 # Home ------------------------------------------------------------------------------------------
 
@@ -109,7 +97,6 @@ def _project_page(
     new_secret: str | None = None,
 ) -> HttpResponse:
     tenant = project.tenant
-    can_submit = policy.may_submit(actor, project)
     by_project, by_tenant = role_labels(actor)
     members = selectors.memberships_for(actor=actor).filter(project=project).order_by("user__username")
     tokens = selectors.tokens_for(actor=actor).filter(project=project).order_by("-created_at")
@@ -117,13 +104,10 @@ def _project_page(
         "project": project,
         "tenant": tenant,
         "my_role": role_in(project, by_project, by_tenant, actor),
-        "writable": policy.may_write_in(actor, tenant),
-        "can_manage": policy.may_manage_members(actor, tenant),
-        "can_archive": policy.may_change_tenant(actor, tenant),
-        "can_submit": can_submit,
         "members": Pager(request, members, param="members_page"),
         "tokens": Pager(request, tokens, param="tokens_page"),
-        "token_form": token_form or TokenCreateForm(can_submit=can_submit),
+        # The page asks the same predicate ({% may %}): asked once for both.
+        "token_form": token_form or TokenCreateForm(can_submit=policy.asked(request, policy.may_submit, project)),
         "new_token": new_token,
         "new_secret": new_secret,
         "now": timezone.now(),
@@ -173,8 +157,7 @@ def token_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     except PortalError as exc:
         error = exc.message
     if request.htmx:
-        context = {"token": token, "project": project, "error": error, "now": timezone.now(),
-                   "can_manage": policy.may_manage_members(actor, project.tenant)}
+        context = {"token": token, "project": project, "error": error, "now": timezone.now()}
         return render(request, "tenants/_token_row.html", context)
     if error:
         messages.error(request, error)
@@ -229,7 +212,6 @@ def _tenant_overview(
     context = {
         "tenant": tenant,
         "tab": "overview",
-        "writable": policy.may_write_in(actor, tenant),
         "details_form": details_form or TenantDetailsForm.for_tenant(tenant),
         "project_form": project_form or ProjectCreateForm(),
         "filterset": filterset,
@@ -290,7 +272,6 @@ def _tenant_members(request: HttpRequest, actor: Actor, tenant: Tenant, *, form:
     context = {
         "tenant": tenant,
         "tab": "members",
-        "writable": policy.may_write_in(actor, tenant),
         "filterset": filterset,
         "pager": Pager(request, filterset.qs),
         "form": form or MemberAddForm(projects=projects, initial={"project": request.GET.get("project")}),
@@ -335,9 +316,8 @@ def _member_answer(
     if request.htmx:
         if membership is None:
             return HttpResponse("")
-        actor = Actor.from_request(request)
         context = {"m": membership, "tenant": tenant, "roles": Role.choices, "error": error,
-                   "note": None if error else done, "writable": policy.may_write_in(actor, tenant)}
+                   "note": None if error else done}
         return render(request, "tenants/_member_row.html", context)
     if error:
         messages.error(request, error)
@@ -486,9 +466,8 @@ def ops_projects(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def ops_users(request: HttpRequest) -> HttpResponse:
-    _ops_only(request)
-    memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
-    users = get_user_model().objects.order_by("username").prefetch_related(memberships, "groups")
+    actor = _ops_only(request)
+    users = selectors.user_list_for(actor=actor)
     filterset = filtered(UserFilter, request, users, selects={"tenant": tenant_choices()})
     pager = Pager(request, filterset.qs)
     for user in pager:
@@ -502,7 +481,7 @@ def ops_users(request: HttpRequest) -> HttpResponse:
 def ops_user_ops(request: HttpRequest, pk: int) -> HttpResponse:
     """Make a user platform ops (``ops=true``) or take it away (``ops=false``); never your own."""
     actor = _ops_only(request)
-    user = get_object_or_404(get_user_model(), pk=pk)
+    user = get_object_or_404(selectors.users_for(actor=actor), pk=pk)
     make = request.POST.get("ops")
     if make not in ("true", "false"):
         messages.error(request, "Say whether to make the user ops or not.")

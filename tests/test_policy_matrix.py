@@ -77,6 +77,8 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("tenants.may_change_project", lambda a, w, x: tenants_policy.may_change_project(a, w.project[x]), APPROVERS, OPS),
     ("tenants.may_submit", lambda a, w, x: tenants_policy.may_submit(a, w.project[x]), SUBMITTERS, OPS),
     ("tenants.may_approve", lambda a, w, x: tenants_policy.may_approve(a, w.project[x]), APPROVERS, OPS),
+    # Not about one tenant: the same answer in both columns.
+    ("tenants.may_manage_some_tenant", lambda a, w, x: tenants_policy.may_manage_some_tenant(a), ADMINS, ADMINS),
     ("quotas.may_manage_capacity", lambda a, w, x: quotas_policy.may_manage_capacity(a), OPS, OPS),
     ("quotas.may_set_quota (tenant)", lambda a, w, x: quotas_policy.may_set_quota(a, tenant=w.tenant[x]), OPS, OPS),
     ("quotas.may_set_quota (project)", lambda a, w, x: quotas_policy.may_set_quota(a, project=w.project[x]),
@@ -91,9 +93,13 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
      ADMINS, OPS),
     ("quotas.may_decide (ops tier)",
      lambda a, w, x: quotas_policy.may_decide(a, w.quota_request[x], tier=QuotaRequest.Approver.OPS), OPS, OPS),
+    # carol asked at home, frank abroad: only the requester withdraws (approvers reject).
+    ("quotas.may_withdraw", lambda a, w, x: quotas_policy.may_withdraw(a, w.quota_request[x]), {"carol"}, NONE),
     ("workloads.may_submit_request", lambda a, w, x: workloads_policy.may_submit_request(a, w.project[x]),
      SUBMITTERS, OPS),
     ("workloads.may_decide", lambda a, w, x: workloads_policy.may_decide(a, w.project[x]), APPROVERS, OPS),
+    ("workloads.may_submit_somewhere", lambda a, w, x: workloads_policy.may_submit_somewhere(a), SUBMITTERS, SUBMITTERS),
+    ("workloads.may_decide_somewhere", lambda a, w, x: workloads_policy.may_decide_somewhere(a), APPROVERS, APPROVERS),
     ("workloads.may_act_on", lambda a, w, x: workloads_policy.may_act_on(a, w.request[x]), SUBMITTERS, OPS),
     ("workloads.may_manage_catalogue", lambda a, w, x: workloads_policy.may_manage_catalogue(a), OPS, OPS),
     ("workloads.may_set_rules (project)", lambda a, w, x: workloads_policy.may_set_rules(a, w.project[x]),
@@ -115,10 +121,11 @@ def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[s
     assert not wrong, f"{name}: these (role, tenant) pairs got the wrong answer: {wrong}"
 
 
-REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota")
+REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota",
+                         "quotas.may_withdraw")
 
 
-def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_or_ask(cast) -> None:
+def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_ask_or_withdraw(cast) -> None:
     from tenants.access import Actor
 
     world = World(cast)
@@ -126,3 +133,10 @@ def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_or_a
     for name, ask, _home, _foreign in MATRIX:
         expected = not name.startswith(REFUSED_TO_THE_SYSTEM)
         assert ask(system, world, "home") is expected, name
+
+
+def test_every_predicate_templates_may_ask_is_in_the_matrix() -> None:
+    """``{% may %}`` asks any installed predicate by name: each one has its row here."""
+    from tenants.policy import PREDICATES
+
+    assert set(PREDICATES) == {name.split(" ")[0] for name, *_ in MATRIX}

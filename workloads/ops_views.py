@@ -16,7 +16,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count, OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 
@@ -29,7 +28,7 @@ from tenants.ui import page
 
 from . import selectors, services
 from .filters import ImageFilter, TemplateFilter
-from .models import Image, ServiceTemplate
+from .models import Image
 from .ops_forms import ImageForm, TemplateForm
 
 LABELS = {"kind": "Kind", "slug": "Slug", "active": "Active", "q": "Reference contains"}
@@ -41,10 +40,7 @@ LABELS = {"kind": "Kind", "slug": "Slug", "active": "Active", "q": "Reference co
 @login_required
 def template_list(request: HttpRequest) -> HttpResponse:
     actor = _ops_only(request)
-    newest = ServiceTemplate.objects.filter(slug=OuterRef("slug")).order_by("-version").values("version")[:1]
-    templates = (selectors.templates_for(actor=actor)
-                 .annotate(request_count=Count("requests"), latest_version=Subquery(newest))
-                 .order_by("kind", "slug", "-version"))
+    templates = selectors.template_list_for(actor=actor).order_by("kind", "slug", "-version")
     filterset = filtered(TemplateFilter, request, templates, hide=("flavor",), labels=LABELS)
     return page(request, "workloads/ops_templates.html", {
         "tab": "templates", "filterset": filterset, "pager": Pager(request, filterset.qs),
@@ -87,8 +83,7 @@ def template_detail(request: HttpRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, done)
             return redirect("ops-template", pk=saved.pk)
-    versions = (ServiceTemplate.objects.filter(slug=template.slug).annotate(request_count=Count("requests"))
-                .order_by("-version"))
+    versions = selectors.template_versions_for(template=template)
     return page(request, "workloads/ops_template_form.html", {
         "tab": "templates", "form": form, "template": template, "versions": versions,
         "in_use": template.requests.exists(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tenants.access import Actor
 from tenants.models import Project
 from tenants.policy import may_approve, may_operate, may_submit
+from tenants.selectors import projects_where
 
 from . import kinds
 from .models import WorkloadRequest
@@ -54,3 +55,13 @@ def may_open_notebook(actor: Actor, req: WorkloadRequest) -> bool:
     if req.requested_by_id == user.pk:
         return True
     return bool(req.project.notebooks_open_to_approvers) and may_approve(actor, req.project)
+
+
+def may_submit_somewhere(actor: Actor) -> bool:
+    """Submit in at least one project (the navigation's "New request")."""
+    return actor.user is None or projects_where(actor=actor, perm="submit_project").exists()
+
+
+def may_decide_somewhere(actor: Actor) -> bool:
+    """Decide on requests in at least one project: who has an approvals inbox."""
+    return actor.user is None or projects_where(actor=actor, perm="approve_project").exists()

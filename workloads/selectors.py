@@ -150,6 +150,33 @@ def catalogue_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
     return templates_for(actor=actor).filter(pk__in=live_templates().values("pk"))
 
 
+def template_to_submit(*, actor: Actor, key: str) -> ServiceTemplate | None:
+    """The template a submission names: by id any version (the service refuses a retired one and names
+    the live one), by slug the live one in the catalogue; None if there is no such template."""
+    from portal.inputs import is_id
+
+    if is_id(key):
+        return ServiceTemplate.objects.filter(pk=int(key)).first()
+    return catalogue_for(actor=actor).filter(slug=key).first()
+
+
+def template_list_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
+    """``templates_for`` with how many requests use each version and the newest version of its slug (ops list)."""
+    newest = ServiceTemplate.objects.filter(slug=OuterRef("slug")).order_by("-version").values("version")[:1]
+    return templates_for(actor=actor).annotate(request_count=Count("requests"), latest_version=Subquery(newest))
+
+
+def template_versions_for(*, template: ServiceTemplate) -> QuerySet[ServiceTemplate]:
+    """Every version of ``template``'s slug, newest first, with how many requests use each."""
+    return ServiceTemplate.objects.filter(slug=template.slug).annotate(request_count=Count("requests")).order_by("-version")
+
+
+def template_slug_choices(*, actor: Actor) -> list[tuple[str, str]]:
+    """(slug, slug) of the templates ``actor`` may look at, once per slug: a filter's choices."""
+    base = ServiceTemplate.objects.all() if _is_ops(actor) else live_templates()
+    return list(base.order_by("slug").values_list("slug", "slug").distinct())
+
+
 def images_for(*, actor: Actor) -> QuerySet[Image]:
     return Image.objects.all() if _is_ops(actor) else Image.objects.filter(active=True)
 

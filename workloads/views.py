@@ -29,8 +29,9 @@ from portal.exceptions import PortalError
 from portal.extensions import cost_estimator
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
-from quotas.models import Flavor
+from quotas.selectors import flavor_name_choices
 from tenants.access import Actor
+from tenants.policy import asked
 from tenants.selectors import projects_for, projects_where
 from tenants.ui import page, tenant_choices
 
@@ -116,7 +117,7 @@ def request_list(request: HttpRequest) -> HttpResponse:
     pager = Pager(request, filterset.qs)
     context = {
         "filterset": filterset, "pager": pager, "scope": scope, "scopes": SCOPES, "poll": _polling(pager),
-        "poll_seconds": POLL_SECONDS, "can_submit": projects_where(actor=actor, perm="submit_project").exists(),
+        "poll_seconds": POLL_SECONDS,
     }
     if request.htmx and request.htmx.target == "request-rows":
         return render(request, "workloads/_request_rows.html", context)
@@ -196,15 +197,13 @@ def _visible_request(actor: Actor, pk: int) -> WorkloadRequest:
     return get_object_or_404(selectors.requests_for(actor=actor), pk=pk)
 
 
-def allowed_actions(actor: Actor, req: WorkloadRequest) -> dict[str, bool]:
-    """Which lifecycle buttons to show. The services decide again on POST; this only hides what would be refused."""
+def state_actions(req: WorkloadRequest) -> dict[str, bool]:
+    """Which lifecycle buttons the request's state allows. Who may press them the page asks the predicates
+    (``workloads.may_decide``, ``workloads.may_act_on``); the services decide again on POST."""
     state = req.state
-    can_decide = state in (S.SUBMITTED, S.PENDING_APPROVAL) and policy.may_decide(actor, req.project)
-    if not policy.may_act_on(actor, req):
-        return {"decide": can_decide}
     writable = req.project.is_active and req.tenant.is_active
     return {
-        "decide": can_decide,
+        "decide": state in (S.SUBMITTED, S.PENDING_APPROVAL),
         "cancel": state in CANCELLABLE,
         "stop": state in (ACTIVE - CANCELLABLE),
         "restart": state in (S.STOPPED, S.FAILED) and writable,
@@ -274,7 +273,7 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
         "pending": selectors.request_pending_reason(req),
         "queue_line": request_queue_line(req, queue=_queue_name(req)),
         "timeline": selectors.request_timeline(req),
-        "actions": allowed_actions(actor, req),
+        "actions": state_actions(req),
         "cluster": cluster_facts(req),
         "notebook": notebook_access(actor, req),
         "poll": req.state not in FINAL,
@@ -294,7 +293,6 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "decision_form": DecisionForm(prefix=f"decide-{req.pk}"),
         "extend_form": ExtendForm(prefix="extend"),
         "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),
-        "is_requester": req.requested_by_id == request.user.pk,
     }
     return page(request, "workloads/request_detail.html", context)
 
@@ -693,10 +691,6 @@ def request_scale(request: HttpRequest, pk: int) -> HttpResponse:
 # Approvals --------------------------------------------------------------------------------------
 
 
-def _is_approver(actor: Actor) -> bool:
-    return projects_where(actor=actor, perm="approve_project").exists()
-
-
 def _inbox_row(req: WorkloadRequest) -> dict[str, Any]:
     return {"req": req, "info": selectors.approval_context(req), "form": DecisionForm(prefix=f"decide-{req.pk}")}
 
@@ -705,7 +699,7 @@ def _inbox_row(req: WorkloadRequest) -> dict[str, Any]:
 def approvals(request: HttpRequest) -> HttpResponse:
     """The approver's inbox: requests waiting for them, oldest first, each with its context."""
     actor = _actor(request)
-    if not _is_approver(actor):
+    if not asked(request, policy.may_decide_somewhere):  # the navigation asks too: once for both
         raise Http404("No such page.")  # only approvers have an inbox
     inbox = selectors.approvals_inbox_for(actor=actor)
     filterset = _request_filters(
@@ -758,8 +752,8 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
     if not actor.is_ops:
         raise Http404("No such page.")  # ops pages don't exist for anyone else
     everything = selectors.requests_for(actor=actor).order_by("-created_at", "-id")
-    flavors = list(Flavor.objects.order_by("name").values_list("name", "name").distinct())
-    templates = list(ServiceTemplate.objects.order_by("slug").values_list("slug", "slug").distinct())
+    flavors = flavor_name_choices(actor=actor)
+    templates = selectors.template_slug_choices(actor=actor)
     filterset = _request_filters(
         request, everything, hide=("mine", "created_after", "created_before", "priority"),
         selects={"tenant": tenant_choices(), "flavor": flavors, "template": templates},

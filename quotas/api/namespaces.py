@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from portal.kube import ClusterError
 from tenants.models import Project
+from tenants.selectors import projects_for
 
 from .. import namespaces, selectors
 from .views import _require_ops
@@ -37,7 +38,7 @@ class ConfirmSerializer(serializers.Serializer):
 def _targets(request: Request, cluster: str, slug: str) -> tuple[Any, Any, Project]:
     actor = _require_ops(request, "Only platform ops inspect, adopt or delete namespaces.")
     found = selectors.lookup_by_id_or_name(selectors.clusters_for(actor=actor), cluster)
-    project = Project.objects.select_related("tenant").filter(slug=slug).first()
+    project = projects_for(actor=actor).filter(slug=slug).first()
     if project is None:
         raise Http404
     return actor, found, project

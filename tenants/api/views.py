@@ -221,9 +221,7 @@ class MeView(APIView):
     @extend_schema(responses=MeSerializer)
     def get(self, request: Request) -> Response:
         actor = actor_of(request)
-        memberships = Membership.objects.filter(user=request.user).select_related("tenant", "project", "user")
-        if actor.token is not None:
-            memberships = memberships.filter(tenant=actor.token.project.tenant_id)
+        memberships = selectors.own_memberships_for(actor=actor)
         body = {
             "username": request.user.get_username(),
             "is_ops": actor.is_ops,

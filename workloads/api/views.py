@@ -313,11 +313,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             raise Invalid("No such project.", field="project")
 
         key = values.pop("template")
-        # By id, any version: the service refuses a retired one and names the live one. By slug: the live one.
-        if is_id(key):
-            template = ServiceTemplate.objects.filter(pk=int(key)).first()
-        else:
-            template = selectors.catalogue_for(actor=actor).filter(slug=key).first()
+        template = selectors.template_to_submit(actor=actor, key=key)
         if template is None:
             raise Invalid("No such template.", field="template")
 

@@ -1,5 +1,5 @@
-"""Template helpers for the request pages: which request links the navigation shows (usable from
-``base.html`` whatever view rendered it) and the badge colour of a request state."""
+"""Template helpers for the request pages: the badge colour of a request state, parameters as people write them.
+(Which request links the navigation shows, ``base.html`` asks the predicates: ``{% may %}``.)"""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from django import template
 
 from portal.extensions import cost_estimator
 from portal.quantities import format_money
-from tenants.access import Actor
-from tenants.selectors import projects_where
 
 register = template.Library()
 
@@ -28,23 +26,6 @@ BADGES = {
 def money(amount: Any) -> str:
     """A cost estimate's amount ("12.50") with the currency of the registered estimator: "12.50 EUR"."""
     return "" if amount is None or amount == "" else format_money(amount, cost_estimator.currency)
-
-
-@register.simple_tag(takes_context=True)
-def request_nav(context: dict[str, Any]) -> dict[str, bool]:
-    """Whether the signed-in user may submit (``submit``) and approve (``approve``) anywhere: the nav's links.
-    Two small queries, cached on the request."""
-    request = context.get("request")
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
-        return {"submit": False, "approve": False}
-    cached = getattr(request, "_portal_request_nav", None)
-    if cached is None:
-        actor = Actor(user=user)
-        cached = {perm.split("_")[0]: projects_where(actor=actor, perm=perm).exists()
-                  for perm in ("submit_project", "approve_project")}
-        request._portal_request_nav = cached
-    return cached
 
 
 @register.filter
