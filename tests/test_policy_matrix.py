@@ -95,6 +95,7 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
      SUBMITTERS, OPS),
     ("workloads.may_decide", lambda a, w, x: workloads_policy.may_decide(a, w.project[x]), APPROVERS, OPS),
     ("workloads.may_act_on", lambda a, w, x: workloads_policy.may_act_on(a, w.request[x]), SUBMITTERS, OPS),
+    ("workloads.may_ask_extension", lambda a, w, x: workloads_policy.may_ask_extension(a, w.request[x]), {"carol"}, NONE),
     ("workloads.may_manage_catalogue", lambda a, w, x: workloads_policy.may_manage_catalogue(a), OPS, OPS),
     ("workloads.may_set_rules (project)", lambda a, w, x: workloads_policy.may_set_rules(a, w.project[x]),
      APPROVERS, OPS),
@@ -115,7 +116,8 @@ def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[s
     assert not wrong, f"{name}: these (role, tenant) pairs got the wrong answer: {wrong}"
 
 
-REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota")
+REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota",
+                         "workloads.may_ask_extension")
 
 
 def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_or_ask(cast) -> None:

@@ -16,7 +16,7 @@ from tenants.access import Actor, is_ops
 from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
-from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
+from .models import ApprovalRule, ExtensionRequest, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
 from .pending import awaiting_approval_sentence
 
 S = RequestState
@@ -72,6 +72,59 @@ def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
         )
         .order_by("created_at", "id")
     )
+
+
+def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[ExtensionRequest]:
+    """Extension requests of the requests ``actor`` can see (``requests_for``), newest first.
+
+    ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first.
+    """
+    base = ExtensionRequest.objects.select_related(
+        "request__project__tenant", "request__template", "request__flavor", "requested_by", "decided_by"
+    )
+    if not _is_ops(actor):
+        base = base.filter(request__project__in=projects_for(actor=actor).values("pk"))
+    if not inbox:
+        return base.order_by("-created_at", "-id")
+    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    return base.filter(status=ExtensionRequest.Status.PENDING, request__project__in=approvable).order_by("created_at", "id")
+
+
+def approvals_waiting_count(*, actor: Actor) -> int:
+    """How many requests wait for ``actor``'s decision: workload requests pending approval and pending extension
+    requests, in the projects where ``actor`` may decide (the inbox's rows). One query."""
+    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    extension_waits = ExtensionRequest.objects.filter(request=OuterRef("pk"), status=ExtensionRequest.Status.PENDING)
+    return (
+        WorkloadRequest.objects.filter(project__in=approvable)
+        .filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
+        .order_by()
+        .count()
+    )
+
+
+def request_approvers(*, project: Any, exclude_user_id: int | None = None) -> list[Any]:
+    """Who is told that a request of ``project`` waits for a decision: the people ``policy.may_decide`` lets
+    decide through their role (project admins, the tenant's admins), active and with an email address or not.
+    Platform ops may decide everywhere but are told only where nobody else could decide."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.contenttypes.models import ContentType
+    from guardian.models import UserObjectPermission
+
+    from quotas.selectors import ops_users
+    from tenants.models import Project
+
+    holders = UserObjectPermission.objects.filter(
+        content_type=ContentType.objects.get_for_model(Project), object_pk=str(project.pk),
+        permission__codename="approve_project",
+    ).values("user_id")
+    users = get_user_model().objects.filter(is_active=True, pk__in=holders)
+    if exclude_user_id is not None:
+        users = users.exclude(pk=exclude_user_id)
+    people = list(users.order_by("username"))
+    if not people:
+        people = [u for u in ops_users().order_by("username") if u.pk != exclude_user_id]
+    return people
 
 
 def _number(value: Decimal | None) -> float | None:

@@ -529,10 +529,15 @@ def _submit(
             req, to=S.PENDING_APPROVAL, actor_label=RULE_LABEL, reason=decision.reason,
             fields={"pending_reason": decision.reason},
         )
+        pk = req.pk
+        transaction.on_commit(lambda: notify.request_waiting_notify(pk), robust=True)
     return req
 
 
 # Deciding --------------------------------------------------------------------------------------
+
+
+REJECT_REASON_MISSING = "Say why it is rejected: the requester sees the reason."
 
 
 def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> WorkloadRequest:
@@ -540,9 +545,14 @@ def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> Wor
     require(policy.may_decide(actor, req.project), "Only project admins, tenant admins and ops decide on requests.")
     if to == S.APPROVED:
         _require_usable(req.project, "approving a request")
+    elif not comment:
+        raise Invalid(REJECT_REASON_MISSING, field="comment")
+    if len(comment) > 1000:
+        raise Invalid("At most 1000 characters.", field="comment")
     verb = "Approved" if to == S.APPROVED else "Rejected"
     reason = f"{verb} by {actor.label}" + (f": {comment}" if comment else ".")
     fields: dict[str, Any] = {"approved_by": actor.user} if to == S.APPROVED and actor.user is not None else {}
+    fields["decision_comment"] = comment
     won = move(
         req, to=to, actor_label=actor.label, actor=actor, reason=reason,
         only_from=[S.SUBMITTED, S.PENDING_APPROVAL], fields=fields,
@@ -566,7 +576,9 @@ def request_approve(*, actor: Actor, request: WorkloadRequest, comment: str = ""
 
 @transaction.atomic
 def request_reject(*, actor: Actor, request: WorkloadRequest, comment: str = "") -> WorkloadRequest:
-    return _decide(actor=actor, req=request, to=S.REJECTED, comment=comment.strip())
+    """An approver turns the request down. ``comment`` (the reason) is required: the requester sees it on the
+    request, in the API (``decision_comment``) and in the email."""
+    return _decide(actor=actor, req=request, to=S.REJECTED, comment=(comment or "").strip())
 
 
 # The requester's (and approvers') actions -------------------------------------------------------
@@ -683,7 +695,19 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
             priority=req.priority, approver_decides=True,
         )
         if not decision.auto:
-            raise NotAllowed(f"Extending to {total} hours needs a project admin: {decision.reason} Ask one to extend it.")
+            raise NotAllowed(
+                f"Extending to {total} hours needs a project admin: {decision.reason} "
+                "Ask for an extension with a reason instead; the project's approvers decide."
+            )
+    return extend_apply(actor=actor, request=req, hours=hours,
+                        message=f"Extended by {hours} h to {req.duration_hours + hours} h by {actor.label}.")
+
+
+def extend_apply(*, actor: Actor, request: WorkloadRequest, hours: int, message: str) -> WorkloadRequest:
+    """Add ``hours`` to a request that has not ended (deadline included), with its timeline and audit entries,
+    inside the caller's transaction. No rule is checked here: ``request_extend`` and an approved extension
+    request (``workloads.extensions``) check theirs first."""
+    req = request
     before = {"duration_hours": req.duration_hours, "expires_at": req.expires_at.isoformat() if req.expires_at else None}
     updated = (
         WorkloadRequest.objects.filter(pk=req.pk, duration_hours=req.duration_hours)
@@ -693,7 +717,7 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
     if updated != 1:
         raise ConflictError("The request changed meanwhile; reload and try again.")
     req.refresh_from_db(fields=["duration_hours", "expires_at", "updated_at"])
-    _event(req, actor_label=actor.label, message=f"Extended by {hours} h to {req.duration_hours} h by {actor.label}.")
+    _event(req, actor_label=actor.label, message=message)
     audit_record(
         actor=actor, action="request.extend", target=req, tenant=req.tenant, project=req.project, before=before,
         after={"duration_hours": req.duration_hours, "expires_at": req.expires_at.isoformat() if req.expires_at else None},
