@@ -90,17 +90,40 @@ def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[Ext
     return base.filter(status=ExtensionRequest.Status.PENDING, request__project__in=approvable).order_by("created_at", "id")
 
 
-def approvals_waiting_count(*, actor: Actor) -> int:
-    """How many requests wait for ``actor``'s decision: workload requests pending approval and pending extension
-    requests, in the projects where ``actor`` may decide (the inbox's rows). One query."""
+class _Count(Subquery):
+    """``(SELECT count(*) FROM (<queryset>))``: a queryset's count as an expression, so that several counts come
+    back in one query."""
+
+    template = "(SELECT count(*) FROM (%(subquery)s) _counted)"
+    output_field = IntegerField()
+
+
+def approvals_waiting(*, actor: Actor) -> QuerySet[WorkloadRequest]:
+    """The workload requests waiting for ``actor``'s decision: pending approval, or with a pending extension
+    request, in the projects where ``actor`` may decide (the Approvals inbox's rows)."""
     approvable = projects_where(actor=actor, perm="approve_project").values("pk")
     extension_waits = ExtensionRequest.objects.filter(request=OuterRef("pk"), status=ExtensionRequest.Status.PENDING)
-    return (
-        WorkloadRequest.objects.filter(project__in=approvable)
-        .filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
-        .order_by()
-        .count()
+    return WorkloadRequest.objects.filter(project__in=approvable).filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
+
+
+def approvals_waiting_counts(*, actor: Actor) -> dict[str, int]:
+    """How many things wait for ``actor``'s decision: ``requests`` (``approvals_waiting``) and ``quota`` (the quota
+    requests inbox, ``quotas.selectors.quota_requests_for(inbox=True)``). One query for both."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.selectors import quota_requests_for
+
+    if actor.user is None or not actor.user.is_authenticated or actor.token is not None:
+        return {"requests": 0, "quota": 0}  # an API token decides nothing
+    row = (
+        get_user_model().objects.filter(pk=actor.user.pk)
+        .annotate(requests=_Count(approvals_waiting(actor=actor).order_by().values("pk")),
+                  quota=_Count(quota_requests_for(actor=actor, inbox=True).order_by().values("pk")))
+        .values_list("requests", "quota")
+        .first()
     )
+    requests, quota = row or (0, 0)
+    return {"requests": requests or 0, "quota": quota or 0}
 
 
 def request_approvers(*, project: Any, exclude_user_id: int | None = None) -> list[Any]:

@@ -300,6 +300,7 @@ def _extension_rows(actor: Actor, req: WorkloadRequest) -> list[dict[str, Any]]:
 def _detail_page(request: HttpRequest, actor: Actor, req: WorkloadRequest, *, status: int = 200,
                  decision_form: DecisionForm | None = None, ask_form: ExtensionAskForm | None = None) -> HttpResponse:
     context = _detail_context(actor, req)
+    extension_rows = _extension_rows(actor, req)
     ask = request.GET.get("ask", "")
     context |= {
         "decision_form": decision_form or DecisionForm(prefix=f"decide-{req.pk}"),
@@ -307,7 +308,9 @@ def _detail_page(request: HttpRequest, actor: Actor, req: WorkloadRequest, *, st
         "ask_form": ask_form or ExtensionAskForm(prefix="ask", initial={"hours": int(ask)} if ask.isdecimal() else None),
         "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),
         "is_requester": req.requested_by_id == request.user.pk,
-        "extensions": _extension_rows(actor, req),
+        "extensions": extension_rows,
+        # One extension request waits at a time: the form to ask comes back once it is decided.
+        "extension_pending": any(row["ext"].status == ExtensionRequest.Status.PENDING for row in extension_rows),
     }
     return page(request, "workloads/request_detail.html", context, status=status)
 

@@ -468,12 +468,9 @@ class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
     def waiting(self, request: Request) -> Response:
         """How many requests wait for your decision (the navigation's badge): workload and extension requests,
         and quota requests."""
-        from quotas.selectors import quota_requests_for
-
-        actor = actor_of(request)
-        requests = selectors.approvals_waiting_count(actor=actor)
-        quota = quota_requests_for(actor=actor, inbox=True).count()
-        return Response({"requests": requests, "quota_requests": quota, "total": requests + quota})
+        counts = selectors.approvals_waiting_counts(actor=actor_of(request))
+        return Response({"requests": counts["requests"], "quota_requests": counts["quota"],
+                         "total": counts["requests"] + counts["quota"]})
 
     @extend_schema(request=BulkDecisionSerializer, responses={200: BulkResultSerializer})
     @action(detail=False, methods=["post"], pagination_class=None, filter_backends=[])

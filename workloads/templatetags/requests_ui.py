@@ -43,20 +43,18 @@ def request_nav(context: dict[str, Any]) -> dict[str, bool]:
 def approvals_waiting(context: dict[str, Any]) -> dict[str, int]:
     """What waits for the signed-in user's decision: ``requests`` (workload and extension requests, the
     Approvals inbox) and ``quota`` (the quota requests inbox). Approvers and ops only (nobody else may decide
-    anything): two count queries, cached on the request; nothing for everyone else."""
+    anything): one query, cached on the request; nothing for everyone else."""
     request = context.get("request")
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"requests": 0, "quota": 0}
     cached = getattr(request, "_portal_approvals_waiting", None)
     if cached is None:
-        from quotas.selectors import quota_requests_for
-        from workloads.selectors import approvals_waiting_count
+        from workloads.selectors import approvals_waiting_counts
 
         actor = Actor(user=user)
         if request_nav(context)["approve"] or actor.is_ops:
-            cached = {"requests": approvals_waiting_count(actor=actor),
-                      "quota": quota_requests_for(actor=actor, inbox=True).count()}
+            cached = approvals_waiting_counts(actor=actor)
         else:
             cached = {"requests": 0, "quota": 0}
         request._portal_approvals_waiting = cached
