@@ -671,7 +671,8 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
 
     Pending approval: the approver decides on the new duration. Otherwise it applies at once when
     the approval rule would approve the new total (or the actor is an approver), and is refused with
-    a plain message when it needs a project admin.
+    a plain message when it needs a project admin: the requester then asks for an extension
+    (``workloads.extensions.extension_request_create``), which the approvers decide.
     """
     req = _fresh(request)
     _require_owner_or_approver(actor, req, "extend")

@@ -49,7 +49,8 @@ def requests_sync_task() -> dict[str, dict[str, Any]]:
 
 @shared_task(ignore_result=True)
 def requests_housekeeping_task() -> dict[str, int]:
-    """Deadlines and idle notebooks; and approved requests whose materialization got lost are queued again."""
+    """Deadlines and idle notebooks; approved requests whose materialization got lost are queued again; extension
+    requests of requests that ended lapse."""
     expired = materialize.requests_expire()
     culled = materialize.notebooks_cull_idle()
     swept = materialize.requests_sweep_approved()

@@ -285,22 +285,24 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
     }
 
 
-def _extension_rows(actor: Actor, req: WorkloadRequest) -> list[dict[str, Any]]:
-    """The request's extension requests, newest first, each with what ``actor`` may do with it."""
+def _extension_rows(actor: Actor, req: WorkloadRequest, bound: dict[int, DecisionForm] | None = None) -> list[dict[str, Any]]:
+    """The request's extension requests, newest first, each with what ``actor`` may do with it (``bound``: a
+    decision form sent back with its errors)."""
     rows = []
     decider = policy.may_decide(actor, req.project)
     for ext in req.extension_requests.select_related("requested_by", "decided_by").order_by("-created_at", "-id"):
         pending = ext.status == ExtensionRequest.Status.PENDING
         rows.append({"ext": ext, "decide": pending and decider,
                      "cancel": pending and actor.user is not None and ext.requested_by_id == actor.user.pk,
-                     "form": DecisionForm(prefix=f"extension-{ext.pk}")})
+                     "form": (bound or {}).get(ext.pk) or DecisionForm(prefix=f"extension-{ext.pk}")})
     return rows
 
 
 def _detail_page(request: HttpRequest, actor: Actor, req: WorkloadRequest, *, status: int = 200,
-                 decision_form: DecisionForm | None = None, ask_form: ExtensionAskForm | None = None) -> HttpResponse:
+                 decision_form: DecisionForm | None = None, ask_form: ExtensionAskForm | None = None,
+                 extension_forms: dict[int, DecisionForm] | None = None) -> HttpResponse:
     context = _detail_context(actor, req)
-    extension_rows = _extension_rows(actor, req)
+    extension_rows = _extension_rows(actor, req, extension_forms)
     ask = request.GET.get("ask", "")
     context |= {
         "decision_form": decision_form or DecisionForm(prefix=f"decide-{req.pk}"),
@@ -763,6 +765,9 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
                           {"ext": ext, "form": form if error else DecisionForm(prefix=f"extension-{ext.pk}"),
                            "error": error, "done": done})
         return _changed(response) if done else response
+    if form.has_error("comment"):
+        req = _visible_request(actor, ext.request_id)
+        return _detail_page(request, actor, req, status=400, extension_forms={ext.pk: form})
     if error:
         messages.error(request, error)
     else:

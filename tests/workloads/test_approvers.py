@@ -335,3 +335,22 @@ def test_quota_inbox_bulk_and_its_table_follows_decisions(as_user, cast, cat) ->
     row = partial[partial.index(f'id="quota-request-row-{three.pk}"'):]
     assert "badge-request-approved" in row[:row.index("</tr>")]
     assert 'id="inbox-count" hx-swap-oob="true"' in partial
+
+
+@pytest.mark.parametrize("who", ["erin", "frank", "nobody"])
+def test_outsiders_decide_nothing_of_acme_in_bulk(api, as_user, cast, cat, who) -> None:
+    req = submit(cast, cat, gpus=4)
+    qr = quota_request(cast, cat)
+    result = post(api(who), "/approvals/bulk/", {"decision": "approve", "requests": [req.pk], "quota_requests": [qr.pk]})
+    assert [r["error"]["code"] for r in result.json()["results"]] == ["not_found", "not_found"]
+    client = as_user(who)
+    if who == "erin":  # an approver elsewhere: her inbox exists, acme's requests are not in it
+        response = client.post("/approvals/bulk/", {"decision": "approve", "requests": [req.pk]}, follow=True)
+        assert "Not found." in text(response)
+    else:
+        assert client.post("/approvals/bulk/", {"decision": "approve", "requests": [req.pk]}).status_code == 404
+    response = client.post("/quota-requests/bulk/", {"bulk-decision": "approve", "quota_requests": [qr.pk]}, follow=True)
+    assert "Not found." in text(response)
+    assert client.get("/approvals/waiting/").status_code == 200
+    assert WorkloadRequest.objects.get(pk=req.pk).state == S.PENDING_APPROVAL
+    assert QuotaRequest.objects.get(pk=qr.pk).status == "pending"

@@ -248,6 +248,9 @@ def test_the_page_offers_to_ask_with_the_hours_filled_in(as_user, cast, running)
     assert 'id="ask-extension"' not in text(as_user("bob").get(f"/requests/{running.pk}/"))  # approvers extend
     response = as_user("bob").post(f"/extension-requests/{ext.pk}/decide/", {"decision": "reject"}, **HTMX)
     assert "Say why it is rejected" in text(response) and ExtensionRequest.objects.get().status == X.PENDING
+    response = as_user("bob").post(f"/extension-requests/{ext.pk}/decide/", {"decision": "reject"})  # no JavaScript
+    assert response.status_code == 400 and "Say why it is rejected" in text(response)
+    assert 'aria-invalid="true"' in text(response)
     response = as_user("bob").post(f"/extension-requests/{ext.pk}/decide/", {"decision": "approve"}, **HTMX)
     assert response["HX-Trigger"] == "approvals-changed" and "approved." in text(response)
     running.refresh_from_db()
