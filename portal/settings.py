@@ -219,6 +219,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Requests follow the cluster every few seconds (cost grows with changes, not with requests).
     "workloads-requests-sync": {"task": "workloads.tasks.requests_sync_task", "schedule": 5.0},
     "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
+    # Reminds approvers of what still waits (once per PORTAL_APPROVAL_REMIND_AFTER per request).
+    "workloads-approvals-remind": {"task": "workloads.tasks.approvals_remind_task", "schedule": 300.0},
 }
 
 # Email
@@ -234,6 +236,25 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 # Optional: quota request events are also POSTed there as JSON (after commit, 3 s timeout; failures logged).
 PORTAL_WEBHOOK_URL = os.environ.get("PORTAL_WEBHOOK_URL", "")
+
+
+def _duration_seconds(name: str, text: str) -> int:
+    """``4h``, ``30m``, ``90s``, ``1d`` or plain seconds; ``0`` or empty: off. Anything else refuses to start."""
+    text = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    if not text:
+        return 0
+    if not (number.isascii() and number.isdecimal()):
+        raise ImproperlyConfigured(f"{name}={text!r}: a duration is N, Ns, Nm, Nh or Nd (0: off).")
+    return int(number) * units[unit]
+
+
+# Approvers are reminded of a request still waiting for their decision this long after it arrived (and again
+# after each such period); 0 turns reminders off.
+PORTAL_APPROVAL_REMIND_AFTER = _duration_seconds(
+    "PORTAL_APPROVAL_REMIND_AFTER", os.environ.get("PORTAL_APPROVAL_REMIND_AFTER", "4h")
+)
 
 # Fernet key(s) for kubeconfigs at rest (comma-separated for rotation); derived from SECRET_KEY if unset.
 PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")

@@ -251,6 +251,8 @@ class QuotaRequest(models.Model):
     # What approval changed, so the revert undoes exactly that.
     applied = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When its approvers were last reminded that it waits (``workloads.approvals.approvals_remind``).
+    reminded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

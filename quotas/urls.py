@@ -31,6 +31,7 @@ urlpatterns = [
     path("projects/<slug:slug>/quota/request/", views.quota_request_create, name="project-quota-request"),
     # Quota requests: mine and the approver's inbox
     path("quota-requests/", views.quota_requests, name="quota-requests"),
+    path("quota-requests/bulk/", views.quota_requests_bulk, name="quota-requests-bulk"),
     path("quota-requests/<int:pk>/", views.quota_request_detail, name="quota-request"),
     path("quota-requests/<int:pk>/decide/", views.quota_request_decide, name="quota-request-decide"),
     path("quota-requests/<int:pk>/cancel/", views.quota_request_cancel, name="quota-request-cancel"),

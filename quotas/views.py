@@ -31,6 +31,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from portal import bulk
 from portal.exceptions import PortalError
 from portal.inputs import is_id
 from portal.quantities import fmt
@@ -819,27 +820,77 @@ def quota_request_create(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _item_context(item: QuotaRequest, *, error: str | None = None, note: str | None = None,
-                  form: DecisionForm | None = None) -> dict[str, Any]:
+                  form: DecisionForm | None = None, next_url: str | None = None) -> dict[str, Any]:
     """The card's context; the card asks the predicates who may decide or withdraw (``{% may %}``)."""
     current = selectors.quotas_asked_for([item]).get(item.pk)
-    return {"r": item, "current": current, "error": error, "note": note, "form": form}
+    return {"r": item, "current": current, "error": error, "note": note, "form": form, "next_url": next_url}
+
+
+def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
+    visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
+    filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
+        "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
+        "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
+    })
+    return {"filterset": filterset, "pager": Pager(request, filterset.qs)}
 
 
 @login_required
 def quota_requests(request: HttpRequest) -> HttpResponse:
     actor = Actor.from_request(request)
     inbox_qs = selectors.quota_requests_for(actor=actor, inbox=True).order_by("created_at")
+    if request.htmx and request.htmx.target == "all":
+        # A decision was made in place on this page (event ``approvals-changed``): the table of every request
+        # and the inbox's count follow it; the decided card itself was already replaced.
+        context = _all_requests(request, actor) | {"inbox_count": inbox_qs.count(), "oob": True}
+        return render(request, "quotas/_request_table.html", context)
     inbox = Pager(request, inbox_qs, param="inbox_page")
     inbox_items = list(inbox)
     current = selectors.quotas_asked_for(inbox_items)
-    visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
-    filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
-        "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
-        "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
-    })
     context = {"inbox": inbox, "inbox_items": [(r, current.get(r.pk)) for r in inbox_items],
-               "filterset": filterset, "pager": Pager(request, filterset.qs)}
-    return page(request, "quotas/request_list.html", context)
+               "inbox_count": inbox.page.paginator.count, "bulk_form": DecisionForm(prefix="bulk")}
+    return page(request, "quotas/request_list.html", context | _all_requests(request, actor))
+
+
+def _quota_kind(actor: Actor, decision: str, comment: str) -> bulk.Kind:
+    call = services.quota_request_approve if decision == "approve" else services.quota_request_reject
+    return bulk.Kind(
+        find=lambda pk: selectors.quota_requests_for(actor=actor).filter(pk=pk).first(),
+        decide=lambda item: call(actor=actor, request=item, comment=comment),
+        describe=lambda item: (item.status, f"#{item.pk}"),
+    )
+
+
+@login_required
+@require_POST
+def quota_requests_bulk(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the ticked quota requests with one comment (required to reject); each through
+    ``services.quota_request_approve``/``reject`` in its own transaction, under the same locks and limits as one
+    decision: those that no longer fit (or were decided meanwhile) are reported one by one, the others are done."""
+    actor = Actor.from_request(request)
+    form = DecisionForm(request.POST, prefix="bulk")
+    ids = [int(v) for v in request.POST.getlist("quota_requests") if is_id(v)]
+    error = ""
+    if not form.is_valid():
+        error = "Choose Approve selected or Reject selected."
+    elif not ids:
+        error = "Tick at least one request."
+    elif len(ids) > bulk.MAX_ITEMS:
+        error = f"At most {bulk.MAX_ITEMS} at once."
+    elif form.cleaned_data["decision"] == "reject" and not form.cleaned_data["comment"].strip():
+        error = "Say why they are rejected, so the requesters know what to do."
+    if error:
+        messages.error(request, error)
+        return redirect(_safe_next(request, reverse("quota-requests")))
+    decision, comment = form.cleaned_data["decision"], form.cleaned_data["comment"].strip()
+    outcome = bulk.decide_each(decision=decision, items=[("quota_request", pk) for pk in ids],
+                               kinds={"quota_request": _quota_kind(actor, decision, comment)})
+    verb = "Approved" if decision == "approve" else "Rejected"
+    if outcome.done:
+        messages.success(request, f"{verb} {len(outcome.done)}: " + ", ".join(r.label for r in outcome.done) + ".")
+    for failed in outcome.failed:
+        messages.error(request, f"#{failed.id}: not {verb.lower()}. {failed.error}")
+    return redirect(_safe_next(request, reverse("quota-requests")))
 
 
 def _visible_request(actor: Actor, pk: int) -> QuotaRequest:
@@ -855,10 +906,16 @@ def quota_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _answer(request: HttpRequest, actor: Actor, item: QuotaRequest, *, error: str | None, done: str,
             form: DecisionForm | None = None) -> HttpResponse:
-    """htmx: the request's card, updated. Plain POST: back where it came from, with a message."""
+    """htmx: the request's card, updated, and the event ``approvals-changed`` after a change (the navigation's
+    counts and the list of every request refresh themselves). Plain POST: back where it came from, with a message."""
     if request.htmx:
         item = _visible_request(actor, item.pk)
-        return render(request, "quotas/_request_card.html", _item_context(item, error=error, note=None if error else done, form=form))
+        back = _safe_next(request, reverse("quota-requests"))
+        response = render(request, "quotas/_request_card.html",
+                          _item_context(item, error=error, note=None if error else done, form=form, next_url=back))
+        if not error:
+            response["HX-Trigger"] = "approvals-changed"
+        return response
     if error:
         messages.error(request, error)
     else:

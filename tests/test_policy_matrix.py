@@ -101,6 +101,7 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("workloads.may_submit_somewhere", lambda a, w, x: workloads_policy.may_submit_somewhere(a), SUBMITTERS, SUBMITTERS),
     ("workloads.may_decide_somewhere", lambda a, w, x: workloads_policy.may_decide_somewhere(a), APPROVERS, APPROVERS),
     ("workloads.may_act_on", lambda a, w, x: workloads_policy.may_act_on(a, w.request[x]), SUBMITTERS, OPS),
+    ("workloads.may_ask_extension", lambda a, w, x: workloads_policy.may_ask_extension(a, w.request[x]), {"carol"}, NONE),
     ("workloads.may_manage_catalogue", lambda a, w, x: workloads_policy.may_manage_catalogue(a), OPS, OPS),
     ("workloads.may_set_rules (project)", lambda a, w, x: workloads_policy.may_set_rules(a, w.project[x]),
      APPROVERS, OPS),
@@ -122,7 +123,7 @@ def test_policy_matrix(cast, name: str, ask: Ask, home: set[str], foreign: set[s
 
 
 REFUSED_TO_THE_SYSTEM = ("workloads.may_open_notebook", "tenants.may_write_in (suspended)", "quotas.may_request_quota",
-                         "quotas.may_withdraw")
+                         "quotas.may_withdraw", "workloads.may_ask_extension")
 
 
 def test_the_system_actor_may_everything_but_open_notebooks_write_suspended_ask_or_withdraw(cast) -> None:

@@ -6,7 +6,9 @@ import django_filters as filters
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter, MultipleChoiceFilter
 
-from .models import Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from tenants.access import Actor
+
+from .models import ExtensionRequest, Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, WAITING
 
 
@@ -64,3 +66,30 @@ class ImageFilter(FilterSet):
     def filter_kind(self, queryset, name, value):
         # JSON containment is not portable (SQLite); the image list is short, so filter by id.
         return queryset.filter(pk__in=[image.pk for image in queryset if value in (image.kinds or [])])
+
+
+class ExtensionRequestFilter(FilterSet):
+    status = filters.ChoiceFilter(choices=ExtensionRequest.Status.choices)
+    request = filters.NumberFilter(field_name="request_id", label="Request id")
+    project = filters.CharFilter(field_name="request__project__slug", label="Project slug")
+    tenant = filters.CharFilter(field_name="request__project__tenant__slug", label="Tenant slug")
+    mine = BooleanFilter(method="filter_mine", label="Only my own extension requests")
+    inbox = BooleanFilter(method="filter_inbox", label="Only pending ones I may decide")
+
+    class Meta:
+        model = ExtensionRequest
+        fields = ["status", "request", "project", "tenant", "mine", "inbox"]
+
+    def filter_mine(self, queryset, name, value):
+        user = getattr(self.request, "user", None)
+        if user is None or not user.is_authenticated:
+            return queryset.none() if value else queryset
+        return queryset.filter(requested_by=user) if value else queryset.exclude(requested_by=user)
+
+    def filter_inbox(self, queryset, name, value):
+        from .selectors import extension_requests_for
+
+        if self.request is None:
+            return queryset
+        inbox = extension_requests_for(actor=Actor.from_request(self.request), inbox=True).values("pk")
+        return queryset.filter(pk__in=inbox) if value else queryset.exclude(pk__in=inbox)

@@ -333,12 +333,29 @@ class RequestForm(forms.Form):
 class DecisionForm(forms.Form):
     comment = forms.CharField(
         max_length=1000, required=False, widget=forms.Textarea(attrs={"rows": 2}),
-        help_text="Optional; the requester sees it.",
+        help_text="Required to reject: say why, the requester sees it. Optional to approve.",
+    )
+
+
+class BulkDecisionForm(forms.Form):
+    """One reason for every selected item (required to reject); the items are the inbox's checkboxes."""
+
+    comment = forms.CharField(
+        max_length=1000, required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Reason for the selected",
+        help_text="Required to reject: every requester sees it. Optional to approve.",
     )
 
 
 class ExtendForm(forms.Form):
     hours = forms.IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
+
+
+class ExtensionAskForm(forms.Form):
+    """Asking the approvers for more hours than the approval rule grants."""
+
+    hours = forms.IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Why",
+                             help_text="The project's approvers decide on it; you are told what they decide.")
 
 
 class ScaleForm(forms.Form):

@@ -152,6 +152,8 @@ class WorkloadRequest(models.Model):
     priority = models.CharField(max_length=12, choices=Priority.choices, default=Priority.BATCH)
     state = models.CharField(max_length=20, choices=RequestState.choices, default=RequestState.SUBMITTED, db_index=True)
     state_reason = models.CharField(max_length=500, blank=True)
+    # The approver's words on approving or rejecting (a rejection always has them): the requester sees them.
+    decision_comment = models.TextField(max_length=1000, blank=True, default="")
     pending_reason = models.CharField(max_length=500, blank=True, help_text="Plain answer to 'why is it still pending?'.")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     token = models.ForeignKey(ApiToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
@@ -172,6 +174,8 @@ class WorkloadRequest(models.Model):
     cluster_status = models.JSONField(default=dict, blank=True)
     applied_hash = models.CharField(max_length=64, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # When the approvers were last reminded that it waits (``workloads.approvals.approvals_remind``).
+    approval_reminded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -240,3 +244,38 @@ class Volume(models.Model):
     @property
     def shared(self) -> bool:
         return self.owner_id is None
+
+
+class ExtensionRequest(models.Model):
+    """The requester asks the approvers for more hours than the approval rule grants by itself.
+
+    Its ``status`` moves only through ``workloads/extension_states.py``; approving extends the request
+    (``workloads/extensions.py``). At most one is pending per request.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        CANCELLED = "cancelled", "Cancelled"
+        LAPSED = "lapsed", "Lapsed"  # the request ended before anyone decided
+
+    request = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="extension_requests")
+    hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    reason = models.TextField(max_length=2000)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(max_length=1000, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["request"], condition=Q(status="pending"), name="one_pending_extension_per_request"),
+        ]
+
+    def __str__(self) -> str:
+        return f"+{self.hours} h for {self.request_id} ({self.status})"

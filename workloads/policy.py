@@ -33,6 +33,12 @@ def may_act_on(actor: Actor, req: WorkloadRequest) -> bool:
     return is_requester(actor, req) and may_submit(actor, req.project)
 
 
+def may_ask_extension(actor: Actor, req: WorkloadRequest) -> bool:
+    """Ask the approvers for more hours than the approval rule grants: the requester, while they may still
+    submit in the project (approvers extend directly; they need not ask)."""
+    return is_requester(actor, req) and may_submit(actor, req.project)
+
+
 def may_manage_catalogue(actor: Actor) -> bool:
     """Templates, images and global approval rules: platform ops."""
     return may_operate(actor)

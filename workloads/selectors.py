@@ -17,7 +17,7 @@ from tenants.access import Actor, is_ops
 from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
-from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
+from .models import ApprovalRule, ExtensionRequest, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
 from .pending import awaiting_approval_sentence
 
 S = RequestState
@@ -73,6 +73,82 @@ def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
         )
         .order_by("created_at", "id")
     )
+
+
+def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[ExtensionRequest]:
+    """Extension requests of the requests ``actor`` can see (``requests_for``), newest first.
+
+    ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first.
+    """
+    base = ExtensionRequest.objects.select_related(
+        "request__project__tenant", "request__template", "request__flavor", "requested_by", "decided_by"
+    )
+    if not _is_ops(actor):
+        base = base.filter(request__project__in=projects_for(actor=actor).values("pk"))
+    if not inbox:
+        return base.order_by("-created_at", "-id")
+    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    return base.filter(status=ExtensionRequest.Status.PENDING, request__project__in=approvable).order_by("created_at", "id")
+
+
+class _Count(Subquery):
+    """``(SELECT count(*) FROM (<queryset>))``: a queryset's count as an expression, so that several counts come
+    back in one query."""
+
+    template = "(SELECT count(*) FROM (%(subquery)s) _counted)"
+    output_field = IntegerField()
+
+
+def approvals_waiting(*, actor: Actor) -> QuerySet[WorkloadRequest]:
+    """The workload requests waiting for ``actor``'s decision: pending approval, or with a pending extension
+    request, in the projects where ``actor`` may decide (the Approvals inbox's rows)."""
+    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    extension_waits = ExtensionRequest.objects.filter(request=OuterRef("pk"), status=ExtensionRequest.Status.PENDING)
+    return WorkloadRequest.objects.filter(project__in=approvable).filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
+
+
+def approvals_waiting_counts(*, actor: Actor) -> dict[str, int]:
+    """How many things wait for ``actor``'s decision: ``requests`` (``approvals_waiting``) and ``quota`` (the quota
+    requests inbox, ``quotas.selectors.quota_requests_for(inbox=True)``). One query for both."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.selectors import quota_requests_for
+
+    if actor.user is None or not actor.user.is_authenticated or actor.token is not None:
+        return {"requests": 0, "quota": 0}  # an API token decides nothing
+    row = (
+        get_user_model().objects.filter(pk=actor.user.pk)
+        .annotate(requests=_Count(approvals_waiting(actor=actor).order_by().values("pk")),
+                  quota=_Count(quota_requests_for(actor=actor, inbox=True).order_by().values("pk")))
+        .values_list("requests", "quota")
+        .first()
+    )
+    requests, quota = row or (0, 0)
+    return {"requests": requests or 0, "quota": quota or 0}
+
+
+def request_approvers(*, project: Any, exclude_user_id: int | None = None) -> list[Any]:
+    """Who is told that a request of ``project`` waits for a decision: the people ``policy.may_decide`` lets
+    decide through their role (project admins, the tenant's admins), active and with an email address or not.
+    Platform ops may decide everywhere but are told only where nobody else could decide."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.contenttypes.models import ContentType
+    from guardian.models import UserObjectPermission
+
+    from quotas.selectors import ops_users
+    from tenants.models import Project
+
+    holders = UserObjectPermission.objects.filter(
+        content_type=ContentType.objects.get_for_model(Project), object_pk=str(project.pk),
+        permission__codename="approve_project",
+    ).values("user_id")
+    users = get_user_model().objects.filter(is_active=True, pk__in=holders)
+    if exclude_user_id is not None:
+        users = users.exclude(pk=exclude_user_id)
+    people = list(users.order_by("username"))
+    if not people:
+        people = [u for u in ops_users().order_by("username") if u.pk != exclude_user_id]
+    return people
 
 
 def _number(value: Decimal | None) -> float | None:

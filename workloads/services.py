@@ -21,7 +21,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 
 from portal.events import after_commit
-from portal.exceptions import ConflictError, IdempotencyKeyReused, Invalid, NotAllowed, ReadOnlyTenant
+from portal.exceptions import (
+    ConflictError,
+    IdempotencyKeyReused,
+    Invalid,
+    NotAllowed,
+    ReadOnlyTenant,
+)
 from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement, is_enforced
 from quotas.models import Flavor, Quota
@@ -525,10 +531,15 @@ def _submit(
             req, to=S.PENDING_APPROVAL, actor_label=RULE_LABEL, reason=decision.reason,
             fields={"pending_reason": decision.reason},
         )
+        pk = req.pk
+        after_commit(notify.request_waiting_notify, pk)
     return req
 
 
 # Deciding --------------------------------------------------------------------------------------
+
+
+REJECT_REASON_MISSING = "Say why it is rejected: the requester sees the reason."
 
 
 def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> WorkloadRequest:
@@ -536,9 +547,14 @@ def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> Wor
     require(policy.may_decide(actor, req.project), "Only project admins, tenant admins and ops decide on requests.")
     if to == S.APPROVED:
         _require_usable(req.project, "approving a request")
+    elif not comment:
+        raise Invalid(REJECT_REASON_MISSING, field="comment")
+    if len(comment) > 1000:
+        raise Invalid("At most 1000 characters.", field="comment")
     verb = "Approved" if to == S.APPROVED else "Rejected"
     reason = f"{verb} by {actor.label}" + (f": {comment}" if comment else ".")
     fields: dict[str, Any] = {"approved_by": actor.user} if to == S.APPROVED and actor.user is not None else {}
+    fields["decision_comment"] = comment
     won = move(
         req, to=to, actor_label=actor.label, actor=actor, reason=reason,
         only_from=[S.SUBMITTED, S.PENDING_APPROVAL], fields=fields,
@@ -561,7 +577,9 @@ def request_approve(*, actor: Actor, request: WorkloadRequest, comment: str = ""
 
 @transaction.atomic
 def request_reject(*, actor: Actor, request: WorkloadRequest, comment: str = "") -> WorkloadRequest:
-    return _decide(actor=actor, req=request, to=S.REJECTED, comment=comment.strip())
+    """An approver turns the request down. ``comment`` (the reason) is required: the requester sees it on the
+    request, in the API (``decision_comment``) and in the email."""
+    return _decide(actor=actor, req=request, to=S.REJECTED, comment=(comment or "").strip())
 
 
 # The requester's (and approvers') actions -------------------------------------------------------
@@ -654,7 +672,8 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
 
     Pending approval: the approver decides on the new duration. Otherwise it applies at once when
     the approval rule would approve the new total (or the actor is an approver), and is refused with
-    a plain message when it needs a project admin.
+    a plain message when it needs a project admin: the requester then asks for an extension
+    (``workloads.extensions.extension_request_create``), which the approvers decide.
     """
     req = _fresh(request)
     _require_owner_or_approver(actor, req, "extend")
@@ -678,7 +697,19 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
             priority=req.priority, approver_decides=True,
         )
         if not decision.auto:
-            raise NotAllowed(f"Extending to {total} hours needs a project admin: {decision.reason} Ask one to extend it.")
+            raise NotAllowed(
+                f"Extending to {total} hours needs a project admin: {decision.reason} "
+                "Ask for an extension with a reason instead; the project's approvers decide."
+            )
+    return extend_apply(actor=actor, request=req, hours=hours,
+                        message=f"Extended by {hours} h to {req.duration_hours + hours} h by {actor.label}.")
+
+
+def extend_apply(*, actor: Actor, request: WorkloadRequest, hours: int, message: str) -> WorkloadRequest:
+    """Add ``hours`` to a request that has not ended (deadline included), with its timeline and audit entries,
+    inside the caller's transaction. No rule is checked here: ``request_extend`` and an approved extension
+    request (``workloads.extensions``) check theirs first."""
+    req = request
     before = {"duration_hours": req.duration_hours, "expires_at": req.expires_at.isoformat() if req.expires_at else None}
     updated = (
         WorkloadRequest.objects.filter(pk=req.pk, duration_hours=req.duration_hours)
@@ -688,7 +719,7 @@ def request_extend(*, actor: Actor, request: WorkloadRequest, hours: int) -> Wor
     if updated != 1:
         raise ConflictError("The request changed meanwhile; reload and try again.")
     req.refresh_from_db(fields=["duration_hours", "expires_at", "updated_at"])
-    _event(req, actor_label=actor.label, message=f"Extended by {hours} h to {req.duration_hours} h by {actor.label}.")
+    _event(req, actor_label=actor.label, message=message)
     audit_record(
         actor=actor, action="request.extend", target=req, tenant=req.tenant, project=req.project, before=before,
         after={"duration_hours": req.duration_hours, "expires_at": req.expires_at.isoformat() if req.expires_at else None},

@@ -4,7 +4,7 @@ Each takes ids, re-reads, and may run twice (docs/conventions.md, "Transactions 
 (``ClusterUnavailable``) retries the task with exponential backoff; everything else is decided inside.
 
 Beat (``CELERY_BEAT_SCHEDULE`` in portal/settings.py): ``requests_sync_task`` every 5 s (one status cycle per
-cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s.
+cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s, ``approvals_remind_task`` every 5 minutes.
 """
 
 from __future__ import annotations
@@ -49,10 +49,22 @@ def requests_sync_task() -> dict[str, dict[str, Any]]:
 
 @shared_task(ignore_result=True)
 def requests_housekeeping_task() -> dict[str, int]:
-    """Deadlines and idle notebooks; and approved requests whose materialization got lost are queued again."""
+    """Deadlines and idle notebooks; approved requests whose materialization got lost are queued again; extension
+    requests of requests that ended lapse."""
     expired = materialize.requests_expire()
     culled = materialize.notebooks_cull_idle()
     swept = materialize.requests_sweep_approved()
     for request_id in swept:
         request_materialize_task.delay(request_id)
-    return {"expired": expired, "culled": culled, "requeued": len(swept)}
+    from .extensions import extension_requests_lapse
+
+    lapsed = extension_requests_lapse()
+    return {"expired": expired, "culled": culled, "requeued": len(swept), "extensions_lapsed": lapsed}
+
+
+@shared_task(ignore_result=True)
+def approvals_remind_task() -> dict[str, int]:
+    """Remind approvers of requests still waiting for them (``approvals.approvals_remind``; once per period)."""
+    from .approvals import approvals_remind
+
+    return approvals_remind()

@@ -22,23 +22,26 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from portal.exceptions import PortalError
+from portal.exceptions import NotAllowed, PortalError
 from portal.extensions import cost_estimator
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
 from quotas.selectors import flavor_name_choices
 from tenants.access import Actor
+from tenants.forms import add_service_error
 from tenants.policy import asked
 from tenants.selectors import projects_for, projects_where
 from tenants.ui import page, tenant_choices
 
-from . import policy, selectors, services
+from . import approvals as approvals_flow
+from . import extensions, policy, selectors, services
 from .filters import RequestFilter
-from .forms import DecisionForm, ExtendForm, RequestForm, ScaleForm
-from .models import RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from .forms import BulkDecisionForm, DecisionForm, ExtendForm, ExtensionAskForm, RequestForm, ScaleForm
+from .models import ExtensionRequest, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .pending import request_queue_line
 from .states import ACTIVE, CANCELLABLE, FINAL
 
@@ -208,6 +211,10 @@ def state_actions(req: WorkloadRequest) -> dict[str, bool]:
         "stop": state in (ACTIVE - CANCELLABLE),
         "restart": state in (S.STOPPED, S.FAILED) and writable,
         "extend": state not in FINAL and writable and req.duration_hours < req.template.max_duration_hours,
+        # Asking the approvers for more time: the page also asks ``may_ask_extension`` and not ``may_decide``
+        # (an approver extends directly).
+        "ask_extension": (state in extensions.EXTENDABLE and writable
+                          and req.duration_hours < req.template.max_duration_hours),
         "scale": state not in FINAL and req.template.kind == TemplateKind.INFERENCE,
         "delete": state not in (S.REJECTED, S.CANCELLED),
     }
@@ -282,19 +289,44 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
     }
 
 
+def _extension_rows(actor: Actor, req: WorkloadRequest, bound: dict[int, DecisionForm] | None = None) -> list[dict[str, Any]]:
+    """The request's extension requests, newest first, each with what ``actor`` may do with it (``bound``: a
+    decision form sent back with its errors)."""
+    rows = []
+    decider = policy.may_decide(actor, req.project)
+    for ext in req.extension_requests.select_related("requested_by", "decided_by").order_by("-created_at", "-id"):
+        pending = ext.status == ExtensionRequest.Status.PENDING
+        rows.append({"ext": ext, "decide": pending and decider,
+                     "cancel": pending and actor.user is not None and ext.requested_by_id == actor.user.pk,
+                     "form": (bound or {}).get(ext.pk) or DecisionForm(prefix=f"extension-{ext.pk}")})
+    return rows
+
+
+def _detail_page(request: HttpRequest, actor: Actor, req: WorkloadRequest, *, status: int = 200,
+                 decision_form: DecisionForm | None = None, ask_form: ExtensionAskForm | None = None,
+                 extension_forms: dict[int, DecisionForm] | None = None) -> HttpResponse:
+    context = _detail_context(actor, req)
+    extension_rows = _extension_rows(actor, req, extension_forms)
+    ask = request.GET.get("ask", "")
+    context |= {
+        "decision_form": decision_form or DecisionForm(prefix=f"decide-{req.pk}"),
+        "extend_form": ExtendForm(prefix="extend"),
+        "ask_form": ask_form or ExtensionAskForm(prefix="ask", initial={"hours": int(ask)} if ask.isdecimal() else None),
+        "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),
+        "extensions": extension_rows,
+        # One extension request waits at a time: the form to ask comes back once it is decided.
+        "extension_pending": any(row["ext"].status == ExtensionRequest.Status.PENDING for row in extension_rows),
+    }
+    return page(request, "workloads/request_detail.html", context, status=status)
+
+
 @login_required
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     actor = _actor(request)
     req = _visible_request(actor, pk)
-    context = _detail_context(actor, req)
     if request.htmx and request.htmx.target == "request-live":
-        return render(request, "workloads/_request_live.html", context)
-    context |= {
-        "decision_form": DecisionForm(prefix=f"decide-{req.pk}"),
-        "extend_form": ExtendForm(prefix="extend"),
-        "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),
-    }
-    return page(request, "workloads/request_detail.html", context)
+        return render(request, "workloads/_request_live.html", _detail_context(actor, req))
+    return _detail_page(request, actor, req)
 
 
 # Logs -------------------------------------------------------------------------------------------------------------
@@ -672,8 +704,95 @@ def request_extend(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Extend by a whole number of hours (at least 1).")
         return redirect("request-detail", pk=pk)
     hours = form.cleaned_data["hours"]
-    return _act(request, pk, lambda a, r: services.request_extend(actor=a, request=r, hours=hours),
-                "Request {req.name} now runs for up to {req.duration_hours} hours.")
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    try:
+        req = services.request_extend(actor=actor, request=req, hours=hours)
+    except (PortalError, ValidationError) as exc:
+        messages.error(request, _error_text(exc))
+        if (isinstance(exc, NotAllowed) and state_actions(req)["ask_extension"]
+                and policy.may_ask_extension(actor, req) and not policy.may_decide(actor, req.project)):
+            # Past the automatic limit: the form to ask the approvers, with these hours filled in.
+            return redirect(f"{reverse('request-detail', args=[pk])}?ask={hours}#ask-extension")
+    else:
+        messages.success(request, f"Request {req.name} now runs for up to {req.duration_hours} hours.")
+    return redirect("request-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_extension_ask(request: HttpRequest, pk: int) -> HttpResponse:
+    """The requester asks the approvers for more hours (an extension request)."""
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    form = ExtensionAskForm(request.POST, prefix="ask")
+    if form.is_valid():
+        try:
+            ext = extensions.extension_request_create(actor=actor, request=req, hours=form.cleaned_data["hours"],
+                                                      reason=form.cleaned_data["reason"])
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc)
+        else:
+            messages.success(request, f"Asked for {ext.hours} more hours. The project's approvers decide; "
+                                      "you get an email when they do.")
+            return redirect("request-detail", pk=pk)
+    return _detail_page(request, actor, req, status=400, ask_form=form)
+
+
+def _visible_extension(actor: Actor, pk: int) -> ExtensionRequest:
+    return get_object_or_404(selectors.extension_requests_for(actor=actor), pk=pk)
+
+
+@login_required
+@require_POST
+def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
+    """Approve or reject an extension request: from the inbox (htmx: the decided row) or the request's page."""
+    actor = _actor(request)
+    ext = _visible_extension(actor, pk)
+    form = DecisionForm(request.POST, prefix=f"extension-{ext.pk}")
+    decision = request.POST.get("decision")
+    error = ""
+    if decision not in ("approve", "reject") or not form.is_valid():
+        error = "Choose approve or reject; a reason has at most 1000 characters."
+    else:
+        call = extensions.extension_request_approve if decision == "approve" else extensions.extension_request_reject
+        try:
+            ext = call(actor=actor, extension=ext, comment=form.cleaned_data["comment"])
+        except (PortalError, ValidationError) as exc:
+            error = _error_text(exc)
+            if getattr(exc, "field", None) == "comment":
+                form.add_error("comment", error)
+    done = "" if error else f"Extension of {ext.request.name} by {ext.hours} h {ext.get_status_display().lower()}."
+    if request.htmx:
+        ext = _visible_extension(actor, ext.pk)
+        response = render(request, "workloads/_extension_row.html",
+                          {"ext": ext, "form": form if error else DecisionForm(prefix=f"extension-{ext.pk}"),
+                           "error": error, "done": done})
+        return _changed(response) if done else response
+    if form.has_error("comment"):
+        req = _visible_request(actor, ext.request_id)
+        return _detail_page(request, actor, req, status=400, extension_forms={ext.pk: form})
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, done + " The requester is told.")
+    if request.POST.get("next") == "inbox":
+        return redirect("approvals")
+    return redirect("request-detail", pk=ext.request_id)
+
+
+@login_required
+@require_POST
+def extension_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = _actor(request)
+    ext = _visible_extension(actor, pk)
+    try:
+        ext = extensions.extension_request_cancel(actor=actor, extension=ext)
+    except (PortalError, ValidationError) as exc:
+        messages.error(request, _error_text(exc))
+    else:
+        messages.success(request, f"Extension request for {ext.hours} more hours withdrawn.")
+    return redirect("request-detail", pk=ext.request_id)
 
 
 @login_required
@@ -691,16 +810,19 @@ def request_scale(request: HttpRequest, pk: int) -> HttpResponse:
 # Approvals --------------------------------------------------------------------------------------
 
 
-def _inbox_row(req: WorkloadRequest) -> dict[str, Any]:
-    return {"req": req, "info": selectors.approval_context(req), "form": DecisionForm(prefix=f"decide-{req.pk}")}
+def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None) -> dict[str, Any]:
+    return {"req": req, "info": selectors.approval_context(req), "form": form or DecisionForm(prefix=f"decide-{req.pk}")}
 
 
-@login_required
-def approvals(request: HttpRequest) -> HttpResponse:
-    """The approver's inbox: requests waiting for them, oldest first, each with its context."""
-    actor = _actor(request)
-    if not asked(request, policy.may_decide_somewhere):  # the navigation asks too: once for both
-        raise Http404("No such page.")  # only approvers have an inbox
+def _changed(response: HttpResponse) -> HttpResponse:
+    """Tell the page that something in an inbox was decided: the navigation's counts (and lists that show
+    decisions) refresh themselves (htmx event ``approvals-changed``)."""
+    response["HX-Trigger"] = "approvals-changed"
+    return response
+
+
+def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisionForm | None = None,
+                    selected: dict[str, set[str]] | None = None, outcome: Any = None, status: int = 200) -> HttpResponse:
     inbox = selectors.approvals_inbox_for(actor=actor)
     filterset = _request_filters(
         request, inbox, hide=("state", "phase", "tenant", "mine", "requested_by", "created_after", "created_before",
@@ -709,30 +831,100 @@ def approvals(request: HttpRequest) -> HttpResponse:
     )
     pager = Pager(request, filterset.qs)
     rows = [_inbox_row(req) for req in pager]
-    return page(request, "workloads/approvals.html", {"filterset": filterset, "pager": pager, "rows": rows})
+    extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True), param="extensions_page")
+    extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
+    selected = selected or {}
+    return page(request, "workloads/approvals.html", {
+        "filterset": filterset, "pager": pager, "rows": rows, "extension_pager": extension_pager,
+        "extension_rows": extension_rows, "bulk_form": bulk_form or BulkDecisionForm(prefix="bulk"),
+        "selected_requests": selected.get("requests", set()), "selected_extensions": selected.get("extension_requests", set()),
+        "outcome": outcome,
+    }, status=status)
+
+
+@login_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The approver's inbox: requests and extension requests waiting for them, oldest first, each with its
+    context; decided one by one (htmx, in place) or several at once (checkboxes and one reason)."""
+    actor = _actor(request)
+    if not asked(request, policy.may_decide_somewhere):  # the navigation asks too: once for both
+        raise Http404("No such page.")  # only approvers have an inbox
+    return _approvals_page(request, actor)
+
+
+def _ids(values: list[str]) -> list[int]:
+    return [int(v) for v in values if is_id(v)]
+
+
+@login_required
+@require_POST
+def approvals_bulk(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the checked requests and extension requests, one reason for all; each goes through
+    the single decision's service. The page says per item what was done and what was refused, and why."""
+    actor = _actor(request)
+    if not asked(request, policy.may_decide_somewhere):
+        raise Http404("No such page.")
+    form = BulkDecisionForm(request.POST, prefix="bulk")
+    decision = request.POST.get("decision")
+    chosen = {"requests": request.POST.getlist("requests"), "extension_requests": request.POST.getlist("extension_requests")}
+    items = [("request", pk) for pk in _ids(chosen["requests"])] + [
+        ("extension_request", pk) for pk in _ids(chosen["extension_requests"])]
+    selected = {key: set(values) for key, values in chosen.items()}
+    valid = form.is_valid()
+    if valid and decision not in approvals_flow.DECISIONS:
+        form.add_error(None, "Choose Approve selected or Reject selected.")
+    if not form.is_valid():
+        return _approvals_page(request, actor, bulk_form=form, selected=selected, status=400)
+    try:
+        outcome = approvals_flow.decide_many(actor=actor, items=items, decision=decision,
+                                             comment=form.cleaned_data["comment"])
+    except PortalError as exc:
+        form.add_error("comment" if exc.field == "comment" else None, exc.message)
+        return _approvals_page(request, actor, bulk_form=form, selected=selected, status=400)
+    verb = "Approved" if decision == "approve" else "Rejected"
+    if outcome.done:
+        messages.success(request, f"{verb} {len(outcome.done)}: " + ", ".join(r.label for r in outcome.done)
+                         + ". The requesters are told.")
+    for failed in outcome.failed:
+        messages.error(request, f"{failed.label or f'{failed.kind} {failed.id}'}: not {verb.lower()}. {failed.error}")
+    return redirect("approvals")
+
+
+@login_required
+def approvals_waiting(request: HttpRequest) -> HttpResponse:
+    """The navigation's counts of what waits for the user, as out-of-band swaps (refreshed by ``approvals-changed``)."""
+    return render(request, "workloads/_nav_counts.html", {"oob": True})
 
 
 @login_required
 @require_POST
 def request_decide(request: HttpRequest, pk: int) -> HttpResponse:
-    """Approve or reject with a comment: from the inbox (htmx: the decided row) or the detail page."""
+    """Approve, or reject with a reason: from the inbox (htmx: the decided row) or the detail page. A rejection
+    without a reason is a form error next to the reason's field; nothing is decided then."""
     actor = _actor(request)
     req = _visible_request(actor, pk)
     form = DecisionForm(request.POST, prefix=f"decide-{req.pk}")
     decision = request.POST.get("decision")
     error = ""
     if decision not in ("approve", "reject") or not form.is_valid():
-        error = "Choose approve or reject; a comment has at most 1000 characters."
+        error = "Choose approve or reject; a reason has at most 1000 characters."
     else:
         call = services.request_approve if decision == "approve" else services.request_reject
         try:
             req = call(actor=actor, request=req, comment=form.cleaned_data["comment"])
         except (PortalError, ValidationError) as exc:
             error = _error_text(exc)
+            if getattr(exc, "field", None) == "comment":
+                form.add_error("comment", error)
     done = f"{req.name} {'approved' if req.state != S.REJECTED else 'rejected'}." if not error else ""
     if request.htmx:
-        row = _inbox_row(req) | {"error": error, "done": done}
-        return render(request, "workloads/_approval_row.html", row)
+        row = _inbox_row(req, form if error else None) | {"error": "" if form.has_error("comment") else error,
+                                                           "done": done}
+        response = render(request, "workloads/_approval_row.html", row)
+        return _changed(response) if done else response
+    if form.has_error("comment"):
+        req = _visible_request(actor, pk)
+        return _detail_page(request, actor, req, status=400, decision_form=form)
     if error:
         messages.error(request, error)
     else:

@@ -263,7 +263,7 @@ def test_only_approvers_approve(api, requests, who, status) -> None:
     if status == 200:
         assert response.json()["approved_by"] == who
         # Deciding twice: the second one learns it was already decided.
-        assert post(api("bob"), f"/requests/{pk}/reject/").status_code == 409
+        assert post(api("bob"), f"/requests/{pk}/reject/", {"comment": "too late"}).status_code == 409
 
 
 def test_reject_with_comment(api, requests, mailoutbox, django_capture_on_commit_callbacks) -> None:

@@ -12,7 +12,17 @@ from quotas.models import Flavor
 from tenants.access import Actor
 
 from .. import selectors
-from ..models import ApprovalRule, Image, Priority, RequestEvent, ServiceTemplate, TemplateKind, Volume, WorkloadRequest
+from ..models import (
+    ApprovalRule,
+    ExtensionRequest,
+    Image,
+    Priority,
+    RequestEvent,
+    ServiceTemplate,
+    TemplateKind,
+    Volume,
+    WorkloadRequest,
+)
 from ..schema import form_fields
 
 
@@ -163,10 +173,12 @@ class RequestSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "k8s_name", "namespace", "tenant", "project", "template", "image", "flavor", "gpus",
             "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority", "state", "state_reason",
-            "pending_reason", "cost_estimate", "requested_by", "approved_by", "created_at", "updated_at",
-            "approved_at", "queued_at", "started_at", "finished_at", "expires_at",
+            "pending_reason", "cost_estimate", "requested_by", "approved_by", "decision_comment", "created_at",
+            "updated_at", "approved_at", "queued_at", "started_at", "finished_at", "expires_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {"decision_comment": {"help_text": "The approver's words: the reason of a rejection "
+                                                          "(always given), or an approval's comment."}}
 
     def get_pending_reason(self, req: WorkloadRequest) -> str:
         return selectors.request_pending_reason(req)
@@ -176,16 +188,46 @@ class RequestSerializer(serializers.ModelSerializer):
         return selectors.request_cost_estimate(req)
 
 
+class ExtensionRequestSerializer(serializers.ModelSerializer):
+    request = serializers.PrimaryKeyRelatedField(read_only=True)
+    request_name = serializers.CharField(source="request.name", read_only=True)
+    project = serializers.CharField(source="request.project.slug", read_only=True)
+    tenant = serializers.CharField(source="request.project.tenant.slug", read_only=True)
+    duration_hours = serializers.IntegerField(source="request.duration_hours", read_only=True,
+                                              help_text="The request's duration now.")
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = ExtensionRequest
+        fields = ["id", "request", "request_name", "project", "tenant", "hours", "duration_hours", "reason", "status",
+                  "requested_by", "decided_by", "decided_at", "comment", "created_at"]
+        read_only_fields = fields
+        extra_kwargs = {"comment": {"help_text": "The approver's words: the reason of a rejection, or an approval's comment."}}
+
+
+class ExtensionRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    request = serializers.IntegerField(min_value=1, help_text="The request (id) to run longer.")
+    hours = serializers.IntegerField(min_value=1, max_value=24 * 366, help_text="How many more hours.")
+    reason = serializers.CharField(max_length=2000, help_text="Why: the approvers decide on it.")
+
+
 class RequestDetailSerializer(RequestSerializer):
     timeline = serializers.SerializerMethodField()
+    extension_requests = serializers.SerializerMethodField(help_text="Extensions asked for, newest first.")
 
     class Meta(RequestSerializer.Meta):
-        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline"]
+        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline", "extension_requests"]
         read_only_fields = fields
 
     @extend_schema_field(RequestEventSerializer(many=True))
     def get_timeline(self, req: WorkloadRequest) -> list[dict[str, Any]]:
         return RequestEventSerializer(selectors.request_timeline(req), many=True).data
+
+    @extend_schema_field(ExtensionRequestSerializer(many=True))
+    def get_extension_requests(self, req: WorkloadRequest) -> list[dict[str, Any]]:
+        rows = req.extension_requests.select_related("request__project__tenant", "requested_by", "decided_by")
+        return ExtensionRequestSerializer(rows.order_by("-created_at", "-id"), many=True).data
 
 
 class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -205,6 +247,63 @@ class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
 
 class CommentSerializer(StrictSerializerMixin, serializers.Serializer):
     comment = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+REJECT_REASON = "Say why it is rejected: the requester sees the reason."
+
+
+class RejectSerializer(StrictSerializerMixin, serializers.Serializer):
+    comment = serializers.CharField(
+        max_length=1000, help_text="Why it is rejected (required): the requester sees it.",
+        error_messages={"required": REJECT_REASON, "blank": REJECT_REASON},
+    )
+
+
+class BulkDecisionSerializer(StrictSerializerMixin, serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    comment = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="",
+                                    help_text="For every item; required to reject (the reason the requesters see).")
+    requests = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, default=list,
+                                     max_length=100, help_text="Workload request ids.")
+    extension_requests = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+                                               default=list, max_length=100, help_text="Extension request ids.")
+    quota_requests = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, default=list,
+                                           max_length=100, help_text="Quota request ids.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not (attrs["requests"] or attrs["extension_requests"] or attrs["quota_requests"]):
+            raise serializers.ValidationError({"requests": ["Name at least one request, extension request or quota request."]})
+        if attrs["decision"] == "reject" and not attrs["comment"].strip():
+            raise serializers.ValidationError({"comment": [REJECT_REASON]})
+        return attrs
+
+
+class BulkItemErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    field = serializers.CharField(allow_null=True)
+
+
+class BulkItemSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["request", "extension_request", "quota_request"])
+    id = serializers.IntegerField()
+    ok = serializers.BooleanField()
+    status = serializers.CharField(help_text="Its state or status afterwards; empty when not found.")
+    label = serializers.CharField()
+    error = BulkItemErrorSerializer(required=False, help_text="Why this one was not decided (absent when ok).")
+
+
+class BulkResultSerializer(serializers.Serializer):
+    decision = serializers.CharField()
+    done = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    results = BulkItemSerializer(many=True)
+
+
+class WaitingSerializer(serializers.Serializer):
+    requests = serializers.IntegerField(help_text="Workload requests and extension requests waiting for you.")
+    quota_requests = serializers.IntegerField(help_text="Quota requests waiting for you.")
+    total = serializers.IntegerField()
 
 
 class ReasonSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -22,18 +22,23 @@ from tenants.access import Actor
 from tenants.guards import actor_of, require
 from tenants.selectors import projects_for
 
-from .. import policy, selectors, services
-from ..filters import ImageFilter, RequestFilter, TemplateFilter
-from ..models import ApprovalRule, Image, ServiceTemplate, Volume, WorkloadRequest
+from .. import approvals, extensions, policy, selectors, services
+from ..filters import ExtensionRequestFilter, ImageFilter, RequestFilter, TemplateFilter
+from ..models import ApprovalRule, ExtensionRequest, Image, ServiceTemplate, Volume, WorkloadRequest
 from .serializers import (
     ApprovalRuleSerializer,
     ApprovalRuleWriteSerializer,
+    BulkDecisionSerializer,
+    BulkResultSerializer,
     CommentSerializer,
     ExtendSerializer,
+    ExtensionRequestCreateSerializer,
+    ExtensionRequestSerializer,
     ImageSerializer,
     InboxSerializer,
     LogsQuerySerializer,
     ReasonSerializer,
+    RejectSerializer,
     RequestCreateSerializer,
     RequestDetailSerializer,
     RequestLogsSerializer,
@@ -43,6 +48,7 @@ from .serializers import (
     TemplateWriteSerializer,
     VolumeSerializer,
     VolumeWriteSerializer,
+    WaitingSerializer,
 )
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
@@ -352,11 +358,12 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         req = services.request_approve(actor=actor_of(request), request=req, comment=data.validated_data["comment"])
         return self._detail(req)
 
-    @extend_schema(request=CommentSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
+    @extend_schema(request=RejectSerializer, responses={200: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject, saying why (``comment``, required: 400 without it). The requester sees it as ``decision_comment``."""
         req = self.get_object()
-        data = CommentSerializer(data=request.data)
+        data = RejectSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         req = services.request_reject(actor=actor_of(request), request=req, comment=data.validated_data["comment"])
         return self._detail(req)
@@ -451,3 +458,87 @@ class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
 
     def get_queryset(self):
         return selectors.approvals_inbox_for(actor=actor_of(self.request))
+
+    @extend_schema(responses={200: WaitingSerializer})
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
+    def waiting(self, request: Request) -> Response:
+        """How many requests wait for your decision (the navigation's badge): workload and extension requests,
+        and quota requests."""
+        counts = selectors.approvals_waiting_counts(actor=actor_of(request))
+        return Response({"requests": counts["requests"], "quota_requests": counts["quota"],
+                         "total": counts["requests"] + counts["quota"]})
+
+    @extend_schema(request=BulkDecisionSerializer, responses={200: BulkResultSerializer})
+    @action(detail=False, methods=["post"], pagination_class=None, filter_backends=[])
+    def bulk(self, request: Request) -> Response:
+        """Approve or reject several requests, extension requests and quota requests at once, each through the same
+        path as one decision (its checks, locks and notifications). 200 with one result per item: an item that was
+        decided meanwhile, is not yours to decide or no longer fits the quota is reported with its error and the
+        others go ahead; ids you cannot see are ``not_found``. A rejection needs ``comment`` (400 without)."""
+        data = BulkDecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        items = ([("request", pk) for pk in values["requests"]]
+                 + [("extension_request", pk) for pk in values["extension_requests"]]
+                 + [("quota_request", pk) for pk in values["quota_requests"]])
+        outcome = approvals.decide_many(actor=actor_of(request), items=items, decision=values["decision"],
+                                        comment=values["comment"])
+        return Response({"decision": outcome.decision, "done": len(outcome.done), "failed": len(outcome.failed),
+                         "results": [r.as_dict() for r in outcome.results]})
+
+
+class ExtensionRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Asking the approvers for more hours than the approval rule grants (``POST /requests/{id}/extend/`` applies
+    what it grants at once). The requester creates and withdraws; the project's approvers approve (the request
+    runs longer at once) or reject (with a reason). Listed: those of the requests you can see;
+    ``?inbox=true``: those waiting for your decision."""
+
+    queryset = ExtensionRequest.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = ExtensionRequestSerializer
+    filterset_class = ExtensionRequestFilter
+    ordering_fields = ["created_at", "hours", "status"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self):
+        return selectors.extension_requests_for(actor=actor_of(self.request))
+
+    @extend_schema(request=ExtensionRequestCreateSerializer, responses={201: ExtensionRequestSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        actor = actor_of(request)
+        data = ExtensionRequestCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        req = selectors.requests_for(actor=actor).filter(pk=values["request"]).first()
+        if req is None:
+            raise Invalid("No such request.", field="request")
+        ext = extensions.extension_request_create(actor=actor, request=req, hours=values["hours"], reason=values["reason"])
+        return Response(ExtensionRequestSerializer(self.get_queryset().get(pk=ext.pk)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=CommentSerializer, responses={200: ExtensionRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Grant the hours: the request's duration and deadline grow at once (409 when decided already)."""
+        ext = self.get_object()
+        data = CommentSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        done = extensions.extension_request_approve(actor=actor_of(request), extension=ext,
+                                                    comment=data.validated_data["comment"])
+        return Response(ExtensionRequestSerializer(done).data)
+
+    @extend_schema(request=RejectSerializer, responses={200: ExtensionRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Turn it down, saying why (``comment``, required)."""
+        ext = self.get_object()
+        data = RejectSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        done = extensions.extension_request_reject(actor=actor_of(request), extension=ext,
+                                                   comment=data.validated_data["comment"])
+        return Response(ExtensionRequestSerializer(done).data)
+
+    @extend_schema(request=None, responses={200: ExtensionRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """The requester withdraws a pending extension request."""
+        done = extensions.extension_request_cancel(actor=actor_of(request), extension=self.get_object())
+        return Response(ExtensionRequestSerializer(done).data)

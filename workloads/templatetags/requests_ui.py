@@ -10,6 +10,7 @@ from django import template
 
 from portal.extensions import cost_estimator
 from portal.quantities import format_money
+from tenants.access import Actor
 
 register = template.Library()
 
@@ -26,6 +27,31 @@ BADGES = {
 def money(amount: Any) -> str:
     """A cost estimate's amount ("12.50") with the currency of the registered estimator: "12.50 EUR"."""
     return "" if amount is None or amount == "" else format_money(amount, cost_estimator.currency)
+
+
+@register.simple_tag(takes_context=True)
+def approvals_waiting(context: dict[str, Any]) -> dict[str, int]:
+    """What waits for the signed-in user's decision: ``requests`` (workload and extension requests, the
+    Approvals inbox) and ``quota`` (the quota requests inbox). Approvers and ops only (nobody else may decide
+    anything): one query, cached on the request; nothing for everyone else."""
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {"requests": 0, "quota": 0}
+    cached = getattr(request, "_portal_approvals_waiting", None)
+    if cached is None:
+        from workloads.selectors import approvals_waiting_counts
+
+        from tenants.policy import asked
+        from workloads.policy import may_decide_somewhere
+
+        actor = Actor(user=user)
+        if actor.is_ops or asked(request, may_decide_somewhere):
+            cached = approvals_waiting_counts(actor=actor)
+        else:
+            cached = {"requests": 0, "quota": 0}
+        request._portal_approvals_waiting = cached
+    return cached
 
 
 @register.filter
