@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import django_filters as filters
+from django.db.models import Q
 
-from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter, MultipleChoiceFilter
-
+from portal.inputs import (
+    BooleanFilter,
+    FilterSet,
+    IsoDateTimeFilter,
+    MultipleChoiceFilter,
+)
 from tenants.access import Actor
+from tenants.selectors import projects_where
 
-from .models import ExtensionRequest, Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from .models import (
+    ExtensionRequest,
+    Image,
+    Priority,
+    RequestState,
+    ServiceTemplate,
+    TemplateKind,
+    WorkloadRequest,
+)
 from .states import ACTIVE, FINAL, WAITING
 
 
@@ -87,9 +101,10 @@ class ExtensionRequestFilter(FilterSet):
         return queryset.filter(requested_by=user) if value else queryset.exclude(requested_by=user)
 
     def filter_inbox(self, queryset, name, value):
-        from .selectors import extension_requests_for
-
+        # The rule of ``selectors.extension_requests_for(inbox=True)`` (which imports this module): pending, in a
+        # project where the actor may approve.
         if self.request is None:
             return queryset
-        inbox = extension_requests_for(actor=Actor.from_request(self.request), inbox=True).values("pk")
-        return queryset.filter(pk__in=inbox) if value else queryset.exclude(pk__in=inbox)
+        approvable = projects_where(actor=Actor.from_request(self.request), perm="approve_project").values("pk")
+        inbox = Q(status=ExtensionRequest.Status.PENDING, request__project__in=approvable)
+        return queryset.filter(inbox) if value else queryset.exclude(inbox)
