@@ -18,8 +18,9 @@
    (token) ``--sequential`` times one request after another: its p50/p95/max.
 4. Submissions, in this process: ``--submissions`` POSTs to ``/api/v1/requests/`` with a read+submit token,
    each approved by the global rule; queries per submission and p50/p95 ms.
-5. On PostgreSQL, ``EXPLAIN (ANALYZE, BUFFERS)`` of the hot queries: the API list's page query and its
-   count query, and the ops request list's.
+5. On PostgreSQL, ``EXPLAIN (ANALYZE, BUFFERS)`` of the hot queries (run twice, the second printed): the API
+   list's page and count queries in full; those of the small project's session list, the ops request list
+   and the approvals inbox in short (scans, rows filtered out, planning and execution time).
 
 Without gunicorn installed (it is in requirements.txt) step 3 uses the test client in this process and says so.
 The database is dropped at the end unless ``--keep``. At scale: ``--n 100000 --projects 1000`` (seeding takes
@@ -54,10 +55,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--per-round", type=int, default=10, help="calls per endpoint per round (default 10)")
     parser.add_argument("--submissions", type=int, default=100, help="API submissions measured (default 100)")
     parser.add_argument("--sequential", type=int, default=100, help="API list calls one after another (default 100)")
+    parser.add_argument("--live", type=int, default=2000,
+                        help="only the newest LIVE requests may be running, queued or awaiting approval (default 2000)")
     parser.add_argument("--hot", type=float, default=0.2, help="share of the requests in acme-vision (default 0.2)")
     parser.add_argument("--conn-max-age", type=int, default=60, help="DB_CONN_MAX_AGE of the server (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
     parser.add_argument("--in-process", action="store_true", help="time with the test client, not gunicorn")
+    parser.add_argument("--profile", action="append", default=[], metavar="ENDPOINT",
+                        help="cProfile 20 in-process calls of this endpoint and print the top functions; repeatable")
     parser.add_argument("--show-queries", action="append", default=[], metavar="ENDPOINT",
                         help="print the queries of this endpoint (a name of the table, e.g. 'API list (token)'); repeatable")
     return parser.parse_args()
@@ -241,6 +246,21 @@ def bench_submissions(world: World) -> tuple[list[int], list[float], int]:
     return counts, times, approved
 
 
+def profile(by: dict, world: World, name: str) -> None:
+    import cProfile
+    import pstats
+
+    who, path = next((w, world.path(p)) for n, _, w, p in ENDPOINTS if n == name)
+    by[who].get(path)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(20):
+        by[who].get(path)
+    profiler.disable()
+    print(f"\n--- profile of {name} (20 calls in process), by cumulative time")
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+
+
 # ------------------------------------------------------------------------------------------------ EXPLAIN
 def short(sql: str, width: int) -> str:
     """A query with its column list folded: ``SELECT … FROM …``."""
@@ -250,12 +270,18 @@ def short(sql: str, width: int) -> str:
     return sql if len(sql) <= width else sql[:width] + " …"
 
 
+# The hot queries: the API list's in full; the others' scans, row counts and times.
+EXPLAIN_FULL = ["API list (token)"]
+EXPLAIN_COMPACT = ["API list (session, small project)", "page ops requests", "API approvals inbox"]
+COMPACT_WORDS = ("Scan", "Rows Removed", "Planning Time", "Execution Time", "Limit", "Aggregate", "Hash Join", "SubPlan")
+
+
 def explain(sqls: dict[str, list[str]]) -> None:
     if not POSTGRES:
         print("\n(EXPLAIN ANALYZE: PostgreSQL only)")
         return
     table = '"workloads_workloadrequest"'
-    for name in ("API list (token)", "page ops requests"):
+    for name in EXPLAIN_FULL + EXPLAIN_COMPACT:
         hot = [s for s in sqls.get(name, []) if f"FROM {table}" in s]
         picked = [("count", next((s for s in hot if "COUNT(" in s.upper()), None)),
                   ("page", next((s for s in hot if "LIMIT" in s.upper() and "COUNT(" not in s.upper()), None))]
@@ -264,9 +290,13 @@ def explain(sqls: dict[str, list[str]]) -> None:
                 continue
             print(f"\n--- {name}: {what} query\n{short(sql, 400)}\n")
             with connection.cursor() as cursor:
-                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
-                for (line,) in cursor.fetchall():
-                    print("  " + line)
+                for _ in range(2):  # the second: plans and buffers warm, as a busy server has them
+                    cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+                    plan = [line for (line,) in cursor.fetchall()]
+            if name not in EXPLAIN_FULL:
+                plan = [line for n, line in enumerate(plan) if n == 0 or any(w in line for w in COMPACT_WORDS)]
+            for line in plan:
+                print("  " + line)
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -303,10 +333,10 @@ def main() -> int:
         started = time.monotonic()
         world = seed_base()
         seed_rows(world, requests=ARGS.n, projects=ARGS.projects, members=20, tokens=10, nodes=16,
-                  quota_requests=max(20, ARGS.n // 100), hot=ARGS.hot)
+                  quota_requests=max(20, ARGS.n // 100), hot=ARGS.hot, live=ARGS.live)
         if POSTGRES:
             with connection.cursor() as cursor:
-                cursor.execute("ANALYZE")
+                cursor.execute("VACUUM ANALYZE")  # as autovacuum would have: visibility map, statistics
         hot_rows = world.counts["_by_group"]["hot"]
         print(f"seeded in {time.monotonic() - started:.1f} s: {ARGS.n} requests ({hot_rows} in {HOT_PROJECT}), "
               f"{ARGS.projects} extra projects, {world.counts['quota_requests']} quota requests")
@@ -319,11 +349,11 @@ def main() -> int:
         floor = {"list": statistics.median(samples["floor list"]), "detail": statistics.median(samples["floor detail"])}
         floor95 = {"list": pct(samples["floor list"], 95), "detail": pct(samples["floor detail"], 95)}
         print(f"\nlatency: {how}; {ARGS.rounds} rounds x {ARGS.per_round} calls per endpoint, interleaved")
-        print(f"{'endpoint':<30} {'p50 ms':>8} {'p95 ms':>8} {'x floor p50':>12} {'x floor p95':>12} {'queries':>8}")
+        print(f"{'endpoint':<34} {'p50 ms':>8} {'p95 ms':>8} {'x floor p50':>12} {'x floor p95':>12} {'queries':>8}")
         for name, kind, _, path in ENDPOINTS:
             base = "detail" if "detail" in name and kind != "page" else "list"
             p50, p95 = statistics.median(samples[name]), pct(samples[name], 95)
-            print(f"{name:<30} {p50:8.1f} {p95:8.1f} {p50 / floor[base]:12.2f} {p95 / floor95[base]:12.2f} {queries[name]:8d}")
+            print(f"{name:<34} {p50:8.1f} {p95:8.1f} {p50 / floor[base]:12.2f} {p95 / floor95[base]:12.2f} {queries[name]:8d}")
         print(f"\nAPI list (token), {len(sequential)} calls one after another: p50 {statistics.median(sequential):.1f} ms, "
               f"p95 {pct(sequential, 95):.1f} ms, max {max(sequential):.1f} ms")
 
@@ -336,6 +366,8 @@ def main() -> int:
             print(f"\n--- queries of {name}")
             for n, sql in enumerate(sqls[name], 1):
                 print(f"{n:3d}. {short(sql, 240)}")
+        for name in ARGS.profile:
+            profile(by, world, name)
         explain(sqls)
     finally:
         connections.close_all()

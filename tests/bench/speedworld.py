@@ -6,12 +6,15 @@ and quotas without a cluster, the catalogue); ``seed_rows()`` adds rows with ``b
 
 Where the rows go: a share ``hot`` of the requests is in acme-vision (the project every measured user looks
 at: carol submitted most of them, bob approves them), the rest round-robin over every other project; states
-cycle through ``STATE_CYCLE`` (mostly finished, some running, queued and awaiting approval), newest last.
+cycle through ``STATE_CYCLE`` (mostly finished, some running, queued and awaiting approval) for the newest
+``live`` requests and through finished states only for the older ones (a history grows; what runs does not).
+The hot project's requests have a two-step timeline; the others none.
 Extra projects sit in extra tenants (``bench-t<i>``, ten projects each) with a tenant and project quota row
 each; ``acme_projects`` adds projects to acme itself (alice's quota split page lists them).
 
 ``ENDPOINTS`` are the pages and API calls measured: (name, kind, who, path); ``who`` is a username (a
-session) or ``token`` (carol's read token on acme-vision); ``{pk}`` is ``World.detail_pk``.
+session) or ``token`` (carol's read token on acme-vision); ``{pk}`` is ``World.detail_pk``. frank is a member
+of globex-llm only, one project among all the others: his lists are the "small project" ones.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ STATE_CYCLE = [
     "rejected", "succeeded", "running", "succeeded",
 ]
 FINAL = {"succeeded", "failed", "cancelled", "stopped", "expired", "rejected"}
+# Requests older than the ``live`` newest ones are over: they cycle through these only.
+HISTORY_CYCLE = ["succeeded", "failed", "succeeded", "cancelled", "succeeded", "stopped", "expired", "succeeded",
+                 "rejected", "succeeded"]
 QUOTA_STATUS_CYCLE = ["pending", "approved", "pending", "rejected", "cancelled", "pending", "approved", "reverted"]
 APPROVER_CYCLE = ["project_admin", "tenant_admin", "ops"]
 TEMPLATE_CYCLE = ["training", "notebook", "training", "inference", "training"]
@@ -61,8 +67,10 @@ ENDPOINTS: list[tuple[str, str, str, str]] = [
     ("API detail (session)", "api", "carol", "/api/v1/requests/{pk}/"),
     ("API approvals inbox", "api", "bob", "/api/v1/approvals/"),
     ("API quota requests", "api", "bob", "/api/v1/quota-requests/"),
+    ("API list (session, small project)", "api", "frank", "/api/v1/requests/"),
     ("page request list", "page", "carol", "/requests/"),
     ("page request list (projects)", "page", "carol", "/requests/?scope=projects"),
+    ("page request list (small project)", "page", "frank", "/requests/?scope=projects"),
     ("page request detail", "page", "carol", "/requests/{pk}/"),
     ("page project detail", "page", "carol", f"/projects/{HOT_PROJECT}/"),
     ("page ops requests", "page", "ops", "/ops/requests/"),
@@ -139,8 +147,10 @@ def _bulk(model: Any, rows: list[Any]) -> list[Any]:
 
 @transaction.atomic
 def seed_rows(world: World, *, requests: int = 0, projects: int = 0, acme_projects: int = 0, members: int = 0,
-              tokens: int = 0, quota_requests: int = 0, nodes: int = 0, hot: float = 0.2) -> None:
-    """Add rows (see the module's docstring). ``projects``: extra projects in extra tenants."""
+              tokens: int = 0, quota_requests: int = 0, nodes: int = 0, hot: float = 0.2, live: int | None = None) -> None:
+    """Add rows (see the module's docstring). ``projects``: extra projects in extra tenants; ``live``: only
+    the newest ``live`` of the new requests may be in a live state (running, queued, awaiting approval...),
+    the older ones are over (None: all may be live)."""
     from quotas.models import Node, Quota, QuotaRequest
     from tenants.access import permissions_sync
     from tenants.models import ApiToken, Membership, Project, Role, Tenant
@@ -231,14 +241,14 @@ def seed_rows(world: World, *, requests: int = 0, projects: int = 0, acme_projec
         c["quota_requests"] = first + quota_requests
 
     if requests:
-        _seed_requests(world, requests, hot=hot, hot_project=hot_project, now=now)
+        _seed_requests(world, requests, hot=hot, hot_project=hot_project, now=now, live=live)
 
     # The request the detail endpoints read: the newest running one in the hot project.
     world.detail_pk = (WorkloadRequest.objects.filter(project=hot_project, state="running")
                        .order_by("-created_at", "-id").values_list("pk", flat=True).first()) or 0
 
 
-def _seed_requests(world: World, n: int, *, hot: float, hot_project: Any, now: Any) -> None:
+def _seed_requests(world: World, n: int, *, hot: float, hot_project: Any, now: Any, live: int | None) -> None:
     from tenants.models import Membership, Project
     from workloads.models import RequestEvent, WorkloadRequest
 
@@ -253,36 +263,42 @@ def _seed_requests(world: World, n: int, *, hot: float, hot_project: Any, now: A
     other_cycle = itertools.cycle(others) if others else None
     hot_every = max(1, round(1 / hot)) if hot > 0 else 0
 
-    rows = []
     seen = world.counts.setdefault("_by_group", {"hot": 0, "other": 0})  # states cycle within each group
-    for i in range(first, first + n):
-        in_hot = other_cycle is None or bool(hot_every and i % hot_every == 0)
-        group = "hot" if in_hot else "other"
-        k = seen[group]
-        seen[group] += 1
-        state = STATE_CYCLE[k % len(STATE_CYCLE)]
-        project = hot_project if in_hot else next(other_cycle)
-        who = (users["carol"] if k % 10 < 7 else users["bob"]) if in_hot else requester[project.pk]
-        slug = TEMPLATE_CYCLE[i % len(TEMPLATE_CYCLE)]
-        created = now - timedelta(minutes=(first + n - i))
-        started = created + timedelta(minutes=2) if state not in ("pending_approval", "approved", "queued", "rejected") else None
-        rows.append(WorkloadRequest(
-            tenant_id=project.tenant_id, project=project, cluster=world.cluster, template=world.templates[slug],
-            name=f"r{i}", image=IMAGES[slug], flavor=world.flavor, gpus=1 + i % 4, parameters=PARAMETERS[slug],
-            duration_hours=8, priority="batch", state=state, requested_by=who,
-            approved_by=users["bob"] if state not in ("pending_approval", "rejected") else None,
-            approved_at=created + timedelta(minutes=1) if state not in ("pending_approval", "rejected") else None,
-            pending_reason="4 GPUs is more than the 2 the rule approves alone." if state == "pending_approval" else "",
-            started_at=started, finished_at=created + timedelta(hours=1) if state in FINAL else None,
-            expires_at=(started + timedelta(hours=8)) if started else None,
-            created_at=created, updated_at=created + timedelta(minutes=3),
-        ))
-    with stamps_as_given(WorkloadRequest, RequestEvent):
-        made = _bulk(WorkloadRequest, rows)
-        _bulk(RequestEvent, [RequestEvent(request=r, at=r.created_at, from_state="", to_state="submitted",
-                                          actor_label=r.requested_by.username, message="Submitted.") for r in made]
-              + [RequestEvent(request=r, at=r.updated_at, from_state="submitted", to_state=r.state,
-                              actor_label="system", message=f"Now {r.state}.") for r in made])
+    for chunk in range(first, first + n, BATCH):
+        rows = []
+        for i in range(chunk, min(chunk + BATCH, first + n)):
+            in_hot = other_cycle is None or bool(hot_every and i % hot_every == 0)
+            group = "hot" if in_hot else "other"
+            k = seen[group]
+            seen[group] += 1
+            recent = live is None or i >= first + n - live
+            state = STATE_CYCLE[k % len(STATE_CYCLE)] if recent else HISTORY_CYCLE[k % len(HISTORY_CYCLE)]
+            project = hot_project if in_hot else next(other_cycle)
+            who = (users["carol"] if k % 10 < 7 else users["bob"]) if in_hot else requester[project.pk]
+            slug = TEMPLATE_CYCLE[i % len(TEMPLATE_CYCLE)]
+            created = now - timedelta(minutes=(first + n - i))
+            started = created + timedelta(minutes=2) if state not in ("pending_approval", "approved", "queued", "rejected") else None
+            decided = state not in ("pending_approval", "rejected")
+            rows.append(WorkloadRequest(
+                tenant_id=project.tenant_id, project_id=project.pk, cluster_id=world.cluster.pk,
+                template_id=world.templates[slug].pk, name=f"r{i}", image=IMAGES[slug], flavor_id=world.flavor.pk,
+                gpus=1 + i % 4, parameters=PARAMETERS[slug], duration_hours=8, priority="batch", state=state,
+                requested_by_id=who.pk, approved_by_id=users["bob"].pk if decided else None,
+                approved_at=created + timedelta(minutes=1) if decided else None,
+                pending_reason="4 GPUs is more than the 2 the rule approves alone." if state == "pending_approval" else "",
+                started_at=started, finished_at=created + timedelta(hours=1) if state in FINAL else None,
+                expires_at=(started + timedelta(hours=8)) if started else None,
+                created_at=created, updated_at=created + timedelta(minutes=3),
+            ))
+        with stamps_as_given(WorkloadRequest, RequestEvent):
+            made = WorkloadRequest.objects.bulk_create(rows, batch_size=BATCH)
+            # A timeline for the hot project's requests (the detail pages read it); the others go without.
+            shown = [r for r in made if r.project_id == hot_project.pk]
+            RequestEvent.objects.bulk_create(
+                [RequestEvent(request_id=r.pk, at=r.created_at, to_state="submitted", actor_label="carol",
+                              message="Submitted.") for r in shown]
+                + [RequestEvent(request_id=r.pk, at=r.updated_at, from_state="submitted", to_state=r.state,
+                                actor_label="system", message=f"Now {r.state}.") for r in shown], batch_size=BATCH)
     world.counts["requests"] = first + n
 
 
