@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -283,8 +284,8 @@ def explain(sqls: dict[str, list[str]]) -> None:
     table = '"workloads_workloadrequest"'
     for name in EXPLAIN_FULL + EXPLAIN_COMPACT:
         hot = [s for s in sqls.get(name, []) if f"FROM {table}" in s]
-        picked = [("count", next((s for s in hot if "COUNT(" in s.upper()), None)),
-                  ("page", next((s for s in hot if "LIMIT" in s.upper() and "COUNT(" not in s.upper()), None))]
+        picked = [("count", next((s for s in hot if s.startswith("SELECT COUNT(*)")), None)),
+                  ("page", next((s for s in hot if re.search(r" LIMIT \d+$", s)), None))]
         for what, sql in picked:
             if sql is None:
                 continue
