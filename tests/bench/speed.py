@@ -1,20 +1,21 @@
 """How fast the pages and the API answer, next to a floor (a script, not a test).
 
     python tests/bench/speed.py [--n 2000] [--projects 20] [--db URL] [--rounds 5] [--per-round 10]
-                                [--submissions 100] [--sequential 100] [--conn-max-age 60] [--keep]
+                                [--live 2000] [--submissions 100] [--sequential 100] [--conn-max-age 60] [--keep]
 
 1. Makes a fresh, throwaway database (``--db`` or ``DATABASE_URL``: PostgreSQL ``<name>`` becomes
    ``speed_<pid>``; without either, an SQLite file under var/bench/), migrates it and seeds it with
    ``bulk_create`` (tests/bench/speedworld.py): the demo's tenants, users and quotas, ``--n`` requests
    (a fifth of them in acme-vision, the project every measured user looks at), ``--projects`` extra
-   projects in extra tenants, quota requests, members, tokens and nodes.
+   projects in extra tenants, quota requests, members, tokens and nodes. Only the newest ``--live`` requests
+   may be running, queued or awaiting approval; the older ones are over.
 2. Query counts, in this process (Django's test client, ``CaptureQueriesContext``): every endpoint of
    ``speedworld.ENDPOINTS`` once, after a warm-up call.
 3. Latency over real HTTP: one gunicorn sync worker (DEBUG off, this database, ``DB_CONN_MAX_AGE`` from
    ``--conn-max-age``), ``--rounds`` x ``--per-round`` calls per endpoint, interleaved in a shuffled order
    so that every endpoint sees the same machine. Prints p50/p95 in ms and the ratio of each to the floor:
    ``tests/bench/floor.py``, a hand-written token-authenticated list and detail of the same rows (3 and 2
-   queries). Pages and lists compare with the floor list, details with the floor detail. Then the API list
+   queries). API details compare with the floor detail, everything else with the floor list. Then the API list
    (token) ``--sequential`` times one request after another: its p50/p95/max.
 4. Submissions, in this process: ``--submissions`` POSTs to ``/api/v1/requests/`` with a read+submit token,
    each approved by the global rule; queries per submission and p50/p95 ms.
@@ -24,7 +25,7 @@
 
 Without gunicorn installed (it is in requirements.txt) step 3 uses the test client in this process and says so.
 The database is dropped at the end unless ``--keep``. At scale: ``--n 100000 --projects 1000`` (seeding takes
-about a minute on PostgreSQL).
+a minute or more on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -318,7 +319,8 @@ def cleanup_broker() -> None:
         if keys:
             r.delete(*keys)
     else:
-        Path(url.removeprefix("portal+sqlite:///")).unlink(missing_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            Path(url.removeprefix("portal+sqlite:///") + suffix).unlink(missing_ok=True)
 
 
 def main() -> int:
