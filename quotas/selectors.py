@@ -7,7 +7,7 @@ from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum, prefetch_related_objects
 from guardian.shortcuts import get_objects_for_user
 
 from tenants.access import OPS_GROUP, Actor, is_ops
@@ -218,10 +218,12 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
       yet, or one the cluster refused), ``None`` when it cannot be told (architecture A's one shared
       queue, Volcano-held flavors, archived projects, flavors nothing enforces).
 
-    Two queries for any number of rows.
+    Two queries for any number of rows (a third when the rows came without their flavors' clusters).
     """
     if not rows:
         return {}
+    # Rows loaded without their flavor's cluster (``select_related("flavor")`` only): one query for all.
+    prefetch_related_objects([r.flavor for r in rows if not Flavor.cluster.is_cached(r.flavor)], "cluster")
     clusters = {r.flavor.cluster_id for r in rows}
     tenants = {r.tenant_id for r in rows}
     objects = list(AppliedObject.objects.filter(cluster_id__in=clusters, kind__in=("ClusterQueue", "Cohort"))
