@@ -126,6 +126,23 @@ def _wrong_type(field: serializers.Field, value: Any) -> str | None:
     return None
 
 
+def _number_size(field: serializers.Field, value: Any) -> str | None:
+    """A number too large for ``field`` ("too large (at most 9999.99)"), where DRF would say "A valid
+    number is required" (JSON ``1e309`` reads as infinity) or count its digits."""
+    from .forms import number_problem
+
+    if isinstance(field, serializers.DecimalField):
+        return number_problem(value, kind="decimal", max_digits=field.max_digits, decimal_places=field.decimal_places,
+                              max_value=field.max_value)
+    if isinstance(field, serializers.IntegerField):
+        if isinstance(value, float):  # 1.5 is "Must be a whole number"; 1e309 (infinity) is too large
+            return None if math.isfinite(value) else number_problem(value, kind="integer", max_value=field.max_value)
+        return number_problem(value, kind="integer") if field.max_value is None else None
+    if isinstance(field, serializers.FloatField):
+        return number_problem(value, kind="float", max_value=field.max_value)
+    return None
+
+
 class StrictSerializerMixin:
     """Strict JSON input: unknown fields and values of the wrong JSON type are field errors, instead of
     being ignored or coerced (as the OpenAPI schema says)."""
@@ -135,7 +152,7 @@ class StrictSerializerMixin:
             fields = {name: field for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
             errors = {name: ["Unknown field."] for name in sorted(set(data) - set(fields))}
             for name, value in data.items():
-                problem = _wrong_type(fields[name], value) if name in fields else None
+                problem = (_number_size(fields[name], value) or _wrong_type(fields[name], value)) if name in fields else None
                 if problem:
                     errors[name] = [problem]
             if errors:

@@ -220,6 +220,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Requests follow the cluster every few seconds (cost grows with changes, not with requests).
     "workloads-requests-sync": {"task": "workloads.tasks.requests_sync_task", "schedule": 5.0},
     "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
+    # Invitation links past their expiry read as expired at once; this writes the status down.
+    "tenants-invitations-expire": {"task": "tenants.invitations_expire", "schedule": 3600.0},
 }
 
 # Email
@@ -235,6 +237,17 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 # Optional: quota request events are also POSTed there as JSON (after commit, 3 s timeout; failures logged).
 PORTAL_WEBHOOK_URL = os.environ.get("PORTAL_WEBHOOK_URL", "")
+
+# Invitations by email (tenants): how long a link works, and the address links point at. Empty base
+# URL: the address the inviting request came to (behind a proxy, set it).
+_invitation_days = os.environ.get("PORTAL_INVITATION_DAYS", "7").strip()
+if not _invitation_days.isdecimal() or not 1 <= int(_invitation_days) <= 90:
+    raise ImproperlyConfigured(f"PORTAL_INVITATION_DAYS must be a whole number of days from 1 to 90, not {_invitation_days!r}.")
+PORTAL_INVITATION_DAYS = int(_invitation_days)
+PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
+
+# One-time form tokens (portal/forms.py): how long a sent form's result is remembered for replays.
+PORTAL_FORM_TOKEN_SECONDS = 24 * 3600
 
 # Fernet key(s) for kubeconfigs at rest (comma-separated for rotation); derived from SECRET_KEY if unset.
 PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")

@@ -9,7 +9,6 @@ and its errors (``parameters.<name>``, ``gpus``...) are put back next to the fie
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
@@ -18,6 +17,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from portal.exceptions import IdempotencyKeyReused, PortalError
+from portal.forms import DecimalField, FloatField, IntegerField, OneTimeFormMixin
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.forms import add_service_error
@@ -121,9 +121,9 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
     if widget == "checkbox":
         return forms.BooleanField(**common)
     if widget == "integer":
-        return forms.IntegerField(widget=forms.NumberInput(attrs=_hint_attrs(spec)), **common)
+        return IntegerField(**common)
     if widget == "number":
-        return forms.FloatField(widget=forms.NumberInput(attrs={**_hint_attrs(spec), "step": "any"}), **common)
+        return FloatField(**common)
     if widget == "list":
         item_type = (spec.get("items") or {}).get("type", "string")
         common["help_text"] = " ".join(filter(None, [common["help_text"], "One per line."]))
@@ -137,8 +137,13 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
     return forms.CharField(widget=forms.TextInput(attrs=attrs), strip=True, **common)
 
 
-class RequestForm(forms.Form):
-    """A new request from one template. ``parameter_names`` are the generated fields, in schema order."""
+class RequestForm(OneTimeFormMixin, forms.Form):
+    """A new request from one template. ``parameter_names`` are the generated fields, in schema order.
+
+    Its one-time token is the request's idempotency key (``once_field``): a replayed form is answered
+    from the form token (portal/forms.py) and, should that be forgotten, by the service's key."""
+
+    once_field = "idempotency_key"
 
     project = forms.ChoiceField(help_text="Where it runs and whose quota it uses.")
     name = forms.CharField(
@@ -146,17 +151,17 @@ class RequestForm(forms.Form):
         help_text="Optional. Lower-case letters, digits and '-'; a name is made up when empty.",
     )
     flavor = forms.ChoiceField(label="GPU flavor")
-    gpus = forms.IntegerField(label="GPUs", min_value=0, help_text="Per replica or worker.")
-    replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=1, help_text="Copies of the service behind its address.")
+    gpus = IntegerField(label="GPUs", min_value=0, help_text="Per replica or worker.")
+    replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=1, help_text="Copies of the service behind its address.")
     image = forms.ChoiceField()
     custom_image = forms.CharField(
         max_length=300, required=False, label="Custom image",
         help_text="registry/repo:tag or @sha256:digest. Only in projects allowed to use their own images.",
     )
-    duration_hours = forms.IntegerField(label="Duration (hours)", min_value=1)
+    duration_hours = IntegerField(label="Duration (hours)", min_value=1)
     priority = forms.ChoiceField(choices=Priority.choices)
-    cpu = forms.DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
-    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1)
+    cpu = DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
+    memory_gib = IntegerField(label="Memory (GiB)", min_value=1)
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
 
     # Fields grouped for the page: what, resources, then the generated parameters.
@@ -192,7 +197,6 @@ class RequestForm(forms.Form):
             (CUSTOM_IMAGE, "Custom image…")
         ]
         fields["gpus"].max_value = template.max_gpus
-        fields["gpus"].widget.attrs["max"] = template.max_gpus
         fields["gpus"].help_text = f"Per replica or worker; at most {template.max_gpus}."
         fields["cpu"].help_text = f"Per replica; at most {template.max_cpu.normalize():f}."
         fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
@@ -208,9 +212,6 @@ class RequestForm(forms.Form):
             "priority": kinds.get(template.kind).default_priority,
             "image": curated[0].reference if curated else CUSTOM_IMAGE,
         })
-        if not self.is_bound and not self.initial.get("idempotency_key"):
-            # One key per rendered form: a double-click or a resubmitted POST makes one request, not two.
-            self.initial["idempotency_key"] = uuid.uuid4().hex
         self.parameter_specs = form_fields(template.parameters_schema)
         self.parameter_names: list[str] = []
         for spec in self.parameter_specs:
@@ -293,8 +294,7 @@ class RequestForm(forms.Form):
         if isinstance(exc, IdempotencyKeyReused):
             # Sent before with other values (the back button, then edits): a new key, so that sending
             # the form again submits these values as a new request.
-            self.data = self.data.copy()
-            self.data["idempotency_key"] = uuid.uuid4().hex
+            self.once_renew()
             self.add_error(None, "This form was already sent with other values. Send it again to submit these "
                                  "values as a new request.")
             return
@@ -317,8 +317,8 @@ class DecisionForm(forms.Form):
 
 
 class ExtendForm(forms.Form):
-    hours = forms.IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
+    hours = IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
 
 
 class ScaleForm(forms.Form):
-    replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")
+    replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")
