@@ -196,7 +196,7 @@ class FloatField(forms.FloatField):
 # One-time form tokens ----------------------------------------------------------------------------
 
 ONCE_FIELD = "form_token"
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+_TOKEN = re.compile(r"[A-Za-z0-9_.:-]{8,200}")
 _NOT_DATA = {"csrfmiddlewaretoken"}
 
 

@@ -392,23 +392,25 @@ def invitation_resend(*, actor: Actor, invitation: Invitation, base_url: str = "
     require(policy.may_manage_members(actor, tenant), "Only tenant admins and ops invite members.")
     _require_writable(actor, tenant)
     secret, digest = _new_secret()
-    now = timezone.now()
-    fields = {"secret_hash": digest, "expires_at": _invitation_expiry(), "sent_at": now, "send_count": invitation.send_count + 1}
-    current = Invitation.objects.filter(pk=invitation.pk).values_list("status", flat=True).first()
-    if current == Invitation.Status.PENDING:
-        # Still pending: the status stays; the row gets the new link under the same compare-and-set.
-        moved = Invitation.objects.select_for_update(of=("self",)).select_related("tenant", "project").filter(
-            pk=invitation.pk, status=Invitation.Status.PENDING).first()
-        if moved is not None:
-            before = invitation_states.invitation_snapshot(moved)
-            fields["send_count"] = moved.send_count + 1
-            Invitation.objects.filter(pk=moved.pk).update(**fields)
-            moved.refresh_from_db()
-            audit_record(actor=actor, action="invitation.resend", target=moved, tenant=tenant, project=moved.project,
-                         before=before, after=invitation_states.invitation_snapshot(moved))
-    else:
-        moved = invitation_states.move(invitation, to=Invitation.Status.PENDING, actor=actor, action="invitation.resend",
-                                       fields=fields)
+    fields = {"secret_hash": digest, "expires_at": _invitation_expiry(), "sent_at": timezone.now()}
+    current = (Invitation.objects.select_for_update(of=("self",)).select_related("tenant", "project")
+               .filter(pk=invitation.pk).first())
+    moved: Invitation | None = None
+    if current is not None and current.status == Invitation.Status.PENDING:
+        # Still pending: the status stays; the row gets the new link (the lock keeps an accept out meanwhile).
+        before = invitation_states.invitation_snapshot(current)
+        Invitation.objects.filter(pk=current.pk).update(send_count=current.send_count + 1, **fields)
+        current.refresh_from_db()
+        audit_record(actor=actor, action="invitation.resend", target=current, tenant=tenant, project=current.project,
+                     before=before, after=invitation_states.invitation_snapshot(current))
+        moved = current
+    elif current is not None:
+        try:
+            with transaction.atomic():
+                moved = invitation_states.move(current, to=Invitation.Status.PENDING, actor=actor, action="invitation.resend",
+                                               fields={**fields, "send_count": current.send_count + 1})
+        except IntegrityError:
+            raise ConflictError(f"{current.email} has a newer pending invitation there: send that one again instead.") from None
     if moved is None:
         raise ConflictError(f"This invitation was {_status_word(invitation.pk)}: it cannot be sent again. Invite again instead.")
     _invitation_send(moved, secret=secret, base_url=base_url, inviter=actor.label)
@@ -472,6 +474,7 @@ def invitation_accept(*, invitation: Invitation, user: Any, ip: str | None = Non
     with transaction.atomic():
         current = Invitation.objects.select_related("tenant", "project").get(pk=invitation.pk)
         invitation_check_open(current)
+        _tenant_locked(current.tenant)  # the tenant before the invitation, as every admin's write locks them
         made: dict[str, Membership] = {}
 
         def effect(locked: Invitation) -> None:

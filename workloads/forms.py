@@ -196,7 +196,11 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         fields["image"].choices = [(i.reference, f"{i.name} — {i.reference}") for i in curated] + [
             (CUSTOM_IMAGE, "Custom image…")
         ]
+        # The templates' limits, for "too large (at most ...)"; the service checks them (and says so).
         fields["gpus"].max_value = template.max_gpus
+        fields["cpu"].max_value = template.max_cpu
+        fields["memory_gib"].max_value = template.max_memory_gib
+        fields["duration_hours"].max_value = template.max_duration_hours
         fields["gpus"].help_text = f"Per replica or worker; at most {template.max_gpus}."
         fields["cpu"].help_text = f"Per replica; at most {template.max_cpu.normalize():f}."
         fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
