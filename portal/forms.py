@@ -204,10 +204,16 @@ def new_form_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+ONCE_PARAM = "form"
+
+
 class OneTimeFormMixin:
     """Adds the hidden one-time token (``once_field``, ``form_token`` unless the form names another).
 
-    Put it first among the bases: ``class TokenCreateForm(OneTimeFormMixin, forms.Form)``."""
+    Put it first among the bases: ``class TokenCreateForm(OneTimeFormMixin, forms.Form)``. The page
+    keeps the token in its address too (``?form=<token>``, set by ``static/js/portal.js`` from the
+    hidden input's ``data-once``), so Back to a form already sent, which browsers often load afresh,
+    shows the same form instance again (``once_initial()``) and sending it again is a replay."""
 
     once_field = ONCE_FIELD
 
@@ -216,7 +222,8 @@ class OneTimeFormMixin:
         fields = self.fields  # type: ignore[attr-defined]
         if self.once_field not in fields:
             fields[self.once_field] = forms.CharField(widget=forms.HiddenInput, required=False, max_length=200)
-        if not self.is_bound and not self.initial.get(self.once_field):  # type: ignore[attr-defined]
+        fields[self.once_field].widget.attrs["data-once"] = ONCE_PARAM
+        if not self.is_bound and not _TOKEN.fullmatch(str(self.initial.get(self.once_field) or "")):  # type: ignore[attr-defined]
             self.initial[self.once_field] = new_form_token()  # type: ignore[attr-defined]
 
     def once_token(self) -> str:
@@ -236,6 +243,22 @@ class OneTimeFormMixin:
         items = sorted((key, list(data.getlist(key)) if hasattr(data, "getlist") else [str(data[key])])
                        for key in data if key not in skip)
         return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+def once_initial(request: HttpRequest, form_class: type[OneTimeFormMixin]) -> dict[str, str]:
+    """``initial`` for a form rendered by a GET: the token in the address (``?form=``), when it is one."""
+    token = str(request.GET.get(ONCE_PARAM, "") or "").strip()
+    return {form_class.once_field: token} if _TOKEN.fullmatch(token) else {}
+
+
+def once_sent(request: HttpRequest, form: OneTimeFormMixin) -> dict[str, Any] | None:
+    """What became of the unbound ``form``'s token, when it was sent already: ``{"url", "message"}``."""
+    user = getattr(request, "user", None)
+    token = str(form.initial.get(form.once_field) or "")  # type: ignore[attr-defined]
+    if not token or user is None or not user.is_authenticated:
+        return None
+    seen = cache.get(f"form-once:{user.pk}:{token}") or {}
+    return seen if seen.get("state") == "done" and seen.get("url") else None
 
 
 @dataclass

@@ -156,13 +156,12 @@ class SignupForm(forms.Form):
     """A newcomer's account, made on the invitation's page. The email is the invited address."""
 
     username = forms.CharField(max_length=150, help_text="Letters, digits and @/./+/-/_ only. You sign in with it.")
-    password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
-    password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+    password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput)
+    password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "signup")
         super().__init__(*args, **kwargs)
-        self.fields["username"].widget.attrs["autocomplete"] = "username"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -31,7 +31,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.exceptions import PortalError
-from portal.forms import once_claim, once_replay
+from portal.forms import once_claim, once_initial, once_replay
 from portal.ui import Pager, filtered
 
 from . import policy, selectors, services
@@ -141,7 +141,7 @@ def _project_page(
         "can_submit": can_submit,
         "members": Pager(request, members, param="members_page"),
         "tokens": Pager(request, tokens, param="tokens_page"),
-        "token_form": token_form or TokenCreateForm(can_submit=can_submit),
+        "token_form": token_form or TokenCreateForm(can_submit=can_submit, initial=once_initial(request, TokenCreateForm)),
         "new_token": new_token,
         "new_secret": new_secret,
         "now": timezone.now(),
@@ -333,7 +333,7 @@ def _tenant_members(
         "filterset": filterset,
         "pager": Pager(request, filterset.qs),
         "form": form or MemberAddForm(projects=projects, members=selectors.tenant_members(tenant=tenant), initial=initial),
-        "invite_form": invite_form or InvitationForm(projects=projects, initial=initial),
+        "invite_form": invite_form or InvitationForm(projects=projects, initial=initial | once_initial(request, InvitationForm)),
         "invitations": Pager(request, invitations, param="invitations_page"),
         "roles": Role.choices,
         "invitation_days": settings.PORTAL_INVITATION_DAYS,
@@ -447,9 +447,9 @@ def _accept_page(request: HttpRequest, invitation: Invitation | None, *, status:
         response = page(request, "tenants/invitation_accept.html", context, status=status)
     else:
         response = render(request, "tenants/invitation_accept.html", context, status=status)
-    # The address carries the link's secret: no cached copy, and no Referer with it to anyone.
+    # The address carries the link's secret: no cached copy. (Referer: the site-wide same-origin policy
+    # sends it to no one else; "no-referrer" would make the browser's form POST fail the CSRF origin check.)
     add_never_cache_headers(response)
-    response["Referrer-Policy"] = "no-referrer"
     return response
 
 

@@ -27,7 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
-from portal.forms import once_claim, once_replay
+from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
 from quotas.models import Flavor
@@ -193,7 +193,9 @@ def request_new(request: HttpRequest) -> HttpResponse:
         if once.first:
             once.release()
     else:
-        form = _request_form(actor, template, initial={"project": project_slug} if project_slug else None)
+        initial = ({"project": project_slug} if project_slug else {}) | once_initial(request, RequestForm)
+        form = _request_form(actor, template, initial=initial)
+        context["form_sent"] = once_sent(request, form)
     context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form)}
     return page(request, "workloads/request_form.html", context)
 

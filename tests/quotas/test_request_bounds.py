@@ -129,7 +129,7 @@ def test_in_use_figures_say_when_they_were_read(as_user, split) -> None:
     read = timezone.now().replace(microsecond=0) - timedelta(minutes=3)
     Cluster.objects.filter(pk=split.cluster.pk).update(reconciled_at=read)
     Quota.objects.filter(project__slug="acme-vision").update(used=3, usage_at=read - timedelta(days=2))
-    stamp = f'In use as of <time datetime="{read.isoformat()}">{read:%Y-%m-%d %H:%M}</time> UTC'
+    stamp = f'In use as of <time datetime="{read.isoformat()}">{read:%Y-%m-%d %H:%M} UTC</time>'
     for url in ("/projects/acme-vision/quota/", "/projects/acme-vision/"):
         assert stamp in text(as_user("carol").get(url)), url
     assert stamp in text(as_user("alice").get("/tenants/acme/quotas/"))

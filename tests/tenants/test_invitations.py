@@ -129,7 +129,7 @@ def test_a_newcomer_signs_up_on_the_link_and_joins(invite, client, cast) -> None
     invitation, path = invite()
     client.logout()
     page = client.get(path)
-    assert page.status_code == 200 and "no-store" in page["Cache-Control"] and page["Referrer-Policy"] == "no-referrer"
+    assert page.status_code == 200 and "no-store" in page["Cache-Control"] and page["Referrer-Policy"] == "same-origin"
     assert "Join Acme Research" in text(page) and "Create your account" in text(page)
     response = client.post(path, {"signup-username": "newbie", "signup-password1": "a-long-pass-phrase-7",
                                   "signup-password2": "a-long-pass-phrase-7"})
