@@ -174,12 +174,32 @@ class DateTimeField(serializers.DateTimeField):
         return super().to_internal_value(value)
 
 
+def _infinite_at(value: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], float] | None:
+    """Where in a JSON document a number too large to hold is (``1e309`` reads as infinity)."""
+    if isinstance(value, float) and math.isinf(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _infinite_at(item, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
+
+
 class JSONField(serializers.JSONField):
-    """A JSON document jsonb can store: no NUL character in any key or string."""
+    """A JSON document jsonb can store: no NUL character in any key or string, no infinite number."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs["validators"] = [*kwargs.get("validators", []), reject_nul]
         super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        found = _infinite_at(data)
+        if found is not None:  # DRF would say "Value must be valid JSON"
+            path, value = found
+            word = "large" if value > 0 else "small"
+            raise serializers.ValidationError(f"This number is too {word}" + (f" (at {'.'.join(path)})." if path else "."))
+        return super().to_internal_value(data)
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})

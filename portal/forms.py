@@ -201,7 +201,7 @@ _NOT_DATA = {"csrfmiddlewaretoken"}
 
 
 def new_form_token() -> str:
-    return secrets.token_urlsafe(24)
+    return secrets.token_hex(16)
 
 
 ONCE_PARAM = "form"

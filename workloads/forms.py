@@ -101,12 +101,24 @@ def _hint_attrs(spec: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+def _bounds(spec: dict[str, Any]) -> str:
+    """A number's bounds, said in the help (number fields are text inputs: no min/max for the browser)."""
+    if spec["widget"] not in ("integer", "number"):
+        return ""
+    low, high = spec.get("minimum"), spec.get("maximum")
+    if low is not None and high is not None:
+        return f"From {low} to {high}."
+    if low is not None:
+        return f"At least {low}."
+    return f"At most {high}." if high is not None else ""
+
+
 def parameter_field(spec: dict[str, Any]) -> forms.Field:
     """A form field for one parameter. Never ``required`` here: the schema says what is missing."""
     common: dict[str, Any] = {
         "label": spec["label"] + ("" if spec["required"] else " (optional)") if spec["widget"] != "checkbox" else spec["label"],
         "required": False,
-        "help_text": spec.get("description") or "",
+        "help_text": " ".join(filter(None, [spec.get("description") or "", _bounds(spec)])),
         "initial": spec.get("default"),
     }
     widget = spec["widget"]
@@ -120,10 +132,11 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
         return forms.TypedChoiceField(choices=choices, coerce=lambda text: by_text.get(text, text), empty_value=None, **common)
     if widget == "checkbox":
         return forms.BooleanField(**common)
-    if widget == "integer":
-        return IntegerField(**common)
-    if widget == "number":
-        return FloatField(**common)
+    if widget == "integer" or widget == "number":
+        field = IntegerField(**common) if widget == "integer" else FloatField(**common)
+        # The schema's maximum, for "too large (at most ...)"; the schema itself is checked by the service.
+        field.max_value = spec.get("maximum")
+        return field
     if widget == "list":
         item_type = (spec.get("items") or {}).get("type", "string")
         common["help_text"] = " ".join(filter(None, [common["help_text"], "One per line."]))
