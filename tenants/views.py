@@ -630,7 +630,7 @@ def ops_tenant_create(request: HttpRequest) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc)
         else:
-            messages.success(request, f"Tenant {tenant.name} created. Add its first tenant admin on its members page.")
+            messages.success(request, f"Tenant {tenant.name} created. Invite its first tenant admin by email on its members page.")
             return redirect("ops-tenants")
     return _ops_tenants(request, actor, form=form)
 
