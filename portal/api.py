@@ -126,6 +126,23 @@ def _wrong_type(field: serializers.Field, value: Any) -> str | None:
     return None
 
 
+def _number_size(field: serializers.Field, value: Any) -> str | None:
+    """A number too large for ``field`` ("too large (at most 9999.99)"), where DRF would say "A valid
+    number is required" (JSON ``1e309`` reads as infinity) or count its digits."""
+    from .forms import number_problem
+
+    if isinstance(field, serializers.DecimalField):
+        return number_problem(value, kind="decimal", max_digits=field.max_digits, decimal_places=field.decimal_places,
+                              max_value=field.max_value)
+    if isinstance(field, serializers.IntegerField):
+        if isinstance(value, float):  # 1.5 is "Must be a whole number"; 1e309 (infinity) is too large
+            return None if math.isfinite(value) else number_problem(value, kind="integer", max_value=field.max_value)
+        return number_problem(value, kind="integer") if field.max_value is None else None
+    if isinstance(field, serializers.FloatField):
+        return number_problem(value, kind="float", max_value=field.max_value)
+    return None
+
+
 class StrictSerializerMixin:
     """Strict JSON input: unknown fields and values of the wrong JSON type are field errors, instead of
     being ignored or coerced (as the OpenAPI schema says)."""
@@ -135,7 +152,7 @@ class StrictSerializerMixin:
             fields = {name: field for name, field in self.fields.items() if not field.read_only}  # type: ignore[attr-defined]
             errors = {name: ["Unknown field."] for name in sorted(set(data) - set(fields))}
             for name, value in data.items():
-                problem = _wrong_type(fields[name], value) if name in fields else None
+                problem = (_number_size(fields[name], value) or _wrong_type(fields[name], value)) if name in fields else None
                 if problem:
                     errors[name] = [problem]
             if errors:
@@ -157,12 +174,32 @@ class DateTimeField(serializers.DateTimeField):
         return super().to_internal_value(value)
 
 
+def _infinite_at(value: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], float] | None:
+    """Where in a JSON document a number too large to hold is (``1e309`` reads as infinity)."""
+    if isinstance(value, float) and math.isinf(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _infinite_at(item, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
+
+
 class JSONField(serializers.JSONField):
-    """A JSON document jsonb can store: no NUL character in any key or string."""
+    """A JSON document jsonb can store: no NUL character in any key or string, no infinite number."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs["validators"] = [*kwargs.get("validators", []), reject_nul]
         super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        found = _infinite_at(data)
+        if found is not None:  # DRF would say "Value must be valid JSON"
+            path, value = found
+            word = "large" if value > 0 else "small"
+            raise serializers.ValidationError(f"This number is too {word}" + (f" (at {'.'.join(path)})." if path else "."))
+        return super().to_internal_value(data)
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})

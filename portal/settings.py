@@ -221,6 +221,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
     # Reminds approvers of what still waits (once per PORTAL_APPROVAL_REMIND_AFTER per request).
     "workloads-approvals-remind": {"task": "workloads.tasks.approvals_remind_task", "schedule": 300.0},
+    # Invitation links past their expiry read as expired at once; this writes the status down.
+    "tenants-invitations-expire": {"task": "tenants.invitations_expire", "schedule": 3600.0},
 }
 
 # Email
@@ -255,6 +257,16 @@ def _duration_seconds(name: str, text: str) -> int:
 PORTAL_APPROVAL_REMIND_AFTER = _duration_seconds(
     "PORTAL_APPROVAL_REMIND_AFTER", os.environ.get("PORTAL_APPROVAL_REMIND_AFTER", "4h")
 )
+# Invitations by email (tenants): how long a link works, and the address links point at. Empty base
+# URL: the address the inviting request came to (behind a proxy, set it).
+_invitation_days = os.environ.get("PORTAL_INVITATION_DAYS", "7").strip()
+if not _invitation_days.isdecimal() or not 1 <= int(_invitation_days) <= 90:
+    raise ImproperlyConfigured(f"PORTAL_INVITATION_DAYS must be a whole number of days from 1 to 90, not {_invitation_days!r}.")
+PORTAL_INVITATION_DAYS = int(_invitation_days)
+PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
+
+# One-time form tokens (portal/forms.py): how long a sent form's result is remembered for replays.
+PORTAL_FORM_TOKEN_SECONDS = 24 * 3600
 
 # Fernet key(s) for kubeconfigs at rest (comma-separated for rotation); derived from SECRET_KEY if unset.
 PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")

@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
+from portal.forms import DecimalField, IntegerField
 from tenants.models import Project, Tenant
 
 from .models import Architecture, Cluster, Flavor
@@ -39,11 +40,17 @@ def target_choices(flavors: Iterable[Flavor]) -> list[tuple[str, str]]:
 
 
 def _quantity(label: str, *, required: bool = True, help_text: str = "", positive: bool = False) -> forms.DecimalField:
-    return forms.DecimalField(
-        label=label, required=required, min_value=Decimal("0.001") if positive else Decimal(0),
+    # ``positive``: more than 0, checked with the chosen resource in mind (``QuotaRequestForm.clean``), so
+    # a GPU request is asked for "at least 1", never for "0.001".
+    return DecimalField(
+        label=label, required=required, min_value=None if positive else Decimal(0),
         max_digits=14, decimal_places=3, help_text=help_text,
-        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
     )
+
+
+def whole_units(resource: str) -> bool:
+    """GPUs, MIG slices and vGPU slots (``nvidia.com/...``) are counted in whole units."""
+    return resource.startswith("nvidia.com/")
 
 
 class TargetMixin:
@@ -117,6 +124,21 @@ class QuotaRequestForm(TargetMixin, forms.Form):
         self.fields["until"].label = f"Until ({timezone.get_current_timezone_name()})"
         self._set_targets(flavors)
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        amount, target = data.get("amount"), data.get("target")
+        if amount is None:
+            return data
+        resource = target.partition("|")[2] if target else ""
+        if whole_units(resource):
+            if amount < 1:
+                self.add_error("amount", f"Ask for at least 1: {resource} is counted in whole units.")
+            elif amount != amount.to_integral_value():
+                self.add_error("amount", f"{resource} is counted in whole units: ask for a whole number.")
+        elif amount <= 0:
+            self.add_error("amount", "Ask for more than 0.")
+        return data
+
 
 class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
@@ -127,7 +149,7 @@ class DecisionForm(forms.Form):
 class ClusterSettingsForm(forms.Form):
     """Settings that change what may be promised or offered; the architecture changes through a plan."""
 
-    overcommit_percent = forms.IntegerField(
+    overcommit_percent = IntegerField(
         min_value=0, label="Overcommit (%)",
         help_text="How far the tenants' nominal quotas may exceed capacity. 0: promises must fit.",
     )
@@ -155,15 +177,15 @@ class FlavorForm(forms.Form):
     gpu_product = forms.CharField(max_length=100, required=False, label="GPU product", help_text="nvidia.com/gpu.product of the nodes.")
     gpu_model = forms.CharField(max_length=40, required=False, label="GPU model", help_text="Short key for the MIG profile table, e.g. a100-80gb.")
     mig_profile = forms.CharField(max_length=20, required=False, label="MIG profile", help_text="MIG flavors only, e.g. 1g.10gb.")
-    hami_memory_mib = forms.IntegerField(min_value=0, initial=0, label="HAMi memory per vGPU (MiB)", help_text="HAMi flavors only.")
-    hami_cores_percent = forms.IntegerField(min_value=0, initial=0, label="HAMi cores per vGPU (%)", help_text="HAMi flavors only.")
+    hami_memory_mib = IntegerField(min_value=0, initial=0, label="HAMi memory per vGPU (MiB)", help_text="HAMi flavors only.")
+    hami_cores_percent = IntegerField(min_value=0, initial=0, label="HAMi cores per vGPU (%)", help_text="HAMi flavors only.")
     pool_label = forms.ChoiceField(choices=[("", "Any pool"), ("online", "online"), ("offline", "offline")], required=False,
                                    label="Pool", help_text="Architecture F: the pool this flavor's nodes are in.")
     node_labels = forms.JSONField(required=False, label="Node labels (JSON object)", widget=forms.Textarea(attrs={"rows": 3}),
                                   help_text='e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}')
     taints = forms.JSONField(required=False, label="Taints (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
     tolerations = forms.JSONField(required=False, label="Tolerations (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
-    order = forms.IntegerField(min_value=0, initial=100, help_text="Kueue tries flavors in this order.")
+    order = IntegerField(min_value=0, initial=100, help_text="Kueue tries flavors in this order.")
 
     FIXED = ("cluster", "name", "kind")
 
@@ -232,7 +254,7 @@ class ClusterCreateForm(forms.Form):
     architecture = forms.ChoiceField(choices=Architecture.choices, initial=Architecture.B, label="Reference architecture")
     use_mig = forms.BooleanField(required=False, label="Offer MIG flavors (C, E, F)")
     use_hami = forms.BooleanField(required=False, label="Offer HAMi flavors (D, E, F)")
-    overcommit_percent = forms.IntegerField(
+    overcommit_percent = IntegerField(
         min_value=0, initial=0, label="Overcommit (%)",
         help_text="How far the tenants' nominal quotas may exceed capacity. 0: promises must fit.",
     )

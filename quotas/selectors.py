@@ -294,6 +294,8 @@ def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
             "borrowed": row.borrowed,
             "free": max(row.nominal - row.used, ZERO) if checks[row.pk]["enforced"] else ZERO,
             "usage_at": row.usage_at,
+            # Every reconcile reads the queues' usage before it stamps the cluster: the figures are as of then.
+            "usage_read_at": row.flavor.cluster.reconciled_at,
             "enforced": checks[row.pk]["enforced"],
             "enforcement_reason": "" if checks[row.pk]["enforced"] else checks[row.pk]["enforcement"].reason,
             "confirmed_at": checks[row.pk]["confirmed_at"],

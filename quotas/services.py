@@ -580,6 +580,49 @@ def _request_snapshot(request: QuotaRequest) -> dict[str, Any]:
     }
 
 
+def _units(flavor: Flavor, resource: str, *, one: bool) -> str:
+    s = "" if one else "s"
+    if resource == "nvidia.com/gpu":
+        return f"{flavor} {'vGPU slot' if flavor.kind == Flavor.Kind.HAMI else 'GPU'}{s}"
+    if resource.startswith("nvidia.com/mig-"):
+        return f"{flavor} MIG slice{s}"
+    if resource == "nvidia.com/total-gpucores":
+        return f"% of GPU cores of {flavor}"
+    if resource == "nvidia.com/total-gpumem":
+        return f"MiB of GPU memory of {flavor}"
+    if resource == "cpu":
+        return f"CPU core{s}"
+    if resource == "memory":
+        return "GiB of memory"
+    return f"× {resource} of {flavor}"
+
+
+def amount_words(flavor: Flavor, resource: str, amount: Decimal) -> str:
+    """``16 h100-80gb GPUs``, ``1 a100-80gb-mig-1g.10gb MIG slice``, ``96 CPU cores``: an amount for people."""
+    units = _units(flavor, resource, one=amount == 1)
+    return f"{fmt(amount)}{'' if units.startswith('%') else ' '}{units}"
+
+
+def _check_request_fits_cluster(*, project: Project, flavor: Flavor, resource: str, amount: Decimal) -> None:
+    """A project can never use more than the cluster has: refuse asking for more than the capacity of
+    the flavor's nodes that count (``capacity.capacity_by_flavor``) less what the project already has,
+    and say so with the numbers."""
+    cluster = flavor.cluster
+    capacity = selectors.capacity_of(cluster, flavor, resource)
+    row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
+    has = row.nominal if row is not None else ZERO
+    if has + amount <= capacity:
+        return
+    if capacity <= 0:
+        raise Invalid(f"Cluster {cluster.name} has no {_units(flavor, resource, one=False).removeprefix('% of ')} on nodes "
+                      "that count today (none is ready), so none can be asked for.", field="amount")
+    room = max(capacity - has, ZERO)
+    already = f"{project.name} already has {fmt(has)}, so" if has else "so"
+    more = f"it can ask for at most {fmt(room)} more" if room > 0 else "it cannot ask for more"
+    raise Invalid(f"Cluster {cluster.name} has {amount_words(flavor, resource, capacity)} in all; {already} {more} "
+                  f"(asked for {fmt(amount)}).", field="amount")
+
+
 def _reload(request: QuotaRequest) -> QuotaRequest:
     return QuotaRequest.objects.select_related("project__tenant", "flavor__cluster", "requested_by", "decided_by").get(pk=request.pk)
 
@@ -608,6 +651,7 @@ def quota_request_create(
         raise Invalid("A resource name is required.", field="resource")
     flavor = _check_flavor_resource(flavor, resource)
     amount = parse_quantity(amount, field="amount", resource=resource, positive=True)
+    _check_request_fits_cluster(project=project, flavor=flavor, resource=resource, amount=amount)
     if until is not None and until <= timezone.now():
         raise Invalid("The end must be in the future.", field="until")
     reason = (reason or "").strip()

@@ -322,6 +322,7 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
         "quota_filter": quota_filter,
         "quota_pager": quota_pager,
         "quota_rows": [(q, checks[q.pk]) for q in quota_items],
+        "usage_readings": [{"usage_read_at": cluster.reconciled_at}],
         "keep": [("cluster", cluster.name)],
         "form": form or TenantQuotaForm(tenants=tenants, flavors=[f for f, e in not_enforced if e.enforced]),
     }
@@ -714,6 +715,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
     context = {"tenant": tenant, "tab": "quotas", "summary": summary,
                "chart": chart, "filterset": filterset, "pager": pager, "form": form,
                "project_rows": [(q, project_checks[q.pk]) for q in page_rows],
+               "usage_readings": list(project_rows.order_by().values("flavor__cluster__reconciled_at").distinct()),
                "not_enforced": [s for s in summary if not s["check"]["enforced"]]}
     return page(request, "quotas/tenant_quotas.html", context)
 

@@ -18,7 +18,7 @@ from portal.exceptions import PortalError
 from . import services
 from .access import Actor, is_ops
 from .forms import ThrottledAdminAuthenticationForm
-from .models import ApiToken, AuditEntry, Membership, Project, Tenant
+from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Tenant
 
 # The admin's sign-in explains a throttled attempt like the portal's (the throttle is in the backend).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -121,6 +121,23 @@ class ApiTokenAdmin(OpsReadOnlyAdmin):
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         self._each(request, queryset, "token(s) revoked", lambda actor, t: services.token_revoke(actor=actor, token=t))
+
+
+@admin.register(Invitation)
+class InvitationAdmin(OpsReadOnlyAdmin):
+    # Never the secret's hash.
+    fields = ["email", "tenant", "project", "role", "status", "invited_by", "created_at", "sent_at", "send_count",
+              "expires_at", "accepted_by", "accepted_at", "revoked_at"]
+    list_display = ["email", "tenant", "project", "role", "status", "sent_at", "expires_at", "accepted_by"]
+    list_filter = ["status", "role", "tenant"]
+    search_fields = ["email", "tenant__slug", "project__slug"]
+    list_select_related = ["tenant", "project", "accepted_by"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected invitations")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[Invitation]) -> None:
+        self._each(request, queryset, "invitation(s) revoked",
+                   lambda actor, i: services.invitation_revoke(actor=actor, invitation=i))
 
 
 @admin.register(AuditEntry)

@@ -4,7 +4,7 @@ import django_filters as filters
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
 
-from .models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
+from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Role, Tenant
 
 
 class TenantFilter(FilterSet):
@@ -39,6 +39,17 @@ class MembershipFilter(FilterSet):
     class Meta:
         model = Membership
         fields = ["tenant", "project", "user", "role"]
+
+
+class InvitationFilter(FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
+    project = filters.CharFilter(field_name="project__slug", label="Project slug")
+    email = filters.CharFilter(lookup_expr="iexact")
+    status = filters.ChoiceFilter(choices=Invitation.Status.choices)
+
+    class Meta:
+        model = Invitation
+        fields = ["tenant", "project", "email", "status"]
 
 
 class TokenFilter(FilterSet):

@@ -11,6 +11,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from portal.exceptions import PortalError
+from portal.forms import IntegerField, OneTimeFormMixin
 
 from .models import ApiToken, Project, Role, Tenant
 from .services import MAX_TOKEN_DAYS
@@ -96,20 +97,54 @@ class ProjectCreateForm(forms.Form):
 TENANT_WIDE = ""
 
 
+def _where_choices(projects: dict[str, Project]) -> list[tuple[str, str]]:
+    return [(slug, f"{p.name} ({slug})") for slug, p in projects.items()] + [(TENANT_WIDE, "Tenant-wide (tenant admin)")]
+
+
 class MemberAddForm(forms.Form):
-    username = forms.CharField(max_length=150)
+    """Give someone who already belongs to the tenant a role in (another of) its projects. The people
+    are a list of the tenant's own members, never a free-text username: the form cannot tell anyone
+    whether a name exists elsewhere. Newcomers are invited by email (``InvitationForm``)."""
+
+    user = forms.ChoiceField(label="Member", help_text="Someone who already has a role in this tenant.")
+    project = forms.ChoiceField(
+        required=False, help_text="Tenant admins hold their role tenant-wide; every other role is held in one project."
+    )
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args: Any, projects: Iterable[Project] = (), members: Iterable[Any] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "member")
+        super().__init__(*args, **kwargs)
+        self.projects = {p.slug: p for p in projects}
+        self.members = {u.get_username(): u for u in members}
+        self.fields["user"].choices = [("", "Choose…")] + [
+            (name, f"{name} ({u.get_full_name()})" if u.get_full_name() else name) for name, u in self.members.items()
+        ]
+        self.fields["project"].choices = _where_choices(self.projects)
+        if not self.is_bound and not self.initial.get("project") and self.projects:
+            self.initial["project"] = next(iter(self.projects))
+
+    def cleaned_project(self) -> Project | None:
+        return self.projects.get(self.cleaned_data.get("project") or "")
+
+    def cleaned_user(self) -> Any:
+        return self.members[self.cleaned_data["user"]]
+
+
+class InvitationForm(OneTimeFormMixin, forms.Form):
+    """Invite someone by email to a role in the tenant or one of its projects."""
+
+    email = forms.EmailField(max_length=254, help_text="The invitation link is sent there; it works once.")
     project = forms.ChoiceField(
         required=False, help_text="Tenant admins hold their role tenant-wide; every other role is held in one project."
     )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
     def __init__(self, *args: Any, projects: Iterable[Project] = (), **kwargs: Any) -> None:
-        kwargs.setdefault("prefix", "member")
+        kwargs.setdefault("prefix", "invite")
         super().__init__(*args, **kwargs)
-        self.projects = {p.slug: p for p in projects}
-        self.fields["project"].choices = [(slug, f"{p.name} ({slug})") for slug, p in self.projects.items()] + [
-            (TENANT_WIDE, "Tenant-wide (tenant admin)")
-        ]
+        self.projects = {p.slug: p for p in projects if p.is_active}
+        self.fields["project"].choices = _where_choices(self.projects)
         if not self.is_bound and not self.initial.get("project") and self.projects:
             self.initial["project"] = next(iter(self.projects))
 
@@ -117,14 +152,32 @@ class MemberAddForm(forms.Form):
         return self.projects.get(self.cleaned_data.get("project") or "")
 
 
+class SignupForm(forms.Form):
+    """A newcomer's account, made on the invitation's page. The email is the invited address."""
+
+    username = forms.CharField(max_length=150, help_text="Letters, digits and @/./+/-/_ only. You sign in with it.")
+    password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput)
+    password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "signup")
+        super().__init__(*args, **kwargs)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("password1") and data.get("password2") is not None and data["password1"] != data["password2"]:
+            self.add_error("password2", "The two passwords differ: type the same one twice.")
+        return data
+
+
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
 
 
-class TokenCreateForm(forms.Form):
+class TokenCreateForm(OneTimeFormMixin, forms.Form):
     name = forms.CharField(max_length=80, help_text="Where it is used, e.g. “CI nightly”.")
     scope = forms.ChoiceField(choices=ApiToken.Scope.choices, initial=ApiToken.Scope.READ)
-    expires_days = forms.IntegerField(
+    expires_days = IntegerField(
         min_value=1, max_value=MAX_TOKEN_DAYS, initial=90, label="Expires in (days)",
         help_text=f"1 to {MAX_TOKEN_DAYS} days.",
     )

@@ -156,6 +156,66 @@ class ApiToken(models.Model):
         return self.scope == self.Scope.SUBMIT
 
 
+class Invitation(models.Model):
+    """An invitation, by email, to hold a role in a tenant (tenant admins) or in one of its projects.
+
+    The link carries a single-use secret; only its sha256 is stored. Accepting it (signed in, or
+    signing up on the accept page) creates the membership. Its status moves only through
+    ``tenants/invitation_states.py``: pending -> accepted | expired | revoked, expired -> pending
+    (sent again) | revoked.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ACCEPTED = "accepted", "Accepted"
+        EXPIRED = "expired", "Expired"
+        REVOKED = "revoked", "Revoked"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="invitations")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    email = models.EmailField(help_text="Where the link was sent (lower case).")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    secret_hash = models.CharField(max_length=64, unique=True, help_text="sha256 of the link's secret; the secret is never stored.")
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    send_count = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField()
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "email"], condition=Q(status="pending", project__isnull=True),
+                name="one_pending_tenant_invitation_per_email",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "email"], condition=Q(status="pending"), name="one_pending_project_invitation_per_email"
+            ),
+            models.CheckConstraint(
+                condition=(Q(role="tenant_admin", project__isnull=True) | (~Q(role="tenant_admin") & Q(project__isnull=False))),
+                name="invitation_tenant_admin_has_no_project",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = self.project.slug if self.project_id else self.tenant.slug
+        return f"{self.email} as {self.get_role_display()} of {where}"
+
+    @property
+    def overdue(self) -> bool:
+        """Pending but past its expiry: the link no longer works (the status follows on the next touch)."""
+        return self.status == self.Status.PENDING and self.expires_at <= timezone.now()
+
+    @property
+    def shown_status(self) -> str:
+        return self.Status.EXPIRED.label if self.overdue else self.get_status_display()
+
+
 class AuditEntryQuerySet(models.QuerySet):
     def update(self, **kwargs):
         raise PermissionError("Audit entries are append-only.")

@@ -9,7 +9,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from guardian.shortcuts import get_objects_for_user
 
 from .access import Actor, is_ops
-from .models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
+from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Role, Tenant
 
 
 def tenants_for(*, actor: Actor) -> QuerySet[Tenant]:
@@ -82,6 +82,33 @@ def user_list_for(*, actor: Actor) -> QuerySet[Any]:
     """``users_for`` by username, with each user's memberships and groups (ops' user list)."""
     memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
     return users_for(actor=actor).order_by("username").prefetch_related(memberships, "groups")
+
+
+def invitations_for(*, actor: Actor) -> QuerySet[Invitation]:
+    """Invitations of the tenants ``actor`` administers (ops: all); nobody else sees any."""
+    base = Invitation.objects.select_related("tenant", "project", "invited_by", "accepted_by")
+    if actor.token is not None:
+        return base.none()
+    if is_ops(actor.user):
+        return base
+    return base.filter(tenant__in=admin_tenants_for(actor=actor))
+
+
+def invitation_by_secret(secret: str) -> Invitation | None:
+    """The invitation a link's secret opens (whatever its status), or None. Only the hash is stored."""
+    import hashlib
+
+    if not secret or len(secret) > 100:
+        return None
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    return Invitation.objects.select_related("tenant", "project").filter(secret_hash=digest).first()
+
+
+def tenant_members(*, tenant: Tenant) -> QuerySet[Any]:
+    """The active users who hold any role in ``tenant`` (for picking one, never for searching others)."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.filter(is_active=True, memberships__tenant=tenant).distinct().order_by("username")
 
 
 def tokens_for(*, actor: Actor) -> QuerySet[ApiToken]:

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
+from portal.events import after_commit
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from portal.notify import notify_send
 
-from . import policy
+from . import invitation_states, policy
 from .access import Actor, has_perm, permissions_sync, permissions_sync_tenant
 from .audit import audit_record, snapshot
 from .authentication import token_generate
 from .guards import require, require_ops
-from .models import ApiToken, Membership, Project, Role, Tenant
+from .models import ApiToken, Invitation, Membership, Project, Role, Tenant
+
+logger = logging.getLogger(__name__)
 
 TENANT_FIELDS = ["name", "slug", "cost_centre", "contact_email", "status"]
 PROJECT_FIELDS = ["name", "slug", "description", "status", "notebooks_open_to_approvers"]
@@ -187,14 +199,21 @@ def membership_create(*, actor: Actor, tenant: Tenant, user: Any, role: str, pro
     require(policy.may_manage_members(actor, tenant), "Only tenant admins and ops manage members.")
     _require_writable(actor, tenant)
     _check_membership_shape(tenant=tenant, project=project, role=role)
+    return _membership_insert(actor=actor, tenant=tenant, user=user, role=role, project=project)
+
+
+def _membership_insert(*, actor: Actor, tenant: Tenant, user: Any, role: str, project: Project | None,
+                       already: str | None = None) -> Membership:
+    """Write a checked membership (the tenant row locked by the caller), sync permissions, audit."""
     if Membership.objects.filter(user=user, tenant=tenant, project=project).exists():
         where = project.slug if project else tenant.slug
-        raise ConflictError(f"{user.get_username()} already has a role in {where}; change that role instead.", field="user")
+        raise ConflictError(already or f"{user.get_username()} already has a role in {where}; change that role instead.",
+                            field="user")
     try:
         with transaction.atomic():
             membership = Membership.objects.create(user=user, tenant=tenant, project=project, role=role)
     except IntegrityError:
-        raise ConflictError("That user already has a role there.", field="user") from None
+        raise ConflictError(already or "That user already has a role there.", field="user") from None
     permissions_sync(user=user, tenant=tenant)
     audit_record(
         actor=actor, action="membership.create", target=membership, tenant=tenant, project=project,
@@ -252,11 +271,258 @@ def _guard_last_admin(membership: Membership, *, new_role: str | None) -> None:
 
 
 def user_by_name(username: str) -> Any:
+    """Any active user by name: for ops only (they see every user anyway)."""
     User = get_user_model()
     try:
         return User.objects.get(username=username, is_active=True)
     except User.DoesNotExist:
         raise Invalid(f"No active user named {username!r}.", field="user") from None
+
+
+def tenant_member_by_name(*, actor: Actor, tenant: Tenant, username: str) -> Any:
+    """A user to give a role in ``tenant`` by name: for tenant admins, only someone who already holds
+    a role in the tenant. The answer is the same whether the name is unknown or belongs to someone of
+    another tenant, so nobody learns which usernames exist elsewhere; newcomers are invited by email.
+    Ops (who see every user) may name anyone active."""
+    if actor.is_ops or actor.user is None:
+        return user_by_name(username)
+    from .selectors import tenant_members
+
+    found = tenant_members(tenant=tenant).filter(username=username).first()
+    if found is None:
+        raise Invalid(f"{tenant.name} has no member named {username!r}. Invite newcomers by email.", field="user")
+    return found
+
+
+# Invitations -----------------------------------------------------------------------------------
+
+
+def invitation_secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def invitation_link(secret: str, base_url: str = "") -> str:
+    """The accept page's address: ``PORTAL_BASE_URL`` when set, else ``base_url`` (the inviting
+    request's own scheme and host)."""
+    base = (getattr(settings, "PORTAL_BASE_URL", "") or base_url or "").rstrip("/")
+    return base + reverse("invitation-accept", kwargs={"secret": secret})
+
+
+def _invitation_expiry() -> datetime:
+    return timezone.now() + timedelta(days=settings.PORTAL_INVITATION_DAYS)
+
+
+def _invitation_send(invitation: Invitation, *, secret: str, base_url: str, inviter: str) -> None:
+    """Email the link once the transaction commits (a rolled-back invitation mails nobody); a mail
+    failure is logged, never raised: the invitation exists and can be sent again."""
+    where = f"project {invitation.project.name} ({invitation.project.slug}) of {invitation.tenant.name}" if invitation.project_id \
+        else invitation.tenant.name
+    link = invitation_link(secret, base_url)
+    subject = f"[GPU portal] {inviter} invites you to {invitation.tenant.name}"
+    body = (
+        f"{inviter} invites you to join {where} on the GPU portal as {invitation.get_role_display()}.\n\n"
+        f"Accept the invitation here (sign in, or choose a username and password if you are new):\n{link}\n\n"
+        f"The link works once, until {invitation.expires_at:%Y-%m-%d %H:%M} UTC. If you did not expect it, ignore this email.\n"
+    )
+    to = invitation.email
+
+    after_commit(notify_send, subject=subject, body=body, to=[to], topic="invitation")
+
+
+def _new_secret() -> tuple[str, str]:
+    secret = secrets.token_urlsafe(32)
+    return secret, invitation_secret_hash(secret)
+
+
+@transaction.atomic
+def invitation_create(
+    *, actor: Actor, tenant: Tenant, email: str, role: str, project: Project | None = None, base_url: str = ""
+) -> Invitation:
+    """Invite ``email`` to hold ``role`` in ``tenant`` (tenant admins) or in ``project``; the link is emailed.
+
+    Nothing here looks at user accounts: whether the address belongs to someone already is learnt by
+    nobody but the person who opens the link."""
+    if actor.token is not None:
+        raise NotAllowed("API tokens cannot invite people; sign in to invite.")
+    tenant = _tenant_locked(tenant)
+    require(policy.may_manage_members(actor, tenant), "Only tenant admins and ops invite members.")
+    _require_writable(actor, tenant)
+    email = (email or "").strip().lower()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise Invalid("Enter a valid email address.", field="email") from None
+    _check_membership_shape(tenant=tenant, project=project, role=role)
+    if project is not None and not project.is_active:
+        raise Invalid("The project is archived.", field="project")
+    pending = Invitation.objects.filter(tenant=tenant, project=project, email=email, status=Invitation.Status.PENDING)
+    if pending.filter(expires_at__gt=timezone.now()).exists():
+        raise ConflictError(f"{email} already has a pending invitation there: send it again from the list instead.", field="email")
+    for overdue in pending:
+        invitation_expire(invitation=overdue)
+    secret, digest = _new_secret()
+    invitation = Invitation(
+        tenant=tenant, project=project, role=role, email=email, secret_hash=digest,
+        invited_by=actor.user if actor.user is not None and actor.user.is_authenticated else None,
+        expires_at=_invitation_expiry(), sent_at=timezone.now(), send_count=1,
+    )
+    invitation.full_clean(exclude=["invited_by", "tenant", "project"])
+    try:
+        with transaction.atomic():
+            invitation.save()
+    except IntegrityError:
+        raise ConflictError(f"{email} already has a pending invitation there.", field="email") from None
+    audit_record(actor=actor, action="invitation.create", target=invitation, tenant=tenant, project=project,
+                 after=invitation_states.invitation_snapshot(invitation))
+    _invitation_send(invitation, secret=secret, base_url=base_url, inviter=actor.label)
+    return invitation
+
+
+@transaction.atomic
+def invitation_resend(*, actor: Actor, invitation: Invitation, base_url: str = "") -> Invitation:
+    """Send a pending or expired invitation again: a new link (the old one stops working) and a new expiry."""
+    if actor.token is not None:
+        raise NotAllowed("API tokens cannot invite people; sign in to invite.")
+    tenant = _tenant_locked(invitation.tenant)
+    require(policy.may_manage_members(actor, tenant), "Only tenant admins and ops invite members.")
+    _require_writable(actor, tenant)
+    secret, digest = _new_secret()
+    fields = {"secret_hash": digest, "expires_at": _invitation_expiry(), "sent_at": timezone.now()}
+    current = (Invitation.objects.select_for_update(of=("self",)).select_related("tenant", "project")
+               .filter(pk=invitation.pk).first())
+    moved: Invitation | None = None
+    if current is not None and current.status == Invitation.Status.PENDING:
+        # Still pending: the status stays; the row gets the new link (the lock keeps an accept out meanwhile).
+        before = invitation_states.invitation_snapshot(current)
+        Invitation.objects.filter(pk=current.pk).update(send_count=current.send_count + 1, **fields)
+        current.refresh_from_db()
+        audit_record(actor=actor, action="invitation.resend", target=current, tenant=tenant, project=current.project,
+                     before=before, after=invitation_states.invitation_snapshot(current))
+        moved = current
+    elif current is not None:
+        try:
+            with transaction.atomic():
+                moved = invitation_states.move(current, to=Invitation.Status.PENDING, actor=actor, action="invitation.resend",
+                                               fields={**fields, "send_count": current.send_count + 1})
+        except IntegrityError:
+            raise ConflictError(f"{current.email} has a newer pending invitation there: send that one again instead.") from None
+    if moved is None:
+        raise ConflictError(f"This invitation was {_status_word(invitation.pk)}: it cannot be sent again. Invite again instead.")
+    _invitation_send(moved, secret=secret, base_url=base_url, inviter=actor.label)
+    return moved
+
+
+def _status_word(pk: int) -> str:
+    status = Invitation.objects.filter(pk=pk).values_list("status", flat=True).first()
+    return Invitation.Status(status).label.lower() if status else "removed"
+
+
+@transaction.atomic
+def invitation_revoke(*, actor: Actor, invitation: Invitation) -> Invitation:
+    """Withdraw a pending or expired invitation: its link stops working. Revoking twice is a no-op."""
+    if actor.token is not None:
+        raise NotAllowed("API tokens cannot manage invitations; sign in.")
+    tenant = _tenant_locked(invitation.tenant)
+    require(policy.may_manage_members(actor, tenant), "Only tenant admins and ops revoke invitations.")
+    _require_writable(actor, tenant)
+    moved = invitation_states.move(invitation, to=Invitation.Status.REVOKED, actor=actor, action="invitation.revoke",
+                                   fields={"revoked_at": timezone.now()})
+    if moved is not None:
+        return moved
+    current = Invitation.objects.select_related("tenant", "project").get(pk=invitation.pk)
+    if current.status == Invitation.Status.REVOKED:
+        return current
+    raise ConflictError(f"This invitation was already {current.get_status_display().lower()}: there is nothing to revoke.")
+
+
+def invitation_expire(*, invitation: Invitation) -> bool:
+    """Move an overdue pending invitation to expired (the system's move); True when this call did."""
+    return invitation_states.move(
+        invitation, to=Invitation.Status.EXPIRED, actor=Actor.system(), action="invitation.expire",
+        where={"expires_at__lte": timezone.now()},
+    ) is not None
+
+
+def invitations_expire_overdue() -> int:
+    """Expire every overdue pending invitation (the periodic task); returns how many moved."""
+    overdue = Invitation.objects.filter(status=Invitation.Status.PENDING, expires_at__lte=timezone.now()).order_by("pk")
+    return sum(invitation_expire(invitation=invitation) for invitation in overdue)
+
+
+def invitation_check_open(invitation: Invitation) -> None:
+    """Refuse a link that no longer works, saying why (Invalid, field ``invitation``)."""
+    status = invitation.status
+    if status == Invitation.Status.PENDING and invitation.expires_at <= timezone.now():
+        status = Invitation.Status.EXPIRED
+    if status == Invitation.Status.ACCEPTED:
+        raise Invalid("This invitation was already accepted: each link works once. Sign in instead.", field="invitation")
+    if status == Invitation.Status.EXPIRED:
+        raise Invalid("This invitation has expired. Ask whoever invited you to send it again.", field="invitation")
+    if status == Invitation.Status.REVOKED:
+        raise Invalid("This invitation was withdrawn. Ask the tenant's admins if you still need access.", field="invitation")
+
+
+def invitation_accept(*, invitation: Invitation, user: Any, ip: str | None = None) -> Membership:
+    """``user`` (signed in, or just signed up) takes the invitation's role. Single use: of two people
+    using the same link at once, one wins (``invitation_states.move``)."""
+    actor = Actor(user=user, ip=ip)
+    with transaction.atomic():
+        current = Invitation.objects.select_related("tenant", "project").get(pk=invitation.pk)
+        invitation_check_open(current)
+        _tenant_locked(current.tenant)  # the tenant before the invitation, as every admin's write locks them
+        made: dict[str, Membership] = {}
+
+        def effect(locked: Invitation) -> None:
+            tenant = _tenant_locked(locked.tenant)
+            if not tenant.is_active:
+                raise ReadOnlyTenant(f"{tenant.name} is suspended: nobody can join it now. Try again once it is active.")
+            project = locked.project
+            if project is not None and not project.is_active:
+                raise Invalid(f"Project {project.name} is archived: ask {tenant.name}'s admins to invite you elsewhere.",
+                              field="invitation")
+            where = project.name if project else tenant.name
+            made["membership"] = _membership_insert(
+                actor=actor, tenant=tenant, user=user, role=locked.role, project=project,
+                already=f"You already have a role in {where}; ask its admins to change it.",
+            )
+
+        moved = invitation_states.move(
+            current, to=Invitation.Status.ACCEPTED, actor=actor, action="invitation.accept",
+            fields={"accepted_by": user, "accepted_at": timezone.now()}, where={"expires_at__gt": timezone.now()},
+            effect=effect,
+        )
+        if moved is None:
+            invitation_check_open(Invitation.objects.get(pk=invitation.pk))
+            raise ConflictError("This invitation was used a moment ago: each link works once.", field="invitation")
+    return made["membership"]
+
+
+def invitation_signup(*, invitation: Invitation, username: str, password: str, ip: str | None = None) -> tuple[Any, Membership]:
+    """A newcomer chooses a username and password on the accept page: the account (with the invited
+    address) and the membership are made together, or neither is."""
+    User = get_user_model()
+    username = (username or "").strip()
+    with transaction.atomic():
+        invitation_check_open(Invitation.objects.select_related("tenant", "project").get(pk=invitation.pk))
+        candidate = User(username=username, email=invitation.email)
+        try:
+            candidate.full_clean(exclude=["password"])
+        except ValidationError as exc:
+            problems = exc.message_dict.get("username") or exc.messages
+            if User.objects.filter(username__iexact=username).exists():
+                problems = ["That username is taken: choose another."]
+            raise Invalid(" ".join(problems), field="username") from None
+        if User.objects.filter(username__iexact=username).exists():
+            raise Invalid("That username is taken: choose another.", field="username")
+        try:
+            validate_password(password, user=candidate)
+        except ValidationError as exc:
+            raise Invalid(" ".join(exc.messages), field="password") from None
+        user = User.objects.create_user(username=username, email=invitation.email, password=password)
+        audit_record(actor=Actor(user=user, ip=ip), action="user.signup", target=user, tenant=invitation.tenant,
+                     project=invitation.project, after={"username": username, "email": invitation.email})
+        membership = invitation_accept(invitation=invitation, user=user, ip=ip)
+    return user, membership
 
 
 # Tokens ----------------------------------------------------------------------------------------

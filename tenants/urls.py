@@ -24,6 +24,11 @@ urlpatterns = [
     path("tenants/<slug:slug>/members/add/", views.member_add, name="member-add"),
     path("tenants/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
     path("tenants/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member-remove"),
+    path("tenants/<slug:slug>/invitations/", views.invitation_create, name="invitation-create"),
+    path("tenants/<slug:slug>/invitations/<int:pk>/resend/", views.invitation_resend, name="invitation-resend"),
+    path("tenants/<slug:slug>/invitations/<int:pk>/revoke/", views.invitation_revoke, name="invitation-revoke"),
+    # An invitation's link (no sign-in needed: newcomers sign up there)
+    path("invitations/<str:secret>/", views.invitation_accept, name="invitation-accept"),
     path("tenants/<slug:slug>/audit/", views.tenant_audit, name="tenant-audit"),
     # Platform ops
     path("ops/", views.ops_home, name="ops-home"),

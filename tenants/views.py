@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import django_filters as filters
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth import login as auth_login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -25,18 +28,21 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.exceptions import PortalError
+from portal.forms import once_claim, once_initial, once_replay
 from portal.ui import Pager, filtered
 
 from . import policy, selectors, services
 from .access import OPS_GROUP, Actor
 from .filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
 from .forms import (
+    InvitationForm,
     MemberAddForm,
     ProjectCreateForm,
     RoleForm,
+    SignupForm,
     TenantCreateForm,
     TenantDetailsForm,
     ThrottledAuthenticationForm,
@@ -45,7 +51,7 @@ from .forms import (
 )
 from .guards import ops_only as _ops_only
 from .guards import tenant_to_manage_members as _admin_tenant
-from .models import ApiToken, Membership, Project, Role, Tenant
+from .models import ApiToken, Invitation, Membership, Project, Role, Tenant
 from .ui import page, refresh_perms, role_in, role_labels, tenant_choices
 
 # Sign-in ---------------------------------------------------------------------------------------
@@ -87,15 +93,27 @@ def _visible_project(actor: Actor, slug: str) -> Project:
     return get_object_or_404(selectors.projects_for(actor=actor), slug=slug)
 
 
+NEW_TOKEN_SESSION_KEY = "tenants:new-token"
+
+
+def _new_token_flash(request: HttpRequest, actor: Actor, project: Project) -> tuple[ApiToken | None, str | None]:
+    """The token just created and its secret, once: taken out of the session as the page shows them."""
+    flash = request.session.get(NEW_TOKEN_SESSION_KEY)
+    if not isinstance(flash, dict) or flash.get("project") != project.pk:
+        return None, None
+    del request.session[NEW_TOKEN_SESSION_KEY]
+    token = selectors.tokens_for(actor=actor).filter(project=project, pk=flash.get("id")).first()
+    return (token, str(flash.get("secret") or "")) if token is not None else (None, None)
+
+
 def _project_page(
     request: HttpRequest,
     actor: Actor,
     project: Project,
     *,
     token_form: TokenCreateForm | None = None,
-    new_token: ApiToken | None = None,
-    new_secret: str | None = None,
 ) -> HttpResponse:
+    new_token, new_secret = _new_token_flash(request, actor, project) if token_form is None else (None, None)
     tenant = project.tenant
     by_project, by_tenant = role_labels(actor)
     members = selectors.memberships_for(actor=actor).filter(project=project).order_by("user__username")
@@ -107,7 +125,8 @@ def _project_page(
         "members": Pager(request, members, param="members_page"),
         "tokens": Pager(request, tokens, param="tokens_page"),
         # The page asks the same predicate ({% may %}): asked once for both.
-        "token_form": token_form or TokenCreateForm(can_submit=policy.asked(request, policy.may_submit, project)),
+        "token_form": token_form or TokenCreateForm(can_submit=policy.asked(request, policy.may_submit, project),
+                                                    initial=once_initial(request, TokenCreateForm)),
         "new_token": new_token,
         "new_secret": new_secret,
         "now": timezone.now(),
@@ -130,6 +149,9 @@ def token_create(request: HttpRequest, slug: str) -> HttpResponse:
     actor = Actor.from_request(request)
     project = _visible_project(actor, slug)
     form = TokenCreateForm(request.POST, can_submit=policy.may_submit(actor, project))
+    once = once_claim(request, form)
+    if not once.first:
+        return once_replay(request, form, once) or _project_page(request, actor, project, token_form=form)
     if form.is_valid():
         data = form.cleaned_data
         try:
@@ -140,8 +162,14 @@ def token_create(request: HttpRequest, slug: str) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc, {"expires_at": "expires_days", "project": None})
         else:
+            # Post/redirect/get: the secret rides in the session to the page the redirect shows, once;
+            # a reload of that page shows it no more and creates nothing.
+            request.session[NEW_TOKEN_SESSION_KEY] = {"project": project.pk, "id": token.pk, "secret": secret}
             messages.success(request, f"Token “{token.name}” created. Copy the secret now: it is shown only once.")
-            return _project_page(request, actor, project, new_token=token, new_secret=secret)
+            url = reverse("project-detail", kwargs={"slug": project.slug}) + "#tokens"
+            once.done(url, f"This form was already sent: token “{token.name}” was created then (its secret was shown once).")
+            return redirect(url)
+    once.release()
     return _project_page(request, actor, project, token_form=form)
 
 
@@ -262,22 +290,37 @@ def project_create(request: HttpRequest, slug: str) -> HttpResponse:
     return _tenant_overview(request, actor, tenant, project_form=form)
 
 
-def _tenant_members(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: MemberAddForm | None = None) -> HttpResponse:
+def _tenant_members(
+    request: HttpRequest,
+    actor: Actor,
+    tenant: Tenant,
+    *,
+    form: MemberAddForm | None = None,
+    invite_form: InvitationForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
     memberships = (
         selectors.memberships_for(actor=actor).filter(tenant=tenant).order_by("project__name", "user__username")
     )
     projects = list(selectors.projects_for(actor=actor).filter(tenant=tenant).order_by("name"))
     filterset = filtered(MembershipFilter, request, memberships, hide=("tenant",),
                          selects={"project": [(p.slug, p.name) for p in projects]})
+    invitations = (selectors.invitations_for(actor=actor).filter(tenant=tenant)
+                   .filter(status__in=[Invitation.Status.PENDING, Invitation.Status.EXPIRED])
+                   .order_by("-sent_at", "-id"))
+    initial = {"project": request.GET.get("project")}
     context = {
         "tenant": tenant,
         "tab": "members",
         "filterset": filterset,
         "pager": Pager(request, filterset.qs),
-        "form": form or MemberAddForm(projects=projects, initial={"project": request.GET.get("project")}),
+        "form": form or MemberAddForm(projects=projects, members=selectors.tenant_members(tenant=tenant), initial=initial),
+        "invite_form": invite_form or InvitationForm(projects=projects, initial=initial | once_initial(request, InvitationForm)),
+        "invitations": Pager(request, invitations, param="invitations_page"),
         "roles": Role.choices,
+        "invitation_days": settings.PORTAL_INVITATION_DAYS,
     }
-    return page(request, "tenants/tenant_members.html", context)
+    return page(request, "tenants/tenant_members.html", context, status=status)
 
 
 @login_required
@@ -289,24 +332,161 @@ def tenant_members(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def member_add(request: HttpRequest, slug: str) -> HttpResponse:
+    """Give one of the tenant's own members a role in (another of) its projects."""
     actor = Actor.from_request(request)
     tenant = _admin_tenant(actor, slug)
     projects = selectors.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
-    form = MemberAddForm(request.POST, projects=projects)
+    form = MemberAddForm(request.POST, projects=projects, members=selectors.tenant_members(tenant=tenant))
     if form.is_valid():
         data = form.cleaned_data
+        user = form.cleaned_user()
         try:
-            user = services.user_by_name(data["username"])
             membership = services.membership_create(
                 actor=actor, tenant=tenant, user=user, role=data["role"], project=form.cleaned_project()
             )
         except (PortalError, ValidationError) as exc:
-            add_service_error(form, exc, {"user": "username"})
+            add_service_error(form, exc)
         else:
             where = membership.project.name if membership.project else tenant.name
             messages.success(request, f"{user.get_username()} is now {membership.get_role_display()} of {where}.")
             return redirect("tenant-members", slug=tenant.slug)
     return _tenant_members(request, actor, tenant, form=form)
+
+
+def _base_url(request: HttpRequest) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+@login_required
+@require_POST
+def invitation_create(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    projects = selectors.projects_for(actor=actor).filter(tenant=tenant).order_by("name")
+    form = InvitationForm(request.POST, projects=projects)
+    once = once_claim(request, form)
+    if not once.first:
+        return once_replay(request, form, once) or _tenant_members(request, actor, tenant, invite_form=form)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            invitation = services.invitation_create(
+                actor=actor, tenant=tenant, email=data["email"], role=data["role"], project=form.cleaned_project(),
+                base_url=_base_url(request),
+            )
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc)
+        else:
+            where = invitation.project.name if invitation.project else tenant.name
+            messages.success(request, f"Invitation sent to {invitation.email} ({invitation.get_role_display()} of {where}). "
+                                      f"The link works once, for {settings.PORTAL_INVITATION_DAYS} days.")
+            url = reverse("tenant-members", kwargs={"slug": tenant.slug}) + "#invitations"
+            once.done(url, f"This form was already sent: {invitation.email} was invited then.")
+            return redirect(url)
+    once.release()
+    return _tenant_members(request, actor, tenant, invite_form=form)
+
+
+def _invitation_action(request: HttpRequest, slug: str, pk: int, call: Any, done: str) -> HttpResponse:
+    actor = Actor.from_request(request)
+    tenant = _admin_tenant(actor, slug)
+    invitation = get_object_or_404(selectors.invitations_for(actor=actor).filter(tenant=tenant), pk=pk)
+    try:
+        invitation = call(actor, invitation)
+    except PortalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done.format(email=invitation.email))
+    return redirect(reverse("tenant-members", kwargs={"slug": tenant.slug}) + "#invitations")
+
+
+@login_required
+@require_POST
+def invitation_resend(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    base = _base_url(request)
+    return _invitation_action(
+        request, slug, pk, lambda actor, inv: services.invitation_resend(actor=actor, invitation=inv, base_url=base),
+        f"Invitation sent again to {{email}} with a new link (the old one no longer works), valid for "
+        f"{settings.PORTAL_INVITATION_DAYS} days.",
+    )
+
+
+@login_required
+@require_POST
+def invitation_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    return _invitation_action(
+        request, slug, pk, lambda actor, inv: services.invitation_revoke(actor=actor, invitation=inv),
+        "Invitation to {email} revoked: its link no longer works.",
+    )
+
+
+# Accepting an invitation -------------------------------------------------------------------------
+
+
+def _accept_page(request: HttpRequest, invitation: Invitation | None, *, status: int = 200, **context: Any) -> HttpResponse:
+    context["invitation"] = invitation
+    if request.user.is_authenticated:
+        response = page(request, "tenants/invitation_accept.html", context, status=status)
+    else:
+        response = render(request, "tenants/invitation_accept.html", context, status=status)
+    # The address carries the link's secret: no cached copy. (Referer: the site-wide same-origin policy
+    # sends it to no one else; "no-referrer" would make the browser's form POST fail the CSRF origin check.)
+    add_never_cache_headers(response)
+    return response
+
+
+def _joined(request: HttpRequest, membership: Membership) -> HttpResponse:
+    refresh_perms(request.user)
+    where = membership.project.name if membership.project_id else membership.tenant.name
+    messages.success(request, f"Welcome: you are now {membership.get_role_display()} of {where}.")
+    if membership.project_id:
+        return redirect("project-detail", slug=membership.project.slug)
+    return redirect("tenant-detail", slug=membership.tenant.slug)
+
+
+@require_http_methods(["GET", "POST"])
+def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
+    """The invitation's link. Signed in: accept as yourself. Not signed in: sign in first (and come
+    back), or choose a username and password here. An unknown link is a 404 that says nothing more."""
+    invitation = selectors.invitation_by_secret(secret)
+    if invitation is None:
+        return _accept_page(request, None, status=404)
+    if invitation.overdue:
+        services.invitation_expire(invitation=invitation)
+        invitation.refresh_from_db()
+    try:
+        services.invitation_check_open(invitation)
+    except PortalError as exc:
+        return _accept_page(request, invitation, closed=exc.message, status=410)
+    login_url = reverse("login") + "?" + urlencode({"next": request.path})
+    signup_form = SignupForm()
+    error = None
+    if request.method == "POST":
+        ip = Actor.from_request(request).ip
+        if request.user.is_authenticated and request.POST.get("accept"):
+            try:
+                membership = services.invitation_accept(invitation=invitation, user=request.user, ip=ip)
+            except (PortalError, ValidationError) as exc:
+                error = getattr(exc, "message", None) or "; ".join(exc.messages)
+            else:
+                return _joined(request, membership)
+        elif not request.user.is_authenticated:
+            signup_form = SignupForm(request.POST)
+            if signup_form.is_valid():
+                data = signup_form.cleaned_data
+                try:
+                    user, membership = services.invitation_signup(
+                        invitation=invitation, username=data["username"], password=data["password1"], ip=ip,
+                    )
+                except (PortalError, ValidationError) as exc:
+                    add_service_error(signup_form, exc, {"password": "password1", "invitation": None})
+                else:
+                    auth_login(request, user, backend="tenants.throttle.ThrottledModelBackend")
+                    return _joined(request, membership)
+        else:
+            error = "Use the button to accept the invitation."
+        invitation.refresh_from_db()
+    return _accept_page(request, invitation, signup_form=signup_form, login_url=login_url, error=error)
 
 
 def _member_answer(
@@ -431,7 +611,7 @@ def ops_tenant_create(request: HttpRequest) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc)
         else:
-            messages.success(request, f"Tenant {tenant.name} created. Add its first tenant admin on its members page.")
+            messages.success(request, f"Tenant {tenant.name} created. Invite its first tenant admin by email on its members page.")
             return redirect("ops-tenants")
     return _ops_tenants(request, actor, form=form)
 

@@ -9,7 +9,6 @@ and its errors (``parameters.<name>``, ``gpus``...) are put back next to the fie
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from decimal import Decimal
 from types import SimpleNamespace
@@ -20,6 +19,7 @@ from django.core.exceptions import ValidationError
 
 from portal.exceptions import IdempotencyKeyReused, PortalError
 from portal.quantities import fmt
+from portal.forms import DecimalField, FloatField, IntegerField, OneTimeFormMixin
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.forms import add_service_error
@@ -103,12 +103,24 @@ def _hint_attrs(spec: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+def _bounds(spec: dict[str, Any]) -> str:
+    """A number's bounds, said in the help (number fields are text inputs: no min/max for the browser)."""
+    if spec["widget"] not in ("integer", "number"):
+        return ""
+    low, high = spec.get("minimum"), spec.get("maximum")
+    if low is not None and high is not None:
+        return f"From {low} to {high}."
+    if low is not None:
+        return f"At least {low}."
+    return f"At most {high}." if high is not None else ""
+
+
 def parameter_field(spec: dict[str, Any]) -> forms.Field:
     """A form field for one parameter. Never ``required`` here: the schema says what is missing."""
     common: dict[str, Any] = {
         "label": spec["label"] + ("" if spec["required"] else " (optional)") if spec["widget"] != "checkbox" else spec["label"],
         "required": False,
-        "help_text": spec.get("description") or "",
+        "help_text": " ".join(filter(None, [spec.get("description") or "", _bounds(spec)])),
         "initial": spec.get("default"),
     }
     widget = spec["widget"]
@@ -122,10 +134,11 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
         return forms.TypedChoiceField(choices=choices, coerce=lambda text: by_text.get(text, text), empty_value=None, **common)
     if widget == "checkbox":
         return forms.BooleanField(**common)
-    if widget == "integer":
-        return forms.IntegerField(widget=forms.NumberInput(attrs=_hint_attrs(spec)), **common)
-    if widget == "number":
-        return forms.FloatField(widget=forms.NumberInput(attrs={**_hint_attrs(spec), "step": "any"}), **common)
+    if widget == "integer" or widget == "number":
+        field = IntegerField(**common) if widget == "integer" else FloatField(**common)
+        # The schema's maximum, for "too large (at most ...)"; the schema itself is checked by the service.
+        field.max_value = spec.get("maximum")
+        return field
     if widget == "list":
         item_type = (spec.get("items") or {}).get("type", "string")
         common["help_text"] = " ".join(filter(None, [common["help_text"], "One per line."]))
@@ -139,8 +152,13 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
     return forms.CharField(widget=forms.TextInput(attrs=attrs), strip=True, **common)
 
 
-class RequestForm(forms.Form):
-    """A new request from one template. ``parameter_names`` are the generated fields, in schema order."""
+class RequestForm(OneTimeFormMixin, forms.Form):
+    """A new request from one template. ``parameter_names`` are the generated fields, in schema order.
+
+    Its one-time token is the request's idempotency key (``once_field``): a replayed form is answered
+    from the form token (portal/forms.py) and, should that be forgotten, by the service's key."""
+
+    once_field = "idempotency_key"
 
     project = forms.ChoiceField(help_text="Where it runs and whose quota it uses.")
     name = forms.CharField(
@@ -148,17 +166,17 @@ class RequestForm(forms.Form):
         help_text="Optional. Lower-case letters, digits and '-'; a name is made up when empty.",
     )
     flavor = forms.ChoiceField(label="GPU flavor")
-    gpus = forms.IntegerField(label="GPUs", min_value=0, help_text="Per replica or worker.")
-    replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=1, help_text="Copies of the service behind its address.")
+    gpus = IntegerField(label="GPUs", min_value=0, help_text="Per replica or worker.")
+    replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=1, help_text="Copies of the service behind its address.")
     image = forms.ChoiceField()
     custom_image = forms.CharField(
         max_length=300, required=False, label="Custom image",
         help_text="registry/repo:tag or @sha256:digest. Only in projects allowed to use their own images.",
     )
-    duration_hours = forms.IntegerField(label="Duration (hours)", min_value=1)
+    duration_hours = IntegerField(label="Duration (hours)", min_value=1)
     priority = forms.ChoiceField(choices=Priority.choices)
-    cpu = forms.DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
-    memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1)
+    cpu = DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
+    memory_gib = IntegerField(label="Memory (GiB)", min_value=1)
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
 
     # Fields grouped for the page: what, resources, then the generated parameters.
@@ -193,8 +211,11 @@ class RequestForm(forms.Form):
         fields["image"].choices = [(i.reference, f"{i.name} — {i.reference}") for i in curated] + [
             (CUSTOM_IMAGE, "Custom image…")
         ]
+        # The templates' limits, for "too large (at most ...)"; the service checks them (and says so).
         fields["gpus"].max_value = template.max_gpus
-        fields["gpus"].widget.attrs["max"] = template.max_gpus
+        fields["cpu"].max_value = template.max_cpu
+        fields["memory_gib"].max_value = template.max_memory_gib
+        fields["duration_hours"].max_value = template.max_duration_hours
         fields["gpus"].help_text = f"Per replica or worker; at most {template.max_gpus}."
         fields["cpu"].help_text = f"Per replica; at most {fmt(template.max_cpu)}."
         fields["memory_gib"].help_text = f"Per replica; at most {template.max_memory_gib}."
@@ -210,9 +231,6 @@ class RequestForm(forms.Form):
             "priority": kinds.get(template.kind).default_priority,
             "image": curated[0].reference if curated else CUSTOM_IMAGE,
         })
-        if not self.is_bound and not self.initial.get("idempotency_key"):
-            # One key per rendered form: a double-click or a resubmitted POST makes one request, not two.
-            self.initial["idempotency_key"] = uuid.uuid4().hex
         self.parameter_specs = form_fields(template.parameters_schema)
         self.parameter_names: list[str] = []
         for spec in self.parameter_specs:
@@ -314,8 +332,7 @@ class RequestForm(forms.Form):
         if isinstance(exc, IdempotencyKeyReused):
             # Sent before with other values (the back button, then edits): a new key, so that sending
             # the form again submits these values as a new request.
-            self.data = self.data.copy()
-            self.data["idempotency_key"] = uuid.uuid4().hex
+            self.once_renew()
             self.add_error(None, "This form was already sent with other values. Send it again to submit these "
                                  "values as a new request.")
             return
@@ -347,16 +364,16 @@ class BulkDecisionForm(forms.Form):
 
 
 class ExtendForm(forms.Form):
-    hours = forms.IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
+    hours = IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
 
 
 class ExtensionAskForm(forms.Form):
     """Asking the approvers for more hours than the approval rule grants."""
 
-    hours = forms.IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
+    hours = IntegerField(min_value=1, max_value=24 * 366, initial=4, label="More hours")
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Why",
                              help_text="The project's approvers decide on it; you are told what they decide.")
 
 
 class ScaleForm(forms.Form):
-    replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")
+    replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")

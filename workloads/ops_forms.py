@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 
+from portal.forms import DecimalField, IntegerField
 from quotas.models import Flavor
 
 from .models import Image, ServiceTemplate, TemplateKind
@@ -25,12 +26,11 @@ class FlavorChoices(forms.ModelMultipleChoiceField):
 
 
 def _count(label: str, *, required: bool = True, help_text: str = "") -> forms.IntegerField:
-    return forms.IntegerField(label=label, min_value=0, required=required, help_text=help_text)
+    return IntegerField(label=label, min_value=0, required=required, help_text=help_text)
 
 
 def _cores(label: str) -> forms.DecimalField:
-    return forms.DecimalField(label=label, min_value=Decimal(0), max_digits=6, decimal_places=2,
-                              widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}))
+    return DecimalField(label=label, min_value=Decimal(0), max_digits=6, decimal_places=2)
 
 
 class TemplateForm(forms.Form):

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Any
 
@@ -55,9 +56,24 @@ def _field_of(error: Any) -> list[tuple[str, str]]:
     return [(".".join([PREFIX, *path]), error.message)]
 
 
+def _too_large(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Numbers JSON can write but nothing can hold: ``1e309`` reads as infinity."""
+    if isinstance(value, float) and not math.isfinite(value) and not math.isnan(value):
+        return [(".".join([PREFIX, *path]), "This number is too large." if value > 0 else "This number is too small.")]
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _too_large(item, (*path, str(key)))]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _too_large(item, (*path, str(index)))]
+    return []
+
+
 def parameter_errors(schema: dict[str, Any], parameters: Any) -> dict[str, list[str]]:
     """Every problem of ``parameters`` against ``schema``, as ``{"parameters.<path>": [messages]}``."""
     errors: dict[str, list[str]] = {}
+    for field, message in _too_large(parameters):
+        errors.setdefault(field, []).append(message)
+    if errors:
+        return errors
     for error in sorted(_validator(schema or {}).iter_errors(parameters), key=lambda e: list(map(str, e.absolute_path))):
         for field, message in _field_of(error):
             errors.setdefault(field, []).append(message)

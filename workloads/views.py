@@ -28,6 +28,7 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import NotAllowed, PortalError
 from portal.extensions import cost_estimator
+from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
 from quotas.selectors import flavor_name_choices
@@ -174,7 +175,14 @@ def request_new(request: HttpRequest) -> HttpResponse:
 
     if request.method == "POST":
         form = _request_form(actor, template, request.POST)
-        if form.is_valid():
+        # The form's one-time token (its idempotency key): a replay of the same form is answered with
+        # the request it made, before anything is checked again (portal/forms.py).
+        once = once_claim(request, form)
+        if not once.first:
+            replayed = once_replay(request, form, once)
+            if replayed is not None:
+                return replayed
+        elif form.is_valid():
             try:
                 req = services.request_submit(actor=actor, template=template, **form.submit_values())
             except (PortalError, ValidationError) as exc:
@@ -186,9 +194,15 @@ def request_new(request: HttpRequest) -> HttpResponse:
                     messages.success(request, f"Request {req.name} submitted. It waits for a project admin's approval.")
                 else:
                     messages.success(request, f"Request {req.name} submitted and {req.get_state_display().lower()}.")
-                return redirect("request-detail", pk=req.pk)
+                url = reverse("request-detail", kwargs={"pk": req.pk})
+                once.done(url, f"This form was already sent: here is request {req.name}.")
+                return redirect(url)
+        if once.first:
+            once.release()
     else:
-        form = _request_form(actor, template, initial={"project": project_slug} if project_slug else None)
+        initial = ({"project": project_slug} if project_slug else {}) | once_initial(request, RequestForm)
+        form = _request_form(actor, template, initial=initial)
+        context["form_sent"] = once_sent(request, form)
     context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form)}
     return page(request, "workloads/request_form.html", context)
 

@@ -187,7 +187,9 @@ class ProjectQuotaRowSerializer(serializers.Serializer):
     used = serializers.DecimalField(**QUANTITY)
     borrowed = serializers.DecimalField(**QUANTITY)
     free = serializers.DecimalField(**QUANTITY)
-    usage_at = serializers.DateTimeField(allow_null=True)
+    usage_at = serializers.DateTimeField(allow_null=True, help_text="When used/borrowed last changed.")
+    usage_read_at = serializers.DateTimeField(allow_null=True, help_text="When the portal last read the cluster's queues: "
+                                                                         "used/borrowed are as of then (null: never read).")
     enforced = serializers.BooleanField(help_text="false: the cluster's architecture enforces nothing of this flavor; "
                                                   "the row promises nothing (free is 0).")
     enforcement_reason = serializers.CharField(help_text="Why not, and what would make it usable (empty when enforced).")

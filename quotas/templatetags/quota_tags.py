@@ -35,3 +35,25 @@ def enforcement(flavor: Any) -> Any:
 def project_quota(project: Any) -> dict[str, Any]:
     """The project's quota (nominal, in use, borrowed, free) as a card for the project page."""
     return {"project": project, "rows": selectors.project_quota_summary(project=project)}
+
+
+@register.filter
+def usage_as_of(rows: Any) -> Any:
+    """When the in-use figures of ``rows`` were read from the cluster: every reconcile reads the
+    ClusterQueues' usage, then stamps ``Cluster.reconciled_at``, so the figures are as of the oldest
+    such stamp among the rows' clusters; None when none was read yet. ``rows``: quota rows (with
+    ``flavor.cluster``), ``project_quota_summary`` dicts (``usage_read_at``), ``(row, check)`` pairs,
+    or ``values("flavor__cluster__reconciled_at")`` dicts."""
+    stamps = []
+    for item in rows or []:
+        if isinstance(item, tuple):
+            item = item[0]
+        if isinstance(item, dict):
+            item = item.get("row", item)
+        if isinstance(item, dict):
+            stamp = item.get("usage_read_at", item.get("flavor__cluster__reconciled_at"))
+        else:
+            stamp = item.flavor.cluster.reconciled_at
+        if stamp is not None:
+            stamps.append(stamp)
+    return min(stamps) if stamps else None

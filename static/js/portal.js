@@ -41,6 +41,22 @@
     try { document.execCommand("copy"); } catch (e) { /* the text stays selected for Ctrl+C */ }
   }
 
+  // One-time form tokens (portal/forms.py): keep the form's token in the address (?form=...), so that
+  // Back, which often loads the page afresh, shows the same form and sending it again is a replay.
+  function keepFormToken() {
+    if (!window.history || !window.history.replaceState || !window.URL) return;
+    document.querySelectorAll("input[data-once]").forEach(function (input) {
+      var param = input.getAttribute("data-once");
+      if (!param || !input.value) return;
+      var url = new URL(window.location.href);
+      if (url.searchParams.get(param) === input.value) return;
+      url.searchParams.set(param, input.value);
+      window.history.replaceState(window.history.state, "", url.toString());
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", keepFormToken);
+  else keepFormToken();
+
   // Close the user menu when clicking elsewhere.
   document.addEventListener("click", function (event) {
     document.querySelectorAll("details.usermenu[open]").forEach(function (menu) {

@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from portal.api import DateTimeField, StrictSerializerMixin
 
-from ..models import ApiToken, AuditEntry, Membership, Project, Role, Tenant
+from ..models import ApiToken, AuditEntry, Invitation, Membership, Project, Role, Tenant
 
 
 class TenantSerializer(StrictSerializerMixin, serializers.ModelSerializer):
@@ -55,13 +55,42 @@ class MembershipSerializer(StrictSerializerMixin, serializers.ModelSerializer):
 
 
 class MembershipCreateSerializer(StrictSerializerMixin, serializers.Serializer):
-    user = serializers.CharField(max_length=150, help_text="Username of an existing user.")
+    user = serializers.CharField(
+        max_length=150,
+        help_text="Username of someone who already has a role in the tenant (ops: any active user). The answer is the "
+                  "same for unknown names and other tenants' users; invite newcomers with POST /api/v1/invitations/.",
+    )
     tenant = serializers.SlugField()
     project = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=63)
     role = serializers.ChoiceField(choices=Role.choices)
 
 
 class MembershipUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    invited_by = serializers.CharField(source="invited_by.username", read_only=True, allow_null=True, default=None)
+    accepted_by = serializers.CharField(source="accepted_by.username", read_only=True, allow_null=True, default=None)
+    link_works = serializers.SerializerMethodField(help_text="The link may be used now (pending and not past its expiry).")
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "email", "tenant", "project", "role", "status", "link_works", "invited_by", "created_at", "sent_at",
+                  "send_count", "expires_at", "accepted_by", "accepted_at", "revoked_at"]
+        read_only_fields = fields
+
+    def get_link_works(self, invitation: Invitation) -> bool:
+        return invitation.status == Invitation.Status.PENDING and not invitation.overdue
+
+
+class InvitationCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    email = serializers.EmailField(max_length=254, help_text="Where the single-use link is sent.")
+    tenant = serializers.SlugField()
+    project = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=63,
+                                    help_text="Project slug; leave it out for the tenant-wide tenant admin role.")
     role = serializers.ChoiceField(choices=Role.choices)
 
 

@@ -15,10 +15,12 @@ from portal.exceptions import Invalid, NotAllowed
 
 from .. import policy, selectors, services
 from ..guards import actor_of
-from ..filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
-from ..models import ApiToken, AuditEntry, Membership, Project, Tenant
+from ..filters import AuditEntryFilter, InvitationFilter, MembershipFilter, ProjectFilter, TenantFilter, TokenFilter
+from ..models import ApiToken, AuditEntry, Invitation, Membership, Project, Tenant
 from .serializers import (
     AuditEntrySerializer,
+    InvitationCreateSerializer,
+    InvitationSerializer,
     MembershipCreateSerializer,
     MembershipSerializer,
     MembershipUpdateSerializer,
@@ -141,7 +143,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
             project = selectors.projects_for(actor=actor).filter(tenant=tenant, slug=values["project"]).first()
             if project is None:
                 raise Invalid("No such project in this tenant.", field="project")
-        user = services.user_by_name(values["user"])
+        user = services.tenant_member_by_name(actor=actor, tenant=tenant, username=values["user"])
         membership = services.membership_create(actor=actor, tenant=tenant, project=project, user=user, role=values["role"])
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
 
@@ -160,6 +162,59 @@ class MembershipViewSet(viewsets.ModelViewSet):
     def destroy(self, request: Request, *args, **kwargs) -> Response:
         services.membership_delete(actor=actor_of(request), membership=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InvitationViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Invitations by email to the tenants you administer. POST invites (the single-use link is emailed,
+    never returned); ``resend`` sends a new link (the old one stops working); ``revoke`` withdraws it."""
+
+    queryset = Invitation.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = InvitationSerializer
+    filterset_class = InvitationFilter
+    ordering_fields = ["created_at", "sent_at", "expires_at", "email", "status"]
+    search_fields = ["email"]
+
+    def get_queryset(self):
+        return selectors.invitations_for(actor=actor_of(self.request))
+
+    @staticmethod
+    def _base_url(request: Request) -> str:
+        return request.build_absolute_uri("/").rstrip("/")
+
+    @extend_schema(request=InvitationCreateSerializer, responses={201: InvitationSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        actor = actor_of(request)
+        if actor.token is not None:
+            raise NotAllowed("API tokens cannot invite people; sign in to invite.")
+        data = InvitationCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        tenant = selectors.tenants_for(actor=actor).filter(slug=values["tenant"]).first()
+        if tenant is None:
+            raise Invalid("No such tenant.", field="tenant")
+        if not policy.may_manage_members(actor, tenant):
+            raise NotAllowed("Only tenant admins and ops invite members.")
+        project = None
+        if values.get("project"):
+            project = selectors.projects_for(actor=actor).filter(tenant=tenant, slug=values["project"]).first()
+            if project is None:
+                raise Invalid("No such project in this tenant.", field="project")
+        invitation = services.invitation_create(actor=actor, tenant=tenant, email=values["email"], role=values["role"],
+                                                project=project, base_url=self._base_url(request))
+        return Response(InvitationSerializer(invitation).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: InvitationSerializer})
+    @action(detail=True, methods=["post"])
+    def resend(self, request: Request, pk: str | None = None) -> Response:
+        invitation = services.invitation_resend(actor=actor_of(request), invitation=self.get_object(),
+                                                base_url=self._base_url(request))
+        return Response(InvitationSerializer(invitation).data)
+
+    @extend_schema(request=None, responses={200: InvitationSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
+        invitation = services.invitation_revoke(actor=actor_of(request), invitation=self.get_object())
+        return Response(InvitationSerializer(invitation).data)
 
 
 class TokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):

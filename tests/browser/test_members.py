@@ -19,8 +19,8 @@ def test_admin_adds_changes_and_removes_a_member(signed_in) -> None:
     # alice adds carol to NLP as a member.
     alice.goto("/tenants/acme/members/")
     alice.on("dialog", lambda dialog: dialog.accept())
-    add = alice.get_by_role("region", name="Add a member")
-    add.get_by_label("Username").fill("carol")
+    add = alice.get_by_role("region", name="Add a member to a project")
+    add.get_by_label("Member", exact=True).select_option("carol")  # a list of acme's own people, not free text
     add.get_by_label("Project").select_option(label="NLP (acme-nlp)")
     add.get_by_label("Role").select_option(label="Member")
     add.get_by_role("button", name="Add member").click()
@@ -56,12 +56,13 @@ def test_admin_adds_changes_and_removes_a_member(signed_in) -> None:
 def test_bad_member_input_shows_the_error_next_to_the_field(signed_in) -> None:
     alice = signed_in("alice")
     alice.goto("/tenants/acme/members/")
-    add = alice.get_by_role("region", name="Add a member")
-    add.get_by_label("Username").fill("ghost")
-    add.get_by_label("Project").select_option(label="NLP (acme-nlp)")
+    add = alice.get_by_role("region", name="Add a member to a project")
+    add.get_by_label("Member", exact=True).select_option("carol")
+    add.get_by_label("Project").select_option(label="Vision (acme-vision)")
     add.get_by_role("button", name="Add member").click()
-    expect(add.get_by_label("Username")).to_have_attribute("aria-invalid", "true")
-    expect(alice.locator("#id_member-username_error")).to_contain_text("No active user named 'ghost'")
+    expect(add.get_by_label("Member", exact=True)).to_have_attribute("aria-invalid", "true")
+    expect(alice.locator("#id_member-user_error")).to_contain_text("carol already has a role in acme-vision")
+    expect(alice.get_by_text("carol already has a role in acme-vision")).to_have_count(1)  # once, next to the field
 
 
 def test_token_secret_is_shown_once_and_revoke_works_in_place(signed_in) -> None:

@@ -320,7 +320,8 @@ def test_project_quota_summary(api, cast, split) -> None:
         "tenant": "acme", "project": "acme-vision",
         "quotas": [{
             "cluster": "gpu-test", "flavor": "h100-80gb", "flavor_id": split.h100.pk, "resource": GPU, "nominal": "4.000",
-            "borrowing_limit": None, "lending_limit": None, "used": "3.000", "borrowed": "0.000", "free": "1.000", "usage_at": None,
+            "borrowing_limit": None, "lending_limit": None, "used": "3.000", "borrowed": "0.000", "free": "1.000",
+                "usage_at": None, "usage_read_at": None,
             # Enforced (whole GPUs), but never reconciled: nothing on the cluster confirms the 4 yet.
             "enforced": True, "enforcement_reason": "", "confirmed_at": None, "cluster_nominal": None, "drift": True,
         }],

@@ -483,11 +483,25 @@ def split(cast, fleet):
 
 
 @pytest.mark.parametrize("amount, approver", [(1, Approver.PROJECT_ADMIN), (4, Approver.PROJECT_ADMIN),
-                                              (5, Approver.TENANT_ADMIN), (12, Approver.TENANT_ADMIN), (13, Approver.OPS)])
+                                              (5, Approver.TENANT_ADMIN), (12, Approver.TENANT_ADMIN)])
 def test_request_goes_to_who_owns_the_headroom(cast, split, amount, approver) -> None:
     request = ask(cast, split, amount)
     assert (request.approver, request.status) == (approver, QuotaRequest.Status.PENDING)
     assert AuditEntry.objects.get(action="quota_request.create").after["approver"] == approver
+
+
+def test_beyond_what_the_tenants_may_be_promised_goes_to_ops(cast, split) -> None:
+    """globex is promised 4 more: 4 unassigned in acme + 4 unpromised = 8; a 9th needs ops (the cluster
+    still has room for the project: 4 + 9 of 16)."""
+    tenant_quota(cast, split, cast.globex, 4)
+    request = ask(cast, split, 9)
+    assert request.approver == Approver.OPS
+
+
+def test_never_more_than_the_cluster_has(cast, split) -> None:
+    with pytest.raises(Invalid, match="at most 12 more"):
+        ask(cast, split, 13)
+    assert not QuotaRequest.objects.exists()
 
 
 @pytest.mark.parametrize("who, allowed", [("carol", True), ("bob", True), ("alice", True), ("ops", True), ("dave", False), ("erin", False), ("nobody", False)])
@@ -667,7 +681,7 @@ def test_pending_request_that_ended_lapses(cast, split) -> None:
 
 def test_inbox_agrees_with_who_may_decide(cast, split) -> None:
     tenant_quota(cast, split, cast.globex, 4)
-    requests = [ask(cast, split, 2), ask(cast, split, 6), ask(cast, split, 2, who="bob"), ask(cast, split, 13)]
+    requests = [ask(cast, split, 2), ask(cast, split, 6), ask(cast, split, 2, who="bob"), ask(cast, split, 9)]
     assert [r.approver for r in requests] == [Approver.PROJECT_ADMIN, Approver.TENANT_ADMIN, Approver.PROJECT_ADMIN, Approver.OPS]
     for who in ("ops", "alice", "bob", "carol", "dave", "erin", "nobody"):
         actor = cast.actor(who)
@@ -693,8 +707,9 @@ def test_everyone_involved_is_emailed(cast, split, mailoutbox, django_capture_on
     assert sorted(m.to[0] for m in mailoutbox) == ["alice@example.com", "bob@example.com", "carol@example.com"]
     assert "approved" in mailoutbox[0].subject and "Enjoy." in mailoutbox[0].body
     mailoutbox.clear()
+    tenant_quota(cast, split, cast.globex, 4)
     with django_capture_on_commit_callbacks(execute=True):
-        ask(cast, split, 13)  # ops decide this one
+        ask(cast, split, 8)  # 2 unassigned + 4 unpromised: ops decide this one
     assert sorted(m.to[0] for m in mailoutbox) == ["carol@example.com", "ops@example.com"]
 
 

@@ -107,7 +107,7 @@ def test_suspended_tenant_is_read_only_for_its_users(api, cast) -> None:
     assert alice.get(f"{API}/projects/").json()["count"] == 2  # still readable
     response = alice.post(f"{API}/projects/", {"tenant": "acme", "name": "New", "slug": "acme-new"}, format="json")
     assert response.status_code == 403 and response.json()["error"] == "tenant_suspended"
-    response = alice.post(f"{API}/memberships/", {"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "member"}, format="json")
+    response = alice.post(f"{API}/memberships/", {"user": "dave", "tenant": "acme", "project": "acme-nlp", "role": "member"}, format="json")
     assert response.status_code == 403
     response = api("carol").post(f"{API}/tokens/", {"name": "ci", "project": "acme-vision"}, format="json")
     assert response.status_code == 403
@@ -210,26 +210,26 @@ def test_membership_list_scope(api, cast) -> None:
 
 @pytest.mark.parametrize("who, status", [("ops", 201), ("alice", 201), ("bob", 403), ("carol", 403), ("dave", 403), ("erin", 400)])
 def test_membership_create_matrix(api, who, status) -> None:
-    body = {"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "member"}
+    body = {"user": "dave", "tenant": "acme", "project": "acme-nlp", "role": "member"}
     response = api(who).post(f"{API}/memberships/", body, format="json")
     assert response.status_code == status, response.content
-    assert Membership.objects.filter(user__username="nobody").exists() == (status == 201)
+    assert Membership.objects.filter(user__username="dave", project__slug="acme-nlp").exists() == (status == 201)
 
 
 def test_membership_change_updates_visibility_at_once(api, cast) -> None:
-    nobody = api("nobody")
-    assert nobody.get(f"{API}/projects/acme-nlp/").status_code == 404
+    dave = api("dave")
+    assert dave.get(f"{API}/projects/acme-nlp/").status_code == 404
     alice = api("alice")
-    created = alice.post(f"{API}/memberships/", {"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "viewer"}, format="json")
+    created = alice.post(f"{API}/memberships/", {"user": "dave", "tenant": "acme", "project": "acme-nlp", "role": "viewer"}, format="json")
     assert created.status_code == 201
-    assert nobody.get(f"{API}/projects/acme-nlp/").status_code == 200
-    assert slugs(nobody.get(f"{API}/projects/")) == {"acme-nlp"}
+    assert dave.get(f"{API}/projects/acme-nlp/").status_code == 200
+    assert slugs(dave.get(f"{API}/projects/")) == {"acme-vision", "acme-nlp"}
     # Promote to tenant admin is a different kind of membership: tenant-wide, no project.
     response = alice.patch(f"{API}/memberships/{created.json()['id']}/", {"role": "member"}, format="json")
     assert response.status_code == 200 and response.json()["role"] == "member"
     assert alice.delete(f"{API}/memberships/{created.json()['id']}/").status_code == 204
-    assert nobody.get(f"{API}/projects/acme-nlp/").status_code == 404
-    assert nobody.get(f"{API}/projects/").json()["count"] == 0
+    assert dave.get(f"{API}/projects/acme-nlp/").status_code == 404
+    assert slugs(dave.get(f"{API}/projects/")) == {"acme-vision"}
     actions = list(AuditEntry.objects.filter(target_type="tenants.membership").values_list("action", flat=True))
     assert sorted(actions).count("membership.create") >= 1 and "membership.update" in actions and "membership.delete" in actions
 
@@ -238,12 +238,12 @@ def test_membership_bad_input(api) -> None:
     alice = api("alice")
     cases = [
         ({"user": "ghost", "tenant": "acme", "project": "acme-nlp", "role": "member"}, "user"),
-        ({"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "emperor"}, "role"),
-        ({"user": "nobody", "tenant": "acme", "role": "member"}, "project"),
-        ({"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "tenant_admin"}, "project"),
-        ({"user": "nobody", "tenant": "acme", "project": "globex-llm", "role": "member"}, "project"),
+        ({"user": "dave", "tenant": "acme", "project": "acme-nlp", "role": "emperor"}, "role"),
+        ({"user": "dave", "tenant": "acme", "role": "member"}, "project"),
+        ({"user": "dave", "tenant": "acme", "project": "acme-nlp", "role": "tenant_admin"}, "project"),
+        ({"user": "dave", "tenant": "acme", "project": "globex-llm", "role": "member"}, "project"),
         ({"user": "carol", "tenant": "acme", "project": "acme-vision", "role": "member"}, "user"),  # duplicate
-        ({"user": "nobody", "tenant": "acme", "project": "acme-nlp", "role": "member", "extra": 1}, "extra"),
+        ({"user": "dave", "tenant": "acme", "project": "acme-nlp", "role": "member", "extra": 1}, "extra"),
     ]
     before = (Membership.objects.count(), AuditEntry.objects.count())
     for body, field in cases:
@@ -319,7 +319,7 @@ def test_token_cannot_write_tenancy(token_client, cast) -> None:
     client, _ = token_client("alice", cast.vision, "read+submit")
     assert client.patch(f"{API}/projects/acme-vision/", {"description": "x"}, format="json").status_code == 403
     assert client.post(f"{API}/tokens/", {"name": "x", "project": "acme-vision"}, format="json").status_code == 403
-    response = client.post(f"{API}/memberships/", {"user": "nobody", "tenant": "acme", "project": "acme-vision", "role": "member"}, format="json")
+    response = client.post(f"{API}/memberships/", {"user": "dave", "tenant": "acme", "project": "acme-vision", "role": "member"}, format="json")
     assert response.status_code == 403
     assert client.get(f"{API}/audit/").json()["count"] == 0
 
@@ -420,7 +420,7 @@ def test_every_change_is_audited(api, cast) -> None:
     alice.patch(f"{API}/tenants/acme/", {"contact_email": "x@acme.example"}, format="json")
     alice.post(f"{API}/projects/", {"tenant": "acme", "name": "R", "slug": "acme-r"}, format="json")
     alice.patch(f"{API}/projects/acme-r/", {"description": "r"}, format="json")
-    m = alice.post(f"{API}/memberships/", {"user": "nobody", "tenant": "acme", "project": "acme-r", "role": "viewer"}, format="json").json()
+    m = alice.post(f"{API}/memberships/", {"user": "dave", "tenant": "acme", "project": "acme-r", "role": "viewer"}, format="json").json()
     alice.patch(f"{API}/memberships/{m['id']}/", {"role": "member"}, format="json")
     alice.delete(f"{API}/memberships/{m['id']}/")
     t = carol.post(f"{API}/tokens/", {"name": "ci", "project": "acme-vision"}, format="json").json()

@@ -140,9 +140,9 @@ def test_password_change(as_user, cast) -> None:
 def test_forms_need_csrf(cast) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(cast.alice)
-    response = client.post(reverse("member-add", args=["acme"]), {"member-username": "nobody", "member-project": "acme-nlp", "member-role": "member"})
+    response = client.post(reverse("member-add", args=["acme"]), {"member-user": "dave", "member-project": "acme-nlp", "member-role": "member"})
     assert response.status_code == 403
-    assert not Membership.objects.filter(user=cast.nobody).exists()
+    assert not Membership.objects.filter(user=cast.dave, project=cast.nlp).exists()
 
 
 # Home ------------------------------------------------------------------------------------------
@@ -229,6 +229,9 @@ def test_token_create_shows_secret_once(as_user, cast) -> None:
         reverse("token-create", args=["acme-vision"]),
         {"token-name": "nightly", "token-scope": "read+submit", "token-expires_days": "30"},
     )
+    # Post/redirect/get: the secret is on the page the redirect leads to, once.
+    assert response.status_code == 302 and response["Location"] == "/projects/acme-vision/#tokens"
+    response = client.get(response["Location"])
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]
     secret = re.search(r'id="token-secret"[^>]*value="([^"]+)"', text(response)).group(1)
@@ -434,7 +437,7 @@ def test_choice_filters_offer_one_any_and_no_dashes(as_user) -> None:
     assert "---------" not in body
 
 
-ADD_NOBODY = {"member-username": "nobody", "member-project": "acme-nlp", "member-role": "member"}
+ADD_DAVE = {"member-user": "dave", "member-project": "acme-nlp", "member-role": "member"}
 
 
 @pytest.mark.parametrize(
@@ -450,16 +453,16 @@ ADD_NOBODY = {"member-username": "nobody", "member-project": "acme-nlp", "member
     ],
 )
 def test_member_add_matrix(as_user, cast, who, status, created) -> None:
-    response = as_user(who).post(reverse("member-add", args=["acme"]), ADD_NOBODY)
+    response = as_user(who).post(reverse("member-add", args=["acme"]), ADD_DAVE)
     assert response.status_code == status
-    assert Membership.objects.filter(user=cast.nobody, project=cast.nlp, role=Role.MEMBER).exists() is created
+    assert Membership.objects.filter(user=cast.dave, project=cast.nlp, role=Role.MEMBER).exists() is created
 
 
 def test_member_add_changes_what_the_user_sees(as_user, cast) -> None:
-    response = as_user("alice").post(reverse("member-add", args=["acme"]), ADD_NOBODY, follow=True)
-    assert "nobody is now Member of NLP." in text(response)
+    response = as_user("alice").post(reverse("member-add", args=["acme"]), ADD_DAVE, follow=True)
+    assert "dave is now Member of NLP." in text(response)
     assert AuditEntry.objects.filter(action="membership.create", project=cast.nlp).exists()
-    client = as_user("nobody")
+    client = as_user("dave")
     assert "NLP" in text(client.get("/"))
     assert client.get("/projects/acme-nlp/").status_code == 200
 
@@ -467,13 +470,16 @@ def test_member_add_changes_what_the_user_sees(as_user, cast) -> None:
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        ({"member-username": "ghost", "member-project": "acme-nlp", "member-role": "member"}, "username", "No active user"),
-        ({"member-username": "nobody", "member-project": "", "member-role": "member"}, "project", "choose one"),
-        ({"member-username": "nobody", "member-project": "acme-nlp", "member-role": "tenant_admin"}, "project", "leave project empty"),
-        ({"member-username": "nobody", "member-project": "globex-llm", "member-role": "member"}, "project", "Select a valid choice"),
-        ({"member-username": "nobody", "member-project": "acme-nlp", "member-role": "owner"}, "role", "Select a valid choice"),
-        ({"member-username": "carol", "member-project": "acme-vision", "member-role": "viewer"}, "username", "already has a role"),
-        ({"member-username": "", "member-project": "acme-nlp", "member-role": "member"}, "username", "required"),
+        ({"member-user": "ghost", "member-project": "acme-nlp", "member-role": "member"}, "user", "Select a valid choice"),
+        # Another tenant's user reads exactly like an unknown name: the form tells nobody who exists elsewhere.
+        ({"member-user": "frank", "member-project": "acme-nlp", "member-role": "member"}, "user", "Select a valid choice"),
+        ({"member-user": "nobody", "member-project": "acme-nlp", "member-role": "member"}, "user", "Select a valid choice"),
+        ({"member-user": "dave", "member-project": "", "member-role": "member"}, "project", "choose one"),
+        ({"member-user": "dave", "member-project": "acme-nlp", "member-role": "tenant_admin"}, "project", "leave project empty"),
+        ({"member-user": "dave", "member-project": "globex-llm", "member-role": "member"}, "project", "Select a valid choice"),
+        ({"member-user": "dave", "member-project": "acme-nlp", "member-role": "owner"}, "role", "Select a valid choice"),
+        ({"member-user": "carol", "member-project": "acme-vision", "member-role": "viewer"}, "user", "already has a role"),
+        ({"member-user": "", "member-project": "acme-nlp", "member-role": "member"}, "user", "required"),
     ],
 )
 def test_member_add_bad_input_writes_nothing(as_user, data, field, message) -> None:
@@ -590,7 +596,10 @@ def test_suspended_tenant_is_read_only(as_user, cast) -> None:
     assert "<fieldset disabled>" in text(client.get("/tenants/acme/"))
 
     memberships = Membership.objects.count()
-    response = client.post(reverse("member-add", args=["acme"]), ADD_NOBODY)
+    response = client.post(reverse("member-add", args=["acme"]), ADD_DAVE)
+    assert REFUSED in text(response)
+    response = client.post(reverse("invitation-create", args=["acme"]),
+                           {"invite-email": "new@example.com", "invite-project": "acme-nlp", "invite-role": "member"})
     assert REFUSED in text(response)
     response = client.post(reverse("project-create", args=["acme"]), {"project-name": "New", "project-slug": "acme-new"})
     assert REFUSED in text(response)
