@@ -295,6 +295,20 @@ def _strict_body(schema: dict | None) -> None:
             prop["anyOf"] = [text, {"type": "number", "minimum": 0, "maximum": 10 ** int(whole) - 1}]
 
 
+def permission_denied(request: Any, exception: Exception | None = None) -> Any:
+    """handler403: under /api/ the API's error format; elsewhere the portal's page (templates/403.html)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "permission_denied", "detail": str(exception or "") or "Not allowed."}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def bad_request(request: Any, exception: Exception | None = None) -> Any:
+    """handler400: under /api/ the API's error format; elsewhere the portal's page (templates/400.html)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "invalid", "detail": "Bad request."}, status=400)
+    return defaults.bad_request(request, exception)
+
+
 def not_found(request: Any, exception: Exception | None = None) -> Any:
     """handler404: under /api/ a URL that matches no route is a 404 in the API's error format."""
     if request.path.startswith("/api/"):

@@ -22,7 +22,11 @@ urlpatterns = [
     path("api/redoc/", csp_override(REDOC_CSP)(SpectacularRedocView.as_view(url_name="schema")), name="api-redoc"),
 ]
 
+# With DEBUG off, pages answer errors with the portal's own pages (templates/400.html, 403.html, 404.html,
+# 500.html, in the site's layout); the API answers in its JSON error shape.
 # An unexpected error (DEBUG off): JSON in the API's error shape under /api/, the HTML page elsewhere.
 handler500 = "portal.api.server_error"
 # A URL under /api/ that matches no route answers in the API's error format (JSON), not a page.
 handler404 = "portal.api.not_found"
+handler403 = "portal.api.permission_denied"
+handler400 = "portal.api.bad_request"
