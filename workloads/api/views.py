@@ -179,6 +179,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
     serializer_class = ApprovalRuleSerializer
     ordering_fields = ["template_slug", "updated_at"]
     filterset_fields = ["template_slug"]
+    search_fields = ["template_slug", "project__slug", "project__name"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
