@@ -170,20 +170,27 @@ class RequestForm(forms.Form):
         projects: Iterable[Project],
         images: Iterable[Image],
         flavors: Iterable[Flavor],
+        offered: Iterable[Flavor] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.template = template
         self.projects = {p.slug: p for p in projects}
         # Only what the cluster's architecture enforces is offered; the rest is refused with the reason.
+        # ``offered`` (workloads.selectors.template_flavors_for) narrows the choice to the flavors the
+        # projects in view have quota for; another allowed one is refused with that reason.
+        offered_ids = None if offered is None else {f.pk for f in offered}
         self.flavors: dict[str, Flavor] = {}
         self.refused_flavors: dict[str, str] = {}
         for f in flavors:
             enforcement = flavor_enforcement(f.cluster, f)
-            if enforcement.enforced:
-                self.flavors[str(f.pk)] = f
-            else:
+            if not enforcement.enforced:
                 self.refused_flavors[str(f.pk)] = enforcement.reason
+            elif offered_ids is not None and f.pk not in offered_ids:
+                self.refused_flavors[str(f.pk)] = (f"{f} cannot be used here: no project you may submit to has quota "
+                                                   f"for it. Ask for quota or choose another flavor.")
+            else:
+                self.flavors[str(f.pk)] = f
         fields = self.fields
         fields["project"].choices = [(slug, f"{p.name} ({p.tenant.name})") for slug, p in self.projects.items()]
         fields["flavor"].choices = [(pk, str(f)) for pk, f in self.flavors.items()]

@@ -18,11 +18,11 @@ from typing import Any, Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, Q
 
 from portal.exceptions import ConflictError, IdempotencyKeyReused, Invalid, NotAllowed, ReadOnlyTenant
 from quotas.capacity import flavor_enforcement, is_enforced
-from quotas.models import Flavor, Quota
+from quotas.models import Flavor
 from tenants.access import Actor
 from tenants.audit import audit_record, snapshot
 from tenants.guards import require
@@ -93,36 +93,9 @@ def _on_commit_approved(req: WorkloadRequest, *, notify_requester: bool) -> None
 # Quota: what can never run --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ceiling:
-    """The most of one flavor's primary resource the project can ever get at once."""
-
-    resource: str
-    nominal: Decimal
-    borrowable: Decimal | None  # None: no borrowing limit, bounded by the tenant's cohort
-    total: Decimal
-
-
-def quota_ceiling(*, project: Project, flavor: Flavor) -> Ceiling:
-    """Nominal quota plus what the project may borrow, for ``flavor``'s primary resource.
-
-    No quota row means nothing. A missing borrowing limit means "as much as the cohort has": the
-    tenant's row for the flavor (its pool) if there is one, else the sum of its projects' quotas.
-    """
-    resource = flavor.primary_resource
-    row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
-    if row is None:
-        return Ceiling(resource, Decimal(0), Decimal(0), Decimal(0))
-    if row.borrowing_limit is not None:
-        return Ceiling(resource, row.nominal, row.borrowing_limit, row.nominal + row.borrowing_limit)
-    tenant_row = Quota.objects.filter(tenant_id=project.tenant_id, project__isnull=True, flavor=flavor, resource=resource).first()
-    if tenant_row is not None:
-        cohort = tenant_row.nominal
-    else:
-        cohort = Quota.objects.filter(
-            tenant_id=project.tenant_id, project__isnull=False, flavor=flavor, resource=resource
-        ).aggregate(total=Sum("nominal"))["total"] or Decimal(0)
-    return Ceiling(resource, row.nominal, None, max(row.nominal, cohort))
+# The quota ceiling is a read (workloads.selectors); the services check submissions against it.
+Ceiling = selectors.Ceiling
+quota_ceiling = selectors.quota_ceiling
 
 
 def request_demand(*, flavor: Flavor, gpus: int, replicas: int, cpu: Decimal) -> Decimal:

@@ -129,20 +129,26 @@ def _submittable(actor: Actor) -> QuerySet[Any]:
     return projects_where(actor=actor, perm="submit_project").filter(status="active", tenant__status="active").order_by("tenant__name", "name")
 
 
-def _template_from(actor: Actor, key: str | None) -> ServiceTemplate | None:
+def _template_from(actor: Actor, key: str | None, projects: list[Any] | None) -> ServiceTemplate | None:
+    """The template ``?template=`` names (slug or id) in the catalogue the projects can use (``catalogue_for``,
+    as the catalogue page shows it): never a retired version, nor one these projects have no flavor for."""
     if not key:
         return None
-    templates = selectors.templates_for(actor=actor).filter(active=True)
+    templates = selectors.catalogue_for(actor=actor, projects=projects)
     if is_id(key):
         return templates.filter(pk=int(key)).first()
     return templates.filter(slug=key).order_by("-version").first()
 
 
-def _request_form(actor: Actor, template: ServiceTemplate, data: Any = None, initial: dict[str, Any] | None = None) -> RequestForm:
-    flavors = template.allowed_flavors.filter(active=True).order_by("order", "name")
+def _request_form(actor: Actor, template: ServiceTemplate, data: Any = None, initial: dict[str, Any] | None = None,
+                  *, projects: list[Any] | None = None) -> RequestForm:
+    # ``flavors``: every active one the template allows (so a stale or forged choice is refused with its reason);
+    # offered: those the projects can use (``template_flavors_for``).
+    flavors = template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name")
     return RequestForm(
         data, initial=initial or {}, template=template, projects=_submittable(actor),
         images=selectors.images_for(actor=actor).filter(active=True), flavors=flavors,
+        offered=selectors.template_flavors_for(template=template, projects=projects),
     )
 
 
@@ -153,19 +159,29 @@ def _cost_estimate(form: RequestForm) -> str | None:
 
 @login_required
 def request_new(request: HttpRequest) -> HttpResponse:
-    """Step one: pick a template. Step two (``?template=``): the form generated from its schema."""
+    """Step one: pick a template. Step two (``?template=``): the form generated from its schema.
+
+    Both steps offer what ``selectors.catalogue_for`` / ``template_flavors_for`` offer for the projects in view:
+    the one chosen with ``?project=`` (on GET), else every project the user may submit in. Without any such
+    project the catalogue is shown as it is, to read (nothing can be submitted)."""
     actor = _actor(request)
-    projects = _submittable(actor)
+    projects = list(_submittable(actor))
     project_slug = request.GET.get("project") or request.POST.get("project") or ""
-    template = _template_from(actor, request.GET.get("template"))
-    context: dict[str, Any] = {"project_slug": project_slug, "has_projects": projects.exists()}
+    chosen = [p for p in projects if p.slug == project_slug]
+    # A POST keeps every project in view: the form's values must come back, with the service's reason.
+    in_view = (chosen if chosen and request.method != "POST" else projects) or None
+    template = _template_from(actor, request.GET.get("template"), in_view)
+    context: dict[str, Any] = {"project_slug": project_slug, "has_projects": bool(projects)}
     if template is None:
-        context["templates"] = selectors.templates_for(actor=actor).filter(active=True).order_by("kind", "slug", "-version")
+        templates = list(selectors.catalogue_for(actor=actor, projects=in_view).order_by("kind", "slug", "-version"))
+        for t in templates:
+            t.offered_flavors = selectors.template_flavors_for(template=t, projects=in_view)
+        context["templates"] = templates
         context["unknown_template"] = bool(request.GET.get("template"))
         return page(request, "workloads/request_new.html", context)
 
     if request.method == "POST":
-        form = _request_form(actor, template, request.POST)
+        form = _request_form(actor, template, request.POST, projects=in_view)
         if form.is_valid():
             try:
                 req = services.request_submit(actor=actor, template=template, **form.submit_values())
@@ -180,7 +196,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
                     messages.success(request, f"Request {req.name} submitted and {req.get_state_display().lower()}.")
                 return redirect("request-detail", pk=req.pk)
     else:
-        form = _request_form(actor, template, initial={"project": project_slug} if project_slug else None)
+        form = _request_form(actor, template, initial={"project": project_slug} if project_slug else None, projects=in_view)
     context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form)}
     return page(request, "workloads/request_form.html", context)
 
