@@ -6,7 +6,7 @@ import django_filters as filters
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter, MultipleChoiceFilter
 
-from .models import Image, Priority, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
+from .models import Image, Priority, RequestPreset, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .states import ACTIVE, FINAL, WAITING
 
 
@@ -64,3 +64,12 @@ class ImageFilter(FilterSet):
     def filter_kind(self, queryset, name, value):
         # JSON containment is not portable (SQLite); the image list is short, so filter by id.
         return queryset.filter(pk__in=[image.pk for image in queryset if value in (image.kinds or [])])
+
+
+class PresetFilter(FilterSet):
+    project = filters.CharFilter(field_name="project__slug", label="Project slug")
+    template = filters.CharFilter(field_name="template_slug", label="Template slug")
+
+    class Meta:
+        model = RequestPreset
+        fields = ["project", "template"]

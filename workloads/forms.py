@@ -158,6 +158,11 @@ class RequestForm(forms.Form):
     cpu = forms.DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
     memory_gib = forms.IntegerField(label="Memory (GiB)", min_value=1)
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
+    # "Save as preset" (not part of a submission): the name to keep the form's values under.
+    preset_name = forms.CharField(
+        max_length=60, required=False, label="Preset name",
+        help_text="Keep these values under a name, to start from them next time (yours only, in this project).",
+    )
 
     # Fields grouped for the page: what, resources, then the generated parameters.
     GENERAL = ("project", "name", "image", "custom_image")
@@ -283,6 +288,47 @@ class RequestForm(forms.Form):
         if "replicas" in self.fields:
             values["replicas"] = data["replicas"]
         return values
+
+    def preset_values(self) -> dict[str, Any]:
+        """What a preset keeps of a valid form (``workloads.selectors.PRESET_KEYS``): the submission without
+        the request's name and key."""
+        values = self.submit_values()
+        kept = {key: values[key] for key in ("image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours",
+                                             "priority", "parameters") if key in values}
+        kept["flavor"] = values["flavor"].name
+        return kept
+
+    # -- starting from saved values: a preset, or a request to submit again ---------------------------
+    def prefill(self, values: dict[str, Any], *, project: str = "") -> list[str]:
+        """Start an unbound form from ``values`` (``selectors.request_values`` / a preset's values). Returns what
+        could not be carried over (a flavor no longer offered here, a setting the template no longer has)."""
+        dropped: list[str] = []
+        initial: dict[str, Any] = {}
+        if project and project in self.projects:
+            initial["project"] = project
+        flavor = values.get("flavor")
+        if flavor:
+            match = next((pk for pk, f in self.flavors.items() if f.name == flavor), None)
+            if match is None:
+                dropped.append(f"flavor {flavor} (not offered here now)")
+            else:
+                initial["flavor"] = match
+        image = values.get("image")
+        if image:
+            curated = {value for value, _label in self.fields["image"].choices}
+            initial |= {"image": image} if image in curated else {"image": CUSTOM_IMAGE, "custom_image": image}
+        for key in ("gpus", "cpu", "memory_gib", "duration_hours", "priority", "replicas"):
+            if key in values and key in self.fields:
+                initial[key] = values[key]
+        specs = {spec["name"]: spec for spec in self.parameter_specs}
+        for key, value in (values.get("parameters") or {}).items():
+            spec = specs.get(key)
+            if spec is None:
+                dropped.append(f"setting {key} (the template has no such setting now)")
+                continue
+            initial[PARAM + key] = str(value) if spec["widget"] == "select" and value is not None else value
+        self.initial.update(initial)
+        return dropped
 
     # -- the service's refusals, next to their fields ---------------------------------------------
     def field_for(self, key: str | None) -> str | None:

@@ -17,7 +17,16 @@ from tenants.models import Project
 from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
-from .models import ApprovalRule, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
+from .models import (
+    ApprovalRule,
+    Image,
+    RequestEvent,
+    RequestPreset,
+    RequestState,
+    ServiceTemplate,
+    Volume,
+    WorkloadRequest,
+)
 from .pending import awaiting_approval_sentence
 
 S = RequestState
@@ -168,6 +177,36 @@ def template_flavors_for(*, template: ServiceTemplate, projects: Iterable[Projec
         return flavors
     usable = set().union(*flavors_with_quota(projects=projects).values())
     return [f for f in flavors if f.pk in usable]
+
+
+# Submitting again: a request's values, saved presets ------------------------------------------------------
+
+# The values a preset keeps and a clone copies: what the new-request form submits, but the request's name.
+PRESET_KEYS = ("flavor", "image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "parameters")
+
+
+def request_values(request: WorkloadRequest) -> dict[str, Any]:
+    """What ``request`` was submitted with, as a preset keeps it (``PRESET_KEYS``; ``cpu`` as text): the values a
+    clone starts from. Replicas only where the kind takes them freely (training derives them from parameters)."""
+    from . import kinds
+
+    values: dict[str, Any] = {
+        "flavor": request.flavor.name, "image": request.image, "gpus": request.gpus, "cpu": f"{request.cpu.normalize():f}",
+        "memory_gib": request.memory_gib, "duration_hours": request.duration_hours, "priority": request.priority,
+        "parameters": dict(request.parameters or {}),
+    }
+    if kinds.get(request.template.kind).replicas == "free":
+        values["replicas"] = request.replicas
+    return values
+
+
+def presets_for(*, actor: Actor) -> QuerySet[RequestPreset]:
+    """The actor's own presets, in the projects they see (a token: its project only). Nobody sees another's."""
+    if actor.user is None or not actor.user.is_authenticated:
+        return RequestPreset.objects.none()
+    return RequestPreset.objects.select_related("project__tenant").filter(
+        owner=actor.user, project__in=projects_for(actor=actor).values("pk")
+    )
 
 
 # Quota: the most a project can ever get ----------------------------------------------------------------

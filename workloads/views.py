@@ -22,6 +22,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -173,6 +175,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
     template = _template_from(actor, request.GET.get("template"), in_view)
     context: dict[str, Any] = {"project_slug": project_slug, "has_projects": bool(projects)}
     if template is None:
+        context["presets"] = selectors.presets_for(actor=actor).filter(
+            project__in=[p.pk for p in in_view or []]).order_by("project__name", "name")
         templates = list(selectors.catalogue_for(actor=actor, projects=in_view).order_by("kind", "slug", "-version"))
         for t in templates:
             t.offered_flavors = selectors.template_flavors_for(template=t, projects=in_view)
@@ -180,7 +184,13 @@ def request_new(request: HttpRequest) -> HttpResponse:
         context["unknown_template"] = bool(request.GET.get("template"))
         return page(request, "workloads/request_new.html", context)
 
-    if request.method == "POST":
+    started_from = ""
+    if request.method == "POST" and request.POST.get("action") == "save-preset":
+        form = _request_form(actor, template, request.POST, projects=in_view)
+        saved = _preset_save(request, actor, template, form)
+        if saved is not None:
+            return saved
+    elif request.method == "POST":
         form = _request_form(actor, template, request.POST, projects=in_view)
         if form.is_valid():
             try:
@@ -197,8 +207,68 @@ def request_new(request: HttpRequest) -> HttpResponse:
                 return redirect("request-detail", pk=req.pk)
     else:
         form = _request_form(actor, template, initial={"project": project_slug} if project_slug else None, projects=in_view)
-    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form)}
+        started_from, dropped = _start_from(request, actor, template, form)
+        if dropped:
+            messages.warning(request, "Not carried over: " + "; ".join(dropped) + ".")
+    presets = selectors.presets_for(actor=actor).filter(template_slug=template.slug, project__in=[p.pk for p in projects])
+    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form), "started_from": started_from,
+                "presets": presets.order_by("project__name", "name")}
     return page(request, "workloads/request_form.html", context)
+
+
+def _start_from(request: HttpRequest, actor: Actor, template: ServiceTemplate, form: RequestForm) -> tuple[str, list[str]]:
+    """``?clone=<request id>`` or ``?preset=<preset id>``: fill the form from that request's values or that preset
+    (a request or preset the user cannot see is a 404). Returns a line for the page and what was dropped."""
+    clone, preset_id = request.GET.get("clone"), request.GET.get("preset")
+    if clone:
+        if not is_id(clone):
+            raise Http404("No such request.")
+        req = _visible_request(actor, int(clone))
+        dropped = form.prefill(selectors.request_values(req), project=req.project.slug)
+        changed = f" The template changed since (v{req.template.version} → v{template.version}): check the settings." \
+            if req.template_id != template.pk else ""
+        return f"Starting from request {req.name}: change what you need, then submit.{changed}", dropped
+    if preset_id:
+        if not is_id(preset_id):
+            raise Http404("No such preset.")
+        preset = get_object_or_404(selectors.presets_for(actor=actor), pk=int(preset_id))
+        dropped = form.prefill(preset.values, project=preset.project.slug)
+        return f"Starting from your preset “{preset.name}” ({preset.project.name}).", dropped
+    return "", []
+
+
+def _preset_save(request: HttpRequest, actor: Actor, template: ServiceTemplate, form: RequestForm) -> HttpResponse | None:
+    """"Save as preset": the form's values under its preset name. A redirect to the form started from the
+    preset, or None (the form shows why)."""
+    if not form.is_valid():
+        return None
+    name = form.cleaned_data.get("preset_name") or ""
+    if not name.strip():
+        form.add_error("preset_name", "Name the preset.")
+        return None
+    project = form.projects[form.cleaned_data["project"]]
+    try:
+        preset, created = services.preset_save(actor=actor, project=project, template_slug=template.slug, name=name,
+                                               values=form.preset_values())
+    except (PortalError, ValidationError) as exc:
+        form.add_error("preset_name" if getattr(exc, "field", "") in ("name", "template") else None, _error_text(exc))
+        return None
+    messages.success(request, f"Preset “{preset.name}” {'saved' if created else 'updated'} for {project.name}.")
+    return redirect(f"{reverse('request-new')}?{urlencode({'template': template.slug, 'project': project.slug, 'preset': preset.pk})}")
+
+
+@login_required
+@require_POST
+def request_preset_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """Delete one of your presets (another's is a 404), then back to where the button was."""
+    actor = _actor(request)
+    preset = get_object_or_404(selectors.presets_for(actor=actor), pk=pk)
+    services.preset_delete(actor=actor, preset=preset)
+    messages.success(request, f"Preset “{preset.name}” deleted.")
+    back = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("request-new")
+    return redirect(back)
 
 
 # Request detail ---------------------------------------------------------------------------------
@@ -212,11 +282,14 @@ def allowed_actions(actor: Actor, req: WorkloadRequest) -> dict[str, bool]:
     """Which lifecycle buttons to show. The services decide again on POST; this only hides what would be refused."""
     state = req.state
     can_decide = state in (S.SUBMITTED, S.PENDING_APPROVAL) and policy.may_decide(actor, req.project)
-    if not policy.may_act_on(actor, req):
-        return {"decide": can_decide}
     writable = req.project.is_active and req.tenant.is_active
+    # Submit again from this one (anyone who may submit in the project), while its template is offered.
+    can_clone = writable and policy.may_submit_request(actor, req.project) and selectors.live_template(req.template.slug) is not None
+    if not policy.may_act_on(actor, req):
+        return {"decide": can_decide, "clone": can_clone}
     return {
         "decide": can_decide,
+        "clone": can_clone,
         "cancel": state in CANCELLABLE,
         "stop": state in (ACTIVE - CANCELLABLE),
         "restart": state in (S.STOPPED, S.FAILED) and writable,

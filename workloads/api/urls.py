@@ -1,6 +1,14 @@
 from rest_framework.routers import SimpleRouter
 
-from .views import ApprovalInboxViewSet, ApprovalRuleViewSet, ImageViewSet, RequestViewSet, TemplateViewSet, VolumeViewSet
+from .views import (
+    ApprovalInboxViewSet,
+    ApprovalRuleViewSet,
+    ImageViewSet,
+    PresetViewSet,
+    RequestViewSet,
+    TemplateViewSet,
+    VolumeViewSet,
+)
 
 # SimpleRouter: the API root at /api/v1/ belongs to the tenancy router.
 router = SimpleRouter()
@@ -10,5 +18,6 @@ router.register("approval-rules", ApprovalRuleViewSet, basename="approval-rule")
 router.register("requests", RequestViewSet, basename="request")
 router.register("approvals", ApprovalInboxViewSet, basename="approval")
 router.register("volumes", VolumeViewSet, basename="volume")
+router.register("presets", PresetViewSet, basename="preset")
 
 urlpatterns = router.urls
