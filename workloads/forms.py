@@ -160,8 +160,8 @@ class RequestForm(forms.Form):
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
     # "Save as preset" (not part of a submission): the name to keep the form's values under.
     preset_name = forms.CharField(
-        max_length=60, required=False, label="Preset name",
-        help_text="Keep these values under a name, to start from them next time (yours only, in this project).",
+        max_length=60, required=False, label="Preset",
+        help_text="What to call these values, to start from them next time (yours only, in this project).",
     )
 
     # Fields grouped for the page: what, resources, then the generated parameters.
