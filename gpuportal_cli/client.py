@@ -140,15 +140,20 @@ class Response:
 
 
 class Client:
-    """One portal: ``call()`` retries network errors, 429 and 5xx with backoff (safe: submissions carry an
-    Idempotency-Key), raises :class:`Refused` on other 4xx and :class:`Unreachable` when retries run out."""
+    """One portal: ``call()`` retries network errors and 5xx with backoff, and 429 after the time its
+    Retry-After says (at most ``max_retry_after`` seconds; longer: :class:`Unreachable` at once). Retrying is
+    safe: submissions carry an Idempotency-Key. Raises :class:`Refused` on other 4xx and :class:`Unreachable`
+    when retries run out."""
 
-    def __init__(self, url: str, token: str, *, retries: int = 5, timeout: float = 30, max_delay: float = 30):
+    def __init__(self, url: str, token: str, *, retries: int = 5, timeout: float = 30, max_delay: float = 30,
+                 max_retry_after: float = 120):
         self.url = url.rstrip("/")
         self.token = token
         self.retries = retries
         self.timeout = timeout
         self.max_delay = max_delay
+        # A 429 says how long to wait (Retry-After). Longer than this: give up at once rather than hang.
+        self.max_retry_after = max_retry_after
 
     def call(self, method: str, path: str, *, body: Any = None, headers: dict[str, str] | None = None,
              params: dict[str, Any] | list[tuple[str, Any]] | None = None) -> Response:
@@ -166,6 +171,7 @@ class Client:
         delay = 1.0
         for attempt in range(self.retries + 1):
             request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+            wait: float | None = None  # the portal's Retry-After, when it sent one
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     raw = response.read()
@@ -180,13 +186,27 @@ class Client:
                         payload = {"detail": raw.decode("utf-8", "replace")[:500] or exc.reason}
                     raise Refused(exc.code, payload) from None
                 problem = f"HTTP {exc.code}"
+                if exc.code == 429:
+                    problem = "HTTP 429: too many requests"
+                    wait = retry_after(exc.headers.get("Retry-After"))
+                    if wait is not None and wait > self.max_retry_after:
+                        raise Unreachable(
+                            f"Rate limited: {method} {url}: the portal asks to wait {wait:.0f}s (Retry-After), more than "
+                            f"the {self.max_retry_after:.0f}s this client waits (GPUPORTAL_MAX_RETRY_AFTER). Try again later."
+                        ) from None
             except (urllib.error.URLError, OSError) as exc:
                 problem = str(getattr(exc, "reason", exc))
             if attempt == self.retries:
                 raise Unreachable(f"Could not reach the portal: {method} {url}: {problem}")
-            print(f"portal: {problem}; retrying in {delay:.0f}s", file=sys.stderr)
-            time.sleep(delay)
-            delay = min(delay * 2, self.max_delay)
+            if wait is not None:
+                # The portal said when: wait that long (never less than a moment), instead of guessing.
+                pause = max(wait, 0.5)
+                print(f"portal: {problem}; waiting {pause:.0f}s as its Retry-After asks, then retrying", file=sys.stderr)
+            else:
+                pause = delay
+                print(f"portal: {problem}; retrying in {pause:.0f}s", file=sys.stderr)
+                delay = min(delay * 2, self.max_delay)
+            time.sleep(pause)
         raise AssertionError("unreachable")
 
     def get(self, path: str, **kwargs: Any) -> Any:
@@ -207,6 +227,24 @@ class Client:
                 break
             page += 1
         return items[:limit]
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date; None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdecimal():
+        return float(value)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _json(raw: bytes) -> Any:

@@ -56,15 +56,20 @@ class Output(str, enum.Enum):
 
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table (readable) or json.")]
 RequestId = Annotated[int, typer.Argument(help="The request's id.", show_default=False)]
-_state: dict[str, Any] = {"retries": 5}
+_state: dict[str, Any] = {"retries": 5, "max_retry_after": 120.0}
 
 
 @app.callback()
 def _main(
     retries: Annotated[int, typer.Option(envvar="GPUPORTAL_RETRIES", min=0,
-                                         help="Retries on network errors and 5xx (with backoff) before exit 4.")] = 5,
+                                         help="Retries on network errors, 5xx (with backoff) and 429 (after its "
+                                              "Retry-After) before exit 4.")] = 5,
+    max_retry_after: Annotated[float, typer.Option(envvar="GPUPORTAL_MAX_RETRY_AFTER", min=0,
+                                                   help="Longest wait a 429's Retry-After may ask for (seconds); "
+                                                        "longer: exit 4 at once.")] = 120.0,
 ) -> None:
     _state["retries"] = retries
+    _state["max_retry_after"] = max_retry_after
 
 
 def main() -> None:
@@ -74,7 +79,7 @@ def main() -> None:
 # ------------------------------------------------------------------------------------------------------ helpers
 def _client(url: str | None = None, token: str | None = None) -> Client:
     url, token = settings(url, token)
-    return Client(url, token, retries=_state["retries"])
+    return Client(url, token, retries=_state["retries"], max_retry_after=_state["max_retry_after"])
 
 
 @contextmanager
@@ -146,7 +151,7 @@ def login(
         _err("No token given.")
         raise typer.Exit(EXIT_REFUSED)
     with _errors():
-        me = Client(url, token, retries=_state["retries"]).get("/api/v1/me/")
+        me = Client(url, token, retries=_state["retries"], max_retry_after=_state["max_retry_after"]).get("/api/v1/me/")
     path = config_write(url.rstrip("/"), token)
     if output == Output.json:
         _print_json({"config": str(path), "me": me})

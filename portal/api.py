@@ -6,13 +6,14 @@ import math
 import re
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import exceptions, pagination, serializers
+from rest_framework import exceptions, pagination, permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -332,6 +333,20 @@ def _strict_body(schema: dict | None) -> None:
             prop["anyOf"] = [text, {"type": "number", "minimum": 0, "maximum": 10 ** int(whole) - 1}]
 
 
+def permission_denied(request: Any, exception: Exception | None = None) -> Any:
+    """handler403: under /api/ the API's error format; elsewhere the portal's page (templates/403.html)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "permission_denied", "detail": str(exception or "") or "Not allowed."}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def bad_request(request: Any, exception: Exception | None = None) -> Any:
+    """handler400: under /api/ the API's error format; elsewhere the portal's page (templates/400.html)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "invalid", "detail": "Bad request."}, status=400)
+    return defaults.bad_request(request, exception)
+
+
 def not_found(request: Any, exception: Exception | None = None) -> Any:
     """handler404: under /api/ a URL that matches no route is a 404 in the API's error format."""
     if request.path.startswith("/api/"):
@@ -339,3 +354,47 @@ def not_found(request: Any, exception: Exception | None = None) -> Any:
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
+
+
+# Who reads the schema and the API docs ----------------------------------------------------------------
+# settings.PORTAL_SCHEMA_PUBLIC (default: on in development, off with PORTAL_ENV=production): when off, the
+# schema needs a signed-in user or a token (401 in the error shape otherwise) and the docs pages send people
+# to the sign-in page first. Read at each request, so a deployment (or a test) can change it.
+
+
+class SchemaAccess(permissions.BasePermission):
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return bool(settings.PORTAL_SCHEMA_PUBLIC or (request.user and request.user.is_authenticated))
+
+
+def schema_view() -> Any:
+    """``/api/schema/``: drf-spectacular's view behind ``SchemaAccess``; a refusal is JSON in the error shape
+    (not rendered by the schema's own YAML renderer)."""
+    from drf_spectacular.views import SpectacularAPIView
+    from rest_framework.renderers import JSONRenderer
+
+    class SchemaView(SpectacularAPIView):
+        permission_classes = [SchemaAccess]
+
+        def handle_exception(self, exc: Exception) -> Response:
+            response = super().handle_exception(exc)
+            self.request.accepted_renderer = JSONRenderer()
+            self.request.accepted_media_type = JSONRenderer.media_type
+            return response
+
+    return SchemaView.as_view()
+
+
+def schema_page(view: Any) -> Any:
+    """A docs page (Swagger UI, Redoc): signed-in users only unless the schema is public."""
+    from functools import wraps
+
+    from django.contrib.auth.views import redirect_to_login
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.PORTAL_SCHEMA_PUBLIC and not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        return view(request, *args, **kwargs)
+
+    return wrapped

@@ -196,3 +196,27 @@ def _filter_classes() -> tuple[type, type, type, type]:
 
 
 IsoDateTimeField, IsoDateTimeFilter, BooleanFilter, MultipleChoiceFilter, FilterSet = _filter_classes()
+
+
+def _search_filter() -> type:
+    from rest_framework import filters
+
+    class SearchFilter(filters.SearchFilter):
+        """DRF's ``?search=``, documented only on the lists that search something (their ``search_fields``),
+        and saying which fields it matches. DRF's own documents it on every list, and ignores it where a view
+        names no field: the schema would offer a filter that filters nothing."""
+
+        def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+            fields = getattr(view, "search_fields", None)
+            if not fields:
+                return []
+            parameters = super().get_schema_operation_parameters(view)
+            names = ", ".join(str(f).lstrip("^=@$").replace("__", ".") for f in fields)
+            for parameter in parameters:
+                parameter["description"] = f"Words that must each appear (case-insensitive) in one of: {names}."
+            return parameters
+
+    return SearchFilter
+
+
+SearchFilter = _search_filter()

@@ -294,7 +294,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
-        "rest_framework.filters.SearchFilter",
+        "portal.inputs.SearchFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
@@ -311,6 +311,10 @@ for _rate_name in ("API_RATE_USER", "API_RATE_SUBMIT"):
     _count, _, _period = _rate.partition("/")
     if _rate and not (_count.isascii() and _count.isdecimal() and _period[:1] in {"s", "m", "h", "d"}):
         raise ImproperlyConfigured(f"{_rate_name}={_rate!r}: a rate is N/s, N/min, N/hour or N/day (empty: no limit).")
+
+# The OpenAPI schema (/api/schema/) and the docs pages (/api/docs/, /api/redoc/): readable by anyone, or
+# (off) by signed-in users and tokens only. Default: public in development, login required in production.
+PORTAL_SCHEMA_PUBLIC = env_bool("PORTAL_SCHEMA_PUBLIC", PORTAL_ENV != "production")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",

@@ -3,7 +3,9 @@ from django.contrib import admin
 from django.urls import include, path
 from django.utils.csp import CSP
 from django.views.decorators.csp import csp_override
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
+
+from portal.api import schema_page, schema_view
 
 # Redoc styles itself with inline <style> elements it creates at run time (no nonce): its page alone
 # allows inline styles. Scripts stay as strict as everywhere else.
@@ -17,12 +19,17 @@ urlpatterns = [
     path("api/v1/", include(("tenants.api.urls", "api"), namespace="api")),
     path("api/v1/", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")),
     path("api/v1/", include(("workloads.api.urls", "workloads-api"), namespace="workloads-api")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/redoc/", csp_override(REDOC_CSP)(SpectacularRedocView.as_view(url_name="schema")), name="api-redoc"),
+    # Public unless PORTAL_SCHEMA_PUBLIC is off (production's default): then signed-in users and tokens only.
+    path("api/schema/", schema_view(), name="schema"),
+    path("api/docs/", schema_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),
+    path("api/redoc/", schema_page(csp_override(REDOC_CSP)(SpectacularRedocView.as_view(url_name="schema"))), name="api-redoc"),
 ]
 
+# With DEBUG off, pages answer errors with the portal's own pages (templates/400.html, 403.html, 404.html,
+# 500.html, in the site's layout); the API answers in its JSON error shape.
 # An unexpected error (DEBUG off): JSON in the API's error shape under /api/, the HTML page elsewhere.
 handler500 = "portal.api.server_error"
 # A URL under /api/ that matches no route answers in the API's error format (JSON), not a page.
 handler404 = "portal.api.not_found"
+handler403 = "portal.api.permission_denied"
+handler400 = "portal.api.bad_request"

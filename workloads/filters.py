@@ -18,6 +18,7 @@ from .models import (
     ExtensionRequest,
     Image,
     Priority,
+    RequestPreset,
     RequestState,
     ServiceTemplate,
     TemplateKind,
@@ -108,3 +109,12 @@ class ExtensionRequestFilter(FilterSet):
         approvable = projects_where(actor=Actor.from_request(self.request), perm="approve_project").values("pk")
         inbox = Q(status=ExtensionRequest.Status.PENDING, request__project__in=approvable)
         return queryset.filter(inbox) if value else queryset.exclude(inbox)
+
+
+class PresetFilter(FilterSet):
+    project = filters.CharFilter(field_name="project__slug", label="Project slug")
+    template = filters.CharFilter(field_name="template_slug", label="Template slug")
+
+    class Meta:
+        model = RequestPreset
+        fields = ["project", "template"]

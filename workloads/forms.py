@@ -178,6 +178,11 @@ class RequestForm(OneTimeFormMixin, forms.Form):
     cpu = DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
     memory_gib = IntegerField(label="Memory (GiB)", min_value=1)
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
+    # "Save as preset" (not part of a submission): the name to keep the form's values under.
+    preset_name = forms.CharField(
+        max_length=60, required=False, label="Preset",
+        help_text="What to call these values, to start from them next time (yours only, in this project).",
+    )
 
     # Fields grouped for the page: what, resources, then the generated parameters.
     GENERAL = ("project", "name", "image", "custom_image")
@@ -190,20 +195,27 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         projects: Iterable[Project],
         images: Iterable[Image],
         flavors: Iterable[Flavor],
+        offered: Iterable[Flavor] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.template = template
         self.projects = {p.slug: p for p in projects}
         # Only what the cluster's architecture enforces is offered; the rest is refused with the reason.
+        # ``offered`` (workloads.selectors.template_flavors_for) narrows the choice to the flavors the
+        # projects in view have quota for; another allowed one is refused with that reason.
+        offered_ids = None if offered is None else {f.pk for f in offered}
         self.flavors: dict[str, Flavor] = {}
         self.refused_flavors: dict[str, str] = {}
         for f in flavors:
             enforcement = flavor_enforcement(f.cluster, f)
-            if enforcement.enforced:
-                self.flavors[str(f.pk)] = f
-            else:
+            if not enforcement.enforced:
                 self.refused_flavors[str(f.pk)] = enforcement.reason
+            elif offered_ids is not None and f.pk not in offered_ids:
+                self.refused_flavors[str(f.pk)] = (f"{f} cannot be used here: no project you may submit to has quota "
+                                                   f"for it. Ask for quota or choose another flavor.")
+            else:
+                self.flavors[str(f.pk)] = f
         fields = self.fields
         fields["project"].choices = [(slug, f"{p.name} ({p.tenant.name})") for slug, p in self.projects.items()]
         fields["flavor"].choices = [(pk, str(f)) for pk, f in self.flavors.items()]
@@ -315,6 +327,47 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         if "replicas" in self.fields:
             values["replicas"] = data["replicas"]
         return values
+
+    def preset_values(self) -> dict[str, Any]:
+        """What a preset keeps of a valid form (``workloads.selectors.PRESET_KEYS``): the submission without
+        the request's name and key."""
+        values = self.submit_values()
+        kept = {key: values[key] for key in ("image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours",
+                                             "priority", "parameters") if key in values}
+        kept["flavor"] = values["flavor"].name
+        return kept
+
+    # -- starting from saved values: a preset, or a request to submit again ---------------------------
+    def prefill(self, values: dict[str, Any], *, project: str = "") -> list[str]:
+        """Start an unbound form from ``values`` (``selectors.request_values`` / a preset's values). Returns what
+        could not be carried over (a flavor no longer offered here, a setting the template no longer has)."""
+        dropped: list[str] = []
+        initial: dict[str, Any] = {}
+        if project and project in self.projects:
+            initial["project"] = project
+        flavor = values.get("flavor")
+        if flavor:
+            match = next((pk for pk, f in self.flavors.items() if f.name == flavor), None)
+            if match is None:
+                dropped.append(f"flavor {flavor} (not offered here now)")
+            else:
+                initial["flavor"] = match
+        image = values.get("image")
+        if image:
+            curated = {value for value, _label in self.fields["image"].choices}
+            initial |= {"image": image} if image in curated else {"image": CUSTOM_IMAGE, "custom_image": image}
+        for key in ("gpus", "cpu", "memory_gib", "duration_hours", "priority", "replicas"):
+            if key in values and key in self.fields:
+                initial[key] = values[key]
+        specs = {spec["name"]: spec for spec in self.parameter_specs}
+        for key, value in (values.get("parameters") or {}).items():
+            spec = specs.get(key)
+            if spec is None:
+                dropped.append(f"setting {key} (the template has no such setting now)")
+                continue
+            initial[PARAM + key] = str(value) if spec["widget"] == "select" and value is not None else value
+        self.initial.update(initial)
+        return dropped
 
     # -- the service's refusals, next to their fields ---------------------------------------------
     def field_for(self, key: str | None) -> str | None:

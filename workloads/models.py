@@ -279,3 +279,25 @@ class ExtensionRequest(models.Model):
 
     def __str__(self) -> str:
         return f"+{self.hours} h for {self.request_id} ({self.status})"
+
+
+class RequestPreset(models.Model):
+    """A user's saved new-request form values under a name, for one project and one template (by slug: a preset
+    follows the template's live version). Only its owner sees it, and only while they see the project."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="request_presets")
+    template_slug = models.CharField(max_length=50, validators=[DNS1123_LABEL])
+    name = models.CharField(max_length=60)
+    # What the form would submit, without the request's own name: flavor (name), image, gpus, replicas, cpu
+    # (text), memory_gib, duration_hours, priority, parameters. Missing keys take the template's defaults.
+    values = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["owner", "project", "name"], name="request_preset_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.template_slug} in {self.project.slug})"

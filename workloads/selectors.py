@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from django.db.models import Count, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
@@ -12,12 +12,23 @@ from django.utils.text import capfirst
 
 from portal import labels
 from portal.extensions import cost_estimator
-from quotas.models import Quota
+from quotas.models import Flavor, Quota
 from tenants.access import Actor, is_ops
+from tenants.models import Project
 from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
-from .models import ApprovalRule, ExtensionRequest, Image, RequestEvent, RequestState, ServiceTemplate, Volume, WorkloadRequest
+from .models import (
+    ApprovalRule,
+    ExtensionRequest,
+    Image,
+    RequestEvent,
+    RequestPreset,
+    RequestState,
+    ServiceTemplate,
+    Volume,
+    WorkloadRequest,
+)
 from .pending import awaiting_approval_sentence
 
 S = RequestState
@@ -221,9 +232,130 @@ def templates_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
     return base if _is_ops(actor) else base.filter(pk__in=live_templates().values("pk"))
 
 
-def catalogue_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:
-    """The catalogue to submit from: one entry per slug, its live version, for everyone."""
-    return templates_for(actor=actor).filter(pk__in=live_templates().values("pk"))
+def catalogue_for(*, actor: Actor, projects: Iterable[Project] | None = None) -> QuerySet[ServiceTemplate]:
+    """The catalogue to submit from: one entry per slug, its live version, for everyone (the API's list, the
+    new-request page and its form all start here).
+
+    With ``projects`` (where the actor would submit): only the templates at least one of those projects can
+    use, that is with a flavor ``template_flavors_for`` offers there."""
+    live = templates_for(actor=actor).filter(pk__in=live_templates().values("pk"))
+    if projects is None:
+        return live
+    usable = [t.pk for t in live if template_flavors_for(template=t, projects=projects)]
+    return live.filter(pk__in=usable)
+
+
+def template_flavors_for(*, template: ServiceTemplate, projects: Iterable[Project] | None = None) -> list[Flavor]:
+    """The flavors a request from ``template`` may ask for: allowed by the template, active, enforced by their
+    cluster's architecture (``quotas.selectors.enforced_flavor_q``), schedulable for the template's kind
+    (``manifests.kueue_cannot_admit``), and, with ``projects``, where one of them has quota (a ceiling above
+    0: ``quota_ceiling``). The submission service refuses the others with the reason; the form never offers them."""
+    from quotas.selectors import enforced_flavor_q
+
+    from .manifests import kueue_cannot_admit
+
+    flavors = [
+        f for f in template.allowed_flavors.filter(enforced_flavor_q()).select_related("cluster").order_by("order", "name")
+        if not kueue_cannot_admit(kind=template.kind, flavor=f)
+    ]
+    if projects is None:
+        return flavors
+    usable = set().union(*flavors_with_quota(projects=projects).values())
+    return [f for f in flavors if f.pk in usable]
+
+
+# Submitting again: a request's values, saved presets ------------------------------------------------------
+
+# The values a preset keeps and a clone copies: what the new-request form submits, but the request's name.
+PRESET_KEYS = ("flavor", "image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "parameters")
+
+
+def request_values(request: WorkloadRequest) -> dict[str, Any]:
+    """What ``request`` was submitted with, as a preset keeps it (``PRESET_KEYS``; ``cpu`` as text): the values a
+    clone starts from. Replicas only where the kind takes them freely (training derives them from parameters)."""
+    from . import kinds
+
+    values: dict[str, Any] = {
+        "flavor": request.flavor.name, "image": request.image, "gpus": request.gpus, "cpu": f"{request.cpu.normalize():f}",
+        "memory_gib": request.memory_gib, "duration_hours": request.duration_hours, "priority": request.priority,
+        "parameters": dict(request.parameters or {}),
+    }
+    if kinds.get(request.template.kind).replicas == "free":
+        values["replicas"] = request.replicas
+    return values
+
+
+def presets_for(*, actor: Actor) -> QuerySet[RequestPreset]:
+    """The actor's own presets, in the projects they see (a token: its project only). Nobody sees another's."""
+    if actor.user is None or not actor.user.is_authenticated:
+        return RequestPreset.objects.none()
+    return RequestPreset.objects.select_related("project__tenant").filter(
+        owner=actor.user, project__in=projects_for(actor=actor).values("pk")
+    )
+
+
+# Quota: the most a project can ever get ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most of one flavor's primary resource the project can ever get at once."""
+
+    resource: str
+    nominal: Decimal
+    borrowable: Decimal | None  # None: no borrowing limit, bounded by the tenant's cohort
+    total: Decimal
+
+
+def _ceiling(resource: str, row: Quota | None, tenant_nominal: Decimal | None, projects_nominal: Decimal) -> Ceiling:
+    """The rule (one place): no row means nothing; a missing borrowing limit means "as much as the cohort has":
+    the tenant's row for the flavor (its pool) if there is one, else the sum of its projects' quotas."""
+    if row is None:
+        return Ceiling(resource, Decimal(0), Decimal(0), Decimal(0))
+    if row.borrowing_limit is not None:
+        return Ceiling(resource, row.nominal, row.borrowing_limit, row.nominal + row.borrowing_limit)
+    cohort = tenant_nominal if tenant_nominal is not None else projects_nominal
+    return Ceiling(resource, row.nominal, None, max(row.nominal, cohort))
+
+
+def quota_ceiling(*, project: Project, flavor: Flavor) -> Ceiling:
+    """Nominal quota plus what the project may borrow, for ``flavor``'s primary resource (see ``_ceiling``)."""
+    resource = flavor.primary_resource
+    row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
+    if row is None or row.borrowing_limit is not None:
+        return _ceiling(resource, row, None, Decimal(0))
+    tenant_row = Quota.objects.filter(tenant_id=project.tenant_id, project__isnull=True, flavor=flavor, resource=resource).first()
+    projects_nominal = Decimal(0)
+    if tenant_row is None:
+        projects_nominal = Quota.objects.filter(
+            tenant_id=project.tenant_id, project__isnull=False, flavor=flavor, resource=resource
+        ).aggregate(total=Sum("nominal"))["total"] or Decimal(0)
+    return _ceiling(resource, row, tenant_row.nominal if tenant_row else None, projects_nominal)
+
+
+def flavors_with_quota(*, projects: Iterable[Project]) -> dict[int, set[int]]:
+    """Per project id, the ids of the flavors whose ceiling (``quota_ceiling``) is above 0. One query."""
+    projects = list(projects)
+    wanted = {p.pk for p in projects}
+    out: dict[int, set[int]] = {pk: set() for pk in wanted}
+    if not wanted:
+        return out
+    rows = list(Quota.objects.filter(tenant_id__in={p.tenant_id for p in projects}).select_related("flavor"))
+    tenant_nominal: dict[tuple[int, int, str], Decimal] = {}
+    projects_nominal: dict[tuple[int, int, str], Decimal] = {}
+    for row in rows:
+        key = (row.tenant_id, row.flavor_id, row.resource)
+        if row.project_id is None:
+            tenant_nominal[key] = row.nominal
+        else:
+            projects_nominal[key] = projects_nominal.get(key, Decimal(0)) + row.nominal
+    for row in rows:
+        if row.project_id not in wanted or row.resource != row.flavor.primary_resource:
+            continue
+        key = (row.tenant_id, row.flavor_id, row.resource)
+        if _ceiling(row.resource, row, tenant_nominal.get(key), projects_nominal.get(key, Decimal(0))).total > 0:
+            out[row.project_id].add(row.flavor_id)
+    return out
 
 
 def template_to_submit(*, actor: Actor, key: str) -> ServiceTemplate | None:

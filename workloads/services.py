@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, Q
 
 from portal.events import after_commit
 from portal.exceptions import (
@@ -30,7 +30,7 @@ from portal.exceptions import (
 )
 from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement, is_enforced
-from quotas.models import Flavor, Quota
+from quotas.models import Flavor
 from tenants.access import Actor
 from tenants.audit import audit_record, snapshot
 from tenants.guards import require
@@ -44,6 +44,7 @@ from .models import (
     Image,
     Priority,
     RequestEvent,
+    RequestPreset,
     RequestState,
     ServiceTemplate,
     Volume,
@@ -99,36 +100,9 @@ def _on_commit_approved(req: WorkloadRequest, *, notify_requester: bool) -> None
 # Quota: what can never run --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ceiling:
-    """The most of one flavor's primary resource the project can ever get at once."""
-
-    resource: str
-    nominal: Decimal
-    borrowable: Decimal | None  # None: no borrowing limit, bounded by the tenant's cohort
-    total: Decimal
-
-
-def quota_ceiling(*, project: Project, flavor: Flavor) -> Ceiling:
-    """Nominal quota plus what the project may borrow, for ``flavor``'s primary resource.
-
-    No quota row means nothing. A missing borrowing limit means "as much as the cohort has": the
-    tenant's row for the flavor (its pool) if there is one, else the sum of its projects' quotas.
-    """
-    resource = flavor.primary_resource
-    row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
-    if row is None:
-        return Ceiling(resource, Decimal(0), Decimal(0), Decimal(0))
-    if row.borrowing_limit is not None:
-        return Ceiling(resource, row.nominal, row.borrowing_limit, row.nominal + row.borrowing_limit)
-    tenant_row = Quota.objects.filter(tenant_id=project.tenant_id, project__isnull=True, flavor=flavor, resource=resource).first()
-    if tenant_row is not None:
-        cohort = tenant_row.nominal
-    else:
-        cohort = Quota.objects.filter(
-            tenant_id=project.tenant_id, project__isnull=False, flavor=flavor, resource=resource
-        ).aggregate(total=Sum("nominal"))["total"] or Decimal(0)
-    return Ceiling(resource, row.nominal, None, max(row.nominal, cohort))
+# The quota ceiling is a read (workloads.selectors); the services check submissions against it.
+Ceiling = selectors.Ceiling
+quota_ceiling = selectors.quota_ceiling
 
 
 def request_demand(*, flavor: Flavor, gpus: int, replicas: int, cpu: Decimal) -> Decimal:
@@ -302,6 +276,87 @@ def _check_data_volume(actor: Actor, project: Project, parameters: dict[str, Any
         return None
     return (f"Volume {claim} is not one you may mount in {project.slug}: only your own volumes and the project's "
             "shared volumes may be mounted.")
+
+
+# Submitting again: clones and presets --------------------------------------------------------------------
+
+
+def request_clone(*, actor: Actor, request: WorkloadRequest, name: str = "", idempotency_key: str = "") -> WorkloadRequest:
+    """Submit ``request`` again: the same project, template (its live version), flavor, image, size, parameters,
+    duration and priority (``selectors.request_values``), under ``name`` (empty: a new name). Everything is
+    checked again as for any submission; an ended template is refused with its field."""
+    template = selectors.live_template(request.template.slug)
+    if template is None:
+        raise Invalid(f"Template {request.template.slug} is no longer offered: pick another one.", field="template")
+    values = selectors.request_values(request)
+    flavor = request.flavor
+    if not template.allowed_flavors.filter(pk=flavor.pk).exists():
+        flavor = template.allowed_flavors.filter(name=flavor.name, active=True).first() or flavor
+    return request_submit(
+        actor=actor, project=request.project, template=template, image=values["image"], flavor=flavor,
+        gpus=values["gpus"], replicas=values.get("replicas"), cpu=request.cpu, memory_gib=values["memory_gib"],
+        parameters=values["parameters"], duration_hours=values["duration_hours"], priority=values["priority"],
+        name=name, idempotency_key=idempotency_key,
+    )
+
+
+PRESET_NAME_MAX = 60
+
+
+def _preset_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Only the keys a preset keeps, as JSON (decimals as text); empty values left out (the defaults apply)."""
+    unknown = sorted(set(values) - set(selectors.PRESET_KEYS))
+    if unknown:
+        raise Invalid(f"A preset keeps {', '.join(selectors.PRESET_KEYS)}; not {', '.join(unknown)}.", field=unknown[0])
+    out: dict[str, Any] = {}
+    for key in selectors.PRESET_KEYS:
+        value = values.get(key)
+        if value is None or value == "":
+            continue
+        if isinstance(value, Decimal):
+            value = f"{value.normalize():f}"
+        if key == "parameters" and not isinstance(value, dict):
+            raise Invalid("Parameters are a JSON object.", field="parameters")
+        out[key] = value
+    return out
+
+
+def preset_save(*, actor: Actor, project: Project, template_slug: str, name: str, values: dict[str, Any]) -> tuple[RequestPreset, bool]:
+    """Save the form's values under ``name`` for the actor, in ``project``, for a live template; a preset of the
+    same name (same user and project) is replaced. Returns (preset, created). Nothing is checked against the
+    template's limits here: the submission made from it is."""
+    if actor.user is None:
+        raise NotAllowed("Presets belong to users.")
+    require(policy.may_submit_request(actor, project), "You may not submit requests in this project.")
+    name = " ".join((name or "").split())
+    if not name:
+        raise Invalid("Name the preset.", field="name")
+    if len(name) > PRESET_NAME_MAX:
+        raise Invalid(f"A preset's name has at most {PRESET_NAME_MAX} characters.", field="name")
+    if selectors.live_template(template_slug) is None:
+        raise Invalid(f"No such template: {template_slug}.", field="template")
+    kept = _preset_values(values)
+    with transaction.atomic():
+        preset, created = RequestPreset.objects.select_for_update().get_or_create(
+            owner=actor.user, project=project, name=name, defaults={"template_slug": template_slug, "values": kept},
+        )
+        before = None if created else snapshot(preset, ["template_slug", "values"])
+        if not created:
+            preset.template_slug, preset.values = template_slug, kept
+            preset.save(update_fields=["template_slug", "values", "updated_at"])
+        audit_record(actor=actor, action="preset.save", target=preset, tenant=project.tenant, project=project,
+                     before=before, after=snapshot(preset, ["name", "template_slug", "values"]))
+    return preset, created
+
+
+def preset_delete(*, actor: Actor, preset: RequestPreset) -> None:
+    """Delete one of the actor's presets (``selectors.presets_for`` found it: nobody else's is ever in reach)."""
+    if actor.user is None or preset.owner_id != actor.user.pk:
+        raise NotAllowed("Only its owner deletes a preset.")
+    with transaction.atomic():
+        audit_record(actor=actor, action="preset.delete", target=preset, tenant=preset.project.tenant,
+                     project=preset.project, before=snapshot(preset, ["name", "template_slug", "values"]))
+        preset.delete()
 
 
 def _default_name(template: ServiceTemplate) -> str:

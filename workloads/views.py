@@ -23,6 +23,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -135,20 +136,26 @@ def _submittable(actor: Actor) -> QuerySet[Any]:
     return projects_where(actor=actor, perm="submit_project").filter(status="active", tenant__status="active").order_by("tenant__name", "name")
 
 
-def _template_from(actor: Actor, key: str | None) -> ServiceTemplate | None:
+def _template_from(actor: Actor, key: str | None, projects: list[Any] | None) -> ServiceTemplate | None:
+    """The template ``?template=`` names (slug or id) in the catalogue the projects can use (``catalogue_for``,
+    as the catalogue page shows it): never a retired version, nor one these projects have no flavor for."""
     if not key:
         return None
-    templates = selectors.templates_for(actor=actor).filter(active=True)
+    templates = selectors.catalogue_for(actor=actor, projects=projects)
     if is_id(key):
         return templates.filter(pk=int(key)).first()
     return templates.filter(slug=key).order_by("-version").first()
 
 
-def _request_form(actor: Actor, template: ServiceTemplate, data: Any = None, initial: dict[str, Any] | None = None) -> RequestForm:
-    flavors = template.allowed_flavors.filter(active=True).order_by("order", "name")
+def _request_form(actor: Actor, template: ServiceTemplate, data: Any = None, initial: dict[str, Any] | None = None,
+                  *, projects: list[Any] | None = None) -> RequestForm:
+    # ``flavors``: every active one the template allows (so a stale or forged choice is refused with its reason);
+    # offered: those the projects can use (``template_flavors_for``).
+    flavors = template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name")
     return RequestForm(
         data, initial=initial or {}, template=template, projects=_submittable(actor),
         images=selectors.images_for(actor=actor).filter(active=True), flavors=flavors,
+        offered=selectors.template_flavors_for(template=template, projects=projects),
     )
 
 
@@ -162,19 +169,38 @@ def _cost_estimate(form: RequestForm) -> str | None:
 
 @login_required
 def request_new(request: HttpRequest) -> HttpResponse:
-    """Step one: pick a template. Step two (``?template=``): the form generated from its schema."""
+    """Step one: pick a template. Step two (``?template=``): the form generated from its schema.
+
+    Both steps offer what ``selectors.catalogue_for`` / ``template_flavors_for`` offer for the projects in view:
+    the one chosen with ``?project=`` (on GET), else every project the user may submit in. Without any such
+    project the catalogue is shown as it is, to read (nothing can be submitted)."""
     actor = _actor(request)
-    projects = _submittable(actor)
+    projects = list(_submittable(actor))
     project_slug = request.GET.get("project") or request.POST.get("project") or ""
-    template = _template_from(actor, request.GET.get("template"))
-    context: dict[str, Any] = {"project_slug": project_slug, "has_projects": projects.exists()}
+    chosen = [p for p in projects if p.slug == project_slug]
+    # A POST keeps every project in view: the form's values must come back, with the service's reason.
+    in_view = (chosen if chosen and request.method != "POST" else projects) or None
+    template = _template_from(actor, request.GET.get("template"), in_view)
+    context: dict[str, Any] = {"project_slug": project_slug, "has_projects": bool(projects)}
     if template is None:
-        context["templates"] = selectors.templates_for(actor=actor).filter(active=True).order_by("kind", "slug", "-version")
+        context["presets"] = selectors.presets_for(actor=actor).filter(
+            project__in=[p.pk for p in in_view or []]).order_by("project__name", "name")
+        templates = list(selectors.catalogue_for(actor=actor, projects=in_view).order_by("kind", "slug", "-version"))
+        for t in templates:
+            t.offered_flavors = selectors.template_flavors_for(template=t, projects=in_view)
+        context["templates"] = templates
         context["unknown_template"] = bool(request.GET.get("template"))
         return page(request, "workloads/request_new.html", context)
 
-    if request.method == "POST":
-        form = _request_form(actor, template, request.POST)
+    started_from = ""
+    if request.method == "POST" and request.POST.get("action") == "save-preset":
+        form = _request_form(actor, template, request.POST, projects=in_view)
+        saved = _preset_save(request, actor, template, form)
+        if saved is not None:
+            return saved
+        once = None
+    elif request.method == "POST":
+        form = _request_form(actor, template, request.POST, projects=in_view)
         # The form's one-time token (its idempotency key): a replay of the same form is answered with
         # the request it made, before anything is checked again (portal/forms.py).
         once = once_claim(request, form)
@@ -197,14 +223,74 @@ def request_new(request: HttpRequest) -> HttpResponse:
                 url = reverse("request-detail", kwargs={"pk": req.pk})
                 once.done(url, f"This form was already sent: here is request {req.name}.")
                 return redirect(url)
-        if once.first:
+        if once is not None and once.first:
             once.release()
     else:
         initial = ({"project": project_slug} if project_slug else {}) | once_initial(request, RequestForm)
-        form = _request_form(actor, template, initial=initial)
+        form = _request_form(actor, template, initial=initial, projects=in_view)
         context["form_sent"] = once_sent(request, form)
-    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form)}
+        started_from, dropped = _start_from(request, actor, template, form)
+        if dropped:
+            messages.warning(request, "Not carried over: " + "; ".join(dropped) + ".")
+    presets = selectors.presets_for(actor=actor).filter(template_slug=template.slug, project__in=[p.pk for p in projects])
+    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form), "started_from": started_from,
+                "presets": presets.order_by("project__name", "name")}
     return page(request, "workloads/request_form.html", context)
+
+
+def _start_from(request: HttpRequest, actor: Actor, template: ServiceTemplate, form: RequestForm) -> tuple[str, list[str]]:
+    """``?clone=<request id>`` or ``?preset=<preset id>``: fill the form from that request's values or that preset
+    (a request or preset the user cannot see is a 404). Returns a line for the page and what was dropped."""
+    clone, preset_id = request.GET.get("clone"), request.GET.get("preset")
+    if clone:
+        if not is_id(clone):
+            raise Http404("No such request.")
+        req = _visible_request(actor, int(clone))
+        dropped = form.prefill(selectors.request_values(req), project=req.project.slug)
+        changed = f" The template changed since (v{req.template.version} → v{template.version}): check the settings." \
+            if req.template_id != template.pk else ""
+        return f"Starting from request {req.name}: change what you need, then submit.{changed}", dropped
+    if preset_id:
+        if not is_id(preset_id):
+            raise Http404("No such preset.")
+        preset = get_object_or_404(selectors.presets_for(actor=actor), pk=int(preset_id))
+        dropped = form.prefill(preset.values, project=preset.project.slug)
+        return f"Starting from your preset “{preset.name}” ({preset.project.name}).", dropped
+    return "", []
+
+
+def _preset_save(request: HttpRequest, actor: Actor, template: ServiceTemplate, form: RequestForm) -> HttpResponse | None:
+    """"Save as preset": the form's values under its preset name. A redirect to the form started from the
+    preset, or None (the form shows why)."""
+    if not form.is_valid():
+        return None
+    name = form.cleaned_data.get("preset_name") or ""
+    if not name.strip():
+        form.add_error("preset_name", "Name the preset.")
+        return None
+    project = form.projects[form.cleaned_data["project"]]
+    try:
+        preset, created = services.preset_save(actor=actor, project=project, template_slug=template.slug, name=name,
+                                               values=form.preset_values())
+    except (PortalError, ValidationError) as exc:
+        form.add_error("preset_name" if getattr(exc, "field", "") in ("name", "template") else None, _error_text(exc))
+        return None
+    messages.success(request, f"Preset “{preset.name}” {'saved' if created else 'updated'} for {project.name}.")
+    return redirect(f"{reverse('request-new')}?{urlencode({'template': template.slug, 'project': project.slug, 'preset': preset.pk})}")
+
+
+@login_required
+@require_POST
+def request_preset_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """Delete one of your presets (another's is a 404), then back to where the button was."""
+    actor = _actor(request)
+    preset = get_object_or_404(selectors.presets_for(actor=actor), pk=pk)
+    services.preset_delete(actor=actor, preset=preset)
+    messages.success(request, f"Preset “{preset.name}” deleted.")
+    back = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("request-new")
+    return redirect(back)
 
 
 # Request detail ---------------------------------------------------------------------------------
@@ -221,6 +307,8 @@ def state_actions(req: WorkloadRequest) -> dict[str, bool]:
     writable = req.project.is_active and req.tenant.is_active
     return {
         "decide": state in (S.SUBMITTED, S.PENDING_APPROVAL),
+        # Submit again from this one, while its template is offered (the page asks ``may_submit_request``).
+        "clone": writable and selectors.live_template(req.template.slug) is not None,
         "cancel": state in CANCELLABLE,
         "stop": state in (ACTIVE - CANCELLABLE),
         "restart": state in (S.STOPPED, S.FAILED) and writable,

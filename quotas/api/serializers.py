@@ -14,15 +14,6 @@ from ..models import Architecture, ArchitectureChange, Cluster, Flavor, Quota, Q
 QUANTITY = {"max_digits": 14, "decimal_places": 3}
 
 
-class ClusterPublicSerializer(serializers.ModelSerializer):
-    """What everyone may know about a cluster."""
-
-    class Meta:
-        model = Cluster
-        fields = ["id", "name", "architecture"]
-        read_only_fields = fields
-
-
 class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     """The ops view. ``kubeconfig`` is write-only: it is stored encrypted and never shown again."""
 
@@ -48,23 +39,49 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
         return bool(cluster.kubeconfig_encrypted)
 
 
-class ClusterReadSerializer(serializers.Serializer):
-    """The schema of a cluster as read (documentation only): everyone gets id, name and architecture;
-    ops also get the settings and sync state, so those are optional here."""
+# What only ops read about a cluster; everyone else gets these keys with null (one shape for everyone).
+CLUSTER_OPS_ONLY = [
+    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path", "has_kubeconfig",
+    "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
+]
+OPS_ONLY = "Ops only: null for everyone else."
 
-    id = serializers.IntegerField(read_only=True)
-    name = serializers.CharField(read_only=True)
+
+class ClusterReadSerializer(serializers.ModelSerializer):
+    """A cluster as ``GET /clusters/`` and ``GET /clusters/{id}/`` answer it, to everyone: every key is always
+    there. ``id``, ``name`` and ``architecture`` are for everyone; the settings and the sync state are ops-only
+    and null for everyone else (``context["ops"]`` says whether the caller is ops)."""
+
     architecture = serializers.ChoiceField(choices=Architecture.choices, read_only=True)
-    use_mig = serializers.BooleanField(required=False, help_text="Ops only.")
-    use_hami = serializers.BooleanField(required=False, help_text="Ops only.")
-    volcano_capacity_plugin = serializers.BooleanField(required=False, help_text="Ops only.")
-    overcommit_percent = serializers.IntegerField(required=False, min_value=0, help_text="Ops only.")
-    kubeconfig_path = serializers.CharField(required=False, help_text="Ops only.")
-    has_kubeconfig = serializers.BooleanField(required=False, help_text="Ops only.")
-    inventory_synced_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Ops only.")
-    inventory_error = serializers.CharField(required=False, help_text="Ops only.")
-    reconciled_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Ops only.")
-    created_at = serializers.DateTimeField(required=False, help_text="Ops only.")
+    use_mig = serializers.BooleanField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    use_hami = serializers.BooleanField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    volcano_capacity_plugin = serializers.BooleanField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    overcommit_percent = serializers.IntegerField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    kubeconfig_path = serializers.CharField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    has_kubeconfig = serializers.SerializerMethodField(help_text=OPS_ONLY)
+    inventory_synced_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    inventory_error = serializers.CharField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    reconciled_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    created_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    health = serializers.ChoiceField(choices=Cluster._meta.get_field("health").choices, read_only=True, allow_null=True,
+                                     help_text=OPS_ONLY)
+    last_error = serializers.CharField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    last_seen_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "architecture", *CLUSTER_OPS_ONLY]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.BooleanField(allow_null=True))
+    def get_has_kubeconfig(self, cluster: Cluster) -> bool | None:
+        return bool(cluster.kubeconfig_encrypted)
+
+    def to_representation(self, cluster: Cluster) -> dict:
+        data = super().to_representation(cluster)
+        if not self.context.get("ops"):
+            data.update(dict.fromkeys(CLUSTER_OPS_ONLY))
+        return data
 
 
 class FlavorSerializer(StrictSerializerMixin, serializers.ModelSerializer):

@@ -27,7 +27,6 @@ from .serializers import (
     ArchitectureChangeSerializer,
     ArchitectureChangeStartSerializer,
     ArchitectureStatusSerializer,
-    ClusterPublicSerializer,
     ClusterReadSerializer,
     ClusterSerializer,
     DecisionSerializer,
@@ -105,9 +104,13 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         return selectors.clusters_for(actor=actor_of(self.request))
 
     def get_serializer_class(self):
-        if getattr(self, "swagger_fake_view", False) or actor_of(self.request).is_ops:
-            return ClusterSerializer
-        return ClusterPublicSerializer
+        # Reads have one shape for everyone (ops-only keys are null for others); writes take the ops serializer.
+        return ClusterReadSerializer if self.action in ("list", "retrieve") else ClusterSerializer
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        context["ops"] = not getattr(self, "swagger_fake_view", False) and actor_of(self.request).is_ops
+        return context
 
     def get_object(self):
         return selectors.lookup_by_id_or_name(self.get_queryset(), self.kwargs["pk"])
@@ -134,12 +137,14 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         return self.partial_update(request, *args, **kwargs)
 
     @extend_schema(responses={200: OvercommitRowSerializer(many=True)}, parameters=[CLUSTER_KEY])
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], filter_backends=[])
     def overcommit(self, request: Request, pk: str | None = None) -> Response:
-        """Per flavor and resource: promised to tenants, capacity that counts, and how far over."""
+        """Per flavor and resource: promised to tenants, capacity that counts, and how far over. Paginated
+        like every list (``page``, ``page_size``); the cluster list's filters do not apply here."""
         cluster = self.get_object()
         _require_ops(request, "Only platform ops see the cluster's promises.")
-        return Response(OvercommitRowSerializer(selectors.overcommit_for(cluster=cluster), many=True).data)
+        rows = self.paginate_queryset(selectors.overcommit_for(cluster=cluster))
+        return self.get_paginated_response(OvercommitRowSerializer(rows, many=True).data)
 
 
     @extend_schema(request=None, responses={202: DETAIL_RESPONSE}, parameters=[CLUSTER_KEY])

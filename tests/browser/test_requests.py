@@ -142,3 +142,40 @@ def test_request_pages_fit_a_phone(signed_in, cast, cat, who, path) -> None:
     page.goto(f"/requests/{req.pk}/" if path == "detail" else path)
     expect(page.get_by_role("heading", level=1)).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 375
+
+
+def test_clone_a_request_and_keep_its_values_as_a_preset(signed_in, cast, cat) -> None:
+    old = WorkloadRequest.objects.create(
+        tenant=cast.acme, project=cast.vision, cluster=cat.cluster, template=cat.training, name="sweep-1",
+        image="nvcr.io/nvidia/pytorch:26.10-py3", flavor=cat.mig, gpus=2, duration_hours=6, state=S.SUCCEEDED,
+        parameters={"command": "python sweep.py --lr 0.1"}, requested_by=cast.carol,
+    )
+    page = signed_in("carol")
+    page.goto(f"/requests/{old.pk}/")
+    page.get_by_role("link", name="Clone and edit sweep-1").click()
+    expect(page.get_by_role("heading", name="New training job")).to_be_visible()
+    expect(page.get_by_role("note")).to_contain_text("Starting from request sweep-1")
+    expect(page.get_by_label("Command")).to_have_value("python sweep.py --lr 0.1")
+    expect(page.get_by_label("GPU flavor")).to_have_value(str(cat.mig.pk))
+    expect(page.get_by_label("GPUs")).to_have_value("2")
+
+    page.get_by_label("Preset", exact=True).fill("mig sweep")
+    page.get_by_role("button", name="Save as preset").click()
+    expect(page.get_by_role("status").first).to_contain_text("Preset “mig sweep” saved for Vision.")
+    expect(page.get_by_label("Command")).to_have_value("python sweep.py --lr 0.1")  # started from the preset
+
+    page.get_by_label("Name").fill("sweep-2")
+    page.get_by_role("button", name="Submit request").click()
+    expect(page.get_by_role("heading", name="sweep-2")).to_be_visible()
+    new = WorkloadRequest.objects.get(name="sweep-2")
+    assert (new.flavor, new.gpus, new.duration_hours, new.parameters["command"]) == (cat.mig, 2, 6, "python sweep.py --lr 0.1")
+
+    page.goto("/requests/new/")
+    presets = page.get_by_role("region", name="Start from one of your presets")
+    presets.get_by_role("link", name="Use preset mig sweep").click()
+    expect(page.get_by_label("GPUs")).to_have_value("2")
+    page.goto("/requests/new/")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete preset mig sweep").click()
+    expect(page.get_by_role("status").first).to_contain_text("Preset “mig sweep” deleted.")
+    expect(page.get_by_role("region", name="Start from one of your presets")).to_have_count(0)

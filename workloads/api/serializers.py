@@ -18,6 +18,7 @@ from ..models import (
     Image,
     Priority,
     RequestEvent,
+    RequestPreset,
     ServiceTemplate,
     TemplateKind,
     Volume,
@@ -243,6 +244,41 @@ class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     duration_hours = serializers.IntegerField(min_value=1, required=False)
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     name = serializers.CharField(max_length=40, required=False, allow_blank=True)
+
+
+class CloneSerializer(StrictSerializerMixin, serializers.Serializer):
+    name = serializers.CharField(max_length=40, required=False, allow_blank=True, default="",
+                                 help_text="The new request's name; empty: a new one is made up.")
+
+
+class PresetSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    template = serializers.CharField(source="template_slug", read_only=True, help_text="Template slug (its live version).")
+    values = JSONObjectField(read_only=True, help_text="What a submission from the preset sends: any of flavor, image, "
+                                                       "gpus, replicas, cpu, memory_gib, duration_hours, priority, parameters.")
+
+    class Meta:
+        model = RequestPreset
+        fields = ["id", "name", "project", "template", "values", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class PresetWriteSerializer(StrictSerializerMixin, serializers.Serializer):
+    """A preset: its name, project and template, and the values of ``POST /requests/`` it keeps (the request's
+    own name excepted). Saving under a name you already use in the project replaces that preset."""
+
+    name = serializers.CharField(max_length=60, help_text="The preset's name, unique per user and project.")
+    project = serializers.CharField(max_length=63, required=False, help_text="Project slug; with a token, defaults to its project.")
+    template = serializers.CharField(max_length=50, help_text="Template slug.")
+    image = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    flavor = serializers.CharField(max_length=63, required=False, allow_blank=True, help_text="Flavor name.")
+    gpus = serializers.IntegerField(min_value=0, required=False)
+    replicas = serializers.IntegerField(min_value=1, required=False)
+    cpu = serializers.DecimalField(max_digits=6, decimal_places=2, min_value=0, required=False)
+    memory_gib = serializers.IntegerField(min_value=1, required=False)
+    parameters = JSONObjectField(required=False)
+    duration_hours = serializers.IntegerField(min_value=1, required=False)
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False)
 
 
 class CommentSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -5,6 +5,7 @@ from .views import (
     ApprovalRuleViewSet,
     ExtensionRequestViewSet,
     ImageViewSet,
+    PresetViewSet,
     RequestViewSet,
     TemplateViewSet,
     VolumeViewSet,
@@ -19,5 +20,6 @@ router.register("requests", RequestViewSet, basename="request")
 router.register("approvals", ApprovalInboxViewSet, basename="approval")
 router.register("extension-requests", ExtensionRequestViewSet, basename="extension-request")
 router.register("volumes", VolumeViewSet, basename="volume")
+router.register("presets", PresetViewSet, basename="preset")
 
 urlpatterns = router.urls

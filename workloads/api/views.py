@@ -23,13 +23,14 @@ from tenants.guards import actor_of, require
 from tenants.selectors import projects_for
 
 from .. import approvals, extensions, policy, selectors, services
-from ..filters import ExtensionRequestFilter, ImageFilter, RequestFilter, TemplateFilter
-from ..models import ApprovalRule, ExtensionRequest, Image, ServiceTemplate, Volume, WorkloadRequest
+from ..filters import ExtensionRequestFilter, ImageFilter, PresetFilter, RequestFilter, TemplateFilter
+from ..models import ApprovalRule, ExtensionRequest, Image, RequestPreset, ServiceTemplate, Volume, WorkloadRequest
 from .serializers import (
     ApprovalRuleSerializer,
     ApprovalRuleWriteSerializer,
     BulkDecisionSerializer,
     BulkResultSerializer,
+    CloneSerializer,
     CommentSerializer,
     ExtendSerializer,
     ExtensionRequestCreateSerializer,
@@ -37,6 +38,8 @@ from .serializers import (
     ImageSerializer,
     InboxSerializer,
     LogsQuerySerializer,
+    PresetSerializer,
+    PresetWriteSerializer,
     ReasonSerializer,
     RejectSerializer,
     RequestCreateSerializer,
@@ -185,6 +188,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
     serializer_class = ApprovalRuleSerializer
     ordering_fields = ["template_slug", "updated_at"]
     filterset_fields = ["template_slug"]
+    search_fields = ["template_slug", "project__slug", "project__name"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
@@ -253,6 +257,44 @@ class VolumeViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return Response(VolumeSerializer(volume).data, status=status.HTTP_201_CREATED)
 
 
+class PresetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Your saved request presets: a name, a project, a template and the values a submission from them sends.
+    Only you see yours (a token: those of its project). POST saves one (the same name in the project replaces it:
+    200 instead of 201); to submit from a preset, send its template, project and values to ``POST /requests/``."""
+
+    queryset = RequestPreset.objects.none()  # for the OpenAPI schema; get_queryset() scopes
+    serializer_class = PresetSerializer
+    filterset_class = PresetFilter
+    ordering_fields = ["name", "created_at", "updated_at"]
+    ordering = ["name", "id"]
+    search_fields = ["name", "template_slug"]
+    http_method_names = ["get", "post", "delete", "head", "options"]
+
+    def get_queryset(self):
+        return selectors.presets_for(actor=actor_of(self.request))
+
+    @extend_schema(request=PresetWriteSerializer, responses={201: PresetSerializer, 200: PresetSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        actor = actor_of(request)
+        data = PresetWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        slug = values.pop("project", None) or (actor.token.project.slug if actor.token is not None else "")
+        if not slug:
+            raise Invalid("Choose a project.", field="project")
+        project = projects_for(actor=actor).filter(slug=slug).first()
+        if project is None:
+            raise Invalid("No such project.", field="project")
+        preset, created = services.preset_save(actor=actor, project=project, template_slug=values.pop("template"),
+                                               name=values.pop("name"), values=values)
+        return Response(PresetSerializer(preset).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
+        services.preset_delete(actor=actor_of(request), preset=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 def _etag(body: object) -> str:
     raw = json.dumps(body, cls=JSONEncoder, sort_keys=True, separators=(",", ":")).encode()
     return f'"{hashlib.sha256(raw).hexdigest()[:32]}"'
@@ -276,7 +318,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
 
     def get_throttles(self) -> list:
         throttles = super().get_throttles()
-        return [*throttles, SubmitRateThrottle()] if self.action == "create" else throttles
+        return [*throttles, SubmitRateThrottle()] if self.action in ("create", "clone") else throttles
 
     def _detail(self, req: WorkloadRequest, *, code: int = status.HTTP_200_OK, headers: dict | None = None) -> Response:
         req = self.get_queryset().get(pk=req.pk)  # re-read with the relations the serializer uses
@@ -343,6 +385,32 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
         return self._detail(req, code=status.HTTP_201_CREATED, headers={"Location": f"{request.path}{req.pk}/"})
+
+    @extend_schema(
+        request=CloneSerializer, parameters=[IDEMPOTENCY_HEADER, ETAG_HEADER, REPLAYED_HEADER, LOCATION_HEADER],
+        responses={
+            201: RequestDetailSerializer, 200: RequestDetailSerializer,
+            422: OpenApiResponse(description="The Idempotency-Key was already used with a different body "
+                                             "(`error`: `idempotency_key_reused`)."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def clone(self, request: Request, pk: str | None = None) -> Response:
+        """Submit this request again: same project, template (its live version), flavor, image, size, parameters,
+        duration and priority, under ``name`` (empty: a new one). Checked like any submission; honours
+        ``Idempotency-Key``. Anyone who may submit in the project may clone what they can see there."""
+        original = self.get_object()
+        data = CloneSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        idempotency_key = request.headers.get("Idempotency-Key", "")
+        if NUL in idempotency_key:
+            raise Invalid(NUL_MESSAGE, field="Idempotency-Key")
+        req = services.request_clone(actor=actor_of(request), request=original, name=data.validated_data["name"],
+                                     idempotency_key=idempotency_key)
+        if getattr(req, "replayed", False):
+            return self._detail(req, headers={"Idempotent-Replayed": "true"})
+        location = request.path.rsplit("/", 3)[0] + f"/{req.pk}/"
+        return self._detail(req, code=status.HTTP_201_CREATED, headers={"Location": location})
 
     @extend_schema(request=None, responses={202: RequestDetailSerializer}, parameters=[ETAG_HEADER])
     def destroy(self, request: Request, *args, **kwargs) -> Response:
