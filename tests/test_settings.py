@@ -78,3 +78,10 @@ def test_make_test_gives_each_run_its_own_id_and_runtime_folder() -> None:
         assert not (ROOT / "var" / "test" / run_id).exists()
         ids.add(run_id)
     assert len(ids) == 2
+
+
+def test_invitation_days_must_be_sensible(tmp_path) -> None:
+    for bad in ("0", "91", "seven", "-1"):
+        result = load_settings(PORTAL_VAR_DIR=str(tmp_path), PORTAL_INVITATION_DAYS=bad)
+        assert result.returncode != 0 and "PORTAL_INVITATION_DAYS" in result.stderr, bad
+    assert load_settings(PORTAL_VAR_DIR=str(tmp_path), PORTAL_INVITATION_DAYS="14").returncode == 0

@@ -214,7 +214,7 @@ def test_project_page_shows_details_members_and_own_tokens(as_user, cast) -> Non
     body = text(as_user("carol").get("/projects/acme-vision/"))
     assert "Vision" in body and "acme-vision" in body
     for name in ["bob", "carol", "dave"]:
-        assert f"<td>{name}</td>" in body
+        assert f'<td data-label="User">{name}</td>' in body
     assert "carol-ci" in body and "bob-ci" not in body  # her tokens only
     assert "Manage members" not in body and "Archive project" not in body
 
