@@ -11,7 +11,6 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions, pagination, permissions, serializers
 from rest_framework.response import Response
@@ -260,17 +259,6 @@ ERROR_RESPONSES = {
 _UNSAFE = {"post", "put", "patch", "delete"}
 
 
-class ApiTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "tenants.authentication.ApiTokenAuthentication"
-    name = "bearerAuth"
-
-    def get_security_definition(self, auto_schema: Any) -> dict:
-        return {
-            "type": "http", "scheme": "bearer",
-            "description": "A project token (`gpp_...`), scoped to one project, `read` or `read+submit`.",
-        }
-
-
 def schema_postprocess(result: dict, generator: Any, request: Any, public: bool) -> dict:
     """Document the error responses and both authentication schemes on every API operation."""
     components = result.setdefault("components", {})
@@ -289,7 +277,7 @@ def schema_postprocess(result: dict, generator: Any, request: Any, public: bool)
                 if parameter.get("in") == "query" and not parameter.get("required"):
                     parameter["allowEmptyValue"] = True
                 _strict_parameter(parameter.get("schema", {}))
-            operation["security"] = [{"bearerAuth": []}, {"cookieAuth": []}]
+            operation["security"] = [{"projectToken": []}, {"cookieAuth": []}]  # tenants/authentication.py names them
             codes = ["400", "401", "403", "404", "429"]
             if method in _UNSAFE:
                 codes.append("409")

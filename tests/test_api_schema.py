@@ -167,3 +167,24 @@ def test_schema_public_setting_defaults() -> None:
     assert _schema_public(**production) == "False"
     assert _schema_public(**production, PORTAL_SCHEMA_PUBLIC="1") == "True"
     assert _schema_public(PORTAL_SCHEMA_PUBLIC="off") == "False"
+
+
+def test_the_schema_declares_the_bearer_token_and_every_operation_accepts_it(client) -> None:
+    """Swagger's "Authorize" takes a project token: the scheme is declared, and each operation that needs a
+    login lists it beside the session cookie (the schema's own endpoints and the token-free ones excepted)."""
+    document = client.get("/api/schema/?format=json").json()
+    schemes = document["components"]["securitySchemes"]
+    bearer = [name for name, s in schemes.items() if s.get("type") == "http" and s.get("scheme") == "bearer"]
+    assert bearer == ["projectToken"]
+    missing = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            names = {name for requirement in operation.get("security", document.get("security", [])) for name in requirement}
+            if path.startswith("/api/v1/") and "projectToken" not in names and names != set():
+                missing.append(f"{method.upper()} {path}: {sorted(names)}")
+    assert missing == [], missing
+    # The request endpoints CI uses take the token.
+    submit = document["paths"]["/api/v1/requests/"]["post"]
+    assert {"projectToken": []} in submit["security"]

@@ -179,3 +179,21 @@ def test_clone_a_request_and_keep_its_values_as_a_preset(signed_in, cast, cat) -
     page.get_by_role("button", name="Delete preset mig sweep").click()
     expect(page.get_by_role("status").first).to_contain_text("Preset “mig sweep” deleted.")
     expect(page.get_by_role("region", name="Start from one of your presets")).to_have_count(0)
+
+
+def test_one_catalogue_card_per_template_after_an_edit(signed_in, cast, cat) -> None:
+    """Ops edit the notebook (a new version, which retires the old one): the catalogue shows one Notebook card,
+    and it opens the new version's form."""
+    from workloads import services
+
+    v2 = services.template_create(actor=cast.actor("ops"), kind=cat.notebook.kind, slug="notebook", name="Notebook",
+                                  max_gpus=1, allowed_flavors=list(cat.notebook.allowed_flavors.all()),
+                                  parameters_schema={"type": "object", "properties": {}})
+    page = signed_in("carol")
+    page.goto(page.url.split("/", 3)[0] + "//" + page.url.split("/", 3)[2] + "/requests/new/")
+    cards = page.get_by_role("link", name="Use Notebook template")
+    expect(cards).to_have_count(1)
+    assert (cards.get_attribute("href") or "").endswith("template=notebook")  # by slug: always the live version
+    cards.click()
+    expect(page.get_by_role("heading", name="New notebook")).to_be_visible()
+    expect(page.get_by_text(f"Notebook v{v2.version}").first).to_be_visible()
