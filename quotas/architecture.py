@@ -69,7 +69,7 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
 
 
 def _queue(change_id: int) -> None:
-    enqueue("quotas.tasks.architecture_change_apply_task", change_id)
+    enqueue("quotas.architecture_change_apply", change_id)
 
 
 def _actor_of(change: ArchitectureChange) -> Actor:

@@ -10,7 +10,7 @@ from portal.events import after_commit, enqueue
 def reconcile_queue(cluster_id: int) -> None:
     """Queue ``reconcile_cluster_task(cluster_id)`` (run after commit)."""
     # By name: the task module imports the services (through jobs) and the cluster client.
-    enqueue("quotas.tasks.reconcile_cluster_task", cluster_id)
+    enqueue("quotas.reconcile_cluster", cluster_id)
 
 
 def schedule_reconcile(cluster_id: int, *, using: str = DEFAULT_DB_ALIAS) -> None:

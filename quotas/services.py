@@ -141,8 +141,8 @@ def cluster_sync(*, actor: Actor, cluster: Cluster) -> None:
     require(policy.may_manage_capacity(actor), "Only platform ops sync a cluster's inventory.")
     audit_record(actor=actor, action="cluster.sync", target=cluster)
 
-    after_commit(enqueue_chain, ("quotas.tasks.inventory_sync_task", (cluster.pk,)),
-                 ("quotas.tasks.reconcile_cluster_task", (cluster.pk,)))
+    after_commit(enqueue_chain, ("quotas.inventory_sync", (cluster.pk,)),
+                 ("quotas.reconcile_cluster", (cluster.pk,)))
 
 
 @transaction.atomic

@@ -115,3 +115,25 @@ def test_only_portal_events_calls_on_commit() -> None:
                 continue
             found += [f"{relative}:{line}" for line in on_commit_uses(path.read_text())]
     assert found == [], "schedule through portal.events.after_commit: " + ", ".join(found)
+
+
+def test_every_task_queued_by_name_is_registered() -> None:
+    """``enqueue("name", ...)`` finds its task by the name it is registered under (``@shared_task(name=...)``
+    or module.function): a wrong name would queue messages no worker runs."""
+    import re
+    from pathlib import Path
+
+    from portal.celery import app
+
+    app.loader.import_default_modules()
+    root = Path(__file__).resolve().parent.parent
+    named = set()
+    for app_dir in ("portal", "tenants", "quotas", "workloads", "billing"):
+        for path in (root / app_dir).rglob("*.py"):
+            text = path.read_text()
+            named |= set(re.findall(r"""enqueue\(\s*["']([\w.]+)["']""", text))
+            named |= set(re.findall(r"""\(\s*["']([\w.]+)["'],\s*\(""", text)) if "enqueue_chain" in text else set()
+    assert named, "the finder found no enqueue calls"
+    assert {"quotas.reconcile_cluster", "workloads.tasks.request_materialize_task"} <= named
+    missing = sorted(name for name in named if name not in app.tasks)
+    assert missing == [], missing
