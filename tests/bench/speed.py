@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,12 +66,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--in-process", action="store_true", help="time with the test client, not gunicorn")
     parser.add_argument("--profile", action="append", default=[], metavar="ENDPOINT",
                         help="cProfile 20 in-process calls of this endpoint and print the top functions; repeatable")
+    parser.add_argument("--profile-top", action="append", default=[], metavar="ENDPOINT",
+                        help="cProfile 20 in-process calls of this endpoint ('submission': the API POST) and print its 15 "
+                             "costliest functions by cumulative time, the portal's own and the stack's; repeatable")
     parser.add_argument("--show-queries", action="append", default=[], metavar="ENDPOINT",
                         help="print the queries of this endpoint (a name of the table, e.g. 'API list (token)'); repeatable")
+    parser.add_argument("--concurrency", default="", metavar="N,N",
+                        help="throughput with N concurrent clients (e.g. 4,16) against gunicorn with --workers workers")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers for --concurrency (default 4)")
+    parser.add_argument("--duration", type=float, default=10.0,
+                        help="seconds per endpoint and concurrency, in two interleaved halves (default 10)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is not met")
     return parser.parse_args()
 
 
 ARGS = parse_args()
+try:
+    LEVELS = [int(x) for x in ARGS.concurrency.split(",") if x.strip()]
+except ValueError:
+    raise SystemExit(f"--concurrency: numbers of clients, e.g. 4,16 (not {ARGS.concurrency!r})") from None
 RUN = f"{os.getpid()}"
 VAR = REPO / "var" / "bench"
 VAR.mkdir(parents=True, exist_ok=True)
@@ -116,14 +130,14 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------------------ HTTP
 class Server:
-    """One gunicorn sync worker serving this database with DEBUG off."""
+    """gunicorn sync workers (one unless told) serving this database with DEBUG off."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, workers: int = 1) -> None:
         self.port = free_port()
         env = os.environ | {"DATABASE_URL": database_url, "DB_CONN_MAX_AGE": str(ARGS.conn_max_age),
                             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--workers", "1", "--worker-class", "sync",
+            [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--workers", str(workers), "--worker-class", "sync",
              "--bind", f"127.0.0.1:{self.port}", "--log-level", "warning", "--timeout", "120"],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
@@ -167,12 +181,16 @@ def http_headers(world: World, by: dict) -> dict[str, dict[str, str]]:
     return out
 
 
-def measure(world: World, by: dict, database_url: str) -> tuple[dict[str, list[float]], list[float], str]:
-    """Latencies (ms) per endpoint, interleaved; then the API list one call after another."""
+# Called one request at a time (none other in flight) after the rounds, in turn: the at-scale target's lists.
+SEQUENTIAL = ["API list (token)", "API list (session)", "API list (session, small project)"]
+
+
+def measure(world: World, by: dict, database_url: str) -> tuple[dict[str, list[float]], dict[str, list[float]], str]:
+    """Latencies (ms) per endpoint, interleaved; then the API lists of SEQUENTIAL one call after another."""
     endpoints = [(name, who, world.path(path)) for name, _, who, path in ENDPOINTS]
     samples: dict[str, list[float]] = {name: [] for name, _, _ in endpoints}
-    sequential: list[float] = []
-    api_list = next(e for e in endpoints if e[0] == "API list (token)")
+    sequential: dict[str, list[float]] = {name: [] for name in SEQUENTIAL}
+    lists = [e for e in endpoints if e[0] in SEQUENTIAL]
     rng = random.Random(7)
     if ARGS.in_process:
         how = "in process (Django test client)"
@@ -207,9 +225,10 @@ def measure(world: World, by: dict, database_url: str) -> tuple[dict[str, list[f
                     call(who, path)
                     samples[name].append((time.perf_counter() - start) * 1000)
         for _ in range(ARGS.sequential):
-            start = time.perf_counter()
-            call(api_list[1], api_list[2])
-            sequential.append((time.perf_counter() - start) * 1000)
+            for name, who, path in lists:
+                start = time.perf_counter()
+                call(who, path)
+                sequential[name].append((time.perf_counter() - start) * 1000)
     finally:
         if not ARGS.in_process:
             server.stop()
@@ -217,27 +236,51 @@ def measure(world: World, by: dict, database_url: str) -> tuple[dict[str, list[f
 
 
 # --------------------------------------------------------------------------------------------- submissions
-def bench_submissions(world: World) -> tuple[list[int], list[float], int]:
+_SUBMIT_TOKEN: list[str] = []
+
+
+def submit_token(world: World) -> str:
+    """carol's read+submit token on the hot project (made once)."""
+    if not _SUBMIT_TOKEN:
+        from tenants.access import Actor
+        from tenants.models import Project
+        from tenants.services import token_create
+
+        _, raw = token_create(actor=Actor(user=world.users["carol"]), project=Project.objects.get(slug=HOT_PROJECT),
+                              name="bench-submit", scope="read+submit")
+        _SUBMIT_TOKEN.append(raw)
+    return _SUBMIT_TOKEN[0]
+
+
+def submission_body(i: int) -> bytes:
+    """A submission the global rule approves alone (1 GPU, 4 hours; the hot project has quota for the flavor)."""
     import json
 
+    return json.dumps({"template": "training", "flavor": GPU_FLAVOR, "gpus": 1, "duration_hours": 4,
+                       "name": f"sub-{RUN}-{i}", "image": "nvcr.io/nvidia/pytorch:26.10-py3",
+                       "parameters": {"command": "python train.py"}}).encode()
+
+
+def submit_client(world: World) -> Any:
     from rest_framework.test import APIClient
 
-    from tenants.access import Actor
-    from tenants.models import Project
-    from tenants.services import token_create
-
-    _, raw = token_create(actor=Actor(user=world.users["carol"]), project=Project.objects.get(slug=HOT_PROJECT),
-                          name="bench-submit", scope="read+submit")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {submit_token(world)}")
+    return client
+
+
+def submit_once(client: Any, what: str, i: int) -> Any:
+    return client.post("/api/v1/requests/", data=submission_body(i), content_type="application/json",
+                       HTTP_IDEMPOTENCY_KEY=f"{what}-{RUN}-{i}")
+
+
+def bench_submissions(world: World) -> tuple[list[int], list[float], int]:
+    client = submit_client(world)
     counts, times, approved = [], [], 0
     for i in range(ARGS.submissions + 3):
-        body = {"template": "training", "flavor": GPU_FLAVOR, "gpus": 1, "duration_hours": 4, "name": f"sub-{RUN}-{i}",
-                "image": "nvcr.io/nvidia/pytorch:26.10-py3", "parameters": {"command": "python train.py"}}
         with CaptureQueriesContext(connection) as ctx:
             start = time.perf_counter()
-            response = client.post("/api/v1/requests/", data=json.dumps(body), content_type="application/json",
-                                   HTTP_IDEMPOTENCY_KEY=f"speed-{RUN}-{i}")
+            response = submit_once(client, "speed", i)
             elapsed = (time.perf_counter() - start) * 1000
         assert response.status_code == 201, response.content
         if i < 3:
@@ -248,6 +291,66 @@ def bench_submissions(world: World) -> tuple[list[int], list[float], int]:
     return counts, times, approved
 
 
+# -------------------------------------------------------------------------------------------- concurrency
+CONCURRENT = ["floor list", "API list (token)", "API submission (token)"]
+
+
+def bench_concurrency(world: World, database_url: str, levels: list[int]) -> dict[tuple[str, int], Any]:
+    """req/s of the floor list, the API list and submissions with each number of concurrent clients, against
+    gunicorn with ``--workers`` sync workers; each endpoint ``--duration`` seconds per level, in two halves,
+    interleaved (floor, list, submission, floor, ...)."""
+    import itertools
+
+    from tests.bench.concurrency import Result, hammer
+
+    read = {"Authorization": f"Bearer {world.token_raw}", "Accept": "application/json"}
+    submit = {"Authorization": f"Bearer {submit_token(world)}", "Accept": "application/json",
+              "Content-Type": "application/json"}
+    paths = {name: world.path(path) for name, _, _, path in ENDPOINTS}
+    calls = {
+        "floor list": (lambda i: ("GET", paths["floor list"], read, None), 200),
+        "API list (token)": (lambda i: ("GET", paths["API list (token)"], read, None), 200),
+        "API submission (token)": (lambda i: ("POST", "/api/v1/requests/", submit | {"Idempotency-Key": f"conc-{RUN}-{i}"},
+                                              submission_body(100000 + i)), 201),
+    }
+    counter = itertools.count()
+    results: dict[tuple[str, int], Any] = {}
+    server = Server(database_url, workers=ARGS.workers)
+    try:
+        for name in CONCURRENT:  # warm-up: every worker imports, renders and connects
+            call, expect = calls[name]
+            warm = hammer(server.port, call, clients=ARGS.workers * 2, seconds=2, expect=expect, counter=counter)
+            if not warm.ok:
+                raise RuntimeError(f"{name} under concurrency: no call answered {expect} ({warm.statuses}, "
+                                   f"{warm.errors} broken connections)")
+        for clients in levels:
+            for _ in range(2):
+                for name in CONCURRENT:
+                    call, expect = calls[name]
+                    run = hammer(server.port, call, clients=clients, seconds=ARGS.duration / 2, expect=expect,
+                                 counter=counter)
+                    results.setdefault((name, clients), Result(clients=clients)).add(run)
+    finally:
+        server.stop()
+    return results
+
+
+def print_concurrency(results: dict[tuple[str, int], Any], levels: list[int]) -> None:
+    print(f"\nthroughput: gunicorn, {ARGS.workers} sync workers, DEBUG off, DB_CONN_MAX_AGE={ARGS.conn_max_age}; "
+          f"{ARGS.duration:g} s per endpoint and level (two interleaved halves)")
+    print(f"  the clients are threads of this process (one interpreter lock) on the server's {os.cpu_count()} CPUs: "
+          "they take CPU the workers would otherwise have, so compare the ratios, not the req/s, across machines")
+    print(f"{'endpoint':<26} {'clients':>7} {'req/s':>8} {'x floor':>8} {'p50 ms':>8} {'p95 ms':>8} {'calls':>6} "
+          f"{'failed':>6}")
+    for clients in levels:
+        floor_rps = results[("floor list", clients)].rps
+        for name in CONCURRENT:
+            r = results[(name, clients)]
+            print(f"{name:<26} {clients:7d} {r.rps:8.1f} {r.rps / floor_rps if floor_rps else 0:8.2f} "
+                  f"{r.pct(50):8.1f} {r.pct(95):8.1f} {r.ok:6d} {r.failed + r.errors:6d}")
+
+
+# ------------------------------------------------------------------------------------------------ profile
 def profile(by: dict, world: World, name: str) -> None:
     import cProfile
     import pstats
@@ -261,6 +364,82 @@ def profile(by: dict, world: World, name: str) -> None:
     profiler.disable()
     print(f"\n--- profile of {name} (20 calls in process), by cumulative time")
     pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+
+
+def _where(filename: str) -> str:
+    """A profiled function's file: repo-relative for the portal's, from the package for the libraries'."""
+    if "site-packages/" in filename:
+        return filename.split("site-packages/", 1)[1]
+    try:
+        return str(Path(filename).resolve().relative_to(REPO))
+    except ValueError:
+        return Path(filename).name
+
+
+# What every call's time goes to, summed: (label, file suffix, function names).
+PROFILE_PARTS = [
+    ("SQL (cursor execute)", "django/db/backends/utils.py", {"_execute"}),
+    ("templates (render)", "django/template/backends/django.py", {"render"}),
+    ("DRF serializer .data", "rest_framework/serializers.py", {"data"}),
+    ("cache (Redis)", "django/core/cache/backends/redis.py", {"get", "set", "add", "incr", "get_many", "set_many",
+                                                             "delete", "touch", "has_key"}),
+]
+
+
+def _ours(filename: str) -> bool:
+    return "site-packages" not in filename and filename.startswith(str(REPO)) and filename != __file__
+
+
+def profile_top(by: dict, world: World, name: str, calls: int = 20, top: int = 15) -> None:
+    """cProfile ``calls`` in-process calls of an endpoint ('submission': the API POST) and print, in ms per call:
+    where the time goes (SQL, templates, serializers, cache); the portal's own ``top`` functions by cumulative
+    time (the view, the selectors, the serializers...); the stack's costliest functions by their own time."""
+    import cProfile
+    import pstats
+
+    if name == "submission":
+        client = submit_client(world)
+
+        def once(i: int) -> None:
+            submit_once(client, "profile", 200000 + i)
+    else:
+        who, path = next((w, world.path(p)) for n, _, w, p in ENDPOINTS if n == name)
+
+        def once(i: int) -> None:
+            by[who].get(path)
+    for i in range(3):
+        once(i)
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    for i in range(calls):
+        once(3 + i)
+    profiler.disable()
+    wall = (time.perf_counter() - start) * 1000 / calls
+    stats = pstats.Stats(profiler).stats  # (file, line, function) -> (primitive calls, calls, tottime, cumtime, callers)
+    print(f"\n--- profile of {name}: {calls} calls in process, {wall:.1f} ms per call under cProfile")
+    parts = []
+    for label, suffix, funcs in PROFILE_PARTS:
+        outer = [v for (f, _, fn), v in stats.items() if f.endswith(suffix) and fn in funcs
+                 and not any(c[0].endswith(suffix) and c[2] in funcs for c in v[4])]
+        if outer:
+            parts.append(f"{label} {sum(v[3] for v in outer) * 1000 / calls:.1f} ms "
+                         f"({sum(v[1] for v in outer) / calls:.0f} calls)")
+    print("  per call: " + "; ".join(parts))
+
+    def line(key: tuple[str, int, str]) -> str:
+        _, n, tt, ct, _ = stats[key]
+        return (f"  {ct * 1000 / calls:7.1f} {tt * 1000 / calls:7.2f} {n / calls:6.0f}  "
+                f"{key[2]} ({_where(key[0])}:{key[1]})")
+
+    ours = sorted((k for k in stats if _ours(k[0])), key=lambda k: stats[k][3], reverse=True)
+    print(f"  the portal's code, top {top} by cumulative time:\n  {'cum ms':>7} {'own ms':>7} {'calls':>6}  function")
+    for key in ours[:top]:
+        print(line(key))
+    heavy = sorted(stats, key=lambda k: stats[k][2], reverse=True)
+    print(f"  everything, top 8 by own time:\n  {'cum ms':>7} {'own ms':>7} {'calls':>6}  function")
+    for key in heavy[:8]:
+        print(line(key))
 
 
 # ------------------------------------------------------------------------------------------------ EXPLAIN
@@ -301,6 +480,82 @@ def explain(sqls: dict[str, list[str]]) -> None:
                 print("  " + line)
 
 
+# ------------------------------------------------------------------------------------------------ targets
+# The pages the issue's target names (each: p50 <= PAGE_RATIO x the floor list's p50, <= PAGE_QUERIES queries).
+TARGET_PAGES = [
+    "page request list", "page request list (projects)", "page request list (small project)", "page project detail",
+    "page ops requests", "page capacity", "page project quota", "page quota requests", "page approvals inbox",
+]
+PAGE_RATIO, PAGE_QUERIES = 2.5, 10
+# API list and detail with a token and a session: p50 <= API_RATIO x the floor (lists: the floor list; details: its detail).
+TARGET_API = ["API list (token)", "API list (session)", "API detail (token)", "API detail (session)"]
+API_RATIO = 1.5
+# At scale (N >= SCALE_N requests, SCALE_PROJECTS projects, PostgreSQL): these lists one at a time, p95 <= SCALE_P95 ms.
+TARGET_SCALE = ["API list (token)", "API list (session)"]
+SCALE_N, SCALE_PROJECTS, SCALE_P95 = 100_000, 1000, 15.0
+# An auto-approved submission: <= SUBMIT_QUERIES queries (the most of any measured), p50 <= SUBMIT_P50 ms.
+SUBMIT_QUERIES, SUBMIT_P50 = 8, 10.0
+
+
+def floor_of(name: str, kind: str) -> str:
+    """The floor an endpoint compares with: API details with the floor detail, everything else with the list."""
+    return "detail" if "detail" in name and kind != "page" else "list"
+
+
+def targets(*, samples: dict[str, list[float]], queries: dict[str, int], sequential: dict[str, list[float]],
+            submissions: tuple[list[int], list[float], int], concurrent: dict) -> list[tuple[str, str, bool | None]]:
+    """(target, measured, met) rows; met None: reported, no target (or not measured in this run)."""
+    kinds = {name: kind for name, kind, _, _ in ENDPOINTS}
+    floor = {"list": statistics.median(samples["floor list"]), "detail": statistics.median(samples["floor detail"])}
+    rows: list[tuple[str, str, bool | None]] = []
+    for name in TARGET_PAGES:
+        ratio = statistics.median(samples[name]) / floor["list"]
+        rows.append((f"{name}: p50 <= {PAGE_RATIO:g}x floor list", f"{ratio:.2f}x", ratio <= PAGE_RATIO))
+        rows.append((f"{name}: <= {PAGE_QUERIES} queries", f"{queries[name]}", queries[name] <= PAGE_QUERIES))
+    for name in TARGET_API:
+        base = floor_of(name, kinds[name])
+        ratio = statistics.median(samples[name]) / floor[base]
+        rows.append((f"{name}: p50 <= {API_RATIO:g}x floor {base}", f"{ratio:.2f}x", ratio <= API_RATIO))
+    for name in TARGET_SCALE:
+        label = f"{name} at N={SCALE_N:,}, one at a time: p95 <= {SCALE_P95:g} ms"
+        if ARGS.n < SCALE_N or not POSTGRES:
+            rows.append((label, f"not measured at this N ({ARGS.n:,}{'' if POSTGRES else ', SQLite'})", None))
+            continue
+        p95 = pct(sequential[name], 95)
+        note = "" if ARGS.projects >= SCALE_PROJECTS else f" (only {ARGS.projects} projects)"
+        rows.append((label, f"{p95:.1f} ms{note}", p95 <= SCALE_P95))
+    counts, times, approved = submissions
+    rows.append(("submission: every one auto-approved", f"{approved}/{len(times)}", approved == len(times)))
+    rows.append((f"submission: <= {SUBMIT_QUERIES} queries", f"{max(counts)} (median {statistics.median(counts):.0f})",
+                 max(counts) <= SUBMIT_QUERIES))
+    p50 = statistics.median(times)
+    rows.append((f"submission: p50 <= {SUBMIT_P50:g} ms (in process)", f"{p50:.1f} ms", p50 <= SUBMIT_P50))
+    for clients in LEVELS:
+        floor_rps = concurrent[("floor list", clients)].rps
+        for name in CONCURRENT[1:]:
+            r = concurrent[(name, clients)]
+            rows.append((f"{name}, {clients} clients: req/s vs floor list (no target)",
+                         f"{r.rps:.1f}/s = {r.rps / floor_rps if floor_rps else 0:.2f}x ({floor_rps:.1f}/s)", None))
+    if not LEVELS:
+        rows.append(("throughput under concurrency (no target)", "not measured (--concurrency 4,16)", None))
+    return rows
+
+
+def print_targets(rows: list[tuple[str, str, bool | None]]) -> int:
+    """Print the table; return how many targets are not met."""
+    width = max(len(t) for t, _, _ in rows)
+    mwidth = max(len(m) for _, m, _ in rows)
+    print(f"\nTargets (N={ARGS.n:,}, {ARGS.projects} extra projects, {connection.vendor}; floor and endpoints in one run, "
+          "interleaved)")
+    print(f"{'target':<{width}}  {'measured':<{mwidth}}  status")
+    for target, measured, met in rows:
+        print(f"{target:<{width}}  {measured:<{mwidth}}  {'-' if met is None else 'met' if met else 'NOT MET'}")
+    unmet = sum(met is False for _, _, met in rows)
+    checked = sum(met is not None for _, _, met in rows)
+    print(f"{checked - unmet} of {checked} targets met" + (f"; NOT MET: {unmet}" if unmet else ""))
+    return unmet
+
+
 # ------------------------------------------------------------------------------------------------ main
 def database_url_of(name: str) -> str:
     if not POSTGRES and connection.vendor == "sqlite":
@@ -326,6 +581,7 @@ def cleanup_broker() -> None:
 def main() -> int:
     setup_test_environment()
     settings.DEBUG = False
+    status = 0
     db = connection.settings_dict
     db.setdefault("TEST", {})["NAME"] = f"speed_{RUN}" if POSTGRES else str(VAR / f"speed-{RUN}.sqlite3")
     started = time.monotonic()
@@ -354,16 +610,23 @@ def main() -> int:
         print(f"\nlatency: {how}; {ARGS.rounds} rounds x {ARGS.per_round} calls per endpoint, interleaved")
         print(f"{'endpoint':<34} {'p50 ms':>8} {'p95 ms':>8} {'x floor p50':>12} {'x floor p95':>12} {'queries':>8}")
         for name, kind, _, path in ENDPOINTS:
-            base = "detail" if "detail" in name and kind != "page" else "list"
+            base = floor_of(name, kind)
             p50, p95 = statistics.median(samples[name]), pct(samples[name], 95)
             print(f"{name:<34} {p50:8.1f} {p95:8.1f} {p50 / floor[base]:12.2f} {p95 / floor95[base]:12.2f} {queries[name]:8d}")
-        print(f"\nAPI list (token), {len(sequential)} calls one after another: p50 {statistics.median(sequential):.1f} ms, "
-              f"p95 {pct(sequential, 95):.1f} ms, max {max(sequential):.1f} ms")
+        print(f"\nAPI lists, {ARGS.sequential} calls each, one request at a time (in turn):")
+        for name, values in sequential.items():
+            print(f"  {name:<34} p50 {statistics.median(values):6.1f} ms, p95 {pct(values, 95):6.1f} ms, "
+                  f"max {max(values):6.1f} ms")
 
         counts, times, approved = bench_submissions(world)
         print(f"\nsubmissions (in process, token, auto-approved {approved}/{len(times)}): "
               f"queries {statistics.median(counts):.0f} (min {min(counts)}, max {max(counts)}), "
               f"p50 {statistics.median(times):.1f} ms, p95 {pct(times, 95):.1f} ms")
+
+        concurrent = {}
+        if LEVELS:
+            concurrent = bench_concurrency(world, database_url_of(db["NAME"]), LEVELS)
+            print_concurrency(concurrent, LEVELS)
 
         for name in ARGS.show_queries:
             print(f"\n--- queries of {name}")
@@ -371,7 +634,15 @@ def main() -> int:
                 print(f"{n:3d}. {short(sql, 240)}")
         for name in ARGS.profile:
             profile(by, world, name)
+        for name in ARGS.profile_top:
+            profile_top(by, world, name)
         explain(sqls)
+
+        rows = targets(samples=samples, queries=queries, sequential=sequential, submissions=(counts, times, approved),
+                       concurrent=concurrent)
+        unmet = print_targets(rows)
+        if ARGS.check and unmet:
+            status = 1
     finally:
         connections.close_all()
         cleanup_broker()
@@ -379,7 +650,7 @@ def main() -> int:
             print(f"\nkept database {db['NAME']}")
         else:
             connection.creation.destroy_test_db(old_name, verbosity=0)
-    return 0
+    return status
 
 
 if __name__ == "__main__":
