@@ -2,6 +2,7 @@
 
     python tests/bench/speed.py [--n 2000] [--projects 20] [--db URL] [--rounds 5] [--per-round 10]
                                 [--live 2000] [--submissions 100] [--sequential 100] [--conn-max-age 60] [--keep]
+                                [--concurrency 4,16 [--workers 4] [--duration 10]] [--profile-top NAME] [--check]
 
 1. Makes a fresh, throwaway database (``--db`` or ``DATABASE_URL``: PostgreSQL ``<name>`` becomes
    ``speed_<pid>``; without either, an SQLite file under var/bench/), migrates it and seeds it with
@@ -15,13 +16,24 @@
    ``--conn-max-age``), ``--rounds`` x ``--per-round`` calls per endpoint, interleaved in a shuffled order
    so that every endpoint sees the same machine. Prints p50/p95 in ms and the ratio of each to the floor:
    ``tests/bench/floor.py``, a hand-written token-authenticated list and detail of the same rows (3 and 2
-   queries). API details compare with the floor detail, everything else with the floor list. Then the API list
-   (token) ``--sequential`` times one request after another: its p50/p95/max.
+   queries). API details compare with the floor detail, everything else with the floor list. Then the API lists
+   of ``SEQUENTIAL`` (token, session, a small project's session), ``--sequential`` times each, one request at a
+   time: their p50/p95/max.
 4. Submissions, in this process: ``--submissions`` POSTs to ``/api/v1/requests/`` with a read+submit token,
    each approved by the global rule; queries per submission and p50/p95 ms.
-5. On PostgreSQL, ``EXPLAIN (ANALYZE, BUFFERS)`` of the hot queries (run twice, the second printed): the API
+5. ``--concurrency 4,16``: throughput (req/s) of the floor list, the API list (token) and API submissions with
+   4, then 16 concurrent clients (threads of this process, tests/bench/concurrency.py) against gunicorn with
+   ``--workers`` sync workers, ``--duration`` seconds per endpoint and level in two interleaved halves; each
+   next to the floor list's req/s at the same concurrency.
+6. ``--profile-top NAME`` (an endpoint of the table, or ``submission``): cProfile 20 in-process calls; where the
+   time goes (SQL, templates, serializers, cache), the portal's own 15 costliest functions by cumulative time
+   and the stack's 8 by own time, in ms per call.
+7. On PostgreSQL, ``EXPLAIN (ANALYZE, BUFFERS)`` of the hot queries (run twice, the second printed): the API
    list's page and count queries in full; those of the small project's session list, the ops request list
    and the approvals inbox in short (scans, rows filtered out, planning and execution time).
+8. The **Targets** table: every target of the speed issue (``TARGET_*`` below), what this run measured and
+   ``met`` / ``NOT MET``; ``--check`` exits 1 when one is not met. The at-scale row needs ``--n 100000`` on
+   PostgreSQL (else "not measured at this N"); throughput has no target and is reported only.
 
 Without gunicorn installed (it is in requirements.txt) step 3 uses the test client in this process and says so.
 The database is dropped at the end unless ``--keep``. At scale: ``--n 100000 --projects 1000`` (seeding takes
@@ -337,7 +349,7 @@ def bench_concurrency(world: World, database_url: str, levels: list[int]) -> dic
 
 def print_concurrency(results: dict[tuple[str, int], Any], levels: list[int]) -> None:
     print(f"\nthroughput: gunicorn, {ARGS.workers} sync workers, DEBUG off, DB_CONN_MAX_AGE={ARGS.conn_max_age}; "
-          f"{ARGS.duration:g} s per endpoint and level (two interleaved halves)")
+          f"{ARGS.duration:g} s per endpoint and level (two interleaved halves); load average {os.getloadavg()[0]:.1f}")
     print(f"  the clients are threads of this process (one interpreter lock) on the server's {os.cpu_count()} CPUs: "
           "they take CPU the workers would otherwise have, so compare the ratios, not the req/s, across machines")
     print(f"{'endpoint':<26} {'clients':>7} {'req/s':>8} {'x floor':>8} {'p50 ms':>8} {'p95 ms':>8} {'calls':>6} "
@@ -546,7 +558,7 @@ def print_targets(rows: list[tuple[str, str, bool | None]]) -> int:
     width = max(len(t) for t, _, _ in rows)
     mwidth = max(len(m) for _, m, _ in rows)
     print(f"\nTargets (N={ARGS.n:,}, {ARGS.projects} extra projects, {connection.vendor}; floor and endpoints in one run, "
-          "interleaved)")
+          f"interleaved; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end)")
     print(f"{'target':<{width}}  {'measured':<{mwidth}}  status")
     for target, measured, met in rows:
         print(f"{target:<{width}}  {measured:<{mwidth}}  {'-' if met is None else 'met' if met else 'NOT MET'}")
