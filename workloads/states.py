@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tenants.access import Actor
-from tenants.audit import audit_record
+from tenants.audit import audit_append, audit_entry
 
 from .models import RequestEvent, RequestState, WorkloadRequest
 
@@ -83,6 +83,45 @@ def _timestamps(to: str, now: Any) -> dict[str, Any]:
     return {}
 
 
+def move_records(
+    request: WorkloadRequest, *, from_state: str, to: str, actor_label: str, reason: str = "", actor: Actor | None = None,
+) -> tuple[RequestEvent, Any]:
+    """The timeline entry and the audit entry (both unsaved) of ``request`` moving ``from_state`` → ``to``."""
+    event = RequestEvent(
+        request_id=request.pk,
+        from_state=from_state,
+        to_state=to,
+        actor_label=actor_label[:200],
+        message=(reason or f"{from_state} → {to}")[:1000],
+    )
+    audit_actor = actor if actor is not None else LabelledActor(user=None, name=actor_label[:200])
+    entry = audit_entry(
+        actor=audit_actor,
+        action=f"request.{to}",
+        target=request,
+        tenant=request.tenant,
+        project=request.project,
+        before={"state": from_state},
+        after={"state": to, "reason": reason[:500]} if reason else {"state": to},
+    )
+    return event, entry
+
+
+def first_state(request: WorkloadRequest, *, to: str, reason: str, fields: dict[str, Any] | None = None) -> None:
+    """Put a new, unsaved request straight into the state its submission leads to (``submitted`` → ``to``).
+
+    The row is inserted in that state, so no compare-and-set is needed (nobody else can see it yet); the
+    service writes the timeline and audit entries of both steps (``move_records``) with the row.
+    """
+    if not can_move(S.SUBMITTED, to):
+        raise ValueError(f"A new request cannot move to {to!r}.")
+    now = timezone.now()
+    values: dict[str, Any] = {"state": to, "state_reason": reason[:500], "pending_reason": "", **_timestamps(to, now)}
+    values.update(fields or {})
+    for name, value in values.items():
+        setattr(request, name, value)
+
+
 def move(
     request: WorkloadRequest,
     *,
@@ -130,23 +169,10 @@ def move(
         won = WorkloadRequest.objects.filter(pk=request.pk, state__in=sources).update(**values) == 1
         if not won:  # pragma: no cover - the lock above makes this unreachable on PostgreSQL
             return False
-        RequestEvent.objects.create(
-            request_id=request.pk,
-            from_state=current,
-            to_state=to,
-            actor_label=actor_label[:200],
-            message=(reason or f"{current} → {to}")[:1000],
-        )
-        audit_actor = actor if actor is not None else LabelledActor(user=None, name=actor_label[:200])
-        audit_record(
-            actor=audit_actor,
-            action=f"request.{to}",
-            target=request,
-            tenant=request.tenant,
-            project=request.project,
-            before={"state": current},
-            after={"state": to, "reason": reason[:500]} if reason else {"state": to},
-        )
+        event, entry = move_records(request, from_state=current, to=to, actor_label=actor_label, reason=reason,
+                                    actor=actor)
+        event.save(force_insert=True)
+        audit_append([entry])
     for name, value in values.items():
         setattr(request, name, value)
     return True
