@@ -43,7 +43,7 @@ def test_the_answer_to_a_submission_is_what_reading_it_gives(token_client, cast,
     assert read.json() == body
     assert read.headers["ETag"] == created.headers["ETag"]
     assert [(e["from_state"], e["to_state"]) for e in body["timeline"]] == [("", "submitted"), ("submitted", "approved")]
-    actions = list(AuditEntry.objects.filter(target_id=str(body["id"])).order_by("seq").values_list("action", "after__state"))
+    actions = list(AuditEntry.objects.filter(target_type="workloads.workloadrequest", target_id=str(body["id"])).order_by("seq").values_list("action", "after__state"))
     assert actions == [("request.submit", "submitted"), ("request.approved", "approved")]
 
 
