@@ -389,8 +389,7 @@ def request_submit(
     """
     if actor.user is None:
         raise NotAllowed("Requests are made by users (or their tokens).")
-    if not Project.tenant.is_cached(project):  # callers that loaded it with its tenant (the API, the form) save a query
-        project = Project.objects.select_related("tenant").get(pk=project.pk)
+    project = Project.objects.select_related("tenant").get(pk=project.pk)  # fresh: suspended? archived? own images?
     require(policy.may_submit_request(actor, project), "You may not submit requests in this project.")
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:

@@ -205,7 +205,8 @@ def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
         start = time.perf_counter()
         for i in range(n):
             body = {"template": "training", "flavor": "h100-80gb-offline", "gpus": 1, "duration_hours": 1,
-                    "parameters": {"command": f"python train.py --seed {i}"}, "image": "nvcr.io/nvidia/pytorch:26.10-py3"}
+                    "parameters": {"command": f"python train.py --seed {i}"}, "image": "nvcr.io/nvidia/pytorch:26.10-py3",
+                    "name": f"bench-{i}"}  # a made-up name is 6 random hex digits: 1,000 of them may collide
             counter = QueryCounter()
             with connection.execute_wrapper(counter):
                 t0 = time.perf_counter()
