@@ -81,7 +81,7 @@ def snapshot(obj: models.Model | None, fields: list[str]) -> dict[str, Any] | No
     return out
 
 
-def audit_record(
+def audit_entry(
     *,
     actor: Actor,
     action: str,
@@ -91,9 +91,10 @@ def audit_record(
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
 ) -> AuditEntry:
+    """An unsaved entry, for ``audit_append`` (several entries of one change under one lock of the chain)."""
     user = actor.user if actor.user is not None and actor.user.is_authenticated else None
     address = AuditEntry._meta.get_field("client_address").get_prep_value(actor.ip)
-    entry = AuditEntry(
+    return AuditEntry(
         created_at=timezone.now(),
         actor=user,
         token=actor.token,
@@ -108,15 +109,39 @@ def audit_record(
         after=_as_stored(after),
         client_address=address or None,
     )
-    with transaction.atomic():
+
+
+def audit_append(entries: list[AuditEntry]) -> list[AuditEntry]:
+    """Chain ``entries`` (from ``audit_entry``) in their order and write them: the head read under its lock, one
+    INSERT for all of them, the head written once. Inside the caller's transaction (no savepoint of its own)."""
+    if not entries:
+        return entries
+    with transaction.atomic(savepoint=False):
         head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
-        entry.seq = head.seq + 1
-        entry.prev_hash = head.hash
-        entry.entry_hash = entry_digest(entry)
-        entry.save(force_insert=True)
-        head.seq, head.hash = entry.seq, entry.entry_hash
+        seq, prev = head.seq, head.hash
+        for entry in entries:
+            seq += 1
+            entry.seq, entry.prev_hash = seq, prev
+            entry.entry_hash = prev = entry_digest(entry)
+        AuditEntry.objects.bulk_create(entries)
+        head.seq, head.hash = seq, prev
         head.save(update_fields=["seq", "hash"])
-    return entry
+    return entries
+
+
+def audit_record(
+    *,
+    actor: Actor,
+    action: str,
+    target: models.Model,
+    tenant: Tenant | None = None,
+    project: Project | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEntry:
+    entry = audit_entry(actor=actor, action=action, target=target, tenant=tenant, project=project, before=before,
+                        after=after)
+    return audit_append([entry])[0]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from datetime import timedelta
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -13,6 +14,7 @@ from rest_framework import authentication, exceptions
 from .models import ApiToken
 
 TOKEN_PREFIX = "gpp"
+LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 def token_hash(raw: str) -> str:
@@ -44,8 +46,10 @@ def token_resolve(raw: str) -> ApiToken:
         raise exceptions.AuthenticationFailed("Token expired.")
     if not token.user.is_active:
         raise exceptions.AuthenticationFailed("User inactive.")
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    token.last_used_at = now
+    # "Last used" to the minute: one UPDATE per token per minute, not one per API call.
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_PRECISION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
     return token
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -34,7 +35,7 @@ from . import kinds
 from .manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
 from .manifests import manifests_hash as objects_hash
 from .models import RequestEvent, RequestState, WorkloadRequest
-from .states import ACTIVE, FINAL, move
+from .states import ACTIVE, FINAL, move, move_many
 
 logger = logging.getLogger(__name__)
 S = RequestState
@@ -114,6 +115,102 @@ def request_materialize(*, request_id: int) -> str:
         _delete_objects(kube, req, objects)
         return "cleaned"
     return "raced"
+
+
+# ------------------------------------------------------------------------------------------------ create, in batches
+# How many approved requests one materializer run takes on (the task of one request claims others that wait too).
+BATCH = 50
+# A claim older than this is taken to belong to a worker that died: another run may claim the request again.
+CLAIM_LEASE = SWEEP_AFTER
+
+
+def _claim(request_id: int | None, limit: int) -> list[WorkloadRequest]:
+    """Claim up to ``limit`` approved requests that no live run holds (``request_id`` first when it is one of them):
+    under their row locks, skipping rows another run is claiming at this moment, and stamp ``claimed_at``."""
+    now = timezone.now()
+    free = WorkloadRequest.objects.filter(state=S.APPROVED).filter(
+        Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - CLAIM_LEASE))
+    with transaction.atomic():
+        ids: list[int] = []
+        if request_id is not None:
+            ids = list(free.filter(pk=request_id).select_for_update(skip_locked=True).values_list("pk", flat=True))
+        ids += list(free.exclude(pk__in=ids).order_by("pk").select_for_update(skip_locked=True)
+                    .values_list("pk", flat=True)[:max(0, limit - len(ids))])
+        if not ids:
+            return []
+        WorkloadRequest.objects.filter(pk__in=ids).update(claimed_at=now, attempts=F("attempts") + 1)
+    rows = (WorkloadRequest.objects.select_related("tenant", "project", "cluster", "template", "flavor", "requested_by")
+            .filter(pk__in=ids).order_by("pk"))
+    return list(rows)
+
+
+def _release(requests: list[WorkloadRequest]) -> None:
+    """Give claims back (a cluster outage: the task's retry, or any other run, may take them at once)."""
+    if requests:
+        WorkloadRequest.objects.filter(pk__in=[r.pk for r in requests], state=S.APPROVED).update(claimed_at=None)
+
+
+def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -> dict[str, int]:
+    """Apply the objects of up to ``limit`` approved requests (``request_id`` among them unless another run has it)
+    and record them queued in one write per batch. Returns counts by outcome (for logs, tests and the benchmark).
+
+    Safe to run twice or concurrently: a claim (``claimed_at``, under the rows' locks) keeps two runs off the same
+    request, names come from our key and objects are written with server-side apply, and the move to ``queued`` is a
+    compare-and-set. A run killed after its claim leaves the requests ``approved``: after ``CLAIM_LEASE`` the
+    housekeeping sweep queues them again and the next run applies the same objects (a no-op) and records them.
+    Raises ``ClusterUnavailable`` (the task retries) after recording what it did apply and releasing the rest.
+    """
+    claimed = _claim(request_id, limit)
+    out = {"claimed": len(claimed), "queued": 0, "rejected": 0, "cleaned": 0, "raced": 0}
+    applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]] = []
+    try:
+        for req in claimed:
+            kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process
+            objects = request_objects(req)
+            current = objects[0]
+            try:
+                for current in objects:
+                    kube.apply(current)
+            except ClusterRejected as exc:
+                reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
+                if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED],
+                        fields={"claimed_at": None}):
+                    _delete_objects(kube, req, objects)
+                out["rejected"] += 1
+                continue
+            applied.append((req, objects))
+    except ClusterUnavailable:
+        _release([r for r in claimed if r not in {a for a, _ in applied}])
+        _record_queued(applied, out)
+        raise
+    if applied:
+        _pause_after_apply()
+    _record_queued(applied, out)
+    return out
+
+
+def _record_queued(applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]], out: dict[str, int]) -> None:
+    if not applied:
+        return
+    hashes = {req.pk: {"applied_hash": objects_hash(objects)} for req, objects in applied}
+    moved = move_many(
+        [req for req, _ in applied], to=S.QUEUED, actor_label=MATERIALIZER, reason="Objects created in the cluster.",
+        fields={"pending_reason": "Handed to the cluster; waiting for the queue to look at it.", "claimed_at": None},
+        fields_each=hashes, only_from=[S.APPROVED],
+    )
+    out["queued"] += len(moved)
+    moved_pks = {r.pk for r in moved}
+    for req, objects in applied:
+        if req.pk in moved_pks:
+            continue
+        # Someone got there first: the status follower is fine; a cancel or stop while we applied is not (its
+        # clean-up may have run before our apply), so clean up again.
+        req.refresh_from_db(fields=["state"])
+        if req.state in FINAL:
+            _delete_objects(kube_for(req.cluster), req, objects)
+            out["cleaned"] += 1
+        else:
+            out["raced"] += 1
 
 
 # ------------------------------------------------------------------------------------------------ remove

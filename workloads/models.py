@@ -174,6 +174,9 @@ class WorkloadRequest(models.Model):
     cluster_status = models.JSONField(default=dict, blank=True)
     applied_hash = models.CharField(max_length=64, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # When a materializer claimed the request (workloads/materialize.py): others leave it alone until the
+    # claim is older than the lease; cleared when it is recorded queued or released after an outage.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     # When the approvers were last reminded that it waits (``workloads.approvals.approvals_remind``).
     approval_reminded_at = models.DateTimeField(null=True, blank=True)
 

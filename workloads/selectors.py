@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    BooleanField, Count, Exists, ExpressionWrapper, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value,
+)
 from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
@@ -363,9 +365,16 @@ def template_to_submit(*, actor: Actor, key: str) -> ServiceTemplate | None:
     the live one), by slug the live one in the catalogue; None if there is no such template."""
     from portal.inputs import is_id
 
+    # One query for the template and its allowed flavors with their clusters (a prefetch); ``is_live`` tells the
+    # service whether it may skip looking the live version up again.
+    newer = ServiceTemplate.objects.filter(slug=OuterRef("slug"), active=True, version__gt=OuterRef("version"))
+    base = ServiceTemplate.objects.prefetch_related(
+        Prefetch("allowed_flavors", queryset=Flavor.objects.select_related("cluster"))
+    ).annotate(is_live=ExpressionWrapper(Q(active=True) & ~Exists(newer), output_field=BooleanField()))
     if is_id(key):
-        return ServiceTemplate.objects.filter(pk=int(key)).first()
-    return catalogue_for(actor=actor).filter(slug=key).first()
+        return base.filter(pk=int(key)).first()
+    # By slug: its live version (what ``catalogue_for`` offers everyone).
+    return base.filter(slug=key, active=True).exclude(Exists(newer)).first()
 
 
 def template_list_for(*, actor: Actor) -> QuerySet[ServiceTemplate]:

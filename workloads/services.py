@@ -32,7 +32,7 @@ from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement, is_enforced
 from quotas.models import Flavor
 from tenants.access import Actor
-from tenants.audit import audit_record, snapshot
+from tenants.audit import audit_append, audit_entry, audit_record, snapshot
 from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project
 
@@ -52,7 +52,7 @@ from .models import (
     default_self_service_priorities,
 )
 from .schema import parameters_validate, schema_errors
-from .states import ACTIVE, CANCELLABLE, FINAL, move
+from .states import ACTIVE, CANCELLABLE, FINAL, first_state, move, move_records
 
 S = RequestState
 RULE_LABEL = "approval rule"
@@ -385,10 +385,11 @@ def request_submit(
     Refused at once (nothing created) when it is invalid or can never run. With an
     ``idempotency_key``, a retry by the same user returns the request the first call made and
     creates nothing; the returned request's ``replayed`` attribute says which happened.
+    (What each step costs: docs/performance.md, "Submissions".)
     """
     if actor.user is None:
         raise NotAllowed("Requests are made by users (or their tokens).")
-    project = Project.objects.select_related("tenant").get(pk=project.pk)
+    project = Project.objects.select_related("tenant").get(pk=project.pk)  # fresh: suspended? archived? own images?
     require(policy.may_submit_request(actor, project), "You may not submit requests in this project.")
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:
@@ -398,7 +399,8 @@ def request_submit(
         project=project, template=template, image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu,
         memory_gib=memory_gib, parameters=parameters, duration_hours=duration_hours, priority=priority, name=name,
     ) if idempotency_key else ""
-    found = _replay(actor, idempotency_key)
+    given_name = (name or "").strip()
+    found, name_taken = _replay_and_name(actor, idempotency_key, project, given_name)
     if found is not None:
         _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
         return found
@@ -409,7 +411,7 @@ def request_submit(
                 actor=actor, project=project, template=template, image=image, flavor=flavor, gpus=gpus,
                 replicas=replicas, cpu=cpu, memory_gib=memory_gib, parameters=parameters,
                 duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
-                idempotency_fingerprint=fingerprint,
+                idempotency_fingerprint=fingerprint, name_taken=name_taken,
             )
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
@@ -418,11 +420,213 @@ def request_submit(
             _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
             return found
         # Or a concurrent submission took the name (the partial unique constraint on live names decides).
-        taken = (name or "").strip()
-        if taken and _name_taken(project, taken):
-            raise ValidationError({"name": [_name_taken_message(project, taken)]}) from None
+        if given_name and _name_taken(project, given_name):
+            raise ValidationError({"name": [_name_taken_message(project, given_name)]}) from None
         raise
     req.replayed = False  # type: ignore[attr-defined]
+    return req
+
+
+def _replay_and_name(actor: Actor, key: str, project: Project, name: str) -> tuple[WorkloadRequest | None, bool | None]:
+    """The request an earlier call with ``key`` made (a retry), and whether ``name`` is taken by a live request of
+    the project (None: not asked), in one query. Without a key the name is checked with the other fields."""
+    if not key or actor.user is None:
+        return None, None
+    match = Q(requested_by=actor.user, idempotency_key=key)
+    if name:
+        match |= Q(project=project, name=name, state__in=LIVE_STATES)
+    rows = list(WorkloadRequest.objects.select_related("project__tenant", "template", "flavor").filter(match)[:2])
+    found = next((r for r in rows if r.requested_by_id == actor.user.pk and r.idempotency_key == key), None)
+    if found is not None:
+        found.replayed = True  # type: ignore[attr-defined]
+    taken = any(r.project_id == project.pk and r.name == name and r.state in LIVE_STATES for r in rows) if name else None
+    return found, taken
+
+
+class _Errors(dict):
+    """Field errors collected across the checks, raised together as one ValidationError."""
+
+    def add(self, field: str, message: str) -> None:
+        self.setdefault(field, []).append(message)
+
+    def raise_any(self) -> None:
+        if self:
+            raise ValidationError(dict(self))
+
+
+def _allowed_flavors(template: ServiceTemplate) -> list[Flavor]:
+    """The template's active flavors with their clusters, in order; from the prefetch when the caller made one
+    (``selectors.template_to_submit``)."""
+    prefetched = getattr(template, "_prefetched_objects_cache", {}).get("allowed_flavors")
+    if prefetched is not None and all(Flavor.cluster.is_cached(f) for f in prefetched):
+        return sorted((f for f in prefetched if f.active), key=lambda f: (f.order, f.name))
+    return list(template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name"))
+
+
+def _check_flavor(template: ServiceTemplate, flavor: Flavor | None, errors: _Errors) -> Flavor | None:
+    """One the template allows, active and enforced by its cluster; default: the first allowed one."""
+    allowed = _allowed_flavors(template)
+    if flavor is None:
+        flavor = next((f for f in allowed if is_enforced(f)), None)  # never default to one nothing enforces
+        if flavor is None:
+            errors.add("flavor", f"Template {template.slug} allows no flavor at the moment.")
+            return None
+    else:
+        by_pk = {f.pk: f for f in allowed}
+        if flavor.pk not in by_pk:
+            names = ", ".join(f.name for f in allowed) or "none"
+            errors.add("flavor", f"Flavor {flavor.name} is not allowed for {template.name} (allowed: {names}).")
+            return flavor
+        flavor = by_pk[flavor.pk]  # the allowed row, with its cluster loaded
+        enforcement = flavor_enforcement(flavor.cluster, flavor)
+        if not enforcement.enforced:
+            # Offered but not enforced by the cluster's architecture: it would be admitted by nothing, ever.
+            errors.add("flavor", enforcement.reason)
+            return flavor
+    if manifests.kueue_cannot_admit(kind=template.kind, flavor=flavor):
+        # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
+        errors.add("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "
+                             f"{flavor.cluster.name}: {template.name} ({template.get_kind_display().lower()}) could "
+                             f"never start there. Choose another flavor; training jobs may use this one.")
+    return flavor
+
+
+def _check_submitted_image(project: Project, template: ServiceTemplate, image: str, errors: _Errors) -> str:
+    """Curated for this kind of template, unless the project may use its own; default: the first curated one."""
+    image = (image or "").strip()
+    curated = [i for i in Image.objects.filter(active=True) if template.kind in (i.kinds or [])]
+    kind_name = template.get_kind_display().lower()
+    if not image:
+        if curated:
+            image = curated[0].reference
+        else:
+            errors.add("image", f"No curated image for {kind_name}s; name one.")
+    elif image not in {i.reference for i in curated} and not project.allow_custom_images:
+        errors.add("image", f"Image {image} is not in the curated list for {kind_name}s.")
+    if len(image) > 300:
+        errors.add("image", "At most 300 characters.")
+    return image
+
+
+def _check_parameters(actor: Actor, project: Project, template: ServiceTemplate, parameters: dict[str, Any] | None,
+                      errors: _Errors) -> dict[str, Any]:
+    """The template's JSON Schema, defaults filled in; a data volume the actor may mount."""
+    try:
+        parameters = parameters_validate(template.parameters_schema, parameters)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            for message in messages:
+                errors.add(field, message)
+        return {}
+    refused = _check_data_volume(actor, project, parameters)
+    if refused:
+        errors.add("parameters.data_volume", refused)
+    return parameters
+
+
+@dataclass
+class _Size:
+    gpus: int
+    replicas: int
+    cpu: Decimal
+    memory_gib: int
+    duration_hours: int
+    priority: str
+
+
+def _check_size(template: ServiceTemplate, flavor: Flavor | None, parameters: dict[str, Any], *, gpus: int | None,
+                replicas: int | None, cpu: Decimal | int | float | None, memory_gib: int | None,
+                duration_hours: int | None, priority: str, errors: _Errors) -> _Size:
+    """Resources (defaults from the template, within its maxima), replicas, duration and priority."""
+    is_cpu = flavor is not None and flavor.kind == Flavor.Kind.CPU
+    gpus = (0 if is_cpu else template.default_gpus) if gpus is None else gpus
+    if gpus < (0 if is_cpu else 1):
+        errors.add("gpus", "At least 1 GPU (or slice) for a GPU flavor.")
+    elif gpus > template.max_gpus:
+        errors.add("gpus", f"At most {template.max_gpus} per replica for {template.name}.")
+    cpu = template.default_cpu if cpu is None else Decimal(str(cpu))
+    if cpu <= 0 or cpu > template.max_cpu:
+        errors.add("cpu", f"Between 0 and {fmt(template.max_cpu)} CPUs for {template.name}.")
+    memory_gib = template.default_memory_gib if memory_gib is None else memory_gib
+    if memory_gib < 1 or memory_gib > template.max_memory_gib:
+        errors.add("memory_gib", f"Between 1 and {template.max_memory_gib} GiB for {template.name}.")
+    duration_hours = min(DEFAULT_DURATION_HOURS, template.max_duration_hours) if duration_hours is None else duration_hours
+    if duration_hours < 1:
+        errors.add("duration_hours", "At least 1 hour.")
+    elif duration_hours > template.max_duration_hours:
+        errors.add("duration_hours", f"At most {template.max_duration_hours} hours for {template.name}.")
+
+    # Replicas: inference replicas, or distributed training's workers (one source: the parameters).
+    kind = kinds.get(template.kind)
+    if kind.replicas == "workers":
+        derived = int(parameters.get("workers", 1)) if parameters.get("distributed") else 1
+        if replicas is not None and replicas != derived:
+            errors.add("replicas", f"For {kind.name}, set parameters.workers (with parameters.distributed) instead.")
+        replicas = derived
+    elif kind.replicas == "one":
+        if replicas not in (None, 1):
+            errors.add("replicas", f"A {kind.name} has one replica.")
+        replicas = 1
+    replicas = 1 if replicas is None else replicas
+    if not 1 <= replicas <= MAX_REPLICAS:
+        errors.add("replicas", f"Between 1 and {MAX_REPLICAS}.")
+
+    priority = priority or kind.default_priority
+    if priority not in Priority.values:
+        errors.add("priority", f"One of {', '.join(Priority.values)}.")
+    return _Size(gpus, replicas, cpu, memory_gib, duration_hours, priority)
+
+
+def _check_name(project: Project, template: ServiceTemplate, name: str, taken: bool | None, errors: _Errors) -> str:
+    """A DNS label of at most 40 characters not used by a live request of the project; default: made up.
+    ``taken``: already looked up (``_replay_and_name``), else None."""
+    name = (name or "").strip() or _default_name(template)
+    try:
+        DNS1123_LABEL(name)
+        if len(name) > 40:
+            raise ValidationError("At most 40 characters.")
+    except ValidationError as exc:
+        for message in exc.messages:
+            errors.add("name", message)
+        return name
+    if taken if taken is not None else _name_taken(project, name):
+        errors.add("name", _name_taken_message(project, name))
+    return name
+
+
+def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor: Flavor, image: str, name: str,
+            parameters: dict[str, Any], size: _Size, decision: Decision, idempotency_key: str,
+            idempotency_fingerprint: str) -> WorkloadRequest:
+    """Write the request in the state the decision gives it, its two timeline entries (submitted, then approved or
+    pending approval), a notebook's home volume and the two audit entries: one INSERT each, plus the audit chain's
+    lock and head (``tenants.audit.audit_append``)."""
+    req = WorkloadRequest(
+        tenant=project.tenant, project=project, cluster=flavor.cluster, template=template, name=name,
+        image=image, flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu, memory_gib=size.memory_gib,
+        parameters=parameters, duration_hours=size.duration_hours, priority=size.priority, state=S.SUBMITTED,
+        requested_by=actor.user, token=actor.token, idempotency_key=idempotency_key,
+        idempotency_fingerprint=idempotency_fingerprint,
+    )
+    to = S.APPROVED if decision.auto else S.PENDING_APPROVAL
+    first_state(req, to=to, reason=decision.reason, fields=None if decision.auto else {"pending_reason": decision.reason})
+    req.save(force_insert=True)
+    submitted_event = RequestEvent(
+        request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
+        message=(f"Submitted: {template.name} v{template.version}, {size.gpus} x {flavor} x {size.replicas}, "
+                 f"{size.duration_hours} h.")[:1000],
+    )
+    decided_event, decided_entry = move_records(req, from_state=S.SUBMITTED, to=to, actor_label=RULE_LABEL,
+                                                reason=decision.reason)
+    # Kept on the row for the API's answer (no read-back of what was just written).
+    req.written_timeline = RequestEvent.objects.bulk_create([submitted_event, decided_event])  # type: ignore[attr-defined]
+    if kinds.get(template.kind).interactive:
+        # The home volume (the StatefulSet's claim) is the requester's own: only their requests may mount it.
+        Volume.objects.create(project=project, name=manifests.notebook_home_claim(req.k8s_name), owner=actor.user,
+                              request=req, description=f"Home of notebook {name}.")
+    snap = _request_snapshot(req) | {"state": S.SUBMITTED, "template": f"{template.slug} v{template.version}"}
+    submitted_entry = audit_entry(actor=actor, action="request.submit", target=req, tenant=project.tenant,
+                                  project=project, after=snap)
+    audit_append([submitted_entry, decided_entry])  # the chain lock is held to the commit: audit last
     return req
 
 
@@ -443,152 +647,37 @@ def _submit(
     name: str,
     idempotency_key: str,
     idempotency_fingerprint: str,
+    name_taken: bool | None = None,
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
-
-    errors: dict[str, list[str]] = {}
-
-    def error(field: str, message: str) -> None:
-        errors.setdefault(field, []).append(message)
-
-    # Flavor: one the template allows, active. Default: the first allowed one.
-    allowed = list(template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name"))
-    if flavor is None:
-        flavor = next((f for f in allowed if is_enforced(f)), None)  # never default to one nothing enforces
-        if flavor is None:
-            error("flavor", f"Template {template.slug} allows no flavor at the moment.")
-    elif flavor.pk not in {f.pk for f in allowed}:
-        names = ", ".join(f.name for f in allowed) or "none"
-        error("flavor", f"Flavor {flavor.name} is not allowed for {template.name} (allowed: {names}).")
-    elif not (enforcement := flavor_enforcement(flavor.cluster, flavor)).enforced:
-        # Offered but not enforced by the cluster's architecture: it would be admitted by nothing, ever.
-        error("flavor", enforcement.reason)
-    if flavor is not None and "flavor" not in errors and manifests.kueue_cannot_admit(kind=template.kind, flavor=flavor):
-        # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
-        error("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "
-                        f"{flavor.cluster.name}: {template.name} ({template.get_kind_display().lower()}) could never "
-                        f"start there. Choose another flavor; training jobs may use this one.")
-
-    # Image: curated for this kind of template, unless the project may use its own.
-    image = (image or "").strip()
-    curated = [i for i in Image.objects.filter(active=True) if template.kind in (i.kinds or [])]
-    if not image:
-        if curated:
-            image = curated[0].reference
-        else:
-            error("image", f"No curated image for {template.get_kind_display().lower()}s; name one.")
-    elif image not in {i.reference for i in curated} and not project.allow_custom_images:
-        error("image", f"Image {image} is not in the curated list for {template.get_kind_display().lower()}s.")
-    if len(image) > 300:
-        error("image", "At most 300 characters.")
-
-    # Parameters: the template's JSON Schema, defaults filled in.
-    try:
-        parameters = parameters_validate(template.parameters_schema, parameters)
-    except ValidationError as exc:
-        for field, messages in exc.message_dict.items():
-            for message in messages:
-                error(field, message)
-        parameters = {}
-    else:
-        refused = _check_data_volume(actor, project, parameters)
-        if refused:
-            error("parameters.data_volume", refused)
-
-    # Resources: defaults from the template, within its maxima.
-    is_cpu = flavor is not None and flavor.kind == Flavor.Kind.CPU
-    gpus = (0 if is_cpu else template.default_gpus) if gpus is None else gpus
-    if gpus < (0 if is_cpu else 1):
-        error("gpus", "At least 1 GPU (or slice) for a GPU flavor.")
-    elif gpus > template.max_gpus:
-        error("gpus", f"At most {template.max_gpus} per replica for {template.name}.")
-    cpu = template.default_cpu if cpu is None else Decimal(str(cpu))
-    if cpu <= 0 or cpu > template.max_cpu:
-        error("cpu", f"Between 0 and {fmt(template.max_cpu)} CPUs for {template.name}.")
-    memory_gib = template.default_memory_gib if memory_gib is None else memory_gib
-    if memory_gib < 1 or memory_gib > template.max_memory_gib:
-        error("memory_gib", f"Between 1 and {template.max_memory_gib} GiB for {template.name}.")
-    duration_hours = min(DEFAULT_DURATION_HOURS, template.max_duration_hours) if duration_hours is None else duration_hours
-    if duration_hours < 1:
-        error("duration_hours", "At least 1 hour.")
-    elif duration_hours > template.max_duration_hours:
-        error("duration_hours", f"At most {template.max_duration_hours} hours for {template.name}.")
-
-    # Replicas: inference replicas, or distributed training's workers (one source: the parameters).
-    kind = kinds.get(template.kind)
-    if kind.replicas == "workers":
-        derived = int(parameters.get("workers", 1)) if parameters.get("distributed") else 1
-        if replicas is not None and replicas != derived:
-            error("replicas", f"For {kind.name}, set parameters.workers (with parameters.distributed) instead.")
-        replicas = derived
-    elif kind.replicas == "one":
-        if replicas not in (None, 1):
-            error("replicas", f"A {kind.name} has one replica.")
-        replicas = 1
-    replicas = 1 if replicas is None else replicas
-    if not 1 <= replicas <= MAX_REPLICAS:
-        error("replicas", f"Between 1 and {MAX_REPLICAS}.")
-
-    priority = priority or kind.default_priority
-    if priority not in Priority.values:
-        error("priority", f"One of {', '.join(Priority.values)}.")
-
-    name = (name or "").strip() or _default_name(template)
-    try:
-        DNS1123_LABEL(name)
-        if len(name) > 40:
-            raise ValidationError("At most 40 characters.")
-    except ValidationError as exc:
-        for message in exc.messages:
-            error("name", message)
-    else:
-        if _name_taken(project, name):
-            error("name", _name_taken_message(project, name))
-
-    if errors:
-        raise ValidationError(errors)
+    errors = _Errors()
+    flavor = _check_flavor(template, flavor, errors)
+    image = _check_submitted_image(project, template, image, errors)
+    parameters = _check_parameters(actor, project, template, parameters, errors)
+    size = _check_size(template, flavor, parameters, gpus=gpus, replicas=replicas, cpu=cpu, memory_gib=memory_gib,
+                       duration_hours=duration_hours, priority=priority, errors=errors)
+    name = _check_name(project, template, name, name_taken, errors)
+    errors.raise_any()
     assert flavor is not None
 
     # The request could never be admitted: refuse now rather than queue it forever.
-    demand = request_demand(flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu)
-    _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if replicas > 1 else "gpus")
-
-    req = WorkloadRequest.objects.create(
-        tenant=project.tenant, project=project, cluster=flavor.cluster, template=template, name=name,
-        image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu, memory_gib=memory_gib,
-        parameters=parameters, duration_hours=duration_hours, priority=priority, state=S.SUBMITTED,
-        requested_by=actor.user, token=actor.token, idempotency_key=idempotency_key,
-        idempotency_fingerprint=idempotency_fingerprint,
-    )
-    RequestEvent.objects.create(
-        request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
-        message=f"Submitted: {template.name} v{template.version}, {gpus} x {flavor} x {replicas}, {duration_hours} h.",
-    )
-    if kind.interactive:
-        # The home volume (the StatefulSet's claim) is the requester's own: only their requests may mount it.
-        Volume.objects.create(project=project, name=manifests.notebook_home_claim(req.k8s_name), owner=actor.user,
-                              request=req, description=f"Home of notebook {name}.")
-    audit_record(
-        actor=actor, action="request.submit", target=req, tenant=project.tenant, project=project,
-        after=_request_snapshot(req) | {"template": f"{template.slug} v{template.version}"},
-    )
+    demand = request_demand(flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu)
+    _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if size.replicas > 1 else "gpus")
 
     decision = approval_decide(
-        actor=actor, project=project, template=template,
-        gpus_total=_gpus_total(flavor=flavor, gpus=gpus, replicas=replicas), hours=duration_hours, priority=priority,
+        actor=actor, project=project, template=template, hours=size.duration_hours, priority=size.priority,
+        gpus_total=_gpus_total(flavor=flavor, gpus=size.gpus, replicas=size.replicas),
     )
+    req = _record(actor=actor, project=project, template=template, flavor=flavor, image=image, name=name,
+                  parameters=parameters, size=size, decision=decision, idempotency_key=idempotency_key,
+                  idempotency_fingerprint=idempotency_fingerprint)
     if decision.auto:
-        move(req, to=S.APPROVED, actor_label=RULE_LABEL, reason=decision.reason)
         _on_commit_approved(req, notify_requester=False)
     else:
-        move(
-            req, to=S.PENDING_APPROVAL, actor_label=RULE_LABEL, reason=decision.reason,
-            fields={"pending_reason": decision.reason},
-        )
-        pk = req.pk
-        after_commit(notify.request_waiting_notify, pk)
+        after_commit(notify.request_waiting_notify, req.pk)
     return req
+
 
 
 # Deciding --------------------------------------------------------------------------------------
@@ -839,7 +928,10 @@ RULE_FIELDS = [
 
 
 def _require_live(template: ServiceTemplate) -> None:
-    """New requests use the live version of a template: older versions are retired, and say which one replaced them."""
+    """New requests use the live version of a template: older versions are retired, and say which one replaced them.
+    A template read with ``is_live`` (``selectors.template_to_submit``, in this request) is not looked up again."""
+    if getattr(template, "is_live", None) is True:
+        return
     live = selectors.live_template(template.slug)
     if live is not None and live.pk == template.pk:
         return

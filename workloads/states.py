@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from django.db import transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from tenants.access import Actor
-from tenants.audit import audit_record
+from tenants.audit import audit_append, audit_entry
 
 from .models import RequestEvent, RequestState, WorkloadRequest
 
@@ -83,6 +84,45 @@ def _timestamps(to: str, now: Any) -> dict[str, Any]:
     return {}
 
 
+def move_records(
+    request: WorkloadRequest, *, from_state: str, to: str, actor_label: str, reason: str = "", actor: Actor | None = None,
+) -> tuple[RequestEvent, Any]:
+    """The timeline entry and the audit entry (both unsaved) of ``request`` moving ``from_state`` → ``to``."""
+    event = RequestEvent(
+        request_id=request.pk,
+        from_state=from_state,
+        to_state=to,
+        actor_label=actor_label[:200],
+        message=(reason or f"{from_state} → {to}")[:1000],
+    )
+    audit_actor = actor if actor is not None else LabelledActor(user=None, name=actor_label[:200])
+    entry = audit_entry(
+        actor=audit_actor,
+        action=f"request.{to}",
+        target=request,
+        tenant=request.tenant,
+        project=request.project,
+        before={"state": from_state},
+        after={"state": to, "reason": reason[:500]} if reason else {"state": to},
+    )
+    return event, entry
+
+
+def first_state(request: WorkloadRequest, *, to: str, reason: str, fields: dict[str, Any] | None = None) -> None:
+    """Put a new, unsaved request straight into the state its submission leads to (``submitted`` → ``to``).
+
+    The row is inserted in that state, so no compare-and-set is needed (nobody else can see it yet); the
+    service writes the timeline and audit entries of both steps (``move_records``) with the row.
+    """
+    if not can_move(S.SUBMITTED, to):
+        raise ValueError(f"A new request cannot move to {to!r}.")
+    now = timezone.now()
+    values: dict[str, Any] = {"state": to, "state_reason": reason[:500], "pending_reason": "", **_timestamps(to, now)}
+    values.update(fields or {})
+    for name, value in values.items():
+        setattr(request, name, value)
+
+
 def move(
     request: WorkloadRequest,
     *,
@@ -130,23 +170,65 @@ def move(
         won = WorkloadRequest.objects.filter(pk=request.pk, state__in=sources).update(**values) == 1
         if not won:  # pragma: no cover - the lock above makes this unreachable on PostgreSQL
             return False
-        RequestEvent.objects.create(
-            request_id=request.pk,
-            from_state=current,
-            to_state=to,
-            actor_label=actor_label[:200],
-            message=(reason or f"{current} → {to}")[:1000],
-        )
-        audit_actor = actor if actor is not None else LabelledActor(user=None, name=actor_label[:200])
-        audit_record(
-            actor=audit_actor,
-            action=f"request.{to}",
-            target=request,
-            tenant=request.tenant,
-            project=request.project,
-            before={"state": current},
-            after={"state": to, "reason": reason[:500]} if reason else {"state": to},
-        )
+        event, entry = move_records(request, from_state=current, to=to, actor_label=actor_label, reason=reason,
+                                    actor=actor)
+        event.save(force_insert=True)
+        audit_append([entry])
     for name, value in values.items():
         setattr(request, name, value)
     return True
+
+
+def move_many(
+    requests: list[WorkloadRequest],
+    *,
+    to: str,
+    actor_label: str,
+    reason: str = "",
+    fields: dict[str, Any] | None = None,
+    fields_each: dict[int, dict[str, Any]] | None = None,
+    only_from: Iterable[str] | None = None,
+) -> list[WorkloadRequest]:
+    """``move()`` for many requests at once (the materializer's batch): the same compare-and-set under the rows'
+    locks, one UPDATE, one INSERT of the timeline entries and one append to the audit chain. Returns the requests
+    that moved (the others were no longer in a source state: nothing was written for them).
+
+    ``fields_each``: per request id, further columns that differ by row (``applied_hash``).
+    """
+    if not requests:
+        return []
+    sources = sources_of(to)
+    if only_from is not None:
+        sources = [state for state in sources if state in set(only_from)]
+    if not sources:
+        raise ValueError(f"No state may move to {to!r}.")
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "state": to, "state_reason": reason[:500], "pending_reason": "", "updated_at": now, **_timestamps(to, now),
+    }
+    values.update(fields or {})
+    by_pk = {r.pk: r for r in requests}
+    with transaction.atomic():
+        current = dict(
+            WorkloadRequest.objects.select_for_update(of=("self",))
+            .filter(pk__in=list(by_pk), state__in=sources)
+            .order_by("pk")  # one lock order for every batch: two batches never deadlock
+            .values_list("pk", "state")
+        )
+        if not current:
+            return []
+        update = dict(values)
+        for name in {n for each in (fields_each or {}).values() for n in each}:
+            whens = [When(pk=pk, then=Value(each[name])) for pk, each in (fields_each or {}).items()
+                     if pk in current and name in each]
+            update[name] = Case(*whens, default=F(name))
+        WorkloadRequest.objects.filter(pk__in=list(current), state__in=sources).update(**update)
+        moved = [by_pk[pk] for pk in current]
+        records = [move_records(r, from_state=current[r.pk], to=to, actor_label=actor_label, reason=reason)
+                   for r in moved]
+        RequestEvent.objects.bulk_create([event for event, _ in records])
+        audit_append([entry for _, entry in records])
+    for req in moved:
+        for name, value in {**values, **(fields_each or {}).get(req.pk, {})}.items():
+            setattr(req, name, value)
+    return moved

@@ -28,9 +28,11 @@ RETRY = {
 
 
 @shared_task(acks_late=True, **RETRY)
-def request_materialize_task(request_id: int) -> str:
-    """An approved request: create its objects in the cluster and record it queued."""
-    return materialize.request_materialize(request_id=request_id)
+def request_materialize_task(request_id: int) -> dict[str, int]:
+    """An approved request: create its objects in the cluster and record it queued, together with up to
+    ``materialize.BATCH`` - 1 other approved requests no other run has claimed (``materialize.requests_materialize``).
+    When another run already claimed this one, it only takes on what is left (often nothing)."""
+    return materialize.requests_materialize(request_id=request_id)
 
 
 @shared_task(acks_late=True, **RETRY)

@@ -223,10 +223,14 @@ class RequestDetailSerializer(RequestSerializer):
 
     @extend_schema_field(RequestEventSerializer(many=True))
     def get_timeline(self, req: WorkloadRequest) -> list[dict[str, Any]]:
-        return RequestEventSerializer(selectors.request_timeline(req), many=True).data
+        # A request just submitted carries the entries the service wrote (``written_timeline``): not read again.
+        written = getattr(req, "written_timeline", None)
+        return RequestEventSerializer(selectors.request_timeline(req) if written is None else written, many=True).data
 
     @extend_schema_field(ExtensionRequestSerializer(many=True))
     def get_extension_requests(self, req: WorkloadRequest) -> list[dict[str, Any]]:
+        if getattr(req, "written_timeline", None) is not None:
+            return []  # just submitted: nothing asked yet
         rows = req.extension_requests.select_related("request__project__tenant", "requested_by", "decided_by")
         return ExtensionRequestSerializer(rows.order_by("-created_at", "-id"), many=True).data
 

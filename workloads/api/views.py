@@ -369,7 +369,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         flavor_name = values.pop("flavor", None)
         if flavor_name:
             flavor = (
-                template.allowed_flavors.filter(name=flavor_name).first()
+                next((f for f in template.allowed_flavors.all() if f.name == flavor_name), None)  # prefetched
                 or flavors_for(actor=actor).filter(name=flavor_name, active=True).order_by("pk").first()
             )
             if flavor is None:
@@ -384,7 +384,10 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         )
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
-        return self._detail(req, code=status.HTTP_201_CREATED, headers={"Location": f"{request.path}{req.pk}/"})
+        # The new row as written, with the relations the serializer uses already in memory: not read back.
+        body = RequestDetailSerializer(req).data
+        return Response(body, status=status.HTTP_201_CREATED,
+                        headers={"ETag": _etag(body), "Location": f"{request.path}{req.pk}/"})
 
     @extend_schema(
         request=CloneSerializer, parameters=[IDEMPOTENCY_HEADER, ETAG_HEADER, REPLAYED_HEADER, LOCATION_HEADER],

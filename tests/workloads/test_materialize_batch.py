@@ -1,0 +1,92 @@
+"""The batched materializer against the sandbox cluster: one run of the task applies several approved requests and
+records them queued; running it again creates nothing twice; a claim held by a live run is left alone, a stale
+one (a worker that died) is taken over. Materialization runs in the test (no worker)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tenants.models import AuditEntry
+from workloads import hooks, materialize
+from workloads.models import RequestEvent, RequestState, WorkloadRequest
+from workloads.tasks import request_materialize_task
+
+from .test_lifecycle import World, _world
+
+S = RequestState
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("lifecycle"), pytest.mark.timeout(240)]
+
+
+@pytest.fixture
+def world(fresh_sandbox, cast, monkeypatch) -> World:
+    # No Celery message on approval: the test runs the task itself, as a worker would.
+    monkeypatch.setattr(hooks, "request_approved", lambda request_id: None)
+    return _world(fresh_sandbox, cast, architecture="B")
+
+
+def _submit(world: World, n: int) -> list[WorkloadRequest]:
+    reqs = [world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1) for _ in range(n)]
+    assert {r.state for r in reqs} == {S.APPROVED}
+    return reqs
+
+
+def _jobs(world: World, reqs: list[WorkloadRequest]) -> dict[int, str]:
+    """Each request's Job uid in the cluster (a request without one is missing)."""
+    store = world.sandbox.store
+    out = {}
+    for req in reqs:
+        job = store.get("batch/v1", "Job", req.k8s_name, req.project.namespace)
+        out[req.pk] = job["metadata"]["uid"]
+    return out
+
+
+def test_one_run_applies_several_and_a_second_run_creates_nothing(world: World) -> None:
+    reqs = _submit(world, 5)
+    out = request_materialize_task.apply(args=[reqs[2].pk]).get()
+    assert out["claimed"] == 5 and out["queued"] == 5
+    for req in reqs:
+        req.refresh_from_db()
+        assert req.state == S.QUEUED and req.claimed_at is None and req.attempts == 1 and req.applied_hash
+        assert world.objects(req) == {"batch/v1/Job": 1}
+        assert list(req.events.values_list("from_state", "to_state")) == [("", S.SUBMITTED), (S.SUBMITTED, S.APPROVED),
+                                                                         (S.APPROVED, S.QUEUED)]
+    uids = _jobs(world, reqs)
+    events, audits = RequestEvent.objects.count(), AuditEntry.objects.filter(action="request.queued").count()
+    assert audits == 5
+
+    again = request_materialize_task.apply(args=[reqs[0].pk]).get()
+    assert again["claimed"] == 0 and again["queued"] == 0
+    assert _jobs(world, reqs) == uids  # the same objects, not new ones
+    assert all(world.objects(r) == {"batch/v1/Job": 1} for r in reqs)
+    assert RequestEvent.objects.count() == events
+    assert AuditEntry.objects.filter(action="request.queued").count() == audits
+
+
+def test_a_live_claim_is_left_alone_and_a_stale_one_taken_over(world: World) -> None:
+    live, stale, free = _submit(world, 3)
+    now = timezone.now()
+    WorkloadRequest.objects.filter(pk=live.pk).update(claimed_at=now)  # another run is applying it now
+    WorkloadRequest.objects.filter(pk=stale.pk).update(claimed_at=now - materialize.CLAIM_LEASE - timedelta(seconds=1))
+
+    out = materialize.requests_materialize(request_id=live.pk)
+    assert out["claimed"] == 2 and out["queued"] == 2
+    for req, state in ((live, S.APPROVED), (stale, S.QUEUED), (free, S.QUEUED)):
+        req.refresh_from_db()
+        assert req.state == state
+    assert world.objects(live) == {}
+    # The housekeeping sweep still finds the approved one once it is old enough, and a run then takes it on.
+    WorkloadRequest.objects.filter(pk=live.pk).update(claimed_at=now - materialize.CLAIM_LEASE - timedelta(seconds=1),
+                                                      approved_at=now - materialize.SWEEP_AFTER - timedelta(seconds=1))
+    assert materialize.requests_sweep_approved() == [live.pk]
+    assert materialize.requests_materialize(request_id=live.pk)["queued"] == 1
+    assert world.objects(live) == {"batch/v1/Job": 1}
+
+
+def test_batch_size_is_a_limit(world: World) -> None:
+    reqs = _submit(world, 3)
+    assert materialize.requests_materialize(limit=2)["queued"] == 2
+    assert materialize.requests_materialize(limit=2)["queued"] == 1
+    assert {r.state for r in WorkloadRequest.objects.filter(pk__in=[r.pk for r in reqs])} == {S.QUEUED}
