@@ -74,6 +74,10 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# First: the request id (portal/logs.py), then the probes' answers (portal/health.py), before the host check,
+# the HTTPS redirect, sessions and logins.
+MIDDLEWARE[:0] = ["portal.logs.RequestIdMiddleware", "portal.health.HealthMiddleware"]
+
 # NUL characters (PostgreSQL cannot store them) are refused before sessions or tokens are looked up:
 # 404 in a path, 400 in a query string, header or JSON body (portal/inputs.py).
 MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"), "portal.inputs.NulGuardMiddleware")
@@ -148,7 +152,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# The image collects static files at build time into STATIC_ROOT (deploy/Containerfile); whitenoise serves them.
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or VAR_DIR / "staticfiles")
 
 # Cookies and transport
 SESSION_COOKIE_HTTPONLY = True
@@ -210,6 +215,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Soft shutdown: on a cold shutdown the worker stops taking tasks and lets running ones finish for up to this many
+# seconds, then cancels them; they were never acknowledged (late acks), so the broker hands them out again. The
+# image's `worker` role turns SIGTERM into that shutdown (REMAP_SIGTERM=SIGQUIT, 45 s: deploy/entrypoint.py),
+# under the pod's terminationGracePeriodSeconds (60 s). 0: off (`make run`: Ctrl-C waits for running tasks).
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", "0") or 0)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE: dict = {
     # The reconcile period is the drift-repair promise: hand edits are undone within a minute.
@@ -342,13 +352,17 @@ SPECTACULAR_SETTINGS = {
     "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
-}
+# Logs (portal/logs.py): LOG_FORMAT=json writes one JSON object per line to stdout with the request id (the
+# image's default), plus one access line per request; anything else keeps the readable lines of `make run`.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: plain or json.")
+PORTAL_ACCESS_LOG = env_bool("PORTAL_ACCESS_LOG", LOG_FORMAT == "json")
+from portal.logs import logging_config
+
+LOGGING = logging_config(json_format=LOG_FORMAT == "json", level=os.environ.get("LOG_LEVEL", "INFO"))
+# With JSON logs the Celery worker keeps Django's logging (its own format would break the JSON lines).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = LOG_FORMAT != "json"
 
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)

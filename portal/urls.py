@@ -5,6 +5,7 @@ from django.utils.csp import CSP
 from django.views.decorators.csp import csp_override
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
+from portal import health
 from portal.api import schema_page, schema_view
 
 # Redoc styles itself with inline <style> elements it creates at run time (no nonce): its page alone
@@ -12,6 +13,9 @@ from portal.api import schema_page, schema_view
 REDOC_CSP = settings.SECURE_CSP | {"style-src": [CSP.SELF, CSP.UNSAFE_INLINE], "worker-src": [CSP.SELF, "blob:"]}
 
 urlpatterns = [
+    # Probes (portal/health.py); HealthMiddleware answers them first, before the host check and redirects.
+    path("healthz/live", health.live, name="healthz-live"),
+    path("healthz/ready", health.ready, name="healthz-ready"),
     path("", include("tenants.urls")),
     path("", include("quotas.urls")),
     path("", include("workloads.urls")),
