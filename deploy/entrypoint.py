@@ -74,8 +74,20 @@ def commands(role: str, args: list[str], env: dict[str, str]) -> tuple[list[list
     raise SystemExit(USAGE)
 
 
+def _running_role(env: dict[str, str]) -> str:
+    """The role of the container's main process (a HEALTHCHECK runs beside it, without its environment)."""
+    try:
+        environ = Path("/proc/1/environ").read_bytes().split(b"\0")
+    except OSError:
+        environ = []
+    for item in environ:
+        if item.startswith(b"PORTAL_ROLE="):
+            return item.split(b"=", 1)[1].decode()
+    return env.get("PORTAL_ROLE", "web")
+
+
 def healthcheck(env: dict[str, str]) -> int:
-    if env.get("PORTAL_ROLE", "web") != "web":
+    if _running_role(env) != "web":
         return 0
     url = f"http://127.0.0.1:{env.get('PORT', '8000')}/healthz/live"
     try:
