@@ -1,0 +1,124 @@
+"""deploy/kubernetes: every overlay renders (kubectl kustomize), validates strictly against the Kubernetes 1.37
+schemas (kubernetes-validate), keeps the restricted security context, and the ClusterRole is exactly what the
+code's cluster calls need (tests/deploy/rbac_from_code.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy import rbac_from_code
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAYS = ("sandbox", "production")
+K8S_VERSION = "1.37.0"  # the newest schemas kubernetes-validate ships
+
+
+def render(overlay: str) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed to render the manifests"
+    out = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy/kubernetes/overlays" / overlay)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {overlay: render(overlay) for overlay in OVERLAYS}
+
+
+def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def pod_specs(objects: list[dict]) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "Job")}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_the_workloads(rendered, overlay):
+    objects = rendered[overlay]
+    assert set(by_kind(objects, "Deployment")) == {"gpu-portal-web", "gpu-portal-worker", "gpu-portal-beat"}
+    assert set(by_kind(objects, "Job")) == {"gpu-portal-migrate"}
+    assert set(by_kind(objects, "PodDisruptionBudget")) == {"gpu-portal-web", "gpu-portal-worker"}
+    assert set(by_kind(objects, "HorizontalPodAutoscaler")) == {"gpu-portal-web"}
+    assert {o["metadata"].get("namespace") for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")} == {"gpu-portal"}
+    beat = by_kind(objects, "Deployment")["gpu-portal-beat"]
+    assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"] == {"type": "Recreate"}
+    web = by_kind(objects, "Deployment")["gpu-portal-web"]["spec"]["template"]["spec"]
+    assert web["topologySpreadConstraints"]
+    probes = web["containers"][0]
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz/live"
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/healthz/ready"
+    paths = {p["path"] for ing in by_kind(objects, "Ingress").values() for r in ing["spec"]["rules"] for p in r["http"]["paths"]}
+    assert paths == {"/", "/notebooks/"}
+    binding = by_kind(objects, "ClusterRoleBinding")["gpu-portal"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-portal", "namespace": "gpu-portal"}]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_validates_strictly(rendered, overlay):
+    for obj in rendered[overlay]:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_strict_validation_refuses_an_unknown_field(rendered):
+    web = dict(by_kind(rendered["production"], "Deployment")["gpu-portal-web"])
+    web["spec"] = {**web["spec"], "replica": 3}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(web, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pods_are_restricted(rendered, overlay):
+    for name, spec in pod_specs(rendered[overlay]).items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert spec["automountServiceAccountToken"] is False, name
+        assert spec["serviceAccountName"] == "gpu-portal", name
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"] == {"drop": ["ALL"]}, name
+            assert c["resources"]["requests"] and c["resources"]["limits"], name
+            assert [m["mountPath"] for m in c["volumeMounts"]] == ["/tmp"], name  # the only writable place
+            # Settings from the ConfigMap and Secrets; the kubeconfig Fernet key from its own Secret.
+            refs = {k: v["name"] for e in c["envFrom"] for k, v in e.items()}
+            assert refs["configMapRef"].startswith("gpu-portal-config")
+            fernet = next(e for e in c["env"] if e["name"] == "PORTAL_ENCRYPTION_KEY")
+            assert fernet["valueFrom"]["secretKeyRef"]["name"].startswith("gpu-portal-fernet")
+
+
+def test_sandbox_overlay_generates_its_secrets_production_expects_them(rendered):
+    assert {n.rsplit("-", 1)[0] for n in by_kind(rendered["sandbox"], "Secret")} >= {"gpu-portal-env", "gpu-portal-fernet"}
+    assert set(by_kind(rendered["production"], "Secret")) == {"gpu-portal-token"}  # the rest is the operator's
+
+
+def test_network_policies_deny_by_default(rendered):
+    policies = by_kind(rendered["production"], "NetworkPolicy")
+    deny = policies["gpu-portal-default-deny"]["spec"]
+    assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"} and "ingress" not in deny
+    web = policies["gpu-portal-web-ingress"]["spec"]
+    assert web["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_no_cluster_call_is_left_unexplained():
+    assert rbac_from_code.unmapped_sites() == []
+    verbs = {s["verb"] for s in rbac_from_code.call_sites()}
+    assert verbs == {"apply", "get", "list", "delete", "watch", "pod_log", "pod_log_read", "service_proxy"}
+
+
+def test_cluster_role_grants_exactly_what_the_code_uses(rendered):
+    role = by_kind(rendered["production"], "ClusterRole")["gpu-portal"]
+    granted = rbac_from_code.role_rules(role)
+    needed = rbac_from_code.required_rules()
+    assert granted - needed == set(), "granted but never used by the code"
+    assert needed - granted == set(), "used by the code but not granted"
+    assert ("kueue.x-k8s.io", "clusterqueues", "patch") in needed  # the derivation sees the reconcile
+    assert ("", "pods/log", "get") in needed and ("", "services/proxy", "create") in needed
