@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db import connection
+from django.db.models import BooleanField, Count, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
@@ -66,8 +68,14 @@ REQUEST_ROW_COLUMNS = (
 )
 
 
-def _one(model: Any, column: str, key: str) -> Subquery:
-    return Subquery(model.objects.filter(pk=OuterRef(key)).values(column)[:1])
+def _one(model: Any, column: str, key: str, outer: Any = WorkloadRequest) -> RawSQL:
+    """``(SELECT column FROM model's table WHERE pk = outer.key)``. Written out once rather than as a Subquery of
+    a queryset: Django compiles eleven of those in ~10 ms per call, more than the query takes to run."""
+    qn = connection.ops.quote_name
+    field = model._meta.get_field(column)
+    sql = (f"SELECT r.{qn(field.column)} FROM {qn(model._meta.db_table)} r "
+           f"WHERE r.{qn(model._meta.pk.column)} = {qn(outer._meta.db_table)}.{qn(key)}")
+    return RawSQL(sql, (), output_field=field)
 
 
 def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -> QuerySet[WorkloadRequest]:
@@ -96,7 +104,10 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
     columns = REQUEST_ROW_COLUMNS
     if detail:
         columns = (*columns, "cluster_status", "project_id")
-        related["has_extension_requests"] = Exists(ExtensionRequest.objects.filter(request=OuterRef("pk")))
+        qn = connection.ops.quote_name
+        related["has_extension_requests"] = RawSQL(
+            f"EXISTS (SELECT 1 FROM {qn(ExtensionRequest._meta.db_table)} e "
+            f"WHERE e.{qn('request_id')} = {qn(WorkloadRequest._meta.db_table)}.{qn('id')})", (), output_field=BooleanField())
     return queryset.values(*columns, **related)
 
 
@@ -116,10 +127,10 @@ def request_extension_rows(request_id: int) -> list[dict[str, Any]]:
     return list(
         ExtensionRequest.objects.filter(request_id=request_id).order_by("-created_at", "-id").values(
             "id", "hours", "reason", "status", "decided_at", "comment", "created_at",
-            requested_by_username=_one(user, "username", "requested_by_id"),
-            decided_by_username=_one(user, "username", "decided_by_id"),
+            requested_by_username=_one(user, "username", "requested_by_id", ExtensionRequest),
+            decided_by_username=_one(user, "username", "decided_by_id", ExtensionRequest),
             project_tenant_slug=Subquery(
-                Project.objects.filter(pk=OuterRef("request__project_id")).values("tenant__slug")[:1]),
+                Project.objects.filter(pk=OuterRef("request__project_id")).order_by().values("tenant__slug")[:1]),
         )
     )
 
