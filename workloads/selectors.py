@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 from django.db import connection
-from django.db.models import BooleanField, Count, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import BooleanField, Count, TextField, Exists, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
@@ -82,7 +82,8 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
     """``queryset`` (from ``request_scope_for``, filtered and ordered) as dicts: ``REQUEST_ROW_COLUMNS`` and what
     the API shows of the related rows (``tenant_slug``, ``project_slug``, ``project_cluster_namespace``, ``template_*``,
     ``flavor_name``, ``flavor_display_name``, ``requested_by_username``, ``approved_by_username``); ``detail`` adds
-    ``cluster_status`` and ``has_extension_requests``."""
+    ``cluster_status``, ``has_extension_requests`` and on PostgreSQL ``timeline_json`` (the timeline as a JSON
+    list of [at, from_state, to_state, actor_label, message], oldest first)."""
     from django.contrib.auth import get_user_model
 
     from tenants.models import Tenant
@@ -105,6 +106,12 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
     if detail:
         columns = (*columns, "cluster_status", "project_id")
         qn = connection.ops.quote_name
+        if connection.vendor == "postgresql":  # the timeline in the same round trip (else request_timeline_rows)
+            related["timeline_json"] = RawSQL(
+                f"SELECT COALESCE(json_agg(json_build_array(e.{qn('at')}, e.{qn('from_state')}, e.{qn('to_state')}, "
+                f"e.{qn('actor_label')}, e.{qn('message')}) ORDER BY e.{qn('at')}, e.{qn('id')}), '[]')::text "
+                f"FROM {qn(RequestEvent._meta.db_table)} e "
+                f"WHERE e.{qn('request_id')} = {qn(WorkloadRequest._meta.db_table)}.{qn('id')}", (), output_field=TextField())
         related["has_extension_requests"] = RawSQL(
             f"EXISTS (SELECT 1 FROM {qn(ExtensionRequest._meta.db_table)} e "
             f"WHERE e.{qn('request_id')} = {qn(WorkloadRequest._meta.db_table)}.{qn('id')})", (), output_field=BooleanField())

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -444,10 +446,16 @@ def request_detail_data(row: dict[str, Any]) -> dict[str, Any]:
     f = _row_fields()
     data = request_row_data(row)
     data["cluster_status"] = _plain(f, "cluster_status", row["cluster_status"])
+    if "timeline_json" in row:
+        events = [{"at": datetime.fromisoformat(at), "from_state": from_state, "to_state": to_state,
+                   "actor_label": actor_label, "message": message}
+                  for at, from_state, to_state, actor_label, message in json.loads(row["timeline_json"])]
+    else:
+        events = list(selectors.request_timeline_rows(row["id"]))
     data["timeline"] = [
         {"at": _plain(f, "event_at", event["at"]), "from_state": event["from_state"], "to_state": event["to_state"],
          "actor_label": event["actor_label"], "message": event["message"]}
-        for event in selectors.request_timeline_rows(row["id"])
+        for event in events
     ]
     data["extension_requests"] = [
         {"id": ext["id"], "request": row["id"], "request_name": data["name"], "project": row["project_slug"],
