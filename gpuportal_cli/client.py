@@ -214,18 +214,19 @@ class Client:
 
     def list(self, path: str, params: dict[str, Any] | list[tuple[str, Any]] | None = None, *,
              limit: int = 500) -> list[dict[str, Any]]:
-        """Every item of a paginated list (up to ``limit``)."""
+        """Every item of a paginated list (up to ``limit``), following each page's ``next`` link: page numbers
+        on the small lists, a cursor on the large ones (requests); only its query is taken, so the path stays
+        this client's (the portal may sit behind a proxy)."""
         items: list[dict[str, Any]] = []
-        query = list(params.items() if isinstance(params, dict) else params or [])
-        page = 1
+        query = [("page_size", min(limit, 500)), *(params.items() if isinstance(params, dict) else params or [])]
         while len(items) < limit:
-            data = self.get(path, params=[*query, ("page", page), ("page_size", min(limit, 500))])
+            data = self.get(path, params=query)
             if isinstance(data, list):
                 return data[:limit]
             items.extend(data.get("results") or [])
             if not data.get("next"):
                 break
-            page += 1
+            query = urllib.parse.parse_qsl(urllib.parse.urlsplit(data["next"]).query, keep_blank_values=True)
         return items[:limit]
 
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime
+import functools
+import json
 import math
+import operator
 import re
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from drf_spectacular.utils import extend_schema_field
@@ -20,9 +28,9 @@ from portal.exceptions import PortalError
 from portal.inputs import check_offset_text, reject_nul, validate_offset
 
 
-class Pagination(pagination.PageNumberPagination):
-    """``page`` from 1; ``page_size`` from 1 (default 50; more than 500 is read as 500). A page_size
-    that is not a whole number from 1 is a 400 rather than silently the default."""
+class PageSizeMixin:
+    """``page_size`` from 1 (default 50; more than 500 is read as 500). A page_size that is not a whole
+    number from 1 is a 400 rather than silently the default."""
 
     page_size = 50
     page_size_query_param = "page_size"
@@ -36,11 +44,151 @@ class Pagination(pagination.PageNumberPagination):
             raise exceptions.ValidationError({self.page_size_query_param: ["A whole number from 1 is required."]})
         return min(int(raw), self.max_page_size)
 
+
+class Pagination(PageSizeMixin, pagination.PageNumberPagination):
+    """``page`` from 1, with ``count``: the small lists."""
+
     def get_schema_operation_parameters(self, view: Any) -> list[dict]:
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
             parameter["schema"]["minimum"] = 1
         return parameters
+
+
+INVALID_CURSOR = "Invalid cursor: use the next or previous link of a page of this list, with the same ordering."
+_BIGINT = 2 ** 63
+
+
+class CursorPagination(PageSizeMixin, pagination.BasePagination):
+    """Keyset pagination for the large lists (requests): ``next``/``previous`` links carrying a ``cursor``, no
+    ``count`` and no page numbers, so a page costs the same at row 50 and row 100,000 and a list that grows
+    while it is walked never repeats or skips a row.
+
+    The order is the list's ``ordering`` (``?ordering=`` or the view's default) with the primary key appended
+    as the tie-break, in the direction of the last field; the cursor holds the ordering and the values of the
+    row at the page's edge, and the next page is "the rows after those values" (docs/performance.md). The
+    ordering fields must not be null. A cursor made under another ordering, or altered, is a 400."""
+
+    cursor_query_param = "cursor"
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> list:
+        self.request = request
+        self.page_size = self.get_page_size(request)
+        keys = self._keys(queryset)
+        raw = request.query_params.get(self.cursor_query_param, "")
+        values, backwards = self._decode(raw, keys, queryset.model) if raw else (None, False)
+        # The page before the cursor (``backwards``): read the order reversed, then turn the page round.
+        queryset = queryset.order_by(*[(f"-{name}" if desc != backwards else name) for name, desc in keys])
+        if values is not None:
+            queryset = queryset.filter(_after(keys, values, backwards=backwards))
+        queryset = queryset.annotate(**{f"cursor_key_{i}": models.F(name) for i, (name, _) in enumerate(keys)})
+        rows = list(queryset[: self.page_size + 1])
+        more = len(rows) > self.page_size
+        rows = rows[: self.page_size]
+        if backwards:
+            rows.reverse()
+        self.keys = keys
+        self.rows = rows
+        self.has_next = True if backwards else more
+        self.has_previous = more if backwards else values is not None
+        return rows
+
+    def _keys(self, queryset: Any) -> list[tuple[str, bool]]:
+        order = [str(term) for term in (queryset.query.order_by or queryset.model._meta.ordering)]
+        keys: list[tuple[str, bool]] = []
+        for term in order:
+            name = term.lstrip("-")
+            keys.append(("pk" if name in {"pk", "id"} else name, term.startswith("-")))
+            if keys[-1][0] == "pk":
+                return keys
+        return [*keys, ("pk", keys[-1][1] if keys else True)]
+
+    def _decode(self, raw: str, keys: list[tuple[str, bool]], model: Any) -> tuple[list, bool]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(raw.encode("ascii") + b"=" * (-len(raw) % 4)))
+            if data["o"] != [f"-{name}" if desc else name for name, desc in keys] or len(data["v"]) != len(keys):
+                raise ValueError(raw)
+            values = [_cursor_value(model, name, value) for (name, _), value in zip(keys, data["v"], strict=True)]
+            return values, data.get("r") is True
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, DjangoValidationError,
+                binascii.Error, UnicodeError):
+            raise exceptions.ValidationError({self.cursor_query_param: [INVALID_CURSOR]}) from None
+
+    def _encode(self, row: Any, *, backwards: bool) -> str:
+        values = []
+        for i in range(len(self.keys)):
+            value = row[f"cursor_key_{i}"] if isinstance(row, dict) else getattr(row, f"cursor_key_{i}")
+            values.append(value.isoformat() if hasattr(value, "isoformat") else str(value) if isinstance(value, Decimal) else value)
+        data = {"o": [f"-{name}" if desc else name for name, desc in self.keys], "v": values}
+        if backwards:
+            data["r"] = True
+        raw = base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
+        return pagination.replace_query_param(self.request.build_absolute_uri(), self.cursor_query_param, raw)
+
+    def get_next_link(self) -> str | None:
+        return self._encode(self.rows[-1], backwards=False) if self.has_next and self.rows else None
+
+    def get_previous_link(self) -> str | None:
+        return self._encode(self.rows[0], backwards=True) if self.has_previous and self.rows else None
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response({"next": self.get_next_link(), "previous": self.get_previous_link(), "results": data})
+
+    def get_paginated_response_schema(self, schema: dict) -> dict:
+        link = {"type": "string", "nullable": True, "format": "uri"}
+        return {
+            "type": "object",
+            "required": ["results"],
+            "properties": {
+                "next": {**link, "description": "The next page (null on the last); follow it as it is."},
+                "previous": {**link, "description": "The page before (null on the first)."},
+                "results": schema,
+            },
+        }
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict]:
+        return [
+            {"name": self.cursor_query_param, "required": False, "in": "query",
+             "description": "Where the page starts: taken from the next or previous link of the page before "
+                            "(opaque; valid with the same ordering).",
+             "schema": {"type": "string"}},
+            {"name": self.page_size_query_param, "required": False, "in": "query",
+             "description": f"Rows per page (default {self.page_size}, at most {self.max_page_size}).",
+             "schema": {"type": "integer", "minimum": 1}},
+        ]
+
+
+def _cursor_value(model: Any, name: str, value: Any) -> Any:
+    """A cursor's value for ordering field ``name``, checked as the database would need it (ValueError if not)."""
+    field = model._meta.pk
+    for part in name.split("__") if name != "pk" else []:
+        field = model._meta.get_field(part)
+        model = field.related_model or model
+    if value is None or isinstance(value, (dict, list, bool)):
+        raise ValueError(name)
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError(name)
+    if isinstance(value, int) and not -_BIGINT <= value < _BIGINT:
+        raise ValueError(name)
+    value = field.to_python(value)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise ValueError(name)
+        value = value.astimezone(datetime.UTC)
+    return value
+
+
+def _after(keys: list[tuple[str, bool]], values: list, *, backwards: bool) -> models.Q:
+    """The rows after ``values`` in the order ``keys`` (before them when ``backwards``): on the first field
+    ``<=`` (an index range the planner can use), then the lexicographic comparison of the whole key."""
+    def op(desc: bool, strict: bool) -> str:
+        return ("lt" if desc != backwards else "gt") + ("" if strict else "e")
+
+    after = functools.reduce(operator.or_, [
+        models.Q(**{keys[j][0]: values[j] for j in range(i)}, **{f"{name}__{op(desc, True)}": values[i]})
+        for i, (name, desc) in enumerate(keys)
+    ])
+    return models.Q(**{f"{keys[0][0]}__{op(keys[0][1], False)}": values[0]}) & after
 
 
 def _flatten(detail: Any) -> Any:

@@ -101,11 +101,15 @@ TEMPLATES = [
     },
 ]
 
+_DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"
+# Persistent connections (seconds; 0: one per request): a new PostgreSQL connection costs a request
+# ~17 ms (docs/performance.md), so a server keeps its connection 60 s by default and checks it is alive
+# before reusing it. SQLite opens a file, which costs nothing: 0 unless DB_CONN_MAX_AGE says otherwise.
+_CONN_MAX_AGE = os.environ.get("DB_CONN_MAX_AGE", "0" if _DATABASE_URL.startswith("sqlite") else "60")
+if not (_CONN_MAX_AGE.isascii() and _CONN_MAX_AGE.isdecimal()):
+    raise ImproperlyConfigured(f"DB_CONN_MAX_AGE={_CONN_MAX_AGE!r}: a whole number of seconds (0: a connection per request).")
 DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'portal.sqlite3'}",
-        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
-    )
+    "default": dj_database_url.parse(_DATABASE_URL, conn_max_age=int(_CONN_MAX_AGE), conn_health_checks=True)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, worker) share the file: wait for locks instead of failing.

@@ -14,7 +14,9 @@ from rest_framework import authentication, exceptions
 from .models import ApiToken
 
 TOKEN_PREFIX = "gpp"
-LAST_USED_PRECISION = timedelta(minutes=1)
+# ``last_used_at`` is written at most this often per token: it tells people whether a token is still in use,
+# and an UPDATE on every GET costed the token list a sixth of its time (docs/performance.md).
+LAST_USED_PRECISION = timedelta(seconds=60)
 
 
 def token_hash(raw: str) -> str:
@@ -46,9 +48,12 @@ def token_resolve(raw: str) -> ApiToken:
         raise exceptions.AuthenticationFailed("Token expired.")
     if not token.user.is_active:
         raise exceptions.AuthenticationFailed("User inactive.")
-    # "Last used" to the minute: one UPDATE per token per minute, not one per API call.
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_PRECISION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        # Filtered on the value read, so of concurrent calls only one writes (the others update no row).
+        stale = ApiToken.objects.filter(pk=token.pk)
+        stale = (stale.filter(last_used_at__isnull=True) if token.last_used_at is None
+                 else stale.filter(last_used_at__lte=now - LAST_USED_PRECISION))
+        stale.update(last_used_at=now)
         token.last_used_at = now
     return token
 

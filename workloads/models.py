@@ -192,7 +192,16 @@ class WorkloadRequest(models.Model):
                 fields=["project", "name"], condition=Q(state__in=LIVE_STATES), name="request_name_unique_while_live"
             ),
         ]
-        indexes = [models.Index(fields=["project", "state"]), models.Index(fields=["cluster", "state"])]
+        indexes = [
+            models.Index(fields=["project", "state"]), models.Index(fields=["cluster", "state"]),
+            # The lists' order and cursor (newest first, ties by id): everyone's (ops), a project's (a token, the
+            # project filter), a tenant's, a requester's (?mine) and a state's, each read backwards from the cursor.
+            models.Index(fields=["created_at", "id"], name="request_created"),
+            models.Index(fields=["project", "created_at", "id"], name="request_project_created"),
+            models.Index(fields=["tenant", "created_at", "id"], name="request_tenant_created"),
+            models.Index(fields=["requested_by", "created_at", "id"], name="request_requester_created"),
+            models.Index(fields=["state", "created_at", "id"], name="request_state_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.project.slug}/{self.name} ({self.state})"

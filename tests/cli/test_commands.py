@@ -230,3 +230,16 @@ def test_help_and_shell_completion(gp) -> None:
         assert command in run.stdout
     completion = gp("--show-completion", "bash", env={"SHELL": "/bin/bash"})
     assert completion.returncode == 0 and "_GPUPORTAL_COMPLETE" in completion.stdout
+
+
+def test_client_list_follows_the_cursor(live_server, token, cast, cat) -> None:
+    """The request list pages by cursor: the client follows ``next`` and gets every request once."""
+    from gpuportal_cli.client import Client
+
+    from ..workloads.factories import make_request
+
+    made = [make_request(cat, cast.vision, cast.carol).pk for _ in range(7)]
+    client = Client(live_server.url, token, retries=0)
+    listed = [row["id"] for row in client.list("/api/v1/requests/", {"page_size": 2}, limit=100)]
+    assert listed == sorted(made, reverse=True)  # newest first, none twice
+    assert [row["id"] for row in client.list("/api/v1/requests/", {"page_size": 2}, limit=3)] == listed[:3]

@@ -233,7 +233,8 @@ def test_filters_and_ordering(api, requests, cast) -> None:
     assert ids(client.get(f"{API}/requests/?kind=inference")) == set()
     gpus = [row["gpus"] for row in client.get(f"{API}/requests/?ordering=-gpus").json()["results"]]
     assert gpus == sorted(gpus, reverse=True)
-    assert client.get(f"{API}/requests/?page_size=2").json()["count"] == 4
+    first = client.get(f"{API}/requests/?page_size=2").json()
+    assert len(first["results"]) == 2 and len(client.get(first["next"]).json()["results"]) == 2
 
 
 ACTIONS = [("approve", {}), ("reject", {}), ("cancel", {}), ("stop", {}), ("restart", {}), ("extend", {"hours": 1}),
@@ -371,10 +372,10 @@ def test_list_queries_do_not_grow_with_rows(api, cast, cat, who, django_assert_m
         make_request(cat, cast.vision if i % 2 else cast.llm, cast.carol if i % 2 else cast.frank,
                      state=S.PENDING_APPROVAL, template=cat.inference if i % 3 else cat.training)
     client = api(who)
-    # Session, user, ops check, count, page (and the guardian subquery inside it): not one per row.
-    with django_assert_max_num_queries(6):
+    # Session, user, ops check, page (and the guardian subquery inside it): not one per row.
+    with django_assert_max_num_queries(5):
         response = client.get(f"{API}/requests/?page_size=100")
-    assert response.status_code == 200 and response.json()["count"] == (30 if who == "ops" else 15)
+    assert response.status_code == 200 and len(response.json()["results"]) == (30 if who == "ops" else 15)
     with django_assert_max_num_queries(7):  # + the quota rows, prefetched once
         response = client.get(f"{API}/approvals/?page_size=100")
     assert response.json()["count"] == (30 if who == "ops" else 0)

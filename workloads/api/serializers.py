@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -386,3 +388,93 @@ class PodLogSerializer(serializers.Serializer):
 
 class RequestLogsSerializer(serializers.Serializer):
     pods = PodLogSerializer(many=True)
+
+
+# The request list and detail from rows (``selectors.request_rows``) --------------------------------------------
+# The same JSON as RequestSerializer / RequestDetailSerializer (which stay the schema and the reference:
+# tests/workloads/test_api_rows.py compares the two), without a model instance or a serializer per row. The
+# model's own columns go through the very DRF fields the serializers would use (dates, decimals).
+
+_ROW_FIELDS: dict[str, serializers.Field] = {}
+
+
+def _row_fields() -> dict[str, serializers.Field]:
+    if not _ROW_FIELDS:
+        _ROW_FIELDS.update(RequestDetailSerializer().fields)
+        _ROW_FIELDS.update({f"event_{name}": field for name, field in RequestEventSerializer().fields.items()})
+        _ROW_FIELDS.update({f"ext_{name}": field for name, field in ExtensionRequestSerializer().fields.items()})
+    return _ROW_FIELDS
+
+
+def _plain(fields: dict[str, serializers.Field], name: str, value: Any) -> Any:
+    return None if value is None else fields[name].to_representation(value)
+
+
+class _PendingView:
+    """What ``selectors.request_pending_reason`` reads of a request, from a row."""
+
+    __slots__ = ("state", "pending_reason", "updated_at", "project", "gpus", "flavor", "replicas", "slug")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.state, self.pending_reason, self.updated_at = row["state"], row["pending_reason"], row["updated_at"]
+        self.gpus, self.replicas = row["gpus"], row["replicas"]
+        self.project = self
+        self.slug = row["project_slug"]
+        self.flavor = row["flavor_display_name"] or row["flavor_name"]  # str(Flavor)
+
+
+def request_row_data(row: dict[str, Any]) -> dict[str, Any]:
+    """One row as ``RequestSerializer`` shows the request (the cost estimate null: see ``rows_serializable``)."""
+    f = _row_fields()
+    return {
+        "id": row["id"], "name": f["name"].to_representation(row["name"]), "k8s_name": f"req-{row['id']}",
+        "namespace": row["project_cluster_namespace"] or row["project_slug"],  # Project.namespace
+        "tenant": row["tenant_slug"], "project": row["project_slug"],
+        "template": {"id": row["template_id"], "kind": row["template_kind"], "slug": row["template_slug"],
+                     "version": row["template_version"], "name": row["template_name"]},
+        "image": row["image"], "flavor": row["flavor_name"], "gpus": row["gpus"], "replicas": row["replicas"],
+        "cpu": _plain(f, "cpu", row["cpu"]), "memory_gib": row["memory_gib"],
+        "parameters": _plain(f, "parameters", row["parameters"]), "duration_hours": row["duration_hours"],
+        "priority": row["priority"], "state": row["state"], "state_reason": row["state_reason"],
+        "pending_reason": selectors.request_pending_reason(_PendingView(row)),  # type: ignore[arg-type]
+        "cost_estimate": None, "requested_by": row["requested_by_username"],
+        "approved_by": row["approved_by_username"], "decision_comment": row["decision_comment"],
+        **{name: _plain(f, name, row[name]) for name in (
+            "created_at", "updated_at", "approved_at", "queued_at", "started_at", "finished_at", "expires_at")},
+    }
+
+
+def request_detail_data(row: dict[str, Any]) -> dict[str, Any]:
+    """``RequestDetailSerializer``'s JSON for a row of ``selectors.request_rows(detail=True)``: the timeline and the
+    extension requests come from one query each (the latter only when there are any)."""
+    f = _row_fields()
+    data = request_row_data(row)
+    data["cluster_status"] = _plain(f, "cluster_status", row["cluster_status"])
+    if "timeline_json" in row:
+        events = [{"at": datetime.fromisoformat(at), "from_state": from_state, "to_state": to_state,
+                   "actor_label": actor_label, "message": message}
+                  for at, from_state, to_state, actor_label, message in json.loads(row["timeline_json"])]
+    else:
+        events = list(selectors.request_timeline_rows(row["id"]))
+    data["timeline"] = [
+        {"at": _plain(f, "event_at", event["at"]), "from_state": event["from_state"], "to_state": event["to_state"],
+         "actor_label": event["actor_label"], "message": event["message"]}
+        for event in events
+    ]
+    data["extension_requests"] = [
+        {"id": ext["id"], "request": row["id"], "request_name": data["name"], "project": row["project_slug"],
+         "tenant": ext["project_tenant_slug"], "hours": ext["hours"], "duration_hours": row["duration_hours"],
+         "reason": ext["reason"], "status": ext["status"], "requested_by": ext["requested_by_username"],
+         "decided_by": ext["decided_by_username"], "decided_at": _plain(f, "ext_decided_at", ext["decided_at"]),
+         "comment": ext["comment"], "created_at": _plain(f, "ext_created_at", ext["created_at"])}
+        for ext in (selectors.request_extension_rows(row["id"]) if row["has_extension_requests"] else [])
+    ]
+    return data
+
+
+def rows_serializable() -> bool:
+    """Rows serve the list and detail unless billing estimates costs: the estimator takes a request (or
+    anything with its related objects), so then the serializers take model instances."""
+    from portal.extensions import cost_estimator
+
+    return not cost_estimator.active
