@@ -287,9 +287,10 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
+def project_quota_summary(*, project: Project, flavors: dict[int, Flavor] | None = None) -> list[dict[str, Any]]:
     """The project's quota per (flavor, resource): promised, limits, in use, borrowed, and free
-    (what is left of its own nominal quota; borrowing may add to it when the cohort has room)."""
+    (what is left of its own nominal quota; borrowing may add to it when the cohort has room).
+    ``flavors``: a dict the rows' flavors are put in, by id, for a caller that needs more of them (a chart)."""
     rows = list(
         Quota.objects.filter(project=project, flavor__active=True)
         .select_related("flavor__cluster")
@@ -297,6 +298,8 @@ def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
     )
     for row in rows:
         row.project = project  # the confirmations ask whether it is active: no query for it
+        if flavors is not None:
+            flavors[row.flavor_id] = row.flavor
     checks = quota_confirmations(rows)
     return [
         {

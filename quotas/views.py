@@ -772,8 +772,7 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
 # Project quota (members) -------------------------------------------------------------------------
 
 
-def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    flavors = selectors.flavors_by_pk({r["flavor_id"] for r in rows})
+def _usage_chart(project: Project, rows: list[dict[str, Any]], flavors: dict[int, Flavor]) -> dict[str, Any] | None:
     shown = [r for r in rows if flavors[r["flavor_id"]].kind in GPU_KINDS and r["resource"] == flavors[r["flavor_id"]].primary_resource
              and r["enforced"]]
     if not shown:
@@ -793,12 +792,13 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any]
 
 def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
     tenant = project.tenant
-    rows = selectors.project_quota_summary(project=project)
+    row_flavors: dict[int, Flavor] = {}
+    rows = selectors.project_quota_summary(project=project, flavors=row_flavors)
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
-        "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
+        "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows, row_flavors),
         "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
         "filterset": filterset, "pager": Pager(request, filterset.qs),
         "not_enforced": [r for r in rows if not r["enforced"]],
@@ -847,9 +847,11 @@ def _item_context(item: QuotaRequest, *, error: str | None = None, note: str | N
 def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
-        "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
         "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
     })
+    # Tenants may be thousands: typed (slug or name), with suggestions as one types (the page's datalist).
+    filterset.filters["tenant"] = TenantSlugOrName(field_name="project__tenant")
+    tenant_search_widget(filterset.form.fields["tenant"], list_id="tenant-options")
     return {"filterset": filterset, "pager": Pager(request, filterset.qs)}
 
 

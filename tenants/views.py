@@ -135,8 +135,9 @@ def _project_page(
         "project": project,
         "tenant": tenant,
         "my_role": role_in(project, by_project, by_tenant, actor),
-        "members": Pager(request, members, param="members_page"),
-        "tokens": Pager(request, tokens, param="tokens_page"),
+        # A project's members and tokens: bounded lists, whose page rows carry their total (no COUNT query).
+        "members": Pager(request, members, param="members_page", window=True),
+        "tokens": Pager(request, tokens, param="tokens_page", window=True),
         # The page asks the same predicate ({% may %}): asked once for both.
         "token_form": token_form or TokenCreateForm(can_submit=policy.asked(request, policy.may_submit, project),
                                                     initial=once_initial(request, TokenCreateForm)),

@@ -398,6 +398,20 @@ def template_slug_choices(*, actor: Actor) -> list[tuple[str, str]]:
     return list(base.order_by("slug").values_list("slug", "slug").distinct())
 
 
+def flavor_and_template_choices(*, actor: Actor) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``quotas.selectors.flavor_name_choices`` and ``template_slug_choices`` in one query (a UNION): a request
+    filter's two drop-downs."""
+    from quotas.selectors import flavors_for
+
+    templates = ServiceTemplate.objects.all() if _is_ops(actor) else live_templates()
+    both = (flavors_for(actor=actor).order_by().values_list("name", Value("flavor"))
+            .union(templates.order_by().values_list("slug", Value("template"))))
+    flavors, slugs = set(), set()
+    for value, what in both:
+        (flavors if what == "flavor" else slugs).add(value)
+    return [(n, n) for n in sorted(flavors)], [(n, n) for n in sorted(slugs)]
+
+
 def images_for(*, actor: Actor) -> QuerySet[Image]:
     return Image.objects.all() if _is_ops(actor) else Image.objects.filter(active=True)
 

@@ -32,7 +32,6 @@ from portal.extensions import cost_estimator
 from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
-from quotas.selectors import flavor_name_choices
 from tenants.access import Actor
 from tenants.filters import TenantSlugOrName, tenant_search_widget
 from tenants.forms import add_service_error
@@ -1061,8 +1060,7 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
     if not actor.is_ops:
         raise Http404("No such page.")  # ops pages don't exist for anyone else
     everything = _rows(selectors.requests_for(actor=actor).order_by("-created_at", "-id"), "tenant", "requested_by")
-    flavors = flavor_name_choices(actor=actor)
-    templates = selectors.template_slug_choices(actor=actor)
+    flavors, templates = selectors.flavor_and_template_choices(actor=actor)
     filterset = _request_filters(
         request, everything, hide=("mine", "created_after", "created_before", "priority"),
         selects={"flavor": flavors, "template": templates},
