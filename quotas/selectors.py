@@ -4,10 +4,11 @@ invariants are made of. The API viewsets, the portal pages and the services star
 from __future__ import annotations
 
 from decimal import ROUND_FLOOR, Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Q, QuerySet, Sum, prefetch_related_objects
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum, prefetch_related_objects
 from guardian.shortcuts import get_objects_for_user
 
 from tenants.access import OPS_GROUP, Actor, is_ops
@@ -146,6 +147,21 @@ def quotas_asked_for(requests: list[QuotaRequest]) -> dict[int, Quota | None]:
         wanted |= Q(project_id=r.project_id, flavor_id=r.flavor_id, resource=r.resource)
     rows = {(q.project_id, q.flavor_id, q.resource): q for q in Quota.objects.filter(wanted)}
     return {r.pk: rows.get((r.project_id, r.flavor_id, r.resource)) for r in requests}
+
+
+def with_quota_now(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
+    """``requests`` with the project's current quota row for what each asks as ``quota_now_nominal``,
+    ``quota_now_used`` and ``quota_now_borrowed`` (None: no row): ``quotas_asked_for`` in the list's own query."""
+    now = Quota.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor"), resource=OuterRef("resource"))
+    return requests.annotate(**{f"quota_now_{name}": Subquery(now.values(name)[:1]) for name in ("nominal", "used", "borrowed")})
+
+
+def quota_now(request: QuotaRequest) -> Any:
+    """The row ``with_quota_now`` read for ``request`` (its ``nominal``, ``used``, ``borrowed``), or None."""
+    if request.quota_now_nominal is None:
+        return None
+    return SimpleNamespace(nominal=request.quota_now_nominal, used=request.quota_now_used,
+                           borrowed=request.quota_now_borrowed)
 
 
 def projects_promised(*, tenant: Tenant, flavor: Flavor, resource: str, exclude_project_id: int | None = None) -> Decimal:

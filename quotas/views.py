@@ -864,10 +864,9 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
         # and the inbox's count follow it; the decided card itself was already replaced.
         context = _all_requests(request, actor) | {"inbox_count": inbox_qs.count(), "oob": True}
         return render(request, "quotas/_request_table.html", context)
-    inbox = Pager(request, inbox_qs, param="inbox_page")
+    inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page")
     inbox_items = list(inbox)
-    current = selectors.quotas_asked_for(inbox_items)
-    context = {"inbox": inbox, "inbox_items": [(r, current.get(r.pk)) for r in inbox_items],
+    context = {"inbox": inbox, "inbox_items": [(r, selectors.quota_now(r)) for r in inbox_items],
                "inbox_count": inbox.page.paginator.count, "bulk_form": DecisionForm(prefix="bulk")}
     return page(request, "quotas/request_list.html", context | _all_requests(request, actor))
 
