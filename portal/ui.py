@@ -9,19 +9,55 @@ from typing import Any
 import django_filters as filters
 from django import forms
 from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet, Window
 from django.http import HttpRequest
 
 PAGE_SIZE = 25
 
 
+def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, count: int | None = None,
+            window: bool = False) -> Page:
+    """``Paginator(queryset, per_page).get_page(number)``, counting only when it must.
+
+    The page is read with one row more than it shows: a page that comes back short tells the total
+    without a ``COUNT(*)`` (a short list, or the last page: one query instead of two). A full page
+    counts when the pagination asks how many there are, unless the caller knows (``count``) or asks for
+    ``window``: the page's rows then carry the total (``COUNT(*) OVER ()``). That suits lists bounded by what
+    they belong to (a project's members or tokens), never a history that grows, where the database would read
+    every row to count them instead of stopping at the page. A number past the end falls back to Django's own
+    (the last page)."""
+    paginator = Paginator(queryset, per_page)
+    if count is not None:
+        paginator.count = count
+    try:
+        wanted = int(number)
+    except (TypeError, ValueError):
+        wanted = 1
+    if wanted < 1:
+        wanted = 1
+    start = (wanted - 1) * per_page
+    counted = window and count is None and isinstance(queryset, QuerySet) and not queryset.query.distinct
+    if counted:
+        queryset = queryset.annotate(_pager_total=Window(Count("pk")))
+    rows = list(queryset[start:start + per_page + 1])
+    if len(rows) > per_page:
+        if counted:
+            paginator.count = rows[0]._pager_total
+        return Page(rows[:per_page], wanted, paginator)  # more follow: the count is asked for when shown
+    if rows or wanted == 1:
+        paginator.count = start + len(rows)  # a cached_property: known now, never queried
+        return Page(rows, wanted, paginator)
+    return paginator.get_page(number)
+
+
 class Pager:
     """A page of a list plus the links to its neighbours, keeping the other query parameters (filters)."""
 
-    def __init__(self, request: HttpRequest, queryset: QuerySet[Any], *, param: str = "page", per_page: int = PAGE_SIZE):
+    def __init__(self, request: HttpRequest, queryset: QuerySet[Any] | list[Any], *, param: str = "page",
+                 per_page: int = PAGE_SIZE, count: int | None = None, window: bool = False):
         self.request = request
         self.param = param
-        self.page: Page = Paginator(queryset, per_page).get_page(request.GET.get(param))
+        self.page: Page = page_of(queryset, per_page, request.GET.get(param), count=count, window=window)
 
     def __iter__(self):
         return iter(self.page.object_list)

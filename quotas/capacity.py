@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from collections.abc import Iterable
 from typing import Any
 
 from portal.labels import POOL_LABEL
@@ -72,14 +73,20 @@ def node_offers(flavor: Flavor, node: Node) -> dict[str, Decimal]:
     return out
 
 
-def capacity_by_flavor(cluster: Cluster) -> dict[tuple[int, str], Decimal]:
+def capacity_by_flavor(cluster: Cluster, *, flavors: Iterable[Flavor] | None = None,
+                       nodes: Iterable[Node] | None = None) -> dict[tuple[int, str], Decimal]:
     """(flavor id, resource) -> capacity of the cluster's nodes that count, for every active flavor.
 
-    Two queries whatever the size of the cluster. Every (flavor, resource) of an active flavor has an
+    Two queries whatever the size of the cluster, none when the caller hands in the cluster's flavors and its
+    nodes (with their pools) it already read. Every (flavor, resource) of an active flavor has an
     entry, zero when no node matches, so callers can tell "no capacity" from "unknown flavor".
     """
-    flavors = list(Flavor.objects.filter(cluster=cluster, active=True))
-    nodes = [n for n in Node.objects.filter(cluster=cluster).select_related("pool") if n.counts_capacity]
+    if flavors is None:
+        flavors = Flavor.objects.filter(cluster=cluster, active=True)
+    flavors = [f for f in flavors if f.active]
+    if nodes is None:
+        nodes = Node.objects.filter(cluster=cluster).select_related("pool")
+    nodes = [n for n in nodes if n.counts_capacity]
     totals: dict[tuple[int, str], Decimal] = {}
     for flavor in flavors:
         for resource in flavor.resource_names:

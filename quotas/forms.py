@@ -11,6 +11,8 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.forms import DecimalField, IntegerField
@@ -71,19 +73,28 @@ class TargetMixin:
 class TenantQuotaForm(TargetMixin, forms.Form):
     """Ops: what one tenant is promised of one (flavor, resource)."""
 
-    tenant = forms.ChoiceField()
+    # A slug or a name typed (suggestions as one types: tenants.filters.tenant_search_widget), never a list of
+    # every tenant: there may be thousands.
+    tenant = forms.CharField(max_length=200, help_text="The tenant's slug or name.")
     target = forms.ChoiceField(label="Flavor and resource")
     nominal = _quantity("Nominal quota", help_text=QUANTITY_HELP)
 
-    def __init__(self, *args: Any, tenants: Iterable[Tenant] = (), flavors: Iterable[Flavor] = (), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant] | None = None, flavors: Iterable[Flavor] = (),
+                 **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "tq")
         super().__init__(*args, **kwargs)
-        self.tenants = {t.slug: t for t in tenants}
-        self.fields["tenant"].choices = [("", "Choose…")] + [(slug, f"{t.name} ({slug})") for slug, t in self.tenants.items()]
+        self.tenants = tenants if tenants is not None else Tenant.objects.none()  # read only when a form is sent
         self._set_targets(flavors)
 
+    def clean_tenant(self) -> Tenant:
+        value = self.cleaned_data["tenant"].strip()
+        tenant = self.tenants.filter(slug=value).first() or self.tenants.filter(name__iexact=value).order_by("slug").first()
+        if tenant is None:
+            raise ValidationError("No such tenant: type its slug or its name.", code="invalid_choice")
+        return tenant
+
     def cleaned_tenant(self) -> Tenant:
-        return self.tenants[self.cleaned_data["tenant"]]
+        return self.cleaned_data["tenant"]
 
 
 class ProjectQuotaForm(TargetMixin, forms.Form):

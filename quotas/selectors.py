@@ -4,10 +4,11 @@ invariants are made of. The API viewsets, the portal pages and the services star
 from __future__ import annotations
 
 from decimal import ROUND_FLOOR, Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet, Sum, prefetch_related_objects
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum, prefetch_related_objects
 from guardian.shortcuts import get_objects_for_user
 
 from tenants.access import OPS_GROUP, Actor, is_ops
@@ -148,6 +149,21 @@ def quotas_asked_for(requests: list[QuotaRequest]) -> dict[int, Quota | None]:
     return {r.pk: rows.get((r.project_id, r.flavor_id, r.resource)) for r in requests}
 
 
+def with_quota_now(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
+    """``requests`` with the project's current quota row for what each asks as ``quota_now_nominal``,
+    ``quota_now_used`` and ``quota_now_borrowed`` (None: no row): ``quotas_asked_for`` in the list's own query."""
+    now = Quota.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor"), resource=OuterRef("resource"))
+    return requests.annotate(**{f"quota_now_{name}": Subquery(now.values(name)[:1]) for name in ("nominal", "used", "borrowed")})
+
+
+def quota_now(request: QuotaRequest) -> Any:
+    """The row ``with_quota_now`` read for ``request`` (its ``nominal``, ``used``, ``borrowed``), or None."""
+    if request.quota_now_nominal is None:
+        return None
+    return SimpleNamespace(nominal=request.quota_now_nominal, used=request.quota_now_used,
+                           borrowed=request.quota_now_borrowed)
+
+
 def projects_promised(*, tenant: Tenant, flavor: Flavor, resource: str, exclude_project_id: int | None = None) -> Decimal:
     """Sum of the nominal quotas of ``tenant``'s projects for (flavor, resource), archived ones included
     (restoring a project must not break the invariant)."""
@@ -218,7 +234,8 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
       yet, or one the cluster refused), ``None`` when it cannot be told (architecture A's one shared
       queue, Volcano-held flavors, archived projects, flavors nothing enforces).
 
-    Two queries for any number of rows (a third when the rows came without their flavors' clusters).
+    One query for any number of rows loaded with their flavors' clusters and projects
+    (``select_related("flavor__cluster", "project")``); one more for each of the two they came without.
     """
     if not rows:
         return {}
@@ -228,8 +245,22 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
     tenants = {r.tenant_id for r in rows}
     objects = list(AppliedObject.objects.filter(cluster_id__in=clusters, kind__in=("ClusterQueue", "Cohort"))
                    .filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True))
-                   .values("cluster_id", "kind", "tenant_id", "project_id", "confirmed_at", "live_quota"))
-    active_projects = set(Project.objects.filter(tenant_id__in=tenants, status=Project.Status.ACTIVE).values_list("pk", flat=True))
+                   .values("cluster_id", "kind", "tenant_id", "project_id", "confirmed_at", "live_quota", "project__status"))
+    # Which projects are active: the objects' own projects say it for a tenant's rows, the rows' projects for theirs.
+    active_projects = {o["project_id"] for o in objects if o["project__status"] == Project.Status.ACTIVE}
+    unknown = set()
+    for r in rows:
+        if r.project_id is None:
+            continue
+        if Quota.project.is_cached(r):
+            if r.project.status == Project.Status.ACTIVE:
+                active_projects.add(r.project_id)
+            else:
+                active_projects.discard(r.project_id)
+        else:
+            unknown.add(r.project_id)
+    if unknown:
+        active_projects |= set(Project.objects.filter(pk__in=unknown, status=Project.Status.ACTIVE).values_list("pk", flat=True))
     by_project: dict[tuple[int, int], list[dict[str, Any]]] = {}
     by_tenant: dict[tuple[int, int], list[dict[str, Any]]] = {}
     shared: dict[int, dict[str, Any]] = {}
@@ -272,14 +303,19 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
+def project_quota_summary(*, project: Project, flavors: dict[int, Flavor] | None = None) -> list[dict[str, Any]]:
     """The project's quota per (flavor, resource): promised, limits, in use, borrowed, and free
-    (what is left of its own nominal quota; borrowing may add to it when the cohort has room)."""
+    (what is left of its own nominal quota; borrowing may add to it when the cohort has room).
+    ``flavors``: a dict the rows' flavors are put in, by id, for a caller that needs more of them (a chart)."""
     rows = list(
         Quota.objects.filter(project=project, flavor__active=True)
         .select_related("flavor__cluster")
         .order_by("flavor__cluster__name", "flavor__order", "flavor__name", "resource")
     )
+    for row in rows:
+        row.project = project  # the confirmations ask whether it is active: no query for it
+        if flavors is not None:
+            flavors[row.flavor_id] = row.flavor
     checks = quota_confirmations(rows)
     return [
         {
@@ -306,21 +342,23 @@ def project_quota_summary(*, project: Project) -> list[dict[str, Any]]:
     ]
 
 
-def overcommit_for(*, cluster: Cluster) -> list[dict[str, Any]]:
+def overcommit_for(*, cluster: Cluster, flavors: list[Flavor] | None = None, nodes: list[Node] | None = None,
+                   sums: dict[tuple[int, str], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Per active (flavor, resource): what the tenants are promised against the capacity that counts.
 
     ``percent_over`` is how far the promises exceed the capacity (0 when they fit; ``None`` when
     something is promised and there is no capacity at all); ``allowed`` adds the cluster's overcommit.
+    ``flavors`` (the cluster's, in page order), ``nodes`` (``nodes_for``) and ``sums`` (``quota_sums_for``):
+    what the caller already read; what is not given is read here.
     """
-    capacity = capacity_by_flavor(cluster)
-    promised = {
-        (row["flavor_id"], row["resource"]): row["total"]
-        for row in Quota.objects.filter(flavor__cluster=cluster, project__isnull=True)
-        .values("flavor_id", "resource")
-        .annotate(total=Sum("nominal"))
-    }
+    if flavors is None:
+        flavors = list(Flavor.objects.filter(cluster=cluster, active=True))
+    capacity = capacity_by_flavor(cluster, flavors=flavors, nodes=nodes)
+    if sums is None:
+        sums = quota_sums_for(cluster=cluster)
+    promised = {key: row["promised"] for key, row in sums.items()}
     out = []
-    for flavor in Flavor.objects.filter(cluster=cluster, active=True):
+    for flavor in (f for f in flavors if f.active):
         for resource in flavor.resource_names:
             cap = capacity.get((flavor.pk, resource), ZERO)
             prom = promised.get((flavor.pk, resource)) or ZERO
@@ -359,18 +397,33 @@ def node_pools_for(*, cluster: Cluster) -> QuerySet[NodePool]:
 
 def tenant_promises_for(*, cluster: Cluster) -> QuerySet[Quota]:
     """The tenants' rows on ``cluster`` (what ops promised), in page order."""
-    return (Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor")
+    return (Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("tenant", "flavor__cluster")
             .order_by("tenant__name", "flavor__order", "flavor__name", "resource"))
 
 
 def project_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any]]:
     """(flavor id, resource) -> what the projects are promised ("assigned"), use and borrow on ``cluster``."""
+    return {key: row for key, row in quota_sums_for(cluster=cluster).items() if row["project_rows"]}
+
+
+def quota_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any]]:
+    """(flavor id, resource) -> the sums of ``cluster``'s quota rows, in one query: what the tenants are promised
+    (``promised``, over ``tenant_rows`` rows) and what their projects are promised (``assigned``), use and borrow
+    (over ``project_rows`` rows). Zero, not None, where there are no rows of a level."""
+    tenants, projects = Q(project__isnull=True), Q(project__isnull=False)
     rows = (
-        Quota.objects.filter(flavor__cluster=cluster, project__isnull=False)
+        Quota.objects.filter(flavor__cluster=cluster).order_by()
         .values("flavor_id", "resource")
-        .annotate(assigned=Sum("nominal"), used=Sum("used"), borrowed=Sum("borrowed"))
+        .annotate(promised=Sum("nominal", filter=tenants), tenant_rows=Count("pk", filter=tenants),
+                  assigned=Sum("nominal", filter=projects), used=Sum("used", filter=projects),
+                  borrowed=Sum("borrowed", filter=projects), project_rows=Count("pk", filter=projects))
     )
-    return {(r["flavor_id"], r["resource"]): r for r in rows}
+    out = {}
+    for r in rows:
+        for name in ("promised", "assigned", "used", "borrowed"):
+            r[name] = r[name] or ZERO
+        out[(r["flavor_id"], r["resource"])] = r
+    return out
 
 
 def applied_objects_for(*, actor: Actor, cluster: Cluster) -> QuerySet[AppliedObject]:

@@ -40,6 +40,7 @@ from tenants import selectors as tenancy
 from tenants.access import Actor
 from tenants.guards import ops_only as _ops_only
 from tenants.guards import tenant_to_change as _admin_tenant
+from tenants.filters import TenantSlugOrName, tenant_search_widget
 from tenants.forms import add_service_error
 from tenants.models import Project, Tenant
 from tenants.ui import page
@@ -172,10 +173,10 @@ def node_flags(node: Node) -> list[tuple[str, str]]:
     return flags
 
 
-def _flavor_rows(cluster: Cluster, flavors: dict[int, Flavor]) -> list[dict[str, Any]]:
-    sums = selectors.project_sums_for(cluster=cluster)
+def _flavor_rows(cluster: Cluster, flavors: dict[int, Flavor], nodes: list[Node],
+                 sums: dict[tuple[int, str], dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    for row in selectors.overcommit_for(cluster=cluster):
+    for row in selectors.overcommit_for(cluster=cluster, flavors=list(flavors.values()), nodes=nodes, sums=sums):
         extra = sums.get((row["flavor_id"], row["resource"]), {})
         flavor = flavors[row["flavor_id"]]
         rows.append(row | {
@@ -217,7 +218,7 @@ def _flavor_chart(cluster: Cluster, rows: list[dict[str, Any]]) -> dict[str, Any
 
 
 def _pool_rows(cluster: Cluster, pool_list: list[NodePool], flavors: dict[int, Flavor],
-               flavor_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+               flavor_rows: list[dict[str, Any]], nodes: list[Node]) -> list[dict[str, Any]]:
     """Per node pool: its nodes by state, and what it offers of each flavor (counting, and lost to
     nodes that do not count), next to the flavor's totals. Promises are per flavor, not per pool."""
     by_flavor = {(r["flavor_id"], r["resource"]): r for r in flavor_rows}
@@ -226,7 +227,7 @@ def _pool_rows(cluster: Cluster, pool_list: list[NodePool], flavors: dict[int, F
         pools[pool.pk] = {"pool": pool, "nodes": 0, "counting": 0, "notready": 0, "vanished": 0, "mig": 0,
                           "offers": defaultdict(lambda: [ZERO, ZERO])}
     gpu_flavors = [f for f in flavors.values() if f.kind in GPU_KINDS]
-    for node in selectors.nodes_for(cluster=cluster):
+    for node in nodes:
         entry = pools.setdefault(node.pool_id, {"pool": None, "nodes": 0, "counting": 0, "notready": 0, "vanished": 0,
                                                 "mig": 0, "offers": defaultdict(lambda: [ZERO, ZERO])})
         entry["nodes"] += 1
@@ -290,22 +291,36 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     context: dict[str, Any] = {"tab": "capacity", "clusters": clusters, "cluster": cluster}
     if cluster is None:
         return _ops_page(request, "quotas/capacity.html", context)
+    # Read once, used for everything below: the flavors, the nodes (capacity, pools, the node table), the
+    # quota sums (promised, assigned, in use). docs/performance.md: each page at most ten queries.
     flavors = {f.pk: f for f in selectors.flavors_for(actor=actor).filter(cluster=cluster, active=True)}
-    flavor_rows = _flavor_rows(cluster, flavors)
+    for flavor in flavors.values():
+        flavor.cluster = cluster
+    all_nodes = list(selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name"))
+    sums = selectors.quota_sums_for(cluster=cluster)  # the tenants' and the projects' sums: one query
+    flavor_rows = _flavor_rows(cluster, flavors, all_nodes, sums)
     pool_list = list(selectors.node_pools_for(cluster=cluster))
-    pools = _pool_rows(cluster, pool_list, flavors, flavor_rows)
+    pools = _pool_rows(cluster, pool_list, flavors, flavor_rows, all_nodes)
 
     nodes = selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name")
     node_filter = filtered(NodeFilter, request, nodes, selects={"pool": [(p.name, p.name) for p in pool_list]})
-    node_pager = Pager(request, node_filter.qs, param="nodes_page")
+    if node_filter.is_active:  # which of the nodes already read match: one query for their ids
+        node_filter.form.is_valid()
+        matching = set(node_filter.qs.values_list("pk", flat=True)) if not node_filter.form.errors else set()
+        shown_nodes = [n for n in all_nodes if n.pk in matching]
+    else:
+        shown_nodes = all_nodes
+    node_pager = Pager(request, shown_nodes, param="nodes_page")
     node_rows = [(node, node_flags(node)) for node in node_pager]
 
     promises = selectors.tenant_promises_for(cluster=cluster)
-    tenants = tenancy.tenants_for(actor=actor).order_by("name")
     quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),
-                            selects={"tenant": list(tenants.values_list("slug", "name")),
-                                     "flavor_name": [(f.name, f.name) for f in flavors.values()]})
-    quota_pager = Pager(request, quota_filter.qs, param="quotas_page")
+                            selects={"flavor_name": [(f.name, f.name) for f in flavors.values()]})
+    quota_filter.filters["tenant"] = TenantSlugOrName(field_name="tenant")
+    tenant_search_widget(quota_filter.form.fields["tenant"], list_id="tenant-options")
+    # Unfiltered, the sums above counted the rows: the pager need not.
+    known = None if quota_filter.is_active else sum(r["tenant_rows"] for r in sums.values())
+    quota_pager = Pager(request, quota_filter.qs, param="quotas_page", count=known)
     quota_items = list(quota_pager)
     checks = selectors.quota_confirmations(quota_items)
     not_enforced = [(f, flavor_enforcement(cluster, f)) for f in flavors.values()]
@@ -324,8 +339,9 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
         "quota_rows": [(q, checks[q.pk]) for q in quota_items],
         "usage_readings": [{"usage_read_at": cluster.reconciled_at}],
         "keep": [("cluster", cluster.name)],
-        "form": form or TenantQuotaForm(tenants=tenants, flavors=[f for f, e in not_enforced if e.enforced]),
+        "form": form or TenantQuotaForm(flavors=[f for f, e in not_enforced if e.enforced]),
     }
+    tenant_search_widget(context["form"].fields["tenant"], list_id="tenant-options")
     return _ops_page(request, "quotas/capacity.html", context)
 
 
@@ -756,8 +772,7 @@ def project_quota_set(request: HttpRequest, slug: str) -> HttpResponse:
 # Project quota (members) -------------------------------------------------------------------------
 
 
-def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    flavors = selectors.flavors_by_pk({r["flavor_id"] for r in rows})
+def _usage_chart(project: Project, rows: list[dict[str, Any]], flavors: dict[int, Flavor]) -> dict[str, Any] | None:
     shown = [r for r in rows if flavors[r["flavor_id"]].kind in GPU_KINDS and r["resource"] == flavors[r["flavor_id"]].primary_resource
              and r["enforced"]]
     if not shown:
@@ -777,12 +792,13 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]]) -> dict[str, Any]
 
 def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
     tenant = project.tenant
-    rows = selectors.project_quota_summary(project=project)
+    row_flavors: dict[int, Flavor] = {}
+    rows = selectors.project_quota_summary(project=project, flavors=row_flavors)
     requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
-        "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows),
+        "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows, row_flavors),
         "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
         "filterset": filterset, "pager": Pager(request, filterset.qs),
         "not_enforced": [r for r in rows if not r["enforced"]],
@@ -831,9 +847,11 @@ def _item_context(item: QuotaRequest, *, error: str | None = None, note: str | N
 def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
-        "tenant": list(tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name")),
         "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
     })
+    # Tenants may be thousands: typed (slug or name), with suggestions as one types (the page's datalist).
+    filterset.filters["tenant"] = TenantSlugOrName(field_name="project__tenant")
+    tenant_search_widget(filterset.form.fields["tenant"], list_id="tenant-options")
     return {"filterset": filterset, "pager": Pager(request, filterset.qs)}
 
 
@@ -846,10 +864,9 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
         # and the inbox's count follow it; the decided card itself was already replaced.
         context = _all_requests(request, actor) | {"inbox_count": inbox_qs.count(), "oob": True}
         return render(request, "quotas/_request_table.html", context)
-    inbox = Pager(request, inbox_qs, param="inbox_page")
+    inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page")
     inbox_items = list(inbox)
-    current = selectors.quotas_asked_for(inbox_items)
-    context = {"inbox": inbox, "inbox_items": [(r, current.get(r.pk)) for r in inbox_items],
+    context = {"inbox": inbox, "inbox_items": [(r, selectors.quota_now(r)) for r in inbox_items],
                "inbox_count": inbox.page.paginator.count, "bulk_form": DecisionForm(prefix="bulk")}
     return page(request, "quotas/request_list.html", context | _all_requests(request, actor))
 

@@ -1,6 +1,11 @@
 """FilterSets shared by the API lists and the portal list pages."""
 
+from typing import Any
+
 import django_filters as filters
+from django import forms
+from django.db.models import Q
+from django.urls import reverse
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
 
@@ -16,6 +21,33 @@ class TenantFilter(FilterSet):
 
     def search(self, queryset, name, value):
         return queryset.filter(name__icontains=value) | queryset.filter(slug__icontains=value)
+
+
+class TenantSlugOrName(filters.CharFilter):
+    """A page's tenant filter typed by hand: the tenant's slug, or its name in any case. ``field_name`` is the
+    path to the tenant (``tenant``, ``project__tenant``)."""
+
+    def filter(self, qs: Any, value: Any) -> Any:
+        value = (value or "").strip()
+        if not value:
+            return qs
+        path = self.field_name
+        return qs.filter(Q(**{f"{path}__slug": value}) | Q(**{f"{path}__name__iexact": value}))
+
+
+# How many tenants the search answers with (GET /search/tenants/): a few to pick from, never the whole list.
+TENANT_SEARCH_LIMIT = 20
+
+
+def tenant_search_widget(field: forms.Field, *, list_id: str) -> None:
+    """Turn a tenant filter field into a text input whose suggestions (``<datalist id=list_id>``, which the
+    page holds) come from the tenant search as one types (htmx). Without JavaScript it is a text field:
+    a slug or a name typed and submitted filters all the same (``TenantSlugOrName``)."""
+    field.widget = forms.TextInput(attrs={
+        "list": list_id, "autocomplete": "off", "placeholder": "Slug or name", "spellcheck": "false",
+        "hx-get": reverse("tenant-search"), "hx-trigger": "input changed delay:250ms, focus once",
+        "hx-target": f"#{list_id}", "hx-swap": "innerHTML", "hx-sync": "this:replace",
+    })
 
 
 class ProjectFilter(FilterSet):

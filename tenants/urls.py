@@ -16,6 +16,7 @@ urlpatterns = [
     path("projects/<slug:slug>/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("projects/<slug:slug>/status/", views.project_status, name="project-status"),
     # Tenant admin
+    path("search/tenants/", views.tenant_search, name="tenant-search"),
     path("tenants/", views.tenant_list, name="tenant-list"),
     path("tenants/<slug:slug>/", views.tenant_detail, name="tenant-detail"),
     path("tenants/<slug:slug>/details/", views.tenant_details, name="tenant-details"),

@@ -36,7 +36,7 @@ from portal.ui import Pager, filtered
 
 from . import policy, selectors, services
 from .access import OPS_GROUP, Actor
-from .filters import AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
+from .filters import TENANT_SEARCH_LIMIT, AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
 from .forms import (
     InvitationForm,
     MemberAddForm,
@@ -86,6 +86,19 @@ def home(request: HttpRequest) -> HttpResponse:
     return page(request, "tenants/home.html", {"filterset": filterset, "pager": pager, "rows": rows})
 
 
+@login_required
+def tenant_search(request: HttpRequest) -> HttpResponse:
+    """Tenants the user sees whose name or slug contains ``q`` (or the ``tenant`` field's value, as htmx sends
+    it), by name, at most ``TENANT_SEARCH_LIMIT``: ``<option>``s for a filter's datalist (``tenant_search_widget``)."""
+    actor = Actor.from_request(request)
+    term = (request.GET.get("q") or request.GET.get("tenant") or "").strip()[:100]
+    found = selectors.tenants_for(actor=actor).order_by("name")
+    if term:
+        found = found.filter(Q(name__icontains=term) | Q(slug__icontains=term))
+    tenants = list(found.values_list("slug", "name")[:TENANT_SEARCH_LIMIT])
+    return render(request, "tenants/_tenant_options.html", {"tenants": tenants})
+
+
 # Projects --------------------------------------------------------------------------------------
 
 
@@ -122,8 +135,9 @@ def _project_page(
         "project": project,
         "tenant": tenant,
         "my_role": role_in(project, by_project, by_tenant, actor),
-        "members": Pager(request, members, param="members_page"),
-        "tokens": Pager(request, tokens, param="tokens_page"),
+        # A project's members and tokens: bounded lists, whose page rows carry their total (no COUNT query).
+        "members": Pager(request, members, param="members_page", window=True),
+        "tokens": Pager(request, tokens, param="tokens_page", window=True),
         # The page asks the same predicate ({% may %}): asked once for both.
         "token_form": token_form or TokenCreateForm(can_submit=policy.asked(request, policy.may_submit, project),
                                                     initial=once_initial(request, TokenCreateForm)),

@@ -146,15 +146,21 @@ def request_timeline(request: WorkloadRequest) -> QuerySet[RequestEvent]:
     return request.events.order_by("at", "id")
 
 
-def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
+def approvals_inbox_for(*, actor: Actor, approvable: Iterable[int] | None = None) -> QuerySet[WorkloadRequest]:
     """Requests awaiting approval in the projects where ``actor`` may approve, oldest first.
 
     Each row carries its context for the approver: ``waiting_ahead`` (requests of the project in
     the same flavor already approved and waiting for capacity), ``in_use`` (GPUs, or CPUs for the
     CPU flavor, that the project's running requests hold in that flavor) and ``quota_rows`` (the
     project's Quota rows, prefetched). See ``approval_context()``.
+
+    ``approvable``: the ids of those projects when the caller already read them
+    (``approvable_projects``); a list of ids plans far faster than the permission subquery.
     """
-    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    if approvable is None:
+        approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    else:
+        approvable = list(approvable)
     same = WorkloadRequest.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor")).order_by()
     ahead = same.filter(state__in=IN_QUEUE).values("project").annotate(n=Count("pk")).values("n")
     in_use = (
@@ -177,10 +183,16 @@ def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     )
 
 
-def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[ExtensionRequest]:
+def approvable_projects(*, actor: Actor) -> list[tuple[int, str, str]]:
+    """(id, slug, name) of the projects where ``actor`` may approve, by name: the inbox's projects (one query)."""
+    return list(projects_where(actor=actor, perm="approve_project").order_by("name").values_list("pk", "slug", "name"))
+
+
+def extension_requests_for(*, actor: Actor, inbox: bool = False, approvable: Iterable[int] | None = None) -> QuerySet[ExtensionRequest]:
     """Extension requests of the requests ``actor`` can see (``requests_for``), newest first.
 
-    ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first.
+    ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first;
+    ``approvable``: those projects' ids when the caller already read them (``approvable_projects``).
     """
     base = ExtensionRequest.objects.select_related(
         "request__project__tenant", "request__template", "request__flavor", "requested_by", "decided_by"
@@ -189,7 +201,8 @@ def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[Ext
         base = base.filter(request__project__in=projects_for(actor=actor).values("pk"))
     if not inbox:
         return base.order_by("-created_at", "-id")
-    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    approvable = (projects_where(actor=actor, perm="approve_project").values("pk") if approvable is None
+                  else list(approvable))
     return base.filter(status=ExtensionRequest.Status.PENDING, request__project__in=approvable).order_by("created_at", "id")
 
 
@@ -481,6 +494,20 @@ def template_slug_choices(*, actor: Actor) -> list[tuple[str, str]]:
     """(slug, slug) of the templates ``actor`` may look at, once per slug: a filter's choices."""
     base = ServiceTemplate.objects.all() if _is_ops(actor) else live_templates()
     return list(base.order_by("slug").values_list("slug", "slug").distinct())
+
+
+def flavor_and_template_choices(*, actor: Actor) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``quotas.selectors.flavor_name_choices`` and ``template_slug_choices`` in one query (a UNION): a request
+    filter's two drop-downs."""
+    from quotas.selectors import flavors_for
+
+    templates = ServiceTemplate.objects.all() if _is_ops(actor) else live_templates()
+    both = (flavors_for(actor=actor).order_by().values_list("name", Value("flavor"))
+            .union(templates.order_by().values_list("slug", Value("template"))))
+    flavors, slugs = set(), set()
+    for value, what in both:
+        (flavors if what == "flavor" else slugs).add(value)
+    return [(n, n) for n in sorted(flavors)], [(n, n) for n in sorted(slugs)]
 
 
 def images_for(*, actor: Actor) -> QuerySet[Image]:

@@ -32,12 +32,12 @@ from portal.extensions import cost_estimator
 from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
-from quotas.selectors import flavor_name_choices
 from tenants.access import Actor
+from tenants.filters import TenantSlugOrName, tenant_search_widget
 from tenants.forms import add_service_error
 from tenants.policy import asked
 from tenants.selectors import projects_for, projects_where
-from tenants.ui import page, tenant_choices
+from tenants.ui import page
 
 from . import approvals as approvals_flow
 from . import extensions, policy, selectors, services
@@ -95,6 +95,15 @@ class OneOf(forms.Select):
         return [value] if value else []
 
 
+# The related rows a request list shows (templates/workloads/_request_rows.html), and nothing else: each join
+# on top of the visibility subquery costs the database planner more than running the query (docs/performance.md).
+ROW_RELATED = ("project", "template", "flavor")
+
+
+def _rows(queryset: QuerySet[WorkloadRequest], *also: str) -> QuerySet[WorkloadRequest]:
+    return queryset.select_related(None).select_related(*ROW_RELATED, *also)
+
+
 def _polling(rows: Any) -> bool:
     """Whether a list still needs polling: something on it can still change by itself."""
     return any(req.state not in FINAL for req in rows)
@@ -113,7 +122,9 @@ def request_list(request: HttpRequest) -> HttpResponse:
     scope = request.GET.get("scope") if request.GET.get("scope") in SCOPES else "mine"
     visible = selectors.requests_for(actor=actor).order_by("-created_at", "-id")
     if scope == "mine":
-        visible = visible.filter(requested_by=request.user)
+        visible = _rows(visible.filter(requested_by=request.user))
+    else:
+        visible = _rows(visible, "requested_by")
     projects = list(projects_for(actor=actor).order_by("name").values_list("slug", "name"))
     hide = ("tenant", "mine", "created_after", "created_before", "template", "flavor", "priority")
     filterset = _request_filters(
@@ -925,15 +936,18 @@ def _changed(response: HttpResponse) -> HttpResponse:
 
 def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisionForm | None = None,
                     selected: dict[str, set[str]] | None = None, outcome: Any = None, status: int = 200) -> HttpResponse:
-    inbox = selectors.approvals_inbox_for(actor=actor)
+    approvable = selectors.approvable_projects(actor=actor)  # read once: the filter's choices and the inbox's scope
+    ids = [pk for pk, _, _ in approvable]
+    inbox = _rows(selectors.approvals_inbox_for(actor=actor, approvable=ids), "tenant", "requested_by")
     filterset = _request_filters(
         request, inbox, hide=("state", "phase", "tenant", "mine", "requested_by", "created_after", "created_before",
                               "template", "flavor", "priority"),
-        selects={"project": list(projects_where(actor=actor, perm="approve_project").order_by("name").values_list("slug", "name"))},
+        selects={"project": [(slug, name) for _, slug, name in approvable]},
     )
     pager = Pager(request, filterset.qs)
     rows = [_inbox_row(req) for req in pager]
-    extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True), param="extensions_page")
+    extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True, approvable=ids),
+                            param="extensions_page")
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
     selected = selected or {}
     return page(request, "workloads/approvals.html", {
@@ -1045,12 +1059,15 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
     actor = _actor(request)
     if not actor.is_ops:
         raise Http404("No such page.")  # ops pages don't exist for anyone else
-    everything = selectors.requests_for(actor=actor).order_by("-created_at", "-id")
-    flavors = flavor_name_choices(actor=actor)
-    templates = selectors.template_slug_choices(actor=actor)
+    everything = _rows(selectors.requests_for(actor=actor).order_by("-created_at", "-id"), "tenant", "requested_by")
+    flavors, templates = selectors.flavor_and_template_choices(actor=actor)
     filterset = _request_filters(
         request, everything, hide=("mine", "created_after", "created_before", "priority"),
-        selects={"tenant": tenant_choices(), "flavor": flavors, "template": templates},
+        selects={"flavor": flavors, "template": templates},
     )
+    # Tenants are too many for a drop-down: a text field (slug or name; submitting filters without JavaScript)
+    # whose suggestions come from the tenant search as one types (htmx fills the datalist).
+    filterset.filters["tenant"] = TenantSlugOrName(field_name="tenant")
+    tenant_search_widget(filterset.form.fields["tenant"], list_id="tenant-options")
     pager = Pager(request, filterset.qs)
     return page(request, "workloads/ops_requests.html", {"filterset": filterset, "pager": pager})

@@ -20,7 +20,7 @@ from django.utils import timezone
 from quotas import services
 from quotas.models import AppliedObject, ArchitectureChange, Cluster, Flavor, Node, Quota, QuotaRequest
 from quotas.tasks import architecture_change_apply_task
-from tenants.models import AuditEntry
+from tenants.models import AuditEntry, Tenant
 
 from .factories import GPU, MIG_1G, make_fleet, make_node
 
@@ -143,6 +143,24 @@ def test_capacity_lists_filter_and_paginate(as_user, split, django_assert_max_nu
     body = text(client.get("/ops/capacity/?cluster=gpu-test&tenant=globex"))
     assert 'href="/tenants/globex/quotas/"' in body and 'href="/tenants/acme/quotas/"' not in body
     assert client.get("/ops/capacity/?cluster=nope").status_code == 404
+
+
+def test_capacity_tenant_filter_and_form_take_a_typed_tenant(as_user, split) -> None:
+    Tenant.objects.bulk_create([Tenant(name=f"Bulk tenant {i:03d}", slug=f"bulk-{i:03d}") for i in range(40)])
+    client = as_user("ops")
+    body = text(client.get("/ops/capacity/?cluster=gpu-test"))
+    assert "Bulk tenant" not in body  # no option per tenant, in the filter or in the form
+    assert re.search(r'<input type="text" name="tenant"[^>]*list="tenant-options"', body)
+    assert re.search(r'<input type="text" name="tq-tenant"[^>]*list="tenant-options"', body)
+    assert '<datalist id="tenant-options"></datalist>' in body
+    body = text(client.get("/ops/capacity/?cluster=gpu-test&tenant=Globex+AI"))  # a name filters as the slug does
+    assert 'href="/tenants/globex/quotas/"' in body and 'href="/tenants/acme/quotas/"' not in body
+    response = client.post("/ops/capacity/tenant-quota/?cluster=gpu-test",
+                           {"tq-tenant": "globex ai", "tq-target": target(split.h100), "tq-nominal": "3"})
+    assert response.status_code == 302
+    assert Quota.objects.get(tenant__slug="globex", project=None, flavor=split.h100).nominal == 3
+    body = text(client.get("/quota-requests/"))
+    assert "Bulk tenant" not in body and re.search(r'<input type="text" name="tenant"[^>]*list="tenant-options"', body)
 
 
 def test_ops_set_a_tenant_quota(as_user, split) -> None:
