@@ -3,3 +3,15 @@ from django.apps import AppConfig
 
 class BillingConfig(AppConfig):
     name = "billing"
+
+    def ready(self) -> None:
+        from portal.extensions import cost_estimator, cost_so_far, usage_meter
+        from tenants.policy import predicates_install
+
+        from . import metering, policy, selectors
+
+        predicates_install(policy)  # templates ask them by name ({% may "billing.may_manage_prices" as ok %})
+        # The lower apps reach billing only through these slots (docs/billing.md).
+        cost_estimator.register(selectors.estimate, currency=selectors.currency())
+        cost_so_far.register(selectors.request_cost_so_far, currency=selectors.currency())
+        usage_meter.register(metering.meter_observe)
