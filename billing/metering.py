@@ -43,8 +43,9 @@ logger = logging.getLogger(__name__)
 S = UsageInterval.Source
 R = UsageInterval.EndReason
 METERED = ("workload", "pod", "vcjob")
-# A pod's deletionTimestamp is when its grace period ends (it may lie ahead of the cluster's clock): not a clock reading.
-NOT_A_CLOCK = ("deletionTimestamp",)
+# A pod's deletionTimestamp is when its grace period ends (it may lie ahead of the cluster's clock): not a clock
+# reading. Other objects have no grace period: theirs is the instant of deletion.
+GRACEFUL = ("pod",)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -56,8 +57,9 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
-def latest_timestamp(value: Any, depth: int = 0) -> datetime | None:
-    """The latest timestamp under a key ending in ``Time``/``Timestamp`` (or ``time``, managedFields) in ``value``."""
+def latest_timestamp(value: Any, depth: int = 0, *, graceful: bool = False) -> datetime | None:
+    """The latest timestamp under a key ending in ``Time``/``Timestamp`` (or ``time``, managedFields) in ``value``
+    (``graceful``: without a deletionTimestamp, which then lies in the future)."""
     best: datetime | None = None
     if depth > 30:
         return None
@@ -65,10 +67,11 @@ def latest_timestamp(value: Any, depth: int = 0) -> datetime | None:
     for k, v in items:
         t = None
         if isinstance(v, str):
-            if isinstance(k, str) and (k.endswith(("Time", "Timestamp")) or k == "time") and k not in NOT_A_CLOCK:
+            if isinstance(k, str) and (k.endswith(("Time", "Timestamp")) or k == "time") and not (
+                    graceful and k == "deletionTimestamp"):
                 t = parse_time(v) if len(v) >= 20 and v[4:5] == "-" else None
         elif isinstance(v, (dict, list)):
-            t = latest_timestamp(v, depth + 1)
+            t = latest_timestamp(v, depth + 1, graceful=graceful)
         if t is not None and (best is None or t > best):
             best = t
     return best
@@ -178,8 +181,8 @@ def pod_facts(req: WorkloadRequest, etype: str, obj: dict[str, Any], last_seen: 
 def _clock_update(cluster: Any, seen: list[tuple[str, str, dict[str, Any], int | None]]) -> tuple[datetime | None, datetime | None]:
     """(the cluster's time as last seen before this cycle, as seen now). Moves only forward."""
     latest = None
-    for _key, _etype, obj, _rid in seen:
-        t = latest_timestamp(obj)
+    for key, _etype, obj, _rid in seen:
+        t = latest_timestamp(obj, graceful=key in GRACEFUL)
         if t is not None and (latest is None or t > latest):
             latest = t
     clock = ClusterClock.objects.select_for_update().filter(cluster=cluster).first()
@@ -196,6 +199,9 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
     stats = MeterStats()
     previous, now_seen = _clock_update(cluster, seen)
     stats.clock = now_seen
+    # An object whose DELETED event (without a deletion time) arrives now went by the latest instant this cycle shows;
+    # one a resync no longer lists was there when the cluster was last seen before it.
+    gone_by = now_seen
     last_seen = previous or now_seen
     by_request: dict[int, list[tuple[str, str, dict[str, Any]]]] = defaultdict(list)
     for key, etype, obj, rid in seen:
@@ -219,9 +225,9 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
             if etype != "DELETED":
                 present.add(str((obj.get("metadata") or {}).get("uid") or ""))
             if key == "workload" and not volcano:
-                found = workload_facts(req, etype, obj, last_seen)
+                found = workload_facts(req, etype, obj, gone_by)
             elif key == "pod" and volcano:
-                found = pod_facts(req, etype, obj, last_seen)
+                found = pod_facts(req, etype, obj, gone_by)
             else:
                 continue
             runs += found[0]
