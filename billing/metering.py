@@ -96,6 +96,7 @@ class Close:
     at: datetime
     reason: str
     before: datetime | None = None  # only runs of this object that started before this instant
+    keep: str = ""  # the run now in progress (not to be closed)
 
 
 @dataclass
@@ -138,7 +139,7 @@ def workload_facts(req: WorkloadRequest, etype: str, obj: dict[str, Any], last_s
         # Kueue requeued it, or at the latest when this one began.
         requeued = conds.get("Requeued") or {}
         ended = parse_time(requeued.get("lastTransitionTime")) if requeued.get("status") == "True" else None
-        earlier = Close(uid, ended if ended is not None and ended <= start else start, R.EVICTED, before=start)
+        earlier = Close(uid, ended if ended is not None and ended <= start else start, R.EVICTED, before=start, keep=run.run_key)
         return [run], [earlier]
     # Not admitted (evicted and waiting again, or never admitted): a run of it that is still open ended when
     # admission ended (the Admitted=False transition), or when the object went.
@@ -236,6 +237,9 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
     ceiling = now_seen  # never an instant after the latest the cluster showed
     open_keys = {(rid, key) for rid, key, _ in open_rows}
     open_uids = {uid for _, _, uid in open_rows}
+    open_runs: dict[str, set[str]] = defaultdict(set)
+    for _, key, uid in open_rows:
+        open_runs[uid].add(key)
 
     # New runs (and runs first seen already finished): one interval per priced unit, created once.
     if runs:
@@ -258,7 +262,10 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
         if fresh:
             stats.opened = len(UsageInterval.objects.bulk_create(fresh, ignore_conflicts=True))
             # A run opened in this cycle may have ended in it too (admitted, then evicted: two events of one batch).
-            open_uids |= {iv.object_uid for iv in fresh if iv.ended_at is None}
+            for iv in fresh:
+                if iv.ended_at is None:
+                    open_uids.add(iv.object_uid)
+                    open_runs[iv.object_uid].add(iv.run_key)
         for run in runs:
             if run.end is not None and (run.request.pk, run.run_key) in open_keys:
                 stats.closed += UsageInterval.objects.filter(
@@ -267,8 +274,8 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
 
     # Runs that ended without a run of their own saying so (evicted, deleted).
     for close in closes:
-        if close.uid not in open_uids:
-            continue
+        if close.uid not in open_uids or (close.keep and open_runs.get(close.uid, set()) <= {close.keep}):
+            continue  # nothing of this object is open, or only the run in progress (no query per running request)
         at = min(close.at, ceiling) if ceiling is not None else close.at
         rows = UsageInterval.objects.filter(cluster=cluster, object_uid=close.uid, ended_at__isnull=True, started_at__lte=at)
         if close.before is not None:

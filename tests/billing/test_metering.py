@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from billing import selectors, services
+from billing import services
 from billing.metering import meter_observe, parse_time
 from billing.models import ClusterClock, UsageInterval
 from tenants.access import Actor
