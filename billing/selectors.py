@@ -7,6 +7,8 @@ see (``workloads.selectors.requests_for``, ``tenants.selectors.tenants_for``).
 
 from __future__ import annotations
 
+import threading
+import uuid
 from calendar import monthrange
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -14,9 +16,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from portal.events import after_commit
 from tenants.access import Actor
 from tenants.selectors import tenants_for
 from workloads.selectors import requests_for
@@ -65,18 +69,72 @@ def finalised_through() -> datetime | None:
     return None if last is None else month_end(last.month)
 
 
+# The price list and the discounts are read once per process and version, not once per row: a list of 100 requests
+# asks the estimator 100 times. The version lives in the shared cache; every price or discount write sets a new one
+# after commit (``price_list_changed``), so every process reloads. It is looked up once per HTTP request (reset on
+# ``request_started``), and on every call outside one (tasks, the shell).
+VERSION_KEY = "billing:price-list-version"
+_memo: dict[str, Any] = {"version": None, "prices": None, "discounts": {}}
+_request = threading.local()
+
+
+def _version() -> str:
+    known = getattr(_request, "version", None)
+    if known is not None:
+        return known
+    version = cache.get(VERSION_KEY)
+    if version is None:
+        cache.add(VERSION_KEY, uuid.uuid4().hex, None)
+        version = cache.get(VERSION_KEY) or "unversioned"
+    if getattr(_request, "active", False):
+        _request.version = version
+    return version
+
+
+def _fresh() -> dict[str, Any]:
+    version = _version()
+    if _memo["version"] != version:
+        _memo.update(version=version, prices=None, discounts={})
+    return _memo
+
+
+def request_started(**kwargs: Any) -> None:
+    """(Signal) a new HTTP request: look the version up again once."""
+    _request.active = True
+    _request.version = None
+
+
+def price_list_changed() -> None:
+    """Forget this process's copy now, and every process's once the write commits."""
+    _memo.update(version=None, prices=None, discounts={})
+    _request.version = None
+    after_commit(_bump)
+
+
+def _bump() -> None:
+    cache.set(VERSION_KEY, uuid.uuid4().hex, None)
+    _memo.update(version=None, prices=None, discounts={})
+    _request.version = None
+
+
 def price_rates() -> dict[tuple[str, str], list[pricing.Rate]]:
     """(unit, key) → its prices in time order, in the price list's currency."""
-    out: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for row in Price.objects.filter(currency=currency()).order_by("effective_from"):
-        out[(row.unit, row.key)].append(row)
-    return {k: pricing.rates(v, "amount") for k, v in out.items()}
+    memo = _fresh()
+    if memo["prices"] is None:
+        out: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        for row in Price.objects.filter(currency=currency()).order_by("effective_from"):
+            out[(row.unit, row.key)].append(row)
+        memo["prices"] = {k: pricing.rates(v, "amount") for k, v in out.items()}
+    return memo["prices"]
 
 
 def discount_rates(tenant_id: int | None) -> list[pricing.Rate]:
     if tenant_id is None:
         return []
-    return pricing.rates(Discount.objects.filter(tenant_id=tenant_id), "percent")
+    memo = _fresh()
+    if tenant_id not in memo["discounts"]:
+        memo["discounts"][tenant_id] = pricing.rates(Discount.objects.filter(tenant_id=tenant_id), "percent")
+    return memo["discounts"][tenant_id]
 
 
 def price_list_at(when: datetime | None = None) -> dict[tuple[str, str], Decimal]:
@@ -128,7 +186,7 @@ def intervals_cost(intervals: list[UsageInterval], *, until: datetime | None = N
 
 def request_cost_so_far(request: Any, *, now: datetime | None = None) -> Decimal | None:
     """Closed intervals plus open ones up to now, for one request; None while there is no price list."""
-    if not Price.objects.exists():
+    if not price_rates():
         return None
     return intervals_cost(list(UsageInterval.objects.filter(request_id=request.pk)), now=now)
 

@@ -84,6 +84,7 @@ def price_create(*, actor: Actor, unit: str, amount: Decimal, effective_from: da
     _lock_month(price.effective_from)
     _not_retroactive(price.effective_from, what="A price")
     _save_unique(price, "This unit already has a price from that instant; change that one.")
+    selectors.price_list_changed()
     audit_record(actor=actor, action="price.create", target=price, after=snapshot(price, PRICE_FIELDS))
     return price
 
@@ -103,6 +104,7 @@ def price_update(*, actor: Actor, price: Price, **changes: Any) -> Price:
     _lock_month(price.effective_from)
     _not_retroactive(price.effective_from, what="A price")
     _save_unique(price, "This unit already has a price from that instant; change that one.")
+    selectors.price_list_changed()
     audit_record(actor=actor, action="price.update", target=price, before=before, after=snapshot(price, PRICE_FIELDS))
     return price
 
@@ -114,6 +116,7 @@ def price_delete(*, actor: Actor, price: Price) -> None:
     _lock_month(price.effective_from)
     _not_retroactive(price.effective_from, what="This price took effect in a finalised month; it")
     before = snapshot(price, PRICE_FIELDS)
+    selectors.price_list_changed()
     audit_record(actor=actor, action="price.delete", target=price, before=before)
     price.delete()
 
@@ -129,6 +132,7 @@ def discount_create(*, actor: Actor, tenant: Tenant, percent: Decimal, effective
     _lock_month(effective_from)
     _not_retroactive(effective_from, what="A discount")
     _save_unique(discount, "This tenant already has a discount from that instant.")
+    selectors.price_list_changed()
     audit_record(actor=actor, action="discount.create", target=discount, tenant=tenant, after=snapshot(discount, DISCOUNT_FIELDS))
     return discount
 
@@ -139,6 +143,7 @@ def discount_delete(*, actor: Actor, discount: Discount) -> None:
     discount = Discount.objects.select_for_update().select_related("tenant").get(pk=discount.pk)
     _lock_month(discount.effective_from)
     _not_retroactive(discount.effective_from, what="This discount took effect in a finalised month; it")
+    selectors.price_list_changed()
     audit_record(actor=actor, action="discount.delete", target=discount, tenant=discount.tenant,
                  before=snapshot(discount, DISCOUNT_FIELDS))
     discount.delete()
