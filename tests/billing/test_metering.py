@@ -197,3 +197,27 @@ def test_a_deleted_workload_closes_at_its_deletion_time(world: World) -> None:
     assert iv.ended_at == deleted_at and iv.ended_at <= world.sandbox.clock.now()
     hours = Decimal((iv.ended_at - iv.started_at).total_seconds()) / 3600
     assert hours > Decimal("0.25")  # the 15 minutes it ran are all there
+
+
+def test_a_volcano_gang_is_metered_from_its_pods(fresh_sandbox, cast, api) -> None:
+    # Architecture E: distributed training on the offline pool is a Volcano Job, which Kueue does not own.
+    fresh_sandbox.clock.speed = 0
+    world = _world(fresh_sandbox, cast, architecture="E")
+    services.price_create(actor=cast.actor("ops"), unit="gpu", key="h100-80gb", amount=Decimal("3.60"),
+                          effective_from=datetime(2020, 1, 1, tzinfo=UTC))
+    req = submit(world, "bob", "training", 2, duration_hours=1,
+                 parameters={"command": "torchrun train.py", "distributed": True, "workers": 3})
+    req = run(world, req, lambda r: r.state == S.RUNNING, advance=5)
+    pods = {p["metadata"]["uid"]: p for p in world.sandbox.store.list("v1", "Pod", req.project.namespace)["items"]
+            if req.k8s_name in p["metadata"]["name"]}
+    ivs = gpu_intervals(req)
+    assert {iv.object_uid for iv in ivs} == set(pods) and len(ivs) == len(pods) >= 2
+    for iv in ivs:
+        assert iv.source == "pod" and iv.quantity == 2 and iv.ended_at is None
+        assert iv.started_at == parse_time(pods[iv.object_uid]["status"]["startTime"])
+    req = run(world, req, lambda r: r.state == S.SUCCEEDED, advance=600)
+    world.sync()
+    for iv in gpu_intervals(req):
+        assert iv.ended_at is not None and iv.ended_at > iv.started_at
+    assert Decimal(api("bob").get(f"{API}/requests/{req.pk}/").json()["cost_so_far"]) > 0
+    assert api("frank").get(f"{API}/usage/?request={req.pk}").json()["count"] == 0

@@ -364,7 +364,7 @@ class ScaleSerializer(StrictSerializerMixin, serializers.Serializer):
 
 class InboxSerializer(RequestSerializer):
     context = serializers.SerializerMethodField(
-        help_text="quota (the project's rows for this flavor), in_use, waiting_ahead, cost_estimate (null until billing)."
+        help_text="quota (the project's rows for this flavor), in_use, waiting_ahead, cost_estimate (null without a price list)."
     )
 
     class Meta(RequestSerializer.Meta):
