@@ -1,1 +1,154 @@
-"""Prices, usage intervals and statements. Models arrive with the billing work."""
+"""Prices, usage intervals and the month close (docs/billing.md).
+
+* ``Price``: what one unit of one priced thing costs from ``effective_from`` on, until the next price of the same
+  unit and key. A change is a new row; past prices stay, so usage before the change keeps its price.
+* ``Discount``: a tenant's discount in percent, effective-dated the same way.
+* ``BillingPeriod``: one month; once ``finalised``, no price or discount may take effect inside it (the statement
+  work finalises months; ``selectors.finalised_through`` is the end of the last finalised one).
+* ``UsageInterval``: one run of one request (a Kueue admission, or a pod of a Volcano Job) for one priced unit,
+  with the quantity held, opened and closed at the cluster's own timestamps. Unique per (request, run key, unit,
+  key): replaying what the cluster said never counts twice.
+* ``ClusterClock``: the latest instant a cluster's objects showed, and when the portal saw it.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from quotas.models import Cluster
+from tenants.models import Project, Tenant
+from workloads.models import WorkloadRequest
+
+
+class Unit(models.TextChoices):
+    """What a price is per. ``gpu`` and ``mig`` are keyed (GPU model / MIG profile); the others have no key."""
+
+    GPU = "gpu", "Whole GPU, per GPU-hour (key: GPU model)"
+    MIG = "mig", "MIG slice, per slice-hour (key: MIG profile)"
+    HAMI_MEMORY = "hami_memory", "HAMi vGPU memory, per GiB-hour"
+    HAMI_CORES = "hami_cores", "HAMi vGPU compute, per card-hour (cores % / 100)"
+    CPU = "cpu", "CPU, per core-hour"
+    MEMORY = "memory", "Memory, per GiB-hour"
+    STORAGE = "storage", "Notebook volume, per GiB-month"
+
+
+KEYED_UNITS = (Unit.GPU, Unit.MIG)
+HOURS_PER_MONTH = Decimal(730)  # a storage GiB-month is charged as 730 GiB-hours (docs/billing.md)
+
+
+class Price(models.Model):
+    unit = models.CharField(max_length=12, choices=Unit.choices)
+    key = models.CharField(max_length=60, blank=True, default="",
+                           help_text="GPU model (e.g. h100-80gb) for whole GPUs, MIG profile (e.g. 1g.10gb) for slices; empty otherwise.")
+    amount = models.DecimalField(max_digits=14, decimal_places=6, validators=[MinValueValidator(Decimal(0))],
+                                 help_text="Per unit (see the unit), in the currency.")
+    currency = models.CharField(max_length=3)
+    effective_from = models.DateTimeField(help_text="Usage from this instant on is priced so.")
+    note = models.CharField(max_length=200, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["unit", "key", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["unit", "key", "effective_from"], name="one_price_per_unit_and_instant"),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="price_not_negative"),
+        ]
+        indexes = [models.Index(fields=["unit", "key", "effective_from"])]
+
+    def __str__(self) -> str:
+        key = f" {self.key}" if self.key else ""
+        return f"{self.unit}{key}: {self.amount} {self.currency} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class Discount(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="discounts")
+    percent = models.DecimalField(max_digits=5, decimal_places=2,
+                                  validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(100))])
+    effective_from = models.DateTimeField()
+    note = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "effective_from"], name="one_discount_per_tenant_and_instant"),
+            models.CheckConstraint(condition=Q(percent__gte=0) & Q(percent__lte=100), name="discount_is_a_percentage"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}: {self.percent}% from {self.effective_from:%Y-%m-%d}"
+
+
+class BillingPeriod(models.Model):
+    """A calendar month (UTC). ``finalised_at`` set: its statements are final and its prices fixed."""
+
+    month = models.DateField(unique=True, help_text="The first day of the month.")
+    finalised_at = models.DateTimeField(null=True, blank=True)
+    finalised_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    class Meta:
+        ordering = ["-month"]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m}{' (final)' if self.finalised_at else ''}"
+
+
+class UsageInterval(models.Model):
+    class Source(models.TextChoices):
+        WORKLOAD = "workload", "Kueue Workload (admitted → finished / evicted)"
+        POD = "pod", "Pod (started → finished), for objects Kueue does not own"
+
+    class EndReason(models.TextChoices):
+        FINISHED = "finished", "Finished"
+        EVICTED = "evicted", "Evicted (preempted)"
+        DELETED = "deleted", "Deleted"
+        GONE = "gone", "Gone (last seen)"
+
+    request = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="usage_intervals")
+    # Copied from the request, so statements and budgets sum by tenant / project without a join.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
+    run_key = models.CharField(max_length=200, help_text="The run's identity from the cluster: object uid + start time.")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    object_uid = models.CharField(max_length=100)
+    object_name = models.CharField(max_length=253)
+    unit = models.CharField(max_length=12, choices=Unit.choices)
+    key = models.CharField(max_length=60, blank=True, default="")
+    quantity = models.DecimalField(max_digits=14, decimal_places=4, help_text="Units held during the run (e.g. 8 GPUs).")
+    started_at = models.DateTimeField(help_text="Cluster time: the Admitted condition's (or the pod's) start.")
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="Cluster time; empty while it runs.")
+    end_reason = models.CharField(max_length=10, choices=EndReason.choices, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "run_key", "unit", "key"], name="one_interval_per_run_and_unit"),
+            models.CheckConstraint(condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                                   name="interval_never_negative"),
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "ended_at"]),
+            models.Index(fields=["tenant", "started_at"]),
+            models.Index(fields=["project", "started_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"req {self.request_id} {self.unit}{' ' + self.key if self.key else ''} x{self.quantity} {self.started_at}–{self.ended_at or '…'}"
+
+
+class ClusterClock(models.Model):
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="+")
+    cluster_time = models.DateTimeField(help_text="The latest timestamp seen on the cluster's objects.")
+    seen_at = models.DateTimeField(help_text="Portal time when it was seen.")
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.cluster_time} seen {self.seen_at}"

@@ -11,6 +11,15 @@ raises is logged and answers None: an estimate never breaks a page or an API cal
 ``template``, ``flavor``, ``gpus``, ``replicas``, ``cpu``, ``memory_gib``, ``duration_hours``, ``priority``;
 any of them may be None on a half-filled form). ``estimate(request_like)`` is the amount rounded to the
 cent, ``display(request_like)`` the same with its currency ("12.50 EUR").
+
+``cost_so_far``: ``register(fn, currency="EUR")`` where ``fn(request) -> Decimal | None`` is what a request's
+usage cost until now (closed usage intervals plus open ones up to now); ``estimate``/``display`` as above.
+
+``usage_meter``: ``register(fn)`` where ``fn(*, cluster, seen, complete)`` is told what the status follower saw
+in one cycle: ``seen`` is a list of ``(kind key, event type, object, request id)`` (kind keys as in
+``workloads.status.FOLLOWED``; event type ``ADDED``/``MODIFIED``/``DELETED``, or ``LISTED`` on a resync) and
+``complete`` is True when ``seen`` is everything the cluster holds (a resync). Billing opens and closes usage
+intervals from it; a failure is logged and never stops the follower.
 """
 
 from __future__ import annotations
@@ -69,8 +78,8 @@ class Slot:
 class CostEstimator(Slot):
     """What a request would cost, from the price list of whoever registered (billing)."""
 
-    def __init__(self) -> None:
-        super().__init__("cost estimate")
+    def __init__(self, name: str = "cost estimate") -> None:
+        super().__init__(name)
         self.currency = ""
 
     def register(self, fn: Callable[[Any], Decimal | None], *, currency: str = "EUR") -> Callable[[Any], Decimal | None]:
@@ -108,3 +117,5 @@ class CostEstimator(Slot):
 
 
 cost_estimator = CostEstimator()
+cost_so_far = CostEstimator("cost so far")
+usage_meter = Slot("usage meter")

@@ -9,6 +9,7 @@ development secret key.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -277,6 +278,11 @@ _invitation_days = os.environ.get("PORTAL_INVITATION_DAYS", "7").strip()
 if not _invitation_days.isdecimal() or not 1 <= int(_invitation_days) <= 90:
     raise ImproperlyConfigured(f"PORTAL_INVITATION_DAYS must be a whole number of days from 1 to 90, not {_invitation_days!r}.")
 PORTAL_INVITATION_DAYS = int(_invitation_days)
+
+# Billing: the price list's currency (ISO 4217); every price is in it (docs/billing.md).
+BILLING_CURRENCY = os.environ.get("BILLING_CURRENCY", "EUR").strip().upper()
+if not re.fullmatch(r"[A-Z]{3}", BILLING_CURRENCY):
+    raise ImproperlyConfigured(f"BILLING_CURRENCY must be a three-letter currency code (ISO 4217), not {BILLING_CURRENCY!r}.")
 PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
 
 # One-time form tokens (portal/forms.py): how long a sent form's result is remembered for replays.

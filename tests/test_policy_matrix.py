@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from billing import policy as billing_policy
 from quotas import policy as quotas_policy
 from quotas.models import QuotaRequest
 from tenants import policy as tenants_policy
@@ -110,6 +111,7 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
      {"carol"}, NONE),
     ("workloads.may_open_notebook (open to approvers)",
      lambda a, w, x: workloads_policy.may_open_notebook(a, _opened(w.notebook[x])), APPROVERS | {"carol"}, OPS),
+    ("billing.may_manage_prices", lambda a, w, x: billing_policy.may_manage_prices(a), OPS, OPS),
 ]
 
 

@@ -45,6 +45,7 @@ from typing import Any
 from django.core.cache import cache
 from django.utils import timezone
 
+from portal.extensions import usage_meter
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
 from portal.labels import REQUEST_LABEL
@@ -318,6 +319,8 @@ class StatusFollower:
                 continue
             self._apply_event(item, f, etype, obj, stats)
         self._save(tracked.values(), stats)
+        # Billing meters usage from the same objects (docs/billing.md); finished requests' events count too.
+        usage_meter.call(cluster=self.cluster, seen=[(f.key, etype, obj, request_id_of(f, obj)) for f, etype, obj in batch])
 
     def _watch_safely(self, f: Followed) -> list[tuple[str, dict[str, Any]]] | None:
         try:
@@ -375,6 +378,8 @@ class StatusFollower:
             self._transition(item, preempted, stats)
             touched.append(item)
         self._save(touched, stats)
+        usage_meter.call(cluster=self.cluster, seen=[(f.key, "LISTED", obj, rid) for rid, pairs in listed.items()
+                                                     for f, obj in pairs], complete=True)
 
     # -- applying what we saw ------------------------------------------------------------------------------------
     def _load(self, ids: set[int]) -> dict[int, _Tracked]:

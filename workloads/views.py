@@ -28,7 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import NotAllowed, PortalError
-from portal.extensions import cost_estimator
+from portal.extensions import cost_estimator, cost_so_far
 from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
@@ -399,6 +399,7 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
         "poll": req.state not in FINAL,
         "poll_seconds": POLL_SECONDS,
         "final": req.state in FINAL,
+        "cost_so_far": cost_so_far.display(req),  # billing's, through portal.extensions (None: no price list)
     }
 
 

@@ -1,8 +1,9 @@
-"""The cost estimate extension point (``portal.extensions.cost_estimator``): workloads asks, billing will answer.
+"""The cost estimate extension point (``portal.extensions.cost_estimator``): workloads asks, billing answers.
 
-Nothing is registered today, so every estimate is null and the pages say billing is not configured. An
-estimator registered here (as billing's ``AppConfig.ready()`` will) shows in the API's ``cost_estimate``,
-in the approvals inbox's context and on the request form; one that fails is logged and shows nothing.
+Billing registers its estimator in its ``AppConfig.ready()``; without a price list it has no answer, so every
+estimate is null and the pages say billing is not configured. An estimator registered here shows in the API's
+``cost_estimate``, in the approvals inbox's context and on the request form; one that fails is logged and shows
+nothing. (Billing's own prices: tests/billing/test_estimate.py.)
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def broken(request: Any) -> Decimal:
     raise RuntimeError("price list unreachable")
 
 
-def test_unregistered_the_estimate_is_null_everywhere(api, as_user, cast, cat) -> None:
-    assert not cost_estimator.active
+def test_without_a_price_list_the_estimate_is_null_everywhere(api, as_user, cast, cat) -> None:
+    assert cost_estimator.active  # billing's, with no prices yet
     req = make_request(cat, cast.vision, cast.carol, gpus=4, duration_hours=3)
     assert api("carol").get(f"{API}/requests/{req.pk}/").json()["cost_estimate"] is None
     [row] = api("bob").get(f"{API}/approvals/").json()["results"]
@@ -67,7 +68,7 @@ def test_a_registered_estimator_shows_in_the_api_the_inbox_and_the_form(api, as_
                 "duration_hours": "2", "priority": "batch", "idempotency_key": "", "param_command": "python train.py"}
         refused = as_user("carol").post("/requests/new/?template=training", sent)
         assert refused.status_code == 200 and "<strong>12.75 EUR</strong>" in refused.content.decode()
-    assert not cost_estimator.active
+    assert cost_estimator.active  # billing's again, and it has no price list
     assert api("carol").get(f"{API}/requests/{req.pk}/").json()["cost_estimate"] is None
 
 

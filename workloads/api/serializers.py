@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api import IdOrNameField, JSONObjectField, StrictSerializerMixin
+from portal.extensions import cost_so_far
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.access import Actor
@@ -169,7 +170,7 @@ class RequestSerializer(serializers.ModelSerializer):
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     approved_by = serializers.CharField(source="approved_by.username", read_only=True, allow_null=True, default=None)
     pending_reason = serializers.SerializerMethodField(help_text="Why it is not running yet; empty when not waiting.")
-    cost_estimate = serializers.SerializerMethodField(help_text="Null until billing exists.")
+    cost_estimate = serializers.SerializerMethodField(help_text="What it would cost over its duration at today's prices; null without a price list.")
 
     class Meta:
         model = WorkloadRequest
@@ -218,10 +219,17 @@ class ExtensionRequestCreateSerializer(StrictSerializerMixin, serializers.Serial
 class RequestDetailSerializer(RequestSerializer):
     timeline = serializers.SerializerMethodField()
     extension_requests = serializers.SerializerMethodField(help_text="Extensions asked for, newest first.")
+    cost_so_far = serializers.SerializerMethodField(
+        help_text="What its usage cost until now (finished runs, and running ones up to now); null without a price list.")
 
     class Meta(RequestSerializer.Meta):
-        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline", "extension_requests"]
+        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline", "extension_requests", "cost_so_far"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True))
+    def get_cost_so_far(self, req: WorkloadRequest) -> str | None:
+        value = cost_so_far.estimate(req)  # billing's, through portal.extensions
+        return None if value is None else str(value)
 
     @extend_schema_field(RequestEventSerializer(many=True))
     def get_timeline(self, req: WorkloadRequest) -> list[dict[str, Any]]:
@@ -362,7 +370,7 @@ class ScaleSerializer(StrictSerializerMixin, serializers.Serializer):
 
 class InboxSerializer(RequestSerializer):
     context = serializers.SerializerMethodField(
-        help_text="quota (the project's rows for this flavor), in_use, waiting_ahead, cost_estimate (null until billing)."
+        help_text="quota (the project's rows for this flavor), in_use, waiting_ahead, cost_estimate (null without a price list)."
     )
 
     class Meta(RequestSerializer.Meta):

@@ -1,0 +1,11 @@
+from rest_framework.routers import SimpleRouter
+
+from .views import DiscountViewSet, PriceViewSet, UsageViewSet
+
+# SimpleRouter: the API root at /api/v1/ belongs to the tenancy router.
+router = SimpleRouter()
+router.register("prices", PriceViewSet, basename="price")
+router.register("discounts", DiscountViewSet, basename="discount")
+router.register("usage", UsageViewSet, basename="usage")
+
+urlpatterns = router.urls
