@@ -197,13 +197,15 @@ def estimate(request_like: Any) -> Decimal | None:
     None when there is no price list, or nothing to price yet (no flavor, no duration). A notebook's home volume
     (``parameters.home_size_gib``, else 20 GiB) is priced for the duration too.
     """
-    flavor = getattr(request_like, "flavor", None)
-    hours = getattr(request_like, "duration_hours", None)
-    if flavor is None or hours in (None, ""):
-        return None
     now = timezone.now()
-    prices = price_list_at(now)
+    prices = price_list_at(now)  # first: without a price list nothing else is read
     if not prices:
+        return None
+    hours = getattr(request_like, "duration_hours", None)
+    if hours in (None, ""):
+        return None
+    flavor = getattr(request_like, "flavor", None)
+    if flavor is None:
         return None
     template = getattr(request_like, "template", None)
     kind = getattr(template, "kind", "")

@@ -64,7 +64,7 @@ def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, requ
 REQUEST_ROW_COLUMNS = (
     "id", "name", "image", "gpus", "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority",
     "state", "state_reason", "pending_reason", "decision_comment", "created_at", "updated_at", "approved_at",
-    "queued_at", "started_at", "finished_at", "expires_at", "template_id",
+    "queued_at", "started_at", "finished_at", "expires_at", "template_id", "tenant_id", "flavor_id",
 )
 
 
@@ -116,6 +116,11 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
             f"EXISTS (SELECT 1 FROM {qn(ExtensionRequest._meta.db_table)} e "
             f"WHERE e.{qn('request_id')} = {qn(WorkloadRequest._meta.db_table)}.{qn('id')})", (), output_field=BooleanField())
     return queryset.values(*columns, **related)
+
+
+def flavors_by_id(ids: Iterable[int]) -> dict[int, Flavor]:
+    """The flavors of a page of rows, by id, in one query (what the cost estimate prices)."""
+    return Flavor.objects.in_bulk(set(ids))
 
 
 def request_timeline_rows(request_id: int) -> QuerySet[RequestEvent]:

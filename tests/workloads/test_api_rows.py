@@ -67,6 +67,31 @@ def test_list_and_detail_json_are_the_serializers(api, cast, cat) -> None:
     assert client.get(f"{API}/requests/abc/").status_code == 404
 
 
+def test_rows_carry_the_cost_estimate_and_cost_so_far_of_the_price_list(api, cast, cat) -> None:
+    """With a price list the rows price each request as the serializers do (one flavor query per page)."""
+    from datetime import UTC, datetime
+
+    from billing import services as billing
+
+    jan = datetime(2026, 1, 1, tzinfo=UTC)
+    for unit, amount, key in (("gpu", "2.00", cat.h100.gpu_model or cat.h100.gpu_product or cat.h100.name),
+                              ("mig", "0.50", cat.mig.mig_profile), ("cpu", "0.05", ""), ("memory", "0.01", ""),
+                              ("storage", "7.30", "")):
+        billing.price_create(actor=cast.actor("ops"), unit=unit, key=key, amount=Decimal(amount), effective_from=jan)
+    reqs = _variety(cast, cat)
+    client = api("carol")
+    listed = client.get(f"{API}/requests/").json()["results"]
+    context = {"request": APIRequestFactory().get("/")}
+    expected = RequestSerializer(selectors.requests_for(actor=cast.actor("carol")).order_by("-created_at", "-id"),
+                                 many=True, context=context).data
+    assert [row["cost_estimate"] for row in listed] == [row["cost_estimate"] for row in expected]
+    assert all(row["cost_estimate"] not in (None, "0.00") for row in listed)
+    for req in reqs:
+        detail = client.get(f"{API}/requests/{req.pk}/").json()
+        assert detail == RequestDetailSerializer(selectors.requests_for(actor=cast.actor("carol")).get(pk=req.pk)).data
+        assert detail["cost_so_far"] == "0.00"  # nothing metered yet
+
+
 def test_cursor_walks_every_row_once_while_new_rows_arrive(api, cast, cat) -> None:
     before = {make_request(cat, cast.vision, cast.carol).pk for _ in range(7)}
     client = api("carol")

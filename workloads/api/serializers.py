@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api import IdOrNameField, JSONObjectField, StrictSerializerMixin
-from portal.extensions import cost_so_far
+from portal.extensions import cost_estimator, cost_so_far
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor
 from tenants.access import Actor
@@ -431,9 +431,56 @@ class _PendingView:
         self.flavor = row["flavor_display_name"] or row["flavor_name"]  # str(Flavor)
 
 
-def request_row_data(row: dict[str, Any]) -> dict[str, Any]:
-    """One row as ``RequestSerializer`` shows the request (the cost estimate null: see ``rows_serializable``)."""
+class _EstimateView:
+    """What a cost estimator reads of a request (``portal.extensions``), from a row; its flavor is read (for the
+    whole page at once, see ``RowFlavors``) only when the estimator asks for it."""
+
+    __slots__ = ("pk", "tenant", "project", "template", "gpus", "replicas", "cpu", "memory_gib",
+                 "duration_hours", "priority", "parameters", "kind", "_flavor_id", "_flavors")
+
+    def __init__(self, row: dict[str, Any], flavors: RowFlavors) -> None:
+        self.pk = row["id"]
+        self.tenant = _Keyed(row["tenant_id"])
+        self.project = None
+        self.kind = row["template_kind"]
+        self.template = self
+        self._flavor_id, self._flavors = row["flavor_id"], flavors
+        self.gpus, self.replicas, self.cpu = row["gpus"], row["replicas"], row["cpu"]
+        self.memory_gib, self.duration_hours = row["memory_gib"], row["duration_hours"]
+        self.priority, self.parameters = row["priority"], row["parameters"]
+
+    @property
+    def flavor(self) -> Flavor | None:
+        return self._flavors.get(self._flavor_id)
+
+
+class _Keyed:
+    __slots__ = ("pk", "id")
+
+    def __init__(self, pk: int) -> None:
+        self.pk = self.id = pk
+
+
+class RowFlavors:
+    """The flavors of a page of rows, read in one query the first time an estimate needs one (never while
+    there is no price list)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self._ids = {row["flavor_id"] for row in rows}
+        self._flavors: dict[int, Flavor] | None = None
+
+    def get(self, flavor_id: int) -> Flavor | None:
+        if self._flavors is None or flavor_id not in self._flavors:
+            self._flavors = selectors.flavors_by_id(self._ids | {flavor_id})
+        return self._flavors.get(flavor_id)
+
+
+def request_row_data(row: dict[str, Any], flavors: RowFlavors | None = None) -> dict[str, Any]:
+    """One row as ``RequestSerializer`` shows the request; ``flavors`` (the page's) price its cost estimate."""
     f = _row_fields()
+    estimate = None
+    if cost_estimator.active:
+        estimate = selectors.request_cost_estimate(_EstimateView(row, flavors or RowFlavors([row])))
     return {
         "id": row["id"], "name": f["name"].to_representation(row["name"]), "k8s_name": f"req-{row['id']}",
         "namespace": row["project_cluster_namespace"] or row["project_slug"],  # Project.namespace
@@ -445,7 +492,7 @@ def request_row_data(row: dict[str, Any]) -> dict[str, Any]:
         "parameters": _plain(f, "parameters", row["parameters"]), "duration_hours": row["duration_hours"],
         "priority": row["priority"], "state": row["state"], "state_reason": row["state_reason"],
         "pending_reason": selectors.request_pending_reason(_PendingView(row)),  # type: ignore[arg-type]
-        "cost_estimate": None, "requested_by": row["requested_by_username"],
+        "cost_estimate": estimate, "requested_by": row["requested_by_username"],
         "approved_by": row["approved_by_username"], "decision_comment": row["decision_comment"],
         **{name: _plain(f, name, row[name]) for name in (
             "created_at", "updated_at", "approved_at", "queued_at", "started_at", "finished_at", "expires_at")},
@@ -477,12 +524,7 @@ def request_detail_data(row: dict[str, Any]) -> dict[str, Any]:
          "comment": ext["comment"], "created_at": _plain(f, "ext_created_at", ext["created_at"])}
         for ext in (selectors.request_extension_rows(row["id"]) if row["has_extension_requests"] else [])
     ]
+    so_far = cost_so_far.estimate(_Keyed(row["id"]))  # billing's, through portal.extensions
+    data["cost_so_far"] = None if so_far is None else str(so_far)
     return data
 
-
-def rows_serializable() -> bool:
-    """Rows serve the list and detail unless billing estimates costs: the estimator takes a request (or
-    anything with its related objects), so then the serializers take model instances."""
-    from portal.extensions import cost_estimator
-
-    return not cost_estimator.active

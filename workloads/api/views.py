@@ -328,9 +328,6 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     def _detail_body(self, pk: int, *, filtered: bool = False) -> dict:
         """The detail's JSON, read as rows (``selectors.request_rows``); ``filtered``: through the list's filters
         too, as DRF's retrieve does. 404 when the actor cannot see it."""
-        if not serializers.rows_serializable():
-            queryset = self.filter_queryset(self.get_queryset()) if filtered else self.get_queryset()
-            return RequestDetailSerializer(get_object_or_404(queryset, pk=pk)).data
         queryset = selectors.request_scope_for(actor=actor_of(self.request))
         queryset = self._filtered(queryset) if filtered else queryset
         row = selectors.request_rows(queryset.filter(pk=pk).order_by(), detail=True).first()
@@ -351,11 +348,10 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
 
     def list(self, request: Request, *args, **kwargs) -> Response:
         """Newest first (``?ordering=`` another order); paged by cursor: follow ``next`` (docs: README, Using the API)."""
-        if not serializers.rows_serializable():
-            return super().list(request, *args, **kwargs)
         queryset = self._filtered(selectors.request_scope_for(actor=actor_of(request)))
-        page = self.paginate_queryset(selectors.request_rows(queryset))
-        return self.get_paginated_response([serializers.request_row_data(row) for row in page])
+        page = list(self.paginate_queryset(selectors.request_rows(queryset)))
+        flavors = serializers.RowFlavors(page)
+        return self.get_paginated_response([serializers.request_row_data(row, flavors) for row in page])
 
     @extend_schema(
         parameters=[IF_NONE_MATCH_HEADER, ETAG_HEADER],
