@@ -13,9 +13,8 @@ from django.utils.text import capfirst
 from portal import labels
 from portal.extensions import cost_estimator
 from quotas.models import Flavor, Quota
-from tenants.access import Actor, is_ops
+from tenants.access import Actor, is_ops, scope_of
 from tenants.models import Project
-from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
 from .models import (
@@ -45,7 +44,7 @@ def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, requ
     base = WorkloadRequest.objects.select_related(
         "tenant", "project", "template", "flavor", "requested_by", "approved_by"
     )
-    visible = base if _is_ops(actor) else base.filter(project__in=projects_for(actor=actor).values("pk"))
+    visible = base.filter(scope_of(actor).in_projects("project"))
     if filters:
         return RequestFilter(filters, queryset=visible, request=request).qs
     return visible
@@ -63,7 +62,7 @@ def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     CPU flavor, that the project's running requests hold in that flavor) and ``quota_rows`` (the
     project's Quota rows, prefetched). See ``approval_context()``.
     """
-    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    approvable = scope_of(actor).in_projects("project", "approve_project")
     same = WorkloadRequest.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor")).order_by()
     ahead = same.filter(state__in=IN_QUEUE).values("project").annotate(n=Count("pk")).values("n")
     in_use = (
@@ -74,7 +73,7 @@ def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     )
     return (
         requests_for(actor=actor)
-        .filter(state=S.PENDING_APPROVAL, project__in=approvable)
+        .filter(approvable, state=S.PENDING_APPROVAL)
         .annotate(
             waiting_ahead=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)),
             in_use=Coalesce(Subquery(in_use, output_field=IntegerField()), Value(0)),
@@ -94,12 +93,12 @@ def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[Ext
     base = ExtensionRequest.objects.select_related(
         "request__project__tenant", "request__template", "request__flavor", "requested_by", "decided_by"
     )
-    if not _is_ops(actor):
-        base = base.filter(request__project__in=projects_for(actor=actor).values("pk"))
+    scope = scope_of(actor)
+    base = base.filter(scope.in_projects("request__project"))
     if not inbox:
         return base.order_by("-created_at", "-id")
-    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
-    return base.filter(status=ExtensionRequest.Status.PENDING, request__project__in=approvable).order_by("created_at", "id")
+    approvable = scope.in_projects("request__project", "approve_project")
+    return base.filter(approvable, status=ExtensionRequest.Status.PENDING).order_by("created_at", "id")
 
 
 class _Count(Subquery):
@@ -113,9 +112,9 @@ class _Count(Subquery):
 def approvals_waiting(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     """The workload requests waiting for ``actor``'s decision: pending approval, or with a pending extension
     request, in the projects where ``actor`` may decide (the Approvals inbox's rows)."""
-    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    approvable = scope_of(actor).in_projects("project", "approve_project")
     extension_waits = ExtensionRequest.objects.filter(request=OuterRef("pk"), status=ExtensionRequest.Status.PENDING)
-    return WorkloadRequest.objects.filter(project__in=approvable).filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
+    return WorkloadRequest.objects.filter(approvable).filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
 
 
 def approvals_waiting_counts(*, actor: Actor) -> dict[str, int]:
@@ -290,7 +289,7 @@ def presets_for(*, actor: Actor) -> QuerySet[RequestPreset]:
     if actor.user is None or not actor.user.is_authenticated:
         return RequestPreset.objects.none()
     return RequestPreset.objects.select_related("project__tenant").filter(
-        owner=actor.user, project__in=projects_for(actor=actor).values("pk")
+        scope_of(actor).in_projects("project"), owner=actor.user
     )
 
 
@@ -395,15 +394,16 @@ def volumes_for(*, actor: Actor) -> QuerySet[Volume]:
     if _is_ops(actor):
         return base
     mine = Q(owner__isnull=True) | Q(owner=actor.user) if actor.user is not None else Q(owner__isnull=True)
-    return base.filter(project__in=projects_for(actor=actor).values("pk")).filter(mine)
+    return base.filter(scope_of(actor).in_projects("project")).filter(mine)
 
 
 def approval_rules_for(*, actor: Actor) -> QuerySet[ApprovalRule]:
     """Global rules (everyone may read what applies to them) and the rules of visible projects."""
     base = ApprovalRule.objects.select_related("project__tenant")
-    if _is_ops(actor):
+    scope = scope_of(actor)
+    if scope.everything:
         return base
-    return base.filter(Q(project__isnull=True) | Q(project__in=projects_for(actor=actor).values("pk")))
+    return base.filter(Q(project__isnull=True) | scope.in_projects("project"))
 
 
 # Notebooks and logs --------------------------------------------------------------------------------------------
