@@ -5,8 +5,8 @@ Memberships are the source of truth. ``scope_of(actor)`` reads the actor's membe
 ``ActorScope``: the project and tenant ids per permission, and the actor's role labels. Selectors filter
 by those integer ids and ``has_perm`` answers from them without a query.
 
-``permissions_sync()`` also keeps django-guardian's object permission rows in step (for whoever reads
-them outside the portal's own checks, e.g. the Django admin); every service that changes memberships or
+``permissions_sync()`` also keeps django-guardian's object permission rows in step (who holds a
+permission on a project: ``workloads.selectors.request_approvers``); every service that changes memberships or
 projects calls it in the same transaction. A remembered scope is dropped whenever memberships or
 projects change (``scope_forget``), so what a user can see changes at once.
 """
