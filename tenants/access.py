@@ -158,14 +158,15 @@ class ActorScope:
 EVERYTHING = ActorScope(everything=True)
 NOTHING = ActorScope()
 
-# Bumped whenever memberships or projects change in this process: a scope remembered before is recomputed.
-_generation = 0
+# Replaced whenever memberships or projects change in this process: a scope remembered under another one is
+# recomputed. An object, compared by identity: a user object from elsewhere (a pickle) never matches.
+_generation = object()
 
 
 def scope_forget() -> None:
     """Forget every remembered scope (memberships or projects changed)."""
     global _generation
-    _generation += 1
+    _generation = object()
 
 
 def scope_forget_on_change(sender: Any, **kwargs: Any) -> None:
@@ -210,12 +211,12 @@ def _membership_scope(user: Any) -> ActorScope:
 def _user_scope(user: Any) -> ActorScope:
     """The user's own scope (no token), remembered on the user object: a request's user is loaded once per
     request, so each request computes it once, however many times views, predicates and tags ask."""
-    remembered = user.__dict__.get("_portal_scope")
-    if remembered is not None and remembered[0] == _generation:
+    remembered = getattr(user, "_portal_scope", None)  # through request.user's lazy wrapper, on the user itself
+    if remembered is not None and remembered[0] is _generation:
         return remembered[1]
     generation = _generation
     scope = EVERYTHING if user.is_superuser else _membership_scope(user)
-    user.__dict__["_portal_scope"] = (generation, scope)
+    user._portal_scope = (generation, scope)
     return scope
 
 
@@ -250,12 +251,12 @@ def scope_of(actor: Actor) -> ActorScope:
     token = actor.token
     if token is None:
         return EVERYTHING if is_ops(user) else _user_scope(user)
-    remembered = token.__dict__.get("_portal_scope")
-    if remembered is not None and remembered[0] == _generation:
+    remembered = getattr(token, "_portal_scope", None)
+    if remembered is not None and remembered[0] is _generation:
         return remembered[1]
     generation = _generation
     scope = _token_scope(_user_scope(user), token)
-    token.__dict__["_portal_scope"] = (generation, scope)
+    token._portal_scope = (generation, scope)
     return scope
 
 
