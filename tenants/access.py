@@ -13,7 +13,7 @@ projects change (``scope_forget``), so what a user can see changes at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -107,23 +107,57 @@ _NOTHING: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
+class Grants:
+    """What memberships grant: ``projects[perm]`` / ``tenants[perm]``, the ids on which the actor holds ``perm``
+    (``view_project``, ``submit_project``, ``change_tenant``...); ``by_project`` / ``by_tenant``, the actor's own
+    role labels (tenant-wide roles by tenant); ``memberships``, (tenant id, project id or None, role) rows."""
+
+    projects: dict[str, frozenset[int]] = field(default_factory=dict)
+    tenants: dict[str, frozenset[int]] = field(default_factory=dict)
+    by_project: dict[int, str] = field(default_factory=dict)
+    by_tenant: dict[int, str] = field(default_factory=dict)
+    memberships: tuple[tuple[int, int | None, str], ...] = ()
+
+
 class ActorScope:
     """What one actor may see and do, as integer ids (computed once per request, see ``scope_of``).
 
     ``everything``: ops without a token and the system actor; no list is filtered for them. Otherwise
-    ``projects[perm]`` / ``tenants[perm]`` are the ids on which the actor holds ``perm`` (``view_project``,
-    ``submit_project``, ``change_tenant``...), and ``visible_projects`` / ``visible_tenants`` what the lists
-    show (a token lists its own project and tenant). ``by_project`` / ``by_tenant``: the actor's own role
-    labels (tenant-wide roles by tenant); ``memberships``: (tenant id, project id or None, role) rows."""
+    ``visible_projects`` / ``visible_tenants`` are what the lists show (a token: its own project and tenant) and
+    ``grants`` what the actor may do where (for a token read on first use: its lists need only its project)."""
 
-    everything: bool = False
-    projects: dict[str, frozenset[int]] = field(default_factory=dict)
-    tenants: dict[str, frozenset[int]] = field(default_factory=dict)
-    visible_projects: frozenset[int] = _NOTHING
-    visible_tenants: frozenset[int] = _NOTHING
-    by_project: dict[int, str] = field(default_factory=dict)
-    by_tenant: dict[int, str] = field(default_factory=dict)
-    memberships: tuple[tuple[int, int | None, str], ...] = ()
+    def __init__(self, *, everything: bool = False, visible_projects: frozenset[int] = _NOTHING,
+                 visible_tenants: frozenset[int] = _NOTHING, grants: Grants | Callable[[], Grants] | None = None):
+        self.everything = everything
+        self.visible_projects = visible_projects
+        self.visible_tenants = visible_tenants
+        self._grants = Grants() if grants is None else grants
+
+    @property
+    def grants(self) -> Grants:
+        if not isinstance(self._grants, Grants):
+            self._grants = self._grants()
+        return self._grants
+
+    @property
+    def projects(self) -> dict[str, frozenset[int]]:
+        return self.grants.projects
+
+    @property
+    def tenants(self) -> dict[str, frozenset[int]]:
+        return self.grants.tenants
+
+    @property
+    def by_project(self) -> dict[int, str]:
+        return self.grants.by_project
+
+    @property
+    def by_tenant(self) -> dict[int, str]:
+        return self.grants.by_tenant
+
+    @property
+    def memberships(self) -> tuple[tuple[int, int | None, str], ...]:
+        return self.grants.memberships
 
     def project_ids(self, perm: str = "view_project") -> list[int]:
         """The projects where the actor holds ``perm``, sorted (for ``pk__in=``; meaningless when ``everything``)."""
@@ -201,10 +235,10 @@ def _membership_scope(user: Any) -> ActorScope:
     frozen_projects = {codename: frozenset(ids) for codename, ids in projects.items()}
     frozen_tenants = {codename: frozenset(ids) for codename, ids in tenants.items()}
     return ActorScope(
-        projects=frozen_projects, tenants=frozen_tenants,
         visible_projects=frozen_projects.get("view_project", _NOTHING),
         visible_tenants=frozen_tenants.get("view_tenant", _NOTHING),
-        by_project=by_project, by_tenant=by_tenant, memberships=tuple(rows),
+        grants=Grants(projects=frozen_projects, tenants=frozen_tenants, by_project=by_project, by_tenant=by_tenant,
+                      memberships=tuple(rows)),
     )
 
 
@@ -220,24 +254,25 @@ def _user_scope(user: Any) -> ActorScope:
     return scope
 
 
-def _token_scope(user_scope: ActorScope, token: ApiToken) -> ActorScope:
+def _token_scope(user: Any, token: ApiToken) -> ActorScope:
     """A token acts as its user, narrowed to its project (and tenant) and to its scope's permissions. It lists its
-    project and tenant; it holds a permission there only where its user does."""
+    project and tenant; it holds a permission there only where its user does (their scope, read when first asked)."""
     project_id, tenant_id = token.project_id, token.project.tenant_id
-    allowed = TOKEN_PERMS[token.scope]
-    projects: dict[str, frozenset[int]] = {}
-    tenants: dict[str, frozenset[int]] = {}
-    for codename in allowed:
-        if user_scope.everything or project_id in user_scope.projects.get(codename, _NOTHING):
-            projects[codename] = frozenset((project_id,))
-        if user_scope.everything or tenant_id in user_scope.tenants.get(codename, _NOTHING):
-            tenants[codename] = frozenset((tenant_id,))
-    return ActorScope(
-        projects=projects, tenants=tenants,
-        visible_projects=frozenset((project_id,)), visible_tenants=frozenset((tenant_id,)),
-        by_project={k: v for k, v in user_scope.by_project.items() if k == project_id},
-        memberships=tuple(m for m in user_scope.memberships if m[1] == project_id),
-    )
+
+    def grants() -> Grants:
+        user_scope = _user_scope(user)
+        projects: dict[str, frozenset[int]] = {}
+        tenants: dict[str, frozenset[int]] = {}
+        for codename in TOKEN_PERMS[token.scope]:
+            if user_scope.everything or project_id in user_scope.projects.get(codename, _NOTHING):
+                projects[codename] = frozenset((project_id,))
+            if user_scope.everything or tenant_id in user_scope.tenants.get(codename, _NOTHING):
+                tenants[codename] = frozenset((tenant_id,))
+        return Grants(projects=projects, tenants=tenants,
+                      by_project={k: v for k, v in user_scope.by_project.items() if k == project_id},
+                      memberships=tuple(m for m in user_scope.memberships if m[1] == project_id))
+
+    return ActorScope(visible_projects=frozenset((project_id,)), visible_tenants=frozenset((tenant_id,)), grants=grants)
 
 
 def scope_of(actor: Actor) -> ActorScope:
@@ -255,7 +290,7 @@ def scope_of(actor: Actor) -> ActorScope:
     if remembered is not None and remembered[0] is _generation:
         return remembered[1]
     generation = _generation
-    scope = _token_scope(_user_scope(user), token)
+    scope = _token_scope(user, token)
     token._portal_scope = (generation, scope)
     return scope
 

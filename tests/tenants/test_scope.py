@@ -95,3 +95,13 @@ def test_a_remembered_scope_follows_membership_changes(cast) -> None:
     assert "acme-new" not in set(projects_for(actor=alice).values_list("slug", flat=True))
     make_project(cast.acme, "acme-new")
     assert "acme-new" in set(projects_where(actor=alice, perm="approve_project").values_list("slug", flat=True))
+
+
+def test_a_token_list_reads_no_memberships(cast, token_client) -> None:
+    # A token lists its own project: its user's memberships are read only when a permission is asked.
+    client, _ = token_client("carol", cast.vision)
+    assert client.get("/api/v1/requests/").status_code == 200
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get("/api/v1/requests/").status_code == 200
+    assert not [q["sql"] for q in ctx.captured_queries if 'FROM "tenants_membership"' in q["sql"]]
+    assert [p["slug"] for p in client.get("/api/v1/projects/").json()["results"]] == ["acme-vision"]
