@@ -1,9 +1,9 @@
 """Who may do what in tenancy: the one place the rules live.
 
 Each ``may_*`` predicate answers for one actor and one object, from the actor's scope that
-``tenants.access.scope_of`` reads from their memberships once per request (no query after that; ops and
-the system actor may do everything; an API token never more than its scope). Services enforce these predicates; views, API views and
-templates only ask them, so a button is shown exactly when the service would accept the action.
+``tenants.access.scope_of`` reads from their memberships once per request (no query after that; ops
+and the system actor may do everything; an API token never more than its scope). Services enforce
+these predicates; views, API views and templates only ask them, so a button is shown exactly when the service would accept the action.
 """
 
 from __future__ import annotations

@@ -589,7 +589,7 @@ def _ops_snapshot(user: Any) -> dict[str, Any]:
 
 def _forget_perms(user: Any) -> None:
     # is_ops() and Django cache permissions on the user object; this one may be the request's user.
-    for attr in ("_portal_is_ops", "_perm_cache", "_user_perm_cache", "_group_perm_cache", "_portal_scope"):
+    for attr in ("_portal_is_ops", "_perm_cache", "_user_perm_cache", "_group_perm_cache"):
         user.__dict__.pop(attr, None)
 
 

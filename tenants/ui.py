@@ -17,7 +17,7 @@ from .models import Membership, Project, Role, Tenant
 
 def refresh_perms(user: Any) -> None:
     # Permissions are cached on the request's user; a write in this request may have changed them.
-    for attr in ("_perm_cache", "_user_perm_cache", "_group_perm_cache", "_portal_is_ops", "_portal_scope"):
+    for attr in ("_perm_cache", "_user_perm_cache", "_group_perm_cache", "_portal_is_ops"):
         user.__dict__.pop(attr, None)
 
 
