@@ -9,11 +9,9 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum, prefetch_related_objects
-from guardian.shortcuts import get_objects_for_user
 
-from tenants.access import OPS_GROUP, Actor, is_ops
+from tenants.access import OPS_GROUP, Actor, is_ops, scope_of
 from tenants.models import Project, Role, Tenant
-from tenants.selectors import admin_tenants_for, projects_for, projects_where
 
 from . import architectures
 from .capacity import Enforcement, capacity_by_flavor
@@ -103,22 +101,15 @@ def lookup_by_id_or_name(queryset: QuerySet[Any], key: str) -> Any:
 # Quotas ----------------------------------------------------------------------------------------
 
 
-def _change_tenants(actor: Actor) -> QuerySet[Tenant]:
-    """Tenants whose settings (and quota split) ``actor`` may change: tenant admins' tenants."""
-    if actor.token is not None:
-        return Tenant.objects.none()
-    if is_ops(actor.user):
-        return Tenant.objects.all()
-    return get_objects_for_user(actor.user, "tenants.change_tenant", klass=Tenant, accept_global_perms=False)
-
-
 def quotas_for(*, actor: Actor) -> QuerySet[Quota]:
     """Scoped like projects: ops see every row; tenant admins their tenants' rows (the tenant's own
     and its projects'); members and viewers the rows of the projects they see."""
     base = Quota.objects.select_related("tenant", "project", "flavor__cluster")
-    if _ops(actor):
+    scope = scope_of(actor)
+    if scope.everything:
         return base
-    return base.filter(Q(tenant__in=admin_tenants_for(actor=actor)) | Q(project__in=projects_for(actor=actor)))
+    admin_tenants = [] if actor.token is not None else scope.tenant_ids("manage_members_tenant")
+    return base.filter(Q(tenant_id__in=admin_tenants) | scope.in_projects("project"))
 
 
 def tenant_quotas_for(*, tenant: Tenant) -> QuerySet[Quota]:
@@ -447,12 +438,13 @@ def quota_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[QuotaRe
     user = actor.user
     if actor.token is not None:
         return base.none() if inbox else base.filter(project_id=actor.token.project_id, requested_by=user)
-    approve_projects = projects_where(actor=actor, perm="approve_project").values("pk")
-    admin_tenants = _change_tenants(actor).values("pk")
+    scope = scope_of(actor)
+    approve_projects = scope.project_ids("approve_project")
+    admin_tenants = scope.tenant_ids("change_tenant")  # tenants whose quota split the actor may change
     if not inbox:
-        return base.filter(Q(requested_by=user) | Q(project__in=approve_projects) | Q(project__tenant__in=admin_tenants))
-    tenant_tier = Q(approver__in=[Approver.PROJECT_ADMIN, Approver.TENANT_ADMIN], project__tenant__in=admin_tenants)
-    project_tier = Q(approver=Approver.PROJECT_ADMIN, project__in=approve_projects) & ~Q(requested_by=user)
+        return base.filter(Q(requested_by=user) | Q(project_id__in=approve_projects) | Q(project__tenant_id__in=admin_tenants))
+    tenant_tier = Q(approver__in=[Approver.PROJECT_ADMIN, Approver.TENANT_ADMIN], project__tenant_id__in=admin_tenants)
+    project_tier = Q(approver=Approver.PROJECT_ADMIN, project_id__in=approve_projects) & ~Q(requested_by=user)
     return base.filter(status=QuotaRequest.Status.PENDING).filter(tenant_tier | project_tier)
 
 

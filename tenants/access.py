@@ -1,18 +1,26 @@
-"""Who may do what: roles map to django-guardian object permissions, kept in sync with memberships.
+"""Who may do what: roles map to permissions on tenants and projects.
 
-Memberships are the source of truth. ``permissions_sync()`` rewrites a user's guardian rows for one
-tenant from them; every service that changes memberships or projects calls it in the same
-transaction, so what a user can see changes at once.
+Memberships are the source of truth. ``scope_of(actor)`` reads the actor's memberships once per request
+(at most two queries: the memberships, then the projects of the tenants they administer) into an
+``ActorScope``: the project and tenant ids per permission, and the actor's role labels. Selectors filter
+by those integer ids and ``has_perm`` answers from them without a query.
+
+``permissions_sync()`` also keeps django-guardian's object permission rows in step (who holds a
+permission on a project: ``workloads.selectors.request_approvers``); every service that changes memberships or
+projects calls it in the same transaction. A remembered scope is dropped whenever memberships or
+projects change (``scope_forget``), so what a user can see changes at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.contenttypes.models import ContentType
+from django.db.models import Q
 from guardian.models import UserObjectPermission
 from django.contrib.auth.models import Permission
 
@@ -93,29 +101,214 @@ def is_ops(user: AbstractBaseUser | AnonymousUser | None) -> bool:
     return cached
 
 
+# What an actor may see and do ------------------------------------------------------------------------------------
+
+_NOTHING: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What memberships grant: ``projects[perm]`` / ``tenants[perm]``, the ids on which the actor holds ``perm``
+    (``view_project``, ``submit_project``, ``change_tenant``...); ``by_project`` / ``by_tenant``, the actor's own
+    role labels (tenant-wide roles by tenant); ``memberships``, (tenant id, project id or None, role) rows."""
+
+    projects: dict[str, frozenset[int]] = field(default_factory=dict)
+    tenants: dict[str, frozenset[int]] = field(default_factory=dict)
+    by_project: dict[int, str] = field(default_factory=dict)
+    by_tenant: dict[int, str] = field(default_factory=dict)
+    memberships: tuple[tuple[int, int | None, str], ...] = ()
+
+
+class ActorScope:
+    """What one actor may see and do, as integer ids (computed once per request, see ``scope_of``).
+
+    ``everything``: ops without a token and the system actor; no list is filtered for them. Otherwise
+    ``visible_projects`` / ``visible_tenants`` are what the lists show (a token: its own project and tenant) and
+    ``grants`` what the actor may do where (for a token read on first use: its lists need only its project)."""
+
+    def __init__(self, *, everything: bool = False, visible_projects: frozenset[int] = _NOTHING,
+                 visible_tenants: frozenset[int] = _NOTHING, grants: Grants | Callable[[], Grants] | None = None):
+        self.everything = everything
+        self.visible_projects = visible_projects
+        self.visible_tenants = visible_tenants
+        self._grants = Grants() if grants is None else grants
+
+    @property
+    def grants(self) -> Grants:
+        if not isinstance(self._grants, Grants):
+            self._grants = self._grants()
+        return self._grants
+
+    @property
+    def projects(self) -> dict[str, frozenset[int]]:
+        return self.grants.projects
+
+    @property
+    def tenants(self) -> dict[str, frozenset[int]]:
+        return self.grants.tenants
+
+    @property
+    def by_project(self) -> dict[int, str]:
+        return self.grants.by_project
+
+    @property
+    def by_tenant(self) -> dict[int, str]:
+        return self.grants.by_tenant
+
+    @property
+    def memberships(self) -> tuple[tuple[int, int | None, str], ...]:
+        return self.grants.memberships
+
+    def project_ids(self, perm: str = "view_project") -> list[int]:
+        """The projects where the actor holds ``perm``, sorted (for ``pk__in=``; meaningless when ``everything``)."""
+        return sorted(self.projects.get(perm, _NOTHING))
+
+    def tenant_ids(self, perm: str = "view_tenant") -> list[int]:
+        return sorted(self.tenants.get(perm, _NOTHING))
+
+    def in_projects(self, path: str = "project", perm: str | None = None) -> Q:
+        """A filter on the project foreign key at ``path`` (``"project"``, ``"request__project"``; ``"pk"`` for
+        projects themselves): in the visible projects, or in those where the actor holds ``perm``. Empty (no
+        filter) for ``everything``, so only AND it with others."""
+        if self.everything:
+            return Q()
+        ids = sorted(self.visible_projects) if perm is None else self.project_ids(perm)
+        return Q(**{("pk__in" if path == "pk" else f"{path}_id__in"): ids})
+
+    def in_tenants(self, path: str = "tenant", perm: str | None = None) -> Q:
+        """``in_projects`` for the tenant foreign key at ``path``."""
+        if self.everything:
+            return Q()
+        ids = sorted(self.visible_tenants) if perm is None else self.tenant_ids(perm)
+        return Q(**{("pk__in" if path == "pk" else f"{path}_id__in"): ids})
+
+    def allows(self, perm: str, obj: Tenant | Project) -> bool:
+        if self.everything:
+            return True
+        ids = self.projects if isinstance(obj, Project) else self.tenants
+        return obj.pk in ids.get(perm, _NOTHING)
+
+
+EVERYTHING = ActorScope(everything=True)
+NOTHING = ActorScope()
+
+# Replaced whenever memberships or projects change in this process: a scope remembered under another one is
+# recomputed. An object, compared by identity: a user object from elsewhere (a pickle) never matches.
+_generation = object()
+
+
+def scope_forget() -> None:
+    """Forget every remembered scope (memberships or projects changed)."""
+    global _generation
+    _generation = object()
+
+
+def scope_forget_on_change(sender: Any, **kwargs: Any) -> None:
+    """Signal receiver (``post_save``/``post_delete`` of memberships and projects, see ``TenantsConfig.ready``):
+    a membership or project written directly, not through a service, is seen at once too."""
+    scope_forget()
+
+
+def _membership_scope(user: Any) -> ActorScope:
+    """``user``'s scope from their memberships: one query, plus one for the projects of tenants they administer."""
+    rows = list(Membership.objects.filter(user_id=user.pk).order_by().values_list("tenant_id", "project_id", "role"))
+    wide = sorted({tenant_id for tenant_id, project_id, _ in rows if project_id is None})
+    tenant_projects: dict[int, list[int]] = {tenant_id: [] for tenant_id in wide}
+    if wide:
+        for pk, tenant_id in Project.objects.filter(tenant_id__in=wide).order_by().values_list("pk", "tenant_id"):
+            tenant_projects[tenant_id].append(pk)
+    projects: dict[str, set[int]] = {}
+    tenants: dict[str, set[int]] = {}
+    by_project: dict[int, str] = {}
+    by_tenant: dict[int, str] = {}
+    for tenant_id, project_id, role in rows:
+        for codename in TENANT_PERMS[role]:
+            tenants.setdefault(codename, set()).add(tenant_id)
+        scope: Iterable[int] = tenant_projects[tenant_id] if project_id is None else (project_id,)
+        for codename in PROJECT_PERMS[role]:
+            projects.setdefault(codename, set()).update(scope)
+        label = Role(role).label
+        if project_id is None:
+            by_tenant[tenant_id] = label
+        else:
+            by_project[project_id] = label
+    frozen_projects = {codename: frozenset(ids) for codename, ids in projects.items()}
+    frozen_tenants = {codename: frozenset(ids) for codename, ids in tenants.items()}
+    return ActorScope(
+        visible_projects=frozen_projects.get("view_project", _NOTHING),
+        visible_tenants=frozen_tenants.get("view_tenant", _NOTHING),
+        grants=Grants(projects=frozen_projects, tenants=frozen_tenants, by_project=by_project, by_tenant=by_tenant,
+                      memberships=tuple(rows)),
+    )
+
+
+def _user_scope(user: Any) -> ActorScope:
+    """The user's own scope (no token), remembered on the user object: a request's user is loaded once per
+    request, so each request computes it once, however many times views, predicates and tags ask."""
+    remembered = getattr(user, "_portal_scope", None)  # through request.user's lazy wrapper, on the user itself
+    if remembered is not None and remembered[0] is _generation:
+        return remembered[1]
+    generation = _generation
+    scope = EVERYTHING if user.is_superuser else _membership_scope(user)
+    user._portal_scope = (generation, scope)
+    return scope
+
+
+def _token_scope(user: Any, token: ApiToken) -> ActorScope:
+    """A token acts as its user, narrowed to its project (and tenant) and to its scope's permissions. It lists its
+    project and tenant; it holds a permission there only where its user does (their scope, read when first asked)."""
+    project_id, tenant_id = token.project_id, token.project.tenant_id
+
+    def grants() -> Grants:
+        user_scope = _user_scope(user)
+        projects: dict[str, frozenset[int]] = {}
+        tenants: dict[str, frozenset[int]] = {}
+        for codename in TOKEN_PERMS[token.scope]:
+            if user_scope.everything or project_id in user_scope.projects.get(codename, _NOTHING):
+                projects[codename] = frozenset((project_id,))
+            if user_scope.everything or tenant_id in user_scope.tenants.get(codename, _NOTHING):
+                tenants[codename] = frozenset((tenant_id,))
+        return Grants(projects=projects, tenants=tenants,
+                      by_project={k: v for k, v in user_scope.by_project.items() if k == project_id},
+                      memberships=tuple(m for m in user_scope.memberships if m[1] == project_id))
+
+    return ActorScope(visible_projects=frozenset((project_id,)), visible_tenants=frozenset((tenant_id,)), grants=grants)
+
+
+def scope_of(actor: Actor) -> ActorScope:
+    """What ``actor`` may see and do: everything (ops without a token, the system), nothing (nobody signed
+    in), else from their memberships, narrowed by their token. Computed once per request."""
+    user = actor.user
+    if user is None:
+        return EVERYTHING  # the system itself (tasks, seeding)
+    if not user.is_authenticated:
+        return NOTHING
+    token = actor.token
+    if token is None:
+        return EVERYTHING if is_ops(user) else _user_scope(user)
+    remembered = getattr(token, "_portal_scope", None)
+    if remembered is not None and remembered[0] is _generation:
+        return remembered[1]
+    generation = _generation
+    scope = _token_scope(user, token)
+    token._portal_scope = (generation, scope)
+    return scope
+
+
 def has_perm(actor: Actor, perm: str, obj: Tenant | Project) -> bool:
-    """Object permission check for ``perm`` (a codename like ``change_project``) on ``obj``."""
+    """Object permission check for ``perm`` (a codename like ``change_project``) on ``obj``, from the actor's
+    scope (no query once the scope is known)."""
     user = actor.user
     if user is None:
         return True  # the system itself (tasks, seeding)
     if not user.is_authenticated or not user.is_active:
         return False
-    if actor.token is not None:
-        if perm not in TOKEN_PERMS[actor.token.scope]:
-            return False
-        project = actor.token.project
-        if isinstance(obj, Project) and obj.pk != project.pk:
-            return False
-        if isinstance(obj, Tenant) and obj.pk != project.tenant_id:
-            return False
-    if is_ops(user) and actor.token is None:
-        return True
-    app = "tenants"
-    return user.has_perm(f"{app}.{perm}", obj)
+    return scope_of(actor).allows(perm, obj)
 
 
 def permissions_sync(*, user: Any, tenant: Tenant) -> None:
     """Rewrite ``user``'s guardian permissions on ``tenant`` and its projects from their memberships."""
+    scope_forget()
     tenant_ct = ContentType.objects.get_for_model(Tenant)
     project_ct = ContentType.objects.get_for_model(Project)
     project_ids = [str(pk) for pk in Project.objects.filter(tenant=tenant).values_list("pk", flat=True)]

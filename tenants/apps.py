@@ -10,3 +10,13 @@ class TenantsConfig(AppConfig):
         from . import policy
 
         policy.predicates_install(policy)
+
+        # A remembered scope (tenants.access.scope_of) is forgotten whenever memberships or projects change.
+        from django.db.models.signals import post_delete, post_save
+
+        from .access import scope_forget_on_change
+        from .models import Membership, Project
+
+        for model in (Membership, Project):
+            post_save.connect(scope_forget_on_change, sender=model, dispatch_uid=f"scope-forget-save-{model.__name__}")
+            post_delete.connect(scope_forget_on_change, sender=model, dispatch_uid=f"scope-forget-delete-{model.__name__}")

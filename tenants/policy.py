@@ -1,9 +1,9 @@
 """Who may do what in tenancy: the one place the rules live.
 
-Each ``may_*`` predicate answers for one actor and one object, from the guardian permissions that
-``tenants.access`` keeps in sync with memberships (ops and the system actor may do everything; an
-API token never more than its scope). Services enforce these predicates; views, API views and
-templates only ask them, so a button is shown exactly when the service would accept the action.
+Each ``may_*`` predicate answers for one actor and one object, from the actor's scope that
+``tenants.access.scope_of`` reads from their memberships once per request (no query after that; ops
+and the system actor may do everything; an API token never more than its scope). Services enforce
+these predicates; views, API views and templates only ask them, so a button is shown exactly when the service would accept the action.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .access import Actor, has_perm
+from .access import Actor, has_perm, scope_of
 from .models import Project, Tenant
 from .selectors import admin_tenants_for
 
@@ -61,7 +61,12 @@ def may_approve(actor: Actor, project: Project) -> bool:
 
 def may_manage_some_tenant(actor: Actor) -> bool:
     """Administer at least one tenant (the navigation's "Tenants you admin"): tenant admins and ops."""
-    return actor.user is None or admin_tenants_for(actor=actor).exists()
+    if actor.user is None:
+        return True
+    if actor.token is not None:
+        return False
+    scope = scope_of(actor)
+    return admin_tenants_for(actor=actor).exists() if scope.everything else bool(scope.tenant_ids("manage_members_tenant"))
 
 
 # Asking by name, once per request --------------------------------------------------------------------------------

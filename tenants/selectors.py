@@ -6,62 +6,45 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, Q, QuerySet
-from guardian.shortcuts import get_objects_for_user
 
-from .access import Actor, is_ops
+from .access import Actor, is_ops, scope_of
 from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Role, Tenant
 
 
 def tenants_for(*, actor: Actor) -> QuerySet[Tenant]:
-    user = actor.user
-    if actor.token is not None:
-        return Tenant.objects.filter(pk=actor.token.project.tenant_id)
-    if is_ops(user):
-        return Tenant.objects.all()
-    return get_objects_for_user(user, "tenants.view_tenant", klass=Tenant, accept_global_perms=False)
+    scope = scope_of(actor)
+    return Tenant.objects.all() if scope.everything else Tenant.objects.filter(pk__in=sorted(scope.visible_tenants))
 
 
 def projects_for(*, actor: Actor) -> QuerySet[Project]:
-    user = actor.user
-    if actor.token is not None:
-        return Project.objects.filter(pk=actor.token.project_id).select_related("tenant")
-    if is_ops(user):
-        return Project.objects.select_related("tenant")
-    visible = get_objects_for_user(user, "tenants.view_project", klass=Project, accept_global_perms=False)
-    return visible.select_related("tenant")
+    scope = scope_of(actor)
+    base = Project.objects.select_related("tenant")
+    return base if scope.everything else base.filter(pk__in=sorted(scope.visible_projects))
 
 
 def projects_where(*, actor: Actor, perm: str) -> QuerySet[Project]:
     """Projects on which ``actor`` holds ``perm`` (e.g. ``submit_project``)."""
-    if actor.token is not None:
-        from .access import TOKEN_PERMS
-
-        if perm not in TOKEN_PERMS[actor.token.scope]:
-            return Project.objects.none()
-        base = Project.objects.filter(pk=actor.token.project_id)
-        return base.filter(pk__in=get_objects_for_user(actor.user, f"tenants.{perm}", klass=Project, accept_global_perms=False))
-    if is_ops(actor.user):
-        return Project.objects.select_related("tenant")
-    return get_objects_for_user(actor.user, f"tenants.{perm}", klass=Project, accept_global_perms=False).select_related("tenant")
+    scope = scope_of(actor)
+    base = Project.objects.select_related("tenant")
+    return base if scope.everything else base.filter(pk__in=scope.project_ids(perm))
 
 
 def admin_tenants_for(*, actor: Actor) -> QuerySet[Tenant]:
     """Tenants whose members ``actor`` may manage."""
     if actor.token is not None:
         return Tenant.objects.none()
-    if is_ops(actor.user):
-        return Tenant.objects.all()
-    return get_objects_for_user(actor.user, "tenants.manage_members_tenant", klass=Tenant, accept_global_perms=False)
+    scope = scope_of(actor)
+    return Tenant.objects.all() if scope.everything else Tenant.objects.filter(pk__in=scope.tenant_ids("manage_members_tenant"))
 
 
 def memberships_for(*, actor: Actor) -> QuerySet[Membership]:
     """Tenant admins see their tenants' memberships; others see the members of the projects they see."""
     base = Membership.objects.select_related("user", "tenant", "project")
-    if actor.token is None and is_ops(actor.user):
+    scope = scope_of(actor)
+    if scope.everything:
         return base
-    projects = projects_for(actor=actor)
-    admin_tenants = admin_tenants_for(actor=actor)
-    return base.filter(Q(tenant__in=admin_tenants) | Q(project__in=projects))
+    admin_tenants = [] if actor.token is not None else scope.tenant_ids("manage_members_tenant")
+    return base.filter(Q(tenant_id__in=admin_tenants) | Q(project_id__in=sorted(scope.visible_projects)))
 
 
 def own_memberships_for(*, actor: Actor) -> QuerySet[Membership]:
@@ -89,9 +72,8 @@ def invitations_for(*, actor: Actor) -> QuerySet[Invitation]:
     base = Invitation.objects.select_related("tenant", "project", "invited_by", "accepted_by")
     if actor.token is not None:
         return base.none()
-    if is_ops(actor.user):
-        return base
-    return base.filter(tenant__in=admin_tenants_for(actor=actor))
+    scope = scope_of(actor)
+    return base if scope.everything else base.filter(tenant_id__in=scope.tenant_ids("manage_members_tenant"))
 
 
 def invitation_by_secret(secret: str) -> Invitation | None:
@@ -116,9 +98,12 @@ def tokens_for(*, actor: Actor) -> QuerySet[ApiToken]:
     base = ApiToken.objects.select_related("project__tenant", "user")
     if actor.token is not None:
         return base.filter(pk=actor.token.pk)
-    if is_ops(actor.user):
+    scope = scope_of(actor)
+    if scope.everything:
         return base
-    return base.filter(Q(user=actor.user) | Q(project__tenant__in=admin_tenants_for(actor=actor)))
+    # The projects of the tenants they administer (manage_members_project is a tenant admin's, on every project
+    # of the tenant): two indexed columns of the token table, no join.
+    return base.filter(Q(user_id=actor.user.pk) | Q(project_id__in=scope.project_ids("manage_members_project")))
 
 
 def audit_entries_for(*, actor: Actor) -> QuerySet[AuditEntry]:
@@ -126,10 +111,12 @@ def audit_entries_for(*, actor: Actor) -> QuerySet[AuditEntry]:
     base = AuditEntry.objects.select_related("tenant", "project")
     if actor.token is not None:
         return base.none()
-    if is_ops(actor.user):
+    scope = scope_of(actor)
+    if scope.everything:
         return base
-    admin_projects = Membership.objects.filter(user=actor.user, role=Role.PROJECT_ADMIN).values("project_id")
-    return base.filter(Q(tenant__in=admin_tenants_for(actor=actor)) | Q(project_id__in=admin_projects))
+    admin_projects = sorted(project_id for _, project_id, role in scope.memberships
+                            if role == Role.PROJECT_ADMIN and project_id is not None)
+    return base.filter(Q(tenant_id__in=scope.tenant_ids("manage_members_tenant")) | Q(project_id__in=admin_projects))
 
 
 def lookup(queryset: QuerySet[Any], key: str) -> Any:

@@ -11,9 +11,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from . import selectors
-from .access import Actor
-from .models import Project, Tenant
+from .access import Actor, scope_of
+from .models import Membership, Project, Role, Tenant
 
 
 def refresh_perms(user: Any) -> None:
@@ -30,14 +29,22 @@ def page(request: HttpRequest, template: str, context: dict[str, Any], *, status
 
 def role_labels(actor: Actor) -> tuple[dict[int, str], dict[int, str]]:
     """The user's own roles: ({project id: label}, {tenant id: label}) for tenant-wide roles."""
+    if actor.user is None or not actor.user.is_authenticated:
+        return {}, {}
+    if actor.is_ops:  # the scope of ops is "everything"; their own roles still show
+        return _labels(Membership.objects.filter(user=actor.user).order_by().values_list("tenant_id", "project_id", "role"))
+    scope = scope_of(actor)  # computed once per request, shared with the selectors and predicates
+    return dict(scope.by_project), dict(scope.by_tenant)
+
+
+def _labels(rows: Any) -> tuple[dict[int, str], dict[int, str]]:
     by_project: dict[int, str] = {}
     by_tenant: dict[int, str] = {}
-    mine = selectors.memberships_for(actor=actor).filter(user=actor.user)
-    for membership in mine:
-        if membership.project_id is None:
-            by_tenant[membership.tenant_id] = membership.get_role_display()
+    for tenant_id, project_id, role in rows:
+        if project_id is None:
+            by_tenant[tenant_id] = Role(role).label
         else:
-            by_project[membership.project_id] = membership.get_role_display()
+            by_project[project_id] = Role(role).label
     return by_project, by_tenant
 
 

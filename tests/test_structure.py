@@ -125,9 +125,9 @@ def test_may_asks_once_per_request_for_the_same_question(cast, django_assert_num
     rows = Template("{% load policy %}{% for p in projects %}"
                     '{% may "tenants.may_approve" p as ok %}{{ p.slug }}={{ ok }};{% endfor %}')
     once = Template('{% load policy %}{% may "tenants.may_approve" vision as ok %}{{ ok }}')
-    with django_assert_num_queries(2):  # guardian: the user's and the groups' permissions on the project
+    with django_assert_num_queries(1):  # the actor's scope: bob's memberships, read once for the request
         assert once.render(Context({"request": request, "vision": cast.vision})) == "True"
-    with django_assert_num_queries(2):  # the other project only: the first answer is remembered
+    with django_assert_num_queries(0):  # answered from the scope (and the first answer is remembered)
         text = rows.render(Context({"request": request, "projects": [cast.vision, cast.nlp, cast.vision]}))
     assert text == "acme-vision=True;acme-nlp=False;acme-vision=True;"
 

@@ -11,8 +11,7 @@ from portal.inputs import (
     IsoDateTimeFilter,
     MultipleChoiceFilter,
 )
-from tenants.access import Actor
-from tenants.selectors import projects_where
+from tenants.access import Actor, scope_of
 
 from .models import (
     ExtensionRequest,
@@ -106,8 +105,8 @@ class ExtensionRequestFilter(FilterSet):
         # project where the actor may approve.
         if self.request is None:
             return queryset
-        approvable = projects_where(actor=Actor.from_request(self.request), perm="approve_project").values("pk")
-        inbox = Q(status=ExtensionRequest.Status.PENDING, request__project__in=approvable)
+        approvable = scope_of(Actor.from_request(self.request)).in_projects("request__project", "approve_project")
+        inbox = Q(approvable, status=ExtensionRequest.Status.PENDING)
         return queryset.filter(inbox) if value else queryset.exclude(inbox)
 
 

@@ -3,7 +3,7 @@ services enforce these predicates, views and templates ask them (see ``tenants/p
 
 from __future__ import annotations
 
-from tenants.access import Actor
+from tenants.access import Actor, scope_of
 from tenants.models import Project
 from tenants.policy import may_approve, may_operate, may_submit
 from tenants.selectors import projects_where
@@ -63,11 +63,19 @@ def may_open_notebook(actor: Actor, req: WorkloadRequest) -> bool:
     return bool(req.project.notebooks_open_to_approvers) and may_approve(actor, req.project)
 
 
+def _somewhere(actor: Actor, perm: str) -> bool:
+    """``perm`` on at least one project: from the actor's scope (no query), except for ops (any project at all)."""
+    if actor.user is None:
+        return True
+    scope = scope_of(actor)
+    return projects_where(actor=actor, perm=perm).exists() if scope.everything else bool(scope.project_ids(perm))
+
+
 def may_submit_somewhere(actor: Actor) -> bool:
     """Submit in at least one project (the navigation's "New request")."""
-    return actor.user is None or projects_where(actor=actor, perm="submit_project").exists()
+    return _somewhere(actor, "submit_project")
 
 
 def may_decide_somewhere(actor: Actor) -> bool:
     """Decide on requests in at least one project: who has an approvals inbox."""
-    return actor.user is None or projects_where(actor=actor, perm="approve_project").exists()
+    return _somewhere(actor, "approve_project")

@@ -15,9 +15,8 @@ from django.utils.text import capfirst
 from portal import labels
 from portal.extensions import cost_estimator
 from quotas.models import Flavor, Quota
-from tenants.access import Actor, is_ops
+from tenants.access import Actor, is_ops, scope_of
 from tenants.models import Project
-from tenants.selectors import projects_for, projects_where
 
 from .filters import RequestFilter
 from .models import (
@@ -44,8 +43,7 @@ def _is_ops(actor: Actor) -> bool:
 
 def request_scope_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     """The requests ``actor`` can see (a token: its project only; ops: all), with no related rows joined."""
-    base = WorkloadRequest.objects.all()
-    return base if _is_ops(actor) else base.filter(project__in=projects_for(actor=actor).values("pk"))
+    return WorkloadRequest.objects.filter(scope_of(actor).in_projects("project"))
 
 
 def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, request: Any = None) -> QuerySet[WorkloadRequest]:
@@ -151,21 +149,15 @@ def request_timeline(request: WorkloadRequest) -> QuerySet[RequestEvent]:
     return request.events.order_by("at", "id")
 
 
-def approvals_inbox_for(*, actor: Actor, approvable: Iterable[int] | None = None) -> QuerySet[WorkloadRequest]:
+def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     """Requests awaiting approval in the projects where ``actor`` may approve, oldest first.
 
     Each row carries its context for the approver: ``waiting_ahead`` (requests of the project in
     the same flavor already approved and waiting for capacity), ``in_use`` (GPUs, or CPUs for the
     CPU flavor, that the project's running requests hold in that flavor) and ``quota_rows`` (the
     project's Quota rows, prefetched). See ``approval_context()``.
-
-    ``approvable``: the ids of those projects when the caller already read them
-    (``approvable_projects``); a list of ids plans far faster than the permission subquery.
     """
-    if approvable is None:
-        approvable = projects_where(actor=actor, perm="approve_project").values("pk")
-    else:
-        approvable = list(approvable)
+    approvable = scope_of(actor).in_projects("project", "approve_project")
     same = WorkloadRequest.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor")).order_by()
     ahead = same.filter(state__in=IN_QUEUE).values("project").annotate(n=Count("pk")).values("n")
     in_use = (
@@ -176,7 +168,7 @@ def approvals_inbox_for(*, actor: Actor, approvable: Iterable[int] | None = None
     )
     return (
         requests_for(actor=actor)
-        .filter(state=S.PENDING_APPROVAL, project__in=approvable)
+        .filter(approvable, state=S.PENDING_APPROVAL)
         .annotate(
             waiting_ahead=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)),
             in_use=Coalesce(Subquery(in_use, output_field=IntegerField()), Value(0)),
@@ -190,25 +182,24 @@ def approvals_inbox_for(*, actor: Actor, approvable: Iterable[int] | None = None
 
 def approvable_projects(*, actor: Actor) -> list[tuple[int, str, str]]:
     """(id, slug, name) of the projects where ``actor`` may approve, by name: the inbox's projects (one query)."""
-    return list(projects_where(actor=actor, perm="approve_project").order_by("name").values_list("pk", "slug", "name"))
+    projects = Project.objects.filter(scope_of(actor).in_projects("pk", "approve_project"))
+    return list(projects.order_by("name").values_list("pk", "slug", "name"))
 
 
-def extension_requests_for(*, actor: Actor, inbox: bool = False, approvable: Iterable[int] | None = None) -> QuerySet[ExtensionRequest]:
+def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[ExtensionRequest]:
     """Extension requests of the requests ``actor`` can see (``requests_for``), newest first.
 
-    ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first;
-    ``approvable``: those projects' ids when the caller already read them (``approvable_projects``).
+    ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first.
     """
     base = ExtensionRequest.objects.select_related(
         "request__project__tenant", "request__template", "request__flavor", "requested_by", "decided_by"
     )
-    if not _is_ops(actor):
-        base = base.filter(request__project__in=projects_for(actor=actor).values("pk"))
+    scope = scope_of(actor)
+    base = base.filter(scope.in_projects("request__project"))
     if not inbox:
         return base.order_by("-created_at", "-id")
-    approvable = (projects_where(actor=actor, perm="approve_project").values("pk") if approvable is None
-                  else list(approvable))
-    return base.filter(status=ExtensionRequest.Status.PENDING, request__project__in=approvable).order_by("created_at", "id")
+    approvable = scope.in_projects("request__project", "approve_project")
+    return base.filter(approvable, status=ExtensionRequest.Status.PENDING).order_by("created_at", "id")
 
 
 class _Count(Subquery):
@@ -222,9 +213,9 @@ class _Count(Subquery):
 def approvals_waiting(*, actor: Actor) -> QuerySet[WorkloadRequest]:
     """The workload requests waiting for ``actor``'s decision: pending approval, or with a pending extension
     request, in the projects where ``actor`` may decide (the Approvals inbox's rows)."""
-    approvable = projects_where(actor=actor, perm="approve_project").values("pk")
+    approvable = scope_of(actor).in_projects("project", "approve_project")
     extension_waits = ExtensionRequest.objects.filter(request=OuterRef("pk"), status=ExtensionRequest.Status.PENDING)
-    return WorkloadRequest.objects.filter(project__in=approvable).filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
+    return WorkloadRequest.objects.filter(approvable).filter(Q(state=S.PENDING_APPROVAL) | Exists(extension_waits))
 
 
 def approvals_waiting_counts(*, actor: Actor) -> dict[str, int]:
@@ -399,7 +390,7 @@ def presets_for(*, actor: Actor) -> QuerySet[RequestPreset]:
     if actor.user is None or not actor.user.is_authenticated:
         return RequestPreset.objects.none()
     return RequestPreset.objects.select_related("project__tenant").filter(
-        owner=actor.user, project__in=projects_for(actor=actor).values("pk")
+        scope_of(actor).in_projects("project"), owner=actor.user
     )
 
 
@@ -525,15 +516,16 @@ def volumes_for(*, actor: Actor) -> QuerySet[Volume]:
     if _is_ops(actor):
         return base
     mine = Q(owner__isnull=True) | Q(owner=actor.user) if actor.user is not None else Q(owner__isnull=True)
-    return base.filter(project__in=projects_for(actor=actor).values("pk")).filter(mine)
+    return base.filter(scope_of(actor).in_projects("project")).filter(mine)
 
 
 def approval_rules_for(*, actor: Actor) -> QuerySet[ApprovalRule]:
     """Global rules (everyone may read what applies to them) and the rules of visible projects."""
     base = ApprovalRule.objects.select_related("project__tenant")
-    if _is_ops(actor):
+    scope = scope_of(actor)
+    if scope.everything:
         return base
-    return base.filter(Q(project__isnull=True) | Q(project__in=projects_for(actor=actor).values("pk")))
+    return base.filter(Q(project__isnull=True) | scope.in_projects("project"))
 
 
 # Notebooks and logs --------------------------------------------------------------------------------------------

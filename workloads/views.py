@@ -937,9 +937,8 @@ def _changed(response: HttpResponse) -> HttpResponse:
 
 def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisionForm | None = None,
                     selected: dict[str, set[str]] | None = None, outcome: Any = None, status: int = 200) -> HttpResponse:
-    approvable = selectors.approvable_projects(actor=actor)  # read once: the filter's choices and the inbox's scope
-    ids = [pk for pk, _, _ in approvable]
-    inbox = _rows(selectors.approvals_inbox_for(actor=actor, approvable=ids), "tenant", "requested_by")
+    approvable = selectors.approvable_projects(actor=actor)  # the project filter's choices
+    inbox = _rows(selectors.approvals_inbox_for(actor=actor), "tenant", "requested_by")
     filterset = _request_filters(
         request, inbox, hide=("state", "phase", "tenant", "mine", "requested_by", "created_after", "created_before",
                               "template", "flavor", "priority"),
@@ -947,7 +946,7 @@ def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisi
     )
     pager = Pager(request, filterset.qs)
     rows = [_inbox_row(req) for req in pager]
-    extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True, approvable=ids),
+    extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True),
                             param="extensions_page")
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
     selected = selected or {}
