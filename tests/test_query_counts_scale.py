@@ -37,12 +37,8 @@ CEILING_PAGES = [
 # project or tenant, django-guardian's permission pairs and the user's memberships. The per-request scope
 # (computed once for the frame and the predicates) takes most of them away.
 OVER_CEILING: dict[str, str] = {
-    "page project detail": "5 page queries (project, members and tokens with their totals, quota rows, applied "
-                           "objects) + 12 of the frame (3 guardian permission pairs, memberships, navigation)",
     "page capacity": "7 page queries (clusters, flavors, nodes, quota sums, pools, tenant quota page, applied "
                      "objects) + 7 of the frame (the ops group, the navigation's 3 exists and approvals count)",
-    "page project quota": "6 page queries (project, quota rows, applied objects, flavors for the form, quota requests "
-                          "and their count) + 9 of the frame (2 guardian permission pairs, navigation)",
 }
 
 
