@@ -32,6 +32,10 @@ def env_list(name: str, default: str) -> list[str]:
 DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"
 PORTAL_ENV = os.environ.get("PORTAL_ENV", "development")
 SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
+# Soft rotation (docs/operations.md): the previous key(s), comma-separated; sessions, password-reset and invitation
+# links signed with them stay valid while they are listed (and kubeconfigs encrypted with a key derived from them
+# stay readable: portal/crypto.py).
+SECRET_KEY_FALLBACKS = [k.strip() for k in os.environ.get("SECRET_KEY_FALLBACKS", "").split(",") if k.strip()]
 DEBUG = env_bool("DEBUG", PORTAL_ENV != "production")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
