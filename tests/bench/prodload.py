@@ -227,8 +227,9 @@ def faults(stack: Stack, duration: float, stop: threading.Event, notes: list[str
             while lease_holder_pid(stack) in (holder, None) and time.monotonic() - killed < 120:
                 time.sleep(0.5)
             new = lease_holder_pid(stack)
+            now = {pid: name for name in stack.children for pid in stack.pids(name)}  # the killed one restarted
             notes.append(f"t={killed - started:.0f}s: killed the lease holder {followers[holder]} (pid {holder}); "
-                         f"pid {new} ({followers.get(new, 'a beat task')}) took over after {time.monotonic() - killed:.1f}s")
+                         f"pid {new} ({now.get(new, 'gone')}) took over after {time.monotonic() - killed:.1f}s")
         else:
             notes.append(f"lease holder {holder} is not a follow_cluster process ({followers}): not killed")
 
@@ -276,35 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         if chaos.is_alive():
             chaos.join(timeout=130)
 
-        # Approve what still waits, so that every submission should end up queued or beyond.
-        waiting = []
-        while True:
-            page = bob.get(f"{base}/api/v1/approvals/?page_size=100", timeout=60).json().get("results") or []
-            if not page:
-                break
-            for item in page:
-                bob.post(f"{base}/api/v1/requests/{item['id']}/approve/", json={"comment": "load test: after"}, timeout=60)
-                waiting.append(item["id"])
-            stack.check()
-        settle_started = time.monotonic()
-        checked = check_requests(base, token, sorted(set(submitted)), stack.kubeconfig, args.settle)
-        settled = time.monotonic() - settle_started
-
-        os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PORTAL_ENCRYPTION_KEY")})
-        os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-        import django
-
-        django.setup()
-        from workloads.models import WorkloadRequest
-
-        in_db = set(WorkloadRequest.objects.filter(name__startswith="load-").values_list("pk", flat=True))
-        dup_names = [n for n, c in Counter(WorkloadRequest.objects.filter(name__startswith="load-").values_list("name", flat=True)).items() if c > 1]
-        ids = set(submitted)
-
         calls = sum(stats.final.values())
         errors5 = sum(n for (_, status), n in stats.final.items() if status >= 500)
         broken = sum(n for (_, status), n in stats.final.items() if status == 0)
         bad = sum(n for (kind, status), n in stats.final.items() if status not in (200, 201, 302, 304, 409))
+        ids = set(submitted)
         print("\n== figures ==")
         print(f"users {args.users}, {elapsed:.0f}s of load, {calls} calls, {calls / elapsed:.1f} calls/s")
         for kind, _ in MIX:
@@ -317,15 +294,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error rate (final answers not 2xx/302/304/409): {bad}/{calls} = {100 * bad / max(calls, 1):.2f}%; "
               f"5xx {errors5}, broken {broken}")
         print(f"calls retried (in flight at a kill): {sum(stats.retried.values())}, causes {dict(stats.retry_causes)}")
+        print("faults: " + ("; ".join(notes) or "none"))
+        print("restarts: " + ", ".join(f"{name} {child.restarts}" for name, child in stack.children.items()))
+        for problem in stats.problems[:15]:
+            print(f"  problem: {problem}")
+        sys.stdout.flush()
+
+        # Approve what still waits, so that every submission should end up queued or beyond.
+        waiting = []
+        while True:
+            page = bob.get(f"{base}/api/v1/approvals/?page_size=100", timeout=60).json().get("results") or []
+            if not page:
+                break
+            for item in page:
+                bob.post(f"{base}/api/v1/requests/{item['id']}/approve/", json={"comment": "load test: after"}, timeout=60)
+                waiting.append(item["id"])
+            stack.check()
+        settle_started = time.monotonic()
+        checked = check_requests(base, token, sorted(set(submitted)), stack.kubeconfig, args.settle, api=session(base))
+        settled = time.monotonic() - settle_started
+
+        os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PORTAL_ENCRYPTION_KEY")})
+        os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+        import django
+
+        django.setup()
+        from workloads.models import WorkloadRequest
+
+        in_db = set(WorkloadRequest.objects.filter(name__startswith="load-").values_list("pk", flat=True))
+        dup_names = [n for n, c in Counter(WorkloadRequest.objects.filter(name__startswith="load-").values_list("name", flat=True)).items() if c > 1]
+
         print(f"submissions {len(ids)} ({len(waiting)} approved after the run); in the database {len(in_db)}; "
               f"settled in {settled:.0f}s; states {checked['states'][0]}")
         print(f"lost {checked['lost']}; duplicated in the cluster {checked['duplicated']}; finished and gone "
               f"{len(checked['finished_gone'])}")
         print(f"database vs client: missing {sorted(ids - in_db)}, extra {sorted(in_db - ids)}, duplicate names {dup_names}")
-        print("faults: " + ("; ".join(notes) or "none"))
-        print("restarts: " + ", ".join(f"{name} {child.restarts}" for name, child in stack.children.items()))
-        for problem in stats.problems[:15]:
-            print(f"  problem: {problem}")
         failed = bool(errors5 or broken or checked["lost"] or checked["duplicated"] or ids != in_db or dup_names
                       or (not args.no_faults and len(notes) < 3))
         print("RESULT: " + ("FAIL" if failed else "PASS"), flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from portal.crypto import InvalidToken, decrypt, encrypt
 from portal.kube import kube_for
@@ -46,17 +47,21 @@ def test_reencrypt_names_the_kubeconfigs_no_key_opens(settings) -> None:
         call_command("reencrypt_kubeconfigs")
 
 
-def test_secret_key_rotation_keeps_sessions_and_derived_kubeconfigs(settings, client, cast) -> None:
+def test_secret_key_rotation_keeps_sessions_and_derived_kubeconfigs(settings, cast) -> None:
     settings.PORTAL_ENCRYPTION_KEY = ""
-    settings.SECRET_KEY = "old-secret-key-" + "x" * 40
+    old = "old-secret-key-" + "x" * 40
+    settings.SECRET_KEY = old
     token = encrypt("apiVersion: v1\n")
-    client.force_login(cast.carol)
-    assert client.get("/requests/").status_code == 200
+    active, away = Client(), Client()
+    active.force_login(cast.carol)
+    away.force_login(cast.dave)
 
-    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "new-secret-key-" + "y" * 40, ["old-secret-key-" + "x" * 40]
-    assert client.get("/requests/").status_code == 200  # still signed in
-    assert decrypt(token) == "apiVersion: v1\n"
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "new-secret-key-" + "y" * 40, [old]
+    assert active.get("/requests/").status_code == 200  # still signed in (and the session moves to the new key)
+    assert decrypt(token) == "apiVersion: v1\n"  # the derived kubeconfig key of the old SECRET_KEY still reads
+
     settings.SECRET_KEY_FALLBACKS = []
-    assert client.get("/requests/").status_code == 302  # signed out once the old key is gone
+    assert active.get("/requests/").status_code == 200  # came by during the rotation: kept
+    assert away.get("/requests/").status_code == 302  # did not: signed out once the old key is gone
     with pytest.raises(InvalidToken):
         decrypt(token)
