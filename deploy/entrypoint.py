@@ -12,7 +12,10 @@ Roles:
 * ``migrate``: ``manage.py migrate`` (as the owner role ``--database migrate`` when ``DATABASE_MIGRATE_URL`` is
   set), then ``createcachetable`` (a no-op with Redis as the cache).
 * ``manage ARGS``: any ``manage.py`` command, e.g. ``manage check --deploy`` or ``manage createsuperuser``.
-* ``healthcheck``: for the image's HEALTHCHECK: GET ``/healthz/live`` of the web role; other roles answer 0.
+* ``healthcheck [ROLE]``: a liveness check (the image's HEALTHCHECK, the worker and beat probes): ``web`` GETs
+  ``/healthz/live``; ``worker`` and ``beat`` check that their heartbeat file ``$TMPDIR/portal-ROLE.alive``
+  (portal/beat.py: touched every 10 s by the worker's event loop, on every beat tick) is younger than
+  ``PORTAL_HEARTBEAT_MAX_AGE`` seconds (120); no round trip through the broker. Without ROLE: the container's.
 
 ``--dry-run`` prints the command lines as JSON instead of running them (tests and the curious).
 The process is replaced by the role's program (exec), so signals reach it directly.
@@ -25,6 +28,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -86,8 +90,25 @@ def _running_role(env: dict[str, str]) -> str:
     return env.get("PORTAL_ROLE", "web")
 
 
-def healthcheck(env: dict[str, str]) -> int:
-    if _running_role(env) != "web":
+def heartbeat_age(role: str, env: dict[str, str]) -> float | None:
+    """Seconds since the ``role`` process last touched its heartbeat file, None without one."""
+    try:
+        return time.time() - (Path(env.get("TMPDIR", "/tmp")) / f"portal-{role}.alive").stat().st_mtime
+    except OSError:
+        return None
+
+
+def healthcheck(env: dict[str, str], role: str | None = None) -> int:
+    role = role or _running_role(env)
+    if role in ("worker", "beat"):
+        age = heartbeat_age(role, env)
+        limit = float(env.get("PORTAL_HEARTBEAT_MAX_AGE", "120"))
+        if age is None or age > limit:
+            print(f"healthcheck: {role} heartbeat " + ("missing" if age is None else f"{age:.0f}s old (limit {limit:.0f}s)"),
+                  file=sys.stderr)
+            return 1
+        return 0
+    if role != "web":
         return 0
     url = f"http://127.0.0.1:{env.get('PORT', '8000')}/healthz/live"
     try:
@@ -106,7 +127,7 @@ def main(argv: list[str]) -> int:
         return 2
     role, args = argv[0], argv[1:]
     if role == "healthcheck":
-        return healthcheck(dict(os.environ))
+        return healthcheck(dict(os.environ), args[0] if args else None)
     cmds, env = commands(role, args, dict(os.environ))
     if dry_run:
         shown = {k: env[k] for k in ("PORTAL_ROLE", "REMAP_SIGTERM", "CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT") if k in env}

@@ -2,9 +2,10 @@
 
 import os
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 from kombu.transport import TRANSPORT_ALIASES
 
+from portal.beat import touch_heartbeat
 from portal.logs import request_id_var
 
 # The embedded broker of `make run` (no REDIS_URL): portal+sqlite:///var/celery-broker.sqlite3.
@@ -32,3 +33,26 @@ def _log_task_id(task_id: str | None = None, **_: object) -> None:
 @signals.task_postrun.connect
 def _log_task_id_clear(**_: object) -> None:
     request_id_var.set("-")
+
+
+class _Heartbeat(bootsteps.StartStopStep):
+    """Touches ``$TMPDIR/portal-worker.alive`` every ``PORTAL_HEARTBEAT_SECONDS`` from the worker's own event loop:
+    the liveness probe (``entrypoint.py healthcheck worker``) sees a hung worker without asking the broker."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker, **kwargs) -> None:
+        self.tref = None
+
+    def start(self, worker) -> None:
+        from django.conf import settings
+
+        touch_heartbeat("worker")
+        self.tref = worker.timer.call_repeatedly(float(settings.PORTAL_HEARTBEAT_SECONDS), touch_heartbeat, ("worker",))
+
+    def stop(self, worker) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+
+
+app.steps["worker"].add(_Heartbeat)

@@ -33,6 +33,10 @@ def env_list(name: str, default: str) -> list[str]:
 DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"
 PORTAL_ENV = os.environ.get("PORTAL_ENV", "development")
 SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
+# Soft rotation (docs/operations.md): the previous key(s), comma-separated; sessions, password-reset and invitation
+# links signed with them stay valid while they are listed (and kubeconfigs encrypted with a key derived from them
+# stay readable: portal/crypto.py).
+SECRET_KEY_FALLBACKS = [k.strip() for k in os.environ.get("SECRET_KEY_FALLBACKS", "").split(",") if k.strip()]
 DEBUG = env_bool("DEBUG", PORTAL_ENV != "production")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
@@ -226,6 +230,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # under the pod's terminationGracePeriodSeconds (60 s). 0: off (`make run`: Ctrl-C waits for running tasks).
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", "0") or 0)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Beat is a singleton: only the holder of the "beat" lease sends the schedule (portal/beat.py); a second beat stands
+# by and takes over within this many seconds of the holder's death.
+CELERY_BEAT_SCHEDULER = "portal.beat:SingletonScheduler"
+PORTAL_BEAT_LEASE_SECONDS = float(os.environ.get("PORTAL_BEAT_LEASE_SECONDS", "30"))
+# One status follower per cluster (workloads/status.py): a dead holder's lease lapses after this many seconds.
+PORTAL_FOLLOW_LEASE_SECONDS = float(os.environ.get("PORTAL_FOLLOW_LEASE_SECONDS", "30"))
+# Worker and beat processes touch $TMPDIR/portal-<role>.alive this often; `entrypoint.py healthcheck worker|beat`
+# fails when the file is older than PORTAL_HEARTBEAT_MAX_AGE seconds (its own environment variable, default 120).
+PORTAL_HEARTBEAT_SECONDS = float(os.environ.get("PORTAL_HEARTBEAT_SECONDS", "10"))
 CELERY_BEAT_SCHEDULE: dict = {
     # The reconcile period is the drift-repair promise: hand edits are undone within a minute.
     "quotas-reconcile-all": {"task": "quotas.reconcile_all", "schedule": 60.0},

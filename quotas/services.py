@@ -188,6 +188,24 @@ def cluster_set_kubeconfig(*, actor: Actor, cluster: Cluster, kubeconfig: str) -
     return cluster_update(actor=actor, cluster=cluster, kubeconfig=kubeconfig)
 
 
+def clusters_kubeconfig_reencrypt() -> tuple[int, list[str]]:
+    """After a Fernet key rotation (``PORTAL_ENCRYPTION_KEY=NEW,OLD``): encrypt every stored kubeconfig again with
+    the newest key, so the old one can go. Returns (clusters rewritten, names of those no configured key opens)."""
+    from portal.crypto import InvalidToken, reencrypt
+
+    done, unreadable = 0, []
+    for cluster in Cluster.objects.exclude(kubeconfig_encrypted="").order_by("pk"):
+        try:
+            token = reencrypt(cluster.kubeconfig_encrypted)
+        except InvalidToken:
+            unreadable.append(cluster.name)
+            continue
+        # Only if nobody stored another kubeconfig in the meantime (a compare-and-set on the old token).
+        done += Cluster.objects.filter(pk=cluster.pk, kubeconfig_encrypted=cluster.kubeconfig_encrypted).update(
+            kubeconfig_encrypted=token)
+    return done, unreadable
+
+
 def _check_promises_fit(cluster: Cluster) -> None:
     """Lowering the overcommit must leave every (flavor, resource)'s promises within the new limit."""
     for row in selectors.overcommit_for(cluster=cluster):

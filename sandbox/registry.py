@@ -92,6 +92,13 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _builtin("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
     _builtin("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
     _builtin("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, ("netpol",)),
+    _builtin("networking.k8s.io", "v1", "Ingress", "ingresses", True, ("ing",), (), ("status",)),
+    _builtin("networking.k8s.io", "v1", "IngressClass", "ingressclasses", False),
+    _builtin("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",), (), ("status",)),
+    _builtin("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, ("hpa",), ("all",),
+             ("status",)),
+    _builtin("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
+    _builtin("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
     _builtin("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",)),
     _builtin("events.k8s.io", "v1", "Event", "events", True, ("ev",)),
 )

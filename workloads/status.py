@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -49,6 +50,7 @@ from portal.extensions import usage_meter
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
 from portal.labels import REQUEST_LABEL
+from portal.leases import Lease
 
 from . import kinds
 from .manifests import cluster_queue_name, uses_volcano
@@ -510,16 +512,23 @@ def requests_sync(*, cluster: Any | None = None, watch_seconds: int = 1) -> dict
     clusters = [cluster] if cluster is not None else list(Cluster.objects.exclude(kubeconfig_encrypted="", kubeconfig_path=""))
     out: dict[str, CycleStats] = {}
     for c in clusters:
-        lock = f"workloads:follow-lock:{c.pk}:{c.kubeconfig_path or c.name}"
-        if not cache.add(lock, "1", timeout=120):
+        lease = follow_lease(c)
+        if not lease.hold():  # another follower (a task or `follow_cluster`) has this cluster
             continue
         try:
             stats = follow_one(c, watch_seconds=watch_seconds)
             if stats is not None:
                 out[c.name] = stats
         finally:
-            cache.delete(lock)
+            lease.release()
     return out
+
+
+def follow_lease(cluster: Any) -> Lease:
+    """The lease that makes one follower per cluster active (``portal.leases``): a task's cycle takes it for the
+    cycle, ``follow_cluster`` keeps it across cycles; a holder that dies loses it ``PORTAL_FOLLOW_LEASE_SECONDS``
+    after its last renewal, and the next cycle elsewhere takes over."""
+    return Lease(f"follow:{cluster.pk}:{cluster.kubeconfig_path or cluster.name}", settings.PORTAL_FOLLOW_LEASE_SECONDS)
 
 
 def follow_one(cluster: Any, *, watch_seconds: int = 1) -> CycleStats | None:

@@ -224,11 +224,12 @@ def browser(base: str, stop: threading.Event, stats: Stats, pause: float, proble
         problems.append(f"browser: {exc!r}")
 
 
-def check_requests(base: str, token: str, ids: list[int], kubeconfig: Path, settle: float) -> dict[str, list]:
+def check_requests(base: str, token: str, ids: list[int], kubeconfig: Path, settle: float,
+                   api: requests.Session | None = None) -> dict[str, list]:
     """Wait for every request to leave submitted/approved, then count its objects in the cluster."""
     from kubernetes import client, config
 
-    api = requests.Session()
+    api = api or requests.Session()
     api.headers["Authorization"] = f"Bearer {token}"
     states: dict[int, str] = {}
     deadline = time.monotonic() + settle

@@ -56,6 +56,10 @@ def test_overlay_renders_the_workloads(rendered, overlay):
     probes = web["containers"][0]
     assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz/live"
     assert probes["readinessProbe"]["httpGet"]["path"] == "/healthz/ready"
+    for role in ("worker", "beat"):  # liveness from the heartbeat file, no broker round trip
+        container = by_kind(objects, "Deployment")[f"gpu-portal-{role}"]["spec"]["template"]["spec"]["containers"][0]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container[probe]["exec"]["command"][-3:] == ["/app/deploy/entrypoint.py", "healthcheck", role]
     paths = {p["path"] for ing in by_kind(objects, "Ingress").values() for r in ing["spec"]["rules"] for p in r["http"]["paths"]}
     assert paths == {"/", "/notebooks/"}
     binding = by_kind(objects, "ClusterRoleBinding")["gpu-portal"]

@@ -4,7 +4,9 @@ Keeps one :class:`workloads.status.StatusFollower` per cluster and runs its cycl
 watches every followed kind for ``--watch`` seconds from the last resourceVersion, so changes reach the portal
 within about that long; a dropped connection resumes, an expired one re-lists, and everything is re-listed every
 ``--resync`` seconds. The alternative is beat running ``workloads.tasks.requests_sync_task`` every few seconds;
-run one or the other (a cache lock keeps two cycles of one cluster from overlapping anyway).
+run one or the other, or several: each cluster's lease (``workloads.status.follow_lease``) makes one follower active
+per cluster; this command keeps it across cycles, and a standby takes over within PORTAL_FOLLOW_LEASE_SECONDS of
+the holder's death.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.db import close_old_connections
 
 from portal.kube import ClusterUnavailable
 from quotas.models import Cluster
-from workloads.status import StatusFollower
+from workloads.status import StatusFollower, follow_lease
 
 
 class Command(BaseCommand):
@@ -30,12 +32,26 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         followers: dict[int, StatusFollower] = {}
+        leases: dict[int, Any] = {}
+        try:
+            self._follow(followers, leases, options)
+        finally:
+            for lease in leases.values():
+                lease.release()
+
+    def _follow(self, followers: dict[int, StatusFollower], leases: dict[int, Any], options: dict[str, Any]) -> None:
         while True:
             close_old_connections()
             clusters = list(Cluster.objects.exclude(kubeconfig_encrypted="", kubeconfig_path=""))
             if not clusters:
                 time.sleep(options["watch"])
+            standing_by = 0
             for cluster in clusters:
+                lease = leases.setdefault(cluster.pk, follow_lease(cluster))
+                if not lease.hold():  # another follower has this cluster; it takes over if that one dies
+                    followers.pop(cluster.pk, None)
+                    standing_by += 1
+                    continue
                 follower = followers.get(cluster.pk)
                 if follower is None or follower.cluster.kubeconfig_path != cluster.kubeconfig_path:
                     try:
@@ -62,3 +78,5 @@ class Command(BaseCommand):
                     self.stdout.write(f"{cluster}: {stats.events} events, {stats.moves} moves, {stats.db_writes} writes")
             if options["once"]:
                 return
+            if clusters and standing_by == len(clusters):
+                time.sleep(options["watch"])
