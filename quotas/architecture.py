@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from portal.cache import changed as cache_changed
 from portal.events import after_commit, enqueue
 from portal.exceptions import ConflictError, Invalid, NotAllowed
 from tenants.access import Actor
@@ -111,6 +112,7 @@ def _apply(change: ArchitectureChange, actor: Actor) -> ArchitectureChange:
         if change.to_architecture != cluster.architecture:
             Cluster.objects.filter(pk=cluster.pk).update(architecture=change.to_architecture)
             cluster.architecture = change.to_architecture
+            cache_changed("catalogue")  # the flavors' enforcement, kept with the submission catalogue
         audit_record(actor=actor, action="cluster.apply", target=cluster, before=before,
                      after={"architecture": plan.architecture, "create": len(plan.creates),
                             "change": len(plan.changes), "delete": len(plan.deletes)})

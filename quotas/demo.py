@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from portal.cache import changed as cache_changed
 from tenants.models import Project, Tenant
 
 from .models import Architecture, Cluster, Flavor, Quota
@@ -113,6 +114,7 @@ def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: boo
         for flavor in proposals:
             flavor.full_clean()
         Flavor.objects.bulk_create(proposals)
+        cache_changed("catalogue")  # no post_save signal from bulk_create
         flavors = {f.name: f for f in cluster.flavors.all()}
         written = 0
         # The seed writes rows directly: these numbers satisfy the quota invariants by construction

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from .access import Actor
@@ -116,6 +117,8 @@ def audit_append(entries: list[AuditEntry]) -> list[AuditEntry]:
     INSERT for all of them, the head written once. Inside the caller's transaction (no savepoint of its own)."""
     if not entries:
         return entries
+    if connection.vendor == "postgresql" and _append_in_one_statement(entries):
+        return entries
     with transaction.atomic(savepoint=False):
         head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
         seq, prev = head.seq, head.hash
@@ -127,6 +130,74 @@ def audit_append(entries: list[AuditEntry]) -> list[AuditEntry]:
         head.seq, head.hash = seq, prev
         head.save(update_fields=["seq", "hash"])
     return entries
+
+
+_STORED = [f for f in AuditEntry._meta.concrete_fields if not f.primary_key]
+_CHAINED = {"seq", "prev_hash", "entry_hash"}
+
+
+def _digest_parts(entry: AuditEntry) -> list[str] | None:
+    """The canonical JSON of ``entry_digest`` cut around ``prev_hash`` and ``seq``: the database puts them in
+    (``prefix "prev" middle seq suffix``). None if the cut is not clean (then the chain is written the long way)."""
+    marker = secrets.token_hex(16)
+    data = {name: _canonical(getattr(entry, name)) for name in HASHED_FIELDS}
+    data["prev_hash"], data["seq"] = f"p{marker}", f"s{marker}"
+    payload = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
+    first = payload.split(f'"p{marker}"')
+    if len(first) != 2:
+        return None
+    second = first[1].split(f'"s{marker}"')
+    if len(second) != 2 or "\x00" in payload:
+        return None
+    return [first[0], second[0], second[1]]
+
+
+def _append_in_one_statement(entries: list[AuditEntry]) -> bool:
+    """PostgreSQL: lock the head, chain and insert the entries and move the head in one statement (the database
+    computes each sha256 from the canonical JSON cut around ``prev_hash`` and ``seq``). The hashes are computed
+    again here and must agree, or the transaction fails. False when there is no head row yet or an entry cannot
+    be cut: then the caller writes the chain the long way."""
+    parts = [_digest_parts(entry) for entry in entries]
+    if any(p is None for p in parts):
+        return False
+    table = connection.ops.quote_name(AuditEntry._meta.db_table)
+    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    columns = [f for f in _STORED if f.column not in _CHAINED]
+    params: list[Any] = []
+    steps = ["head AS (SELECT seq, hash FROM " + head_table + " WHERE id = 1 FOR UPDATE)"]
+    prev = "head"
+    for n, cut in enumerate(parts, start=1):
+        digest = ("encode(sha256(convert_to(CAST(%s AS text) || '\"' || " + prev + ".hash || '\"' || CAST(%s AS text) || ("
+                  + prev + ".seq + 1)::text || CAST(%s AS text), 'UTF8')), 'hex')")
+        steps.append(f"e{n} AS (SELECT {prev}.seq + 1 AS seq, {prev}.hash AS prev, {digest} AS hash FROM {prev})")
+        params.extend(cut)  # type: ignore[arg-type]
+        prev = f"e{n}"
+    selects = []
+    for n, entry in enumerate(entries, start=1):
+        values = []
+        for field in columns:
+            values.append(f"CAST(%s AS {field.db_type(connection)})")
+            params.append(field.get_db_prep_save(getattr(entry, field.attname), connection))
+        selects.append(f"SELECT {', '.join(values)}, e{n}.seq, e{n}.prev, e{n}.hash FROM e{n}")
+    names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
+    steps.append(f"ins AS (INSERT INTO {table} ({names}, seq, prev_hash, entry_hash) "
+                 + " UNION ALL ".join(selects) + " RETURNING id, seq)")
+    sql = (f"WITH {', '.join(steps)} UPDATE {head_table} AS h SET seq = {prev}.seq, hash = {prev}.hash FROM {prev}, head "
+           f"WHERE h.id = 1 RETURNING head.seq, head.hash, h.hash, (SELECT array_agg(id ORDER BY seq) FROM ins)")
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        if row is None:
+            return False  # no head row yet (nothing was inserted either)
+        seq, prev_hash, head_hash, ids = row
+        for entry, pk in zip(entries, ids, strict=True):
+            seq += 1
+            entry.pk, entry.seq, entry.prev_hash = pk, seq, prev_hash
+            entry.entry_hash = prev_hash = entry_digest(entry)
+            entry._state.adding, entry._state.db = False, connection.alias
+        if prev_hash != head_hash:
+            raise RuntimeError("The audit chain's hashes computed by the database and here differ: nothing is written.")
+    return True
 
 
 def audit_record(

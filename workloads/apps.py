@@ -5,8 +5,22 @@ class WorkloadsConfig(AppConfig):
     name = "workloads"
 
     def ready(self) -> None:
+        from django.db.models.signals import m2m_changed, post_delete, post_save
+
+        from quotas.models import Cluster, Flavor
         from tenants.policy import predicates_install
 
-        from . import policy
+        from . import policy, selectors
+        from .models import ApprovalRule, Image, ServiceTemplate
 
         predicates_install(policy)  # templates ask them by name ({% may "workloads.may_act_on" req as ok %})
+
+        # Every write to what the submission catalogue holds forgets it (workloads.selectors.CATALOGUE).
+        def catalogue_changed(**kwargs) -> None:
+            selectors.CATALOGUE.changed()
+
+        for model in (ServiceTemplate, Image, ApprovalRule, Flavor, Cluster):
+            post_save.connect(catalogue_changed, sender=model, weak=False, dispatch_uid=f"catalogue-save-{model.__name__}")
+            post_delete.connect(catalogue_changed, sender=model, weak=False, dispatch_uid=f"catalogue-delete-{model.__name__}")
+        m2m_changed.connect(catalogue_changed, sender=ServiceTemplate.allowed_flavors.through, weak=False,
+                            dispatch_uid="catalogue-template-flavors")

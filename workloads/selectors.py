@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
@@ -13,6 +14,7 @@ from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
 from portal import labels
+from portal.cache import Versioned
 from portal.extensions import cost_estimator
 from quotas.models import Flavor, Quota
 from tenants.access import Actor, is_ops, scope_of
@@ -458,11 +460,56 @@ def flavors_with_quota(*, projects: Iterable[Project]) -> dict[int, set[int]]:
     return out
 
 
+# The submission catalogue: the live templates with their allowed flavors and those flavors' clusters, the active
+# images and the approval rules, read once per process and version (``portal.cache``). Every write to those tables
+# forgets it (signals in ``workloads.apps``; ``quotas`` calls ``portal.cache.changed("catalogue")`` after an
+# ``update()`` of a cluster's architecture). Inside a transaction the tables are read.
+CATALOGUE = Versioned("catalogue")
+
+
+def _live_catalogue() -> dict[str, ServiceTemplate]:
+    rows = live_templates().prefetch_related(Prefetch("allowed_flavors", queryset=Flavor.objects.select_related("cluster")))
+    out = {}
+    for template in rows:
+        template.is_live = True  # type: ignore[attr-defined]
+        out[template.slug] = template
+    return out
+
+
+def _template_copy(template: ServiceTemplate) -> ServiceTemplate:
+    """A copy of the memo's template for one caller (its own field cache); the allowed flavors, with their clusters,
+    are the memo's (read only)."""
+    out = copy.copy(template)
+    out._prefetched_objects_cache = dict(template._prefetched_objects_cache)  # type: ignore[attr-defined]
+    return out
+
+
+def curated_images() -> list[Image]:
+    """The active images, in the list's order."""
+    return CATALOGUE.get("images", lambda: list(Image.objects.filter(active=True)))
+
+
+def approval_rules() -> list[ApprovalRule] | None:
+    """Every approval rule, from the memo; None inside a transaction (ask the table for the ones needed)."""
+    if not CATALOGUE.usable():
+        return None
+    return CATALOGUE.get("rules", lambda: list(ApprovalRule.objects.all()))
+
+
 def template_to_submit(*, actor: Actor, key: str) -> ServiceTemplate | None:
     """The template a submission names: by id any version (the service refuses a retired one and names
     the live one), by slug the live one in the catalogue; None if there is no such template."""
     from portal.inputs import is_id
 
+    if CATALOGUE.usable():
+        # A copy: the caller's request is written around it, the memo's stays as read.
+        live = CATALOGUE.get("templates", _live_catalogue)
+        if not is_id(key):
+            found = live.get(key)
+            return None if found is None else _template_copy(found)
+        found = next((t for t in live.values() if t.pk == int(key)), None)
+        if found is not None:
+            return _template_copy(found)
     # One query for the template and its allowed flavors with their clusters (a prefetch); ``is_live`` tells the
     # service whether it may skip looking the live version up again.
     newer = ServiceTemplate.objects.filter(slug=OuterRef("slug"), active=True, version__gt=OuterRef("version"))

@@ -132,15 +132,22 @@ def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, fi
 
 def approval_rule_for(*, project: Project, template: ServiceTemplate) -> ApprovalRule | None:
     """The most specific rule: project + template, project, template, global; None if there is none."""
-    candidates = list(
-        ApprovalRule.objects.filter(project__in=[project], template_slug__in=[template.slug, ""])
-        | ApprovalRule.objects.filter(project__isnull=True, template_slug__in=[template.slug, ""])
-    )
+    remembered = selectors.approval_rules()  # the catalogue's copy outside a transaction
+    if remembered is not None:
+        candidates = [r for r in remembered if r.project_id in (None, project.pk) and r.template_slug in (template.slug, "")]
+    else:
+        candidates = list(
+            ApprovalRule.objects.filter(project__in=[project], template_slug__in=[template.slug, ""])
+            | ApprovalRule.objects.filter(project__isnull=True, template_slug__in=[template.slug, ""])
+        )
 
     def specificity(rule: ApprovalRule) -> tuple[int, int]:
         return (rule.project_id is not None, rule.template_slug != "")
 
     return max(candidates, key=specificity, default=None)
+
+
+_ASK = object()  # approval_decide: look the rule up
 
 
 @dataclass(frozen=True)
@@ -156,16 +163,16 @@ def _self_service(priorities: Any) -> list[str]:
 
 def approval_decide(
     *, actor: Actor, project: Project, template: ServiceTemplate, gpus_total: int, hours: int,
-    priority: str = Priority.BATCH, approver_decides: bool = False,
+    priority: str = Priority.BATCH, approver_decides: bool = False, rule: Any = _ASK,
 ) -> Decision:
     """Whether a request (or an extension or scale-up) is approved without a human, and why (not).
 
     The priority counts: members get only their rule's ``member_priorities`` automatically, approvers'
     own submissions only its ``admin_priorities``; ``production`` always waits for an approver's decision.
     ``approver_decides``: the actor's call is itself the decision when they may approve (an extension or a
-    scale-up by a project admin), whatever the priority.
+    scale-up by a project admin), whatever the priority. ``rule``: already looked up (``approval_rule_for``).
     """
-    rule = approval_rule_for(project=project, template=template)
+    rule = approval_rule_for(project=project, template=template) if rule is _ASK else rule
     if actor.token is None and actor.user is not None and policy.may_decide(actor, project):
         if approver_decides:
             return Decision(True, f"Approved by {actor.label}, who may approve requests in {project.slug}.")
@@ -379,17 +386,20 @@ def request_submit(
     priority: str = "",
     name: str = "",
     idempotency_key: str = "",
+    project_is_fresh: bool = False,
 ) -> WorkloadRequest:
     """Validate and record a request, then approve it by rule or leave it pending approval.
 
     Refused at once (nothing created) when it is invalid or can never run. With an
     ``idempotency_key``, a retry by the same user returns the request the first call made and
-    creates nothing; the returned request's ``replayed`` attribute says which happened.
+    creates nothing; the returned request's ``replayed`` attribute says which happened. ``project_is_fresh``: the
+    caller read ``project`` (with its tenant) in this request, so it is not read again.
     (What each step costs: docs/performance.md, "Submissions".)
     """
     if actor.user is None:
         raise NotAllowed("Requests are made by users (or their tokens).")
-    project = Project.objects.select_related("tenant").get(pk=project.pk)  # fresh: suspended? archived? own images?
+    if not project_is_fresh:
+        project = Project.objects.select_related("tenant").get(pk=project.pk)  # fresh: suspended? archived? own images?
     require(policy.may_submit_request(actor, project), "You may not submit requests in this project.")
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:
@@ -405,13 +415,16 @@ def request_submit(
         _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
         return found
 
+    # The catalogue's images and rule, read before the transaction (from the process's copy: ``selectors.CATALOGUE``).
+    images = selectors.curated_images()
+    rule = approval_rule_for(project=project, template=template)
     try:
         with transaction.atomic():
             req = _submit(
                 actor=actor, project=project, template=template, image=image, flavor=flavor, gpus=gpus,
                 replicas=replicas, cpu=cpu, memory_gib=memory_gib, parameters=parameters,
                 duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
-                idempotency_fingerprint=fingerprint, name_taken=name_taken,
+                idempotency_fingerprint=fingerprint, name_taken=name_taken, images=images, rule=rule,
             )
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
@@ -491,10 +504,13 @@ def _check_flavor(template: ServiceTemplate, flavor: Flavor | None, errors: _Err
     return flavor
 
 
-def _check_submitted_image(project: Project, template: ServiceTemplate, image: str, errors: _Errors) -> str:
-    """Curated for this kind of template, unless the project may use its own; default: the first curated one."""
+def _check_submitted_image(project: Project, template: ServiceTemplate, image: str, errors: _Errors,
+                           images: list[Image] | None = None) -> str:
+    """Curated for this kind of template, unless the project may use its own; default: the first curated one.
+    ``images``: the active images, already read."""
     image = (image or "").strip()
-    curated = [i for i in Image.objects.filter(active=True) if template.kind in (i.kinds or [])]
+    active = Image.objects.filter(active=True) if images is None else images
+    curated = [i for i in active if template.kind in (i.kinds or [])]
     kind_name = template.get_kind_display().lower()
     if not image:
         if curated:
@@ -648,12 +664,14 @@ def _submit(
     idempotency_key: str,
     idempotency_fingerprint: str,
     name_taken: bool | None = None,
+    images: list[Image] | None = None,
+    rule: Any = _ASK,
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
     errors = _Errors()
     flavor = _check_flavor(template, flavor, errors)
-    image = _check_submitted_image(project, template, image, errors)
+    image = _check_submitted_image(project, template, image, errors, images)
     parameters = _check_parameters(actor, project, template, parameters, errors)
     size = _check_size(template, flavor, parameters, gpus=gpus, replicas=replicas, cpu=cpu, memory_gib=memory_gib,
                        duration_hours=duration_hours, priority=priority, errors=errors)
@@ -667,7 +685,7 @@ def _submit(
 
     decision = approval_decide(
         actor=actor, project=project, template=template, hours=size.duration_hours, priority=size.priority,
-        gpus_total=_gpus_total(flavor=flavor, gpus=size.gpus, replicas=size.replicas),
+        gpus_total=_gpus_total(flavor=flavor, gpus=size.gpus, replicas=size.replicas), rule=rule,
     )
     req = _record(actor=actor, project=project, template=template, flavor=flavor, image=image, name=name,
                   parameters=parameters, size=size, decision=decision, idempotency_key=idempotency_key,

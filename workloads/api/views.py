@@ -410,7 +410,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             raise Invalid(NUL_MESSAGE, field="Idempotency-Key")
         req = services.request_submit(
             actor=actor, project=project, template=template, flavor=flavor,
-            idempotency_key=idempotency_key, **values,
+            idempotency_key=idempotency_key, project_is_fresh=True, **values,
         )
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
