@@ -210,6 +210,10 @@ CACHES = {
 }
 LOGIN_THROTTLE_ATTEMPTS = int(os.environ.get("LOGIN_THROTTLE_ATTEMPTS", "5"))
 LOGIN_THROTTLE_WINDOW = int(os.environ.get("LOGIN_THROTTLE_WINDOW", "300"))
+# Sessions stay server-side (never signed cookies). With Redis as the cache, ``cached_db`` writes them to the
+# database and the cache and reads them from the cache: a signed-in request's session costs no query.
+if REDIS_URL:
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 # Celery: Redis when configured, else the embedded broker (portal/broker.py): kombu's SQLAlchemy
 # transport on an SQLite file, one transaction per message, no server. Parallel test processes each

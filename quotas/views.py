@@ -286,6 +286,9 @@ def _cluster_from_query(request: HttpRequest, actor: Actor) -> tuple[list[Cluste
     return clusters, cluster
 
 
+NODE_HIDDEN = ("pods", "ephemeral-storage")  # allocatable resources the node table leaves out
+
+
 def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], cluster: Cluster | None, *,
                    form: TenantQuotaForm | None = None) -> HttpResponse:
     context: dict[str, Any] = {"tab": "capacity", "clusters": clusters, "cluster": cluster}
@@ -311,7 +314,9 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     else:
         shown_nodes = all_nodes
     node_pager = Pager(request, shown_nodes, param="nodes_page")
-    node_rows = [(node, node_flags(node)) for node in node_pager]
+    # What each row shows, worked out here rather than by loops and comparisons in the template.
+    node_rows = [(node, node_flags(node), [(k, v) for k, v in (node.allocatable or {}).items() if k not in NODE_HIDDEN])
+                 for node in node_pager]
 
     promises = selectors.tenant_promises_for(cluster=cluster)
     quota_filter = filtered(QuotaFilter, request, promises, hide=("project", "cluster", "flavor", "level"),

@@ -35,7 +35,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest
 
-from .access import client_address
+from .access import client_address, user_for_session
 from .models import LoginThrottle
 
 
@@ -152,6 +152,11 @@ class ThrottledModelBackend(ModelBackend):
         else:
             login_succeeded(username=username, ip=ip)
         return user
+
+    def get_user(self, user_id: Any) -> Any:
+        """The signed-in request's user, read with their ops membership (``access.user_for_session``): one query."""
+        user = user_for_session(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None
 
 
 def _tell(request: HttpRequest | None, blocked: Blocked | None) -> None:
