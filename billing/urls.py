@@ -9,7 +9,7 @@ urlpatterns = [
     path("ops/prices/<int:pk>/delete/", views.price_delete, name="ops-price-delete"),
 ]
 
-from . import cost_views  # noqa: E402  (cost pages: docs/billing.md, "Budgets and cost views")
+from . import cost_views
 
 urlpatterns += [
     path("costs/projects/<slug:slug>/", cost_views.project_costs, name="project-costs"),

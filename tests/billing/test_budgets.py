@@ -230,3 +230,27 @@ def test_the_request_form_shows_what_remains_of_the_budget(as_user, cast, cat) -
     page = as_user("carol").get(f"/requests/new/?template=training&project={cast.vision.slug}").content.decode()
     left = (Decimal(100) - _spent(30)).quantize(Decimal("0.01"))
     assert f"Remaining this month: project {cast.vision.slug}: {left} EUR of 100.00 EUR" in page
+
+
+@pytest.mark.django_db
+def test_the_demo_seeds_prices_and_a_budget_that_alerts(cast, cat, django_capture_on_commit_callbacks) -> None:
+    from billing.demo import DEMO_BUDGET, seed_billing_demo
+
+    seed_billing_demo()
+    seed_billing_demo()  # idempotent
+    budget = Budget.objects.get(project=cast.vision)
+    assert budget.amount == DEMO_BUDGET and not budget.refuse_when_spent
+    from billing.models import Price
+    assert Price.objects.filter(unit="gpu", key="h100-80gb").count() == 1
+    # Three simulated GPU-hours of H100 in the month cross every threshold.
+    req = make_request(cat, cast.vision, cast.carol, state="succeeded")
+    end = timezone.now() - timedelta(seconds=1)
+    start = max(end - timedelta(hours=3), costs.month_start())
+    UsageInterval.objects.create(request=req, tenant=req.tenant, project=req.project, cluster=cat.cluster, run_key="wl/demo",
+                                 source="workload", object_uid="d", object_name="w", unit="gpu", key="h100-80gb",
+                                 quantity=Decimal(1), started_at=start, ended_at=end)
+    with django_capture_on_commit_callbacks(execute=True):
+        budgets.budgets_check_task.apply()
+    if end - start >= timedelta(hours=2):
+        assert BudgetAlert.objects.filter(budget=budget).count() == 3
+    assert mail.outbox
