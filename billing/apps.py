@@ -7,14 +7,16 @@ class BillingConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from portal.extensions import cost_estimator, cost_so_far, usage_meter
+        from portal.extensions import budget_remaining, cost_estimator, cost_so_far, submission_guard, usage_meter
         from tenants.policy import predicates_install
 
-        from . import metering, policy, selectors
+        from . import budgets, metering, policy, selectors
 
         predicates_install(policy)  # templates ask them by name ({% may "billing.may_manage_prices" as ok %})
         # The lower apps reach billing only through these slots (docs/billing.md).
         cost_estimator.register(selectors.estimate, currency=selectors.currency())
         cost_so_far.register(selectors.request_cost_so_far, currency=selectors.currency())
         usage_meter.register(metering.meter_observe)
+        submission_guard.register(budgets.submission_guard)  # also registers the beat task billing.budgets_check
+        budget_remaining.register(budgets.budget_remaining)
         request_started.connect(selectors.request_started, dispatch_uid="billing-price-list-version")

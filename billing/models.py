@@ -152,3 +152,52 @@ class ClusterClock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}: {self.cluster_time} seen {self.seen_at}"
+
+
+# ------------------------------------------------------------------------------------------------ budgets
+def default_thresholds() -> list[int]:
+    return [50, 80, 100]
+
+
+class Budget(models.Model):
+    """A monthly budget for a tenant (``project`` empty) or one of its projects, in the billing currency.
+
+    ``thresholds``: the percentages at which an alert goes out (once per threshold and month, ``BudgetAlert``).
+    ``refuse_when_spent`` (ops only): new submissions in its scope are refused once the month's spend reaches
+    the amount (docs/billing.md, "Budgets and cost views")."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budgets")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets")
+    amount = models.DecimalField(max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal("0.01"))])
+    thresholds = models.JSONField(default=default_thresholds)
+    refuse_when_spent = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "project"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant"], condition=Q(project__isnull=True), name="one_budget_per_tenant"),
+            models.UniqueConstraint(fields=["project"], condition=Q(project__isnull=False), name="one_budget_per_project"),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="budget_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug if self.project_id else self.tenant.slug}: {self.amount}/month"
+
+
+class BudgetAlert(models.Model):
+    """One alert sent (claimed before sending): unique per budget, month and threshold, so it goes out once."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    month = models.DateField()
+    threshold = models.PositiveSmallIntegerField()
+    spent = models.DecimalField(max_digits=16, decimal_places=2)
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-month", "threshold"]
+        constraints = [models.UniqueConstraint(fields=["budget", "month", "threshold"], name="one_alert_per_threshold_and_month")]
+
+    def __str__(self) -> str:
+        return f"{self.budget}: {self.threshold}% in {self.month:%Y-%m}"

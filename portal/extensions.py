@@ -20,6 +20,13 @@ in one cycle: ``seen`` is a list of ``(kind key, event type, object, request id)
 ``workloads.status.FOLLOWED``; event type ``ADDED``/``MODIFIED``/``DELETED``, or ``LISTED`` on a resync) and
 ``complete`` is True when ``seen`` is everything the cluster holds (a resync). Billing opens and closes usage
 intervals from it; a failure is logged and never stops the follower.
+
+``submission_guard``: ``register(fn)`` where ``fn(project) -> str | None`` says why a new request in ``project``
+is refused (a spent budget that refuses), or None. ``workloads.services`` calls it once per submission; it
+must be cheap when nothing refuses (billing answers from a cached flag, no query).
+
+``budget_remaining``: ``register(fn)`` where ``fn(request_like) -> str | None`` is what remains of the
+request's project (and tenant) budget this month, as a sentence for the request form; None without a budget.
 """
 
 from __future__ import annotations
@@ -119,3 +126,5 @@ class CostEstimator(Slot):
 cost_estimator = CostEstimator()
 cost_so_far = CostEstimator("cost so far")
 usage_meter = Slot("usage meter")
+submission_guard = Slot("submission guard")
+budget_remaining = Slot("budget remaining")

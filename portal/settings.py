@@ -404,3 +404,5 @@ PORTAL_RESERVED_NAMESPACES = [n.strip() for n in os.environ.get("PORTAL_RESERVED
 # An archived project's namespace (and what is in it) stays this many days before housekeeping deletes it.
 PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION_DAYS", "7"))
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
+# Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
+CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}

@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
 from portal.events import after_commit
+from portal.extensions import submission_guard
 from portal.exceptions import (
     ConflictError,
     IdempotencyKeyReused,
@@ -669,6 +670,9 @@ def _submit(
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
+    refused = submission_guard.call(project)  # billing's budget refusal, through portal.extensions
+    if refused:
+        raise Invalid(refused, field="project")
     errors = _Errors()
     flavor = _check_flavor(template, flavor, errors)
     image = _check_submitted_image(project, template, image, errors, images)

@@ -28,7 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import NotAllowed, PortalError
-from portal.extensions import cost_estimator, cost_so_far
+from portal.extensions import budget_remaining, cost_estimator, cost_so_far
 from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
@@ -244,7 +244,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         if dropped:
             messages.warning(request, "Not carried over: " + "; ".join(dropped) + ".")
     presets = selectors.presets_for(actor=actor).filter(template_slug=template.slug, project__in=[p.pk for p in projects])
-    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form), "started_from": started_from,
+    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form), "budget_left": budget_remaining.call(form.asked_for()), "started_from": started_from,
                 "presets": presets.order_by("project__name", "name")}
     return page(request, "workloads/request_form.html", context)
 

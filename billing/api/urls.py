@@ -1,5 +1,8 @@
 from rest_framework.routers import SimpleRouter
 
+from django.urls import path
+
+from .budget_views import BudgetViewSet, CostView
 from .views import DiscountViewSet, PriceViewSet, UsageViewSet
 
 # SimpleRouter: the API root at /api/v1/ belongs to the tenancy router.
@@ -7,5 +10,6 @@ router = SimpleRouter()
 router.register("prices", PriceViewSet, basename="price")
 router.register("discounts", DiscountViewSet, basename="discount")
 router.register("usage", UsageViewSet, basename="usage")
+router.register("budgets", BudgetViewSet, basename="budget")
 
-urlpatterns = router.urls
+urlpatterns = [*router.urls, path("costs/", CostView.as_view(), name="costs")]

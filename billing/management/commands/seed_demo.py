@@ -1,8 +1,10 @@
 """``manage.py seed_demo``: the whole demo (tenants, users, the sandbox cluster's quotas, the catalogue
-and some requests). It lives in workloads, the highest app it needs, so that every import points
-down (tests/test_imports.py); when billing has demo data it moves up to billing."""
+a price list and a budget, and some requests). It lives in billing, the highest app it needs, so that every import
+points down (tests/test_imports.py)."""
 
 from django.core.management.base import BaseCommand
+
+from billing.demo import seed_billing_demo
 
 from quotas.demo import seed_quota_demo
 from tenants.demo import DEMO_PASSWORD, seed_demo
@@ -17,6 +19,7 @@ class Command(BaseCommand):
         logins = seed_demo()
         seed_quota_demo()
         seed_catalogue()
+        seed_billing_demo()
         seed_request_demo()
         self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
         for username, what in logins:

@@ -1,0 +1,158 @@
+"""Usage cost summed in the database: the cost views, the costs API and budget spend (docs/billing.md,
+"Budgets and cost views").
+
+One SQL statement per question. The window is cut into segments at every instant a price or a discount changes
+(and at day boundaries, UTC, for a per-day series); PostgreSQL sums quantity × seconds of overlap per segment and
+group (tenant, unit, key and the grouping asked for); Python then prices the few resulting rows. Open intervals
+accrue up to their cluster's "now" (``selectors.cluster_now``, computed in SQL from ``ClusterClock``), exactly
+as ``selectors.intervals_cost`` does one interval at a time, so both agree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from workloads.models import WorkloadRequest
+
+from . import pricing, selectors
+from .models import ClusterClock, Discount, UsageInterval
+
+GROUPS = {  # name -> SQL expression over the "iv" rows
+    "tenant": "iv.tenant_id",
+    "project": "iv.project_id",
+    "flavor": "iv.flavor_id",
+    "user": "iv.user_id",
+    "unit": "iv.unit",
+    "day": "seg.day",
+}
+
+
+def month_start(now: datetime | None = None) -> datetime:
+    now = (now or timezone.now()).astimezone(UTC)
+    return datetime(now.year, now.month, 1, tzinfo=UTC)
+
+
+def month_bounds(now: datetime | None = None) -> tuple[datetime, datetime]:
+    start = month_start(now)
+    return start, selectors.month_end(start.date())
+
+
+def _segments(since: datetime, until: datetime, *, daily: bool) -> list[tuple[datetime, datetime, datetime]]:
+    cuts = {since, until}
+    for rates in selectors.price_rates().values():
+        cuts.update(r.effective_from for r in rates if since < r.effective_from < until)
+    cuts.update(Discount.objects.filter(effective_from__gt=since, effective_from__lt=until)
+                .values_list("effective_from", flat=True))
+    if daily:
+        day = datetime(since.year, since.month, since.day, tzinfo=UTC) + timedelta(days=1)
+        while day < until:
+            cuts.add(day)
+            day += timedelta(days=1)
+    edges = sorted(cuts)
+    out = []
+    for a, b in zip(edges, edges[1:], strict=False):
+        day = datetime(a.year, a.month, a.day, tzinfo=UTC)
+        out.append((a, b, day))
+    return out
+
+
+def cost_rows(intervals: QuerySet[UsageInterval], *, since: datetime, until: datetime, by: tuple[str, ...] = (),
+              now: datetime | None = None) -> list[dict[str, Any]]:
+    """The exact cost of ``intervals`` (any scoped queryset) within ``[since, until)``, one row per value of the
+    ``by`` groups (``GROUPS``): ``{group: value, ..., "cost": Decimal}``. Unpriced usage costs nothing."""
+    if not selectors.price_rates():
+        return []
+    now = now or timezone.now()
+    segments = _segments(since, until, daily="day" in by)
+    if not segments:
+        return []
+    try:
+        scope_sql, scope_params = intervals.order_by().values("id").query.sql_with_params()
+    except EmptyResultSet:  # a scope that can hold nothing (``none()``)
+        return []
+    groups = [GROUPS[name] for name in by]
+    select = "".join(f", {g} AS g{i}" for i, g in enumerate(groups))
+    group = "".join(f", {g}" for g in groups)
+    sql = f"""
+        WITH seg AS (SELECT s, e, day FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[]) AS t(s, e, day)),
+        iv AS (
+            SELECT u.tenant_id, u.project_id, u.unit, u.key, u.quantity, u.started_at, r.flavor_id,
+                   r.requested_by_id AS user_id,
+                   COALESCE(u.ended_at, GREATEST(u.started_at, c.cluster_time + GREATEST(%s - c.seen_at, interval '0')),
+                            u.started_at) AS end_at
+            FROM {UsageInterval._meta.db_table} u
+            JOIN {WorkloadRequest._meta.db_table} r ON r.id = u.request_id
+            LEFT JOIN {ClusterClock._meta.db_table} c ON c.cluster_id = u.cluster_id
+            WHERE u.id IN ({scope_sql}) AND u.started_at < %s AND (u.ended_at IS NULL OR u.ended_at > %s)
+        )
+        SELECT seg.s, iv.tenant_id, iv.unit, iv.key{select},
+               SUM(iv.quantity * EXTRACT(EPOCH FROM (LEAST(iv.end_at, seg.e) - GREATEST(iv.started_at, seg.s))))
+        FROM iv JOIN seg ON iv.started_at < seg.e AND iv.end_at > seg.s
+        GROUP BY seg.s, iv.tenant_id, iv.unit, iv.key{group}
+    """
+    params = [[s[0] for s in segments], [s[1] for s in segments], [s[2] for s in segments], now,
+              *scope_params, until, since]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    prices = selectors.price_rates()
+    totals: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
+    for s, tenant_id, unit, key, *rest in fetched:
+        *values, unit_seconds = rest
+        price = pricing.rate_at(prices.get((unit, key), []), s)
+        if price is None or not unit_seconds:
+            continue
+        off = pricing.rate_at(selectors.discount_rates(tenant_id), s) or Decimal(0)
+        cost = pricing.hourly(unit, price) * Decimal(unit_seconds) / pricing.HOUR * (Decimal(100) - off) / Decimal(100)
+        totals[tuple(values)] += cost
+    return [dict(zip(by, key, strict=True)) | {"cost": cost} for key, cost in totals.items()]
+
+
+def cost_total(intervals: QuerySet[UsageInterval], *, since: datetime, until: datetime,
+               now: datetime | None = None) -> Decimal:
+    return sum((r["cost"] for r in cost_rows(intervals, since=since, until=until, now=now)), Decimal(0))
+
+
+def forecast(spent: Decimal, *, since: datetime, until: datetime, now: datetime) -> Decimal:
+    """Month-end spend if the burn so far goes on: linear over the elapsed part of the month
+    (``spent / elapsed × month length``). At the very start of a month (under an hour elapsed) it is the spend."""
+    elapsed = (min(now, until) - since).total_seconds()
+    if elapsed < 3600:
+        return spent
+    return spent * Decimal((until - since).total_seconds()) / Decimal(elapsed)
+
+
+def labelled(rows: list[dict[str, Any]], group: str) -> list[tuple[str, Decimal]]:
+    """``cost_rows(..., by=(group,))`` as (label, cost): slugs, flavor names, usernames, units or days (ISO);
+    days in time order, everything else most expensive first."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import Flavor
+    from tenants.models import Project, Tenant
+
+    ids = [r[group] for r in rows]
+    names: dict[Any, str]
+    if group == "tenant":
+        names = dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "slug"))
+    elif group == "project":
+        names = dict(Project.objects.filter(pk__in=ids).values_list("pk", "slug"))
+    elif group == "flavor":
+        names = dict(Flavor.objects.filter(pk__in=ids).values_list("pk", "name"))
+    elif group == "user":
+        names = dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
+    elif group == "day":
+        names = {i: i.date().isoformat() for i in ids}
+    else:
+        names = {i: str(i) for i in ids}
+    out = [(names.get(r[group], str(r[group])), r["cost"]) for r in rows]
+    if group == "day":
+        return sorted(out)
+    return sorted(out, key=lambda pair: (-pair[1], pair[0]))
