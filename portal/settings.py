@@ -238,6 +238,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "workloads-approvals-remind": {"task": "workloads.tasks.approvals_remind_task", "schedule": 300.0},
     # Invitation links past their expiry read as expired at once; this writes the status down.
     "tenants-invitations-expire": {"task": "tenants.invitations_expire", "schedule": 3600.0},
+    # Finalises and numbers last month's statements once it ended, and closes the month (idempotent).
+    "billing-statements-finalise": {"task": "billing.statements_finalise", "schedule": 3600.0},
 }
 
 # Email

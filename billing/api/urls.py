@@ -1,5 +1,6 @@
 from rest_framework.routers import SimpleRouter
 
+from .statements import StatementViewSet
 from .views import DiscountViewSet, PriceViewSet, UsageViewSet
 
 # SimpleRouter: the API root at /api/v1/ belongs to the tenancy router.
@@ -7,5 +8,6 @@ router = SimpleRouter()
 router.register("prices", PriceViewSet, basename="price")
 router.register("discounts", DiscountViewSet, basename="discount")
 router.register("usage", UsageViewSet, basename="usage")
+router.register("statements", StatementViewSet, basename="statement")
 
 urlpatterns = router.urls
