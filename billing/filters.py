@@ -45,7 +45,7 @@ class UsageFilter(FilterSet):
 class StatementFilter(FilterSet):
     month = filters.CharFilter(method="filter_month", label="Month (YYYY-MM)")
     tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
-    status = filters.ChoiceFilter(choices=[("draft", "Draft"), ("final", "Final")])
+    status = filters.ChoiceFilter(choices=Statement.Status.choices)
 
     class Meta:
         model = Statement

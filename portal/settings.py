@@ -357,6 +357,8 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "workloads.models.RequestState",
         "ArchitectureChangeStateEnum": "quotas.models.ArchitectureChange.State",
         "ArchitectureEnum": "quotas.models.Architecture",
+        "StatementStatusEnum": "billing.models.Statement.Status",
+        "BillingModeEnum": "billing.models.BillingProfile.Mode",
     },
     # Error responses, token auth and response headers are documented by one hook (portal/api.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],
