@@ -179,7 +179,7 @@ def test_scoping_of_every_statement_endpoint(api, as_user, cast, cat) -> None:
     globex = _draft(api, "erin", "globex", "2026-01")["id"]
     # A tenant admin cannot draft another tenant's statement.
     assert api("alice").post(f"{API}/draft/", {"tenant": "globex", "month": "2026-01"}, format="json").status_code == 400
-    urls = lambda pk: [f"{API}/{pk}/", f"{API}/{pk}/csv/", f"/statements/{pk}/", f"/statements/{pk}/csv/"]  # noqa: E731
+    urls = lambda pk: [f"{API}/{pk}/", f"{API}/{pk}/csv/", f"/statements/{pk}/", f"/statements/{pk}/csv/"]
     for who, sees, hidden in (("alice", [acme], [globex]), ("erin", [globex], [acme]), ("ops", [acme, globex], []),
                               ("carol", [], [acme, globex]), ("bob", [], [acme, globex]), ("nobody", [], [acme, globex])):
         client = api(who)
