@@ -214,31 +214,45 @@ def _lock_period(month: date) -> BillingPeriod:
     return BillingPeriod.objects.select_for_update().get(month=month)
 
 
-def _write(tenant: Tenant, month: date, rated: list[Rated], *, projects: dict[int, str], now: datetime) -> Statement:
-    """Create or recompute ``tenant``'s draft for ``month`` from ``rated``."""
-    profile = profile_of(tenant)
-    statement = Statement.objects.select_for_update().filter(tenant=tenant, month=month).first()
-    if statement is None:
-        statement = Statement(tenant=tenant, month=month)
-    elif statement.is_final:
-        return statement
-    else:
-        statement.lines.all().delete()
-    statement.currency = selectors.currency()
-    statement.mode, statement.cost_centre = profile.mode, profile.cost_centre
-    statement.subtotal = sum((r.gross for r in rated), Decimal(0))
-    statement.total = sum((r.amount for r in rated), Decimal(0))
-    statement.discount = statement.subtotal - statement.total
-    statement.generated_at = now
-    statement.save()
+def _write(month: date, rated: dict[int, list[Rated]], tenants: list[Tenant], *, now: datetime) -> list[Statement]:
+    """Create or recompute the drafts of ``tenants`` for ``month`` from ``rated`` in a handful of queries (final
+    statements are left as they are and returned too), in the order of ``tenants``."""
+    projects = _projects(rated)
+    profiles = {p.tenant_id: p for p in BillingProfile.objects.filter(tenant__in=[t.pk for t in tenants])}
+    existing = {s.tenant_id: s for s in Statement.objects.select_for_update().filter(tenant__in=[t.pk for t in tenants], month=month)}
+    drafts = [s.pk for s in existing.values() if not s.is_final]
+    StatementLine.objects.filter(statement_id__in=drafts).delete()
+    fresh, changed, out = [], [], []
+    for tenant in tenants:
+        statement = existing.get(tenant.pk)
+        if statement is not None and statement.is_final:
+            out.append(statement)
+            continue
+        rows = rated.get(tenant.pk, [])
+        profile = profiles.get(tenant.pk) or BillingProfile(tenant=tenant)
+        if statement is None:
+            statement = Statement(tenant=tenant, month=month)
+            fresh.append(statement)
+        else:
+            changed.append(statement)
+        statement.currency = selectors.currency()
+        statement.mode, statement.cost_centre = profile.mode, profile.cost_centre
+        statement.subtotal = sum((r.gross for r in rows), Decimal(0))
+        statement.total = sum((r.amount for r in rows), Decimal(0))
+        statement.discount = statement.subtotal - statement.total
+        statement.generated_at = now
+        out.append(statement)
+    Statement.objects.bulk_create(fresh, batch_size=1000)
+    Statement.objects.bulk_update(changed, ["currency", "mode", "cost_centre", "subtotal", "total", "discount",
+                                            "generated_at"], batch_size=1000)
     StatementLine.objects.bulk_create([
         StatementLine(statement=statement, project_id=r.project_id, project_slug=projects.get(r.project_id, str(r.project_id)),
                       unit=r.unit, key=r.key, period_start=r.period_start, period_end=r.period_end,
                       quantity=r.quantity.quantize(Decimal("0.000001")), unit_price=r.unit_price, gross=r.gross,
                       discount_percent=r.discount_percent, amount=r.amount)
-        for r in rated
-    ])
-    return statement
+        for statement in fresh + changed for r in rated.get(statement.tenant_id, [])
+    ], batch_size=2000)
+    return out
 
 
 def _projects(rated: dict[int, list[Rated]]) -> dict[int, str]:
@@ -261,8 +275,7 @@ def statement_draft(*, actor: Actor, tenant: Tenant, month: date, now: datetime 
         if final is None:
             raise Invalid("That month is closed and had no statement for this tenant.", field="month")
         return final
-    rated = rate_month(month, tenant_ids=[tenant.pk], now=now)
-    return _write(tenant, month, rated.get(tenant.pk, []), projects=_projects(rated), now=now)
+    return _write(month, rate_month(month, tenant_ids=[tenant.pk], now=now), [tenant], now=now)[0]
 
 
 @transaction.atomic
@@ -278,16 +291,14 @@ def finalise_month(month: date, *, now: datetime | None = None) -> list[Statemen
         return []
     rated = rate_month(month, now=now)
     tenant_ids = set(rated) | set(Statement.objects.filter(month=month).values_list("tenant_id", flat=True))
-    projects = _projects(rated)
-    tenants = Tenant.objects.filter(pk__in=tenant_ids).order_by("slug")
-    drafts = [_write(t, month, rated.get(t.pk, []), projects=projects, now=now) for t in tenants]
+    drafts = _write(month, rated, list(Tenant.objects.filter(pk__in=tenant_ids).order_by("slug")), now=now)
     StatementCounter.objects.get_or_create(year=month.year)
     counter = StatementCounter.objects.select_for_update().get(year=month.year)
-    for statement in drafts:
+    for statement in drafts:  # all drafts: the month was open, under its lock
         counter.last += 1
         statement.number = f"{month.year}-{counter.last:06d}"
         statement.status, statement.finalised_at = Statement.Status.FINAL, now
-        statement.save(update_fields=["number", "status", "finalised_at"])
+    Statement.objects.bulk_update(drafts, ["number", "status", "finalised_at"], batch_size=1000)
     counter.save(update_fields=["last"])
     services.period_finalise(actor=Actor.system(), month=month)
     audit_record(actor=Actor.system(), action="billing.statements_finalise", target=period,
