@@ -6,7 +6,7 @@ import django_filters as filters
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
 
-from .models import Discount, Price, Unit, UsageInterval
+from .models import Discount, Price, Statement, Unit, UsageInterval
 
 
 class PriceFilter(FilterSet):
@@ -40,3 +40,18 @@ class UsageFilter(FilterSet):
     class Meta:
         model = UsageInterval
         fields = ["request", "tenant", "project", "unit", "open"]
+
+
+class StatementFilter(FilterSet):
+    month = filters.CharFilter(method="filter_month", label="Month (YYYY-MM)")
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
+    status = filters.ChoiceFilter(choices=Statement.Status.choices)
+
+    class Meta:
+        model = Statement
+        fields = ["month", "tenant", "status"]
+
+    def filter_month(self, queryset, name, value):
+        from .statements import parse_month
+
+        return queryset.filter(month=parse_month(value))

@@ -201,3 +201,139 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.budget}: {self.threshold}% in {self.month:%Y-%m}"
+# ------------------------------------------------------------------------------------------------ statements
+# (docs/billing.md, "Statements": billing/statements.py rates the month in the database and writes these rows.)
+class BillingProfile(models.Model):
+    """How a tenant is billed (an ops setting): showback (costs shown, nothing charged) or chargeback (charged to
+    its cost centre). Printed on every statement; a tenant without one is shown back, with no cost centre."""
+
+    class Mode(models.TextChoices):
+        SHOWBACK = "showback", "Showback (costs shown, not charged)"
+        CHARGEBACK = "chargeback", "Chargeback (charged to the cost centre)"
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="billing_profile")
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.SHOWBACK)
+    cost_centre = models.CharField(max_length=60, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}: {self.mode} {self.cost_centre}".strip()
+
+
+class StatementQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        if self.filter(status=Statement.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot change.")
+        return super().update(**kwargs)
+
+    def delete(self):
+        if self.filter(status=Statement.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot be removed.")
+        return super().delete()
+
+
+class Statement(models.Model):
+    """One tenant's month. A draft is recomputed on request; once final it never changes (save, delete and the
+    queryset's update / delete refuse) and carries a number from the year's gapless sequence."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        FINAL = "final", "Final"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="statements")
+    month = models.DateField(help_text="The first day of the month (UTC).")
+    status = models.CharField(max_length=5, choices=Status.choices, default=Status.DRAFT)
+    number = models.CharField(max_length=20, null=True, blank=True, unique=True, help_text="YYYY-NNNNNN, once final.")
+    currency = models.CharField(max_length=3)
+    mode = models.CharField(max_length=10, choices=BillingProfile.Mode.choices, default=BillingProfile.Mode.SHOWBACK)
+    cost_centre = models.CharField(max_length=60, blank=True, default="")
+    subtotal = models.DecimalField(max_digits=16, decimal_places=2, default=Decimal(0), help_text="Before discount.")
+    discount = models.DecimalField(max_digits=16, decimal_places=2, default=Decimal(0))
+    total = models.DecimalField(max_digits=16, decimal_places=2, default=Decimal(0), help_text="The sum of the lines.")
+    generated_at = models.DateTimeField()
+    finalised_at = models.DateTimeField(null=True, blank=True)
+
+    objects = StatementQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-month", "tenant__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "month"], name="one_statement_per_tenant_and_month"),
+            models.CheckConstraint(condition=Q(status="draft") | Q(number__isnull=False), name="final_statement_numbered"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.number or 'draft'} {self.tenant.slug} {self.month:%Y-%m}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status == self.Status.FINAL
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot change.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self.pk is not None and Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot be removed.")
+        return super().delete(*args, **kwargs)
+
+
+class StatementLineQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        if self.filter(statement__status=Statement.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot change.")
+        return super().update(**kwargs)
+
+    def delete(self):
+        if self.filter(statement__status=Statement.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot be removed.")
+        return super().delete()
+
+
+class StatementLine(models.Model):
+    """One project x unit (x key) x price window of a statement: ``quantity`` unit-hours (storage: unit-months) at
+    ``unit_price``, less ``discount_percent``; ``amount`` is rounded to the cent, once, here."""
+
+    statement = models.ForeignKey(Statement, on_delete=models.CASCADE, related_name="lines")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    project_slug = models.CharField(max_length=63)
+    unit = models.CharField(max_length=12, choices=Unit.choices)
+    key = models.CharField(max_length=60, blank=True, default="")
+    period_start = models.DateTimeField(help_text="Where this line's price (and discount) window starts in the month.")
+    period_end = models.DateTimeField()
+    quantity = models.DecimalField(max_digits=20, decimal_places=6, help_text="Unit-hours (storage: unit-months).")
+    unit_price = models.DecimalField(max_digits=14, decimal_places=6)
+    gross = models.DecimalField(max_digits=16, decimal_places=2, help_text="quantity x unit price, rounded.")
+    discount_percent = models.DecimalField(max_digits=5, decimal_places=2, default=Decimal(0))
+    amount = models.DecimalField(max_digits=16, decimal_places=2, help_text="Less the discount, rounded once.")
+
+    objects = StatementLineQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["project_slug", "unit", "key", "period_start"]
+
+    def __str__(self) -> str:
+        return f"{self.project_slug} {self.unit}{' ' + self.key if self.key else ''} {self.quantity} = {self.amount}"
+
+    def save(self, *args, **kwargs):
+        if Statement.objects.filter(pk=self.statement_id, status=Statement.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot change.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if Statement.objects.filter(pk=self.statement_id, status=Statement.Status.FINAL).exists():
+            raise PermissionError("A finalised statement cannot be removed.")
+        return super().delete(*args, **kwargs)
+
+
+class StatementCounter(models.Model):
+    """The last statement number given in a year. Finalising locks the row (select_for_update), so numbers are
+    gapless and unique under concurrency: a rolled-back finalisation rolls its number back too."""
+
+    year = models.PositiveIntegerField(unique=True)
+    last = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.year}: {self.last}"

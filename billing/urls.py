@@ -1,12 +1,17 @@
 from django.urls import path
 
-from . import views
+from . import statement_views, views
 
 urlpatterns = [
     path("ops/prices/", views.price_list, name="ops-prices"),
     path("ops/prices/new/", views.price_new, name="ops-price-new"),
     path("ops/prices/<int:pk>/", views.price_detail, name="ops-price"),
     path("ops/prices/<int:pk>/delete/", views.price_delete, name="ops-price-delete"),
+    path("statements/", statement_views.statement_list, name="statements"),
+    path("statements/draft/", statement_views.statement_draft, name="statement-draft"),
+    path("statements/<int:pk>/", statement_views.statement_detail, name="statement"),
+    path("statements/<int:pk>/csv/", statement_views.statement_csv, name="statement-csv"),
+    path("ops/tenants/<slug:slug>/billing/", statement_views.billing_profile, name="ops-billing-profile"),
 ]
 
 from . import cost_views

@@ -255,6 +255,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "workloads-approvals-remind": {"task": "workloads.tasks.approvals_remind_task", "schedule": 300.0},
     # Invitation links past their expiry read as expired at once; this writes the status down.
     "tenants-invitations-expire": {"task": "tenants.invitations_expire", "schedule": 3600.0},
+    # Finalises and numbers last month's statements once it ended, and closes the month (idempotent).
+    "billing-statements-finalise": {"task": "billing.statements_finalise", "schedule": 3600.0},
 }
 
 # Email
@@ -372,6 +374,8 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "workloads.models.RequestState",
         "ArchitectureChangeStateEnum": "quotas.models.ArchitectureChange.State",
         "ArchitectureEnum": "quotas.models.Architecture",
+        "StatementStatusEnum": "billing.models.Statement.Status",
+        "BillingModeEnum": "billing.models.BillingProfile.Mode",
     },
     # Error responses, token auth and response headers are documented by one hook (portal/api.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],

@@ -112,6 +112,7 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("workloads.may_open_notebook (open to approvers)",
      lambda a, w, x: workloads_policy.may_open_notebook(a, _opened(w.notebook[x])), APPROVERS | {"carol"}, OPS),
     ("billing.may_manage_prices", lambda a, w, x: billing_policy.may_manage_prices(a), OPS, OPS),
+    ("billing.may_view_statements", lambda a, w, x: billing_policy.may_view_statements(a, w.tenant[x]), ADMINS, OPS),
 ]
 
 
