@@ -10,6 +10,7 @@ as ``selectors.intervals_cost`` does one interval at a time, so both agree.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -17,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from workloads.models import WorkloadRequest
@@ -64,16 +65,40 @@ def _segments(since: datetime, until: datetime, *, daily: bool) -> list[tuple[da
     return out
 
 
+GROUP_COLUMNS = {  # name -> the interval's value (``_sum_python``), as GROUPS in SQL
+    "tenant": "tenant_id",
+    "project": "project_id",
+    "flavor": "request__flavor_id",
+    "user": "request__requested_by_id",
+    "unit": "unit",
+}
+
+# One sum: (segment start, tenant id, unit, key, *the ``by`` group values, quantity × seconds) per segment and group.
+Sum = tuple[Any, ...]
+
+
 def cost_rows(intervals: QuerySet[UsageInterval], *, since: datetime, until: datetime, by: tuple[str, ...] = (),
-              now: datetime | None = None) -> list[dict[str, Any]]:
+              now: datetime | None = None, in_python: bool | None = None) -> list[dict[str, Any]]:
     """The exact cost of ``intervals`` (any scoped queryset) within ``[since, until)``, one row per value of the
-    ``by`` groups (``GROUPS``): ``{group: value, ..., "cost": Decimal}``. Unpriced usage costs nothing."""
+    ``by`` groups (``GROUPS``): ``{group: value, ..., "cost": Decimal}``. Unpriced usage costs nothing.
+
+    ``in_python``: sum in Python (``_sum_python``) rather than SQL (``_sum_sql``); by default SQL on PostgreSQL and
+    Python elsewhere (SQLite, the laptop demo). Both give the same sums."""
     if not selectors.price_rates():
         return []
     now = now or timezone.now()
     segments = _segments(since, until, daily="day" in by)
     if not segments:
         return []
+    if in_python is None:
+        in_python = connection.vendor != "postgresql"
+    summed = (_sum_python if in_python else _sum_sql)(intervals, segments, by=by, since=since, until=until, now=now)
+    return _priced(summed, by)
+
+
+def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, datetime, datetime]], *,
+             by: tuple[str, ...], since: datetime, until: datetime, now: datetime) -> list[Sum]:
+    """The sums in one PostgreSQL statement (the production path)."""
     try:
         scope_sql, scope_params = intervals.order_by().values("id").query.sql_with_params()
     except EmptyResultSet:  # a scope that can hold nothing (``none()``)
@@ -102,10 +127,46 @@ def cost_rows(intervals: QuerySet[UsageInterval], *, since: datetime, until: dat
               *scope_params, until, since]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        fetched = cursor.fetchall()
+        return cursor.fetchall()
+
+
+def _sum_python(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, datetime, datetime]], *,
+                by: tuple[str, ...], since: datetime, until: datetime, now: datetime) -> list[Sum]:
+    """The same sums as ``_sum_sql``, computed in Python from the scoped intervals (SQLite: the laptop demo).
+
+    The intervals touching the window are read (only the columns needed), an open one ends at its cluster's now
+    (``COALESCE(ended_at, GREATEST(started_at, cluster_time + GREATEST(now - seen_at, 0)))``, the start without a
+    clock), and each is clipped to the segments it overlaps."""
+    clocks = selectors.cluster_nows(now=now)
+    starts = [s for s, _, _ in segments]
+    columns = [GROUP_COLUMNS[name] for name in by if name != "day"]
+    rows = (UsageInterval.objects.filter(pk__in=intervals.order_by().values("id"), started_at__lt=until)
+            .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
+            .values_list("tenant_id", "unit", "key", "quantity", "started_at", "ended_at", "cluster_id", *columns))
+    sums: dict[Sum, Decimal] = defaultdict(Decimal)
+    for tenant_id, unit, key, quantity, started_at, ended_at, cluster_id, *values in rows.iterator(chunk_size=5000):
+        end = ended_at
+        if end is None:
+            clock = clocks.get(cluster_id)
+            end = started_at if clock is None else max(started_at, clock)
+        grouped = iter(values)
+        picked = [None if name == "day" else next(grouped) for name in by]
+        for s, e, day in segments[max(bisect_right(starts, started_at) - 1, 0):]:
+            if s >= end:
+                break
+            if not (started_at < e and end > s):
+                continue
+            key_row = (s, tenant_id, unit, key, *(day if name == "day" else v for name, v in zip(by, picked, strict=True)))
+            sums[key_row] += quantity * pricing.seconds(min(end, e) - max(started_at, s))
+    return [(*k, v) for k, v in sums.items()]
+
+
+def _priced(summed: list[Sum], by: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Price the sums (the same for both paths): the price and discount in force at each segment's start. In a fixed
+    order, so that both paths add the same Decimals in the same order."""
     prices = selectors.price_rates()
     totals: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
-    for s, tenant_id, unit, key, *rest in fetched:
+    for s, tenant_id, unit, key, *rest in sorted(summed, key=lambda row: [(v is None, v) for v in row[:-1]]):
         *values, unit_seconds = rest
         price = pricing.rate_at(prices.get((unit, key), []), s)
         if price is None or not unit_seconds:

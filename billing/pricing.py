@@ -103,5 +103,10 @@ def span_cost(*, unit: str, quantity: Decimal, start: datetime, end: datetime, p
     return total
 
 
+def seconds(span: timedelta) -> Decimal:
+    """A span in exact seconds (as PostgreSQL's ``EXTRACT(EPOCH FROM interval)``)."""
+    return Decimal(span // timedelta(microseconds=1)) / Decimal(1_000_000)
+
+
 def rates(rows: Iterable[Any], field: str) -> list[Rate]:
     return sorted((Rate(r.effective_from, Decimal(getattr(r, field))) for r in rows), key=lambda r: r.effective_from)

@@ -159,6 +159,13 @@ def cluster_now(cluster_id: int, *, now: datetime | None = None) -> datetime | N
     return clock.cluster_time + max(now - clock.seen_at, timedelta(0))
 
 
+def cluster_nows(*, now: datetime | None = None) -> dict[int, datetime]:
+    """cluster id → its "now" (``cluster_now``) for every cluster whose clock is known, in one query."""
+    now = now or timezone.now()
+    return {cluster_id: cluster_time + max(now - seen_at, timedelta(0))
+            for cluster_id, cluster_time, seen_at in ClusterClock.objects.values_list("cluster_id", "cluster_time", "seen_at")}
+
+
 # ------------------------------------------------------------------------------------------------ costs
 def intervals_cost(intervals: list[UsageInterval], *, until: datetime | None = None, now: datetime | None = None) -> Decimal:
     """The exact (unrounded) cost of ``intervals``: closed ones in full, open ones up to their cluster's now

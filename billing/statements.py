@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from portal.exceptions import Invalid
@@ -39,11 +39,13 @@ from tenants.guards import require
 from tenants.models import Project, Tenant
 from tenants.selectors import admin_tenants_for
 
-from . import policy, selectors, services
+from . import policy, pricing, selectors, services
 from .models import (
     HOURS_PER_MONTH,
     BillingPeriod,
     BillingProfile,
+    Discount,
+    Price,
     Statement,
     StatementCounter,
     StatementLine,
@@ -131,24 +133,83 @@ def parse_month(text: str) -> date:
         raise Invalid("A month as YYYY-MM (e.g. 2026-03).", field="month") from None
 
 
-def rate_month(month: date, *, tenant_ids: list[int] | None = None, now: datetime | None = None) -> dict[int, list[Rated]]:
-    """tenant id → its lines for ``month``, rated by one aggregate query (no interval is loaded here)."""
+def rate_month(month: date, *, tenant_ids: list[int] | None = None, now: datetime | None = None,
+               in_python: bool | None = None) -> dict[int, list[Rated]]:
+    """tenant id → its lines for ``month``. Rated by one aggregate query on PostgreSQL (``_rate_sql``: no interval is
+    loaded here); elsewhere (SQLite, the laptop demo) or with ``in_python`` the same sums are made in Python
+    (``_rate_python``)."""
     m0, m1 = month_bounds(month)
-    params: dict[str, Any] = {"currency": selectors.currency(), "m0": m0, "m1": m1, "now": now or timezone.now()}
+    if tenant_ids is not None and not tenant_ids:
+        return {}
+    now = now or timezone.now()
+    if in_python is None:
+        in_python = connection.vendor != "postgresql"
+    out: dict[int, list[Rated]] = defaultdict(list)
+    for tenant_id, project_id, unit, key, amount, percent, w_start, w_end, unit_seconds in (
+            (_rate_python if in_python else _rate_sql)(m0, m1, tenant_ids=tenant_ids, now=now)):
+        hours = Decimal(unit_seconds) / HOUR
+        quantity = hours / HOURS_PER_MONTH if unit == Unit.STORAGE else hours
+        out[tenant_id].append(Rated(project_id, unit, key, Decimal(amount), Decimal(percent), w_start, w_end, quantity))
+    return out
+
+
+def _rate_sql(m0: datetime, m1: datetime, *, tenant_ids: list[int] | None, now: datetime) -> list[tuple[Any, ...]]:
+    """``RATE_SQL``'s rows: (tenant, project, unit, key, price, discount %, window start, window end, unit-seconds)."""
+    params: dict[str, Any] = {"currency": selectors.currency(), "m0": m0, "m1": m1, "now": now}
     tenant_filter = ""
     if tenant_ids is not None:
-        if not tenant_ids:
-            return {}
         tenant_filter = "AND u.tenant_id = ANY(%(tenants)s)"
         params["tenants"] = list(tenant_ids)
-    out: dict[int, list[Rated]] = defaultdict(list)
     with connection.cursor() as cursor:
         cursor.execute(RATE_SQL.format(tenant_filter=tenant_filter), params)
-        for tenant_id, project_id, unit, key, amount, percent, w_start, w_end, unit_seconds in cursor.fetchall():
-            hours = Decimal(unit_seconds) / HOUR
-            quantity = hours / HOURS_PER_MONTH if unit == Unit.STORAGE else hours
-            out[tenant_id].append(Rated(project_id, unit, key, Decimal(amount), Decimal(percent), w_start, w_end, quantity))
-    return out
+        return cursor.fetchall()
+
+
+FOREVER = datetime.max.replace(tzinfo=UTC)  # 'infinity'::timestamptz
+NEVER = datetime.min.replace(tzinfo=UTC)  # '-infinity'::timestamptz
+
+
+def _windows(rows: list[tuple[datetime, Any]]) -> list[tuple[datetime, datetime, Any]]:
+    """(effective_from, value) in time order → (from, to, value): each until the next one (``LEAD()``)."""
+    return [(at, rows[i + 1][0] if i + 1 < len(rows) else FOREVER, value) for i, (at, value) in enumerate(rows)]
+
+
+def _rate_python(m0: datetime, m1: datetime, *, tenant_ids: list[int] | None, now: datetime) -> list[tuple[Any, ...]]:
+    """``_rate_sql``'s rows, in its order, computed in Python: the month's intervals (only the columns needed) are
+    clipped to the month, an open one ends at its cluster's now (``COALESCE(ended_at, cluster now, started_at)``),
+    then to each price window of its unit and key and each discount window of its tenant (0 % before the first)."""
+    prices: dict[tuple[str, str], list[tuple[datetime, Any]]] = defaultdict(list)
+    for price_id, unit, key, amount, at in (Price.objects.filter(currency=selectors.currency())
+                                            .order_by("effective_from").values_list("id", "unit", "key", "amount", "effective_from")):
+        prices[(unit, key)].append((at, (price_id, amount)))
+    price_windows = {k: _windows(v) for k, v in prices.items()}
+    discounts: dict[int, list[tuple[datetime, Any]]] = defaultdict(list)
+    for tenant_id, percent, at in Discount.objects.order_by("effective_from").values_list("tenant_id", "percent", "effective_from"):
+        discounts[tenant_id].append((at, percent))
+    discount_windows: dict[int, list[tuple[datetime, datetime, Any]]] = {}
+    clocks = selectors.cluster_nows(now=now)
+    intervals = UsageInterval.objects.filter(started_at__lt=m1).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=m0))
+    if tenant_ids is not None:
+        intervals = intervals.filter(tenant_id__in=tenant_ids)
+    sums: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
+    for tenant_id, project_id, unit, key, quantity, started_at, ended_at, cluster_id in intervals.values_list(
+            "tenant_id", "project_id", "unit", "key", "quantity", "started_at", "ended_at", "cluster_id").iterator(chunk_size=5000):
+        s = max(started_at, m0)
+        e = min(ended_at if ended_at is not None else clocks.get(cluster_id, started_at), m1)
+        if tenant_id not in discount_windows:
+            own = discounts.get(tenant_id, [])
+            discount_windows[tenant_id] = [(NEVER, own[0][0] if own else FOREVER, Decimal(0)), *_windows(own)]
+        for p_from, p_to, (price_id, amount) in price_windows.get((unit, key), []):
+            if not (p_from < e and p_to > s):
+                continue
+            for d_from, d_to, percent in discount_windows[tenant_id]:
+                a, b = max(s, p_from, d_from), min(e, p_to, d_to)
+                if d_from < e and d_to > s and b > a:
+                    group = (tenant_id, project_id, unit, key, price_id, amount, p_from, p_to, percent, d_from, d_to)
+                    sums[group] += pricing.seconds(b - a) * quantity
+    rows = [(tenant_id, project_id, unit, key, amount, percent, max(p_from, d_from, m0), min(p_to, d_to, m1), total)
+            for (tenant_id, project_id, unit, key, _, amount, p_from, p_to, percent, d_from, d_to), total in sums.items()]
+    return sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3], r[6]))
 
 
 # ------------------------------------------------------------------------------------------------ reads
