@@ -6,6 +6,12 @@ One SQL statement per question. The window is cut into segments at every instant
 group (tenant, unit, key and the grouping asked for); Python then prices the few resulting rows. Open intervals
 accrue up to their cluster's "now" (``selectors.cluster_now``, computed in SQL from ``ClusterClock``), exactly
 as ``selectors.intervals_cost`` does one interval at a time, so both agree.
+
+**SQLite (the laptop demo) sums in Python, PostgreSQL in SQL.** The statement is PostgreSQL's (arrays, ``GREATEST``,
+``EXTRACT``); on any other database ``_sum_python`` reads the scoped intervals (only the columns needed) and makes
+the same sums, clipping each interval to the segments it overlaps. Only the summing differs: the segments and the
+pricing (``_priced``) are shared, and tests/billing/test_portable_sums.py runs both on the same PostgreSQL data and
+requires identical figures.
 """
 
 from __future__ import annotations

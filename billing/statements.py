@@ -8,6 +8,12 @@ its tenant, clipped again to both, and ``SUM(seconds x quantity)`` is grouped by
 window and discount window. So a price (or discount) change mid-month splits a line at that instant, as
 ``pricing.split`` does for one interval, and no interval is loaded into Python.
 
+**SQLite (the laptop demo) rates in Python, PostgreSQL in SQL.** ``RATE_SQL`` is PostgreSQL's (``'infinity'``,
+``GREATEST``/``LEAST``, ``EXTRACT``, ``= ANY``); on any other database ``_rate_python`` reads the month's intervals
+(only the columns needed) and makes the same windows and sums, in the same order. Only the summing differs; turning
+the sums into ``Rated`` lines is shared, and tests/billing/test_portable_sums.py requires both to give identical
+lines on the same PostgreSQL data.
+
 A line's amount is rounded to the cent once (``round_money``); a statement's total is the sum of its lines.
 
 A **draft** is recomputed whenever it is asked for (``statement_draft``). The beat task
