@@ -12,15 +12,15 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
 from portal.quantities import round_money
 from tenants.guards import actor_of, ops_only
-from tenants.selectors import admin_tenants_for, projects_for
+from tenants.models import Project, Tenant
 from tenants.ui import page
 
-from . import budgets, costs, selectors
+from . import budgets, costs, policy, selectors
 from .models import Budget, UsageInterval
 
 # Distinct hues plus the labels and the tables: colour is never the only cue.
@@ -86,7 +86,9 @@ def _cost_page(request: HttpRequest, *, title: str, intervals: QuerySet[UsageInt
 @login_required
 def project_costs(request: HttpRequest, slug: str) -> HttpResponse:
     actor = actor_of(request)
-    project = get_object_or_404(projects_for(actor=actor).select_related("tenant"), slug=slug)
+    project = get_object_or_404(Project.objects.select_related("tenant"), slug=slug)
+    if not policy.may_view_project_costs(actor, project):
+        raise Http404("No such project.")
     budget = budgets.budgets_for(actor=actor).filter(project=project).first()
     return _cost_page(request, title=f"Costs of {project.name}", budget=budget,
                       intervals=selectors.usage_for(actor=actor).filter(project=project),
@@ -96,7 +98,9 @@ def project_costs(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def tenant_costs(request: HttpRequest, slug: str) -> HttpResponse:
     actor = actor_of(request)
-    tenant = get_object_or_404(admin_tenants_for(actor=actor), slug=slug)
+    tenant = get_object_or_404(Tenant, slug=slug)
+    if not policy.may_view_tenant_costs(actor, tenant):
+        raise Http404("No such tenant.")
     budget = budgets.budgets_for(actor=actor).filter(tenant=tenant, project__isnull=True).first()
     return _cost_page(request, title=f"Costs of {tenant.name}", budget=budget,
                       intervals=selectors.usage_for(actor=actor).filter(tenant=tenant),

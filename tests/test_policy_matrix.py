@@ -113,6 +113,10 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
      lambda a, w, x: workloads_policy.may_open_notebook(a, _opened(w.notebook[x])), APPROVERS | {"carol"}, OPS),
     ("billing.may_manage_prices", lambda a, w, x: billing_policy.may_manage_prices(a), OPS, OPS),
     ("billing.may_view_statements", lambda a, w, x: billing_policy.may_view_statements(a, w.tenant[x]), ADMINS, OPS),
+    ("billing.may_view_some_statements", lambda a, w, x: billing_policy.may_view_some_statements(a), ADMINS, ADMINS),
+    ("billing.may_view_project_costs", lambda a, w, x: billing_policy.may_view_project_costs(a, w.project[x]),
+     EVERY_MEMBER, OPS),
+    ("billing.may_view_tenant_costs", lambda a, w, x: billing_policy.may_view_tenant_costs(a, w.tenant[x]), ADMINS, OPS),
 ]
 
 

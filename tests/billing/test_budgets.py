@@ -254,3 +254,43 @@ def test_the_demo_seeds_prices_and_a_budget_that_alerts(cast, cat, django_captur
     if end - start >= timedelta(hours=2):
         assert BudgetAlert.objects.filter(budget=budget).count() == 3
     assert mail.outbox
+
+
+@pytest.mark.django_db
+def test_links_to_costs_and_statements_appear_only_for_who_may_follow_them(as_user, cast) -> None:
+    """The project page links its costs for whoever sees the project; the tenant pages link the tenant's costs and
+    statements for its admins; the navigation has "Statements" for tenant admins and ops. Nobody else sees a link."""
+    project_page, tenant_page = f"/projects/{cast.vision.slug}/", "/tenants/acme/"
+    project_costs, tenant_costs = f'href="/costs/projects/{cast.vision.slug}/"', 'href="/costs/tenants/acme/"'
+    statements, nav_statements = 'href="/statements/?tenant=acme"', 'href="/statements/"'
+    for who in ("ops", "alice", "bob", "carol", "dave"):
+        client = as_user(who)
+        page = client.get(project_page)
+        assert page.status_code == 200 and project_costs in page.content.decode(), who
+        assert client.get(f"/costs/projects/{cast.vision.slug}/").status_code == 200, who  # the link leads somewhere
+    for who in ("ops", "alice"):
+        client = as_user(who)
+        text = client.get(tenant_page).content.decode()
+        assert tenant_costs in text and statements in text, who
+        assert nav_statements in client.get("/").content.decode(), who
+        assert client.get("/costs/tenants/acme/").status_code == 200 and client.get("/statements/?tenant=acme").status_code == 200
+    for who in ("bob", "carol", "dave"):  # members and project admins: no tenant costs, no statements
+        client = as_user(who)
+        assert client.get(tenant_page).status_code in (403, 404), who
+        home = client.get("/").content.decode()
+        assert nav_statements not in home and tenant_costs not in home, who
+        assert tenant_costs not in client.get(project_page).content.decode(), who
+    for who in ("erin", "frank", "nobody"):  # another tenant's admin and member, and someone in no tenant
+        client = as_user(who)
+        assert client.get(project_page).status_code == 404, who
+        assert client.get(tenant_page).status_code in (403, 404), who
+        assert client.get(f"/costs/projects/{cast.vision.slug}/").status_code == 404, who
+        assert client.get("/costs/tenants/acme/").status_code == 404, who
+        for url in ("/", f"/projects/{cast.llm.slug}/"):
+            text = client.get(url).content.decode()
+            assert project_costs not in text and tenant_costs not in text and statements not in text, (who, url)
+    # erin administers globex: her own tenant's links, never acme's
+    erin = as_user("erin").get("/tenants/globex/").content.decode()
+    assert 'href="/costs/tenants/globex/"' in erin and 'href="/statements/?tenant=globex"' in erin
+    assert tenant_costs not in erin
+    assert f'href="/costs/projects/{cast.llm.slug}/"' in as_user("frank").get(f"/projects/{cast.llm.slug}/").content.decode()
