@@ -233,6 +233,14 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
                 continue
             runs += found[0]
             closes += found[1]
+    # One cycle may show a run more than once, in any order (admitted, then finished; or a re-listed older version
+    # after a newer watch event): the run is what its most complete view says, so one that ended wins.
+    merged: dict[tuple[int, str], Run] = {}
+    for run in runs:
+        have = merged.get((run.request.pk, run.run_key))
+        if have is None or (have.end is None and run.end is not None):
+            merged[(run.request.pk, run.run_key)] = run
+    runs = list(merged.values())
     stats.runs_seen = len(runs)
     ceiling = now_seen  # never an instant after the latest the cluster showed
     open_keys = {(rid, key) for rid, key, _ in open_rows}

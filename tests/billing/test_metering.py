@@ -221,3 +221,68 @@ def test_a_volcano_gang_is_metered_from_its_pods(fresh_sandbox, cast, api) -> No
         assert iv.ended_at is not None and iv.ended_at > iv.started_at
     assert Decimal(api("bob").get(f"{API}/requests/{req.pk}/").json()["cost_so_far"]) > 0
     assert api("frank").get(f"{API}/usage/?request={req.pk}").json()["count"] == 0
+
+
+def _workload_at(wl: dict[str, Any], uid: str, version: int, admitted: datetime, finished: datetime | None,
+                 *, evicted: datetime | None = None) -> dict[str, Any]:
+    """A copy of a real Workload as the cluster showed it at one resourceVersion (its own uid, our instants)."""
+    import copy
+
+    obj = copy.deepcopy(wl)
+    obj["metadata"] |= {"uid": uid, "name": f"ooo-{uid}", "resourceVersion": str(version)}
+    obj["metadata"].pop("deletionTimestamp", None)
+    obj["metadata"].pop("managedFields", None)
+    iso = lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    conds = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": iso(admitted), "reason": "QuotaReserved"},
+             {"type": "Admitted", "status": "False" if evicted else "True",
+              "lastTransitionTime": iso(evicted or admitted), "reason": "Evicted" if evicted else "Admitted"}]
+    if evicted:
+        conds.append({"type": "Evicted", "status": "True", "lastTransitionTime": iso(evicted), "reason": "Preempted"})
+    if finished is not None:
+        conds.append({"type": "Finished", "status": "True", "lastTransitionTime": iso(finished), "reason": "Succeeded"})
+    obj["status"] = {"conditions": conds}
+    return obj
+
+
+def test_out_of_order_status_events_leave_one_interval_from_admitted_to_finished(world: World) -> None:
+    """Events may come late, twice or in any order (a re-list after a newer watch event, two batches crossing):
+    whatever the order, each run is one interval per unit from the cluster's Admitted to its Finished instant."""
+    req = submit(world, "carol", "training", 1, duration_hours=1)
+    req = run(world, req, lambda r: r.state == S.RUNNING, advance=5)
+    [wl] = workloads_of(world, req)
+    base = condition_time(wl, "Admitted")
+    t0, t1 = base + timedelta(seconds=10), base + timedelta(seconds=130)  # within what the cluster already showed
+
+    def observe(*events: tuple[str, dict[str, Any]]) -> None:
+        meter_observe(cluster=world.cluster, seen=[("workload", etype, obj, req.pk) for etype, obj in events])
+
+    def spans(uid: str) -> list[tuple[str, datetime, datetime | None, str]]:
+        return sorted(UsageInterval.objects.filter(object_uid=uid).values_list("unit", "started_at", "ended_at", "end_reason"))
+
+    def once(uid: str, start: datetime, end: datetime | None, reason: str = "finished") -> None:
+        assert spans(uid) == [(unit, start, end, reason if end else "") for unit in ("cpu", "gpu", "memory")], uid
+
+    # 1. Finished seen before Admitted (a later batch, then an older resourceVersion): one closed interval.
+    observe(("MODIFIED", _workload_at(wl, "ooo-1", 20, t0, t1)))
+    observe(("MODIFIED", _workload_at(wl, "ooo-1", 10, t0, None)))
+    once("ooo-1", t0, t1)
+    # 2. Both in one batch, the newer first.
+    observe(("MODIFIED", _workload_at(wl, "ooo-2", 20, t0, t1)), ("MODIFIED", _workload_at(wl, "ooo-2", 10, t0, None)))
+    once("ooo-2", t0, t1)
+    # 3. Both in one batch in order: the run opened by the first event is closed by the second, in the same cycle.
+    observe(("ADDED", _workload_at(wl, "ooo-3", 10, t0, None)), ("MODIFIED", _workload_at(wl, "ooo-3", 20, t0, t1)))
+    once("ooo-3", t0, t1)
+    # 4. Opened, finished, then the old "admitted" replayed and the deletion seen late: still the same interval.
+    observe(("ADDED", _workload_at(wl, "ooo-4", 10, t0, None)))
+    once("ooo-4", t0, None)
+    observe(("MODIFIED", _workload_at(wl, "ooo-4", 20, t0, t1)))
+    observe(("MODIFIED", _workload_at(wl, "ooo-4", 10, t0, None)), ("DELETED", _workload_at(wl, "ooo-4", 30, t0, t1)))
+    once("ooo-4", t0, t1)
+    # 5. An eviction seen before the admission it ends (in one batch): admitted..evicted, nothing left open.
+    t_ev = t0 + timedelta(seconds=60)
+    observe(("MODIFIED", _workload_at(wl, "ooo-5", 20, t0, None, evicted=t_ev)), ("MODIFIED", _workload_at(wl, "ooo-5", 10, t0, None)))
+    once("ooo-5", t0, t_ev, "evicted")
+    # A resync afterwards (the objects are not in the cluster) changes none of the closed ones.
+    before = {uid: spans(uid) for uid in ("ooo-1", "ooo-2", "ooo-3", "ooo-4", "ooo-5")}
+    StatusFollower(world.cluster).cycle(resync=True)
+    assert {uid: spans(uid) for uid in before} == before
