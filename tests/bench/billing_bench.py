@@ -14,6 +14,13 @@
    statement per tenant with its lines, number them, close the month). Prints the lines and the month's total,
    and checks it against one ``SUM`` over the same clipped seconds (no price windows) when the price is flat.
 
+With ``--tenant-year N`` it measures the cost pages instead (docs/billing.md, "Cost views"): ``N`` intervals (e.g.
+50,000) of one tenant (the demo's acme, its projects, ``--requests`` requests among them and other tenants) spread
+over the twelve months up to now, a few still open, copied in as above; then, in this process with Django's test
+client signed in as the tenant's admin, ``--repeat`` GETs (after one warming GET) of ``/costs/tenants/acme/``
+(this month), ``/api/v1/costs/?group_by=day&tenant=acme`` (this month) and the same for the whole year, each
+printed as p50/p95/max wall time.
+
 The database is dropped at the end unless ``--keep``.
 """
 
@@ -42,6 +49,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tenants", type=int, default=200, help="tenants with usage, ten projects each (default 200)")
     parser.add_argument("--requests", type=int, default=4000, help="requests the intervals belong to (default 4000)")
     parser.add_argument("--db", default=os.environ.get("DATABASE_URL", ""), help="PostgreSQL server URL (default DATABASE_URL)")
+    parser.add_argument("--tenant-year", type=int, default=0, metavar="N",
+                        help="instead: N intervals of one tenant over a year, and time its cost page and API")
+    parser.add_argument("--repeat", type=int, default=30, help="GETs per page with --tenant-year (default 30)")
     parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
     return parser.parse_args()
 
@@ -125,6 +135,78 @@ def seed() -> tuple[int, str]:
     return world.cluster.pk, gpu_key
 
 
+def seed_tenant_year() -> int:
+    """``--tenant-year`` intervals of acme over the twelve months up to now (a few open); returns the admin's pk."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from billing import services
+    from billing.models import ClusterClock
+    from tenants.access import Actor
+    from tests.bench.speedworld import seed_base, seed_rows
+    from workloads.models import WorkloadRequest
+
+    world = seed_base()
+    seed_rows(world, requests=ARGS.requests, projects=20, acme_projects=4, live=0)
+    gpu_key = world.flavor.gpu_model or world.flavor.name
+    now = timezone.now()
+    year_ago = now - timedelta(days=365)
+    ops = Actor.system()
+    services.price_create(actor=ops, unit="gpu", key=gpu_key, amount=Decimal("2.40"), effective_from=year_ago - timedelta(days=1))
+    services.price_create(actor=ops, unit="gpu", key=gpu_key, amount=Decimal("2.90"), effective_from=now - timedelta(days=100))
+    services.price_create(actor=ops, unit="cpu", amount=Decimal("0.031"), effective_from=year_ago - timedelta(days=1))
+    services.price_create(actor=ops, unit="memory", amount=Decimal("0.0042"), effective_from=year_ago - timedelta(days=1))
+    ClusterClock.objects.update_or_create(cluster=world.cluster, defaults={"cluster_time": now, "seen_at": now})
+    requests = list(WorkloadRequest.objects.filter(tenant__slug="acme").values_list("pk", "tenant_id", "project_id"))
+    rng = random.Random(7)
+    units = [("gpu", gpu_key, (1, 8)), ("cpu", "", (4, 64)), ("memory", "", (16, 512))]
+    span = int((now - year_ago).total_seconds()) - 49 * 3600
+    with connection.cursor() as cursor:
+        buf = io.StringIO()
+        for i in range(ARGS.tenant_year):
+            req, tenant_id, project_id = requests[i % len(requests)]
+            unit, key, (lo, hi) = units[i % 3]
+            start = year_ago + timedelta(seconds=rng.randrange(span))
+            end = start + timedelta(seconds=rng.randrange(600, 48 * 3600))
+            ended = "\\N" if i % 1000 == 0 else end.isoformat()
+            buf.write("\t".join([str(req), str(tenant_id), str(project_id), str(world.cluster.pk), f"bench/{i}",
+                                 "workload", f"uid-{i}", f"job-{i}", unit, key, str(rng.randint(lo, hi)),
+                                 start.isoformat(), ended, "" if ended == "\\N" else "finished",
+                                 start.isoformat()]) + "\n")
+        with cursor.cursor.copy(f"COPY billing_usageinterval ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+            copy.write(buf.getvalue())
+        cursor.execute("VACUUM ANALYZE billing_usageinterval")
+        cursor.execute("SELECT COUNT(*), COUNT(DISTINCT project_id), MIN(started_at), MAX(started_at) "
+                       "FROM billing_usageinterval")
+        n, projects, first, last = cursor.fetchone()
+    print(f"copied {n:,} intervals of acme ({projects} projects, {len(requests)} requests), "
+          f"{first:%Y-%m-%d} to {last:%Y-%m-%d}")
+    return get_user_model().objects.get(username="alice").pk
+
+
+def time_cost_pages(admin_pk: int) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.utils import timezone
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(pk=admin_pk))
+    since = (timezone.now() - timedelta(days=366)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for label, path in (("page /costs/tenants/acme/ (this month)", "/costs/tenants/acme/"),
+                        ("API costs group_by=day (this month)", "/api/v1/costs/?group_by=day&tenant=acme"),
+                        ("API costs group_by=day (the year)", f"/api/v1/costs/?group_by=day&tenant=acme&since={since}")):
+        assert client.get(path).status_code == 200, path  # warm
+        times = []
+        for _ in range(ARGS.repeat):
+            started = time.perf_counter()
+            response = client.get(path)
+            times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (path, response.status_code)
+        times.sort()
+        p = lambda q: times[min(len(times) - 1, int(round(q * (len(times) - 1))))]
+        print(f"{label:<42} n={len(times)}  p50 {p(0.5):7.1f} ms   p95 {p(0.95):7.1f} ms   max {times[-1]:7.1f} ms")
+
+
 def measure(label: str, fn):
     tracemalloc.start()
     started = time.monotonic()
@@ -145,6 +227,9 @@ def main() -> int:
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     print(f"database {db['NAME']} (migrated in {time.monotonic() - started:.1f} s)")
     try:
+        if ARGS.tenant_year:
+            time_cost_pages(seed_tenant_year())
+            return 0
         seed()
         from billing.models import Statement, StatementLine
         from billing.statements import finalise_month, rate_month
