@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404
 
 from portal.quantities import round_money
 from tenants.guards import actor_of, ops_only
-from tenants.models import Project, Tenant
+from tenants.selectors import admin_tenants_for, projects_for
 from tenants.ui import page
 
 from . import budgets, costs, policy, selectors
@@ -86,8 +86,8 @@ def _cost_page(request: HttpRequest, *, title: str, intervals: QuerySet[UsageInt
 @login_required
 def project_costs(request: HttpRequest, slug: str) -> HttpResponse:
     actor = actor_of(request)
-    project = get_object_or_404(Project.objects.select_related("tenant"), slug=slug)
-    if not policy.may_view_project_costs(actor, project):
+    project = get_object_or_404(projects_for(actor=actor).select_related("tenant"), slug=slug)
+    if not policy.may_view_project_costs(actor, project):  # the rule the project page's "Costs" link asks
         raise Http404("No such project.")
     budget = budgets.budgets_for(actor=actor).filter(project=project).first()
     return _cost_page(request, title=f"Costs of {project.name}", budget=budget,
@@ -98,8 +98,8 @@ def project_costs(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def tenant_costs(request: HttpRequest, slug: str) -> HttpResponse:
     actor = actor_of(request)
-    tenant = get_object_or_404(Tenant, slug=slug)
-    if not policy.may_view_tenant_costs(actor, tenant):
+    tenant = get_object_or_404(admin_tenants_for(actor=actor), slug=slug)
+    if not policy.may_view_tenant_costs(actor, tenant):  # the rule the tenant pages' "Costs" tab asks
         raise Http404("No such tenant.")
     budget = budgets.budgets_for(actor=actor).filter(tenant=tenant, project__isnull=True).first()
     return _cost_page(request, title=f"Costs of {tenant.name}", budget=budget,
