@@ -228,7 +228,9 @@ def test_help_and_shell_completion(gp) -> None:
     assert run.returncode == 0
     for command in ("login", "submit", "wait", "status", "logs", "cancel", "list", "templates", "flavors"):
         assert command in run.stdout
-    completion = gp("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    # Typer detects the calling shell from the parent processes (which differ under pytest-xdist); its own switch
+    # turns detection off so that the shell is the argument given, whatever runs the test.
+    completion = gp("--show-completion", "bash", env={"SHELL": "/bin/bash", "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert completion.returncode == 0 and "_GPUPORTAL_COMPLETE" in completion.stdout
 
 
