@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import django_filters as filters
+from drf_spectacular.utils import extend_schema_field
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
 
@@ -42,8 +43,13 @@ class UsageFilter(FilterSet):
         fields = ["request", "tenant", "project", "unit", "open"]
 
 
+@extend_schema_field({"type": "string", "pattern": r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$", "example": "2026-03"})
+class MonthFilter(filters.CharFilter):
+    """A month as ``YYYY-MM``; the schema says so, so clients (and fuzzers) know what is valid."""
+
+
 class StatementFilter(FilterSet):
-    month = filters.CharFilter(method="filter_month", label="Month (YYYY-MM)")
+    month = MonthFilter(method="filter_month", label="Month (YYYY-MM)")
     tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
     status = filters.ChoiceFilter(choices=Statement.Status.choices)
 

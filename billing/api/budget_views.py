@@ -163,9 +163,9 @@ class CostView(APIView):
         month_since, month_until = costs.month_bounds()
         since: datetime = q.get("since") or month_since
         until: datetime = q.get("until") or month_until
-        if until <= since:
-            raise Invalid("After since.", field="until")
-        intervals = selectors.usage_for(actor=actor)
+        # An empty window (``until`` at or before ``since``) costs nothing, as an empty date range lists nothing
+        # elsewhere in the API; it is not an error a read should refuse.
+        intervals = selectors.usage_for(actor=actor) if until > since else selectors.usage_for(actor=actor).none()
         for name, lookup in (("tenant", "tenant__slug"), ("project", "project__slug"),
                              ("flavor", "request__flavor__name"), ("unit", "unit")):
             if q.get(name):

@@ -115,7 +115,8 @@ def database_url() -> str:
 
 
 def production_env(tmp_path: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_MIGRATE_URL",)}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is set by the browser tests when they share this process; `check --deploy` refuses it.
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_MIGRATE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env.update({"PORTAL_ENV": "production", "SECRET_KEY": "x" * 20 + "entrypoint-test-secret-key-0123456789",
                 "DATABASE_URL": database_url(), "ALLOWED_HOSTS": "gpu.example.org", "LOG_FORMAT": "json",
                 "PORTAL_VAR_DIR": str(tmp_path / "var"), "STATIC_ROOT": str(tmp_path / "static"), "TMPDIR": str(tmp_path)})
