@@ -64,6 +64,8 @@ INSTALLED_APPS = [
     "quotas",
     "workloads",
     "billing",
+    "maintenance",
+    "insights",
 ]
 
 MIDDLEWARE = [

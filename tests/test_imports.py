@@ -1,4 +1,4 @@
-"""Apps import only downward: portal ← tenants ← quotas ← workloads ← billing.
+"""Apps import only downward: portal ← tenants ← quotas ← workloads ← billing ← maintenance ← insights.
 
 A lower app never imports a higher one (tenants never imports quotas, workloads or billing; quotas
 never workloads or billing; workloads never billing), and ``portal`` (the shared kit and the project
@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["portal", "tenants", "quotas", "workloads", "billing"]
+LAYERS = ["portal", "tenants", "quotas", "workloads", "billing", "maintenance", "insights"]
 RANK = {app: n for n, app in enumerate(LAYERS)}
 
 

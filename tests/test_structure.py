@@ -18,7 +18,7 @@ from django.test import RequestFactory
 from tenants.policy import PREDICATES
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["portal", "tenants", "quotas", "workloads", "billing"]
+APPS = ["portal", "tenants", "quotas", "workloads", "billing", "maintenance", "insights"]
 VIEW_MODULES = ("views.py", "ops_views.py", "namespace_views.py", "cost_views.py", "api/views.py", "api/namespaces.py",
                 "api/budget_views.py")
 

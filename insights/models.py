@@ -1,0 +1,61 @@
+"""Samples of the cluster's state over time, the history that metrics which depend on "while" are computed from.
+
+The status follower and the queue reconciler keep only the present (``quotas.Quota.used`` / ``borrowed``, node
+allocatable); ``insights.tasks.samples_take`` (beat, every 5 minutes) writes one ``QueueSample`` per project quota
+and one ``PoolSample`` per flavor, so "while a queue had pending work, what share of its quota did it get" can be
+answered for any past period. Rows the demo seeds carry ``seeded=True`` and the pages say so.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+
+from quotas.models import Cluster, Flavor
+from tenants.models import Project, Tenant
+
+
+class QueueSample(models.Model):
+    """A project's queue (its ClusterQueue) for one flavor at one moment: promised, given, waiting."""
+
+    at = models.DateTimeField()
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    nominal = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Promised (nominal quota), in the flavor's unit.")
+    borrowing_limit = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True)
+    admitted = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Given: admitted usage.")
+    borrowed = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Admitted beyond nominal, from the cohort.")
+    pending = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Demand waiting (queued, not admitted).")
+    pending_count = models.PositiveIntegerField(default=0)
+    seeded = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["at", "project"]), models.Index(fields=["tenant", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.flavor_id} at {self.at}: {self.admitted} of {self.nominal}"
+
+
+class PoolSample(models.Model):
+    """A flavor's capacity and allocation at one moment, and how much pending demand could not be placed."""
+
+    at = models.DateTimeField()
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    capacity = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Allocatable units now.")
+    allocated = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Units held by admitted work.")
+    idle_allocated = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Allocated to idle notebooks / inference without traffic.")
+    pending = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    # MIG: pending slices that no free slice of the right shape could take although enough slice memory was free.
+    shape_mismatch = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    free_memory_gib = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    seeded = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["at", "flavor"])]
+
+    def __str__(self) -> str:
+        return f"{self.flavor_id} at {self.at}: {self.allocated} of {self.capacity}"
