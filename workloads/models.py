@@ -166,6 +166,7 @@ class WorkloadRequest(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     approved_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster admitted its current run (Kueue Admitted, or the Volcano gang assembled).")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -179,6 +180,7 @@ class WorkloadRequest(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     # When the approvers were last reminded that it waits (``workloads.approvals.approvals_remind``).
     approval_reminded_at = models.DateTimeField(null=True, blank=True)
+    seeded = models.BooleanField(default=False, help_text="Demo history written by seed_demo, not real use.")
 
     class Meta:
         ordering = ["-created_at"]
