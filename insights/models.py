@@ -59,3 +59,19 @@ class PoolSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.flavor_id} at {self.at}: {self.allocated} of {self.capacity}"
+
+
+class DigestSent(models.Model):
+    """The weekly digest of one tenant for one week (its Monday, UTC), claimed before it is sent: a second run of
+    ``insights.digests_send`` finds the row and sends nothing (docs/insights.md, "Pages, API and reports")."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    week = models.DateField(help_text="The Monday (UTC) the digested week starts on.")
+    sent_at = models.DateTimeField(auto_now_add=True)
+    recipients = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "week"], name="digest_once_per_tenant_week")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} week of {self.week}"

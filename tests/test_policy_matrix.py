@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from billing import policy as billing_policy
+from insights import policy as insights_policy
 from quotas import policy as quotas_policy
 from quotas.models import QuotaRequest
 from tenants import policy as tenants_policy
@@ -117,6 +118,9 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("billing.may_view_project_costs", lambda a, w, x: billing_policy.may_view_project_costs(a, w.project[x]),
      EVERY_MEMBER, OPS),
     ("billing.may_view_tenant_costs", lambda a, w, x: billing_policy.may_view_tenant_costs(a, w.tenant[x]), ADMINS, OPS),
+    ("insights.may_view_metrics", lambda a, w, x: insights_policy.may_view_metrics(a, w.tenant[x]), ADMINS, OPS),
+    ("insights.may_view_all_metrics", lambda a, w, x: insights_policy.may_view_all_metrics(a), OPS, OPS),
+    ("insights.may_view_some_metrics", lambda a, w, x: insights_policy.may_view_some_metrics(a), ADMINS, ADMINS),
 ]
 
 
