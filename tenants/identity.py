@@ -378,7 +378,7 @@ def _take_invitations(*, user: Any, invitation_secret: str | None, email: str, i
         except PortalError as exc:
             logger.info("single sign-on left invitation %s for %s: %s", invitation.pk, user, exc)
             continue
-        taken.append(str(membership.project or membership.tenant))
+        taken.append(membership.project.name if membership.project_id else membership.tenant.name)
     return taken
 
 
