@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -54,6 +55,10 @@ def login_settings_update(*, actor: Actor, password_login_staff_only: bool, defa
         raise Invalid(f"Unknown role {default_role!r}.", field="default_role")
     if default_role == Role.TENANT_ADMIN:
         raise Invalid("The default role cannot be tenant admin: name that role on the mapping itself.", field="default_role")
+    if password_login_staff_only and not (settings.OIDC_ISSUER and settings.OIDC_RP_CLIENT_ID):
+        # Nobody but staff could sign in at all.
+        raise Invalid("Single sign-on is not configured: password sign-in must stay open to everyone.",
+                      field="password_login_staff_only")
     row, _ = LoginSettings.objects.select_for_update().get_or_create(pk=1)
     before = snapshot(row, LOGIN_SETTINGS_FIELDS)
     row.password_login_staff_only = password_login_staff_only

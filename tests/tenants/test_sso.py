@@ -98,7 +98,7 @@ def test_glob_patterns_hold_the_tenant_placeholder() -> None:
     assert regex.fullmatch("cpu-acme-admins") is None
 
 
-def test_ops_edit_mappings_on_their_page_and_every_change_is_audited(cast, as_user) -> None:
+def test_ops_edit_mappings_on_their_page_and_every_change_is_audited(cast, as_user, settings) -> None:
     assert as_user("alice").get("/ops/identity/").status_code == 404
     client = as_user("ops")
     assert client.get("/ops/identity/").status_code == 200
@@ -119,6 +119,10 @@ def test_ops_edit_mappings_on_their_page_and_every_change_is_audited(cast, as_us
     assert client.post(f"/ops/identity/mappings/{mapping.pk}/delete/").status_code == 302
     assert not GroupMapping.objects.exists()
     assert AuditEntry.objects.filter(action="group_mapping.delete").exists()
+    off = client.post("/ops/identity/", {"action": "settings", "password_login_staff_only": "on", "default_role": "member"})
+    assert off.status_code == 400  # without single sign-on nobody but staff could sign in
+    assert "Single sign-on is not configured" in off.content.decode()
+    settings.OIDC_ISSUER, settings.OIDC_RP_CLIENT_ID = "https://idp.example", "portal"
     saved = client.post("/ops/identity/", {"action": "settings", "password_login_staff_only": "on",
                                            "default_role": "member"})
     assert saved.status_code == 302
