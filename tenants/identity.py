@@ -391,8 +391,12 @@ def identity_for(user: Any) -> OidcIdentity | None:
     return OidcIdentity.objects.filter(user=user).first()
 
 
-def rules_preview(groups: list[str]) -> dict[Place, str]:
-    """What ``groups`` would give now (the mapping page's tester)."""
+def rules_preview(groups: list[str]) -> list[str]:
+    """What ``groups`` would give now, in words ("Member of acme-vision"): the mapping page's tester."""
     rules, directory = _rules_and_directory()
-    return roles_from_groups(groups, rules, directory, login_settings_get().default_role)
+    found = roles_from_groups(groups, rules, directory, login_settings_get().default_role)
+    tenants = {v: k for k, v in directory.tenants.items()}
+    projects = {pid: slug for slug, (_t, pid) in directory.projects.items()}
+    return sorted(f"{Role(role).label} of {projects.get(p, '?') if p else tenants.get(t, '?')}"
+                  for (t, p), role in found.items())
 

@@ -751,7 +751,9 @@ def _identity_page(request: HttpRequest, actor: Actor, *, mapping_form: GroupMap
     filterset = filtered(GroupMappingFilter, request, selectors.group_mappings_for(actor=actor),
                          selects={"tenant": [(t.slug, t.name) for t in tenants]})
     pager = Pager(request, filterset.qs)
-    context = {"tab": "identity", "filterset": filterset, "pager": pager, "mapping_form": mapping_form,
+    tried = (request.GET.get("try") or "")[:2000]
+    groups = [g.strip() for g in tried.replace("\n", ",").split(",") if g.strip()][:100]
+    context = {"tab": "identity", "tried": tried, "preview": identity.rules_preview(groups) if groups else None, "filterset": filterset, "pager": pager, "mapping_form": mapping_form,
                "settings_form": settings_form, "login_settings": current, "sso_enabled": oidc.sso_enabled(),
                "sso_provider": oidc.provider_name(), "identities": selectors.identities_for(actor=actor)[:10]}
     return page(request, "ops/identity.html", context, status=status)

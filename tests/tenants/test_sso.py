@@ -112,6 +112,9 @@ def test_ops_edit_mappings_on_their_page_and_every_change_is_audited(cast, as_us
     mapping = GroupMapping.objects.get()
     assert AuditEntry.objects.filter(action="group_mapping.create", target_id=str(mapping.pk)).exists()
     row = '<td data-label="Group"><code>gpu-{tenant}-admins</code>'
+    tried = client.get("/ops/identity/?try=gpu-acme-admins,gpu-nope-admins").content.decode()
+    assert "<li>Tenant admin of acme</li>" in tried
+    assert "match no mapping" in client.get("/ops/identity/?try=other").content.decode()
     assert row in client.get("/ops/identity/?q=admins").content.decode()
     assert row not in client.get("/ops/identity/?q=nothing").content.decode()
     assert as_user("alice").post(f"/ops/identity/mappings/{mapping.pk}/delete/").status_code == 404
