@@ -9,10 +9,14 @@ PYTHON  ?= $(shell for c in python3.14 python3.13 python3.12 python3 $$(ls -d $$
              $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$c; break; }; done)
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test lint venv bench browser-deps clean
+.PHONY: run run-sso test lint venv bench browser-deps clean
 
 run: venv
 	$(VPY) deploy/devstack.py
+
+# The same, with single sign-on against the test OpenID provider (tests/oidc; needs node and npm).
+run-sso: venv
+	PORTAL_DEV_SSO=1 $(VPY) deploy/devstack.py
 
 test: venv
 	$(VPY) deploy/run_tests.py $(ARGS)

@@ -17,11 +17,15 @@ embedded SQLite broker (portal/broker.py) under var/.
 
 Environment: PORTAL_HOST, PORTAL_PORT (web server), SANDBOX_PORT (the sandbox cluster's API; default
 a free port, kept across restarts), SANDBOX_SPEED (default 60), PORTAL_VAR_DIR (runtime files).
+PORTAL_DEV_SSO=1 also starts the test OpenID provider (tests/oidc, needs node and npm; OIDC_DEV_PORT,
+default 8400) and points the portal's single sign-on at it (README "Single sign-on").
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -198,6 +202,45 @@ def embedded_broker() -> str | None:
     return f"portal+sqlite:///{VAR / 'celery-broker.sqlite3'}"
 
 
+def dev_sso() -> Child | None:
+    """PORTAL_DEV_SSO=1: the test OpenID provider as a child, and the portal's OIDC_* settings pointing at it."""
+    if os.environ.get("PORTAL_DEV_SSO", "").lower() not in {"1", "true", "yes", "on"}:
+        return None
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        say("PORTAL_DEV_SSO: node and npm are not installed, so single sign-on stays off (password sign-in only)")
+        return None
+    here = ROOT / "tests" / "oidc"
+    if not (here / "node_modules" / "oidc-provider").exists():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=here, check=True)
+    port = os.environ.get("OIDC_DEV_PORT", "8400")
+    os.environ.update({"OIDC_ISSUER": f"http://127.0.0.1:{port}", "OIDC_CLIENT_ID": "portal",
+                       "OIDC_CLIENT_SECRET": "portal-test-secret", "OIDC_SCOPES": "openid email profile groups",
+                       "OIDC_PROVIDER_NAME": os.environ.get("OIDC_PROVIDER_NAME", "the local test IdP")})
+    return Child("sso", [node, str(here / "server.js"), "--port", port])
+
+
+def dev_sso_client() -> None:
+    """Register the portal's address with the test provider (its callback and where logout returns)."""
+    import urllib.request
+
+    issuer = os.environ["OIDC_ISSUER"]
+    bases = [f"http://{HOST}:{PORT}", f"http://localhost:{PORT}"]
+    body = json.dumps({"redirect_uris": [f"{b}/oidc/callback/" for b in bases],
+                       "post_logout_redirect_uris": [f"{b}/accounts/login/" for b in bases]}).encode()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not _stopping:
+        try:
+            request = urllib.request.Request(issuer + "/__test/client", data=body, method="POST",
+                                             headers={"content-type": "application/json"})
+            urllib.request.urlopen(request, timeout=2).close()
+            say(f"single sign-on with the test provider at {issuer} (login: demo-sso)")
+            return
+        except OSError:
+            time.sleep(0.2)
+    say("the test OpenID provider did not answer: single sign-on will fail")
+
+
 def main() -> int:
     VAR.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -258,8 +301,12 @@ def main() -> int:
         before_start=worker_before,
     )
     web = Child("web", [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"])
-    children = [sandbox, worker, web]
+    sso = dev_sso()
+    children = [sandbox, worker, web] + ([sso] if sso else [])
     try:
+        if sso is not None:
+            sso.start()
+            dev_sso_client()
         sandbox.start()
         sandbox_ready()
         if not _stopping:

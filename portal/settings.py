@@ -145,6 +145,31 @@ AUTHENTICATION_BACKENDS = [
 ]
 ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
 
+# Single sign-on with OpenID Connect (tenants/oidc.py; README "Single sign-on"): on when OIDC_ISSUER and
+# OIDC_CLIENT_ID are set. The endpoints come from the issuer's discovery document (cached), unless set here.
+OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "")
+OIDC_PROVIDER_NAME = os.environ.get("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_RP_CLIENT_ID = os.environ.get("OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = os.environ.get("OIDC_CLIENT_SECRET", "")
+OIDC_RP_SCOPES = os.environ.get("OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = os.environ.get("OIDC_SIGN_ALGO", "RS256")
+OIDC_GROUPS_CLAIM = os.environ.get("OIDC_GROUPS_CLAIM", "groups")
+OIDC_USERNAME_CLAIM = os.environ.get("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = os.environ.get("OIDC_EMAIL_CLAIM", "email")
+OIDC_OP_AUTHORIZATION_ENDPOINT = os.environ.get("OIDC_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = os.environ.get("OIDC_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = os.environ.get("OIDC_USERINFO_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = os.environ.get("OIDC_JWKS_URI", "")
+OIDC_OP_LOGOUT_ENDPOINT = os.environ.get("OIDC_END_SESSION_ENDPOINT", "")
+OIDC_DISCOVERY_TTL = int(os.environ.get("OIDC_DISCOVERY_TTL", "3600"))
+OIDC_CLOCK_SKEW = int(os.environ.get("OIDC_CLOCK_SKEW", "60"))
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ID_TOKEN = True  # the logout's id_token_hint (sessions are server-side)
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
+AUTHENTICATION_BACKENDS.append("tenants.oidc.PortalOIDCBackend")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from portal.inputs import BooleanFilter, FilterSet, IsoDateTimeFilter
 
-from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Role, Tenant
+from .models import ApiToken, AuditEntry, GroupMapping, Invitation, Membership, Project, Role, Tenant
 
 
 class TenantFilter(FilterSet):
@@ -48,6 +48,15 @@ def tenant_search_widget(field: forms.Field, *, list_id: str) -> None:
         "hx-get": reverse("tenant-search"), "hx-trigger": "input changed delay:250ms, focus once",
         "hx-target": f"#{list_id}", "hx-swap": "innerHTML", "hx-sync": "this:replace",
     })
+
+
+class GroupMappingFilter(FilterSet):
+    q = filters.CharFilter(field_name="group", lookup_expr="icontains", label="Group contains")
+    tenant = filters.CharFilter(field_name="tenant__slug", label="Tenant slug")
+
+    class Meta:
+        model = GroupMapping
+        fields = ["match", "role"]
 
 
 class ProjectFilter(FilterSet):

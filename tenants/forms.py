@@ -29,12 +29,24 @@ class ThrottleMessageMixin:
 
 
 class ThrottledAuthenticationForm(ThrottleMessageMixin, AuthenticationForm):
-    """Django's login form; the throttle itself is in the authentication backend."""
+    """Django's login form; the throttle itself is in the authentication backend. When ops switched password
+    sign-in off for everyone but staff and ops (``LoginSettings``), a right password of anyone else is refused
+    too (after the throttle, so the answer tells a guesser nothing more)."""
 
     error_messages = {
         **AuthenticationForm.error_messages,
         "invalid_login": "That username and password do not match. Check both and try again.",
+        "sso_only": "Password sign-in is switched off for your account: use single sign-on.",
     }
+
+    def confirm_login_allowed(self, user: Any) -> None:
+        super().confirm_login_allowed(user)
+        from . import policy
+        from .access import Actor
+        from .identity import login_settings_get
+
+        if not policy.may_use_password(Actor(user=user), login_settings_get()):
+            raise ValidationError(self.error_messages["sso_only"], code="sso_only")
 
 
 class ThrottledAdminAuthenticationForm(ThrottleMessageMixin, AdminAuthenticationForm):
@@ -150,6 +162,43 @@ class InvitationForm(OneTimeFormMixin, forms.Form):
 
     def cleaned_project(self) -> Project | None:
         return self.projects.get(self.cleaned_data.get("project") or "")
+
+
+class GroupMappingForm(forms.Form):
+    """A mapping from the identity provider's groups to a role (/ops/identity/)."""
+
+    group = forms.CharField(max_length=200, help_text="An exact group name, or a pattern such as gpu-{tenant}-admins.")
+    match = forms.ChoiceField(choices=[("exact", "Exact group name"), ("pattern", "Pattern with {tenant} / {project}")])
+    tenant = forms.ChoiceField(required=False, help_text="Exact groups only: the tenant the group gives a role in.")
+    project = forms.ChoiceField(required=False, help_text="Empty: tenant admins hold the tenant; other roles every "
+                                                          "active project of it.")
+    role = forms.ChoiceField(required=False, help_text="Empty: the default role below.")
+
+    def __init__(self, *args: Any, tenants: Iterable[Tenant] = (), projects: Iterable[Project] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "mapping")
+        super().__init__(*args, **kwargs)
+        self.tenants = {t.slug: t for t in tenants}
+        self.projects = {p.slug: p for p in projects}
+        self.fields["tenant"].choices = [("", "—")] + [(t.slug, t.name) for t in self.tenants.values()]
+        self.fields["project"].choices = [("", "—")] + [(p.slug, f"{p.name} ({p.slug})") for p in self.projects.values()]
+        self.fields["role"].choices = [("", "Default role")] + list(Role.choices)
+
+    def cleaned_objects(self) -> tuple[Tenant | None, Project | None]:
+        project = self.projects.get(self.cleaned_data.get("project") or "")
+        tenant = self.tenants.get(self.cleaned_data.get("tenant") or "")
+        if project is not None and tenant is None and self.cleaned_data.get("match") == "exact":
+            tenant = project.tenant
+        return tenant, project
+
+
+class LoginSettingsForm(forms.Form):
+    """How people sign in (/ops/identity/)."""
+
+    password_login_staff_only = forms.BooleanField(
+        required=False, label="Password sign-in only for staff and ops",
+        help_text="Everyone else signs in with single sign-on; local staff and ops accounts stay for break-glass.")
+    default_role = forms.ChoiceField(choices=[c for c in Role.choices if c[0] != Role.TENANT_ADMIN],
+                                     help_text="The role of a group mapping that names none.")
 
 
 class SignupForm(forms.Form):

@@ -297,3 +297,74 @@ class LoginThrottle(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}: {self.attempts}"
+
+
+# Single sign-on (tenants/oidc.py, tenants/identity.py; docs/security.md "Single sign-on") --------------------------
+
+
+class GroupMapping(models.Model):
+    """How a group of the identity provider becomes a role in the portal. Ops edit these at /ops/identity/.
+
+    ``exact``: the group named ``group`` gives ``role`` in ``tenant`` (tenant admins) or in ``project``
+    (the other roles; with no project, in every active project of the tenant). ``pattern``: ``group``
+    holds ``{tenant}`` (and maybe ``{project}``), e.g. ``gpu-{tenant}-admins``; the slugs found in a
+    group's name pick the tenant (and project). An empty role means the default role (``LoginSettings``).
+    """
+
+    class Match(models.TextChoices):
+        EXACT = "exact", "Exact group name"
+        PATTERN = "pattern", "Pattern with {tenant} / {project}"
+
+    group = models.CharField(max_length=200, help_text="A group name, or a pattern such as gpu-{tenant}-admins.")
+    match = models.CharField(max_length=10, choices=Match.choices, default=Match.EXACT)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="group_mappings")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="group_mappings")
+    role = models.CharField(max_length=16, choices=Role.choices, blank=True, help_text="Empty: the default role.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.role or 'default role'}"
+
+
+class LoginSettings(models.Model):
+    """How people sign in: one row (pk 1), edited by ops at /ops/identity/."""
+
+    password_login_staff_only = models.BooleanField(
+        default=False, help_text="Only staff and ops may sign in with a password; everyone else uses single sign-on."
+    )
+    default_role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER,
+                                    help_text="The role of a group mapping that names none.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "login settings"
+
+    def __str__(self) -> str:
+        return "login settings"
+
+
+class OidcIdentity(models.Model):
+    """A user's identity at an OpenID provider: (issuer, subject) is who they are there, never their email.
+
+    ``managed`` lists the roles single sign-on gave (``[tenant_id, project_id or None, role]``): only those
+    are taken away when a group goes; roles given by hand or by invitation stay."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    email = models.EmailField(blank=True)
+    groups = models.JSONField(default=list, blank=True)
+    managed = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["issuer", "subject"]
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_oidc_identity")]
+        verbose_name_plural = "OIDC identities"
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

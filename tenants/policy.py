@@ -68,6 +68,18 @@ def may_manage_some_tenant(actor: Actor) -> bool:
     return scope.everything or bool(scope.tenant_ids("manage_members_tenant"))  # ops: no query (they see every tenant)
 
 
+def may_manage_identity(actor: Actor) -> bool:
+    """Map the identity provider's groups to roles and change how people sign in (/ops/identity/): ops."""
+    return actor.user is None or actor.is_ops
+
+
+def may_use_password(actor: Actor, login_settings: Any) -> bool:
+    """Sign in with a password: everyone, unless ops switched it off for all but staff and ops (break-glass)."""
+    if actor.user is None or not login_settings.password_login_staff_only:
+        return True
+    return bool(actor.user.is_staff) or actor.is_ops
+
+
 # Asking by name, once per request --------------------------------------------------------------------------------
 #
 # Templates ask predicates by name: ``{% may "tenants.may_write_in" tenant as writable %}``

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, Q, QuerySet
 
 from .access import Actor, is_ops, scope_of
-from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Role, Tenant
+from .models import ApiToken, AuditEntry, GroupMapping, Invitation, Membership, OidcIdentity, Project, Role, Tenant
 
 
 def tenants_for(*, actor: Actor) -> QuerySet[Tenant]:
@@ -65,6 +65,18 @@ def user_list_for(*, actor: Actor) -> QuerySet[Any]:
     """``users_for`` by username, with each user's memberships and groups (ops' user list)."""
     memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
     return users_for(actor=actor).order_by("username").prefetch_related(memberships, "groups")
+
+
+def group_mappings_for(*, actor: Actor) -> QuerySet[GroupMapping]:
+    """The identity provider's group mappings (/ops/identity/): ops only."""
+    mappings = GroupMapping.objects.select_related("tenant", "project").order_by("group", "pk")
+    return mappings if actor.token is None and is_ops(actor.user) else mappings.none()
+
+
+def identities_for(*, actor: Actor) -> QuerySet[OidcIdentity]:
+    """Single sign-on identities with their users, latest sign-in first: ops only."""
+    found = OidcIdentity.objects.select_related("user").order_by("-last_login_at", "pk")
+    return found if actor.token is None and is_ops(actor.user) else found.none()
 
 
 def invitations_for(*, actor: Actor) -> QuerySet[Invitation]:

@@ -1,13 +1,16 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import oidc, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     # Accounts
     path("accounts/login/", views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", oidc.PortalLogoutView.as_view(), name="logout"),
+    # Single sign-on (tenants/oidc.py): on when OIDC_ISSUER and OIDC_CLIENT_ID are set
+    path("oidc/login/", oidc.SignInView.as_view(), name="oidc-login"),
+    path("oidc/callback/", oidc.CallbackView.as_view(), name="oidc-callback"),
     path("accounts/password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     # Projects
@@ -30,6 +33,7 @@ urlpatterns = [
     path("tenants/<slug:slug>/invitations/<int:pk>/revoke/", views.invitation_revoke, name="invitation-revoke"),
     # An invitation's link (no sign-in needed: newcomers sign up there)
     path("invitations/<str:secret>/", views.invitation_accept, name="invitation-accept"),
+    path("invitations/<str:secret>/sso/", oidc.invitation_sign_in, name="invitation-sso"),
     path("tenants/<slug:slug>/audit/", views.tenant_audit, name="tenant-audit"),
     # Platform ops
     path("ops/", views.ops_home, name="ops-home"),
@@ -40,4 +44,6 @@ urlpatterns = [
     path("ops/users/", views.ops_users, name="ops-users"),
     path("ops/users/<int:pk>/ops/", views.ops_user_ops, name="ops-user-ops"),
     path("ops/audit/", views.ops_audit, name="ops-audit"),
+    path("ops/identity/", views.ops_identity, name="ops-identity"),
+    path("ops/identity/mappings/<int:pk>/delete/", views.ops_identity_mapping_delete, name="ops-identity-mapping-delete"),
 ]

@@ -34,11 +34,20 @@ from portal.exceptions import PortalError
 from portal.forms import once_claim, once_initial, once_replay
 from portal.ui import Pager, filtered
 
-from . import policy, selectors, services
+from . import identity, oidc, policy, selectors, services
 from .access import OPS_GROUP, Actor
-from .filters import TENANT_SEARCH_LIMIT, AuditEntryFilter, MembershipFilter, ProjectFilter, TenantFilter
+from .filters import (
+    TENANT_SEARCH_LIMIT,
+    AuditEntryFilter,
+    GroupMappingFilter,
+    MembershipFilter,
+    ProjectFilter,
+    TenantFilter,
+)
 from .forms import (
+    GroupMappingForm,
     InvitationForm,
+    LoginSettingsForm,
     MemberAddForm,
     ProjectCreateForm,
     RoleForm,
@@ -58,10 +67,19 @@ from .ui import page, refresh_perms, role_in, role_labels, tenant_choices
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login; the throttle (``tenants.throttle``) is in the authentication backend."""
+    """Django's login; the throttle (``tenants.throttle``) is in the authentication backend. With single
+    sign-on configured, "Sign in with <provider>" comes first."""
 
     authentication_form = ThrottledAuthenticationForm
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        if oidc.sso_enabled():
+            context["sso_provider"] = oidc.provider_name()
+            context["sso_url"] = reverse("oidc-login") + "?" + urlencode({"next": context.get("next") or ""})
+            context["password_staff_only"] = identity.login_settings_get().password_login_staff_only
+        return context
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
@@ -484,7 +502,11 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
     login_url = reverse("login") + "?" + urlencode({"next": request.path})
     signup_form = SignupForm()
     error = None
-    if request.method == "POST":
+    # Password accounts for newcomers only while password sign-in is open to everyone.
+    signup_open = not identity.login_settings_get().password_login_staff_only
+    if request.method == "POST" and not request.user.is_authenticated and not signup_open:
+        error = "New accounts come from single sign-on here: use the button to sign in."
+    elif request.method == "POST":
         ip = Actor.from_request(request).ip
         if request.user.is_authenticated and request.POST.get("accept"):
             try:
@@ -509,7 +531,10 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
         else:
             error = "Use the button to accept the invitation."
         invitation.refresh_from_db()
-    return _accept_page(request, invitation, signup_form=signup_form, login_url=login_url, error=error)
+    sso = {"sso_provider": oidc.provider_name(), "sso_url": reverse("invitation-sso", kwargs={"secret": secret})} \
+        if oidc.sso_enabled() else {}
+    return _accept_page(request, invitation, signup_form=signup_form, login_url=login_url, error=error,
+                        signup_open=signup_open, **sso)
 
 
 def _member_answer(
@@ -710,3 +735,70 @@ def ops_audit(request: HttpRequest) -> HttpResponse:
     actor = _ops_only(request)
     return _audit_page(request, actor, selectors.audit_entries_for(actor=actor), {"tab": "audit", "ops": True})
 
+
+
+# Single sign-on: group mappings and login settings ----------------------------------------------
+
+
+def _identity_page(request: HttpRequest, actor: Actor, *, mapping_form: GroupMappingForm | None = None,
+                   settings_form: LoginSettingsForm | None = None, status: int = 200) -> HttpResponse:
+    tenants = selectors.tenants_for(actor=actor).order_by("name")
+    projects = selectors.projects_for(actor=actor).filter(status=Project.Status.ACTIVE).order_by("slug")
+    current = identity.login_settings_get()
+    mapping_form = mapping_form or GroupMappingForm(tenants=tenants, projects=projects, initial={"role": Role.MEMBER})
+    settings_form = settings_form or LoginSettingsForm(
+        initial={"password_login_staff_only": current.password_login_staff_only, "default_role": current.default_role})
+    filterset = filtered(GroupMappingFilter, request, selectors.group_mappings_for(actor=actor),
+                         selects={"tenant": [(t.slug, t.name) for t in tenants]})
+    pager = Pager(request, filterset.qs)
+    tried = (request.GET.get("try") or "")[:2000]
+    groups = [g.strip() for g in tried.replace("\n", ",").split(",") if g.strip()][:100]
+    context = {"tab": "identity", "tried": tried, "preview": identity.rules_preview(groups) if groups else None, "filterset": filterset, "pager": pager, "mapping_form": mapping_form,
+               "settings_form": settings_form, "login_settings": current, "sso_enabled": oidc.sso_enabled(),
+               "sso_provider": oidc.provider_name(), "identities": selectors.identities_for(actor=actor)[:10]}
+    return page(request, "ops/identity.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def ops_identity(request: HttpRequest) -> HttpResponse:
+    """Ops map the identity provider's groups to tenants and roles, and say who may sign in with a password."""
+    actor = _ops_only(request)
+    if request.method == "GET":
+        return _identity_page(request, actor)
+    if request.POST.get("action") == "settings":
+        form = LoginSettingsForm(request.POST)
+        if form.is_valid():
+            try:
+                identity.login_settings_update(actor=actor, **form.cleaned_data)
+            except PortalError as exc:
+                add_service_error(form, exc)
+            else:
+                messages.success(request, "Login settings saved.")
+                return redirect("ops-identity")
+        return _identity_page(request, actor, settings_form=form, status=400)
+    tenants = selectors.tenants_for(actor=actor).order_by("name")
+    projects = selectors.projects_for(actor=actor).filter(status=Project.Status.ACTIVE).order_by("slug")
+    form = GroupMappingForm(request.POST, tenants=tenants, projects=projects)
+    if form.is_valid():
+        tenant, project = form.cleaned_objects()
+        data = form.cleaned_data
+        try:
+            mapping = identity.group_mapping_create(actor=actor, group=data["group"], match=data["match"],
+                                                    role=data["role"], tenant=tenant, project=project)
+        except PortalError as exc:
+            add_service_error(form, exc)
+        else:
+            messages.success(request, f"Group mapping {mapping.group} added.")
+            return redirect("ops-identity")
+    return _identity_page(request, actor, mapping_form=form, status=400)
+
+
+@login_required
+@require_POST
+def ops_identity_mapping_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    actor = _ops_only(request)
+    mapping = get_object_or_404(selectors.group_mappings_for(actor=actor), pk=pk)
+    identity.group_mapping_delete(actor=actor, mapping=mapping)
+    messages.success(request, f"Group mapping {mapping.group} removed; roles it gave go at each person's next sign-in.")
+    return redirect("ops-identity")

@@ -19,7 +19,7 @@ from insights import policy as insights_policy
 from quotas import policy as quotas_policy
 from quotas.models import QuotaRequest
 from tenants import policy as tenants_policy
-from tenants.models import Tenant
+from tenants.models import LoginSettings, Tenant
 from workloads import policy as workloads_policy
 
 from .workloads.factories import make_catalogue, make_request
@@ -81,6 +81,12 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("tenants.may_approve", lambda a, w, x: tenants_policy.may_approve(a, w.project[x]), APPROVERS, OPS),
     # Not about one tenant: the same answer in both columns.
     ("tenants.may_manage_some_tenant", lambda a, w, x: tenants_policy.may_manage_some_tenant(a), ADMINS, ADMINS),
+    ("tenants.may_manage_identity", lambda a, w, x: tenants_policy.may_manage_identity(a), OPS, OPS),
+    ("tenants.may_use_password (password on)",
+     lambda a, w, x: tenants_policy.may_use_password(a, LoginSettings(password_login_staff_only=False)),
+     set(ROLES), set(ROLES)),
+    ("tenants.may_use_password (staff only)",
+     lambda a, w, x: tenants_policy.may_use_password(a, LoginSettings(password_login_staff_only=True)), OPS, OPS),
     ("quotas.may_manage_capacity", lambda a, w, x: quotas_policy.may_manage_capacity(a), OPS, OPS),
     ("quotas.may_set_quota (tenant)", lambda a, w, x: quotas_policy.may_set_quota(a, tenant=w.tenant[x]), OPS, OPS),
     ("quotas.may_set_quota (project)", lambda a, w, x: quotas_policy.may_set_quota(a, project=w.project[x]),
