@@ -288,6 +288,9 @@ def answer_reconfiguration(s: Snapshot) -> Answer:
     if mig:
         text = (f"Yes: {_plural(len(mig), 'MIG pool')} can be re-partitioned. Who: ops, with approval{where}; "
                 "the nodes are drained of work first and capacity counts only once the new layout is reported.")
+    elif not s.pools and any(f.kind == "mig" for f in s.flavors):
+        text = (f"MIG flavors are offered, but the node pools are not known yet (the inventory has not been read). "
+                f"Re-partitioning MIG nodes is for ops, with approval{where}.")
     else:
         text = "No MIG pools: the GPU layout is fixed by the hardware. Ops can still change a cluster's architecture."
     return Answer("reconfiguration", QUESTIONS["reconfiguration"], text, details)
