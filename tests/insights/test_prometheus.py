@@ -133,3 +133,32 @@ def test_counters_add_up_across_processes_in_multiprocess_mode(cast, client, set
     prometheus.multiprocess_reset(folder)
     got = samples(scrape(client).content.decode())
     assert ("gpuportal_materialize_errors_total", (("cluster", "lab"), ("reason", "rejected"))) not in got
+
+
+KUBECONFIG_NOWHERE = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def test_a_cluster_that_does_not_answer_counts_a_materialization_error(cast, client, settings, tmp_path) -> None:
+    from portal.kube import ClusterUnavailable, kube_cache_clear
+    from quotas.models import Cluster
+    from workloads.materialize import request_materialize
+
+    settings.METRICS_TOKEN = TOKEN
+    cat = make_catalogue(cast)
+    config = tmp_path / "nowhere.kubeconfig"
+    config.write_text(KUBECONFIG_NOWHERE)
+    Cluster.objects.filter(pk=cat.cluster.pk).update(kubeconfig_path=str(config))
+    kube_cache_clear()
+    req = make_request(cat, cast.vision, cast.carol, state=S.APPROVED, approved_at=timezone.now())
+    key = ("gpuportal_materialize_errors_total", (("cluster", "lab"), ("reason", "unavailable")))
+    before = samples(scrape(client).content.decode()).get(key, 0)
+    with pytest.raises(ClusterUnavailable):
+        request_materialize(request_id=req.pk)
+    assert samples(scrape(client).content.decode())[key] == before + 1
