@@ -5,6 +5,7 @@ that the demo's running work crosses its alert thresholds within minutes of ``ma
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from decimal import Decimal
 
 from quotas.models import Flavor
@@ -27,7 +28,8 @@ DEMO_BUDGET = Decimal("5.00")  # two simulated GPU-hours of H100: minutes of the
 def seed_billing_demo() -> None:
     system = Actor(user=None)
     if not Price.objects.exists():
-        start = costs.month_start()
+        # From the start of last month: the demo's seeded history (insights/demo.py, three weeks back) is priced too.
+        start = costs.month_start(costs.month_start() - timedelta(days=1))
         for model in sorted(set(Flavor.objects.filter(kind="whole").values_list("gpu_model", flat=True)) - {""}):
             services.price_create(actor=system, unit=Unit.GPU, key=model, amount=GPU_PRICES.get(model, Decimal("1.00")),
                                   effective_from=start, note="demo")

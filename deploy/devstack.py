@@ -258,6 +258,14 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    # One Prometheus folder for the worker and the web server: /metrics sums both (portal/prometheus.py); emptied
+    # here so a new run starts its counters at zero.
+    metrics_dir = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR / "prometheus")))
+    if metrics_dir.is_dir():
+        for item in metrics_dir.glob("*.db"):
+            item.unlink(missing_ok=True)
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+
     step("migrate", "--no-input", "-v", "0")
     step("createcachetable")  # the cache table (login throttling, task locks) when there is no Redis
 

@@ -50,6 +50,10 @@ def commands(role: str, args: list[str], env: dict[str, str]) -> tuple[list[list
     env = dict(env)
     env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     env["PORTAL_ROLE"] = role
+    if role in ("web", "worker"):
+        # Prometheus multiprocess mode: every gunicorn worker / Celery process writes its counters here and a
+        # scrape sums them (portal/prometheus.py); emptied before the role starts (``metrics_dir_reset``).
+        env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(Path(env.get("TMPDIR", "/tmp")) / f"portal-metrics-{role}"))
     if role == "web":
         return [[_python(), "-m", "gunicorn", "--config", str(ROOT / "deploy" / "gunicorn.conf.py"),
                  "portal.wsgi:application", *args]], env
@@ -76,6 +80,18 @@ def commands(role: str, args: list[str], env: dict[str, str]) -> tuple[list[list
     if role == "healthcheck":
         return [], env
     raise SystemExit(USAGE)
+
+
+def metrics_dir_reset(env: dict[str, str]) -> None:
+    """Empty the Prometheus folder: a restarted container's old files would count twice (its /tmp may survive)."""
+    folder = env.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder:
+        return
+    path = Path(folder)
+    if path.is_dir():
+        for item in path.glob("*.db"):
+            item.unlink(missing_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
 
 
 def _running_role(env: dict[str, str]) -> str:
@@ -134,6 +150,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"role": role, "commands": cmds, "env": shown}))
         return 0
     os.chdir(ROOT)
+    if role in ("web", "worker"):
+        metrics_dir_reset(env)
     for cmd in cmds[:-1]:
         print(f"entrypoint: {shlex.join(cmd)}", file=sys.stderr, flush=True)
         code = subprocess.run(cmd, env=env).returncode

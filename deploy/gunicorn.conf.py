@@ -32,3 +32,11 @@ if os.environ.get("LOG_FORMAT", "").lower() == "json":
         "handlers": {"console": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "json"}},
         "loggers": {"gunicorn.error": {"handlers": ["console"], "level": loglevel.upper(), "propagate": False}},
     }
+
+
+def child_exit(server, worker) -> None:
+    """A worker exited: its live gauges leave the Prometheus sums; its counters stay (portal/prometheus.py)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -7,6 +7,7 @@ from kombu.transport import TRANSPORT_ALIASES
 
 from portal.beat import touch_heartbeat
 from portal.logs import request_id_var
+from portal.prometheus import celery_connect
 
 # The embedded broker of `make run` (no REDIS_URL): portal+sqlite:///var/celery-broker.sqlite3.
 TRANSPORT_ALIASES.setdefault("portal", "portal.broker:Transport")
@@ -33,6 +34,10 @@ def _log_task_id(task_id: str | None = None, **_: object) -> None:
 @signals.task_postrun.connect
 def _log_task_id_clear(**_: object) -> None:
     request_id_var.set("-")
+
+
+# Task run times for /metrics, and prefork children marked dead when they exit (portal/prometheus.py).
+celery_connect()
 
 
 class _Heartbeat(bootsteps.StartStopStep):

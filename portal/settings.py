@@ -84,6 +84,8 @@ MIDDLEWARE = [
 # First: the request id (portal/logs.py), then the probes' answers (portal/health.py), before the host check,
 # the HTTPS redirect, sessions and logins.
 MIDDLEWARE[:0] = ["portal.logs.RequestIdMiddleware", "portal.health.HealthMiddleware"]
+# Then /metrics (portal/prometheus.py), answered before the host check like the probes; it times the rest.
+MIDDLEWARE.insert(MIDDLEWARE.index("portal.health.HealthMiddleware") + 1, "portal.prometheus.MetricsMiddleware")
 
 # NUL characters (PostgreSQL cannot store them) are refused before sessions or tokens are looked up:
 # 404 in a path, 400 in a query string, header or JSON body (portal/inputs.py).
@@ -437,5 +439,15 @@ PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
 # Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
 CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}
+<<<<<<< HEAD
 # The weekly metrics digest to tenant admins (claimed once per tenant and week; hourly so a missed Monday catches up).
 CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send", "schedule": 3600.0}
+=======
+
+# Prometheus (portal/prometheus.py, docs/insights.md "Prometheus"): /metrics answers only with
+# "Authorization: Bearer <METRICS_TOKEN>"; unset, only loopback with DEBUG on. PROMETHEUS_MULTIPROC_DIR (an
+# environment variable the entry points set) sums the processes' counters. The collectors below read the database
+# at scrape time (dotted paths: portal imports no app).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+PROMETHEUS_COLLECTORS = ["insights.prometheus.DatabaseCollector"]
+>>>>>>> promdemo

@@ -20,7 +20,7 @@ from tenants.policy import PREDICATES
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ["portal", "tenants", "quotas", "workloads", "billing", "maintenance", "insights"]
 VIEW_MODULES = ("views.py", "ops_views.py", "namespace_views.py", "cost_views.py", "api/views.py", "api/namespaces.py",
-                "api/budget_views.py")
+                "api/budget_views.py", "review_views.py")
 
 # Reads in a view module: a manager (``Model.objects.``), a model class handed to get_object_or_404, or the
 # user model's manager.

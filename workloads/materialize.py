@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from portal import labels
+from portal import labels, prometheus
 from portal.events import enqueue
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 from portal.notify import notify_send
@@ -98,7 +98,11 @@ def request_materialize(*, request_id: int) -> str:
     try:
         for current in objects:
             kube.apply(current)
+    except ClusterUnavailable:
+        prometheus.materialize_error(cluster=req.cluster.name, reason="unavailable")
+        raise
     except ClusterRejected as exc:
+        prometheus.materialize_error(cluster=req.cluster.name, reason="rejected")
         reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
         if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED]):
             _delete_objects(kube, req, objects)
@@ -163,6 +167,7 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     claimed = _claim(request_id, limit)
     out = {"claimed": len(claimed), "queued": 0, "rejected": 0, "cleaned": 0, "raced": 0}
     applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]] = []
+    req: WorkloadRequest | None = None
     try:
         for req in claimed:
             kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process
@@ -172,6 +177,7 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
                 for current in objects:
                     kube.apply(current)
             except ClusterRejected as exc:
+                prometheus.materialize_error(cluster=req.cluster.name, reason="rejected")
                 reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
                 if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED],
                         fields={"claimed_at": None}):
@@ -180,6 +186,8 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
                 continue
             applied.append((req, objects))
     except ClusterUnavailable:
+        if req is not None:  # the request whose apply failed
+            prometheus.materialize_error(cluster=req.cluster.name, reason="unavailable")
         _release([r for r in claimed if r not in {a for a, _ in applied}])
         _record_queued(applied, out)
         raise

@@ -7,6 +7,7 @@ through its admin API (``OidcProvider``). Test modules import the fixtures they 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -68,8 +69,12 @@ def _start() -> tuple[subprocess.Popen[str], str]:
     if node is None or npm is None:
         pytest.fail("node and npm are needed for the single sign-on tests (the test provider is oidc-provider).",
                     pytrace=False)
-    if not (HERE / "node_modules" / "oidc-provider").exists():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True, capture_output=True, timeout=300)
+    # Test workers (xdist) start at the same time: one installs, the others wait for it under the lock.
+    with open(HERE / ".npm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (HERE / "node_modules" / ".installed").exists():
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True, capture_output=True, timeout=300)
+            (HERE / "node_modules" / ".installed").touch()
     proc = subprocess.Popen([node, "server.js", "--port", "0"], cwd=HERE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     issuer = ""

@@ -1,0 +1,345 @@
+"""The demo's history: three weeks of past requests, hourly queue and pool samples, and their metered usage, so
+the metric pages, the cost charts and ``/metrics`` have something to show the moment ``make run`` starts.
+
+``seed_insights_demo()`` runs last in ``manage.py seed_demo`` (after the tenants, the sandbox cluster's flavors and
+quotas, the catalogue and the price list). Everything it writes is marked: requests and samples ``seeded=True``,
+usage intervals a ``run_key`` starting ``seeded:``. Requests are written in final states only (succeeded, failed,
+stopped), so the materializer and the status follower never look at them and nothing reaches the cluster.
+Idempotent: a part already seeded is left alone. Deterministic: the same random seed every run.
+
+How the history is made: a small queue simulation per project and flavor (quota = nominal + borrowing limit, as
+Kueue admits): arrivals over three weeks, each admitted once enough of its quota is free, so busy days have long
+waits and the samples show pending work. A few "contention" windows (the cohort lent capacity that was not
+reclaimed at once) hold some queues below their nominal quota while they have work waiting: guarantee violations.
+About one run in twelve is preempted and requeued (timeline entries ``preempted`` with Kueue's reason), and in
+MIG windows pending slices wait although slice memory is free (a shape mismatch).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from billing.models import UsageInterval
+from billing.pricing import shares
+from quotas.capacity import capacity_by_flavor
+from quotas.models import Cluster, Flavor, Quota
+from tenants.models import Membership, Role
+from workloads.models import Priority, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
+
+from .models import PoolSample, QueueSample
+
+log = logging.getLogger(__name__)
+S = RequestState
+
+HISTORY_DAYS = 21
+RANDOM_SEED = 20261202
+RUN_KEY_PREFIX = "seeded:"
+IDEMPOTENCY_PREFIX = "seeded-"
+ACTOR = "demo history"
+PREEMPT_REASON = ("Preempted to reclaim quota lent to the cohort (Kueue: InCohortReclamation); "
+                  "requeued, it keeps its place by priority and age.")
+IMAGES = {"training": "nvcr.io/nvidia/pytorch:26.10-py3", "notebook": "jupyter/pytorch-notebook:2026.10",
+          "inference": "vllm/vllm-openai:v0.11.0"}
+NAMES = {"training": ["resnet", "vit-base", "llama-ft", "bert-pretrain", "diffusion", "sweep", "distill", "yolo"],
+         "notebook": ["explore", "eda", "debug", "prototype"],
+         "inference": ["chat-api", "embed-svc", "rerank", "summarise"]}
+
+
+@dataclass
+class Stream:
+    """One project's queue for one flavor: what it may hold at once and its simulated requests."""
+
+    quota: Quota
+    cap: int
+    members: list[Any]
+    kinds: list[str]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _gpu_quotas(cluster: Cluster) -> list[Quota]:
+    rows = (Quota.objects.filter(flavor__cluster=cluster, project__isnull=False, nominal__gt=0, flavor__active=True)
+            .exclude(flavor__kind=Flavor.Kind.CPU).select_related("project", "tenant", "flavor").order_by("project__slug", "flavor__order", "flavor__name"))
+    return [q for q in rows if q.resource == q.flavor.primary_resource]
+
+
+def _contention(rng: random.Random, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """Two to three windows of 5-10 hours in which the queue gets only part of its nominal quota."""
+    out = []
+    for _ in range(rng.randint(2, 3)):
+        at = start + timedelta(hours=rng.randint(24, HISTORY_DAYS * 24 - 24))
+        out.append((at, at + timedelta(hours=rng.randint(5, 10))))
+    return out
+
+
+def _simulate(stream: Stream, rng: random.Random, start: datetime, end: datetime) -> None:
+    nominal = int(stream.quota.nominal)
+    windows = _contention(rng, start, end)
+    t = start + timedelta(minutes=rng.randint(0, 240))
+    running: list[tuple[datetime, int]] = []  # (end, gpus) of admitted runs, sorted by end
+    while True:
+        t += timedelta(minutes=rng.expovariate(1 / 540))  # about two to three arrivals a day per queue
+        if t >= end:
+            return
+        kind = rng.choice(stream.kinds)
+        gpus = max(1, min(stream.cap, rng.choice([1, 1, 1, 2, 2, 4, max(1, nominal // 2), nominal])))
+        hours = {"notebook": rng.uniform(1, 8), "inference": rng.uniform(6, 30)}.get(kind, rng.lognormvariate(1.2, 0.8))
+        manual = gpus > 2 or hours > 8  # more than the global rule approves alone
+        approved = t + timedelta(minutes=rng.uniform(10, 240) if manual else 0.02)
+        admit = approved + timedelta(seconds=rng.uniform(5, 40))
+
+        def cap_at(at: datetime) -> int:
+            low = any(a <= at < b for a, b in windows)
+            return max(1, nominal // 2) if low else stream.cap
+
+        # Admitted once its GPUs fit: step from one run's end to the next (or a contention window's end).
+        while True:
+            running = [r for r in running if r[0] > admit]
+            used = sum(g for _, g in running)
+            if used + gpus <= cap_at(admit):
+                break
+            later = [r[0] for r in running] + [b for a, b in windows if a <= admit < b]
+            admit = min(later) + timedelta(seconds=rng.uniform(5, 60))
+        duration = timedelta(hours=hours)
+        preempted = None
+        if rng.random() < 1 / 12 and hours > 1:
+            at = admit + duration * rng.uniform(0.2, 0.7)
+            back = at + timedelta(minutes=rng.uniform(5, 180))
+            preempted = (admit, at, back)
+            finished = back + (duration - (at - admit))
+        else:
+            finished = admit + duration
+        if finished > end:
+            continue  # history only: what would still run now is left out
+        bisect.insort(running, (finished, gpus))
+        roll = rng.random()
+        final = S.SUCCEEDED if roll < 0.76 else S.FAILED if roll < 0.88 else S.STOPPED
+        if kind == "notebook" and final == S.FAILED:
+            final = S.STOPPED
+        stream.runs.append({"kind": kind, "gpus": gpus, "submitted": t - timedelta(seconds=rng.uniform(1, 30)),
+                            "approved": approved, "manual": manual, "admitted": admit, "finished": finished,
+                            "preempted": preempted, "final": final, "hours": hours,
+                            "member": rng.choice(stream.members)})
+
+
+def _streams(cluster: Cluster) -> list[Stream]:
+    members: dict[int, list[Any]] = {}
+    for m in Membership.objects.filter(project__isnull=False).select_related("user").order_by("pk"):
+        members.setdefault(m.project_id, []).append(m.user)
+    admins: dict[int, list[Any]] = {}
+    for m in Membership.objects.filter(project__isnull=True, role=Role.TENANT_ADMIN).select_related("user").order_by("pk"):
+        admins.setdefault(m.tenant_id, []).append(m.user)
+    out = []
+    for quota in _gpu_quotas(cluster):
+        users = members.get(quota.project_id) or admins.get(quota.tenant_id) or []
+        if not users:
+            continue
+        nominal = int(quota.nominal)
+        borrow = int(quota.borrowing_limit) if quota.borrowing_limit is not None else nominal // 2
+        if quota.flavor.pool_label == "online":
+            kinds = ["inference"]
+        elif quota.flavor.kind == Flavor.Kind.WHOLE:
+            kinds = ["training", "training", "training", "notebook"]
+        else:
+            kinds = ["notebook", "training", "inference"]
+        out.append(Stream(quota=quota, cap=max(1, nominal + borrow), members=users, kinds=kinds))
+    return out
+
+
+@contextmanager
+def _past_timestamps(*fields: Any) -> Iterator[None]:
+    """Let ``bulk_create`` write the history's own ``created_at`` / ``at`` instead of "now" (``auto_now_add``
+    would stamp every row on insert; an UPDATE per row afterwards costs seconds). The seed command is one thread."""
+    saved = [(f, f.auto_now_add) for f in fields]
+    for f, _ in saved:
+        f.auto_now_add = False
+    try:
+        yield
+    finally:
+        for f, value in saved:
+            f.auto_now_add = value
+
+
+def _seed_requests(cluster: Cluster, streams: list[Stream], now: datetime) -> list[WorkloadRequest]:
+    templates = {t.slug: t for t in ServiceTemplate.objects.filter(active=True).order_by("slug", "version")}
+    rows: list[WorkloadRequest] = []
+    plan: list[dict[str, Any]] = []
+    n = 0
+    for stream in streams:
+        q = stream.quota
+        for run in stream.runs:
+            template = templates.get(run["kind"]) or templates.get("training")
+            if template is None:
+                return []
+            n += 1
+            reason = {S.SUCCEEDED: "Completed.", S.FAILED: "The job exited with code 1 (see its logs).",
+                      S.STOPPED: "Stopped by its owner."}[run["final"]]
+            rows.append(WorkloadRequest(
+                tenant=q.tenant, project=q.project, cluster=cluster, template=template,
+                name=f"{random.Random(n).choice(NAMES[run['kind']])}-{n:03d}", image=IMAGES[run["kind"]],
+                flavor=q.flavor, gpus=run["gpus"], cpu=Decimal(4 * run["gpus"]), memory_gib=32 * run["gpus"],
+                parameters={"command": "python train.py"} if run["kind"] == "training" else {},
+                duration_hours=max(1, int(run["hours"] + 1)), priority=Priority.BATCH, state=run["final"],
+                state_reason=reason, requested_by=run["member"], idempotency_key=f"{IDEMPOTENCY_PREFIX}{n}",
+                created_at=run["submitted"], approved_at=run["approved"], queued_at=run["approved"] + timedelta(seconds=3),
+                admitted_at=run["preempted"][2] if run["preempted"] else run["admitted"],
+                started_at=run["admitted"] + timedelta(seconds=45), finished_at=run["finished"], seeded=True,
+            ))
+            plan.append(run)
+    with _past_timestamps(WorkloadRequest._meta.get_field("created_at")):
+        made = WorkloadRequest.objects.bulk_create(rows, batch_size=500)
+    _seed_events(made, plan)
+    _seed_usage(cluster, made, plan)
+    return made
+
+
+def _seed_events(made: list[WorkloadRequest], plan: list[dict[str, Any]]) -> None:
+    events: list[RequestEvent] = []
+
+    def add(req: WorkloadRequest, at: datetime, frm: str, to: str, message: str, actor: str = ACTOR) -> None:
+        events.append(RequestEvent(request=req, at=at, from_state=frm, to_state=to, actor_label=actor, message=message))
+
+    for req, run in zip(made, plan, strict=True):
+        add(req, run["submitted"], "", S.SUBMITTED, "Submitted.", req.requested_by.username)
+        if run["manual"]:
+            add(req, run["submitted"], S.SUBMITTED, S.PENDING_APPROVAL, "Waiting for an approver.")
+            add(req, run["approved"], S.PENDING_APPROVAL, S.APPROVED, "Approved by the project admin.")
+        else:
+            add(req, run["approved"], S.SUBMITTED, S.APPROVED, "Approved automatically by the rule.")
+        add(req, req.queued_at, S.APPROVED, S.QUEUED, "Objects created in the cluster.")
+        add(req, run["admitted"] + timedelta(seconds=45), S.QUEUED, S.RUNNING, "Admitted by Kueue; pods running.")
+        if run["preempted"]:
+            _, at, back = run["preempted"]
+            add(req, at, S.RUNNING, S.PREEMPTED, PREEMPT_REASON)
+            add(req, at + timedelta(seconds=2), S.PREEMPTED, S.QUEUED, "Requeued after preemption.")
+            add(req, back + timedelta(seconds=45), S.QUEUED, S.RUNNING, "Admitted again; pods running.")
+        add(req, run["finished"], S.RUNNING, run["final"], req.state_reason)
+    with _past_timestamps(RequestEvent._meta.get_field("at")):
+        RequestEvent.objects.bulk_create(events, batch_size=1000)
+
+
+def _seed_usage(cluster: Cluster, made: list[WorkloadRequest], plan: list[dict[str, Any]]) -> None:
+    intervals: list[UsageInterval] = []
+    for req, run in zip(made, plan, strict=True):
+        spans = ([(run["admitted"], run["preempted"][1], UsageInterval.EndReason.EVICTED),
+                  (run["preempted"][2], run["finished"], UsageInterval.EndReason.FINISHED)]
+                 if run["preempted"] else [(run["admitted"], run["finished"], UsageInterval.EndReason.FINISHED)])
+        for i, (start, end, why) in enumerate(spans):
+            for share in shares(req.flavor, gpus=req.gpus, cpu=req.cpu, memory_gib=req.memory_gib, pods=req.replicas):
+                intervals.append(UsageInterval(
+                    request=req, tenant_id=req.tenant_id, project_id=req.project_id, cluster=cluster,
+                    run_key=f"{RUN_KEY_PREFIX}{req.pk}:{i}", source=UsageInterval.Source.WORKLOAD,
+                    object_uid=f"seeded-{req.pk}", object_name=req.k8s_name, unit=share.unit, key=share.key,
+                    quantity=share.quantity, started_at=start, ended_at=end, end_reason=why,
+                ))
+    UsageInterval.objects.bulk_create(intervals, batch_size=1000, ignore_conflicts=True)
+
+
+def _held(runs: list[dict[str, Any]], at: datetime) -> tuple[int, int, int, int]:
+    """(admitted, pending, pending count, idle notebook GPUs) of one queue at one instant."""
+    admitted = pending = count = idle = 0
+    for run in runs:
+        if run["approved"] <= at < run["finished"]:
+            start, pre = run["admitted"], run["preempted"]
+            waiting = at < start or (pre is not None and pre[1] <= at < pre[2])
+            if waiting:
+                pending += run["gpus"]
+                count += 1
+            else:
+                admitted += run["gpus"]
+                if run["kind"] == "notebook" and (at - start).total_seconds() % 7200 > 3600:
+                    idle += run["gpus"]  # notebooks sit idle about half of the time
+    return admitted, pending, count, idle
+
+
+def _seed_samples(cluster: Cluster, streams: list[Stream], start: datetime, end: datetime, rng: random.Random) -> int:
+    capacity = capacity_by_flavor(cluster)
+    tenant_nominal: dict[int, Decimal] = {}
+    for q in Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("flavor"):
+        if q.resource == q.flavor.primary_resource:
+            tenant_nominal[q.flavor_id] = tenant_nominal.get(q.flavor_id, Decimal(0)) + q.nominal
+    flavors = {s.quota.flavor_id: s.quota.flavor for s in streams}
+    mig_windows = {fid: _contention(rng, start, end) for fid, f in flavors.items() if f.kind == Flavor.Kind.MIG}
+    queue_rows: list[QueueSample] = []
+    pool_rows: list[PoolSample] = []
+    at = start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    while at < end:
+        pools: dict[int, list[int]] = {}
+        for s in streams:
+            admitted, pending, count, idle = _held(s.runs, at)
+            q = s.quota
+            queue_rows.append(QueueSample(
+                at=at, cluster=cluster, tenant_id=q.tenant_id, project_id=q.project_id, flavor_id=q.flavor_id,
+                nominal=q.nominal, borrowing_limit=q.borrowing_limit, admitted=Decimal(admitted),
+                borrowed=Decimal(max(0, admitted - int(q.nominal))), pending=Decimal(pending), pending_count=count,
+                seeded=True,
+            ))
+            pool = pools.setdefault(q.flavor_id, [0, 0, 0])
+            pool[0] += admitted
+            pool[1] += pending
+            pool[2] += idle
+        for fid, (allocated, pending, idle) in pools.items():
+            flavor = flavors[fid]
+            cap = capacity.get((fid, flavor.primary_resource)) or tenant_nominal.get(fid) or Decimal(max(allocated, 1))
+            cap = max(cap, Decimal(allocated))
+            per_unit = Decimal(flavor.mig_profile.split("g.")[-1].rstrip("gb") or 0) if flavor.mig_profile else Decimal(80)
+            free = (cap - allocated) * per_unit
+            mismatch = Decimal(0)
+            if fid in mig_windows and any(a <= at < b for a, b in mig_windows[fid]):
+                # Slices of another shape are free: enough memory in all, but not one slice of this profile.
+                pending = max(pending, 2)
+                mismatch = Decimal(pending)
+                free = max(free, per_unit * 3)
+            pool_rows.append(PoolSample(
+                at=at, cluster=cluster, flavor_id=fid, capacity=cap, allocated=Decimal(allocated),
+                idle_allocated=Decimal(idle), pending=Decimal(pending), shape_mismatch=mismatch, free_memory_gib=free,
+                seeded=True,
+            ))
+        at += timedelta(hours=1)
+    QueueSample.objects.bulk_create(queue_rows, batch_size=2000)
+    PoolSample.objects.bulk_create(pool_rows, batch_size=2000)
+    return len(queue_rows) + len(pool_rows)
+
+
+def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = None) -> dict[str, Any]:
+    """Write the demo's three weeks of history once. Returns what it wrote (zeros when it was there already)."""
+    now = now or timezone.now()
+    cluster = Cluster.objects.filter(name=cluster_name).first()
+    if cluster is None:
+        log.warning("insights demo skipped: no cluster %r", cluster_name)
+        return {"requests": 0, "samples": 0}
+    end = now - timedelta(minutes=10)
+    start = end - timedelta(days=HISTORY_DAYS)
+    rng = random.Random(RANDOM_SEED)
+    streams = _streams(cluster)
+    for stream in streams:
+        _simulate(stream, rng, start, end)
+    summary = {"requests": 0, "samples": 0}
+    with transaction.atomic():
+        if not WorkloadRequest.objects.filter(seeded=True).exists():
+            summary["requests"] = len(_seed_requests(cluster, streams, now))
+        if not (QueueSample.objects.filter(seeded=True).exists() or PoolSample.objects.filter(seeded=True).exists()):
+            summary["samples"] = _seed_samples(cluster, streams, start, end, rng)
+    return summary
+
+
+def seeded_counts() -> dict[str, int]:
+    """How much demo history there is (the tests and the pages' "seeded" note)."""
+    return {
+        "requests": WorkloadRequest.objects.filter(seeded=True).count(),
+        "events": RequestEvent.objects.filter(request__seeded=True).count(),
+        "usage": UsageInterval.objects.filter(Q(run_key__startswith=RUN_KEY_PREFIX)).count(),
+        "queue_samples": QueueSample.objects.filter(seeded=True).count(),
+        "pool_samples": PoolSample.objects.filter(seeded=True).count(),
+    }

@@ -1,0 +1,143 @@
+"""The database's side of ``/metrics``: gauges and the queue-wait histogram, read at scrape time.
+
+``portal/prometheus.py`` serves them (``settings.PROMETHEUS_COLLECTORS`` names :class:`DatabaseCollector`). Read
+from the database when Prometheus asks, they are one number whichever process answers: no multiprocess sums, and a
+restart loses nothing. Five aggregate queries per scrape, each grouped in the database. Seeded demo history
+(``seeded=True``) is left out: these are the live system's numbers.
+
+The queue wait (approval to admission) is a histogram over every request the cluster has admitted, computed as
+counts per bucket in one query: it only grows (a request's wait is counted once it has ``admitted_at``), as a
+Prometheus histogram must, so ``rate()`` and ``histogram_quantile()`` work on it. A request admitted again after a
+preemption counts with its latest admission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from quotas.models import Cluster, Node, Quota
+from workloads.models import RequestState, WorkloadRequest
+
+S = RequestState
+# Seconds: 10 s … 2 days. A wait beyond the last bucket still counts in +Inf.
+QUEUE_WAIT_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400, 172800)
+# Approved, not yet admitted: the portal has handed it (or is handing it) to the cluster, which has not started it.
+WAITING = (S.APPROVED, S.QUEUED, S.PREEMPTED)
+
+
+def _num(value: object) -> float:
+    return float(value or 0)
+
+
+def queue_wait_rows() -> list[dict]:
+    """Per cluster and flavor: how many admitted requests waited at most each bucket's seconds, how many in all,
+    and the waits' sum. One query; the same on PostgreSQL and SQLite (datetime arithmetic is Django's)."""
+    wait = ExpressionWrapper(F("admitted_at") - F("approved_at"), output_field=DurationField())
+    buckets = {f"le_{i}": Count("pk", filter=Q(admitted_at__lte=F("approved_at") + timedelta(seconds=b)))
+               for i, b in enumerate(QUEUE_WAIT_BUCKETS)}
+    return list(
+        WorkloadRequest.objects.filter(seeded=False, admitted_at__isnull=False, approved_at__isnull=False)
+        .values("cluster__name", "flavor__name")
+        .annotate(total=Count("pk"), wait_sum=Sum(wait), **buckets)
+        .order_by("cluster__name", "flavor__name")
+    )
+
+
+def queue_wait_metric() -> HistogramMetricFamily:
+    family = HistogramMetricFamily(
+        "gpuportal_queue_wait_seconds", "Time from approval to the cluster's admission of requests, by cluster and "
+        "flavor (every admitted request; seeded demo history left out).", labels=["cluster", "flavor"])
+    for row in queue_wait_rows():
+        buckets = [(str(float(b)), row[f"le_{i}"]) for i, b in enumerate(QUEUE_WAIT_BUCKETS)]
+        buckets.append(("+Inf", row["total"]))
+        total = row["wait_sum"]
+        family.add_metric([row["cluster__name"], row["flavor__name"]], buckets,
+                          sum_value=max(total.total_seconds(), 0.0) if total is not None else 0.0)
+    return family
+
+
+def request_metrics() -> list[GaugeMetricFamily]:
+    now = timezone.now()
+    pending = GaugeMetricFamily("gpuportal_requests_pending", "Approved requests the cluster has not started yet "
+                                "(approved, queued, preempted), by cluster and flavor.", labels=["cluster", "flavor"])
+    oldest = GaugeMetricFamily("gpuportal_requests_pending_oldest_seconds", "How long the oldest of them has waited "
+                               "since its approval.", labels=["cluster", "flavor"])
+    awaiting = GaugeMetricFamily("gpuportal_requests_awaiting_approval", "Requests waiting for an approver.",
+                                 labels=["cluster", "flavor"])
+    running = GaugeMetricFamily("gpuportal_requests_running", "Running requests.", labels=["cluster", "flavor"])
+    rows = (
+        WorkloadRequest.objects.filter(seeded=False, state__in=[*WAITING, S.PENDING_APPROVAL, S.RUNNING])
+        .values("cluster__name", "flavor__name", "state")
+        .annotate(n=Count("pk"), since=Min("approved_at"))
+        .order_by("cluster__name", "flavor__name", "state")
+    )
+    waiting: dict[tuple[str, str], list] = {}
+    for row in rows:
+        labels = (row["cluster__name"], row["flavor__name"])
+        if row["state"] in WAITING:
+            entry = waiting.setdefault(labels, [0, None])
+            entry[0] += row["n"]
+            if row["since"] is not None and (entry[1] is None or row["since"] < entry[1]):
+                entry[1] = row["since"]
+        elif row["state"] == S.PENDING_APPROVAL:
+            awaiting.add_metric(list(labels), row["n"])
+        else:
+            running.add_metric(list(labels), row["n"])
+    for labels, (n, since) in sorted(waiting.items()):
+        pending.add_metric(list(labels), n)
+        oldest.add_metric(list(labels), max((now - since).total_seconds(), 0.0) if since else 0.0)
+    return [pending, oldest, awaiting, running]
+
+
+def quota_metrics() -> list[GaugeMetricFamily]:
+    names = ("cluster", "flavor", "resource", "tenant", "project")
+    families = {
+        "nominal": GaugeMetricFamily("gpuportal_quota_nominal", "Nominal quota (promised), in the resource's unit; "
+                                     "project empty: the tenant's.", labels=list(names)),
+        "used": GaugeMetricFamily("gpuportal_quota_used", "Quota in use (admitted), as last read from the cluster.",
+                                  labels=list(names)),
+        "borrowed": GaugeMetricFamily("gpuportal_quota_borrowed", "In use beyond nominal, borrowed from the cohort.",
+                                      labels=list(names)),
+        "borrowing_limit": GaugeMetricFamily("gpuportal_quota_borrowing_limit", "How much more than nominal may be "
+                                             "borrowed (absent: no limit).", labels=list(names)),
+    }
+    rows = (Quota.objects.values_list("flavor__cluster__name", "flavor__name", "resource", "tenant__slug",
+                                      "project__slug", "nominal", "used", "borrowed", "borrowing_limit")
+            .order_by("flavor__cluster__name", "flavor__name", "resource", "tenant__slug", "project__slug"))
+    for cluster, flavor, resource, tenant, project, nominal, used, borrowed, limit in rows:
+        labels = [cluster, flavor, resource, tenant, project or ""]
+        families["nominal"].add_metric(labels, _num(nominal))
+        families["used"].add_metric(labels, _num(used))
+        families["borrowed"].add_metric(labels, _num(borrowed))
+        if limit is not None:
+            families["borrowing_limit"].add_metric(labels, _num(limit))
+    return list(families.values())
+
+
+def cluster_metrics() -> list[GaugeMetricFamily]:
+    healthy = GaugeMetricFamily("gpuportal_cluster_healthy", "1 when the last contact with the cluster worked, 0 when "
+                                "it failed, -1 not yet known.", labels=["cluster"])
+    for name, health in Cluster.objects.values_list("name", "health").order_by("name"):
+        healthy.add_metric([name], {"healthy": 1, "unhealthy": 0}.get(health, -1))
+    nodes = GaugeMetricFamily("gpuportal_nodes", "Nodes present in the cluster, by pool and readiness.",
+                              labels=["cluster", "pool", "ready"])
+    rows = (Node.objects.filter(present=True).values("cluster__name", "pool__name", "ready").annotate(n=Count("pk"))
+            .order_by("cluster__name", "pool__name", "ready"))
+    for row in rows:
+        nodes.add_metric([row["cluster__name"], row["pool__name"] or "", "true" if row["ready"] else "false"], row["n"])
+    return [healthy, nodes]
+
+
+class DatabaseCollector:
+    """The collector ``/metrics`` asks at scrape time (a custom collector of the official client)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield queue_wait_metric()
+        yield from request_metrics()
+        yield from quota_metrics()
+        yield from cluster_metrics()

@@ -1,0 +1,99 @@
+"""``manage.py seed_demo`` writes three weeks of history: past requests in final states with their timelines
+(some preempted and requeued), hourly queue and pool samples (pending work, borrowing, guarantee violations, a MIG
+shape mismatch) and priced usage intervals; all of it marked, fast, and written once however often it runs.
+
+The sandbox is not started here: the seed falls back to the demo profile's flavors (quotas/demo.py)."""
+
+from __future__ import annotations
+
+import io
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db.models import F, Min
+from django.utils import timezone
+
+from billing.models import Price, UsageInterval
+from insights.demo import HISTORY_DAYS, PREEMPT_REASON, RUN_KEY_PREFIX, seeded_counts
+from insights.models import PoolSample, QueueSample
+from quotas.models import Flavor
+from workloads.models import RequestEvent, RequestState, WorkloadRequest
+
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(180)]
+S = RequestState
+
+
+@pytest.fixture
+def seeded(settings, tmp_path):
+    settings.KUBECONFIG = str(tmp_path / "no-sandbox.kubeconfig")
+    started = time.perf_counter()
+    call_command("seed_demo", stdout=io.StringIO())
+    return time.perf_counter() - started
+
+
+def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
+    assert seeded < 20  # the whole demo; the history alone is measured below
+    counts = seeded_counts()
+    assert 150 <= counts["requests"] <= 800, counts
+    history = WorkloadRequest.objects.filter(seeded=True)
+    assert set(history.values_list("state", flat=True)) <= {S.SUCCEEDED, S.FAILED, S.STOPPED}
+    assert not history.filter(admitted_at__isnull=True).exists()
+    assert not history.filter(admitted_at__lt=F("approved_at")).exists()
+    assert not history.filter(finished_at__gt=timezone.now()).exists()
+    oldest = history.aggregate(first=Min("created_at"))["first"]
+    assert timezone.now() - timedelta(days=HISTORY_DAYS + 1) <= oldest <= timezone.now() - timedelta(days=HISTORY_DAYS - 2)
+    # Every demo tenant and the MIG flavors have history; some waits are long.
+    assert set(history.values_list("tenant__slug", flat=True)) == {"acme", "globex"}
+    assert history.filter(flavor__kind=Flavor.Kind.MIG).exists()
+    waits = sorted((r.admitted_at - r.approved_at).total_seconds() for r in history.exclude(events__to_state=S.PREEMPTED))
+    assert waits[-1] > 3600 and waits[len(waits) // 2] < 600  # most are admitted at once, some wait for hours
+    # Preempted, then requeued, with the reason on the timeline.
+    preempted = RequestEvent.objects.filter(request__seeded=True, to_state=S.PREEMPTED)
+    assert preempted.count() >= 5
+    assert set(preempted.values_list("message", flat=True)) == {PREEMPT_REASON}
+    assert RequestEvent.objects.filter(request__seeded=True, from_state=S.PREEMPTED, to_state=S.QUEUED).count() == preempted.count()
+    # The timeline is in the past, in order: submitted first, the final state last.
+    req = history.filter(events__to_state=S.PREEMPTED).first()
+    steps = list(req.events.order_by("at", "id").values_list("to_state", flat=True))
+    assert steps[0] == S.SUBMITTED and steps[-1] == req.state and S.PREEMPTED in steps
+
+    # Hourly samples (not every 5 minutes) with pending periods, borrowing, violations and a MIG shape mismatch.
+    queue = QueueSample.objects.filter(seeded=True)
+    assert counts["queue_samples"] == queue.count() and not QueueSample.objects.filter(seeded=False).exists()
+    hours = queue.values("at").distinct().count()
+    assert HISTORY_DAYS * 24 - 2 <= hours <= HISTORY_DAYS * 24 + 1
+    assert queue.filter(pending__gt=0).exists()
+    assert queue.filter(borrowed__gt=0).exists()
+    assert queue.filter(pending__gt=0, admitted__lt=F("nominal")).exists()  # waiting while below its guarantee
+    assert PoolSample.objects.filter(seeded=True, shape_mismatch__gt=0, flavor__kind=Flavor.Kind.MIG).exists()
+    assert not PoolSample.objects.filter(seeded=True, shape_mismatch__gt=0).exclude(flavor__kind=Flavor.Kind.MIG).exists()
+
+    # Usage intervals for the cost charts, identifiable, and priced (the demo's prices start early enough).
+    usage = UsageInterval.objects.filter(run_key__startswith=RUN_KEY_PREFIX)
+    assert usage.count() == counts["usage"] >= counts["requests"]
+    assert usage.filter(end_reason=UsageInterval.EndReason.EVICTED).count() >= 1
+    first = usage.aggregate(first=Min("started_at"))["first"]
+    assert Price.objects.filter(unit="gpu", effective_from__lte=first).exists()
+
+
+def test_seed_is_idempotent_and_fast(seeded) -> None:
+    before = seeded_counts()
+    from insights.demo import seed_insights_demo
+
+    started = time.perf_counter()
+    assert seed_insights_demo() == {"requests": 0, "samples": 0}
+    call_command("seed_demo", stdout=io.StringIO())
+    assert seeded_counts() == before
+    assert time.perf_counter() - started < 20
+
+    # On an empty history it writes everything again, within the budget.
+    WorkloadRequest.objects.filter(seeded=True).delete()
+    QueueSample.objects.all().delete()
+    PoolSample.objects.all().delete()
+    started = time.perf_counter()
+    made = seed_insights_demo()
+    elapsed = time.perf_counter() - started
+    assert made["requests"] == before["requests"] and made["samples"] == before["queue_samples"] + before["pool_samples"]
+    assert elapsed < 10, elapsed
