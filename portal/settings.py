@@ -439,10 +439,8 @@ PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
 # Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
 CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}
-<<<<<<< HEAD
 # The weekly metrics digest to tenant admins (claimed once per tenant and week; hourly so a missed Monday catches up).
 CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send", "schedule": 3600.0}
-=======
 
 # Prometheus (portal/prometheus.py, docs/insights.md "Prometheus"): /metrics answers only with
 # "Authorization: Bearer <METRICS_TOKEN>"; unset, only loopback with DEBUG on. PROMETHEUS_MULTIPROC_DIR (an
@@ -450,4 +448,3 @@ CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send"
 # at scrape time (dotted paths: portal imports no app).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 PROMETHEUS_COLLECTORS = ["insights.prometheus.DatabaseCollector"]
->>>>>>> promdemo
