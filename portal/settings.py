@@ -412,3 +412,11 @@ PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
 # Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
 CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}
+# MIG changes (docs/mig-changes.md): a change needs an approval by an ops person other than its proposer; an
+# installation with a single ops person turns this on to let the proposer approve their own change (audited).
+PORTAL_MIG_SINGLE_OPS = env_bool("PORTAL_MIG_SINGLE_OPS", False)
+# How long a window waits for the MIG manager (per layout change) before it rolls back, in seconds.
+PORTAL_MIG_RECONFIGURE_TIMEOUT = _duration_seconds("PORTAL_MIG_RECONFIGURE_TIMEOUT",
+                                                   os.environ.get("PORTAL_MIG_RECONFIGURE_TIMEOUT", "20m"))
+# The window's sweep (beat): starts due changes and moves running ones on (each also re-queues itself).
+CELERY_BEAT_SCHEDULE["maintenance-mig-changes-sweep"] = {"task": "maintenance.mig_changes_sweep", "schedule": 60.0}
