@@ -378,6 +378,9 @@ SPECTACULAR_SETTINGS = {
         "ArchitectureEnum": "quotas.models.Architecture",
         "StatementStatusEnum": "billing.models.Statement.Status",
         "BillingModeEnum": "billing.models.BillingProfile.Mode",
+        "MigChangeStatusEnum": "maintenance.models.MigChange.Status",
+        "MigChangeStepEnum": "maintenance.models.MigChange.Step",
+        "MigChangeStepOutcomeEnum": "maintenance.models.MigChangeStep.Outcome",
     },
     # Error responses, token auth and response headers are documented by one hook (portal/api.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],
