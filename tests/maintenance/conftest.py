@@ -34,7 +34,7 @@ def ops2(cast) -> Any:
 def demo(cast, fresh_sandbox, settings) -> SimpleNamespace:
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     kube_cache_clear()
-    seed_quota_demo(architecture="B", reconcile_now=True)
+    seed_quota_demo(architecture="C", reconcile_now=True)  # C enforces MIG flavors
     cluster = Cluster.objects.get(name="sandbox")
     pool = NodePool.objects.get(cluster=cluster, sharing=NodePool.Sharing.MIG)
     return SimpleNamespace(sb=fresh_sandbox, cluster=cluster, pool=pool)
