@@ -86,3 +86,20 @@ def test_a_failed_change_rolls_back_by_itself(cast, ops2, demo, django_capture_o
     assert AuditEntry.objects.filter(action="mig_change.rolling_back", target_id=str(change.pk)).exists()
     told = [m for m in mail.outbox if "rolled back" in m.subject]
     assert sorted(a for m in told for a in m.to) == sorted([cast.ops.email, ops2.email])  # proposer and approver
+
+
+def test_the_demo_has_a_mig_pool_a_tenant_admin_may_propose_for(cast, fresh_sandbox, settings) -> None:
+    """``make run``'s demo (architecture F): alice proposes for the A100 pool her tenant uses, ops approve."""
+    from portal.kube import kube_cache_clear
+    from quotas.demo import seed_quota_demo
+    from quotas.models import NodePool
+
+    settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
+    kube_cache_clear()
+    seed_quota_demo()
+    pools = services.selectors.mig_pools_for(actor=cast.actor("alice"))
+    assert [p.name for p in pools] == [NodePool.objects.get(sharing="mig").name]
+    change = services.mig_change_propose(actor=cast.actor("alice"), pool=pools[0], to_layout="all-1g.10gb", **window())
+    assert change.tenant == cast.acme and change.impact["capacity"]
+    assert services.mig_change_approve(actor=cast.actor("ops"), change=change).status == S.APPROVED
+    assert services.selectors.mig_pools_for(actor=cast.actor("nobody")) == []
