@@ -31,7 +31,7 @@ SANDBOX_MODEL = {"a30-24gb": "A30-24GB", "a100-40gb": "A100-40GB", "a100-80gb": 
 
 def _change(cast, **fields) -> MigChange:
     now = timezone.now()
-    values = {"cluster": make_fleet().cluster, "pool_name": "a100", "nodes": ["n0", "n1"], "gpu_model": "a100-80gb",
+    values = {"cluster": fields.pop("cluster", None) or make_fleet().cluster, "pool_name": "a100", "nodes": ["n0", "n1"], "gpu_model": "a100-80gb",
               "gpus_per_node": 8, "from_layout": "all-balanced", "to_layout": "all-1g.10gb", "proposed_by": cast.ops,
               "window_start": now, "deadline": now + timedelta(hours=1)}
     return MigChange.objects.create(**(values | fields))
@@ -135,3 +135,19 @@ def test_the_tasks_do_nothing_twice(cast) -> None:
     change.refresh_from_db()
     assert change.status == S.APPROVED and change.step == "waiting"
     assert mig_change_advance_task.apply(args=[999999]).get() == {"again_in": None}
+
+
+@pytest.mark.django_db
+def test_the_list_reads_a_bounded_number_of_queries(cast, api, django_assert_max_num_queries) -> None:
+    cluster = make_fleet().cluster
+    for i in range(30):
+        _change(cast, cluster=cluster, tenant=cast.acme if i % 2 else None, proposed_by=cast.alice if i % 2 else cast.ops,
+                pool_name=f"pool-{i}")
+    client = api("ops")
+    with django_assert_max_num_queries(12):
+        body = client.get("/api/v1/mig-changes/", {"page_size": 50}).json()
+    assert body["count"] == 30
+    with django_assert_max_num_queries(12):
+        assert client.get("/api/v1/mig-changes/", {"status": "proposed", "tenant": "acme"}).json()["count"] == 15
+    assert len(api("alice").get("/api/v1/mig-changes/").json()["results"]) == 15
+    assert api("erin").get("/api/v1/mig-changes/").json()["results"] == []
