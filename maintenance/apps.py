@@ -6,3 +6,10 @@ class MaintenanceConfig(AppConfig):
     rollback (docs/mig-changes.md)."""
 
     name = "maintenance"
+
+    def ready(self) -> None:
+        from tenants.policy import predicates_install
+
+        from . import policy
+
+        predicates_install(policy)  # templates ask them by name ({% may "maintenance.may_decide_mig_change" c as ok %})

@@ -289,6 +289,15 @@ class Kube:
             raise
         return True
 
+    def patch(self, api_version: str, kind: str, name: str, body: dict[str, Any],
+              namespace: str | None = None) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of one object; returns it as stored. For fields of objects the portal does
+        not own (a node's labels, its ``unschedulable``), where server-side apply would take the fields over."""
+        res = self.resource(api_version, kind)
+        _, stored = self._request("patch", "PATCH", res.path(namespace, name), body=body,
+                                  content_type="application/merge-patch+json")
+        return stored
+
     def watch(self, api_version: str, kind: str, namespace: str | None = None, resource_version: str | None = None,
               timeout_seconds: int = 60, label_selector: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """Yield (type, object) events until the server ends the stream (after ``timeout_seconds``).
@@ -358,6 +367,21 @@ def kube_cache_clear() -> None:
         for kube in _cache.values():
             kube.close()
         _cache.clear()
+
+
+# -- nodes (maintenance: MIG changes) -----------------------------------------------------------------------------
+# Module functions so the cluster role derivation (tests/deploy/rbac_from_code.py) sees exactly which object a patch
+# touches: nodes, nothing else.
+
+
+def node_cordon(kube: Kube, name: str, *, cordoned: bool = True) -> dict[str, Any]:
+    """Cordon (``spec.unschedulable: true``) or uncordon a node, as ``kubectl cordon`` / ``uncordon`` do."""
+    return kube.patch("v1", "Node", name, {"spec": {"unschedulable": True if cordoned else None}})
+
+
+def node_label(kube: Kube, name: str, labels: dict[str, str | None]) -> dict[str, Any]:
+    """Set (or, with None, remove) labels of a node, as ``kubectl label --overwrite`` does."""
+    return kube.patch("v1", "Node", name, {"metadata": {"labels": labels}})
 
 
 # -- notebooks and logs (read paths of the request pages) -------------------------------------------------------

@@ -405,6 +405,9 @@ SPECTACULAR_SETTINGS = {
         "ArchitectureEnum": "quotas.models.Architecture",
         "StatementStatusEnum": "billing.models.Statement.Status",
         "BillingModeEnum": "billing.models.BillingProfile.Mode",
+        "MigChangeStatusEnum": "maintenance.models.MigChange.Status",
+        "MigChangeStepEnum": "maintenance.models.MigChange.Step",
+        "MigChangeStepOutcomeEnum": "maintenance.models.MigChangeStep.Outcome",
     },
     # Error responses, token auth and response headers are documented by one hook (portal/api.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.api.schema_postprocess"],
@@ -448,3 +451,11 @@ CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send"
 # at scrape time (dotted paths: portal imports no app).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 PROMETHEUS_COLLECTORS = ["insights.prometheus.DatabaseCollector"]
+# MIG changes (docs/mig-changes.md): a change needs an approval by an ops person other than its proposer; an
+# installation with a single ops person turns this on to let the proposer approve their own change (audited).
+PORTAL_MIG_SINGLE_OPS = env_bool("PORTAL_MIG_SINGLE_OPS", False)
+# How long a window waits for the MIG manager (per layout change) before it rolls back, in seconds.
+PORTAL_MIG_RECONFIGURE_TIMEOUT = _duration_seconds("PORTAL_MIG_RECONFIGURE_TIMEOUT",
+                                                   os.environ.get("PORTAL_MIG_RECONFIGURE_TIMEOUT", "20m"))
+# The window's sweep (beat): starts due changes and moves running ones on (each also re-queues itself).
+CELERY_BEAT_SCHEDULE["maintenance-mig-changes-sweep"] = {"task": "maintenance.mig_changes_sweep", "schedule": 60.0}

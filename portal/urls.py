@@ -22,6 +22,7 @@ urlpatterns = [
     path("", include("billing.urls")),
     path("", include("insights.urls")),
     path("", include("insights.review_urls")),
+    path("", include("maintenance.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(("tenants.api.urls", "api"), namespace="api")),
     path("api/v1/", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")),
@@ -29,6 +30,7 @@ urlpatterns = [
     path("api/v1/", include(("billing.api.urls", "billing-api"), namespace="billing-api")),
     path("api/v1/", include(("insights.api.urls", "insights-api"), namespace="insights-api")),
     path("api/v1/", include(("insights.review_api_urls", "review-api"), namespace="review-api")),
+    path("api/v1/", include(("maintenance.api.urls", "maintenance-api"), namespace="maintenance-api")),
     # Public unless PORTAL_SCHEMA_PUBLIC is off (production's default): then signed-in users and tokens only.
     path("api/schema/", schema_view(), name="schema"),
     path("api/docs/", schema_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),

@@ -15,7 +15,7 @@ from portal.events import after_commit
 from tenants.models import Tenant
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("portal", "tenants", "quotas", "workloads", "billing")
+APPS = ("portal", "tenants", "quotas", "workloads", "billing", "maintenance")
 
 
 def boom(what: str) -> None:

@@ -13,9 +13,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from billing import policy as billing_policy
 from insights import policy as insights_policy
+from maintenance import policy as maintenance_policy
+from maintenance.models import MigChange
 from quotas import policy as quotas_policy
 from quotas.models import QuotaRequest
 from tenants import policy as tenants_policy
@@ -51,6 +54,14 @@ class World:
                 requested_by=who, approver=QuotaRequest.Approver.PROJECT_ADMIN,
             )
             for where, project, who in (("home", cast.vision, cast.carol), ("foreign", cast.llm, cast.frank))
+        }
+        # MIG changes proposed by each tenant's admin (alice at home, erin abroad).
+        now = timezone.now()
+        self.mig_change = {
+            where: MigChange.objects.create(cluster=cat.cluster, pool_name="a100-mig", nodes=["n0"], gpu_model="a100-80gb",
+                                            from_layout="all-balanced", to_layout="all-1g.10gb", tenant=tenant,
+                                            proposed_by=who, window_start=now, deadline=now)
+            for where, tenant, who in (("home", cast.acme, cast.alice), ("foreign", cast.globex, cast.erin))
         }
 
 
@@ -127,6 +138,17 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("insights.may_view_metrics", lambda a, w, x: insights_policy.may_view_metrics(a, w.tenant[x]), ADMINS, OPS),
     ("insights.may_view_all_metrics", lambda a, w, x: insights_policy.may_view_all_metrics(a), OPS, OPS),
     ("insights.may_view_some_metrics", lambda a, w, x: insights_policy.may_view_some_metrics(a), ADMINS, ADMINS),
+    # Not about one tenant: the same answer in both columns.
+    ("maintenance.may_view_mig_changes", lambda a, w, x: maintenance_policy.may_view_mig_changes(a), ADMINS, ADMINS),
+    ("maintenance.may_view_mig_change", lambda a, w, x: maintenance_policy.may_view_mig_change(a, w.mig_change[x]),
+     ADMINS, OPS),
+    ("maintenance.may_propose_mig_change",
+     lambda a, w, x: maintenance_policy.may_propose_mig_change(a, w.tenant[x]), ADMINS, OPS),
+    # ops decide (alice proposed at home, erin abroad: never the proposer, see test_maintenance policy tests)
+    ("maintenance.may_decide_mig_change",
+     lambda a, w, x: maintenance_policy.may_decide_mig_change(a, w.mig_change[x]), OPS, OPS),
+    ("maintenance.may_cancel_mig_change",
+     lambda a, w, x: maintenance_policy.may_cancel_mig_change(a, w.mig_change[x]), ADMINS, OPS),
 ]
 
 

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("portal", "tenants", "quotas", "workloads", "billing")
+APPS = ("portal", "tenants", "quotas", "workloads", "billing", "maintenance")
 STATE_FIELDS = {"status", "state"}
 
 

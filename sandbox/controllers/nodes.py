@@ -14,6 +14,10 @@ annotation ``sandbox.gpuportal.dev/mig-config-applied``),
 
 Changing the label again while ``pending`` restarts the timer with the new value. After ``failed`` nothing happens
 until the label changes; setting it back to the applied value turns the state back to ``success``.
+
+Fault knob (sandbox only, for tests and demos of a rollback): a node annotated ``sandbox.gpuportal.dev/mig-fail-next=true``
+fails its next layout change as if mig-parted had failed (state ``failed``, the previous layout restored); the
+annotation is consumed by that failure, so the change after it (e.g. the rollback) runs normally.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ APPLIED = SANDBOX + "mig-config-applied"
 REQUESTED_AT = SANDBOX + "mig-config-requested-at"
 REQUESTED = SANDBOX + "mig-config-requested"
 FAILED = SANDBOX + "mig-config-failed"
+FAIL_NEXT = SANDBOX + "mig-fail-next"  # fault knob: fail the next layout change of this node
 PAUSED = "paused-for-mig-change"
 OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm", "dcgm-exporter")
 
@@ -132,7 +137,8 @@ class NodeController:
                 if (p.get("spec") or {}).get("nodeName") == name
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
                 and any(is_gpu_resource_name(k) for k in R.pod_requests(p.get("spec")))]
-        ok = layout is not None and not busy
+        forced = ((node["metadata"].get("annotations") or {}).get(FAIL_NEXT) or "").lower() == "true"
+        ok = layout is not None and not busy and not forced
         if ok:
             target, new_state = layout, "success"
         else:
@@ -156,6 +162,8 @@ class NodeController:
             ann.pop(FAILED, None)
         else:
             ann[FAILED] = wanted
+        if forced:
+            ann.pop(FAIL_NEXT, None)  # consumed: the next change (a rollback) runs normally
         ann.pop(REQUESTED, None)
         ann.pop(REQUESTED_AT, None)
         res = ctx.update(new)
@@ -174,7 +182,11 @@ class NodeController:
             ctx.event(res, "Normal", "MIGConfigApplied", f"MIG configuration {wanted!r} applied successfully",
                       self.name, host=name)
         else:
-            why = (f"GPUs in use by {len(busy)} pod(s); drain the node first" if busy and layout is not None
-                   else f"unknown or invalid MIG configuration {wanted!r}")
+            if forced and layout is not None and not busy:
+                why = f"injected failure ({FAIL_NEXT}=true)"
+            elif busy and layout is not None:
+                why = f"GPUs in use by {len(busy)} pod(s); drain the node first"
+            else:
+                why = f"unknown or invalid MIG configuration {wanted!r}"
             ctx.event(res, "Warning", "MIGConfigFailed", f"MIG configuration change to {wanted!r} failed: {why}",
                       self.name, host=name)

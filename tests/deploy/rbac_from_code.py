@@ -18,9 +18,11 @@ import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("portal", "tenants", "quotas", "workloads", "billing")
+APPS = ("portal", "tenants", "quotas", "workloads", "billing", "maintenance", "insights")
 KUBE_VERBS = {"apply", "get", "list", "delete", "watch", "pod_log"}
 RBAC_OF = {"get": {"get"}, "list": {"list"}, "watch": {"watch"}, "delete": {"delete"}, "apply": {"create", "patch"}}
+# portal/kube.py's node helpers (MIG changes): a merge patch of a Node.
+NODE_HELPERS = {"node_cordon", "node_label"}
 # The notebook proxy forwards the browser's method (GET, POST, PUT, PATCH, DELETE) to services/proxy.
 PROXY_VERBS = {"get", "create", "update", "patch", "delete"}
 
@@ -84,7 +86,7 @@ def call_sites() -> list[dict]:
                     f = node.func
                     if isinstance(f, ast.Attribute) and f.attr in KUBE_VERBS and _receiver_is_kube(f.value):
                         verb = f.attr
-                    elif isinstance(f, ast.Name) and f.id in ("pod_log_read", "service_proxy"):
+                    elif isinstance(f, ast.Name) and f.id in ("pod_log_read", "service_proxy", *NODE_HELPERS):
                         verb = f.id
                     else:
                         continue
@@ -154,6 +156,9 @@ def required_rules() -> set[tuple[str, str, str]]:
             continue
         if verb == "service_proxy":
             triples.update(("", "services/proxy", v) for v in PROXY_VERBS)
+            continue
+        if verb in NODE_HELPERS:
+            triples.add(("", "nodes", "patch"))
             continue
         kinds = {site["kind"]} if site["kind"] else kinds_of(SOURCES[(site["file"], site["function"])])
         verbs = set(RBAC_OF[verb])

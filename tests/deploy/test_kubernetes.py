@@ -115,7 +115,8 @@ def test_network_policies_deny_by_default(rendered):
 def test_no_cluster_call_is_left_unexplained():
     assert rbac_from_code.unmapped_sites() == []
     verbs = {s["verb"] for s in rbac_from_code.call_sites()}
-    assert verbs == {"apply", "get", "list", "delete", "watch", "pod_log", "pod_log_read", "service_proxy"}
+    assert verbs == {"apply", "get", "list", "delete", "watch", "pod_log", "pod_log_read", "service_proxy", "node_cordon",
+                     "node_label"}
 
 
 def test_cluster_role_grants_exactly_what_the_code_uses(rendered):

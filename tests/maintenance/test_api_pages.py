@@ -1,0 +1,114 @@
+"""The API (``/api/v1/mig-changes/``) and the pages (``/ops/mig-changes/``): who sees and does what, bad input as
+field errors, and the impact on the page before anyone approves."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from maintenance.models import MigChange
+from tenants.models import AuditEntry
+
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
+API = "/api/v1/mig-changes/"
+
+
+def _body(demo, **values):
+    now = timezone.now()
+    body = {"pool": demo.pool.pk, "to_layout": "all-1g.10gb", "window_start": (now + timedelta(hours=1)).isoformat(),
+            "deadline": (now + timedelta(hours=3)).isoformat(), "reason": "small slices for inference"}
+    return body | values
+
+
+def test_api_scoping_decisions_and_bad_input(api, cast, ops2, demo, settings) -> None:
+    assert api("carol").get(API).status_code == 403  # a member: not for them
+    assert api("carol").post(API, _body(demo), format="json").status_code == 403
+    assert api("nobody").get(API).status_code == 403
+
+    for values, field in [({"to_layout": "all-7g.40gb"}, "to_layout"), ({"to_layout": "half-1g"}, "to_layout"),
+                          ({"to_layout": "all-balanced"}, "to_layout"),  # what it runs already
+                          ({"deadline": (timezone.now() - timedelta(days=1)).isoformat()}, "deadline"),
+                          ({"pool": 999999}, "pool"), ({"pool": "x"}, "pool"), ({"colour": "red"}, "colour"),
+                          ({"tenant": "globex"}, "tenant")]:
+        response = api("alice").post(API, _body(demo, **values), format="json")
+        assert response.status_code == 400 and field in response.json()["fields"], (values, response.content)
+    bad = api("alice").post(API, _body(demo, to_layout="all-7g.40gb"), format="json").json()
+    assert "all-1g.10gb" in bad["fields"]["to_layout"][0]  # it names what the model allows
+    assert not MigChange.objects.exists()
+
+    made = api("alice").post(API, _body(demo), format="json")
+    assert made.status_code == 201, made.content
+    change = made.json()
+    assert change["status"] == "proposed" and change["tenant"] == "acme" and change["proposed_by"] == "alice"
+    assert {r["resource"] for r in change["impact"]["capacity"]} >= {"nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"}
+    assert change["steps"][0]["message"].startswith("Proposed by alice")
+    url = f"{API}{change['id']}/"
+    again = api("erin").post(API, _body(demo), format="json")  # globex uses the pool too, but one change at a time
+    assert again.status_code == 409
+
+    # another tenant's proposal: absent from the list and 404 by id; ops see it
+    assert api("erin").get(API).json()["results"] == [] and api("erin").get(url).status_code == 404
+    assert [c["id"] for c in api("alice").get(API).json()["results"]] == [change["id"]]
+    assert [c["id"] for c in api("ops").get(API, {"status": "proposed"}).json()["results"]] == [change["id"]]
+    assert api("ops").get(API, {"status": "running"}).json()["results"] == []
+    assert api("ops").get(API, {"status": "nonsense"}).status_code == 400
+
+    assert api("alice").post(f"{url}approve/", {}, format="json").status_code == 403  # tenant admins never approve
+    assert api("ops").post(f"{url}reject/", {"comment": ""}, format="json").status_code == 400  # say why
+    approved = api("ops").post(f"{url}approve/", {"comment": "ok for tonight"}, format="json")
+    assert approved.status_code == 200 and approved.json()["status"] == "approved"
+    assert approved.json()["approved_by"] == "ops"
+    assert api("ops").post(f"{url}approve/", {}, format="json").status_code == 409
+    assert api("alice").post(f"{url}cancel/", {}, format="json").json()["status"] == "cancelled"
+    assert AuditEntry.objects.filter(action="mig_change.cancelled", actor_label="alice").exists()
+
+    # ops proposing need a second ops person, unless the installation says it has one
+    mine = api("ops").post(API, _body(demo, to_layout="all-3g.40gb"), format="json").json()
+    assert mine["tenant"] is None
+    refused = api("ops").post(f"{API}{mine['id']}/approve/", {}, format="json")
+    assert refused.status_code == 403 and "Another ops person" in refused.json()["detail"]
+    settings.PORTAL_MIG_SINGLE_OPS = True
+    assert api("ops").post(f"{API}{mine['id']}/approve/", {}, format="json").status_code == 200
+    assert api("erin").get(f"{API}{mine['id']}/").status_code == 404  # ops' own proposals: ops only
+
+
+def test_pages_show_the_impact_before_approval_and_the_progress(as_user, client, cast, ops2, demo) -> None:
+    def as_ops2():
+        client.logout()
+        client.force_login(ops2)
+        return client
+
+    assert as_user("carol").get("/ops/mig-changes/").status_code == 403
+    page = as_user("ops").get("/ops/mig-changes/new/")
+    assert page.status_code == 200 and b"all-1g.10gb" in page.content
+    form = {"mig-pool": str(demo.pool.pk), "mig-to_layout": "all-1g.10gb", "mig-window_start": "2030-01-01T22:00",
+            "mig-deadline": "2030-01-02T02:00", "mig-reason": "small slices"}
+    preview = as_user("ops").post("/ops/mig-changes/new/", form | {"preview": "1"})
+    assert preview.status_code == 200 and b'id="impact-plan"' in preview.content and not MigChange.objects.exists()
+    bad = as_user("ops").post("/ops/mig-changes/new/", form | {"mig-to_layout": "all-9g.99gb"})
+    assert bad.status_code == 200 and b"is not a MIG layout of a100-80gb" in bad.content
+    early = as_user("ops").post("/ops/mig-changes/new/", form | {"mig-deadline": "2029-12-31T00:00"})
+    assert b"cannot be before the window starts" in early.content and not MigChange.objects.exists()
+
+    made = as_user("ops").post("/ops/mig-changes/new/", form)
+    change = MigChange.objects.get()
+    assert made.status_code == 302 and made["Location"] == f"/ops/mig-changes/{change.pk}/"
+    detail = as_ops2().get(made["Location"])
+    text = detail.content.decode()
+    assert "Capacity per flavor" in text and "Quotas that no longer fit" in text and "globex" in text
+    assert 'formaction="/ops/mig-changes/%d/reject/"' % change.pk in text  # ops2 may decide
+    assert "Approve</button>" not in as_user("ops").get(made["Location"]).content.decode()  # the proposer may not
+    assert as_user("erin").get(made["Location"]).status_code == 404
+    assert as_user("alice").get("/ops/mig-changes/").status_code == 200
+    assert f'href="/ops/mig-changes/{change.pk}/"' not in as_user("alice").get("/ops/mig-changes/").content.decode()
+    assert f'href="/ops/mig-changes/{change.pk}/"' in as_user("ops").get("/ops/mig-changes/").content.decode()
+
+    decided = as_ops2().post(f"/ops/mig-changes/{change.pk}/approve/", {"comment": "fine"})
+    assert decided.status_code == 302
+    change.refresh_from_db()
+    assert change.status == "approved" and change.approved_by == ops2
+    progress = as_user("ops").get(f"/ops/mig-changes/{change.pk}/progress/")
+    assert progress.status_code == 200 and b'hx-trigger="every 2s"' in progress.content
+    assert as_user("ops").get("/ops/mig-changes/", {"status": "approved"}).status_code == 200
