@@ -95,4 +95,35 @@ def changed(name: str) -> None:
     for versioned in held:
         versioned.changed()
     if not held:
-        after_commit(cache.set, key, uuid.uuid4().hex, None, once=True)
+        after_commit(_new_version, key, once=True)
+
+
+def _new_version(key: str) -> None:
+    cache.set(key, uuid.uuid4().hex, None)
+
+
+def shared(name: str, key: str, load: Callable[[], T], timeout: int = 120) -> T:
+    """``load()``, kept in the shared cache under ``key`` for the current version of ``name`` (``changed(name)``
+    sets a new one after every write that can change it): one round trip (``get_many`` of the version and the
+    value) when it is there, so a value per user costs one cache read instead of a query. ``timeout`` bounds how
+    long a value outlives a write that forgot to call ``changed``.
+
+    Inside a transaction the value is loaded and not kept (it may include the caller's uncommitted writes). The
+    version is read before ``load()`` runs, so a value computed while a write commits is kept under the older
+    version and loaded again by the next caller.
+    """
+    if connection.in_atomic_block:
+        return load()
+    version_key = f"versioned:{name}"
+    got = cache.get_many([version_key, key])
+    version = got.get(version_key)
+    if version is None:
+        cache.add(version_key, uuid.uuid4().hex, None)
+        version = cache.get(version_key)
+    held = got.get(key)
+    if version is not None and isinstance(held, tuple) and len(held) == 2 and held[0] == version:
+        return held[1]
+    value = load()
+    if version is not None:
+        cache.set(key, (version, value), timeout)
+    return value

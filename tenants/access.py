@@ -219,6 +219,21 @@ def scope_forget_on_change(sender: Any, **kwargs: Any) -> None:
     """Signal receiver (``post_save``/``post_delete`` of memberships and projects, see ``TenantsConfig.ready``):
     a membership or project written directly, not through a service, is seen at once too."""
     scope_forget()
+    approvals_changed()
+
+
+# The ``portal.cache`` name under which what waits for each approver's decision is kept
+# (``workloads.selectors.approvals_waiting_counts_kept``, the navigation's badges).
+APPROVALS = "approvals"
+
+
+def approvals_changed(**kwargs: Any) -> None:
+    """Something an approver's counts read changed: a request into or out of pending approval, an extension or
+    quota request created or moved, a membership, a project, the ops group. Every kept count is read again once
+    the write commits. (Also a signal receiver, hence ``**kwargs``.)"""
+    from portal.cache import changed
+
+    changed(APPROVALS)
 
 
 def _membership_scope(user: Any) -> ActorScope:
