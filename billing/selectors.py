@@ -7,7 +7,6 @@ see (``workloads.selectors.requests_for``, ``tenants.selectors.tenants_for``).
 
 from __future__ import annotations
 
-import threading
 import uuid
 from calendar import monthrange
 from collections import defaultdict
@@ -20,6 +19,7 @@ from django.core.cache import cache
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from portal.cache import version_forget, version_key
 from portal.events import after_commit
 from tenants.access import Actor
 from tenants.selectors import tenants_for
@@ -75,20 +75,11 @@ def finalised_through() -> datetime | None:
 # ``request_started``), and on every call outside one (tasks, the shell).
 VERSION_KEY = "billing:price-list-version"
 _memo: dict[str, Any] = {"version": None, "prices": None, "discounts": {}}
-_request = threading.local()
 
 
 def _version() -> str:
-    known = getattr(_request, "version", None)
-    if known is not None:
-        return known
-    version = cache.get(VERSION_KEY)
-    if version is None:
-        cache.add(VERSION_KEY, uuid.uuid4().hex, None)
-        version = cache.get(VERSION_KEY) or "unversioned"
-    if getattr(_request, "active", False):
-        _request.version = version
-    return version
+    # Read with the request's other versions in one round trip (portal.cache.version_key).
+    return version_key(VERSION_KEY)
 
 
 def _fresh() -> dict[str, Any]:
@@ -99,22 +90,20 @@ def _fresh() -> dict[str, Any]:
 
 
 def request_started(**kwargs: Any) -> None:
-    """(Signal) a new HTTP request: look the version up again once."""
-    _request.active = True
-    _request.version = None
+    """(Signal) a new HTTP request: look the version up again once (``portal.cache`` resets it)."""
 
 
 def price_list_changed() -> None:
     """Forget this process's copy now, and every process's once the write commits."""
     _memo.update(version=None, prices=None, discounts={})
-    _request.version = None
+    version_forget(VERSION_KEY)
     after_commit(_bump)
 
 
 def _bump() -> None:
     cache.set(VERSION_KEY, uuid.uuid4().hex, None)
     _memo.update(version=None, prices=None, discounts={})
-    _request.version = None
+    version_forget(VERSION_KEY)
 
 
 def price_rates() -> dict[tuple[str, str], list[pricing.Rate]]:

@@ -2,8 +2,9 @@
 
 A ``Versioned`` keeps values computed from some tables in process memory under a version string that lives in the
 shared cache. Every write to those tables calls ``changed()``: this process forgets its copy at once, and a new
-version is set once the write commits, so every process loads again. The version is looked up once per HTTP
-request (reset on ``request_started``) and on every call outside one (tasks, the shell).
+version is set once the write commits, so every process loads again. The versions are looked up once per HTTP
+request, all of them in one round trip (``version_key``: reset on ``request_started``), and on every call outside
+one (tasks, the shell).
 
 Inside a transaction nothing is remembered or served from memory: the caller reads the tables (it may be looking at
 its own uncommitted write, which must never outlive a rollback in the memo).
@@ -25,13 +26,53 @@ from .events import after_commit
 T = TypeVar("T")
 _all: weakref.WeakSet[Versioned] = weakref.WeakSet()
 
+# Every version key a request may look up (``Versioned``'s, ``shared``'s, other apps' through ``version_key``). The
+# first lookup in an HTTP request reads them all in one ``get_many``; the others of that request are then free.
+_keys: set[str] = set()
+_request = threading.local()  # .versions: the request's versions (None outside a request: always read)
+
+
+def _request_versions() -> dict[str, str] | None:
+    return getattr(_request, "versions", None)
+
+
+def version_key(key: str) -> str:
+    """The version under ``key`` (made if missing), read once per HTTP request together with every other known
+    version key (one round trip for all of them); outside a request (tasks, the shell) read on every call."""
+    _keys.add(key)
+    versions = _request_versions()
+    if versions is not None and key in versions:
+        return versions[key]
+    got = cache.get_many(sorted(_keys) if versions is not None else [key])
+    return _remember(key, got)
+
+
+def _remember(key: str, got: dict[str, Any]) -> str:
+    """``key``'s version from ``got`` (a ``get_many`` of version keys, made if missing), and the request's others."""
+    version = got.get(key)
+    if version is None:
+        cache.add(key, uuid.uuid4().hex, None)
+        version = cache.get(key) or "unversioned"
+    versions = _request_versions()
+    if versions is not None:
+        versions.update({k: v for k, v in got.items() if k in _keys})
+        versions[key] = version
+    return version
+
+
+def version_forget(key: str) -> None:
+    """(A write to what ``key`` versions) read ``key`` again at its next lookup, in this request too."""
+    versions = _request_versions()
+    if versions is not None:
+        versions.pop(key, None)
+
 
 class Versioned:
     def __init__(self, name: str) -> None:
         self.key = f"versioned:{name}"
         self._memo: dict[str, Any] = {}
         self._memo_version: str | None = None
-        self._local = threading.local()
+        _keys.add(self.key)
         _all.add(self)
 
     def usable(self) -> bool:
@@ -39,16 +80,7 @@ class Versioned:
         return not connection.in_atomic_block
 
     def version(self) -> str:
-        known = getattr(self._local, "version", None)
-        if known is not None:
-            return known
-        version = cache.get(self.key)
-        if version is None:
-            cache.add(self.key, uuid.uuid4().hex, None)
-            version = cache.get(self.key) or "unversioned"
-        if getattr(self._local, "active", False):
-            self._local.version = version
-        return version
+        return version_key(self.key)
 
     def get(self, part: str, load: Callable[[], T]) -> T:
         """``part`` as ``load()`` gives it, remembered for this version; inside a transaction always ``load()``."""
@@ -63,7 +95,7 @@ class Versioned:
 
     def forget(self) -> None:
         self._memo, self._memo_version = {}, None
-        self._local.version = None
+        version_forget(self.key)
 
     def changed(self) -> None:
         """(A write to the tables) forget this process's copy now, and every process's once the write commits."""
@@ -74,14 +106,9 @@ class Versioned:
         cache.set(self.key, uuid.uuid4().hex, None)
         self.forget()
 
-    def _request_started(self) -> None:
-        self._local.active = True
-        self._local.version = None
-
 
 def _request_started(**kwargs: Any) -> None:
-    for versioned in list(_all):
-        versioned._request_started()
+    _request.versions = {}
 
 
 request_started.connect(_request_started, dispatch_uid="portal-cache-versioned")
@@ -91,8 +118,41 @@ def changed(name: str) -> None:
     """``Versioned(name).changed()`` for a writer that does not hold the instance (a lower app's write to a table
     a higher app's memo reads, or a queryset ``update()`` that sends no signal)."""
     key = f"versioned:{name}"
+    version_forget(key)
     held = [v for v in list(_all) if v.key == key]
     for versioned in held:
         versioned.changed()
     if not held:
-        after_commit(cache.set, key, uuid.uuid4().hex, None, once=True)
+        after_commit(_new_version, key, once=True)
+
+
+def _new_version(key: str) -> None:
+    cache.set(key, uuid.uuid4().hex, None)
+    version_forget(key)
+
+
+def shared(name: str, key: str, load: Callable[[], T], timeout: int = 120) -> T:
+    """``load()``, kept in the shared cache under ``key`` for the current version of ``name`` (``changed(name)``
+    sets a new one after every write that can change it): one round trip (``get_many`` of the version and the
+    value) when it is there, so a value per user costs one cache read instead of a query. ``timeout`` bounds how
+    long a value outlives a write that forgot to call ``changed``.
+
+    Inside a transaction the value is loaded and not kept (it may include the caller's uncommitted writes). The
+    version is read before ``load()`` runs, so a value computed while a write commits is kept under the older
+    version and loaded again by the next caller.
+    """
+    if connection.in_atomic_block:
+        return load()
+    vkey = f"versioned:{name}"
+    _keys.add(vkey)
+    versions = _request_versions()
+    if versions is not None and vkey in versions:
+        version, held = versions[vkey], cache.get(key)
+    else:  # the value with the version(s): still one round trip
+        got = cache.get_many([key, *(sorted(_keys) if versions is not None else [vkey])])
+        version, held = _remember(vkey, got), got.get(key)
+    if isinstance(held, tuple) and len(held) == 2 and held[0] == version:
+        return held[1]
+    value = load()
+    cache.set(key, (version, value), timeout)
+    return value

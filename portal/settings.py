@@ -239,6 +239,10 @@ CACHES = {
 }
 LOGIN_THROTTLE_ATTEMPTS = int(os.environ.get("LOGIN_THROTTLE_ATTEMPTS", "5"))
 LOGIN_THROTTLE_WINDOW = int(os.environ.get("LOGIN_THROTTLE_WINDOW", "300"))
+# Password checks one client address may have running at once (a class behind one NAT), and the
+# seconds the sign-in form asks to wait when they are all taken (tenants/throttle.py).
+LOGIN_THROTTLE_IN_FLIGHT = int(os.environ.get("LOGIN_THROTTLE_IN_FLIGHT", "20"))
+LOGIN_THROTTLE_BUSY_RETRY = int(os.environ.get("LOGIN_THROTTLE_BUSY_RETRY", "5"))
 # Sessions stay server-side (never signed cookies). With Redis as the cache, ``cached_db`` writes them to the
 # database and the cache and reads them from the cache: a signed-in request's session costs no query.
 if REDIS_URL:

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from tenants.access import Actor
+from tenants.access import Actor, approvals_changed
 from tenants.audit import audit_record
 
 from .models import QuotaRequest
@@ -91,6 +91,7 @@ def move(
         )
         audit_record(actor=actor, action=action, target=locked, tenant=locked.project.tenant, project=locked.project,
                      before=before, after=snapshot(locked))
+        approvals_changed()
     return locked
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 from guardian.models import UserObjectPermission
 from django.contrib.auth.models import Group, Permission
 
@@ -219,6 +219,21 @@ def scope_forget_on_change(sender: Any, **kwargs: Any) -> None:
     """Signal receiver (``post_save``/``post_delete`` of memberships and projects, see ``TenantsConfig.ready``):
     a membership or project written directly, not through a service, is seen at once too."""
     scope_forget()
+    approvals_changed()
+
+
+# The ``portal.cache`` name under which what waits for each approver's decision is kept
+# (``workloads.selectors.approvals_waiting_counts_kept``, the navigation's badges).
+APPROVALS = "approvals"
+
+
+def approvals_changed(**kwargs: Any) -> None:
+    """Something an approver's counts read changed: a request into or out of pending approval, an extension or
+    quota request created or moved, a membership, a project, the ops group. Every kept count is read again once
+    the write commits. (Also a signal receiver, hence ``**kwargs``.)"""
+    from portal.cache import changed
+
+    changed(APPROVALS)
 
 
 def _membership_scope(user: Any) -> ActorScope:
@@ -266,12 +281,68 @@ def _user_scope(user: Any) -> ActorScope:
     return scope
 
 
+def token_memberships() -> Subquery:
+    """For a token query (``tenants.authentication.token_resolve``): its user's memberships in its project's tenant,
+    as ``"<project id or empty>:<role>"`` joined by commas: all a token's permissions depend on (``_token_scope``),
+    so the token brings them along and its scope asks no query."""
+    from django.db.models import CharField, StringAgg, Value
+    from django.db.models.functions import Cast, Coalesce, Concat
+
+    rows = (
+        Membership.objects.filter(user_id=OuterRef("user_id"), tenant_id=OuterRef("project__tenant_id"))
+        .order_by().values("user_id")
+        .annotate(rows=StringAgg(Concat(Coalesce(Cast("project_id", CharField()), Value("")), Value(":"), "role"),
+                                 Value(",")))
+        .values("rows")
+    )
+    return Subquery(rows, output_field=CharField())
+
+
+def token_memberships_read(token: ApiToken) -> None:
+    """(``token_resolve``) note that ``token.memberships_here`` was read now: used while no membership changes."""
+    token._portal_memberships_at = _generation  # type: ignore[attr-defined]
+
+
+def _token_rows(token: ApiToken) -> list[tuple[int, int | None, str]] | None:
+    """The token's user's memberships in its tenant as read with the token, or None (not read with it, or a
+    membership changed since)."""
+    if getattr(token, "_portal_memberships_at", None) is not _generation:
+        return None
+    text = getattr(token, "memberships_here", None) or ""
+    tenant_id = token.project.tenant_id
+    rows = []
+    for item in filter(None, text.split(",")):
+        project, role = item.split(":", 1)
+        rows.append((tenant_id, int(project) if project else None, role))
+    return rows
+
+
+def _token_grants(token: ApiToken, rows: list[tuple[int, int | None, str]]) -> Grants:
+    """``_token_scope``'s grants from the memberships in the token's tenant: what the user's whole scope gives there."""
+    project_id, tenant_id = token.project_id, token.project.tenant_id
+    here = [role for _, pid, role in rows if pid is None or pid == project_id]
+    projects: dict[str, frozenset[int]] = {}
+    tenants: dict[str, frozenset[int]] = {}
+    for codename in TOKEN_PERMS[token.scope]:
+        if any(codename in PROJECT_PERMS[role] for role in here):
+            projects[codename] = frozenset((project_id,))
+        if any(codename in TENANT_PERMS[role] for _, _, role in rows):
+            tenants[codename] = frozenset((tenant_id,))
+    return Grants(projects=projects, tenants=tenants,
+                  by_project={pid: Role(role).label for _, pid, role in rows if pid == project_id},
+                  memberships=tuple(row for row in rows if row[1] == project_id))
+
+
 def _token_scope(user: Any, token: ApiToken) -> ActorScope:
     """A token acts as its user, narrowed to its project (and tenant) and to its scope's permissions. It lists its
-    project and tenant; it holds a permission there only where its user does (their scope, read when first asked)."""
+    project and tenant; it holds a permission there only where its user does (their memberships in the token's
+    tenant, read with the token; else their scope, read when first asked)."""
     project_id, tenant_id = token.project_id, token.project.tenant_id
 
     def grants() -> Grants:
+        rows = None if user.is_superuser else _token_rows(token)
+        if rows is not None:
+            return _token_grants(token, rows)
         user_scope = _user_scope(user)
         projects: dict[str, frozenset[int]] = {}
         tenants: dict[str, frozenset[int]] = {}

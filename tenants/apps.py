@@ -20,3 +20,12 @@ class TenantsConfig(AppConfig):
         for model in (Membership, Project):
             post_save.connect(scope_forget_on_change, sender=model, dispatch_uid=f"scope-forget-save-{model.__name__}")
             post_delete.connect(scope_forget_on_change, sender=model, dispatch_uid=f"scope-forget-delete-{model.__name__}")
+
+        # Platform ops decide everywhere: joining or leaving the ops group changes what waits for them.
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import m2m_changed
+
+        from .access import approvals_changed
+
+        m2m_changed.connect(approvals_changed, sender=get_user_model().groups.through, weak=False,
+                            dispatch_uid="approvals-user-groups")

@@ -11,6 +11,7 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
+from .access import token_memberships, token_memberships_read
 from .models import ApiToken
 
 TOKEN_PREFIX = "gpp"
@@ -36,9 +37,12 @@ def token_resolve(raw: str) -> ApiToken:
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         raise exceptions.AuthenticationFailed("Invalid token.")
     try:
-        token = ApiToken.objects.select_related("user", "project__tenant").get(prefix=parts[1])
+        # With its user's memberships in its tenant: the token's permissions then ask no query (access._token_scope).
+        token = (ApiToken.objects.select_related("user", "project__tenant")
+                 .annotate(memberships_here=token_memberships()).get(prefix=parts[1]))
     except ApiToken.DoesNotExist:
         raise exceptions.AuthenticationFailed("Invalid token.") from None
+    token_memberships_read(token)
     if not hmac.compare_digest(token.secret_hash, token_hash(raw)):
         raise exceptions.AuthenticationFailed("Invalid token.")
     now = timezone.now()

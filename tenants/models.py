@@ -285,15 +285,17 @@ class AuditChainHead(models.Model):
 class LoginThrottle(models.Model):
     """Sign-in attempts for one username or one client address (``tenants.throttle``).
 
-    ``attempts`` counts the failures of the current window plus the password checks in flight; it
-    is only read and written under a row lock, so parallel attempts cannot slip past the limit.
-    Times are seconds since the epoch.
+    ``attempts`` counts the failed sign-ins of the current window, ``in_flight`` the password checks
+    running now (reserved at ``in_flight_since`` at the latest); both are only read and written under a
+    row lock, so parallel attempts cannot slip past the limits. Times are seconds since the epoch.
     """
 
     key = models.CharField(max_length=100, unique=True)
     attempts = models.PositiveIntegerField(default=0)
     window_start = models.FloatField(default=0)
     blocked_until = models.FloatField(default=0)
+    in_flight = models.PositiveIntegerField(default=0)
+    in_flight_since = models.FloatField(default=0)
 
     def __str__(self) -> str:
         return f"{self.key}: {self.attempts}"

@@ -1,24 +1,33 @@
 """Login throttling for every sign-in form (the portal's and the Django admin's).
 
-Too many failed sign-ins for one username, or from one client address, block both for a while:
+Too many *failed* sign-ins for one username, or from one client address, block both for a while:
 ``settings.LOGIN_THROTTLE_ATTEMPTS`` failures within ``settings.LOGIN_THROTTLE_WINDOW`` seconds
 block the username (from every address) or the address (for every username) for one window.
+Only wrong passwords count toward that limit; a right password never locks anyone out.
 
 It sits in the authentication backend (``ThrottledModelBackend``), so every password check made
 through ``django.contrib.auth.authenticate`` goes through it, whichever form asked. The counts live
-in the database (``LoginThrottle``, one row per username and per address) and are changed only
-under a row lock, in a transaction of their own:
+in the database (``LoginThrottle``, one row per username and per address: ``attempts`` the failures
+of the window, ``in_flight`` the password checks running now) and are changed only under a row lock,
+in a transaction of their own:
 
-1. before the password is checked, one attempt is *reserved* on each key, or the sign-in is refused
-   (without checking the password) when a key is blocked or its attempts are used up, counting the
-   checks still in flight. So however many requests arrive at once, in however many processes, at
-   most ``LOGIN_THROTTLE_ATTEMPTS`` passwords are checked per window;
-2. a wrong password keeps the reservation as a failure, and the last one blocks the key;
-3. a right password gives the address its reservation back and clears the username's failures
-   (an address keeps its failures: one good password must not reset a guesser working through
-   many usernames from the same address).
+1. before the password is checked, the check is *reserved* (``in_flight`` + 1 on each key), or the
+   sign-in is refused without checking the password:
+   - a blocked key refuses for the rest of its block ("Too many failed sign-in attempts");
+   - a username refuses while its failures plus its checks in flight reach the limit, so however many
+     guesses arrive at once, in however many processes, at most ``LOGIN_THROTTLE_ATTEMPTS`` passwords
+     are checked per username and window;
+   - an address refuses while ``LOGIN_THROTTLE_IN_FLIGHT`` of its checks are in flight (a class behind
+     one NAT, a load test), or its failures reach the limit: at most ``LOGIN_THROTTLE_ATTEMPTS - 1 +
+     LOGIN_THROTTLE_IN_FLIGHT`` checks per address and window.
+   A refusal by checks in flight says "Too many sign-ins at once from your network" and asks to retry
+   in ``LOGIN_THROTTLE_BUSY_RETRY`` seconds: the checks end in well under that;
+2. a wrong password turns its reservation into a failure, and the last one blocks the key;
+3. a right password ends its reservation and clears the username's failures (an address keeps its
+   failures: one good password must not reset a guesser working through many usernames from one address).
 
-Attempts refused while blocked are not counted, so a blocked user is free again when the window ends.
+Attempts refused are not counted, so a blocked user is free again when the window ends. Checks in flight
+older than ``IN_FLIGHT_TTL`` seconds are forgotten (a process that died mid-check cannot hold a slot).
 """
 
 from __future__ import annotations
@@ -33,20 +42,31 @@ from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.http import HttpRequest
 
 from .access import client_address, user_for_session
 from .models import LoginThrottle
 
+# A password check takes well under a second; a reservation older than this was left by a dead process.
+IN_FLIGHT_TTL = 60.0
+
+FAILED = "failed"
+BUSY = "busy"
+
 
 @dataclass(frozen=True)
 class Blocked:
-    """A refusal: how many seconds are left before the next attempt is allowed."""
+    """A refusal: why (``FAILED``: too many wrong passwords; ``BUSY``: too many checks at once) and how many
+    seconds are left before the next attempt is allowed."""
 
     retry_after: int
+    reason: str = FAILED
 
     @property
     def message(self) -> str:
+        if self.reason == BUSY:
+            return "Too many sign-ins at once from your network; try again in a few seconds."
         minutes = max(1, math.ceil(self.retry_after / 60))
         unit = "minute" if minutes == 1 else "minutes"
         return f"Too many failed sign-in attempts. Sign-in is paused for {minutes} {unit}; please try again later."
@@ -73,55 +93,78 @@ def _locked_rows(keys: list[str]) -> list[LoginThrottle]:
     return rows
 
 
+def _fresh(row: LoginThrottle, now: float) -> None:
+    """Start a new window of failures when the last one is over; forget checks in flight left by dead processes."""
+    if row.window_start <= now - settings.LOGIN_THROTTLE_WINDOW:
+        row.attempts, row.window_start = 0, now
+    if row.in_flight and row.in_flight_since <= now - IN_FLIGHT_TTL:
+        row.in_flight = 0
+
+
 def login_reserve(*, username: str, ip: str | None) -> Blocked | None:
-    """Reserve one attempt on the username and the address, or a ``Blocked`` (nothing reserved)."""
+    """Reserve one password check on the username and the address, or a ``Blocked`` (nothing reserved)."""
     now = time.time()
-    window = settings.LOGIN_THROTTLE_WINDOW
     limit = settings.LOGIN_THROTTLE_ATTEMPTS
+    user_key = _user_key(username)
     with transaction.atomic():
         rows = _locked_rows(_keys(username=username, ip=ip))
-        wait = 0.0
+        blocked = 0.0
+        busy = False
         for row in rows:
+            _fresh(row, now)
             if row.blocked_until > now:
-                wait = max(wait, row.blocked_until - now)
-            elif row.window_start <= now - window:
-                row.attempts, row.window_start = 0, now
+                blocked = max(blocked, row.blocked_until - now)
+            elif row.key == user_key:
+                busy = busy or row.attempts + row.in_flight >= limit
             elif row.attempts >= limit:
-                # The attempts are used up by checks still in flight: refuse until the window ends.
-                wait = max(wait, row.window_start + window - now)
-        if wait > 0:
-            return Blocked(retry_after=math.ceil(wait))
+                # Only reachable when the failures were counted under an older limit.
+                blocked = max(blocked, row.window_start + settings.LOGIN_THROTTLE_WINDOW - now)
+            else:
+                busy = busy or row.in_flight >= settings.LOGIN_THROTTLE_IN_FLIGHT
+        if blocked > 0:
+            return Blocked(retry_after=math.ceil(blocked), reason=FAILED)
+        if busy:
+            return Blocked(retry_after=settings.LOGIN_THROTTLE_BUSY_RETRY, reason=BUSY)
         for row in rows:
-            row.attempts += 1
-            row.save(update_fields=["attempts", "window_start"])
+            row.in_flight += 1
+            row.in_flight_since = now
+            row.save(update_fields=["attempts", "window_start", "in_flight", "in_flight_since"])
     return None
 
 
 def login_failed(*, username: str, ip: str | None) -> Blocked | None:
-    """The reserved attempt failed; returns a ``Blocked`` when it used up the last attempt."""
+    """The reserved check failed: count a failure; returns a ``Blocked`` when it was the last one allowed."""
     now = time.time()
     window = settings.LOGIN_THROTTLE_WINDOW
     blocked = None
     with transaction.atomic():
         for row in _locked_rows(_keys(username=username, ip=ip)):
-            if row.blocked_until <= now and row.attempts >= settings.LOGIN_THROTTLE_ATTEMPTS:
-                row.blocked_until, row.attempts, row.window_start = now + window, 0, now
-                row.save(update_fields=["blocked_until", "attempts", "window_start"])
-                blocked = Blocked(retry_after=window)
+            _fresh(row, now)
+            row.in_flight = max(0, row.in_flight - 1)
+            if row.blocked_until <= now:
+                row.attempts += 1
+                if row.attempts >= settings.LOGIN_THROTTLE_ATTEMPTS:
+                    row.blocked_until, row.attempts, row.window_start = now + window, 0, now
+                    blocked = Blocked(retry_after=window, reason=FAILED)
+            row.save(update_fields=["blocked_until", "attempts", "window_start", "in_flight"])
     return blocked
 
 
 def login_succeeded(*, username: str, ip: str | None) -> None:
-    """The reserved attempt succeeded: clear the username's failures, give the address its attempt back."""
+    """The reserved check succeeded: end it, and clear the username's failures (not the address's)."""
     now = time.time()
     user_key = _user_key(username)
     with transaction.atomic():
         for row in _locked_rows(_keys(username=username, ip=ip)):
-            row.attempts = 0 if row.key == user_key else max(0, row.attempts - 1)
-            row.save(update_fields=["attempts"])
+            row.in_flight = max(0, row.in_flight - 1)
+            if row.key == user_key:
+                row.attempts = 0
+            row.save(update_fields=["attempts", "in_flight"])
     # Forget rows that count nothing any more (rows someone holds are left for next time).
     stale = LoginThrottle.objects.filter(
-        window_start__lt=now - settings.LOGIN_THROTTLE_WINDOW, blocked_until__lt=now
+        Q(in_flight=0) | Q(in_flight_since__lt=now - IN_FLIGHT_TTL),
+        window_start__lt=now - settings.LOGIN_THROTTLE_WINDOW,
+        blocked_until__lt=now,
     ).select_for_update(skip_locked=True)
     with transaction.atomic():
         LoginThrottle.objects.filter(pk__in=list(stale.values_list("pk", flat=True)[:500])).delete()

@@ -83,3 +83,64 @@ def test_rates_come_from_the_environment() -> None:
     assert _rates(API_RATE_USER="50/s", API_RATE_SUBMIT="").stdout.split() == ["'50/s'", "''"]
     bad = _rates(API_RATE_SUBMIT="fast")
     assert bad.returncode != 0 and "API_RATE_SUBMIT='fast'" in bad.stderr
+
+
+# With Redis as the cache the window is one script call (portal/throttles.py): the same decisions, the same waits.
+
+
+@pytest.fixture
+def redis_cache(settings):
+    """The default cache on Redis (a key prefix of the test's own, its keys deleted afterwards)."""
+    import uuid
+
+    import redis
+
+    url = settings.REDIS_URL or "redis://127.0.0.1:6379/15"
+    prefix = f"throttle-test-{uuid.uuid4().hex[:8]}"
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+                                   "KEY_PREFIX": prefix}}
+    yield
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
+
+
+def _decisions(cast, times: list[float], rate: str) -> list[tuple[bool, float | None]]:
+    from types import SimpleNamespace
+
+    from portal.throttles import UserRateThrottle
+
+    request = SimpleNamespace(user=cast.carol, auth=None)
+    out = []
+    for now in times:
+        throttle = UserRateThrottle()
+        throttle.timer = lambda now=now: now
+        allowed = throttle.allow_request(request, None)
+        out.append((allowed, None if allowed else round(throttle.wait(), 9)))
+    return out
+
+
+def test_the_redis_window_decides_and_waits_like_drfs(cast, settings, redis_cache) -> None:
+    from django.core.cache import caches
+    from django.core.cache.backends.redis import RedisCache
+
+    settings.API_RATE_USER = "3/min"
+    base = 1_800_000_000.123456
+    times = [base + t for t in (0, 0.5, 1, 1.5, 30, 59.999, 60, 60.5, 61, 61.2, 95, 121, 121.5, 200)]
+    assert isinstance(caches["default"], RedisCache)
+    on_redis = _decisions(cast, times, "3/min")
+    window = caches["default"].make_and_validate_key(f"throttle_user_user-{cast.carol.pk}") + ":window"
+    assert caches["default"]._cache.get_client().zcard(window) >= 1  # the script's sorted set, not DRF's list
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "drf"}}
+    on_drf = _decisions(cast, times, "3/min")
+    assert on_redis == on_drf
+    assert [allowed for allowed, _ in on_redis].count(False) >= 4  # the limit was reached, more than once
+
+
+def test_the_api_rate_limit_on_redis(api, cast, settings, redis_cache) -> None:
+    settings.API_RATE_USER = "2/min"
+    carol = api("carol")
+    for _ in range(2):
+        assert carol.get(f"{API}/me/").status_code == 200
+    assert_throttled(carol.get(f"{API}/me/"))
+    assert api("bob").get(f"{API}/me/").status_code == 200

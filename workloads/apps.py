@@ -24,3 +24,20 @@ class WorkloadsConfig(AppConfig):
             post_delete.connect(catalogue_changed, sender=model, weak=False, dispatch_uid=f"catalogue-delete-{model.__name__}")
         m2m_changed.connect(catalogue_changed, sender=ServiceTemplate.allowed_flavors.through, weak=False,
                             dispatch_uid="catalogue-template-flavors")
+
+        # What waits for approvers (selectors.approvals_waiting_counts_kept): a request saved while pending approval
+        # (a submission's INSERT), an extension request written (created, or any save) or a request deleted changes
+        # it; state moves (UPDATEs) say so themselves (states, extension_states).
+        from tenants.access import approvals_changed
+
+        from .models import ExtensionRequest, RequestState, WorkloadRequest
+
+        def request_saved(instance, **kwargs) -> None:
+            if instance.state == RequestState.PENDING_APPROVAL:
+                approvals_changed()
+
+        post_save.connect(request_saved, sender=WorkloadRequest, weak=False, dispatch_uid="approvals-request-save")
+        post_save.connect(approvals_changed, sender=ExtensionRequest, weak=False, dispatch_uid="approvals-extension-save")
+        post_delete.connect(approvals_changed, sender=ExtensionRequest, weak=False,
+                            dispatch_uid="approvals-extension-delete")
+        post_delete.connect(approvals_changed, sender=WorkloadRequest, weak=False, dispatch_uid="approvals-request-delete")

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from tenants.access import Actor
+from tenants.access import Actor, approvals_changed
 from tenants.audit import audit_record
 
 from .models import ExtensionRequest, RequestEvent
@@ -86,6 +86,7 @@ def move(
             actor=actor, action=f"extension_request.{to}", target=locked, tenant=req.project.tenant, project=req.project,
             before={"status": current}, after={"status": to, "hours": locked.hours, "comment": locked.comment[:500]},
         )
+        approvals_changed()
     return (
         ExtensionRequest.objects.select_related("request__project__tenant", "request__template", "request__flavor",
                                                 "requested_by", "decided_by")

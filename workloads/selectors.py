@@ -14,10 +14,10 @@ from django.db.models.functions import Coalesce
 from django.utils.text import capfirst
 
 from portal import labels
-from portal.cache import Versioned
+from portal.cache import Versioned, shared
 from portal.extensions import cost_estimator
 from quotas.models import Flavor, Quota
-from tenants.access import Actor, is_ops, scope_of
+from tenants.access import APPROVALS, Actor, is_ops, scope_of
 from tenants.models import Project
 
 from .filters import RequestFilter
@@ -238,6 +238,17 @@ def approvals_waiting_counts(*, actor: Actor) -> dict[str, int]:
     )
     requests, quota = row or (0, 0)
     return {"requests": requests or 0, "quota": quota or 0}
+
+
+def approvals_waiting_counts_kept(*, actor: Actor) -> dict[str, int]:
+    """``approvals_waiting_counts``, kept per user in the shared cache until something they count changes
+    (``portal.cache.shared`` under ``tenants.access.APPROVALS``; every write that can change them calls
+    ``tenants.access.approvals_changed``): the navigation's badges on every page of an approver or ops, one
+    cache read."""
+    user = actor.user
+    if user is None or not user.is_authenticated or actor.token is not None:
+        return {"requests": 0, "quota": 0}
+    return dict(shared(APPROVALS, f"approvals-waiting:{user.pk}", lambda: approvals_waiting_counts(actor=actor)))
 
 
 def request_approvers(*, project: Any, exclude_user_id: int | None = None) -> list[Any]:

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from tenants.access import Actor
+from tenants.access import Actor, approvals_changed
 from tenants.audit import audit_append, audit_entry
 
 from .models import RequestEvent, RequestState, WorkloadRequest
@@ -174,6 +174,8 @@ def move(
                                     actor=actor)
         event.save(force_insert=True)
         audit_append([entry])
+        if S.PENDING_APPROVAL in (current, to):
+            approvals_changed()
     for name, value in values.items():
         setattr(request, name, value)
     return True
@@ -228,6 +230,8 @@ def move_many(
                    for r in moved]
         RequestEvent.objects.bulk_create([event for event, _ in records])
         audit_append([entry for _, entry in records])
+        if to == S.PENDING_APPROVAL or S.PENDING_APPROVAL in current.values():
+            approvals_changed()
     for req in moved:
         for name, value in {**values, **(fields_each or {}).get(req.pk, {})}.items():
             setattr(req, name, value)

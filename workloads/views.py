@@ -1059,7 +1059,13 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
     actor = _actor(request)
     if not actor.is_ops:
         raise Http404("No such page.")  # ops pages don't exist for anyone else
-    everything = _rows(selectors.requests_for(actor=actor).order_by("-created_at", "-id"), "tenant", "requested_by")
+    # Five joins took PostgreSQL 13-26 ms to plan (0.4 to run) over every request: the template and the flavor of
+    # the page's rows come in two small queries instead (``WHERE id IN``, planned in microseconds).
+    everything = (
+        selectors.requests_for(actor=actor).order_by("-created_at", "-id")
+        .select_related(None).select_related("project", "tenant", "requested_by")
+        .prefetch_related("template", "flavor")
+    )
     flavors, templates = selectors.flavor_and_template_choices(actor=actor)
     filterset = _request_filters(
         request, everything, hide=("mine", "created_after", "created_before", "priority"),

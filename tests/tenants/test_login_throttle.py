@@ -18,7 +18,9 @@ import pytest
 import requests
 from django.contrib.auth.hashers import MD5PasswordHasher
 
-from tests.factories import PASSWORD
+from tenants.models import LoginThrottle
+from tenants.throttle import BUSY, FAILED, IN_FLIGHT_TTL, Blocked, login_failed, login_reserve, login_succeeded
+from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,3 +106,139 @@ def test_admin_login_is_throttled_like_the_portal_login(client, cast, settings) 
     response = client.post("/accounts/login/", {"username": "ops", "password": PASSWORD})
     assert "Too many failed sign-in attempts" in response.content.decode()
     assert "_auth_user_id" not in client.session
+
+
+# -- Right passwords at once from one address (a class behind one NAT, a load test) -------------------------
+
+CLASS = 8
+
+
+class BarrierHasher(MD5PasswordHasher):
+    """MD5 whose checks wait for each other: no check ends before ``CLASS`` of them are running at once,
+    so the sign-ins below are provably all in flight together (a refused one would break the barrier)."""
+
+    barrier = threading.Barrier(CLASS, timeout=20)
+
+    def verify(self, password: str, encoded: str) -> bool:
+        BarrierHasher.barrier.wait()
+        return super().verify(password, encoded)
+
+
+def _sign_in(base: str, username: str, password: str = PASSWORD) -> tuple[requests.Response, requests.Session]:
+    session, token = _session(base, "/accounts/login/")
+    return _post(base, "/accounts/login/", session, token, username, password), session
+
+
+def test_concurrent_right_passwords_from_one_address_all_sign_in(live_server, cast, settings) -> None:
+    settings.PASSWORD_HASHERS = [f"{__name__}.BarrierHasher"]
+    settings.LOGIN_THROTTLE_ATTEMPTS = LIMIT  # fewer than the sign-ins at once
+    BarrierHasher.barrier.reset()
+    names = [f"student{n}" for n in range(CLASS)]
+    for name in names:
+        UserFactory(username=name)
+    with ThreadPoolExecutor(max_workers=CLASS) as pool:
+        results = list(pool.map(lambda name: _sign_in(live_server.url, name), names))
+    assert [response.status_code for response, _ in results] == [302] * CLASS, [r.text[-300:] for r, _ in results]
+    assert all("sessionid" in session.cookies for _, session in results)
+    # Nothing is left counted against the address: the next sign-ins from it go straight through.
+    row = LoginThrottle.objects.get(key="ip:127.0.0.1")
+    assert (row.attempts, row.in_flight, row.blocked_until) == (0, 0, 0)
+
+
+def test_one_user_signing_in_many_times_at_once_is_never_locked_out(live_server, cast, counting_hasher) -> None:
+    with ThreadPoolExecutor(max_workers=CLASS) as pool:
+        results = list(pool.map(lambda _: _sign_in(live_server.url, "carol"), range(CLASS)))
+    codes = [response.status_code for response, _ in results]
+    assert 302 in codes
+    for response, _ in results:
+        assert "Too many failed sign-in attempts" not in response.text
+        if response.status_code == 200:  # more checks at once than one username may have: wait a few seconds
+            assert "Too many sign-ins at once from your network; try again in a few seconds." in response.text
+    assert counting_hasher.checks == codes.count(302)  # a refusal checks no password
+    # At once over, the right password signs in at the first try.
+    response, session = _sign_in(live_server.url, "carol")
+    assert response.status_code == 302 and "sessionid" in session.cookies
+
+
+# -- The reserve API, interleaved by hand -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def limits(settings):
+    settings.LOGIN_THROTTLE_ATTEMPTS = 3
+    settings.LOGIN_THROTTLE_WINDOW = 300
+    settings.LOGIN_THROTTLE_IN_FLIGHT = 4
+    settings.LOGIN_THROTTLE_BUSY_RETRY = 5
+    return settings
+
+
+def test_checks_in_flight_from_one_address_never_count_as_failures(limits) -> None:
+    ip = "10.2.0.1"
+    # Four right passwords in flight at once (more than the three failures allowed): all reserved.
+    assert [login_reserve(username=f"u{n}", ip=ip) for n in range(4)] == [None] * 4
+    # A fifth at the same moment waits a few seconds, with its own message; nothing is blocked.
+    busy = login_reserve(username="u4", ip=ip)
+    assert busy == Blocked(retry_after=5, reason=BUSY)
+    assert busy.message == "Too many sign-ins at once from your network; try again in a few seconds."
+    login_succeeded(username="u0", ip=ip)
+    assert login_reserve(username="u4", ip=ip) is None
+    for n in range(1, 5):
+        login_succeeded(username=f"u{n}", ip=ip)
+    # Many more right passwords, in overlapping pairs, all go through: the address has no failures.
+    for n in range(20):
+        assert login_reserve(username=f"v{n}", ip=ip) is None
+        assert login_reserve(username=f"w{n}", ip=ip) is None
+        login_succeeded(username=f"v{n}", ip=ip)
+        login_succeeded(username=f"w{n}", ip=ip)
+    row = LoginThrottle.objects.get(key=f"ip:{ip}")
+    assert (row.attempts, row.in_flight, row.blocked_until) == (0, 0, 0)
+
+
+def test_failures_from_one_address_still_lock_it_after_the_limit(limits) -> None:
+    ip = "10.2.0.2"
+    for n in range(2):
+        assert login_reserve(username=f"g{n}", ip=ip) is None
+        assert login_failed(username=f"g{n}", ip=ip) is None
+    assert login_reserve(username="g2", ip=ip) is None
+    blocked = login_failed(username="g2", ip=ip)
+    assert blocked == Blocked(retry_after=300, reason=FAILED)
+    assert blocked.message == "Too many failed sign-in attempts. Sign-in is paused for 5 minutes; please try again later."
+    refused = login_reserve(username="someone-else", ip=ip)  # any username from the address
+    assert refused is not None and refused.reason == FAILED and "paused for 5 minutes" in refused.message
+    assert login_reserve(username="someone-else", ip="10.2.0.3") is None  # another address is free
+
+
+def test_a_username_allows_the_limit_of_checks_at_once_then_waits_a_few_seconds(limits) -> None:
+    # A username's checks in flight count against its limit (parallel guesses get at most 3 checks) ...
+    assert [login_reserve(username="carol", ip=f"10.3.0.{n}") for n in range(3)] == [None] * 3
+    busy = login_reserve(username="carol", ip="10.3.0.9")
+    assert busy is not None and busy.reason == BUSY and busy.retry_after == 5
+    # ... but a right password among them never locks her out.
+    login_succeeded(username="carol", ip="10.3.0.0")
+    assert login_reserve(username="carol", ip="10.3.0.9") is None
+    # Wrong ones do: the remaining three fail, and she is blocked for the window.
+    results = [login_failed(username="carol", ip=f"10.3.0.{n}") for n in (1, 2, 9)]
+    assert results[-1] == Blocked(retry_after=300, reason=FAILED)
+    assert login_reserve(username="carol", ip="10.3.0.50").reason == FAILED
+
+
+def test_a_reservation_left_by_a_dead_process_is_forgotten(limits, monkeypatch) -> None:
+    ip = "10.4.0.1"
+    for n in range(4):
+        assert login_reserve(username=f"d{n}", ip=ip) is None  # the process dies: never succeeded nor failed
+    assert login_reserve(username="d4", ip=ip).reason == BUSY
+    later = time.time() + IN_FLIGHT_TTL + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert login_reserve(username="d4", ip=ip) is None
+
+
+def test_the_sign_in_form_says_when_too_many_sign_ins_run_at_once(client, cast, limits) -> None:
+    limits.LOGIN_THROTTLE_IN_FLIGHT = 1
+    assert login_reserve(username="alice", ip="10.5.0.1") is None  # someone else behind the same NAT, mid-check
+    response = client.post("/accounts/login/", {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.5.0.1")
+    assert response.status_code == 200
+    assert "Too many sign-ins at once from your network; try again in a few seconds." in response.content.decode()
+    assert "_auth_user_id" not in client.session
+    login_succeeded(username="alice", ip="10.5.0.1")
+    response = client.post("/accounts/login/", {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.5.0.1")
+    assert response.status_code == 302

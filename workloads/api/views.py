@@ -386,7 +386,10 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             slug = actor.token.project.slug
         if not slug:
             raise Invalid("Choose a project.", field="project")
-        project = projects_for(actor=actor).filter(slug=slug).first()
+        if actor.token is not None and slug == actor.token.project.slug:
+            project = actor.token.project  # read with the token in this request (with its tenant): its only project
+        else:
+            project = projects_for(actor=actor).filter(slug=slug).first()
         if project is None:
             raise Invalid("No such project.", field="project")
 

@@ -33,21 +33,22 @@ def money(amount: Any) -> str:
 def approvals_waiting(context: dict[str, Any]) -> dict[str, int]:
     """What waits for the signed-in user's decision: ``requests`` (workload and extension requests, the
     Approvals inbox) and ``quota`` (the quota requests inbox). Approvers and ops only (nobody else may decide
-    anything): one query, cached on the request; nothing for everyone else."""
+    anything): one cache read (``selectors.approvals_waiting_counts_kept``), remembered on the request; nothing for
+    everyone else."""
     request = context.get("request")
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"requests": 0, "quota": 0}
     cached = getattr(request, "_portal_approvals_waiting", None)
     if cached is None:
-        from workloads.selectors import approvals_waiting_counts
+        from workloads.selectors import approvals_waiting_counts_kept
 
         from tenants.policy import asked
         from workloads.policy import may_decide_somewhere
 
         actor = Actor(user=user)
         if actor.is_ops or asked(request, may_decide_somewhere):
-            cached = approvals_waiting_counts(actor=actor)
+            cached = approvals_waiting_counts_kept(actor=actor)
         else:
             cached = {"requests": 0, "quota": 0}
         request._portal_approvals_waiting = cached
