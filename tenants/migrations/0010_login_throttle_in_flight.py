@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0008_invitation'),
+        ('tenants', '0009_single_sign_on'),
     ]
 
     operations = [
