@@ -412,3 +412,5 @@ PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
 # Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
 CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}
+# Samples of queues and GPU pools for the acceptance metrics, one per 5-minute slot (docs/insights.md).
+CELERY_BEAT_SCHEDULE["insights-samples-take"] = {"task": "insights.samples_take", "schedule": 300.0}
