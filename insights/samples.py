@@ -9,7 +9,8 @@ Where the numbers come from:
 
 * nominal / borrowing limit / admitted (``Quota.used``) / borrowed: the project's ``Quota`` row as the reconcile
   last read it back from its ClusterQueue.
-* pending: the requests waiting in the queue now (``queued`` or ``preempted``), as gpus x replicas.
+* pending: the requests waiting for admission now (``queued`` without ``admitted_at``, or ``preempted``), as
+  gpus x replicas.
 * capacity: ``quotas.capacity.capacity_by_flavor`` (ready, present nodes).
 * allocated: requests holding an admission now (running, or queued with ``admitted_at`` set), as gpus x replicas;
   the same for every architecture (Kueue's ``used`` misses Volcano's gangs under E).
@@ -40,7 +41,8 @@ from .models import PoolSample, QueueSample
 
 S = RequestState
 SLOT = timedelta(minutes=5)
-WAITING = (S.QUEUED, S.PREEMPTED)
+# Waiting for admission: queued and not admitted yet (an admitted one may still be starting its pods), or preempted.
+WAITING = Q(state=S.PREEMPTED) | Q(state=S.QUEUED, admitted_at__isnull=True)
 _PROFILE = re.compile(r"^(\d+)g\.(\d+)gb")
 
 
@@ -91,7 +93,7 @@ def samples_take(now: datetime | None = None) -> dict[str, int]:
               .order_by("project_id", "flavor_id") if q.resource == flavors[q.flavor_id].primary_resource]
     waiting = {
         (r["project_id"], r["flavor_id"]): r
-        for r in WorkloadRequest.objects.filter(state__in=WAITING, flavor_id__in=list(flavors))
+        for r in WorkloadRequest.objects.filter(WAITING, flavor_id__in=list(flavors))
         .values("project_id", "flavor_id").order_by()
         .annotate(demand=Sum(_demand()), count=Count("id"), smallest=Min(_demand()))
     }

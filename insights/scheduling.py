@@ -24,10 +24,10 @@ from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
 from .common import PATHS, bucket, group_fields, make_points, make_rows, minutes, narrow, percentiles, ratio
 from .models import QueueSample
+from .samples import WAITING
 from .registry import Metric, Query, Result, register
 
 S = RequestState
-WAITING = (S.QUEUED, S.PREEMPTED)
 FIRST_ADMISSION = Coalesce("first_admitted_at", "admitted_at")
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -98,7 +98,7 @@ def pending_now(query: Query) -> Result:
     """The table is now (requests waiting for admission); the chart is the sampled history of the period."""
     by = group_fields(query.group_by)
     now = timezone.now()
-    waiting = narrow(WorkloadRequest.objects.filter(state__in=WAITING), query)
+    waiting = narrow(WorkloadRequest.objects.filter(WAITING), query)
     values = {}
     for r in waiting.order_by().values(*by).annotate(n=Count("pk"), demand=Sum(F("gpus") * F("replicas")),
                                                       oldest=Min(Coalesce("queued_at", "approved_at"))):
