@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from insights.registry import METRICS, Query
 from quotas.models import Cluster, Flavor
-from tenants.access import Actor, scope_of
+from tenants.access import scope_of
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
 from ..workloads.factories import make_request
