@@ -234,12 +234,14 @@ class _Tracked:
 
 
 def admitted_seen(objects: dict[str, dict[str, Any]]) -> bool:
-    """Do the objects say the cluster admitted the current run? A Kueue Workload ``Admitted=True`` (not finished),
-    or a Volcano Job whose gang is scheduled (``Running``)."""
+    """Do the objects say the cluster admitted the current run? A Kueue Workload ``Admitted=True`` (not finished, and
+    not on its way out: an evicted one may keep ``Admitted`` until its pods stop; Kueue resets ``Evicted`` when it
+    admits it again), or a Volcano Job whose gang is scheduled (``Running``)."""
     for key, summary in objects.items():
         if key.startswith("workload/"):
             conds = summary.get("c") or {}
-            if (conds.get("Admitted") or [""])[0] == "True" and (conds.get("Finished") or [""])[0] != "True":
+            if ((conds.get("Admitted") or [""])[0] == "True" and (conds.get("Finished") or [""])[0] != "True"
+                    and (conds.get("Evicted") or [""])[0] != "True"):
                 return True
     return (objects.get("vcjob") or {}).get("phase") == "Running"
 

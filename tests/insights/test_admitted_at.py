@@ -99,3 +99,18 @@ def test_a_restart_clears_both(world: World) -> None:
     req = workload_services.request_restart(actor=Actor(user=world.cast.carol), request=req)
     req.refresh_from_db()
     assert req.state == S.APPROVED and req.admitted_at is None and req.first_admitted_at is None
+
+
+def test_what_counts_as_admitted() -> None:
+    from workloads.status import admitted_seen
+
+    def wl(**conds: str) -> dict[str, Any]:
+        return {"workload/w": {"c": {k: [v, "", ""] for k, v in conds.items()}}}
+
+    assert admitted_seen(wl(Admitted="True"))
+    assert not admitted_seen(wl(Admitted="False"))
+    assert not admitted_seen(wl(Admitted="True", Finished="True"))
+    assert not admitted_seen(wl(Admitted="True", Evicted="True"))  # evicted, its pods still stopping
+    assert admitted_seen(wl(Admitted="True", Evicted="False"))  # admitted again after a preemption
+    assert admitted_seen({"vcjob": {"phase": "Running"}}) and not admitted_seen({"vcjob": {"phase": "Pending"}})
+    assert not admitted_seen({})
