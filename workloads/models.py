@@ -206,6 +206,8 @@ class WorkloadRequest(models.Model):
             models.Index(fields=["tenant", "created_at", "id"], name="request_tenant_created"),
             models.Index(fields=["requested_by", "created_at", "id"], name="request_requester_created"),
             models.Index(fields=["state", "created_at", "id"], name="request_state_created"),
+            # The acceptance metrics read requests by approval time (insights: queue wait, success rate).
+            models.Index(fields=["approved_at"], name="request_approved"),
         ]
 
     def __str__(self) -> str:
