@@ -183,6 +183,28 @@ def _priced(summed: list[Sum], by: tuple[str, ...]) -> list[dict[str, Any]]:
     return [dict(zip(by, key, strict=True)) | {"cost": cost} for key, cost in totals.items()]
 
 
+def cost_and_usage(intervals: QuerySet[UsageInterval], *, since: datetime, until: datetime, by: tuple[str, ...] = (),
+                   now: datetime | None = None, in_python: bool | None = None
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``cost_rows`` and the usage it is computed from, from one summing pass: (cost rows as ``cost_rows``, usage
+    rows ``{group: value, ..., "unit": unit, "key": key, "hours": Decimal}``: quantity-hours per unit and key within
+    the window, priced or not). insights' cost per GPU-hour reads both (docs/insights.md)."""
+    now = now or timezone.now()
+    segments = _segments(since, until, daily="day" in by)
+    if not segments:
+        return [], []
+    if in_python is None:
+        in_python = connection.vendor != "postgresql"
+    summed = (_sum_python if in_python else _sum_sql)(intervals, segments, by=by, since=since, until=until, now=now)
+    usage: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
+    for _, _, unit, key, *rest in summed:
+        *values, unit_seconds = rest
+        usage[(unit, key, *values)] += Decimal(unit_seconds or 0)
+    used = [dict(zip(by, values, strict=True)) | {"unit": unit, "key": key, "hours": seconds / pricing.HOUR}
+            for (unit, key, *values), seconds in usage.items()]
+    return (_priced(summed, by) if selectors.price_rates() else []), used
+
+
 def cost_total(intervals: QuerySet[UsageInterval], *, since: datetime, until: datetime,
                now: datetime | None = None) -> Decimal:
     return sum((r["cost"] for r in cost_rows(intervals, since=since, until=until, now=now)), Decimal(0))

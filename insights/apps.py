@@ -12,3 +12,5 @@ class InsightsConfig(AppConfig):
         from . import digests, policy  # noqa: F401 (digests registers the task insights.digests_send)
 
         predicates_install(policy)  # templates ask them by name ({% may "insights.may_view_metrics" tenant as ok %})
+        # Each metric family registers its metrics (insights/registry.py: METRICS) when imported.
+        from . import cost, efficiency, fairness, scheduling  # noqa: F401

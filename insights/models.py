@@ -1,7 +1,7 @@
 """Samples of the cluster's state over time, the history that metrics which depend on "while" are computed from.
 
 The status follower and the queue reconciler keep only the present (``quotas.Quota.used`` / ``borrowed``, node
-allocatable); ``insights.tasks.samples_take`` (beat, every 5 minutes) writes one ``QueueSample`` per project quota
+allocatable); ``insights.samples_take`` (beat, every 5 minutes; ``insights/samples.py``) writes one ``QueueSample`` per project quota
 and one ``PoolSample`` per flavor, so "while a queue had pending work, what share of its quota did it get" can be
 answered for any past period. Rows the demo seeds carry ``seeded=True`` and the pages say so.
 """
@@ -30,10 +30,14 @@ class QueueSample(models.Model):
     borrowed = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Admitted beyond nominal, from the cohort.")
     pending = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Demand waiting (queued, not admitted).")
     pending_count = models.PositiveIntegerField(default=0)
+    # The smallest waiting request (gpus x replicas), so "could a waiting request fit in the unused guarantee?"
+    # can be asked of the sample (the guarantee-violation rule, docs/insights.md). 0 when nothing waits.
+    pending_smallest = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
     seeded = models.BooleanField(default=False)
 
     class Meta:
         indexes = [models.Index(fields=["at", "project"]), models.Index(fields=["tenant", "at"])]
+        constraints = [models.UniqueConstraint(fields=["at", "project", "flavor"], name="one_queue_sample_per_slot")]
 
     def __str__(self) -> str:
         return f"{self.project_id}/{self.flavor_id} at {self.at}: {self.admitted} of {self.nominal}"
@@ -52,10 +56,14 @@ class PoolSample(models.Model):
     # MIG: pending slices that no free slice of the right shape could take although enough slice memory was free.
     shape_mismatch = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
     free_memory_gib = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    # The sum of the projects' nominal quotas of the flavor, and the cluster's overcommit setting, at that moment.
+    promised = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    overcommit_percent = models.PositiveIntegerField(default=0)
     seeded = models.BooleanField(default=False)
 
     class Meta:
         indexes = [models.Index(fields=["at", "flavor"])]
+        constraints = [models.UniqueConstraint(fields=["at", "flavor"], name="one_pool_sample_per_slot")]
 
     def __str__(self) -> str:
         return f"{self.flavor_id} at {self.at}: {self.allocated} of {self.capacity}"

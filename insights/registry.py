@@ -69,6 +69,9 @@ class Metric:
     definition: str  # one line, shown on the page and in the API
     compute: Callable[[Query], Result]
     groups: tuple[str, ...] = GROUPS  # the breakdowns it supports
+    # Cluster-wide figures (pools: every tenant's work): computed for platform ops only; others get an empty Result
+    # with a note. Surfaces may leave such a metric out of a non-ops page.
+    ops_only: bool = False
 
 
 METRICS: dict[str, Metric] = {}

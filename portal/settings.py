@@ -463,3 +463,11 @@ PORTAL_MIG_RECONFIGURE_TIMEOUT = _duration_seconds("PORTAL_MIG_RECONFIGURE_TIMEO
                                                    os.environ.get("PORTAL_MIG_RECONFIGURE_TIMEOUT", "20m"))
 # The window's sweep (beat): starts due changes and moves running ones on (each also re-queues itself).
 CELERY_BEAT_SCHEDULE["maintenance-mig-changes-sweep"] = {"task": "maintenance.mig_changes_sweep", "schedule": 60.0}
+# Samples of queues and GPU pools for the acceptance metrics, one per 5-minute slot (docs/insights.md).
+CELERY_BEAT_SCHEDULE["insights-samples-take"] = {"task": "insights.samples_take", "schedule": 300.0}
+# Scheduling success (insights): a request counts as scheduled in time when admitted within this many minutes of
+# its approval (docs/insights.md).
+_admit_target = os.environ.get("INSIGHTS_ADMIT_TARGET_MINUTES", "10").strip()
+if not (_admit_target.isdecimal() and 1 <= int(_admit_target) <= 10080):
+    raise ImproperlyConfigured(f"INSIGHTS_ADMIT_TARGET_MINUTES must be a whole number of minutes (1 to 10080), not {_admit_target!r}.")
+INSIGHTS_ADMIT_TARGET_MINUTES = int(_admit_target)

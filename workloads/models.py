@@ -167,6 +167,9 @@ class WorkloadRequest(models.Model):
     approved_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True)
     admitted_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster admitted its current run (Kueue Admitted, or the Volcano gang assembled).")
+    # The first admission since the (last) approval: kept across preemptions, so that queue-wait metrics count a
+    # request once (docs/insights.md, "Queue wait"); a restart (a new approval) clears it with ``admitted_at``.
+    first_admitted_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster first admitted it since its approval (kept across preemptions).")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -203,6 +206,8 @@ class WorkloadRequest(models.Model):
             models.Index(fields=["tenant", "created_at", "id"], name="request_tenant_created"),
             models.Index(fields=["requested_by", "created_at", "id"], name="request_requester_created"),
             models.Index(fields=["state", "created_at", "id"], name="request_state_created"),
+            # The acceptance metrics read requests by approval time (insights: queue wait, success rate).
+            models.Index(fields=["approved_at"], name="request_approved"),
         ]
 
     def __str__(self) -> str:

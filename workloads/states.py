@@ -73,12 +73,15 @@ class LabelledActor(Actor):
 
 def _timestamps(to: str, now: Any) -> dict[str, Any]:
     if to == S.APPROVED:
-        # Also a restart: the request starts a new run, so the old end no longer applies.
-        return {"approved_at": now, "finished_at": None}
+        # Also a restart: the request starts a new run, so the old end (and admissions) no longer apply.
+        return {"approved_at": now, "finished_at": None, "admitted_at": None, "first_admitted_at": None}
     if to == S.QUEUED:
         return {"queued_at": now}
     if to == S.RUNNING:
         return {"started_at": now}
+    if to == S.PREEMPTED:
+        # The run lost its admission; the follower stamps the next one (``first_admitted_at`` stays).
+        return {"admitted_at": None}
     if to in FINAL:
         return {"finished_at": now}
     return {}

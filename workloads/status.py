@@ -230,6 +230,20 @@ class _Tracked:
     original: dict[str, Any]
     status: dict[str, Any]
     changed: bool = False
+    admitted: Any = None  # when the current run's admission was first seen in this cycle: ``_save`` stamps it
+
+
+def admitted_seen(objects: dict[str, dict[str, Any]]) -> bool:
+    """Do the objects say the cluster admitted the current run? A Kueue Workload ``Admitted=True`` (not finished, and
+    not on its way out: an evicted one may keep ``Admitted`` until its pods stop; Kueue resets ``Evicted`` when it
+    admits it again), or a Volcano Job whose gang is scheduled (``Running``)."""
+    for key, summary in objects.items():
+        if key.startswith("workload/"):
+            conds = summary.get("c") or {}
+            if ((conds.get("Admitted") or [""])[0] == "True" and (conds.get("Finished") or [""])[0] != "True"
+                    and (conds.get("Evicted") or [""])[0] != "True"):
+                return True
+    return (objects.get("vcjob") or {}).get("phase") == "Running"
 
 
 def _state_key(cluster: Any, kube: Kube) -> str:
@@ -453,6 +467,7 @@ class StatusFollower:
         derived = derive(req.template.kind, objects)
         target = derived.state
         if target == req.state:
+            self._note_admission(item)
             return
         if target == S.PREEMPTED:
             if req.state == S.RUNNING:
@@ -461,6 +476,7 @@ class StatusFollower:
         if target == S.QUEUED:
             if req.state == S.PREEMPTED:
                 stats.moves += move(req, to=S.QUEUED, actor_label=ACTOR, reason="Requeued by the cluster.")
+            self._note_admission(item)
             return  # approved → queued is the materializer's to record
         if target == S.RUNNING and req.state == S.PREEMPTED:
             stats.moves += move(req, to=S.QUEUED, actor_label=ACTOR, reason="Requeued by the cluster.")
@@ -468,6 +484,22 @@ class StatusFollower:
         if target == S.RUNNING and req.expires_at is None:
             fields["expires_at"] = timezone.now() + timedelta(hours=int(req.duration_hours))
         stats.moves += move(req, to=target, actor_label=ACTOR, reason=derived.reason, fields=fields)
+        self._note_admission(item)
+
+    @staticmethod
+    def _note_admission(item: _Tracked) -> None:
+        """The run's admission, the first time it is seen (approved, queued or running; a running request was admitted
+        even without a Workload). ``admitted_at`` is the current run's (a preemption clears it, states._timestamps);
+        ``first_admitted_at`` is set once per approval, so a preempted and requeued request counts once in the
+        queue-wait metrics (docs/insights.md). The follower's time, as for ``queued_at`` and ``started_at``."""
+        req = item.request
+        if req.admitted_at is not None or req.state not in (S.APPROVED, S.QUEUED, S.RUNNING):
+            return
+        if req.state == S.RUNNING:
+            # Running implies admitted: never later than its start (the move to running may be this cycle's).
+            item.admitted = min(timezone.now(), req.started_at or timezone.now())
+        elif admitted_seen(item.status.get("objects") or {}):
+            item.admitted = timezone.now()
 
     def _save(self, items: Iterable[_Tracked], stats: CycleStats) -> None:
         """Write each request whose summary (or pending sentence) changed; unchanged ones cost nothing."""
@@ -479,6 +511,11 @@ class StatusFollower:
             if item.status != item.original:
                 values["cluster_status"] = item.status
                 req.cluster_status = item.status
+            if item.admitted is not None and req.admitted_at is None:
+                req.admitted_at = values["admitted_at"] = item.admitted
+                if req.first_admitted_at is None:
+                    req.first_admitted_at = values["first_admitted_at"] = item.admitted
+                item.admitted = None
             if req.state in (S.QUEUED, S.PREEMPTED) and (values or not req.pending_reason):
                 volcano = uses_volcano(req, req.cluster.architecture)
                 cq = None

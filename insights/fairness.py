@@ -1,0 +1,177 @@
+"""Fairness metrics from the queue and pool samples: quota fulfilment, guarantee violations, borrowing and
+overcommit (docs/insights.md, "Fairness").
+
+Every sample stands for its 5-minute slot (``SAMPLE_HOURS``): sums over samples are time-weighted, and a slot
+without a sample (the sampler was down) counts as no data, never as zero or full.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, Max, Q, Sum, Window
+from django.db.models.functions import Cast, Least, RowNumber
+
+from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, SlotIndex, bucket, bucket_of, group_fields, hours,
+                     is_ops, make_points, make_rows, narrow, ratio)
+from .models import PoolSample, QueueSample
+from .registry import Metric, Query, Result, register
+
+POOL_PATHS = {"cluster": "cluster_id", "flavor": "flavor_id"}
+# A guarantee violation lasts at least this many consecutive samples (10 minutes): a single sample may catch a
+# request in the seconds between its arrival and its admission.
+VIOLATION_MIN_SAMPLES = 2
+
+
+def _samples(query: Query) -> Any:
+    return narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
+
+
+# ------------------------------------------------------------------------------------------------ fulfilment
+GIVEN_SHARE = ExpressionWrapper(Cast(Least("admitted", "nominal"), FloatField()) / Cast("nominal", FloatField()),
+                                output_field=FloatField())
+WANTING = Q(pending_count__gt=0, nominal__gt=0)
+
+
+def quota_fulfilment(query: Query) -> Result:
+    by = group_fields(query.group_by)
+    samples = _samples(query)
+    agg = {"n": Count("pk"), "wanting": Count("pk", filter=WANTING), "share": Avg(GIVEN_SHARE, filter=WANTING)}
+    values = {}
+    for r in samples.order_by().values(*by).annotate(**agg):
+        values[tuple(r[b] for b in by)] = {
+            "fulfilment": None if not r["wanting"] else round(r["share"] * 100, 2),
+            "wanting_hours": hours(r["wanting"] * SAMPLE_HOURS), "sampled_hours": hours(r["n"] * SAMPLE_HOURS)}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in (samples.filter(WANTING).annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
+              .annotate(share=Avg(GIVEN_SHARE))):
+        points[tuple(r[b] for b in by)][r["b"]] = round(r["share"] * 100, 2)
+    defined = any(v["fulfilment"] is not None for v in values.values())
+    note = "" if defined else ("No pending work in the period (or no nominal quota): fulfilment is not defined, "
+                               "which is not 100%.")
+    if defined and any(v["fulfilment"] is None for v in values.values()):
+        note = "Empty cells: no pending work there in the period, so fulfilment is not defined (not 100%)."
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="fulfilment",
+                  columns={"fulfilment": ("Quota fulfilment while waiting", "%"),
+                           "wanting_hours": ("Time with pending work", "hours"),
+                           "sampled_hours": ("Time sampled", "hours")}, note=note)
+
+
+# ------------------------------------------------------------------------------------------------ violations
+VIOLATING = Q(pending_count__gt=0, nominal__gt=0, admitted__lt=F("nominal"),
+              pending_smallest__lte=F("nominal") - F("admitted"))
+
+
+def violation_runs(query: Query) -> list[tuple[int, int, int, int, datetime, int]]:
+    """Runs of consecutive violating samples of one queue (project, flavor), at least ``VIOLATION_MIN_SAMPLES``
+    long: (tenant, project, cluster, flavor, start, samples). Gaps and islands in SQL: within a queue, consecutive
+    slots minus their row number are constant."""
+    inner = (_samples(query).filter(VIOLATING)
+             .annotate(slot=SlotIndex("at"),
+                       rn=Window(RowNumber(), partition_by=[F("project_id"), F("flavor_id")], order_by=F("at").asc()))
+             .values("tenant_id", "project_id", "cluster_id", "flavor_id", "slot", "rn"))
+    try:
+        sql, params = inner.query.sql_with_params()
+    except Exception:  # an empty scope (EmptyResultSet): nothing to run over
+        return []
+    outer = (f"SELECT tenant_id, project_id, cluster_id, flavor_id, MIN(slot), COUNT(*) FROM ({sql}) t "
+             f"GROUP BY tenant_id, project_id, cluster_id, flavor_id, slot - rn HAVING COUNT(*) >= %s")
+    with connection.cursor() as cursor:
+        cursor.execute(outer, [*params, VIOLATION_MIN_SAMPLES])
+        return [(t, p, c, f, datetime.fromtimestamp(int(slot) * SAMPLE_SECONDS, tz=UTC), int(n))
+                for t, p, c, f, slot, n in cursor.fetchall()]
+
+
+def guarantee_violations(query: Query) -> Result:
+    index = {"tenant": 0, "project": 1, "cluster": 2, "flavor": 3}
+    values: dict[tuple[Any, ...], dict[str, Any]] = {}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(lambda: defaultdict(int))
+    for run in violation_runs(query):
+        key = (run[1], run[2]) if query.group_by == "queue" else (run[index[query.group_by]],)
+        minutes_long = run[5] * SAMPLE_SECONDS // 60
+        row = values.setdefault(key, {"violations": 0, "violation_hours": 0.0, "longest_minutes": 0})
+        row["violations"] += 1
+        row["violation_hours"] = round(row["violation_hours"] + minutes_long / 60, 3)
+        row["longest_minutes"] = max(row["longest_minutes"], minutes_long)
+        points[key][bucket_of(run[4], query.bucket)] += 1
+    return Result(rows=make_rows(query.group_by, values),
+                  points=make_points(query.group_by, {k: dict(v) for k, v in points.items()}),
+                  chart_value="violations",
+                  columns={"violations": ("Guarantee violations", "count"),
+                           "violation_hours": ("Time in violation", "hours"),
+                           "longest_minutes": ("Longest", "minutes")},
+                  note=("A violation: at least two consecutive samples where work waited, the queue was given less "
+                        "than its nominal quota, and the smallest waiting request fit in the unused part."))
+
+
+# ------------------------------------------------------------------------------------------------ borrowing
+def borrowing(query: Query) -> Result:
+    by = group_fields(query.group_by)
+    samples = _samples(query)
+    values = {}
+    for r in samples.order_by().values(*by).annotate(borrowed=Sum("borrowed"), admitted=Sum("admitted")):
+        values[tuple(r[b] for b in by)] = {
+            "borrowed_gpu_hours": hours((r["borrowed"] or 0) * SAMPLE_HOURS),
+            "admitted_gpu_hours": hours((r["admitted"] or 0) * SAMPLE_HOURS),
+            "borrowed_share": ratio(r["borrowed"], r["admitted"])}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in samples.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b").annotate(borrowed=Sum("borrowed")):
+        points[tuple(r[b] for b in by)][r["b"]] = hours((r["borrowed"] or 0) * SAMPLE_HOURS)
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="borrowed_gpu_hours",
+                  columns={"borrowed_gpu_hours": ("Borrowed", "GPU-hours"), "admitted_gpu_hours": ("Admitted", "GPU-hours"),
+                           "borrowed_share": ("Borrowed share", "%")},
+                  note=("A project borrows only from its own tenant's cohort (one Kueue Cohort per tenant): grouped by "
+                        "tenant, each row is a cohort. GPU-hours count the flavor's units (slices, vGPUs)."))
+
+
+# ------------------------------------------------------------------------------------------------ overcommit
+def overcommit(query: Query) -> Result:
+    columns = {"ratio_avg": ("Promised / capacity (average)", "x"), "ratio_max": ("Promised / capacity (peak)", "x"),
+               "allowed": ("Allowed by the overcommit setting", "x"), "violations": ("Samples in violation", "count"),
+               "violation_hours": ("Time in violation", "hours")}
+    if not is_ops(query):
+        return Result(columns=columns, chart_value="ratio_avg", note=OPS_ONLY_NOTE)
+    by = group_fields(query.group_by, POOL_PATHS)
+    samples = narrow(PoolSample.objects.filter(at__gte=query.start, at__lt=query.end), query, POOL_PATHS)
+    share = ExpressionWrapper(Cast("promised", FloatField()) / Cast("capacity", FloatField()), output_field=FloatField())
+    allowed = Cast("capacity", FloatField()) * (1 + Cast("overcommit_percent", FloatField()) / 100)
+    over = Q(allocated__gt=F("capacity")) | Q(promised__gt=allowed)
+    has_capacity = Q(capacity__gt=0)
+    values = {}
+    for r in samples.order_by().values(*by).annotate(
+            avg=Avg(share, filter=has_capacity), peak=Max(share, filter=has_capacity), pct=Max("overcommit_percent"),
+            bad=Count("pk", filter=over)):
+        values[tuple(r[b] for b in by)] = {
+            "ratio_avg": None if r["avg"] is None else round(r["avg"], 3),
+            "ratio_max": None if r["peak"] is None else round(r["peak"], 3),
+            "allowed": round(1 + (r["pct"] or 0) / 100, 3), "violations": r["bad"],
+            "violation_hours": hours(r["bad"] * SAMPLE_HOURS)}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in (samples.filter(has_capacity).annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
+              .annotate(avg=Avg(share))):
+        points[tuple(r[b] for b in by)][r["b"]] = round(r["avg"], 3)
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="ratio_avg", columns=columns,
+                  note=("Promised: the sum of the projects' nominal quotas of the flavor. A violation: admitted work "
+                        "above capacity, or promises above capacity x (1 + overcommit %)."))
+
+
+POOL_GROUPS = ("cluster", "flavor")
+
+register(Metric("quota-fulfilment", "fairness", "Quota fulfilment",
+                "While a queue had pending work: what it was given of what it was promised, min(admitted, nominal) / "
+                "nominal, averaged over the 5-minute samples; not defined without pending work.", quota_fulfilment))
+register(Metric("guarantee-violations", "fairness", "Guarantee violations",
+                "Runs of 2+ consecutive samples where a queue had waiting work that fit in its unused nominal quota "
+                "and was given less than nominal: how many, and for how long.", guarantee_violations))
+register(Metric("borrowing", "fairness", "Borrowing",
+                "GPU-hours admitted beyond nominal quota, borrowed from the tenant's cohort.", borrowing))
+register(Metric("overcommit", "fairness", "Overcommit",
+                "Sum of nominal quotas / capacity per flavor against the cluster's overcommit setting, and samples "
+                "where admitted work exceeded capacity or promises exceeded the setting.", overcommit,
+                groups=POOL_GROUPS, ops_only=True))

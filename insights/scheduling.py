@@ -1,0 +1,208 @@
+"""Scheduling metrics: queue waits, the scheduling success rate, what is pending now, preemptions and evictions,
+and Volcano gang starts (docs/insights.md, "Scheduling").
+
+A request's queue wait runs from its approval to its first admission (``first_admitted_at``, falling back to
+``admitted_at`` for rows that have only that, e.g. demo history): a preempted and requeued request is one row, so it
+counts once, with its first wait.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Case, CharField, Count, F, Min, Q, Sum, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from quotas import architectures
+from quotas.manifests import volcano_owned
+from quotas.models import Flavor
+from workloads.models import RequestEvent, RequestState, WorkloadRequest
+
+from .common import PATHS, bucket, group_fields, make_points, make_rows, minutes, narrow, percentiles, ratio
+from .models import QueueSample
+from .samples import WAITING
+from .registry import Metric, Query, Result, register
+
+S = RequestState
+FIRST_ADMISSION = Coalesce("first_admitted_at", "admitted_at")
+QUANTILES = (0.5, 0.95, 0.99)
+
+
+def admit_target_minutes() -> int:
+    return int(getattr(settings, "INSIGHTS_ADMIT_TARGET_MINUTES", 10))
+
+
+def _approved_in(query: Query) -> Any:
+    """Requests approved in the period (their latest approval: a restart is a new one), in scope."""
+    qs = WorkloadRequest.objects.filter(approved_at__gte=query.start, approved_at__lt=query.end)
+    return narrow(qs, query)
+
+
+# ------------------------------------------------------------------------------------------------ queue wait
+def queue_wait(query: Query, *, in_python: bool | None = None) -> Result:
+    from .common import Seconds
+
+    by = group_fields(query.group_by)
+    base = _approved_in(query).annotate(first=FIRST_ADMISSION)
+    waited = base.filter(first__isnull=False, first__gte=F("approved_at"))
+    wait = Seconds("first", "approved_at")
+    admit = percentiles(waited, wait, by, QUANTILES, in_python=in_python)
+    started = base.filter(admitted_at__isnull=False, started_at__isnull=False, started_at__gte=F("admitted_at"))
+    start = percentiles(started, Seconds("started_at", "admitted_at"), by, QUANTILES, in_python=in_python)
+    values: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key in set(admit) | set(start):
+        a, s = admit.get(key) or {}, start.get(key) or {}
+        values[key] = {"admitted": a.get("n", 0),
+                       **{f"admit_p{q}": minutes(a.get(f"p{q}")) for q in (50, 95, 99)},
+                       **{f"start_p{q}": minutes(s.get(f"p{q}")) for q in (50, 95, 99)}}
+    series = percentiles(waited.annotate(b=bucket("approved_at", query.bucket)), wait, [*by, "b"], (0.95,),
+                         in_python=in_python)
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for (*key, at), v in series.items():
+        points[tuple(key)][at] = minutes(v["p95"])
+    columns = {"admitted": ("Requests admitted", "requests")}
+    for q in (50, 95, 99):
+        columns[f"admit_p{q}"] = (f"Approval → admission P{q}", "minutes")
+    for q in (50, 95, 99):
+        columns[f"start_p{q}"] = (f"Admission → running P{q}", "minutes")
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="admit_p95", columns=columns,
+                  note="" if values else "No request approved in the period was admitted.")
+
+
+# ------------------------------------------------------------------------------------------------ success rate
+def scheduling_success(query: Query) -> Result:
+    by = group_fields(query.group_by)
+    target = timedelta(minutes=admit_target_minutes())
+    reached = _approved_in(query).annotate(first=FIRST_ADMISSION).filter(Q(queued_at__isnull=False) | Q(first__isnull=False))
+    in_time = Q(first__isnull=False, first__lte=F("approved_at") + target)
+    agg = {"total": Count("pk"), "ok": Count("pk", filter=in_time)}
+    values = {tuple(r[b] for b in by): {"queued": r["total"], "admitted_in_time": r["ok"], "rate": ratio(r["ok"], r["total"])}
+              for r in reached.order_by().values(*by).annotate(**agg)}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in reached.annotate(b=bucket("approved_at", query.bucket)).order_by().values(*by, "b").annotate(**agg):
+        points[tuple(r[b] for b in by)][r["b"]] = ratio(r["ok"], r["total"])
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points), chart_value="rate",
+                  columns={"queued": ("Approved and queued", "requests"),
+                           "admitted_in_time": (f"Admitted within {admit_target_minutes()} min", "requests"),
+                           "rate": ("Success rate", "%")},
+                  note="" if values else "No request approved in the period reached the queue: the rate is not defined.")
+
+
+# ------------------------------------------------------------------------------------------------ pending now
+def pending_now(query: Query) -> Result:
+    """The table is now (requests waiting for admission); the chart is the sampled history of the period."""
+    by = group_fields(query.group_by)
+    now = timezone.now()
+    waiting = narrow(WorkloadRequest.objects.filter(WAITING), query)
+    values = {}
+    for r in waiting.order_by().values(*by).annotate(n=Count("pk"), demand=Sum(F("gpus") * F("replicas")),
+                                                      oldest=Min(Coalesce("queued_at", "approved_at"))):
+        oldest = r["oldest"]
+        values[tuple(r[b] for b in by)] = {
+            "pending": r["n"], "demand": r["demand"] or 0,
+            "oldest_minutes": minutes((now - oldest).total_seconds()) if oldest else None}
+    samples = narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in (samples.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
+              .annotate(total=Sum("pending_count"), slots=Count("at", distinct=True))):
+        points[tuple(r[b] for b in by)][r["b"]] = round(r["total"] / r["slots"], 2) if r["slots"] else None
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="pending",
+                  columns={"pending": ("Waiting now", "requests"), "demand": ("Demand waiting", "GPUs"),
+                           "oldest_minutes": ("Oldest waiting for", "minutes")},
+                  note="The table is now; the chart is the average number waiting per 5-minute sample.")
+
+
+# ------------------------------------------------------------------------------------------------ preemptions
+# The eviction's reason, from the timeline message the status follower wrote ("Preempted: <Kueue's message>",
+# "Volcano restarts the gang: ..."). Preemptions: another workload took the capacity; evictions: anything else.
+REASONS = (
+    ("cohort_reclaim", "Preemption: reclaimed within the cohort", "reclamation within the cohort"),
+    ("queue_priority", "Preemption: priority in the ClusterQueue", "prioritization in the ClusterQueue"),
+    ("cohort_priority", "Preemption: priority or fair sharing in the cohort", "in the cohort"),
+    ("preempted_other", "Preemption: other", "Preempted to accommodate"),
+    ("gang_restart", "Eviction: Volcano restarted the gang", "Volcano restarts the gang"),
+    ("pods_ready", "Eviction: pods not ready in time", "PodsReady"),
+    ("stopped", "Eviction: queue stopped or workload deactivated", "stopped"),
+)
+PREEMPTIONS = ("cohort_reclaim", "queue_priority", "cohort_priority", "preempted_other")
+
+
+def preemptions(query: Query) -> Result:
+    paths = {name: f"request__{path}" for name, path in PATHS.items()}
+    by = group_fields(query.group_by, paths)
+    events = narrow(RequestEvent.objects.filter(to_state=S.PREEMPTED, at__gte=query.start, at__lt=query.end), query,
+                    paths, project="request__project")
+    reason = Case(*[When(message__icontains=needle, then=Value(key)) for key, _, needle in REASONS]
+                  + [When(message__icontains="deactivated", then=Value("stopped"))],
+                  default=Value("other"), output_field=CharField())
+    values: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in events.annotate(reason=reason).order_by().values(*by, "reason").annotate(n=Count("pk")):
+        key = tuple(r[b] for b in by)
+        row = values.setdefault(key, {"total": 0, "preemptions": 0, "evictions": 0,
+                                      **{k: 0 for k, _, _ in REASONS}, "other": 0})
+        row[r["reason"]] += r["n"]
+        row["total"] += r["n"]
+        row["preemptions" if r["reason"] in PREEMPTIONS else "evictions"] += r["n"]
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in events.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b").annotate(n=Count("pk")):
+        points[tuple(r[b] for b in by)][r["b"]] = r["n"]
+    columns = {"total": ("Preemptions and evictions", "count"), "preemptions": ("Preemptions", "count"),
+               "evictions": ("Evictions", "count"), **{k: (title, "count") for k, title, _ in REASONS},
+               "other": ("Eviction: other", "count")}
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="total", columns=columns)
+
+
+# ------------------------------------------------------------------------------------------------ gangs
+def volcano_flavor_ids() -> list[int]:
+    """Flavors whose capacity Volcano hands out (architecture E's offline whole GPUs): training there is a gang."""
+    volcano = [a for a in architectures.choices() if architectures.get(a[0]).volcano_pool]
+    letters = [letter for letter, _ in volcano]
+    return [f.pk for f in Flavor.objects.filter(cluster__architecture__in=letters).select_related("cluster")
+            if volcano_owned(f.cluster, f)]
+
+
+def gang_start(query: Query, *, in_python: bool | None = None) -> Result:
+    from .common import Seconds
+
+    by = group_fields(query.group_by)
+    gangs = _approved_in(query).filter(template__kind="training", flavor_id__in=volcano_flavor_ids(),
+                                       queued_at__isnull=False)
+    agg = {"total": Count("pk"), "ok": Count("pk", filter=Q(started_at__isnull=False))}
+    counts = {tuple(r[b] for b in by): r for r in gangs.order_by().values(*by).annotate(**agg)}
+    assembled = gangs.filter(admitted_at__isnull=False, admitted_at__gte=F("queued_at"))
+    times = percentiles(assembled, Seconds("admitted_at", "queued_at"), by, (0.5, 0.95), in_python=in_python)
+    values = {key: {"gangs": r["total"], "started": r["ok"], "success": ratio(r["ok"], r["total"]),
+                    "assemble_p50": minutes((times.get(key) or {}).get("p50")),
+                    "assemble_p95": minutes((times.get(key) or {}).get("p95"))} for key, r in counts.items()}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in gangs.annotate(b=bucket("approved_at", query.bucket)).order_by().values(*by, "b").annotate(**agg):
+        points[tuple(r[b] for b in by)][r["b"]] = ratio(r["ok"], r["total"])
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="success",
+                  columns={"gangs": ("Gangs queued", "jobs"), "started": ("Reached running", "jobs"),
+                           "success": ("Gang start success", "%"), "assemble_p50": ("Time to assemble P50", "minutes"),
+                           "assemble_p95": ("Time to assemble P95", "minutes")},
+                  note="" if values else "No Volcano gang (training under architecture E) was approved in the period.")
+
+
+register(Metric("queue-wait", "scheduling", "Queue wait",
+                "Minutes from approval to first admission, and from admission to running (P50/P95/P99), of requests "
+                "approved in the period; a preempted and requeued request counts once.", queue_wait))
+register(Metric("scheduling-success", "scheduling", "Scheduling success rate",
+                "Share of requests approved in the period and queued that were admitted within "
+                "INSIGHTS_ADMIT_TARGET_MINUTES (default 10) of their approval.", scheduling_success))
+register(Metric("pending-now", "scheduling", "Pending now",
+                "Requests waiting for admission now, their GPUs and how long the oldest has waited; the chart is the "
+                "average waiting per sample.", pending_now))
+register(Metric("preemptions", "scheduling", "Preemptions and evictions",
+                "Times a running or admitted request lost its admission in the period, by reason.", preemptions))
+register(Metric("gang-start", "scheduling", "Gang start",
+                "Volcano training gangs (architecture E) approved in the period: share that reached running, and "
+                "minutes from queued to the whole gang scheduled (P50/P95).", gang_start))
