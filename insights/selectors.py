@@ -66,14 +66,19 @@ def period_problems(start: datetime, end: datetime, bucket: str = "day") -> dict
     return {}
 
 
-def metrics_for(*, family: str | None = None) -> list[Metric]:
-    """Every registered metric, by family then key (the order of the pages, the API and the report)."""
-    found = [m for m in METRICS.values() if family is None or m.family == family]
+def metrics_for(*, family: str | None = None, ops_only: bool = True) -> list[Metric]:
+    """Every registered metric, by family then key (the order of the pages, the API and the report).
+
+    ``ops_only=False``: without the cluster-wide ones (``Metric.ops_only``): what a tenant's pages, its report, its
+    digest and a tenant admin's API list. Every surface asks here, so they agree."""
+    found = [m for m in METRICS.values() if (family is None or m.family == family) and (ops_only or not m.ops_only)]
     return sorted(found, key=lambda m: (m.family, m.key))
 
 
-def metric_get(key: str) -> Metric | None:
-    return METRICS.get(key)
+def metric_get(key: str, *, ops_only: bool = True) -> Metric | None:
+    """The metric ``key``; ``None`` for an unknown one, and with ``ops_only=False`` for a cluster-wide one."""
+    metric = METRICS.get(key)
+    return metric if metric is not None and (ops_only or not metric.ops_only) else None
 
 
 def metric_tenants_for(*, actor: Actor) -> QuerySet[Tenant]:

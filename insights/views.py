@@ -37,6 +37,8 @@ class _Where:
         self.tenant = tenant
         self.tenants = None if tenant is None else [tenant]
         self.default_group = "tenant" if tenant is None else "project"
+        # A tenant's pages leave out the cluster-wide metrics (every tenant's pools), even for ops looking there.
+        self.ops_only = tenant is None
 
     def url(self, name: str, *args: Any) -> str:
         if self.tenant is None:
@@ -79,7 +81,7 @@ def _overview(request: HttpRequest, where: _Where) -> HttpResponse:
         return page(request, "insights/overview.html", context, status=400)
     filters = form.filters(tenant=where.tenant)
     keep = request.GET.urlencode()
-    metrics = selectors.metrics_for()
+    metrics = selectors.metrics_for(ops_only=where.ops_only)
     names = FAMILIES + sorted({m.family for m in metrics} - set(FAMILIES))
     for family in names:
         items = []
@@ -95,9 +97,9 @@ def _overview(request: HttpRequest, where: _Where) -> HttpResponse:
 
 
 def _detail(request: HttpRequest, where: _Where, key: str) -> HttpResponse:
-    metric = selectors.metric_get(key)
+    metric = selectors.metric_get(key, ops_only=where.ops_only)
     if metric is None:
-        raise Http404("No such metric.")
+        raise Http404("No such metric (cluster-wide metrics are on the platform's metrics page only).")
     form = _form(request, where)
     context: dict[str, Any] = where.context() | {"form": form, "metric": metric}
     ok = form.is_valid()
@@ -127,7 +129,7 @@ def _report(request: HttpRequest, where: _Where) -> HttpResponse:
     if not form.is_valid():
         return page(request, "insights/report.html", context, status=400)
     filters = form.filters(tenant=where.tenant)
-    sections = reports.sections_of(selectors.metrics_for(), lambda m: _query(where, filters, m))
+    sections = reports.sections_of(selectors.metrics_for(ops_only=where.ops_only), lambda m: _query(where, filters, m))
     seeded = selectors.seeded_in(_query(where, filters))
     if request.GET.get("format") == "csv":
         response = HttpResponse(reports.csv_of(sections, start=filters.start, end=filters.end, seeded=seeded),
