@@ -24,6 +24,7 @@ from . import policy
 from .models import PoolSample, QueueSample
 from .registry import METRICS, Metric, Query
 
+FAMILIES = ("scheduling", "fairness", "efficiency", "cost")
 DEFAULT_DAYS = 7
 PRESETS = (7, 30, 90)
 MAX_DAYS = 400
@@ -72,7 +73,9 @@ def metrics_for(*, family: str | None = None, ops_only: bool = True) -> list[Met
     ``ops_only=False``: without the cluster-wide ones (``Metric.ops_only``): what a tenant's pages, its report, its
     digest and a tenant admin's API list. Every surface asks here, so they agree."""
     found = [m for m in METRICS.values() if (family is None or m.family == family) and (ops_only or not m.ops_only)]
-    return sorted(found, key=lambda m: (m.family, m.key))
+    order = {name: i for i, name in enumerate(FAMILIES)}
+    # By family, then in the order the family registers them (its own reading order: queue wait first).
+    return sorted(found, key=lambda m: (order.get(m.family, len(FAMILIES)), m.family))
 
 
 def metric_get(key: str, *, ops_only: bool = True) -> Metric | None:

@@ -63,10 +63,11 @@ def _tenant(request: HttpRequest, slug: str) -> _Where:
     return _Where(actor, tenant)
 
 
-def _form(request: HttpRequest, where: _Where) -> MetricFilterForm:
+def _form(request: HttpRequest, where: _Where, metric: Metric | None = None) -> MetricFilterForm:
+    # A metric's page defaults to a breakdown it has (the pool metrics: cluster).
+    default_group = selectors.group_for(metric, where.default_group) if metric else where.default_group
     return MetricFilterForm(request.GET,  # always bound: no parameters = the defaults
-                            actor=where.actor, tenants=where.tenants,
-                            default_group=where.default_group)
+                            actor=where.actor, tenants=where.tenants, default_group=default_group)
 
 
 def _query(where: _Where, filters: selectors.Filters, metric: Metric | None = None):
@@ -100,7 +101,7 @@ def _detail(request: HttpRequest, where: _Where, key: str) -> HttpResponse:
     metric = selectors.metric_get(key, ops_only=where.ops_only)
     if metric is None:
         raise Http404("No such metric (cluster-wide metrics are on the platform's metrics page only).")
-    form = _form(request, where)
+    form = _form(request, where, metric)
     context: dict[str, Any] = where.context() | {"form": form, "metric": metric}
     ok = form.is_valid()
     if ok and form.cleaned_data.get("group_by") and form.cleaned_data["group_by"] not in metric.groups:

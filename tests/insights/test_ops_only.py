@@ -79,3 +79,23 @@ def test_the_digest_leaves_them_out(cast) -> None:
         assert metric.title not in body
     for metric in tenant_metrics():
         assert f"- {metric.title}:" in body
+
+
+def test_headlines_are_readable() -> None:
+    """Large figures lose their decimals and gain separators; one request is singular; counts go without a unit."""
+    from decimal import Decimal
+
+    from insights.presentation import headline
+    from insights.registry import Result, Row
+
+    def one(*values, unit: str) -> str:
+        rows = [Row(group=f"g{i}", group_id=i, values={"v": v}) for i, v in enumerate(values)]
+        return headline(Result(rows=rows, chart_value="v", columns={"v": ("V", unit)}))
+
+    assert one(326.53, 1484.62, unit="minutes") == "327 – 1,485 minutes across 2 groups"
+    assert one(71.583, 12.25, unit="GPU-hours") == "12.3 – 71.6 GPU-hours across 2 groups"
+    assert one(Decimal("3.91"), unit="EUR") == "3.91 EUR"
+    assert one(0.525, unit="x") == "0.525 x"
+    assert one(1, unit="requests") == "1 request"
+    assert one(3, 7, unit="count") == "3 – 7 across 2 groups"
+    assert one(None, unit="%") == "—"
