@@ -6,6 +6,7 @@ drawn by ``static/js/charts.js`` from JSON the page embeds (no inline script), a
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -136,8 +137,9 @@ def _report(request: HttpRequest, where: _Where) -> HttpResponse:
         response = HttpResponse(reports.csv_of(sections, start=filters.start, end=filters.end, seeded=seeded),
                                 content_type="text/csv; charset=utf-8")
         name = f"{where.tenant.slug}-" if where.tenant else ""
+        last = filters.end - timedelta(days=1)  # the last day included, as the page names the period
         response["Content-Disposition"] = (f'attachment; filename="metrics-{name}{filters.start:%Y%m%d}-'
-                                           f'{filters.end:%Y%m%d}.csv"')
+                                           f'{last:%Y%m%d}.csv"')
         return response
     query = request.GET.copy()
     query["format"] = "csv"
