@@ -1,4 +1,4 @@
-"""The demo's history: three weeks of past requests, hourly queue and pool samples, and their metered usage, so
+"""The demo's history: three weeks of past requests, 5-minute queue and pool samples, and their metered usage, so
 the metric pages, the cost charts and ``/metrics`` have something to show the moment ``make run`` starts.
 
 ``seed_insights_demo()`` runs last in ``manage.py seed_demo`` (after the tenants, the sandbox cluster's flavors and
@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -39,6 +39,7 @@ from tenants.models import Membership, Role
 from workloads.models import Priority, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
 
 from .models import PoolSample, QueueSample
+from .samples import profile_memory_gib
 
 log = logging.getLogger(__name__)
 S = RequestState
@@ -75,9 +76,11 @@ def _gpu_quotas(cluster: Cluster) -> list[Quota]:
 
 
 def _contention(rng: random.Random, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
-    """Two to three windows of 5-10 hours in which the queue gets only part of its nominal quota."""
-    out = []
-    for _ in range(rng.randint(2, 3)):
+    """Two to three windows of 5-10 hours in which the queue gets only part of its nominal quota; the first one
+    falls in the last week (before today, UTC), so the pages' default period (the last 7 whole days) shows it."""
+    first = end - timedelta(hours=rng.randint(36, 110))
+    out = [(first, first + timedelta(hours=rng.randint(5, 10)))]
+    for _ in range(rng.randint(1, 2)):
         at = start + timedelta(hours=rng.randint(24, HISTORY_DAYS * 24 - 24))
         out.append((at, at + timedelta(hours=rng.randint(5, 10))))
     return out
@@ -193,8 +196,11 @@ def _seed_requests(cluster: Cluster, streams: list[Stream], now: datetime) -> li
                 duration_hours=max(1, int(run["hours"] + 1)), priority=Priority.BATCH, state=run["final"],
                 state_reason=reason, requested_by=run["member"], idempotency_key=f"{IDEMPOTENCY_PREFIX}{n}",
                 created_at=run["submitted"], approved_at=run["approved"], queued_at=run["approved"] + timedelta(seconds=3),
+                # The current run's admission (after a preemption, the requeued one) and the first one since the
+                # approval, as the status follower stamps them (docs/insights.md, "Admission times").
                 admitted_at=run["preempted"][2] if run["preempted"] else run["admitted"],
-                started_at=run["admitted"] + timedelta(seconds=45), finished_at=run["finished"], seeded=True,
+                first_admitted_at=run["admitted"],
+                started_at=(run["preempted"][2] if run["preempted"] else run["admitted"]) + timedelta(seconds=45), finished_at=run["finished"], seeded=True,
             ))
             plan.append(run)
     with _past_timestamps(WorkloadRequest._meta.get_field("created_at")):
@@ -246,70 +252,113 @@ def _seed_usage(cluster: Cluster, made: list[WorkloadRequest], plan: list[dict[s
     UsageInterval.objects.bulk_create(intervals, batch_size=1000, ignore_conflicts=True)
 
 
-def _held(runs: list[dict[str, Any]], at: datetime) -> tuple[int, int, int, int]:
-    """(admitted, pending, pending count, idle notebook GPUs) of one queue at one instant."""
-    admitted = pending = count = idle = 0
+SLOT = timedelta(minutes=5)  # what the sampler writes: one sample per 5-minute slot (insights/samples.py)
+
+
+def _slot_range(t0: datetime, n: int, a: datetime, b: datetime) -> range:
+    """The slots i (instant ``t0 + i * SLOT``) with ``a <= instant < b``."""
+    def index(t: datetime) -> int:
+        return max(0, min(n, -int(-(t - t0) // SLOT)))  # ceil
+    return range(index(a), index(b))
+
+
+def _queue_series(runs: list[dict[str, Any]], t0: datetime, n: int) -> dict[str, list[int]]:
+    """Per slot of one queue: admitted GPUs, pending GPUs, pending count, the smallest waiting request and the idle
+    notebook GPUs, as the sampler would have read them (waiting: approved, not admitted yet or preempted)."""
+    out = {name: [0] * n for name in ("admitted", "pending", "count", "smallest", "idle")}
+    admitted, pending, count, smallest, idle = (out[k] for k in ("admitted", "pending", "count", "smallest", "idle"))
     for run in runs:
-        if run["approved"] <= at < run["finished"]:
-            start, pre = run["admitted"], run["preempted"]
-            waiting = at < start or (pre is not None and pre[1] <= at < pre[2])
-            if waiting:
-                pending += run["gpus"]
-                count += 1
-            else:
-                admitted += run["gpus"]
-                if run["kind"] == "notebook" and (at - start).total_seconds() % 7200 > 3600:
-                    idle += run["gpus"]  # notebooks sit idle about half of the time
-    return admitted, pending, count, idle
+        pre, gpus = run["preempted"], run["gpus"]
+        held = ([(run["admitted"], pre[1]), (pre[2], run["finished"])] if pre else [(run["admitted"], run["finished"])])
+        waits = [(run["approved"], run["admitted"])] + ([(pre[1], pre[2])] if pre else [])
+        for a, b in held:
+            for i in _slot_range(t0, n, a, b):
+                admitted[i] += gpus
+                # notebooks sit idle past their timeout about half of the time
+                if run["kind"] == "notebook" and ((t0 + i * SLOT) - a).total_seconds() % 7200 > 3600:
+                    idle[i] += gpus
+        for a, b in waits:
+            for i in _slot_range(t0, n, a, b):
+                pending[i] += gpus
+                count[i] += 1
+                smallest[i] = gpus if not smallest[i] else min(smallest[i], gpus)
+    return out
 
 
 def _seed_samples(cluster: Cluster, streams: list[Stream], start: datetime, end: datetime, rng: random.Random) -> int:
+    """5-minute queue and pool samples over the history, with every field the metrics read (the sampler's rules:
+    pending and its smallest request, borrowed beyond nominal, promised quota, the overcommit setting)."""
     capacity = capacity_by_flavor(cluster)
     tenant_nominal: dict[int, Decimal] = {}
-    for q in Quota.objects.filter(flavor__cluster=cluster, project__isnull=True).select_related("flavor"):
+    promised: dict[int, Decimal] = {}
+    for q in Quota.objects.filter(flavor__cluster=cluster).select_related("flavor"):
         if q.resource == q.flavor.primary_resource:
-            tenant_nominal[q.flavor_id] = tenant_nominal.get(q.flavor_id, Decimal(0)) + q.nominal
+            into = promised if q.project_id else tenant_nominal
+            into[q.flavor_id] = into.get(q.flavor_id, Decimal(0)) + q.nominal
     flavors = {s.quota.flavor_id: s.quota.flavor for s in streams}
     mig_windows = {fid: _contention(rng, start, end) for fid, f in flavors.items() if f.kind == Flavor.Kind.MIG}
-    queue_rows: list[QueueSample] = []
-    pool_rows: list[PoolSample] = []
-    at = start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    while at < end:
+    t0 = start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    n = max(0, int((end - t0) // SLOT))
+    series = [_queue_series(s.runs, t0, n) for s in streams]
+    queue_rows: list[tuple[Any, ...]] = []
+    pool_rows: list[tuple[Any, ...]] = []
+    overcommit = cluster.overcommit_percent
+    for i in range(n):
+        at = t0 + i * SLOT
+        stamp = connection.ops.adapt_datetimefield_value(at)
         pools: dict[int, list[int]] = {}
-        for s in streams:
-            admitted, pending, count, idle = _held(s.runs, at)
-            q = s.quota
-            queue_rows.append(QueueSample(
-                at=at, cluster=cluster, tenant_id=q.tenant_id, project_id=q.project_id, flavor_id=q.flavor_id,
-                nominal=q.nominal, borrowing_limit=q.borrowing_limit, admitted=Decimal(admitted),
-                borrowed=Decimal(max(0, admitted - int(q.nominal))), pending=Decimal(pending), pending_count=count,
-                seeded=True,
-            ))
+        for s, v in zip(streams, series, strict=True):
+            q, admitted = s.quota, v["admitted"][i]
+            queue_rows.append((stamp, cluster.pk, q.tenant_id, q.project_id, q.flavor_id, q.nominal, q.borrowing_limit,
+                               admitted, max(0, admitted - int(q.nominal)), v["pending"][i], v["count"][i],
+                               v["smallest"][i], True))
             pool = pools.setdefault(q.flavor_id, [0, 0, 0])
             pool[0] += admitted
-            pool[1] += pending
-            pool[2] += idle
+            pool[1] += v["pending"][i]
+            pool[2] += v["idle"][i]
         for fid, (allocated, pending, idle) in pools.items():
             flavor = flavors[fid]
             cap = capacity.get((fid, flavor.primary_resource)) or tenant_nominal.get(fid) or Decimal(max(allocated, 1))
             cap = max(cap, Decimal(allocated))
-            per_unit = Decimal(flavor.mig_profile.split("g.")[-1].rstrip("gb") or 0) if flavor.mig_profile else Decimal(80)
+            per_unit = profile_memory_gib(flavor.mig_profile) if flavor.mig_profile else Decimal(80)
             free = (cap - allocated) * per_unit
-            mismatch = Decimal(0)
+            mismatch = 0
             if fid in mig_windows and any(a <= at < b for a, b in mig_windows[fid]):
                 # Slices of another shape are free: enough memory in all, but not one slice of this profile.
                 pending = max(pending, 2)
-                mismatch = Decimal(pending)
+                mismatch = pending
                 free = max(free, per_unit * 3)
-            pool_rows.append(PoolSample(
-                at=at, cluster=cluster, flavor_id=fid, capacity=cap, allocated=Decimal(allocated),
-                idle_allocated=Decimal(idle), pending=Decimal(pending), shape_mismatch=mismatch, free_memory_gib=free,
-                seeded=True,
-            ))
-        at += timedelta(hours=1)
-    QueueSample.objects.bulk_create(queue_rows, batch_size=2000)
-    PoolSample.objects.bulk_create(pool_rows, batch_size=2000)
+            pool_rows.append((stamp, cluster.pk, fid, cap, allocated, idle, pending, mismatch, free,
+                              promised.get(fid, Decimal(0)), overcommit, True))
+    _insert(QueueSample, QUEUE_COLUMNS, queue_rows)
+    _insert(PoolSample, POOL_COLUMNS, pool_rows)
     return len(queue_rows) + len(pool_rows)
+
+
+QUEUE_COLUMNS = ("at", "cluster_id", "tenant_id", "project_id", "flavor_id", "nominal", "borrowing_limit", "admitted",
+                 "borrowed", "pending", "pending_count", "pending_smallest", "seeded")
+POOL_COLUMNS = ("at", "cluster_id", "flavor_id", "capacity", "allocated", "idle_allocated", "pending", "shape_mismatch",
+                "free_memory_gib", "promised", "overcommit_percent", "seeded")
+
+
+def _insert(model: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    """Tens of thousands of sample rows as plain tuples (instants already adapted, numbers the database takes as
+    they are): ``bulk_create`` would spend seconds building a model object and preparing each field of every row.
+    PostgreSQL: one ``COPY``; elsewhere many rows per ``INSERT`` (one statement per row costs a round trip each)."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    names = ", ".join(connection.ops.quote_name(model._meta.get_field(c.removesuffix("_id")).column) for c in columns)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
+    one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    batch = max(1, min(2000, (connection.features.max_query_params or 65535) // len(columns)))
+    with connection.cursor() as cursor:
+        for i in range(0, len(rows), batch):
+            chunk = rows[i:i + batch]
+            cursor.execute(f"INSERT INTO {table} ({names}) VALUES {', '.join([one] * len(chunk))}",
+                           [value for row in chunk for value in row])
 
 
 def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = None) -> dict[str, Any]:

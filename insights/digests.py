@@ -52,7 +52,7 @@ def digest_of(tenant: Tenant, week: date) -> tuple[str, str]:
     start = datetime(week.year, week.month, week.day, tzinfo=UTC)
     filters = selectors.Filters(start=start, end=start + timedelta(days=7), group_by="project")
     system = Actor.system()
-    sections = reports.sections_of(selectors.metrics_for(), lambda m: selectors.query_for(
+    sections = reports.sections_of(selectors.metrics_for(ops_only=False), lambda m: selectors.query_for(
         actor=system, filters=filters, tenants=[tenant], group_by=selectors.group_for(m, "project")))
     lines = [f"Metrics of {tenant.name} for the week of {week:%d %B %Y} (UTC):", ""]
     for s in sections:

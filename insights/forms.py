@@ -39,7 +39,16 @@ class MetricFilterForm(forms.Form):
     project = ProjectChoiceField(queryset=Project.objects.none(), to_field_name="slug", required=False)
 
     def __init__(self, data: Any, *, actor: Any, tenants: list[Tenant] | None, default_group: str = "tenant") -> None:
-        """``tenants``: the tenants in view (``None``: all, ops); one tenant hides the tenant filter."""
+        """``tenants``: the tenants in view (``None``: all, ops); one tenant hides the tenant filter.
+
+        What the query leaves out is filled with the defaults it stands for (the last 7 days, the page's breakdown,
+        daily buckets), so the form shows what the page computed rather than each list's first choice."""
+        data = data.copy()
+        if not any(data.get(name) for name in ("preset", "start", "end")):
+            data["preset"] = str(selectors.DEFAULT_DAYS)
+        for name, default in (("group_by", default_group), ("bucket", "day")):
+            if not data.get(name):
+                data[name] = default
         super().__init__(data)
         self.default_group = default_group
         self.fields["cluster"].queryset = selectors.metric_clusters_for(actor=actor)

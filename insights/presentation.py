@@ -56,6 +56,25 @@ def unit_of(result: Result, column: str | None = None) -> str:
     return result.columns.get(column, ("", ""))[1] if column else ""
 
 
+def figure(value: Decimal) -> str:
+    """A headline number, readable at a glance: thousands separated, and fewer decimals the larger it is
+    (1,485 · 326 · 71.8 · 3.91 · 0.525); the table keeps the exact cell."""
+    size = abs(value)
+    if size >= 100 or value == value.to_integral_value():
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if size >= 10 else cell(value)
+
+
+# A headline's unit after the figure 1 ("1 request"); "count" goes without saying.
+SINGULAR = {"requests": "request", "jobs": "job", "GPUs": "GPU", "minutes": "minute", "hours": "hour"}
+
+
+def _with_unit(text: str, unit: str, value: Decimal) -> str:
+    if not unit or unit == "count":
+        return text
+    return f"{text} {SINGULAR.get(unit, unit) if value == 1 else unit}"
+
+
 def headline(result: Result) -> str:
     """One figure for the overview and the digest, from the chart's column: the value when there is one row,
     the lowest and highest otherwise ("12 – 40"), ``—`` when nothing is defined."""
@@ -63,12 +82,12 @@ def headline(result: Result) -> str:
     values = [r.values.get(column) for r in result.rows]
     defined = sorted(Decimal(str(v)) for v in values if v is not None)
     unit = unit_of(result, column)
-    suffix = f" {unit}" if unit else ""
     if not defined:
         return NOT_DEFINED
     if len(defined) == 1 or defined[0] == defined[-1]:
-        return f"{cell(defined[0])}{suffix}"
-    return f"{cell(defined[0])} – {cell(defined[-1])}{suffix} across {len(defined)} groups"
+        return _with_unit(figure(defined[0]), unit, defined[0])
+    low, high = defined[0], defined[-1]
+    return f"{_with_unit(f'{figure(low)} – {figure(high)}', unit, high)} across {len(defined)} groups"
 
 
 def _label(at: datetime, bucket: str) -> str:

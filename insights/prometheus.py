@@ -6,9 +6,10 @@ restart loses nothing. Five aggregate queries per scrape, each grouped in the da
 (``seeded=True``) is left out: these are the live system's numbers.
 
 The queue wait (approval to admission) is a histogram over every request the cluster has admitted, computed as
-counts per bucket in one query: it only grows (a request's wait is counted once it has ``admitted_at``), as a
-Prometheus histogram must, so ``rate()`` and ``histogram_quantile()`` work on it. A request admitted again after a
-preemption counts with its latest admission.
+counts per bucket in one query: it only grows, as a Prometheus histogram must, so ``rate()`` and
+``histogram_quantile()`` work on it. A request's wait is counted once, from its first admission
+(``first_admitted_at``, kept across preemptions; ``admitted_at`` for rows that have only that): a preempted and
+requeued request neither drops out while it waits again nor moves to another bucket when it is admitted again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -37,11 +39,12 @@ def _num(value: object) -> float:
 def queue_wait_rows() -> list[dict]:
     """Per cluster and flavor: how many admitted requests waited at most each bucket's seconds, how many in all,
     and the waits' sum. One query; the same on PostgreSQL and SQLite (datetime arithmetic is Django's)."""
-    wait = ExpressionWrapper(F("admitted_at") - F("approved_at"), output_field=DurationField())
-    buckets = {f"le_{i}": Count("pk", filter=Q(admitted_at__lte=F("approved_at") + timedelta(seconds=b)))
+    wait = ExpressionWrapper(F("first") - F("approved_at"), output_field=DurationField())
+    buckets = {f"le_{i}": Count("pk", filter=Q(first__lte=F("approved_at") + timedelta(seconds=b)))
                for i, b in enumerate(QUEUE_WAIT_BUCKETS)}
     return list(
-        WorkloadRequest.objects.filter(seeded=False, admitted_at__isnull=False, approved_at__isnull=False)
+        WorkloadRequest.objects.filter(seeded=False, approved_at__isnull=False)
+        .annotate(first=Coalesce("first_admitted_at", "admitted_at")).filter(first__isnull=False)
         .values("cluster__name", "flavor__name")
         .annotate(total=Count("pk"), wait_sum=Sum(wait), **buckets)
         .order_by("cluster__name", "flavor__name")
@@ -50,8 +53,8 @@ def queue_wait_rows() -> list[dict]:
 
 def queue_wait_metric() -> HistogramMetricFamily:
     family = HistogramMetricFamily(
-        "gpuportal_queue_wait_seconds", "Time from approval to the cluster's admission of requests, by cluster and "
-        "flavor (every admitted request; seeded demo history left out).", labels=["cluster", "flavor"])
+        "gpuportal_queue_wait_seconds", "Time from approval to the cluster's first admission of requests, by "
+        "cluster and flavor (every admitted request once; seeded demo history left out).", labels=["cluster", "flavor"])
     for row in queue_wait_rows():
         buckets = [(str(float(b)), row[f"le_{i}"]) for i, b in enumerate(QUEUE_WAIT_BUCKETS)]
         buckets.append(("+Inf", row["total"]))

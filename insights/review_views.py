@@ -49,6 +49,7 @@ def ops_architecture_review(request: HttpRequest) -> HttpResponse:
     snapshot = review_snapshot_for(actor=actor, mig_changes_url=mig_changes_url(actor))
     return page(request, "insights/architecture_review.html", {
         "tab": "architecture-review", "snapshot": snapshot, "answers": review(snapshot), "tenant": None,
+        "ops_capacity_section": True,  # base.html: the cluster side is under "Capacity"
     })
 
 

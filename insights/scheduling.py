@@ -189,7 +189,7 @@ def gang_start(query: Query, *, in_python: bool | None = None) -> Result:
                   columns={"gangs": ("Gangs queued", "jobs"), "started": ("Reached running", "jobs"),
                            "success": ("Gang start success", "%"), "assemble_p50": ("Time to assemble P50", "minutes"),
                            "assemble_p95": ("Time to assemble P95", "minutes")},
-                  note="" if values else "No Volcano gang (training under architecture E) was approved in the period.")
+                  note="" if values else "No Volcano gang (training under architecture E) was approved in the period." + ("" if volcano_flavor_ids() else " No cluster runs architecture E now, so there are no gangs to measure."))
 
 
 register(Metric("queue-wait", "scheduling", "Queue wait",

@@ -24,6 +24,7 @@ from . import policy
 from .models import PoolSample, QueueSample
 from .registry import METRICS, Metric, Query
 
+FAMILIES = ("scheduling", "fairness", "efficiency", "cost")
 DEFAULT_DAYS = 7
 PRESETS = (7, 30, 90)
 MAX_DAYS = 400
@@ -66,14 +67,21 @@ def period_problems(start: datetime, end: datetime, bucket: str = "day") -> dict
     return {}
 
 
-def metrics_for(*, family: str | None = None) -> list[Metric]:
-    """Every registered metric, by family then key (the order of the pages, the API and the report)."""
-    found = [m for m in METRICS.values() if family is None or m.family == family]
-    return sorted(found, key=lambda m: (m.family, m.key))
+def metrics_for(*, family: str | None = None, ops_only: bool = True) -> list[Metric]:
+    """Every registered metric, by family then key (the order of the pages, the API and the report).
+
+    ``ops_only=False``: without the cluster-wide ones (``Metric.ops_only``): what a tenant's pages, its report, its
+    digest and a tenant admin's API list. Every surface asks here, so they agree."""
+    found = [m for m in METRICS.values() if (family is None or m.family == family) and (ops_only or not m.ops_only)]
+    order = {name: i for i, name in enumerate(FAMILIES)}
+    # By family, then in the order the family registers them (its own reading order: queue wait first).
+    return sorted(found, key=lambda m: (order.get(m.family, len(FAMILIES)), m.family))
 
 
-def metric_get(key: str) -> Metric | None:
-    return METRICS.get(key)
+def metric_get(key: str, *, ops_only: bool = True) -> Metric | None:
+    """The metric ``key``; ``None`` for an unknown one, and with ``ops_only=False`` for a cluster-wide one."""
+    metric = METRICS.get(key)
+    return metric if metric is not None and (ops_only or not metric.ops_only) else None
 
 
 def metric_tenants_for(*, actor: Actor) -> QuerySet[Tenant]:

@@ -6,6 +6,7 @@ drawn by ``static/js/charts.js`` from JSON the page embeds (no inline script), a
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -37,6 +38,8 @@ class _Where:
         self.tenant = tenant
         self.tenants = None if tenant is None else [tenant]
         self.default_group = "tenant" if tenant is None else "project"
+        # A tenant's pages leave out the cluster-wide metrics (every tenant's pools), even for ops looking there.
+        self.ops_only = tenant is None
 
     def url(self, name: str, *args: Any) -> str:
         if self.tenant is None:
@@ -61,10 +64,11 @@ def _tenant(request: HttpRequest, slug: str) -> _Where:
     return _Where(actor, tenant)
 
 
-def _form(request: HttpRequest, where: _Where) -> MetricFilterForm:
+def _form(request: HttpRequest, where: _Where, metric: Metric | None = None) -> MetricFilterForm:
+    # A metric's page defaults to a breakdown it has (the pool metrics: cluster).
+    default_group = selectors.group_for(metric, where.default_group) if metric else where.default_group
     return MetricFilterForm(request.GET,  # always bound: no parameters = the defaults
-                            actor=where.actor, tenants=where.tenants,
-                            default_group=where.default_group)
+                            actor=where.actor, tenants=where.tenants, default_group=default_group)
 
 
 def _query(where: _Where, filters: selectors.Filters, metric: Metric | None = None):
@@ -79,7 +83,7 @@ def _overview(request: HttpRequest, where: _Where) -> HttpResponse:
         return page(request, "insights/overview.html", context, status=400)
     filters = form.filters(tenant=where.tenant)
     keep = request.GET.urlencode()
-    metrics = selectors.metrics_for()
+    metrics = selectors.metrics_for(ops_only=where.ops_only)
     names = FAMILIES + sorted({m.family for m in metrics} - set(FAMILIES))
     for family in names:
         items = []
@@ -95,10 +99,10 @@ def _overview(request: HttpRequest, where: _Where) -> HttpResponse:
 
 
 def _detail(request: HttpRequest, where: _Where, key: str) -> HttpResponse:
-    metric = selectors.metric_get(key)
+    metric = selectors.metric_get(key, ops_only=where.ops_only)
     if metric is None:
-        raise Http404("No such metric.")
-    form = _form(request, where)
+        raise Http404("No such metric (cluster-wide metrics are on the platform's metrics page only).")
+    form = _form(request, where, metric)
     context: dict[str, Any] = where.context() | {"form": form, "metric": metric}
     ok = form.is_valid()
     if ok and form.cleaned_data.get("group_by") and form.cleaned_data["group_by"] not in metric.groups:
@@ -127,14 +131,15 @@ def _report(request: HttpRequest, where: _Where) -> HttpResponse:
     if not form.is_valid():
         return page(request, "insights/report.html", context, status=400)
     filters = form.filters(tenant=where.tenant)
-    sections = reports.sections_of(selectors.metrics_for(), lambda m: _query(where, filters, m))
+    sections = reports.sections_of(selectors.metrics_for(ops_only=where.ops_only), lambda m: _query(where, filters, m))
     seeded = selectors.seeded_in(_query(where, filters))
     if request.GET.get("format") == "csv":
         response = HttpResponse(reports.csv_of(sections, start=filters.start, end=filters.end, seeded=seeded),
                                 content_type="text/csv; charset=utf-8")
         name = f"{where.tenant.slug}-" if where.tenant else ""
+        last = filters.end - timedelta(days=1)  # the last day included, as the page names the period
         response["Content-Disposition"] = (f'attachment; filename="metrics-{name}{filters.start:%Y%m%d}-'
-                                           f'{filters.end:%Y%m%d}.csv"')
+                                           f'{last:%Y%m%d}.csv"')
         return response
     query = request.GET.copy()
     query["format"] = "csv"

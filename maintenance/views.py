@@ -49,6 +49,7 @@ def mig_change_list(request: HttpRequest) -> HttpResponse:
     actor = _actor(request)
     filterset = filtered(MigChangeFilter, request, selectors.mig_changes_for(actor=actor), labels=LABELS)
     return page(request, "maintenance/list.html", {"tab": "mig-changes", "filterset": filterset,
+                                                   "ops_capacity_section": actor.is_ops,
                                                    "pager": Pager(request, filterset.qs)})
 
 
@@ -75,6 +76,7 @@ def mig_change_new(request: HttpRequest) -> HttpResponse:
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc)
     return page(request, "maintenance/new.html", {"tab": "mig-changes", "form": form, "impact": impact,
+                                                  "ops_capacity_section": actor.is_ops,
                                                   "layouts": form.layouts})
 
 
@@ -84,7 +86,7 @@ def mig_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
     change = _change(actor, pk)
     return page(request, "maintenance/detail.html", {
         "tab": "mig-changes", "change": change, "steps": selectors.mig_change_steps(change), "form": DecisionForm(),
-        "live": change.status in LIVE,
+        "live": change.status in LIVE, "ops_capacity_section": actor.is_ops,  # base.html: under "Capacity"
     })
 
 

@@ -49,8 +49,8 @@ class MetricListView(generics.ListAPIView):
     def get_queryset(self) -> list[Metric]:  # the registry, not a table
         if getattr(self, "swagger_fake_view", False):
             return []
-        _allowed(self.request)
-        return selectors.metrics_for()
+        actor = _allowed(self.request)
+        return selectors.metrics_for(ops_only=policy.may_view_all_metrics(actor))
 
 
 class MetricQuery(StrictSerializerMixin, serializers.Serializer):
@@ -123,8 +123,8 @@ class MetricView(generics.GenericAPIView):
     ])
     def get(self, request: Request, key: str) -> Response:
         actor = _allowed(request)
-        metric = selectors.metric_get(key)
-        if metric is None:
+        metric = selectors.metric_get(key, ops_only=policy.may_view_all_metrics(actor))
+        if metric is None:  # unknown, or cluster-wide (ops only): not one of the caller's metrics
             raise exceptions.NotFound("No such metric.")
         data = {k: v for k, v in request.query_params.items() if k not in PAGING}
         checked = MetricQuery(data=data)

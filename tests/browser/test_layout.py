@@ -104,3 +104,33 @@ def test_laptop_top_menu_is_one_line(signed_in, cast, cat) -> None:
     expect(page.locator("label[for=nav-toggle]")).to_be_hidden()
     assert page.evaluate("document.querySelector('.topbar').getBoundingClientRect().height") < 70
     assert page.evaluate("document.documentElement.scrollWidth") <= 1366
+
+
+# Every ops page with a tab bar: the ops tabs (ops/_tabs.html) and the capacity tabs (quotas/_ops_tabs.html, which
+# also hold MIG changes and the architecture review).
+OPS_TAB_PAGES = ["/ops/tenants/", "/ops/metrics/", "/ops/identity/", "/ops/audit/", "/ops/costs/", "/ops/capacity/",
+                 "/ops/mig-changes/", "/ops/architecture-review/"]
+
+
+@pytest.mark.parametrize("width", [1280, 1366])
+def test_laptop_ops_tabs_are_one_line_with_nothing_hidden(signed_in, cast, cat, width) -> None:
+    page = signed_in("ops", width=width, height=800)
+    for path in OPS_TAB_PAGES:
+        page.goto(path)
+        tabs = page.locator("nav.tabs").first
+        links = tabs.get_by_role("link").all()
+        assert len(links) >= 5, path
+        tops = {round(link.bounding_box()["y"]) for link in links}
+        assert len(tops) == 1, f"{path}: the tabs wrap, at heights {sorted(tops)}"
+        # The bar scrolls sideways when it overflows: at laptop widths no tab may be out of sight.
+        assert tabs.evaluate("nav => nav.scrollWidth <= nav.clientWidth"), f"{path}: tabs hidden to the right"
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+        expect(tabs.locator("[aria-current=page]")).to_have_count(1)
+
+
+def test_phone_ops_tab_pages_do_not_push_the_page_sideways(signed_in, cast, cat) -> None:
+    page = signed_in("ops", **PHONE)
+    for path in OPS_TAB_PAGES:
+        page.goto(path)
+        _menu_is_folded(page)
+        _no_sideways_scroll(page)

@@ -1,5 +1,5 @@
 """``manage.py seed_demo`` writes three weeks of history: past requests in final states with their timelines
-(some preempted and requeued), hourly queue and pool samples (pending work, borrowing, guarantee violations, a MIG
+(some preempted and requeued), 5-minute queue and pool samples (pending work, borrowing, guarantee violations, a MIG
 shape mismatch) and priced usage intervals; all of it marked, fast, and written once however often it runs.
 
 The sandbox is not started here: the seed falls back to the demo profile's flavors (quotas/demo.py)."""
@@ -59,12 +59,22 @@ def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
     steps = list(req.events.order_by("at", "id").values_list("to_state", flat=True))
     assert steps[0] == S.SUBMITTED and steps[-1] == req.state and S.PREEMPTED in steps
 
-    # Hourly samples (not every 5 minutes) with pending periods, borrowing, violations and a MIG shape mismatch.
+    # The first admission is kept across a preemption; the current run's admission is the requeued one.
+    assert not history.filter(first_admitted_at__isnull=True).exists()
+    assert not history.filter(first_admitted_at__gt=F("admitted_at")).exists()
+    assert history.filter(events__to_state=S.PREEMPTED, first_admitted_at__lt=F("admitted_at")).exists()
+    assert not history.filter(started_at__lt=F("admitted_at")).exists()
+
+    # 5-minute samples, like the sampler's, with pending periods, borrowing, violations and a MIG shape mismatch.
     queue = QueueSample.objects.filter(seeded=True)
     assert counts["queue_samples"] == queue.count() and not QueueSample.objects.filter(seeded=False).exists()
-    hours = queue.values("at").distinct().count()
-    assert HISTORY_DAYS * 24 - 2 <= hours <= HISTORY_DAYS * 24 + 1
+    slots = queue.values("at").distinct().count()
+    assert HISTORY_DAYS * 288 - 24 <= slots <= HISTORY_DAYS * 288 + 1
+    assert all(at.timestamp() % 300 == 0 for at in queue.values_list("at", flat=True)[:500])
     assert queue.filter(pending__gt=0).exists()
+    assert not queue.filter(pending_count__gt=0, pending_smallest=0).exists()
+    assert not queue.filter(pending_count=0, pending_smallest__gt=0).exists()
+    assert not PoolSample.objects.filter(seeded=True, promised=0).exists()
     assert queue.filter(borrowed__gt=0).exists()
     assert queue.filter(pending__gt=0, admitted__lt=F("nominal")).exists()  # waiting while below its guarantee
     assert PoolSample.objects.filter(seeded=True, shape_mismatch__gt=0, flavor__kind=Flavor.Kind.MIG).exists()

@@ -77,6 +77,30 @@ def test_scrape_answers_the_text_format_with_the_database_numbers(cast, client, 
     assert got[("gpuportal_quota_nominal", tenant_h100)] == 12
 
 
+def test_a_requeued_request_counts_once_with_its_first_wait(cast, client, settings) -> None:
+    """A preempted request keeps ``first_admitted_at``: while it waits again it stays counted, and its next admission
+    (hours later) neither counts it a second time nor moves it to a slower bucket: the histogram only grows."""
+    settings.METRICS_TOKEN = TOKEN
+    cat = make_catalogue(cast)
+    now = timezone.now()
+    approved = now - timedelta(hours=4)
+    first = approved + timedelta(minutes=4)
+    req = make_request(cat, cast.vision, cast.carol, state=S.PREEMPTED, approved_at=approved, admitted_at=None,
+                       first_admitted_at=first)
+    h100 = (("cluster", "lab"), ("flavor", "h100"))
+
+    def histogram() -> tuple[float, ...]:
+        got = samples(scrape(client).content.decode())
+        return (got[("gpuportal_queue_wait_seconds_count", h100)], got[("gpuportal_queue_wait_seconds_sum", h100)],
+                *(got[("gpuportal_queue_wait_seconds_bucket", (*h100, ("le", le)))] for le in ("120.0", "300.0", "+Inf")))
+
+    while_waiting = histogram()
+    assert while_waiting == (1, pytest.approx(240, abs=1), 0, 1, 1)
+    # Admitted again three hours later (the follower stamps the new run's admission; the first one stays).
+    type(req).objects.filter(pk=req.pk).update(state=S.RUNNING, admitted_at=approved + timedelta(hours=3))
+    assert histogram() == while_waiting
+
+
 def test_metrics_need_the_token(cast, client, settings) -> None:
     settings.METRICS_TOKEN = TOKEN
     assert scrape(client, token=None).status_code == 401

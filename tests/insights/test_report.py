@@ -34,7 +34,7 @@ def sections(text: str) -> dict[str, list[list[str]]]:
 def test_ops_report_csv_has_a_section_per_metric(as_user, demo_metric) -> None:
     response = as_user("ops").get("/ops/metrics/report/", {"start": "2026-01-01", "end": "2026-01-31", "format": "csv"})
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
-    assert 'filename="metrics-20260101-20260201.csv"' in response["Content-Disposition"]
+    assert 'filename="metrics-20260101-20260131.csv"' in response["Content-Disposition"]  # the last day included, as asked
     text = response.content.decode()
     assert text.splitlines()[0] == "report,metrics,2026-01-01T00:00:00+00:00,2026-02-01T00:00:00+00:00"
     found = sections(text)
