@@ -66,6 +66,8 @@ def capacity_rows(cluster: Cluster, flavors: list[Flavor], nodes: list[Node], po
             if not pool_before.get(key) and not pool_after.get(key):
                 continue
             b, a = before.get(key, ZERO), after.get(key, ZERO)
+            if a == b and not resource.startswith("nvidia.com/"):
+                continue  # CPU and memory on the pool's nodes do not change with the layout
             rows.append({"flavor": flavor.name, "flavor_id": flavor.pk, "resource": resource,
                          "before": str(b), "after": str(a), "change": str(a - b)})
     return rows
