@@ -21,6 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
 from guardian.models import UserObjectPermission
 from django.contrib.auth.models import Group, Permission
 
@@ -115,22 +116,21 @@ def user_for_session(user_id: Any) -> Any:
     return user
 
 
-def user_memberships() -> Subquery:
+def user_memberships() -> RawSQL:
     """For the session's user query (``user_for_session``): all the user's memberships as
     ``"<tenant id>:<project id or empty>:<role>"`` joined by commas, so that their scope (``_membership_scope``)
-    needs no query of its own."""
-    from django.db.models import CharField, StringAgg, Value
-    from django.db.models.functions import Cast, Coalesce, Concat
+    needs no query of its own. Written as SQL (PostgreSQL's ``string_agg``, SQLite's ``group_concat``): Django took
+    longer to compile the same ``StringAgg(Concat(Cast(...)))`` subquery than the query it saved."""
+    from django.db import connection
 
-    rows = (
-        Membership.objects.filter(user_id=OuterRef("pk"))
-        .order_by().values("user_id")
-        .annotate(rows=StringAgg(Concat(Cast("tenant_id", CharField()), Value(":"),
-                                        Coalesce(Cast("project_id", CharField()), Value("")), Value(":"), "role"),
-                                 Value(",")))
-        .values("rows")
-    )
-    return Subquery(rows, output_field=CharField())
+    q = connection.ops.quote_name
+    User = get_user_model()
+    member, user, pk = q(Membership._meta.db_table), q(User._meta.db_table), q(User._meta.pk.column)
+    if connection.vendor == "postgresql":
+        agg = "string_agg(m.tenant_id::text || ':' || COALESCE(m.project_id::text, '') || ':' || m.role, ',')"
+    else:
+        agg = "group_concat(m.tenant_id || ':' || COALESCE(m.project_id, '') || ':' || m.role, ',')"
+    return RawSQL(f"SELECT {agg} FROM {member} m WHERE m.user_id = {user}.{pk}", ())
 
 
 def _session_rows(user: Any) -> list[tuple[int, int | None, str]] | None:
