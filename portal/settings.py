@@ -109,6 +109,8 @@ TEMPLATES = [
         },
     },
 ]
+# Django's widget templates, with inputs, text areas and selects written in Python (the same HTML; docs/performance.md).
+FORM_RENDERER = "portal.forms_render.FastTemplates"
 
 _DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"
 # Persistent connections (seconds; 0: one per request): a new PostgreSQL connection costs a request

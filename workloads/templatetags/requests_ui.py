@@ -7,12 +7,23 @@ import shlex
 from typing import Any
 
 from django import template
+from django.forms import BoundField
+from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils.safestring import SafeString, mark_safe
 
 from portal.extensions import cost_estimator
 from portal.quantities import format_money
 from tenants.access import Actor
 
 register = template.Library()
+
+# Rows of a list link and post to the same view with their own id: the URL is reversed once per name (and URLconf
+# and script prefix) with this id in it, and each row's id is put in its place (docs/performance.md).
+_PK_MARK = 918273645
+_PK_URLS: dict[tuple[str, Any, str], tuple[str, str]] = {}
+# The decision forms' comment field rendered once per form class with this prefix, and each row's put in its place.
+_PREFIX_MARK = "row0prefix0mark"
+_WIDGETS: dict[tuple[type, str, Any], str] = {}
 
 # Badge classes of the shared stylesheet: blue while waiting, green when running or done, red when it went wrong.
 BADGES = {
@@ -75,3 +86,31 @@ def parameter_text(value: Any, key: str = "") -> str:
             return "\n".join(f"{i.get('name')}={i.get('value', '')}" for i in value if isinstance(i, dict))
         return shlex.join(str(part) for part in value)
     return str(value)
+
+
+@register.simple_tag
+def pk_url(name: str, pk: int) -> str:
+    """``{% url name pk %}`` for a view taking one integer id, without reversing it again for every row."""
+    key = (name, get_urlconf(), get_script_prefix())
+    parts = _PK_URLS.get(key)
+    if parts is None:
+        head, found, tail = reverse(name, args=[_PK_MARK]).partition(str(_PK_MARK))
+        if not found:  # not a plain id in the path: reverse it every time
+            return reverse(name, args=[pk])
+        parts = _PK_URLS[key] = (head, tail)
+    return f"{parts[0]}{int(pk)}{parts[1]}"
+
+
+@register.filter
+def row_widget(field: BoundField) -> SafeString:
+    """``{{ field }}`` of a row's decision form (a form class without arguments, one per row, told apart by its
+    prefix). While the form is unbound, without initial values, its widget's HTML differs between rows only by the
+    prefix: rendered once, the row's prefix is put in. A bound form (a value, errors) renders as usual."""
+    form = field.form
+    if form.is_bound or form.initial or not form.prefix or form.auto_id != "id_%s" or form.data:
+        return SafeString(str(field))
+    key = (type(form), field.name, form.renderer)
+    html = _WIDGETS.get(key)
+    if html is None:
+        html = _WIDGETS[key] = str(type(form)(prefix=_PREFIX_MARK)[field.name])
+    return mark_safe(html.replace(_PREFIX_MARK, form.prefix))
