@@ -2,7 +2,9 @@
 "Budgets and cost views").
 
 One SQL statement per question. The window is cut into segments at every instant a price or a discount changes
-(and at day boundaries, UTC, for a per-day series); PostgreSQL sums quantity × seconds of overlap per segment and
+(and at day boundaries, UTC, for a per-day series); each interval is joined only with the segments it spans (found
+by binary search over the sorted segment starts, ``width_bucket``, rather than compared with every segment: a year
+per day is 365 segments); PostgreSQL sums quantity × seconds of overlap per segment and
 group (tenant, unit, key and the grouping asked for); Python then prices the few resulting rows. Open intervals
 accrue up to their cluster's "now" (``selectors.cluster_now``, computed in SQL from ``ClusterClock``), exactly
 as ``selectors.intervals_cost`` does one interval at a time, so both agree.
@@ -113,7 +115,8 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
     select = "".join(f", {g} AS g{i}" for i, g in enumerate(groups))
     group = "".join(f", {g}" for g in groups)
     sql = f"""
-        WITH seg AS (SELECT s, e, day FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[]) AS t(s, e, day)),
+        WITH seg AS (SELECT s, e, day, i FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
+                     WITH ORDINALITY AS t(s, e, day, i)),
         iv AS (
             SELECT u.tenant_id, u.project_id, u.unit, u.key, u.quantity, u.started_at, r.flavor_id,
                    r.requested_by_id AS user_id,
@@ -126,11 +129,15 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
         )
         SELECT seg.s, iv.tenant_id, iv.unit, iv.key{select},
                SUM(iv.quantity * EXTRACT(EPOCH FROM (LEAST(iv.end_at, seg.e) - GREATEST(iv.started_at, seg.s))))
-        FROM iv JOIN seg ON iv.started_at < seg.e AND iv.end_at > seg.s
+        FROM iv
+        CROSS JOIN LATERAL generate_series(GREATEST(width_bucket(iv.started_at, %s::timestamptz[]), 1),
+                                           width_bucket(iv.end_at, %s::timestamptz[])) AS k(i)
+        JOIN seg ON seg.i = k.i AND iv.started_at < seg.e AND iv.end_at > seg.s
         GROUP BY seg.s, iv.tenant_id, iv.unit, iv.key{group}
     """
-    params = [[s[0] for s in segments], [s[1] for s in segments], [s[2] for s in segments], now,
-              *scope_params, until, since]
+    starts = [s[0] for s in segments]
+    params = [starts, [s[1] for s in segments], [s[2] for s in segments], now,
+              *scope_params, until, since, starts, starts]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
