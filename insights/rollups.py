@@ -22,6 +22,7 @@ from collections import defaultdict
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
 from django.db.models.functions import Coalesce, Greatest, TruncDate
@@ -35,6 +36,11 @@ STEPS_PER_DOUBLING = 4  # bucket i >= 1 covers [2^((i-1)/4), 2^(i/4)) seconds; b
 BUCKET_RATIO = 2 ** (1 / STEPS_PER_DOUBLING)
 MAX_BUCKET = STEPS_PER_DOUBLING * 24  # 2^24 s, about 194 days: longer waits count in the last bucket
 LOOKBACK_DAYS = 31
+
+
+def admit_target_minutes() -> int:
+    """``INSIGHTS_ADMIT_TARGET_MINUTES`` (default 10): admitted in time = first admitted within this of approval."""
+    return int(getattr(settings, "INSIGHTS_ADMIT_TARGET_MINUTES", 10))
 
 
 # ------------------------------------------------------------------------------------------------ histogram
@@ -107,8 +113,6 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
 
 def refresh_day(day: date, *, target_minutes: int | None = None) -> int:
     """Replace ``day``'s rollup rows (requests approved that UTC day) and mark it complete. Returns the rows."""
-    from .scheduling import admit_target_minutes
-
     minutes = admit_target_minutes() if target_minutes is None else target_minutes
     target = timedelta(minutes=minutes)
     start, end = day_bounds(day)
@@ -166,8 +170,6 @@ def changed_days(today: date) -> set[date]:
 def rollups_refresh(now: datetime | None = None) -> dict[str, int]:
     """Recompute yesterday, the day before, dirty days, days whose requests changed, and days rolled up under
     another admission target. Idempotent."""
-    from .scheduling import admit_target_minutes
-
     today = (now or timezone.now()).astimezone(UTC).date()
     days = {today - timedelta(days=1), today - timedelta(days=2)}
     days |= set(RollupDay.objects.filter(Q(dirty=True) | ~Q(admit_target_minutes=admit_target_minutes()))

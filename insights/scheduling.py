@@ -12,7 +12,6 @@ from collections import defaultdict
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Case, CharField, Count, F, Min, Q, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -26,16 +25,13 @@ from . import rollups
 from .common import (PATHS, bucket, bucket_of, group_fields, is_ops, make_points, make_rows, minutes, narrow,
                      percentiles, ratio)
 from .models import QueueSample, RequestRollup
+from .rollups import admit_target_minutes
 from .samples import WAITING
 from .registry import Metric, Query, Result, register
 
 S = RequestState
 FIRST_ADMISSION = Coalesce("first_admitted_at", "admitted_at")
 QUANTILES = (0.5, 0.95, 0.99)
-
-
-def admit_target_minutes() -> int:
-    return int(getattr(settings, "INSIGHTS_ADMIT_TARGET_MINUTES", 10))
 
 
 def _approved_in(query: Query) -> Any:
