@@ -178,13 +178,16 @@ def _priced(summed: list[Sum], by: tuple[str, ...]) -> list[dict[str, Any]]:
     """Price the sums (the same for both paths): the price and discount in force at each segment's start. In a fixed
     order, so that both paths add the same Decimals in the same order."""
     prices = selectors.price_rates()
+    discounts: dict[Any, Any] = {}  # tenant -> its discount rates, read once (each read checks the cache's version)
     totals: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
     for s, tenant_id, unit, key, *rest in sorted(summed, key=lambda row: [(v is None, v) for v in row[:-1]]):
         *values, unit_seconds = rest
         price = pricing.rate_at(prices.get((unit, key), []), s)
         if price is None or not unit_seconds:
             continue
-        off = pricing.rate_at(selectors.discount_rates(tenant_id), s) or Decimal(0)
+        if tenant_id not in discounts:
+            discounts[tenant_id] = selectors.discount_rates(tenant_id)
+        off = pricing.rate_at(discounts[tenant_id], s) or Decimal(0)
         cost = pricing.hourly(unit, price) * Decimal(unit_seconds) / pricing.HOUR * (Decimal(100) - off) / Decimal(100)
         totals[tuple(values)] += cost
     return [dict(zip(by, key, strict=True)) | {"cost": cost} for key, cost in totals.items()]
