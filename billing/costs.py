@@ -2,7 +2,9 @@
 "Budgets and cost views").
 
 One SQL statement per question. The window is cut into segments at every instant a price or a discount changes
-(and at day boundaries, UTC, for a per-day series); PostgreSQL sums quantity × seconds of overlap per segment and
+(and at day boundaries, UTC, for a per-day series); each interval is joined only with the segments it spans (found
+by binary search over the sorted segment starts, ``width_bucket``, rather than compared with every segment: a year
+per day is 365 segments); PostgreSQL sums quantity × seconds of overlap per segment and
 group (tenant, unit, key and the grouping asked for); Python then prices the few resulting rows. Open intervals
 accrue up to their cluster's "now" (``selectors.cluster_now``, computed in SQL from ``ClusterClock``), exactly
 as ``selectors.intervals_cost`` does one interval at a time, so both agree.
@@ -113,7 +115,8 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
     select = "".join(f", {g} AS g{i}" for i, g in enumerate(groups))
     group = "".join(f", {g}" for g in groups)
     sql = f"""
-        WITH seg AS (SELECT s, e, day FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[]) AS t(s, e, day)),
+        WITH seg AS (SELECT s, e, day, i FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
+                     WITH ORDINALITY AS t(s, e, day, i)),
         iv AS (
             SELECT u.tenant_id, u.project_id, u.unit, u.key, u.quantity, u.started_at, r.flavor_id,
                    r.requested_by_id AS user_id,
@@ -126,11 +129,15 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
         )
         SELECT seg.s, iv.tenant_id, iv.unit, iv.key{select},
                SUM(iv.quantity * EXTRACT(EPOCH FROM (LEAST(iv.end_at, seg.e) - GREATEST(iv.started_at, seg.s))))
-        FROM iv JOIN seg ON iv.started_at < seg.e AND iv.end_at > seg.s
+        FROM iv
+        CROSS JOIN LATERAL generate_series(GREATEST(width_bucket(iv.started_at, %s::timestamptz[]), 1),
+                                           width_bucket(iv.end_at, %s::timestamptz[])) AS k(i)
+        JOIN seg ON seg.i = k.i AND iv.started_at < seg.e AND iv.end_at > seg.s
         GROUP BY seg.s, iv.tenant_id, iv.unit, iv.key{group}
     """
-    params = [[s[0] for s in segments], [s[1] for s in segments], [s[2] for s in segments], now,
-              *scope_params, until, since]
+    starts = [s[0] for s in segments]
+    params = [starts, [s[1] for s in segments], [s[2] for s in segments], now,
+              *scope_params, until, since, starts, starts]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -171,13 +178,16 @@ def _priced(summed: list[Sum], by: tuple[str, ...]) -> list[dict[str, Any]]:
     """Price the sums (the same for both paths): the price and discount in force at each segment's start. In a fixed
     order, so that both paths add the same Decimals in the same order."""
     prices = selectors.price_rates()
+    discounts: dict[Any, Any] = {}  # tenant -> its discount rates, read once (each read checks the cache's version)
     totals: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
     for s, tenant_id, unit, key, *rest in sorted(summed, key=lambda row: [(v is None, v) for v in row[:-1]]):
         *values, unit_seconds = rest
         price = pricing.rate_at(prices.get((unit, key), []), s)
         if price is None or not unit_seconds:
             continue
-        off = pricing.rate_at(selectors.discount_rates(tenant_id), s) or Decimal(0)
+        if tenant_id not in discounts:
+            discounts[tenant_id] = selectors.discount_rates(tenant_id)
+        off = pricing.rate_at(discounts[tenant_id], s) or Decimal(0)
         cost = pricing.hourly(unit, price) * Decimal(unit_seconds) / pricing.HOUR * (Decimal(100) - off) / Decimal(100)
         totals[tuple(values)] += cost
     return [dict(zip(by, key, strict=True)) | {"cost": cost} for key, cost in totals.items()]

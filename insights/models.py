@@ -83,3 +83,43 @@ class DigestSent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} week of {self.week}"
+
+
+class RequestRollup(models.Model):
+    """Requests approved on one UTC day, per tenant, cluster and flavor: the counts and wait histograms the
+    scheduling metrics read for closed days (``insights/rollups.py``, docs/insights.md "Rollups").
+
+    The histograms map a bucket index (``rollups.bucket_index``: fixed logarithmic buckets of seconds) to a count;
+    only buckets with a request are stored."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    reached = models.PositiveIntegerField(default=0, help_text="Approved and reached the queue (queued or admitted).")
+    in_time = models.PositiveIntegerField(default=0, help_text="Of those, first admitted within the target.")
+    admitted = models.PositiveIntegerField(default=0, help_text="With an approval → first admission wait.")
+    started = models.PositiveIntegerField(default=0, help_text="With an admission → running time.")
+    admit_hist = models.JSONField(default=dict)
+    start_hist = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["day"])]
+        constraints = [models.UniqueConstraint(fields=["day", "tenant", "cluster", "flavor"],
+                                               name="one_request_rollup_per_day_group")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tenant_id}/{self.cluster_id}/{self.flavor_id}: {self.reached}"
+
+
+class RollupDay(models.Model):
+    """A UTC day whose ``RequestRollup`` rows are complete: written by the refresh, read by the metrics. A day
+    without this row (never rolled up), ``dirty`` or rolled up under another admission target is computed live."""
+
+    day = models.DateField(unique=True)
+    computed_at = models.DateTimeField()
+    admit_target_minutes = models.PositiveIntegerField()
+    dirty = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.day} at {self.computed_at}"

@@ -9,10 +9,9 @@ counts once, with its first wait.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Case, CharField, Count, F, Min, Q, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -22,18 +21,17 @@ from quotas.manifests import volcano_owned
 from quotas.models import Flavor
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
-from .common import PATHS, bucket, group_fields, make_points, make_rows, minutes, narrow, percentiles, ratio
-from .models import QueueSample
+from . import rollups
+from .common import (PATHS, bucket, bucket_of, group_fields, is_ops, make_points, make_rows, minutes, narrow,
+                     percentiles, ratio)
+from .models import QueueSample, RequestRollup
+from .rollups import admit_target_minutes
 from .samples import WAITING
 from .registry import Metric, Query, Result, register
 
 S = RequestState
 FIRST_ADMISSION = Coalesce("first_admitted_at", "admitted_at")
 QUANTILES = (0.5, 0.95, 0.99)
-
-
-def admit_target_minutes() -> int:
-    return int(getattr(settings, "INSIGHTS_ADMIT_TARGET_MINUTES", 10))
 
 
 def _approved_in(query: Query) -> Any:
@@ -43,10 +41,89 @@ def _approved_in(query: Query) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ queue wait
+ROLLUP_NOTE = ("Percentiles over whole past days are estimated from the daily wait histograms (within one bucket, "
+               "19%, of the exact figure).")
+
+
+def _rollup_days(query: Query) -> list[Any]:
+    """The rolled-up days this query may read (docs/insights.md, "Rollups"): ops (the rollup has no project), a
+    breakdown by tenant, cluster or flavor without a project filter, daily or weekly buckets. Empty: compute live."""
+    if not (is_ops(query) and query.group_by in ("tenant", "cluster", "flavor") and query.project_id is None
+            and query.bucket in ("day", "week")):
+        return []
+    return rollups.rolled_days(query.start, query.end, target_minutes=admit_target_minutes())
+
+
+def _rolled_up(query: Query, days: list[Any]) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, dict[str, Any]]]]:
+    """key -> totals and key -> bucket start -> totals (``reached``, ``in_time``, ``admitted``, ``started``,
+    ``admit_hist``, ``start_hist``): the rolled-up days from the rollup, the rest of the period live."""
+    field = PATHS[query.group_by]
+
+    def blank() -> dict[str, Any]:
+        return {"reached": 0, "in_time": 0, "admitted": 0, "started": 0,
+                "admit_hist": defaultdict(int), "start_hist": defaultdict(int)}
+
+    totals: dict[Any, dict[str, Any]] = defaultdict(blank)
+    series: dict[Any, dict[Any, dict[str, Any]]] = defaultdict(lambda: defaultdict(blank))
+    stored = RequestRollup.objects.filter(day__in=days)
+    for name in ("cluster", "flavor", "tenant"):
+        if getattr(query, f"{name}_id") is not None:
+            stored = stored.filter(**{f"{name}_id": getattr(query, f"{name}_id")})
+    for key, day, reached, in_time, admitted, started, admit_hist, start_hist in stored.values_list(
+            field, "day", "reached", "in_time", "admitted", "started", "admit_hist", "start_hist").iterator(chunk_size=5000):
+        at = bucket_of(datetime.combine(day, time(), tzinfo=UTC), query.bucket)
+        for t in (totals[(key,)], series[(key,)][at]):
+            t["reached"] += reached
+            t["in_time"] += in_time
+            t["admitted"] += admitted
+            t["started"] += started
+            rollups.add_into(t["admit_hist"], admit_hist)
+            rollups.add_into(t["start_hist"], start_hist)
+    target = timedelta(minutes=admit_target_minutes())
+    live = [row for a, b in rollups.live_ranges(query.start, query.end, days)  # one range each: the index serves it
+            for row in rollups.with_first(narrow(WorkloadRequest.objects.filter(approved_at__gte=a, approved_at__lt=b),
+                                                 query)).values_list(field, *rollups.FIGURE_COLUMNS)]
+    for key, *stamps in live:
+        reached, in_time, wait, run = rollups.request_figures(*stamps, target)
+        for t in (totals[(key,)], series[(key,)][bucket_of(stamps[0], query.bucket)]):
+            t["reached"] += reached
+            t["in_time"] += in_time
+            if wait is not None:
+                t["admitted"] += 1
+                t["admit_hist"][rollups.bucket_index(wait)] += 1
+            if run is not None:
+                t["started"] += 1
+                t["start_hist"][rollups.bucket_index(run)] += 1
+    return totals, series
+
+
+def _queue_wait_rolled(query: Query, days: list[Any]) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, Any]]]:
+    totals, series = _rolled_up(query, days)
+    values = {}
+    for key, t in totals.items():
+        if not (t["admitted"] or t["started"]):
+            continue
+        values[key] = {"admitted": t["admitted"],
+                       **{f"admit_p{q}": minutes(rollups.histogram_percentile(t["admit_hist"], q / 100))
+                          for q in (50, 95, 99)},
+                       **{f"start_p{q}": minutes(rollups.histogram_percentile(t["start_hist"], q / 100))
+                          for q in (50, 95, 99)}}
+    points: dict[Any, dict[Any, Any]] = defaultdict(dict)
+    for key, buckets in series.items():
+        for at, t in buckets.items():
+            if t["admitted"]:
+                points[key][at] = minutes(rollups.histogram_percentile(t["admit_hist"], 0.95))
+    return values, points
+
+
 def queue_wait(query: Query, *, in_python: bool | None = None) -> Result:
     from .common import Seconds
 
     by = group_fields(query.group_by)
+    days = _rollup_days(query)
+    if days:
+        values, points = _queue_wait_rolled(query, days)
+        return _queue_wait_result(query, values, points, ROLLUP_NOTE)
     base = _approved_in(query).annotate(first=FIRST_ADMISSION)
     waited = base.filter(first__isnull=False, first__gte=F("approved_at"))
     wait = Seconds("first", "approved_at")
@@ -64,6 +141,11 @@ def queue_wait(query: Query, *, in_python: bool | None = None) -> Result:
     points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
     for (*key, at), v in series.items():
         points[tuple(key)][at] = minutes(v["p95"])
+    return _queue_wait_result(query, values, points, "")
+
+
+def _queue_wait_result(query: Query, values: dict[Any, dict[str, Any]], points: dict[Any, dict[Any, Any]],
+                       note: str) -> Result:
     columns = {"admitted": ("Requests admitted", "requests")}
     for q in (50, 95, 99):
         columns[f"admit_p{q}"] = (f"Approval → admission P{q}", "minutes")
@@ -71,21 +153,31 @@ def queue_wait(query: Query, *, in_python: bool | None = None) -> Result:
         columns[f"start_p{q}"] = (f"Admission → running P{q}", "minutes")
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
                   chart_value="admit_p95", columns=columns,
-                  note="" if values else "No request approved in the period was admitted.")
+                  note=(note if values else "No request approved in the period was admitted."))
 
 
 # ------------------------------------------------------------------------------------------------ success rate
 def scheduling_success(query: Query) -> Result:
     by = group_fields(query.group_by)
-    target = timedelta(minutes=admit_target_minutes())
-    reached = _approved_in(query).annotate(first=FIRST_ADMISSION).filter(Q(queued_at__isnull=False) | Q(first__isnull=False))
-    in_time = Q(first__isnull=False, first__lte=F("approved_at") + target)
-    agg = {"total": Count("pk"), "ok": Count("pk", filter=in_time)}
-    values = {tuple(r[b] for b in by): {"queued": r["total"], "admitted_in_time": r["ok"], "rate": ratio(r["ok"], r["total"])}
-              for r in reached.order_by().values(*by).annotate(**agg)}
+    days = _rollup_days(query)
     points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in reached.annotate(b=bucket("approved_at", query.bucket)).order_by().values(*by, "b").annotate(**agg):
-        points[tuple(r[b] for b in by)][r["b"]] = ratio(r["ok"], r["total"])
+    if days:  # whole past days from the rollup, the rest live: the same counts
+        totals, series = _rolled_up(query, days)
+        values = {key: {"queued": t["reached"], "admitted_in_time": t["in_time"], "rate": ratio(t["in_time"], t["reached"])}
+                  for key, t in totals.items() if t["reached"]}
+        for key, buckets in series.items():
+            for at, t in buckets.items():
+                if t["reached"]:
+                    points[key][at] = ratio(t["in_time"], t["reached"])
+    else:
+        target = timedelta(minutes=admit_target_minutes())
+        reached = _approved_in(query).annotate(first=FIRST_ADMISSION).filter(Q(queued_at__isnull=False) | Q(first__isnull=False))
+        in_time = Q(first__isnull=False, first__lte=F("approved_at") + target)
+        agg = {"total": Count("pk"), "ok": Count("pk", filter=in_time)}
+        values = {tuple(r[b] for b in by): {"queued": r["total"], "admitted_in_time": r["ok"], "rate": ratio(r["ok"], r["total"])}
+                  for r in reached.order_by().values(*by).annotate(**agg)}
+        for r in reached.annotate(b=bucket("approved_at", query.bucket)).order_by().values(*by, "b").annotate(**agg):
+            points[tuple(r[b] for b in by)][r["b"]] = ratio(r["ok"], r["total"])
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points), chart_value="rate",
                   columns={"queued": ("Approved and queued", "requests"),
                            "admitted_in_time": (f"Admitted within {admit_target_minutes()} min", "requests"),

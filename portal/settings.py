@@ -473,3 +473,6 @@ _admit_target = os.environ.get("INSIGHTS_ADMIT_TARGET_MINUTES", "10").strip()
 if not (_admit_target.isdecimal() and 1 <= int(_admit_target) <= 10080):
     raise ImproperlyConfigured(f"INSIGHTS_ADMIT_TARGET_MINUTES must be a whole number of minutes (1 to 10080), not {_admit_target!r}.")
 INSIGHTS_ADMIT_TARGET_MINUTES = int(_admit_target)
+
+# Daily request rollups for the scheduling metrics over long periods (insights/rollups.py, docs/insights.md "Rollups").
+CELERY_BEAT_SCHEDULE["insights-rollups-refresh"] = {"task": "insights.rollups_refresh", "schedule": 3600.0}

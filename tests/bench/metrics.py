@@ -14,6 +14,8 @@
    tenant admin, over the last 30 days by tenant per day and over the whole span by tenant per week, ``--repeat``
    times each after one warming run, and prints p50 / p95 wall time per metric and the peak Python allocations
    (``tracemalloc``) and the process's peak RSS (``getrusage``).
+4. Backfills the daily request rollup (``insights.rollups.backfill``, timed) and times the metrics that read it
+   again ("after"; before it, with no day rolled up, they compute everything from the requests).
 
 The database is dropped at the end unless ``--keep``.
 """
@@ -224,29 +226,46 @@ def main() -> int:
         seed()
         from django.contrib.auth import get_user_model
 
-        from insights.registry import METRICS, Query
-        from tenants.access import Actor, scope_of
+        from insights.registry import METRICS
 
         users = {u.username: u for u in get_user_model().objects.filter(username__in=["ops", "alice"])}
         cases = [("ops, 30 days by tenant per day", "ops", NOW - timedelta(days=30), "tenant", "day"),
                  ("alice, 30 days by project per day", "alice", NOW - timedelta(days=30), "project", "day"),
                  (f"ops, {ARGS.days} days by tenant per week", "ops", NOW - timedelta(days=ARGS.days), "tenant", "week")]
-        for label, who, start, group_by, bucket in cases:
-            print(f"\n{label} (p50 / p95 of {ARGS.repeat} runs; peak Python allocations; process peak RSS)")
-            for key, metric in METRICS.items():
-                group = group_by if group_by in metric.groups else metric.groups[0]
-                query = Query(scope=scope_of(Actor(user=users[who])), start=start, end=NOW, group_by=group, bucket=bucket)
-                times, peak, rss = timed(lambda m=metric, q=query: m.compute(q), ARGS.repeat)
-                p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-                rows = len(metric.compute(query).rows)
-                print(f"  {key:<22} p50 {times[len(times) // 2] * 1000:8.1f} ms  p95 {p95 * 1000:8.1f} ms  "
-                      f"{rows:5d} rows  peak {peak:7.1f} MiB  RSS {rss:7.1f} MiB")
+        from insights import rollups
+
+        rolled = ("queue-wait", "scheduling-success")  # the metrics that read the rollup
+        run_cases(cases, users, METRICS, "before rollups (direct)")
+        started = time.monotonic()
+        done = rollups.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
+        print(f"\nbackfilled the request rollup: {done['days']} days, {done['rows']:,} rows in "
+              f"{time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        rollups.rollups_refresh()
+        print(f"one refresh (beat task) in {time.monotonic() - started:.1f} s")
+        run_cases(cases, users, {k: METRICS[k] for k in rolled}, "after rollups")
     finally:
         if ARGS.keep:
             print(f"kept database {db['NAME']}")
         else:
             connection.creation.destroy_test_db(old_name, verbosity=0)
     return 0
+
+
+def run_cases(cases: list[Any], users: dict[str, Any], metrics: dict[str, Any], title: str) -> None:
+    from insights.registry import Query
+    from tenants.access import Actor, scope_of
+
+    for label, who, start, group_by, bucket in cases:
+        print(f"\n[{title}] {label} (p50 / p95 of {ARGS.repeat} runs; peak Python allocations; process peak RSS)")
+        for key, metric in metrics.items():
+            group = group_by if group_by in metric.groups else metric.groups[0]
+            query = Query(scope=scope_of(Actor(user=users[who])), start=start, end=NOW, group_by=group, bucket=bucket)
+            times, peak, rss = timed(lambda m=metric, q=query: m.compute(q), ARGS.repeat)
+            p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
+            rows = len(metric.compute(query).rows)
+            print(f"  {key:<22} p50 {times[len(times) // 2] * 1000:8.1f} ms  p95 {p95 * 1000:8.1f} ms  "
+                  f"{rows:5d} rows  peak {peak:7.1f} MiB  RSS {rss:7.1f} MiB", flush=True)
 
 
 if __name__ == "__main__":
