@@ -51,6 +51,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per metric and query (default 5)")
     parser.add_argument("--db", default=os.environ.get("DATABASE_URL", ""), help="PostgreSQL server URL (default DATABASE_URL)")
     parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
+    parser.add_argument("--seed-only", action="store_true", help="migrate and seed, keep the database, time nothing")
+    parser.add_argument("--reuse", default="", help="time on this already seeded database (from --seed-only or "
+                        "--keep; a copy made with CREATE DATABASE ... TEMPLATE works too); it is kept")
+    parser.add_argument("--only", default="", help="comma-separated metric keys to time (default all)")
+    parser.add_argument("--skip-direct", action="store_true", help="time only after the rollups are refreshed")
     return parser.parse_args()
 
 
@@ -77,6 +82,8 @@ from django.test.utils import setup_test_environment
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 CHUNK = 200_000
+# The metrics that read a rollup when whole past days are rolled up (timed again after the backfill).
+ROLLED = ("queue-wait", "scheduling-success")
 
 
 def _text(value: Any) -> str:
@@ -218,24 +225,36 @@ def timed(fn: Any, repeat: int) -> tuple[list[float], float, float]:
 def main() -> int:
     setup_test_environment()
     db = connection.settings_dict
-    db.setdefault("TEST", {})["NAME"] = f"metrics_bench_{RUN}"
-    started = time.monotonic()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    print(f"database {db['NAME']} (migrated in {time.monotonic() - started:.1f} s)")
+    if ARGS.reuse:
+        connection.close()
+        db["NAME"] = ARGS.reuse
+        old_name = None
+        print(f"database {ARGS.reuse} (reused, not seeded)")
+    else:
+        db.setdefault("TEST", {})["NAME"] = f"metrics_bench_{RUN}"
+        started = time.monotonic()
+        old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+        print(f"database {db['NAME']} (migrated in {time.monotonic() - started:.1f} s)")
     try:
-        seed()
+        if not ARGS.reuse:
+            seed()
+        if ARGS.seed_only:
+            return 0
         from django.contrib.auth import get_user_model
 
         from insights.registry import METRICS
 
+        if ARGS.only:
+            METRICS = {k: METRICS[k] for k in ARGS.only.split(",")}
         users = {u.username: u for u in get_user_model().objects.filter(username__in=["ops", "alice"])}
         cases = [("ops, 30 days by tenant per day", "ops", NOW - timedelta(days=30), "tenant", "day"),
                  ("alice, 30 days by project per day", "alice", NOW - timedelta(days=30), "project", "day"),
                  (f"ops, {ARGS.days} days by tenant per week", "ops", NOW - timedelta(days=ARGS.days), "tenant", "week")]
         from insights import rollups
 
-        rolled = ("queue-wait", "scheduling-success")  # the metrics that read the rollup
-        run_cases(cases, users, METRICS, "before rollups (direct)")
+        rolled = [k for k in METRICS if k in ROLLED]  # the metrics that read a rollup
+        if not ARGS.skip_direct:
+            run_cases(cases, users, METRICS, "before rollups (direct)")
         started = time.monotonic()
         done = rollups.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
         print(f"\nbackfilled the request rollup: {done['days']} days, {done['rows']:,} rows in "
@@ -245,7 +264,7 @@ def main() -> int:
         print(f"one refresh (beat task) in {time.monotonic() - started:.1f} s")
         run_cases(cases, users, {k: METRICS[k] for k in rolled}, "after rollups")
     finally:
-        if ARGS.keep:
+        if ARGS.keep or ARGS.seed_only or ARGS.reuse:
             print(f"kept database {db['NAME']}")
         else:
             connection.creation.destroy_test_db(old_name, verbosity=0)
