@@ -14,8 +14,9 @@ from django.db.models import Sum
 
 from quotas.models import Flavor
 
-from .common import OPS_ONLY_NOTE, SAMPLE_HOURS, bucket, group_fields, hours, is_ops, make_points, make_rows, narrow, ratio
-from .models import PoolSample
+from . import sample_rollups
+from .common import OPS_ONLY_NOTE, SAMPLE_HOURS, group_fields, hours, is_ops, make_points, make_rows, narrow, ratio
+from .models import PoolSample, PoolSampleHour
 from .registry import Metric, Query, Result, register
 from .samples import profile_gpu_share
 
@@ -27,16 +28,23 @@ def _pools(query: Query) -> Any:
     return narrow(PoolSample.objects.filter(at__gte=query.start, at__lt=query.end), query, POOL_PATHS)
 
 
-def _sums(query: Query, *fields: str) -> tuple[dict[tuple[Any, ...], dict[str, Any]], dict[tuple[Any, ...], dict[Any, dict[str, Any]]]]:
-    """Per group, and per group and bucket: the sums of ``fields`` over the pool samples."""
+def _pool_hours(query: Query) -> Any:
+    return narrow(PoolSampleHour.objects.all(), query, POOL_PATHS)
+
+
+def _sums(query: Query, *fields: str, extra_by: tuple[str, ...] = (), mig: bool = False
+          ) -> tuple[dict[tuple[Any, ...], dict[str, Any]], dict[tuple[Any, ...], dict[Any, dict[str, Any]]]]:
+    """Per group, and per group and bucket: the sums of ``fields`` over the pool samples (closed rolled-up hours
+    from the hourly rollup, the rest from the samples; the same sums)."""
     by = group_fields(query.group_by, POOL_PATHS)
-    samples = _pools(query)
-    agg = {f: Sum(f) for f in fields}
-    totals = {tuple(r[b] for b in by): r for r in samples.order_by().values(*by).annotate(**agg)}
-    series: dict[tuple[Any, ...], dict[Any, dict[str, Any]]] = defaultdict(dict)
-    for r in samples.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b").annotate(**agg):
-        series[tuple(r[b] for b in by)][r["b"]] = r
-    return totals, series
+    by += [f for f in extra_by if f not in by]
+    figures = {f: (Sum(f), Sum(f), "sum") for f in fields}
+    samples, rollup = _pools(query), _pool_hours(query)
+    if mig:
+        samples, rollup = samples.filter(flavor__kind=Flavor.Kind.MIG), rollup.filter(flavor__kind=Flavor.Kind.MIG)
+    rolled, raw = sample_rollups.split(query.start, query.end)
+    series = sample_rollups.gather(samples, rollup, rolled, raw, by, query.bucket, figures)
+    return sample_rollups.totals(series, sample_rollups.how_of(figures)), series
 
 
 def gpu_allocation(query: Query) -> Result:
@@ -78,25 +86,30 @@ def mig_fragmentation(query: Query) -> Result:
     if not is_ops(query):
         return Result(columns=columns, chart_value="mismatch_share", note=OPS_ONLY_NOTE)
     by = group_fields(query.group_by, POOL_PATHS)
-    samples = _pools(query).filter(flavor__kind=Flavor.Kind.MIG)
-    # Summed per flavor in the database; a flavor's slices become GPU-hours by its profile's compute share.
-    per_flavor = samples.order_by().values(*by, "flavor_id", "flavor__mig_profile").annotate(
-        mismatch=Sum("shape_mismatch"), pending=Sum("pending"))
+    # Summed per flavor; a flavor's slices become GPU-hours by its profile's compute share.
+    per_flavor, series = _sums(query, "shape_mismatch", "pending", extra_by=("flavor_id",), mig=True)
+    profiles = dict(Flavor.objects.filter(pk__in={key[-1] for key in per_flavor}).values_list("pk", "mig_profile"))
+    width = len(by)
     values: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in per_flavor:
-        key = tuple(r[b] for b in by)
-        row = values.setdefault(key, {"mismatch": Decimal(0), "pending": Decimal(0), "gpu": Decimal(0)})
-        row["mismatch"] += r["mismatch"] or 0
-        row["pending"] += r["pending"] or 0
-        row["gpu"] += (r["mismatch"] or 0) * profile_gpu_share(r["flavor__mig_profile"])
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for key, r in per_flavor.items():
+        row = values.setdefault(key[:width], {"mismatch": Decimal(0), "pending": Decimal(0), "gpu": Decimal(0)})
+        row["mismatch"] += r.get("shape_mismatch") or 0
+        row["pending"] += r.get("pending") or 0
+        row["gpu"] += (r.get("shape_mismatch") or 0) * profile_gpu_share(profiles.get(key[-1], ""))
+    sums: dict[tuple[Any, ...], dict[Any, list[Decimal]]] = defaultdict(lambda: defaultdict(lambda: [Decimal(0), Decimal(0)]))
+    for key, buckets in series.items():
+        for at, r in buckets.items():
+            s = sums[key[:width]][at]
+            s[0] += r.get("shape_mismatch") or 0
+            s[1] += r.get("pending") or 0
+    for key, buckets in sums.items():
+        for at, (mismatch, pending) in buckets.items():
+            points[key][at] = ratio(mismatch, pending)
     rows = {key: {"mismatch_share": ratio(v["mismatch"], v["pending"]),
                   "mismatch_slice_hours": hours(v["mismatch"] * SAMPLE_HOURS),
                   "mismatch_gpu_hours": hours(v["gpu"] * SAMPLE_HOURS),
                   "pending_slice_hours": hours(v["pending"] * SAMPLE_HOURS)} for key, v in values.items()}
-    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in (samples.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
-              .annotate(mismatch=Sum("shape_mismatch"), pending=Sum("pending"))):
-        points[tuple(r[b] for b in by)][r["b"]] = ratio(r["mismatch"], r["pending"])
     return Result(rows=make_rows(query.group_by, rows), points=make_points(query.group_by, points),
                   chart_value="mismatch_share", columns=columns,
                   note=("Blocked by shape: waiting MIG slices no free slice of their profile could take although the "

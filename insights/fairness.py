@@ -2,7 +2,9 @@
 overcommit (docs/insights.md, "Fairness").
 
 Every sample stands for its 5-minute slot (``SAMPLE_HOURS``): sums over samples are time-weighted, and a slot
-without a sample (the sampler was down) counts as no data, never as zero or full.
+without a sample (the sampler was down) counts as no data, never as zero or full. Closed hours that are rolled up
+are read from the hourly rollup (``insights/sample_rollups.py``), the rest of the period from the samples: the same
+answers.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
-from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, Max, Q, Sum, Window
-from django.db.models.functions import Cast, Least, RowNumber
+from django.db.models import Count, Max, Sum
 
-from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, SlotIndex, bucket, bucket_of, group_fields, hours,
-                     is_ops, make_points, make_rows, narrow, ratio)
-from .models import PoolSample, QueueSample
+from . import sample_rollups
+from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, bucket_of, group_fields, hours, is_ops, make_points,
+                     make_rows, narrow, ratio)
+from .models import PoolSample, PoolSampleHour, QueueSample, QueueSampleHour
+from .sample_rollups import GIVEN_SHARE, HAS_CAPACITY, OVER, PROMISED_SHARE, WANTING
 from .registry import Metric, Query, Result, register
 
 POOL_PATHS = {"cluster": "cluster_id", "flavor": "flavor_id"}
@@ -30,25 +32,41 @@ def _samples(query: Query) -> Any:
     return narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
 
 
+def _queue_hours(query: Query) -> Any:
+    return narrow(QueueSampleHour.objects.all(), query)
+
+
+def _pool_samples(query: Query) -> Any:
+    return narrow(PoolSample.objects.filter(at__gte=query.start, at__lt=query.end), query, POOL_PATHS)
+
+
+def _pool_hours(query: Query) -> Any:
+    return narrow(PoolSampleHour.objects.all(), query, POOL_PATHS)
+
+
 # ------------------------------------------------------------------------------------------------ fulfilment
-GIVEN_SHARE = ExpressionWrapper(Cast(Least("admitted", "nominal"), FloatField()) / Cast("nominal", FloatField()),
-                                output_field=FloatField())
-WANTING = Q(pending_count__gt=0, nominal__gt=0)
+FULFILMENT = {"n": (Count("pk"), Sum("samples"), "sum"), "wanting": (Count("pk", filter=WANTING), Sum("wanting"), "sum"),
+              "share": (Sum(GIVEN_SHARE, filter=WANTING), Sum("given_share"), "sum")}
+
+
+def _percent(share: Any, n: Any) -> float | None:
+    avg = sample_rollups.mean(share, n)
+    return None if avg is None else round(float(avg) * 100, 2)
 
 
 def quota_fulfilment(query: Query) -> Result:
     by = group_fields(query.group_by)
-    samples = _samples(query)
-    agg = {"n": Count("pk"), "wanting": Count("pk", filter=WANTING), "share": Avg(GIVEN_SHARE, filter=WANTING)}
+    rolled, raw = sample_rollups.split(query.start, query.end)
+    series = sample_rollups.gather(_samples(query), _queue_hours(query), rolled, raw, by, query.bucket, FULFILMENT)
     values = {}
-    for r in samples.order_by().values(*by).annotate(**agg):
-        values[tuple(r[b] for b in by)] = {
-            "fulfilment": None if not r["wanting"] else round(r["share"] * 100, 2),
-            "wanting_hours": hours(r["wanting"] * SAMPLE_HOURS), "sampled_hours": hours(r["n"] * SAMPLE_HOURS)}
-    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in (samples.filter(WANTING).annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
-              .annotate(share=Avg(GIVEN_SHARE))):
-        points[tuple(r[b] for b in by)][r["b"]] = round(r["share"] * 100, 2)
+    for key, r in sample_rollups.totals(series, sample_rollups.how_of(FULFILMENT)).items():
+        values[key] = {
+            "fulfilment": _percent(r.get("share"), r.get("wanting")),
+            "wanting_hours": hours((r.get("wanting") or 0) * SAMPLE_HOURS),
+            "sampled_hours": hours((r.get("n") or 0) * SAMPLE_HOURS)}
+    points = {key: {at: _percent(r.get("share"), r.get("wanting")) for at, r in buckets.items() if r.get("wanting")}
+              for key, buckets in series.items()}
+    points = {key: p for key, p in points.items() if p}
     defined = any(v["fulfilment"] is not None for v in values.values())
     note = "" if defined else ("No pending work in the period (or no nominal quota): fulfilment is not defined, "
                                "which is not 100%.")
@@ -62,28 +80,16 @@ def quota_fulfilment(query: Query) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------ violations
-VIOLATING = Q(pending_count__gt=0, nominal__gt=0, admitted__lt=F("nominal"),
-              pending_smallest__lte=F("nominal") - F("admitted"))
-
-
 def violation_runs(query: Query) -> list[tuple[int, int, int, int, datetime, int]]:
     """Runs of consecutive violating samples of one queue (project, flavor), at least ``VIOLATION_MIN_SAMPLES``
-    long: (tenant, project, cluster, flavor, start, samples). Gaps and islands in SQL: within a queue, consecutive
-    slots minus their row number are constant."""
-    inner = (_samples(query).filter(VIOLATING)
-             .annotate(slot=SlotIndex("at"),
-                       rn=Window(RowNumber(), partition_by=[F("project_id"), F("flavor_id")], order_by=F("at").asc()))
-             .values("tenant_id", "project_id", "cluster_id", "flavor_id", "slot", "rn"))
-    try:
-        sql, params = inner.query.sql_with_params()
-    except Exception:  # an empty scope (EmptyResultSet): nothing to run over
-        return []
-    outer = (f"SELECT tenant_id, project_id, cluster_id, flavor_id, MIN(slot), COUNT(*) FROM ({sql}) t "
-             f"GROUP BY tenant_id, project_id, cluster_id, flavor_id, slot - rn HAVING COUNT(*) >= %s")
-    with connection.cursor() as cursor:
-        cursor.execute(outer, [*params, VIOLATION_MIN_SAMPLES])
-        return [(t, p, c, f, datetime.fromtimestamp(int(slot) * SAMPLE_SECONDS, tz=UTC), int(n))
-                for t, p, c, f, slot, n in cursor.fetchall()]
+    long: (tenant, project, cluster, flavor, start, samples), sorted. The violating 5-minute slots come from the
+    samples and, for rolled-up hours, from the rollup's masks (a run may cross hours and both)."""
+    rolled, raw = sample_rollups.split(query.start, query.end)
+    out = []
+    for key, slots in sorted(sample_rollups.violating_slots(_samples(query), _queue_hours(query), rolled, raw).items()):
+        for first, n in sample_rollups.runs(slots, VIOLATION_MIN_SAMPLES):
+            out.append((*key, datetime.fromtimestamp(first * SAMPLE_SECONDS, tz=UTC), n))
+    return out
 
 
 def guarantee_violations(query: Query) -> Result:
@@ -109,18 +115,21 @@ def guarantee_violations(query: Query) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------ borrowing
+BORROWING = {"borrowed": (Sum("borrowed"), Sum("borrowed"), "sum"), "admitted": (Sum("admitted"), Sum("admitted"), "sum")}
+
+
 def borrowing(query: Query) -> Result:
     by = group_fields(query.group_by)
-    samples = _samples(query)
+    rolled, raw = sample_rollups.split(query.start, query.end)
+    series = sample_rollups.gather(_samples(query), _queue_hours(query), rolled, raw, by, query.bucket, BORROWING)
     values = {}
-    for r in samples.order_by().values(*by).annotate(borrowed=Sum("borrowed"), admitted=Sum("admitted")):
-        values[tuple(r[b] for b in by)] = {
-            "borrowed_gpu_hours": hours((r["borrowed"] or 0) * SAMPLE_HOURS),
-            "admitted_gpu_hours": hours((r["admitted"] or 0) * SAMPLE_HOURS),
-            "borrowed_share": ratio(r["borrowed"], r["admitted"])}
-    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in samples.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b").annotate(borrowed=Sum("borrowed")):
-        points[tuple(r[b] for b in by)][r["b"]] = hours((r["borrowed"] or 0) * SAMPLE_HOURS)
+    for key, r in sample_rollups.totals(series, sample_rollups.how_of(BORROWING)).items():
+        values[key] = {
+            "borrowed_gpu_hours": hours((r.get("borrowed") or 0) * SAMPLE_HOURS),
+            "admitted_gpu_hours": hours((r.get("admitted") or 0) * SAMPLE_HOURS),
+            "borrowed_share": ratio(r.get("borrowed"), r.get("admitted"))}
+    points = {key: {at: hours((r.get("borrowed") or 0) * SAMPLE_HOURS) for at, r in buckets.items()}
+              for key, buckets in series.items()}
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
                   chart_value="borrowed_gpu_hours",
                   columns={"borrowed_gpu_hours": ("Borrowed", "GPU-hours"), "admitted_gpu_hours": ("Admitted", "GPU-hours"),
@@ -130,6 +139,17 @@ def borrowing(query: Query) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------ overcommit
+OVERCOMMIT = {"with_capacity": (Count("pk", filter=HAS_CAPACITY), Sum("with_capacity"), "sum"),
+              "share": (Sum(PROMISED_SHARE, filter=HAS_CAPACITY), Sum("promised_share"), "sum"),
+              "peak": (Max(PROMISED_SHARE, filter=HAS_CAPACITY), Max("promised_share_max"), "max"),
+              "pct": (Max("overcommit_percent"), Max("overcommit_percent_max"), "max"),
+              "bad": (Count("pk", filter=OVER), Sum("over"), "sum")}
+
+
+def _three(value: Any) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
 def overcommit(query: Query) -> Result:
     columns = {"ratio_avg": ("Promised / capacity (average)", "x"), "ratio_max": ("Promised / capacity (peak)", "x"),
                "allowed": ("Allowed by the overcommit setting", "x"), "violations": ("Samples in violation", "count"),
@@ -137,24 +157,19 @@ def overcommit(query: Query) -> Result:
     if not is_ops(query):
         return Result(columns=columns, chart_value="ratio_avg", note=OPS_ONLY_NOTE)
     by = group_fields(query.group_by, POOL_PATHS)
-    samples = narrow(PoolSample.objects.filter(at__gte=query.start, at__lt=query.end), query, POOL_PATHS)
-    share = ExpressionWrapper(Cast("promised", FloatField()) / Cast("capacity", FloatField()), output_field=FloatField())
-    allowed = Cast("capacity", FloatField()) * (1 + Cast("overcommit_percent", FloatField()) / 100)
-    over = Q(allocated__gt=F("capacity")) | Q(promised__gt=allowed)
-    has_capacity = Q(capacity__gt=0)
+    rolled, raw = sample_rollups.split(query.start, query.end)
+    series = sample_rollups.gather(_pool_samples(query), _pool_hours(query), rolled, raw, by, query.bucket, OVERCOMMIT)
     values = {}
-    for r in samples.order_by().values(*by).annotate(
-            avg=Avg(share, filter=has_capacity), peak=Max(share, filter=has_capacity), pct=Max("overcommit_percent"),
-            bad=Count("pk", filter=over)):
-        values[tuple(r[b] for b in by)] = {
-            "ratio_avg": None if r["avg"] is None else round(r["avg"], 3),
-            "ratio_max": None if r["peak"] is None else round(r["peak"], 3),
-            "allowed": round(1 + (r["pct"] or 0) / 100, 3), "violations": r["bad"],
-            "violation_hours": hours(r["bad"] * SAMPLE_HOURS)}
-    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in (samples.filter(has_capacity).annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
-              .annotate(avg=Avg(share))):
-        points[tuple(r[b] for b in by)][r["b"]] = round(r["avg"], 3)
+    for key, r in sample_rollups.totals(series, sample_rollups.how_of(OVERCOMMIT)).items():
+        bad = r.get("bad") or 0
+        values[key] = {
+            "ratio_avg": _three(sample_rollups.mean(r.get("share"), r.get("with_capacity"))),
+            "ratio_max": _three(r.get("peak")),
+            "allowed": round(1 + (r.get("pct") or 0) / 100, 3), "violations": bad,
+            "violation_hours": hours(bad * SAMPLE_HOURS)}
+    points = {key: {at: _three(sample_rollups.mean(r.get("share"), r.get("with_capacity")))
+                    for at, r in buckets.items() if r.get("with_capacity")} for key, buckets in series.items()}
+    points = {key: p for key, p in points.items() if p}
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
                   chart_value="ratio_avg", columns=columns,
                   note=("Promised: the sum of the projects' nominal quotas of the flavor. A violation: admitted work "

@@ -123,3 +123,74 @@ class RollupDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} at {self.computed_at}"
+
+
+class QueueSampleHour(models.Model):
+    """One queue's (project and flavor's) ``QueueSample`` rows of one UTC hour, summed: what the sample metrics need
+    to give over whole hours the same answers as from the samples (``insights/sample_rollups.py``, docs/insights.md
+    "Rollups"). Bit ``i`` of a mask is the hour's ``i``-th 5-minute slot."""
+
+    hour = models.DateTimeField()
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    samples = models.PositiveIntegerField(default=0)
+    slots = models.PositiveIntegerField(default=0, help_text="Mask of the slots sampled.")
+    pending_count = models.PositiveBigIntegerField(default=0, help_text="Sum of pending_count.")
+    wanting = models.PositiveIntegerField(default=0, help_text="Samples with pending work and a nominal quota.")
+    given_share = models.DecimalField(max_digits=24, decimal_places=12, default=Decimal(0),
+                                      help_text="Sum over the wanting samples of min(admitted, nominal) / nominal.")
+    borrowed = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    admitted = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    violating = models.PositiveIntegerField(default=0, help_text="Mask of the slots violating the guarantee.")
+
+    class Meta:
+        indexes = [models.Index(fields=["hour", "project"]), models.Index(fields=["tenant", "hour"])]
+        constraints = [models.UniqueConstraint(fields=["hour", "project", "flavor", "tenant", "cluster"],
+                                               name="one_queue_sample_hour_per_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.flavor_id} hour {self.hour}: {self.samples} samples"
+
+
+class PoolSampleHour(models.Model):
+    """One flavor's ``PoolSample`` rows of one UTC hour, summed (``insights/sample_rollups.py``)."""
+
+    hour = models.DateTimeField()
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    samples = models.PositiveIntegerField(default=0)
+    capacity = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    allocated = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    idle_allocated = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    pending = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    shape_mismatch = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    with_capacity = models.PositiveIntegerField(default=0, help_text="Samples with a capacity above 0.")
+    promised_share = models.DecimalField(max_digits=32, decimal_places=12, default=Decimal(0),
+                                         help_text="Sum over those of promised / capacity.")
+    promised_share_max = models.DecimalField(max_digits=32, decimal_places=12, null=True, blank=True)
+    overcommit_percent_max = models.PositiveIntegerField(default=0)
+    over = models.PositiveIntegerField(default=0, help_text="Samples above capacity or the overcommit setting.")
+
+    class Meta:
+        indexes = [models.Index(fields=["hour", "flavor"])]
+        constraints = [models.UniqueConstraint(fields=["hour", "flavor", "cluster"], name="one_pool_sample_hour_per_flavor")]
+
+    def __str__(self) -> str:
+        return f"{self.flavor_id} hour {self.hour}: {self.samples} samples"
+
+
+class SampleHour(models.Model):
+    """A UTC hour whose ``QueueSampleHour`` / ``PoolSampleHour`` rows are complete, with the sample counts they were
+    computed from (a refresh that counts otherwise recomputes the hour). Without this row, or ``dirty``, the hour is
+    read from the samples."""
+
+    hour = models.DateTimeField(unique=True)
+    computed_at = models.DateTimeField()
+    queue_samples = models.PositiveIntegerField(default=0)
+    pool_samples = models.PositiveIntegerField(default=0)
+    dirty = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.hour} at {self.computed_at}"

@@ -37,7 +37,7 @@ from quotas.models import Cluster, Flavor, Quota
 from workloads import kinds
 from workloads.models import RequestState, WorkloadRequest
 
-from .models import PoolSample, QueueSample
+from .models import PoolSample, QueueSample, SampleHour
 
 S = RequestState
 SLOT = timedelta(minutes=5)
@@ -139,6 +139,9 @@ def samples_take(now: datetime | None = None) -> dict[str, int]:
             overcommit_percent=flavor.cluster.overcommit_percent,
         ))
     with transaction.atomic():
+        # Written late into an hour already rolled up (a clock jump): the metrics read that hour from the samples
+        # until the next refresh recomputes it (insights/sample_rollups.py).
+        SampleHour.objects.filter(hour=at.replace(minute=0), dirty=False).update(dirty=True)
         QueueSample.objects.filter(at=at, seeded=False).delete()
         PoolSample.objects.filter(at=at, seeded=False).delete()
         # A run overlapping this one (beat and a retry) wrote the same slot: the last one's numbers stand.

@@ -21,10 +21,10 @@ from quotas.manifests import volcano_owned
 from quotas.models import Flavor
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
-from . import rollups
+from . import rollups, sample_rollups
 from .common import (PATHS, bucket, bucket_of, group_fields, is_ops, make_points, make_rows, minutes, narrow,
                      percentiles, ratio)
-from .models import QueueSample, RequestRollup
+from .models import QueueSample, QueueSampleHour, RequestRollup
 from .rollups import admit_target_minutes
 from .samples import WAITING
 from .registry import Metric, Query, Result, register
@@ -198,11 +198,21 @@ def pending_now(query: Query) -> Result:
         values[tuple(r[b] for b in by)] = {
             "pending": r["n"], "demand": r["demand"] or 0,
             "oldest_minutes": minutes((now - oldest).total_seconds()) if oldest else None}
-    samples = narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
+    # The chart: closed rolled-up hours from the hourly sample rollup (slots OR-ed per hour), the rest from the
+    # samples; per bucket, the sum of pending_count over the distinct slots sampled.
+    rolled, raw = sample_rollups.split(query.start, query.end)
+    sums = sample_rollups.slots_sampled(narrow(QueueSampleHour.objects.all(), query), rolled, by, query.bucket)
+    if raw:
+        samples = narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
+        for r in (samples.filter(sample_rollups.in_ranges(raw, "at")).annotate(b=bucket("at", query.bucket)).order_by()
+                  .values(*by, "b").annotate(total=Sum("pending_count"), slots=Count("at", distinct=True))):
+            s = sums[tuple(r[b] for b in by)][r["b"]]
+            s[0] += r["total"] or 0
+            s[1] += r["slots"]
     points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in (samples.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b")
-              .annotate(total=Sum("pending_count"), slots=Count("at", distinct=True))):
-        points[tuple(r[b] for b in by)][r["b"]] = round(r["total"] / r["slots"], 2) if r["slots"] else None
+    for key, buckets in sums.items():
+        for at, (total, slots) in buckets.items():
+            points[key][at] = round(total / slots, 2) if slots else None
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
                   chart_value="pending",
                   columns={"pending": ("Waiting now", "requests"), "demand": ("Demand waiting", "GPUs"),

@@ -476,3 +476,5 @@ INSIGHTS_ADMIT_TARGET_MINUTES = int(_admit_target)
 
 # Daily request rollups for the scheduling metrics over long periods (insights/rollups.py, docs/insights.md "Rollups").
 CELERY_BEAT_SCHEDULE["insights-rollups-refresh"] = {"task": "insights.rollups_refresh", "schedule": 3600.0}
+# Hourly rollups of the queue and pool samples for the sample metrics over long periods (insights/sample_rollups.py).
+CELERY_BEAT_SCHEDULE["insights-sample-rollups-refresh"] = {"task": "insights.sample_rollups_refresh", "schedule": 3600.0}

@@ -1,0 +1,240 @@
+"""The hourly sample rollup (insights/sample_rollups.py): every sample metric gives the same rows and points from the
+rollup as from the samples, for every breakdown and bucket and for each audience; the refresh is idempotent and
+picks up late samples; the backfill command and the beat task."""
+
+from __future__ import annotations
+
+import io
+import random
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from insights import sample_rollups
+from insights.models import PoolSample, PoolSampleHour, QueueSample, QueueSampleHour, SampleHour
+from insights.registry import METRICS, Query
+from insights.samples import samples_take
+from insights.tasks import sample_rollups_refresh_task
+from tenants.access import scope_of
+
+SLOT = timedelta(minutes=5)
+HOURS = 30
+SAMPLE_METRICS = ("pending-now", "quota-fulfilment", "guarantee-violations", "borrowing", "overcommit",
+                  "gpu-allocation", "idle-allocated", "mig-fragmentation")
+
+
+ANCHOR: list[datetime] = []
+
+
+@pytest.fixture(autouse=True)
+def anchor() -> None:
+    """The history's first hour, fixed for the test (so an hour turning meanwhile moves nothing)."""
+    ANCHOR[:] = [sample_rollups.hour_of(timezone.now()) - timedelta(hours=HOURS)]
+
+
+def first_hour() -> datetime:
+    return ANCHOR[0]
+
+
+def period(cast: Any, who: str, **kwargs: Any) -> Query:
+    kwargs.setdefault("start", first_hour() + timedelta(minutes=17))  # a partial first hour
+    kwargs.setdefault("end", timezone.now() + timedelta(hours=1))  # the current hour, open
+    return Query(scope=scope_of(cast.actor(who)), **kwargs)
+
+
+def computed(key: str, query: Query) -> tuple[Any, Any, str]:
+    result = METRICS[key].compute(query)
+    return ([(r.group, r.group_id, r.values) for r in result.rows], [(p.at, p.series, p.value) for p in result.points],
+            result.note)
+
+
+def crossing_run(at: datetime) -> bool:
+    """acme-vision on h100 violates its guarantee from 10 minutes before an hour to 10 minutes after it."""
+    boundary = first_hour() + timedelta(hours=5)
+    return boundary - 2 * SLOT <= at < boundary + 2 * SLOT
+
+
+@pytest.fixture
+def history(cast, cat) -> None:
+    """Samples every 5 minutes from HOURS hours ago to now, a few slots missing: acme-vision (h100 and MIG slices),
+    acme-nlp (never waits: fulfilment not defined), globex-llm; pools h100 and MIG. Shares like 3/7 that floats
+    cannot hold exactly, runs of violations of every length, one crossing an hour."""
+    rng = random.Random(5)
+    queues = [(cast.vision, cat.h100, 8), (cast.vision, cat.mig, 4), (cast.nlp, cat.h100, 2), (cast.llm, cat.h100, 7)]
+    queue_rows, pool_rows = [], []
+    at, now = first_hour(), timezone.now()
+    while at <= now:
+        for project, flavor, nominal in queues:
+            quiet = first_hour() + timedelta(hours=4) <= at < first_hour() + timedelta(hours=6)
+            if rng.random() < 0.04 and not (quiet and project == cast.vision):
+                continue  # the sampler missed this queue's slot
+            count = 0 if project == cast.nlp else rng.choice([0, 0, 1, 2])
+            admitted = rng.randrange(0, nominal + 3)
+            smallest = rng.choice([1, 2, 5]) if count else 0
+            if project == cast.vision and flavor == cat.h100:
+                if crossing_run(at):
+                    count, admitted, smallest = 1, 3, 1
+                elif quiet:
+                    count = 0  # nothing else around the crossing run
+            queue_rows.append(QueueSample(
+                at=at, cluster=cat.cluster, tenant=project.tenant, project=project, flavor=flavor,
+                nominal=Decimal(nominal), admitted=Decimal(admitted), borrowed=Decimal(max(0, admitted - nominal)),
+                pending=Decimal(count * 2), pending_count=count, pending_smallest=Decimal(smallest)))
+        for flavor, capacity in ((cat.h100, 16), (cat.mig, 7)):
+            if rng.random() < 0.04:
+                continue
+            cap = 0 if rng.random() < 0.05 else capacity
+            pending = rng.randrange(0, 5)
+            pool_rows.append(PoolSample(
+                at=at, cluster=cat.cluster, flavor=flavor, capacity=Decimal(cap), allocated=Decimal(rng.randrange(0, 18)),
+                idle_allocated=Decimal(rng.randrange(0, 3)), pending=Decimal(pending),
+                shape_mismatch=Decimal(rng.randrange(0, pending + 1)) if flavor == cat.mig else Decimal(0),
+                promised=Decimal(rng.randrange(10, 23)), overcommit_percent=rng.choice([0, 25])))
+        at += SLOT
+    QueueSample.objects.bulk_create(queue_rows)
+    PoolSample.objects.bulk_create(pool_rows)
+
+
+def every_answer(cast: Any) -> dict[tuple[str, ...], Any]:
+    out = {}
+    for key in SAMPLE_METRICS:
+        for who in ("ops", "alice", "erin"):
+            for group_by in METRICS[key].groups:
+                for size in ("hour", "day", "week"):
+                    out[(key, who, group_by, size)] = computed(key, period(cast, who, group_by=group_by, bucket=size))
+    return out
+
+
+def test_every_sample_metric_is_the_same_from_the_rollup(cast, cat, history) -> None:
+    raw = every_answer(cast)
+    assert sample_rollups.split(period(cast, "ops").start, period(cast, "ops").end)[0] == []
+    done = sample_rollups.backfill(first_hour() - timedelta(hours=3))
+    assert done["hours"] == HOURS + 3 and done["rows"] > 0
+    rolled, live = sample_rollups.split(period(cast, "ops").start, period(cast, "ops").end)
+    assert rolled == [(first_hour() + timedelta(hours=1), sample_rollups.hour_of(timezone.now()))]
+    assert len(live) == 2  # the partial first hour and the current one
+    assert every_answer(cast) == raw
+    # It is the rollup that answers: the rolled hours' samples are gone and nothing changes.
+    QueueSample.objects.filter(at__gte=rolled[0][0], at__lt=rolled[0][1]).delete()
+    PoolSample.objects.filter(at__gte=rolled[0][0], at__lt=rolled[0][1]).delete()
+    assert every_answer(cast) == raw
+    # Something to compare: rows and points for everyone, defined and undefined fulfilment.
+    for key in SAMPLE_METRICS:  # pending-now's table is what waits now (nothing): its chart is the history
+        rows, points, _ = raw[(key, "ops", METRICS[key].groups[0], "day")]
+        assert points and (rows or key == "pending-now"), key
+    fulfilment = dict((g, v["fulfilment"]) for g, _, v in raw[("quota-fulfilment", "ops", "project", "hour")][0])
+    assert fulfilment["acme-nlp"] is None and fulfilment["acme-vision"] is not None
+    assert raw[("pending-now", "ops", "tenant", "hour")][1]
+
+
+def test_a_violation_run_crossing_an_hour_counts_once_from_the_rollup(cast, cat, history) -> None:
+    boundary = first_hour() + timedelta(hours=5)
+    query = period(cast, "ops", group_by="queue", bucket="hour", flavor_id=cat.h100.pk, project_id=cast.vision.pk,
+                   start=boundary - timedelta(hours=1), end=boundary + timedelta(hours=1))
+    raw = computed("guarantee-violations", query)
+    sample_rollups.backfill(first_hour())
+    QueueSample.objects.filter(at__gte=boundary - timedelta(hours=1), at__lt=boundary + timedelta(hours=1)).delete()
+    assert computed("guarantee-violations", query) == raw
+    assert raw[0][0][2] == {"violations": 1, "violation_hours": pytest.approx(20 / 60, abs=1e-3), "longest_minutes": 20}
+    assert raw[1] == [(boundary - timedelta(hours=1), raw[0][0][0], 1)]  # counted in the hour it started
+
+
+def test_no_pending_work_is_not_defined_from_the_rollup(cast, cat) -> None:
+    start = first_hour()
+    for slot in range(24):
+        QueueSample.objects.create(at=start + slot * SLOT, cluster=cat.cluster, tenant=cast.vision.tenant,
+                                   project=cast.vision, flavor=cat.h100, nominal=Decimal(8), admitted=Decimal(3))
+    sample_rollups.backfill(start)
+    query = period(cast, "ops", start=start, end=start + timedelta(hours=2))
+    assert sample_rollups.split(query.start, query.end)[1] == []
+    result = METRICS["quota-fulfilment"].compute(query)
+    assert [r.values["fulfilment"] for r in result.rows] == [None]
+    assert result.points == [] and "not defined" in result.note
+
+
+def rollup_rows() -> tuple[list[Any], ...]:
+    return (sorted(QueueSampleHour.objects.values_list("hour", "project_id", "flavor_id", "samples", "slots",
+                                                        "pending_count", "wanting", "given_share", "borrowed",
+                                                        "admitted", "violating")),
+            sorted(PoolSampleHour.objects.values_list("hour", "flavor_id", "samples", "capacity", "allocated",
+                                                       "idle_allocated", "pending", "shape_mismatch", "with_capacity",
+                                                       "promised_share", "overcommit_percent_max", "over")),
+            sorted(SampleHour.objects.values_list("hour", "queue_samples", "pool_samples", "dirty")))
+
+
+def test_refresh_is_idempotent_and_picks_up_late_samples(cast, cat, history) -> None:
+    first = sample_rollups.sample_rollups_refresh()
+    assert first["hours"] >= HOURS  # every closed hour of the lookback was missing
+    before = rollup_rows()
+    again = sample_rollups.sample_rollups_refresh()
+    assert again["hours"] == 2 and rollup_rows() == before  # only the last two closed hours, the same rows
+    query = period(cast, "ops", group_by="project", bucket="hour")
+    # A late sample in an hour rolled up long ago: its count no longer matches, the refresh recomputes that hour.
+    late = first_hour() + timedelta(hours=3)
+    QueueSample.objects.filter(at=late + 7 * SLOT, project=cast.llm).delete()
+    QueueSample.objects.create(at=late + 7 * SLOT, cluster=cat.cluster, tenant=cast.llm.tenant, project=cast.llm,
+                               flavor=cat.h100, nominal=Decimal(7), admitted=Decimal(1), borrowed=Decimal(0),
+                               pending=Decimal(4), pending_count=1, pending_smallest=Decimal(4))
+    QueueSample.objects.create(at=late + 8 * SLOT, cluster=cat.cluster, tenant=cast.nlp.tenant, project=cast.nlp,
+                               flavor=cat.mig, nominal=Decimal(2), admitted=Decimal(2))
+    assert sample_rollups.hour_of(late) in sample_rollups.changed_hours(sample_rollups.hour_of(timezone.now()))
+    result = sample_rollups_refresh_task()
+    assert result["hours"] == 3
+    assert SampleHour.objects.get(hour=late).queue_samples == QueueSample.objects.filter(
+        at__gte=late, at__lt=late + timedelta(hours=1)).count()
+    expected = {key: computed(key, query) for key in ("quota-fulfilment", "borrowing", "pending-now")}
+    SampleHour.objects.all().delete()  # everything from the samples
+    assert {key: computed(key, query) for key in expected} == expected
+
+
+def test_a_sample_written_into_a_rolled_hour_marks_it_dirty(cast, cat) -> None:
+    hour = first_hour()
+    sample_rollups.backfill(hour, hour + timedelta(hours=1))
+    assert SampleHour.objects.get(hour=hour).dirty is False
+    samples_take(now=hour + timedelta(minutes=7))
+    assert SampleHour.objects.get(hour=hour).dirty is True
+    assert sample_rollups.split(hour, hour + timedelta(hours=1))[0] == []  # read from the samples meanwhile
+    sample_rollups.sample_rollups_refresh()
+    marker = SampleHour.objects.get(hour=hour)
+    assert marker.dirty is False and marker.queue_samples == QueueSample.objects.filter(at__gte=hour).filter(
+        at__lt=hour + timedelta(hours=1)).count() > 0
+
+
+def test_tenants_see_only_their_own_rows_from_the_rollup(cast, cat, history) -> None:
+    sample_rollups.backfill(first_hour())
+    for who, tenant, projects in (("alice", "acme", {"acme-vision", "acme-nlp"}), ("erin", "globex", {"globex-llm"})):
+        for key in ("quota-fulfilment", "borrowing", "pending-now", "guarantee-violations"):
+            by_tenant = METRICS[key].compute(period(cast, who, group_by="tenant", bucket="week"))
+            assert {r.group for r in by_tenant.rows} <= {tenant} and {p.series for p in by_tenant.points} <= {tenant}
+            by_project = METRICS[key].compute(period(cast, who, group_by="project", bucket="day"))
+            assert {p.series for p in by_project.points} <= projects
+        for key in ("overcommit", "gpu-allocation"):
+            assert METRICS[key].compute(period(cast, who, group_by="flavor")).rows == []
+
+
+def test_backfill_command(cast, cat, history) -> None:
+    out = io.StringIO()
+    call_command("insights_sample_rollup", since=first_hour().date().isoformat(), stdout=out)
+    assert "rolled up" in out.getvalue()
+    assert SampleHour.objects.filter(hour__gte=first_hour()).count() == HOURS
+    assert QueueSampleHour.objects.exists() and PoolSampleHour.objects.exists()
+    before = rollup_rows()
+    call_command("insights_sample_rollup", since=first_hour().date().isoformat(), stdout=out)
+    assert rollup_rows() == before
+    with pytest.raises(CommandError):
+        call_command("insights_sample_rollup", since="yesterday")
+
+
+def test_split_reads_only_closed_clean_hours(db) -> None:
+    hour = datetime(2026, 11, 2, 10, tzinfo=UTC)
+    sample_rollups.backfill(hour, hour + timedelta(hours=3))
+    sample_rollups.mark_dirty([hour + timedelta(hours=1)])
+    rolled, raw = sample_rollups.split(hour + timedelta(minutes=5), hour + timedelta(hours=3, minutes=5))
+    assert rolled == [(hour + timedelta(hours=2), hour + timedelta(hours=3))]
+    assert raw == [(hour + timedelta(minutes=5), hour + timedelta(hours=2)),
+                   (hour + timedelta(hours=3), hour + timedelta(hours=3, minutes=5))]
+    assert sample_rollups.runs([1, 2, 4, 6, 7, 8], 2) == [(1, 2), (6, 3)]
