@@ -35,9 +35,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import (Aggregate, Count, DecimalField, ExpressionWrapper, F, Func, IntegerField, Max, Q,
-                              QuerySet, Sum)
-from django.db.models.functions import Cast, Least, NullIf, Round
+from django.db.models import Aggregate, Count, DecimalField, F, FloatField, Func, IntegerField, Max, Q, QuerySet, Sum
+from django.db.models.functions import Cast, Least
 from django.utils import timezone
 
 from .common import bucket
@@ -72,23 +71,32 @@ class BitOr(Aggregate):
     output_field = IntegerField()
 
 
-def _share(part: Any, whole: str) -> Any:
-    """``part / whole`` as a numeric rounded to ``SHARE_PLACES`` (NULL where ``whole`` is 0)."""
-    return Round(ExpressionWrapper(Cast(part, DecimalField(max_digits=30, decimal_places=12)) / NullIf(F(whole), 0),
-                                   output_field=DecimalField(max_digits=30, decimal_places=12)), SHARE_PLACES)
+class ShareOf(Func):
+    """``part / whole`` rounded to ``SHARE_PLACES`` (NULL where ``whole`` is 0): a numeric on PostgreSQL, so sums of
+    it are exact; a float on SQLite (the laptop demo)."""
+
+    output_field = DecimalField(max_digits=32, decimal_places=SHARE_PLACES)
+    arity = 2
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        (part, p1), (whole, p2) = (compiler.compile(e) for e in self.source_expressions)
+        return f"ROUND(({part})::numeric / NULLIF({whole}, 0), {SHARE_PLACES})", [*p1, *p2]
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        (part, p1), (whole, p2) = (compiler.compile(e) for e in self.source_expressions)
+        return f"ROUND(CAST({part} AS REAL) / NULLIF({whole}, 0), {SHARE_PLACES})", [*p1, *p2]
 
 
 # Queue samples: waiting for admission with a nominal quota (fulfilment counts only these), the share given of the
 # nominal quota, and a guarantee violation (docs/insights.md, "Fairness").
 WANTING = Q(pending_count__gt=0, nominal__gt=0)
-GIVEN_SHARE = _share(Least("admitted", "nominal"), "nominal")
+GIVEN_SHARE = ShareOf(Least("admitted", "nominal"), "nominal")
 VIOLATING = Q(pending_count__gt=0, nominal__gt=0, admitted__lt=F("nominal"),
               pending_smallest__lte=F("nominal") - F("admitted"))
 # Pool samples: promised / capacity (where there is capacity), and an overcommit violation.
 HAS_CAPACITY = Q(capacity__gt=0)
-PROMISED_SHARE = _share("promised", "capacity")
-_ALLOWED = Cast("capacity", DecimalField(max_digits=30, decimal_places=6)) * (
-    1 + Cast("overcommit_percent", DecimalField(max_digits=30, decimal_places=6)) / 100)
+PROMISED_SHARE = ShareOf("promised", "capacity")
+_ALLOWED = Cast("capacity", FloatField()) * (1 + Cast("overcommit_percent", FloatField()) / 100)
 OVER = Q(allocated__gt=F("capacity")) | Q(promised__gt=_ALLOWED)
 
 QUEUE_SUMS = {
