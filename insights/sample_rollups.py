@@ -225,6 +225,10 @@ def backfill(since: date | datetime, until: datetime | None = None) -> dict[str,
         rows += refresh_range(start, stop)
         hours += int((stop - start) / HOUR)
         start = stop
+    if connection.vendor == "postgresql":  # fresh statistics for the planner after a bulk load
+        with connection.cursor() as cursor:
+            for model in (QueueSampleHour, PoolSampleHour, SampleHour):
+                cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
     return {"hours": hours, "rows": rows}
 
 
@@ -315,8 +319,11 @@ def slots_sampled(hours: QuerySet, rolled: list[tuple[datetime, datetime]], by: 
     out: dict[tuple[Any, ...], dict[datetime, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     if not rolled:
         return out
-    qs = hours.filter(in_ranges(rolled, "hour")).annotate(b=bucket("hour", size)).order_by()
+    if size not in ("hour", "day", "week"):
+        raise ValueError(f"unknown bucket {size!r}")
+    qs = hours.filter(in_ranges(rolled, "hour")).order_by()
     if connection.vendor != "postgresql":
+        qs = qs.annotate(b=bucket("hour", size))
         masks: dict[tuple[Any, ...], int] = defaultdict(int)
         for *key, b, hour, total, mask in qs.values_list(*by, "b", "hour", "pending_count", "slots"):
             masks[(tuple(key), b, hour)] |= mask
@@ -324,14 +331,16 @@ def slots_sampled(hours: QuerySet, rolled: list[tuple[datetime, datetime]], by: 
         for (key, b, _), mask in masks.items():
             out[key][b][1] += mask.bit_count()
         return out
-    inner = qs.values(*by, "b", "hour").annotate(total=Sum("pending_count"), m=BitOr("slots"))
+    inner = qs.values(*by, "hour").annotate(total=Sum("pending_count"), m=BitOr("slots"))
     try:
         sql, params = inner.query.sql_with_params()
     except Exception:  # an empty scope (EmptyResultSet)
         return out
-    columns = ", ".join(connection.ops.quote_name(c) for c in [*by, "b"])
+    columns = ", ".join(connection.ops.quote_name(c) for c in by)
+    trunc = f"DATE_TRUNC('{size}', hour AT TIME ZONE 'UTC')"  # size: hour | day | week (registry.BUCKETS)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns}, SUM(total), SUM({_POPCOUNT}) FROM ({sql}) t GROUP BY {columns}", params)
+        cursor.execute(f"SELECT {columns}, {trunc}, SUM(total), SUM({_POPCOUNT}) FROM ({sql}) t "
+                       f"GROUP BY {columns}, {trunc}", params)
         for *key, b, total, slots in cursor.fetchall():
             b = b if b.tzinfo else b.replace(tzinfo=UTC)  # DATE_TRUNC(... AT TIME ZONE 'UTC') is naive
             out[tuple(key)][b] = [int(total or 0), int(slots or 0)]
