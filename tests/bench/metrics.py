@@ -14,8 +14,9 @@
    tenant admin, over the last 30 days by tenant per day and over the whole span by tenant per week, ``--repeat``
    times each after one warming run, and prints p50 / p95 wall time per metric and the peak Python allocations
    (``tracemalloc``) and the process's peak RSS (``getrusage``).
-4. Backfills the daily request rollup (``insights.rollups.backfill``, timed) and times the metrics that read it
-   again ("after"; before it, with no day rolled up, they compute everything from the requests).
+4. Backfills the daily request rollup (``insights.rollups.backfill``) and the daily cost rollup
+   (``billing.rollup.backfill``), both timed, and times the metrics that read them again ("after"; before, with no
+   day rolled up, they compute everything from the requests and the usage intervals).
 
 The database is dropped at the end unless ``--keep``.
 """
@@ -83,7 +84,7 @@ from django.test.utils import setup_test_environment
 NOW = datetime.now(UTC).replace(microsecond=0)
 CHUNK = 200_000
 # The metrics that read a rollup when whole past days are rolled up (timed again after the backfill).
-ROLLED = ("queue-wait", "scheduling-success")
+ROLLED = ("queue-wait", "scheduling-success", "spend", "cost-per-gpu-hour")
 
 
 def _text(value: Any) -> str:
@@ -262,6 +263,15 @@ def main() -> int:
         started = time.monotonic()
         rollups.rollups_refresh()
         print(f"one refresh (beat task) in {time.monotonic() - started:.1f} s")
+        from billing import rollup as cost_rollup
+
+        started = time.monotonic()
+        done = cost_rollup.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
+        print(f"backfilled the cost rollup: {done['days']} days, {done['rows']:,} rows in "
+              f"{time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        cost_rollup.refresh()
+        print(f"one cost rollup refresh (beat task) in {time.monotonic() - started:.1f} s")
         run_cases(cases, users, {k: METRICS[k] for k in rolled}, "after rollups")
     finally:
         if ARGS.keep or ARGS.seed_only or ARGS.reuse:
