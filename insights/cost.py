@@ -61,18 +61,14 @@ def _summed(query: Query, *, rollup: bool = True) -> dict[tuple[Any, ...], dict[
         c, u = costs.cost_and_usage(intervals, since=since, until=until, by=(*by, "day"))
         cost_rows += c
         usage_rows += u
+    rolled: list[tuple[Any, ...]] = []
     if days:
-        rolled = (narrow(CostRollup.objects.filter(cost_rollup.in_days(days)), query, ROLLUP_PATHS)
-                  .annotate(at=Trunc("day", size, output_field=DateField())).order_by()
-                  .values(*by, "at", "unit", "key").annotate(cost=Sum("cost"), seconds=Sum("unit_seconds")))
-        for r in rolled:
-            r["day"] = datetime.combine(r.pop("at"), time(), tzinfo=UTC)
-            r["hours"] = r["seconds"] / HOUR
-            cost_rows.append(r)
-            usage_rows.append(r)
+        rolled = list(narrow(CostRollup.objects.filter(cost_rollup.in_days(days)), query, ROLLUP_PATHS)
+                      .annotate(at=Trunc("day", size, output_field=DateField())).order_by()
+                      .values_list(*by, "at", "unit", "key").annotate(cost=Sum("cost"), seconds=Sum("unit_seconds")))
     cluster_of: dict[int, int] = {}
     if query.group_by in ("cluster", "queue"):
-        ids = {r["flavor"] for r in [*cost_rows, *usage_rows]}
+        ids = {r["flavor"] for r in [*cost_rows, *usage_rows]} | {row[by.index("flavor")] for row in rolled}
         cluster_of = dict(Flavor.objects.filter(pk__in=ids).values_list("pk", "cluster_id"))
 
     def key_of(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -86,6 +82,22 @@ def _summed(query: Query, *, rollup: bool = True) -> dict[tuple[Any, ...], dict[
         out[key_of(r)][bucket_of(r["day"], size)]["cost"] += r["cost"]
     for r in usage_rows:
         out[key_of(r)][bucket_of(r["day"], size)]["gpu_hours"] += r["hours"] * gpu_equivalent(r["unit"], r["key"])
+    # The rolled-up days, already per bucket (tens of thousands of rows over a year: one pass, no dicts per row).
+    starts: dict[Any, datetime] = {}
+    shares: dict[tuple[str, str], Decimal] = {}
+    width = len(by)
+    for row in rolled:
+        at, unit, unit_key, cost, seconds = row[width:]
+        when = starts.get(at)
+        if when is None:
+            when = starts[at] = datetime.combine(at, time(), tzinfo=UTC)
+        share = shares.get((unit, unit_key))
+        if share is None:
+            share = shares[(unit, unit_key)] = gpu_equivalent(unit, unit_key)
+        group = row[:1] if query.group_by in ("tenant", "project", "flavor") else key_of(dict(zip(by, row[:width], strict=True)))
+        cell = out[group][when]
+        cell["cost"] += cost
+        cell["gpu_hours"] += seconds / HOUR * share
     return out
 
 
