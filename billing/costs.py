@@ -40,6 +40,8 @@ GROUPS = {  # name -> SQL expression over the "iv" rows
     "flavor": "iv.flavor_id",
     "user": "iv.user_id",
     "unit": "iv.unit",
+    "key": "iv.key",
+    "cluster": "iv.cluster_id",
     "day": "seg.day",
 }
 
@@ -79,6 +81,8 @@ GROUP_COLUMNS = {  # name -> the interval's value (``_sum_python``), as GROUPS i
     "flavor": "request__flavor_id",
     "user": "request__requested_by_id",
     "unit": "unit",
+    "key": "key",
+    "cluster": "cluster_id",
 }
 
 # One sum: (segment start, tenant id, unit, key, *the ``by`` group values, quantity × seconds) per segment and group.
@@ -118,7 +122,7 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
         WITH seg AS (SELECT s, e, day, i FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
                      WITH ORDINALITY AS t(s, e, day, i)),
         iv AS (
-            SELECT u.tenant_id, u.project_id, u.unit, u.key, u.quantity, u.started_at, r.flavor_id,
+            SELECT u.tenant_id, u.project_id, u.cluster_id, u.unit, u.key, u.quantity, u.started_at, r.flavor_id,
                    r.requested_by_id AS user_id,
                    COALESCE(u.ended_at, GREATEST(u.started_at, c.cluster_time + GREATEST(%s - c.seen_at, interval '0')),
                             u.started_at) AS end_at

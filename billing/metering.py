@@ -36,7 +36,7 @@ from django.utils import timezone
 from workloads.manifests import uses_volcano
 from workloads.models import WorkloadRequest
 
-from . import pricing
+from . import pricing, rollup
 from .models import ClusterClock, UsageInterval
 
 logger = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
                 .select_related("flavor", "cluster", "template")}
     runs: list[Run] = []
     closes: list[Close] = []
+    changed: list[datetime] = []  # instants from which the cost rollup's days changed
     present: set[str] = set()
     for rid, items in by_request.items():
         req = requests.get(rid)
@@ -269,6 +270,7 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
                 ))
         if fresh:
             stats.opened = len(UsageInterval.objects.bulk_create(fresh, ignore_conflicts=True))
+            changed.extend(iv.started_at for iv in fresh)
             # A run opened in this cycle may have ended in it too (admitted, then evicted: two events of one batch).
             for iv in fresh:
                 if iv.ended_at is None:
@@ -276,9 +278,12 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
                     open_runs[iv.object_uid].add(iv.run_key)
         for run in runs:
             if run.end is not None and (run.request.pk, run.run_key) in open_keys:
-                stats.closed += UsageInterval.objects.filter(
+                closed = UsageInterval.objects.filter(
                     request_id=run.request.pk, run_key=run.run_key, ended_at__isnull=True,
                 ).update(ended_at=run.end, end_reason=run.reason)
+                stats.closed += closed
+                if closed:
+                    changed.append(run.end)
 
     # Runs that ended without a run of their own saying so (evicted, deleted).
     for close in closes:
@@ -288,13 +293,22 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
         rows = UsageInterval.objects.filter(cluster=cluster, object_uid=close.uid, ended_at__isnull=True, started_at__lte=at)
         if close.before is not None:
             rows = rows.filter(started_at__lt=close.before)
-        stats.closed += rows.update(ended_at=at, end_reason=close.reason)
+        closed = rows.update(ended_at=at, end_reason=close.reason)
+        stats.closed += closed
+        if closed:
+            changed.append(at)
 
     # A resync lists everything: an open interval whose object is not there any more ended when last seen.
     if complete and last_seen is not None:
         gone = {uid for uid in open_uids if uid not in present}
         if gone:
-            stats.closed += (UsageInterval.objects.filter(cluster=cluster, object_uid__in=gone, ended_at__isnull=True)
-                             .update(ended_at=Greatest(Value(last_seen), F("started_at")), end_reason=R.GONE))
+            closed = (UsageInterval.objects.filter(cluster=cluster, object_uid__in=gone, ended_at__isnull=True)
+                      .update(ended_at=Greatest(Value(last_seen), F("started_at")), end_reason=R.GONE))
+            stats.closed += closed
+            if closed:
+                changed.append(last_seen)
+    # The cost rollup's days from the earliest instant these writes affect are recomputed (billing/rollup.py).
+    if changed:
+        rollup.mark_changed(min(changed))
     return stats
 

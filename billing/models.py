@@ -20,7 +20,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from quotas.models import Cluster
+from quotas.models import Cluster, Flavor
 from tenants.models import Project, Tenant
 from workloads.models import WorkloadRequest
 
@@ -337,3 +337,49 @@ class StatementCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.year}: {self.last}"
+
+
+# ------------------------------------------------------------------------------------------------ cost rollup
+# (docs/billing.md, "Cost rollup": billing/rollup.py writes these rows; insights' cost metrics read them.)
+class CostRollup(models.Model):
+    """Priced usage of one closed UTC day per tenant, project, cluster, flavor, requesting user, unit and key:
+    ``cost`` (prices and discounts in force, not rounded) and ``unit_seconds`` (quantity x seconds, exact)."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    unit = models.CharField(max_length=12, choices=Unit.choices)
+    key = models.CharField(max_length=60, blank=True, default="")
+    cost = models.DecimalField(max_digits=40, decimal_places=20, help_text="In the billing currency, not rounded.")
+    unit_seconds = models.DecimalField(max_digits=30, decimal_places=10, help_text="Quantity x seconds held that day.")
+
+    class Meta:
+        ordering = ["day", "tenant", "project"]
+        indexes = [
+            models.Index(fields=["day", "tenant"], name="costrollup_day_tenant"),
+            models.Index(fields=["project", "day"], name="costrollup_project_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} t{self.tenant_id} p{self.project_id} {self.unit} {self.key}: {self.cost}"
+
+
+class CostRollupDay(models.Model):
+    """A UTC day whose ``CostRollup`` rows are complete (``dirty`` false). Every change that touches the day
+    (usage opened or closed, a price or discount) sets ``dirty`` and bumps ``version``; a refresh marks the day clean
+    only if the version it read before summing is still the day's, so a change racing the refresh is never lost."""
+
+    day = models.DateField(unique=True)
+    computed_at = models.DateTimeField(null=True, blank=True)
+    dirty = models.BooleanField(default=True)
+    version = models.PositiveBigIntegerField(default=0)
+    rows = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return f"{self.day}{' (dirty)' if self.dirty else ''}"

@@ -21,7 +21,7 @@ from tenants.audit import audit_record, snapshot
 from tenants.guards import require
 from tenants.models import Tenant
 
-from . import policy, selectors
+from . import policy, rollup, selectors
 from .models import KEYED_UNITS, BillingPeriod, Discount, Price, Unit
 
 PRICE_FIELDS = ["unit", "key", "amount", "currency", "effective_from", "note"]
@@ -85,6 +85,7 @@ def price_create(*, actor: Actor, unit: str, amount: Decimal, effective_from: da
     _not_retroactive(price.effective_from, what="A price")
     _save_unique(price, "This unit already has a price from that instant; change that one.")
     selectors.price_list_changed()
+    rollup.mark_changed(price.effective_from)
     audit_record(actor=actor, action="price.create", target=price, after=snapshot(price, PRICE_FIELDS))
     return price
 
@@ -94,6 +95,7 @@ def price_update(*, actor: Actor, price: Price, **changes: Any) -> Price:
     require(policy.may_manage_prices(actor), "Only platform ops set prices.")
     price = Price.objects.select_for_update().get(pk=price.pk)
     before = snapshot(price, PRICE_FIELDS)
+    before_from = price.effective_from
     _lock_month(price.effective_from)
     _not_retroactive(price.effective_from, what="This price took effect in a finalised month; it")
     for name, value in changes.items():
@@ -105,6 +107,7 @@ def price_update(*, actor: Actor, price: Price, **changes: Any) -> Price:
     _not_retroactive(price.effective_from, what="A price")
     _save_unique(price, "This unit already has a price from that instant; change that one.")
     selectors.price_list_changed()
+    rollup.mark_changed(min(price.effective_from, before_from))
     audit_record(actor=actor, action="price.update", target=price, before=before, after=snapshot(price, PRICE_FIELDS))
     return price
 
@@ -117,6 +120,7 @@ def price_delete(*, actor: Actor, price: Price) -> None:
     _not_retroactive(price.effective_from, what="This price took effect in a finalised month; it")
     before = snapshot(price, PRICE_FIELDS)
     selectors.price_list_changed()
+    rollup.mark_changed(price.effective_from)
     audit_record(actor=actor, action="price.delete", target=price, before=before)
     price.delete()
 
@@ -133,6 +137,7 @@ def discount_create(*, actor: Actor, tenant: Tenant, percent: Decimal, effective
     _not_retroactive(effective_from, what="A discount")
     _save_unique(discount, "This tenant already has a discount from that instant.")
     selectors.price_list_changed()
+    rollup.mark_changed(effective_from)
     audit_record(actor=actor, action="discount.create", target=discount, tenant=tenant, after=snapshot(discount, DISCOUNT_FIELDS))
     return discount
 
@@ -144,6 +149,7 @@ def discount_delete(*, actor: Actor, discount: Discount) -> None:
     _lock_month(discount.effective_from)
     _not_retroactive(discount.effective_from, what="This discount took effect in a finalised month; it")
     selectors.price_list_changed()
+    rollup.mark_changed(discount.effective_from)
     audit_record(actor=actor, action="discount.delete", target=discount, tenant=discount.tenant,
                  before=snapshot(discount, DISCOUNT_FIELDS))
     discount.delete()

@@ -9,11 +9,17 @@ HAMi compute its cores percent / 100. Charts are daily at the finest (an ``hour`
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime, time
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import DateField, Sum
+from django.db.models.functions import Trunc
+
 from billing import costs, selectors
-from billing.models import UsageInterval
+from billing import rollup as cost_rollup
+from billing.models import CostRollup, UsageInterval
+from billing.pricing import HOUR
 from quotas.models import Flavor
 
 from .common import bucket_of, make_points, make_rows, narrow, ratio
@@ -21,6 +27,7 @@ from .registry import Metric, Query, Result, register
 from .samples import profile_gpu_share
 
 PATHS = {"cluster": "cluster_id", "flavor": "request__flavor_id", "tenant": "tenant_id", "project": "project_id"}
+ROLLUP_PATHS = {"cluster": "cluster_id", "flavor": "flavor_id", "tenant": "tenant_id", "project": "project_id"}
 # The billing groups each breakdown is summed by (cluster and queue are derived from the flavor's cluster).
 BILLING_BY = {"tenant": ("tenant",), "project": ("project",), "flavor": ("flavor",), "cluster": ("flavor",),
               "queue": ("project", "flavor")}
@@ -36,14 +43,32 @@ def gpu_equivalent(unit: str, key: str) -> Decimal:
     return Decimal(0)
 
 
-def _summed(query: Query) -> tuple[dict[tuple[Any, ...], dict[Any, dict[str, Decimal]]], list[str]]:
-    """group key -> day -> {"cost", "gpu_hours"} over the period, in scope."""
-    intervals = narrow(UsageInterval.objects.all(), query, PATHS)
+def _summed(query: Query, *, rollup: bool = True) -> dict[tuple[Any, ...], dict[datetime, dict[str, Decimal]]]:
+    """group key -> chart bucket (day, or week for ``week``) -> {"cost", "gpu_hours"} over the period, in scope.
+
+    Whole closed days that billing's cost rollup holds (``billing.rollup``) are summed from it in the database;
+    the rest of the period (today, partial first and last days, days not rolled up) is computed live by billing's
+    summing pass. ``rollup=False``: everything live (the direct computation the rollup must equal)."""
+    size = "week" if query.bucket == "week" else "day"
     by = BILLING_BY[query.group_by]
-    cost_rows, usage_rows = costs.cost_and_usage(intervals, since=query.start, until=query.end, by=(*by, "day"))
+    days = cost_rollup.rolled_days(query.start, query.end) if rollup else []
+    intervals = narrow(UsageInterval.objects.all(), query, PATHS)
+    out: dict[tuple[Any, ...], dict[datetime, dict[str, Decimal]]] = defaultdict(
+        lambda: defaultdict(lambda: {"cost": Decimal(0), "gpu_hours": Decimal(0)}))
+    cost_rows: list[dict[str, Any]] = []
+    usage_rows: list[dict[str, Any]] = []
+    for since, until in cost_rollup.live_ranges(query.start, query.end, days):
+        c, u = costs.cost_and_usage(intervals, since=since, until=until, by=(*by, "day"))
+        cost_rows += c
+        usage_rows += u
+    rolled: list[tuple[Any, ...]] = []
+    if days:
+        rolled = list(narrow(CostRollup.objects.filter(cost_rollup.in_days(days)), query, ROLLUP_PATHS)
+                      .annotate(at=Trunc("day", size, output_field=DateField())).order_by()
+                      .values_list(*by, "at", "unit", "key").annotate(cost=Sum("cost"), seconds=Sum("unit_seconds")))
     cluster_of: dict[int, int] = {}
     if query.group_by in ("cluster", "queue"):
-        ids = {r["flavor"] for r in [*cost_rows, *usage_rows]}
+        ids = {r["flavor"] for r in [*cost_rows, *usage_rows]} | {row[by.index("flavor")] for row in rolled}
         cluster_of = dict(Flavor.objects.filter(pk__in=ids).values_list("pk", "cluster_id"))
 
     def key_of(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -53,21 +78,26 @@ def _summed(query: Query) -> tuple[dict[tuple[Any, ...], dict[Any, dict[str, Dec
             return (r["project"], cluster_of.get(r["flavor"]))
         return (r[by[0]],)
 
-    out: dict[tuple[Any, ...], dict[Any, dict[str, Decimal]]] = defaultdict(
-        lambda: defaultdict(lambda: {"cost": Decimal(0), "gpu_hours": Decimal(0)}))
     for r in cost_rows:
-        out[key_of(r)][r["day"]]["cost"] += r["cost"]
+        out[key_of(r)][bucket_of(r["day"], size)]["cost"] += r["cost"]
     for r in usage_rows:
-        out[key_of(r)][r["day"]]["gpu_hours"] += r["hours"] * gpu_equivalent(r["unit"], r["key"])
-    return out, list(by)
-
-
-def _by_bucket(days: dict[Any, dict[str, Decimal]], size: str) -> dict[Any, dict[str, Decimal]]:
-    out: dict[Any, dict[str, Decimal]] = defaultdict(lambda: {"cost": Decimal(0), "gpu_hours": Decimal(0)})
-    for day, v in days.items():
-        at = bucket_of(day, "week" if size == "week" else "day")
-        out[at]["cost"] += v["cost"]
-        out[at]["gpu_hours"] += v["gpu_hours"]
+        out[key_of(r)][bucket_of(r["day"], size)]["gpu_hours"] += r["hours"] * gpu_equivalent(r["unit"], r["key"])
+    # The rolled-up days, already per bucket (tens of thousands of rows over a year: one pass, no dicts per row).
+    starts: dict[Any, datetime] = {}
+    shares: dict[tuple[str, str], Decimal] = {}
+    width = len(by)
+    for row in rolled:
+        at, unit, unit_key, cost, seconds = row[width:]
+        when = starts.get(at)
+        if when is None:
+            when = starts[at] = datetime.combine(at, time(), tzinfo=UTC)
+        share = shares.get((unit, unit_key))
+        if share is None:
+            share = shares[(unit, unit_key)] = gpu_equivalent(unit, unit_key)
+        group = row[:1] if query.group_by in ("tenant", "project", "flavor") else key_of(dict(zip(by, row[:width], strict=True)))
+        cell = out[group][when]
+        cell["cost"] += cost
+        cell["gpu_hours"] += seconds / HOUR * share
     return out
 
 
@@ -75,8 +105,8 @@ def _money(value: Decimal) -> Decimal:
     return value.quantize(Decimal("0.01"))
 
 
-def spend(query: Query) -> Result:
-    summed, _ = _summed(query)
+def spend(query: Query, *, rollup: bool = True) -> Result:
+    summed = _summed(query, rollup=rollup)
     total = sum((v["cost"] for days in summed.values() for v in days.values()), Decimal(0))
     values = {}
     points: dict[tuple[Any, ...], dict[Any, Any]] = {}
@@ -84,7 +114,7 @@ def spend(query: Query) -> Result:
         cost = sum((v["cost"] for v in days.values()), Decimal(0))
         used = sum((v["gpu_hours"] for v in days.values()), Decimal(0))
         values[key] = {"cost": _money(cost), "gpu_hours": round(float(used), 3), "share": ratio(cost, total)}
-        points[key] = {at: _money(v["cost"]) for at, v in _by_bucket(days, query.bucket).items()}
+        points[key] = {at: _money(v["cost"]) for at, v in days.items()}
     currency = selectors.currency()
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
                   chart_value="cost",
@@ -93,8 +123,8 @@ def spend(query: Query) -> Result:
                   note="" if values else "No metered usage in the period.")
 
 
-def cost_per_gpu_hour(query: Query) -> Result:
-    summed, _ = _summed(query)
+def cost_per_gpu_hour(query: Query, *, rollup: bool = True) -> Result:
+    summed = _summed(query, rollup=rollup)
     values = {}
     points: dict[tuple[Any, ...], dict[Any, Any]] = {}
 
@@ -105,7 +135,7 @@ def cost_per_gpu_hour(query: Query) -> Result:
         cost = sum((v["cost"] for v in days.values()), Decimal(0))
         used = sum((v["gpu_hours"] for v in days.values()), Decimal(0))
         values[key] = {"per_gpu_hour": per(cost, used), "cost": _money(cost), "gpu_hours": round(float(used), 3)}
-        points[key] = {at: per(v["cost"], v["gpu_hours"]) for at, v in _by_bucket(days, query.bucket).items()}
+        points[key] = {at: per(v["cost"], v["gpu_hours"]) for at, v in days.items()}
     currency = selectors.currency()
     return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
                   chart_value="per_gpu_hour",

@@ -448,6 +448,8 @@ PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
 # Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
 CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}
+# The daily cost rollup (closed days, priced; each day replaced whole): docs/billing.md, "Cost rollup".
+CELERY_BEAT_SCHEDULE["billing-cost-rollup-refresh"] = {"task": "billing.cost_rollup_refresh", "schedule": 3600.0}
 # The weekly metrics digest to tenant admins (claimed once per tenant and week; hourly so a missed Monday catches up).
 CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send", "schedule": 3600.0}
 

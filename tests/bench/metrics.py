@@ -14,9 +14,10 @@
    tenant admin, over the last 30 days by tenant per day and over the whole span by tenant per week, ``--repeat``
    times each after one warming run, and prints p50 / p95 wall time per metric and the peak Python allocations
    (``tracemalloc``) and the process's peak RSS (``getrusage``).
-4. Backfills the daily request rollup (``insights.rollups.backfill``) and the hourly sample rollup
-   (``insights.sample_rollups.backfill``), timed, and times the metrics that read them again ("after"; before them,
-   with nothing rolled up, they compute everything from the requests and the samples).
+4. Backfills the daily request rollup (``insights.rollups.backfill``), the hourly sample rollup
+   (``insights.sample_rollups.backfill``) and the daily cost rollup (``billing.rollup.backfill``), each timed, and
+   times the metrics that read them again ("after"; before them, with nothing rolled up, they compute everything
+   from the requests, the samples and the usage intervals).
 
 The database is dropped at the end unless ``--keep``.
 """
@@ -85,7 +86,7 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 CHUNK = 200_000
 # The metrics that read a rollup when whole past days are rolled up (timed again after the backfill).
 ROLLED = ("queue-wait", "scheduling-success", "pending-now", "quota-fulfilment", "guarantee-violations", "borrowing",
-          "overcommit", "gpu-allocation", "idle-allocated", "mig-fragmentation")
+          "overcommit", "gpu-allocation", "idle-allocated", "mig-fragmentation", "spend", "cost-per-gpu-hour")
 
 
 def _text(value: Any) -> str:
@@ -273,6 +274,15 @@ def main() -> int:
         started = time.monotonic()
         sample_rollups.sample_rollups_refresh()
         print(f"one sample rollup refresh (beat task) in {time.monotonic() - started:.1f} s")
+        from billing import rollup as cost_rollup
+
+        started = time.monotonic()
+        done = cost_rollup.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
+        print(f"backfilled the cost rollup: {done['days']} days, {done['rows']:,} rows in "
+              f"{time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        cost_rollup.refresh()
+        print(f"one cost rollup refresh (beat task) in {time.monotonic() - started:.1f} s")
         run_cases(cases, users, {k: METRICS[k] for k in rolled}, "after rollups")
     finally:
         if ARGS.keep or ARGS.seed_only or ARGS.reuse:
