@@ -453,10 +453,17 @@ def _ceiling(resource: str, row: Quota | None, tenant_nominal: Decimal | None, p
     return Ceiling(resource, row.nominal, None, max(row.nominal, cohort))
 
 
+_PROJECT_QUOTA_ROW = Compiled(  # compiled once per process (portal.compiled)
+    lambda project_id, flavor_id, resource: Quota.objects.filter(
+        project_id=project_id, flavor_id=flavor_id, resource=resource)[:1]  # the model's order, as first() reads
+)
+
+
 def quota_ceiling(*, project: Project, flavor: Flavor) -> Ceiling:
     """Nominal quota plus what the project may borrow, for ``flavor``'s primary resource (see ``_ceiling``)."""
     resource = flavor.primary_resource
-    row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
+    found = _PROJECT_QUOTA_ROW.rows(project.pk, flavor.pk, resource)
+    row = found[0] if found else None
     if row is None or row.borrowing_limit is not None:
         return _ceiling(resource, row, None, Decimal(0))
     tenant_row = Quota.objects.filter(tenant_id=project.tenant_id, project__isnull=True, flavor=flavor, resource=resource).first()
