@@ -11,9 +11,9 @@ through a copy of that compiler: Django's own converters and model construction 
 annotations, ``values()`` dicts), so a call returns what ``list(build(*values))`` would.
 
 ``build`` must put its arguments into the query as they are (filters, lookups), never decide anything on them: the
-SQL kept from the stand-ins serves every later value. What can change the SQL's text, not only its parameters, must be
-in the shape: the number of ids in an ``IN``, and
-anything ``build`` decides on (pass a ``key``). A stand-in that does not appear among the parameters exactly where a
+SQL kept from the stand-ins serves every later value. What can change the SQL's text, not only its parameters, is in
+the shape: the number of ids in an ``IN`` (counted here), and whatever else the caller chooses between (``key``, or
+one ``Compiled`` per variant). A stand-in that does not appear among the parameters exactly where a
 value goes (Django folded it into the text, or dropped it) makes that shape uncompilable: it then runs ``build``
 every time, as before. An ``IN ()`` of no ids matches nothing and asks no query, as Django does.
 """
