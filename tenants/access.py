@@ -25,6 +25,8 @@ from django.db.models.expressions import RawSQL
 from guardian.models import UserObjectPermission
 from django.contrib.auth.models import Group, Permission
 
+from portal.compiled import Compiled
+
 from .models import ApiToken, Membership, Project, Role, Tenant
 
 if TYPE_CHECKING:
@@ -103,13 +105,23 @@ def is_ops(user: AbstractBaseUser | AnonymousUser | None) -> bool:
     return cached
 
 
+def _session_user_query(user_id: Any) -> Any:
+    in_ops = Exists(Group.objects.filter(user=OuterRef("pk"), name=OPS_GROUP))
+    return (get_user_model()._default_manager.filter(pk=user_id)
+            .annotate(portal_in_ops_group=in_ops, portal_memberships=user_memberships()).order_by("pk"))
+
+
+_SESSION_USER = Compiled(lambda user_id: _session_user_query(user_id)[:1])
+
+
 def user_for_session(user_id: Any) -> Any:
     """The user a session names, read with whether they are in the ops group (an ``EXISTS`` in the same query),
     so that ``is_ops`` asks nothing more in that request; None if there is no such user."""
-    User = get_user_model()
-    in_ops = Exists(Group.objects.filter(user=OuterRef("pk"), name=OPS_GROUP))
-    user = (User._default_manager.filter(pk=user_id)
-            .annotate(portal_in_ops_group=in_ops, portal_memberships=user_memberships()).first())
+    if isinstance(user_id, int) and not isinstance(user_id, bool):
+        found = _SESSION_USER.rows(user_id)  # compiled once per process (portal.compiled)
+        user = found[0] if found else None
+    else:
+        user = _session_user_query(user_id).first()
     if user is not None:
         user._portal_is_ops = user.is_superuser or (user.is_staff and user.portal_in_ops_group)
         user._portal_memberships_at = _generation  # the scope takes its rows from the user: no query of its own

@@ -17,6 +17,7 @@ import hmac
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -166,35 +167,62 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     """
     claimed = _claim(request_id, limit)
     out = {"claimed": len(claimed), "queued": 0, "rejected": 0, "cleaned": 0, "raced": 0}
+    rendered = [(req, request_objects(req)) for req in claimed]
+    # The cluster calls of a batch run side by side (an apply waits on the API server, not on us); the database
+    # writes stay in this thread, in the claimed order.
+    outcomes = _apply_side_by_side(rendered)
     applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]] = []
-    req: WorkloadRequest | None = None
-    try:
-        for req in claimed:
-            kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process
-            objects = request_objects(req)
-            current = objects[0]
-            try:
-                for current in objects:
-                    kube.apply(current)
-            except ClusterRejected as exc:
-                prometheus.materialize_error(cluster=req.cluster.name, reason="rejected")
-                reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
-                if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED],
-                        fields={"claimed_at": None}):
-                    _delete_objects(kube, req, objects)
-                out["rejected"] += 1
-                continue
+    unavailable: WorkloadRequest | None = None
+    for (req, objects), (outcome, current, exc) in zip(rendered, outcomes):
+        if outcome == "applied":
             applied.append((req, objects))
-    except ClusterUnavailable:
-        if req is not None:  # the request whose apply failed
-            prometheus.materialize_error(cluster=req.cluster.name, reason="unavailable")
-        _release([r for r in claimed if r not in {a for a, _ in applied}])
+        elif outcome == "rejected":
+            prometheus.materialize_error(cluster=req.cluster.name, reason="rejected")
+            reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
+            if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED],
+                    fields={"claimed_at": None}):
+                _delete_objects(kube_for(req.cluster), req, objects)
+            out["rejected"] += 1
+        elif outcome == "unavailable" and unavailable is None:
+            unavailable = req
+    if unavailable is not None:
+        prometheus.materialize_error(cluster=unavailable.cluster.name, reason="unavailable")
+        applied_pks = {a.pk for a, _ in applied}
+        _release([r for r, (outcome, _, _) in zip(claimed, outcomes) if outcome != "rejected" and r.pk not in applied_pks])
         _record_queued(applied, out)
-        raise
+        raise next(exc for outcome, _, exc in outcomes if outcome == "unavailable")
     if applied:
         _pause_after_apply()
     _record_queued(applied, out)
     return out
+
+
+# How many cluster calls of one batch may be in flight at once.
+APPLY_THREADS = 8
+
+
+def _apply_one(req: WorkloadRequest, objects: list[dict[str, Any]]) -> tuple[str, dict[str, Any], Exception | None]:
+    """Apply one request's objects in order: ("applied" | "rejected" | "unavailable", the object at hand, the error)."""
+    kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process; thread-safe
+    current = objects[0]
+    try:
+        for current in objects:
+            kube.apply(current)
+    except ClusterRejected as exc:
+        return "rejected", current, exc
+    except ClusterUnavailable as exc:
+        return "unavailable", current, exc
+    return "applied", current, None
+
+
+def _apply_side_by_side(rendered: list[tuple[WorkloadRequest, list[dict[str, Any]]]]) -> list[tuple[str, Any, Any]]:
+    """``_apply_one`` for every request, up to ``APPLY_THREADS`` at once; the outcomes in the same order."""
+    if len(rendered) <= 1:
+        return [_apply_one(req, objects) for req, objects in rendered]
+    for req, _ in rendered:
+        kube_for(req.cluster)  # made here, once, rather than by several threads at the same time
+    with ThreadPoolExecutor(max_workers=min(APPLY_THREADS, len(rendered)), thread_name_prefix="apply") as pool:
+        return list(pool.map(lambda item: _apply_one(*item), rendered))
 
 
 def _record_queued(applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]], out: dict[str, int]) -> None:

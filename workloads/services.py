@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
+from portal.compiled import Compiled
 from portal.events import after_commit
 from portal.extensions import submission_guard
 from portal.exceptions import (
@@ -441,15 +442,27 @@ def request_submit(
     return req
 
 
+def _replay_query(user_id: int, key: str, project_id: int | None = None, name: str = "") -> Any:
+    match = Q(requested_by_id=user_id, idempotency_key=key)
+    if project_id is not None:
+        match |= Q(project_id=project_id, name=name, state__in=LIVE_STATES)
+    return WorkloadRequest.objects.select_related("project__tenant", "template", "flavor").filter(match)[:2]
+
+
+# Compiled once per process (portal.compiled): the select_related's columns took longer to compile than to read.
+_REPLAY = Compiled(lambda user_id, key: _replay_query(user_id, key))
+_REPLAY_OR_NAME = Compiled(_replay_query)
+
+
 def _replay_and_name(actor: Actor, key: str, project: Project, name: str) -> tuple[WorkloadRequest | None, bool | None]:
     """The request an earlier call with ``key`` made (a retry), and whether ``name`` is taken by a live request of
     the project (None: not asked), in one query. Without a key the name is checked with the other fields."""
     if not key or actor.user is None:
         return None, None
-    match = Q(requested_by=actor.user, idempotency_key=key)
     if name:
-        match |= Q(project=project, name=name, state__in=LIVE_STATES)
-    rows = list(WorkloadRequest.objects.select_related("project__tenant", "template", "flavor").filter(match)[:2])
+        rows = _REPLAY_OR_NAME.rows(actor.user.pk, key, project.pk, name)
+    else:
+        rows = _REPLAY.rows(actor.user.pk, key)
     found = next((r for r in rows if r.requested_by_id == actor.user.pk and r.idempotency_key == key), None)
     if found is not None:
         found.replayed = True  # type: ignore[attr-defined]

@@ -133,26 +133,21 @@ class CeleryWorker:
     """A real Celery worker (``celery -A portal worker``) in a child process on this database and broker, consuming
     a queue of its own (so no other worker takes our tasks, and it takes none of theirs)."""
 
-    def __init__(self, queue_name: str, concurrency: int) -> None:
+    def __init__(self, queue_name: str | None, concurrency: int, env_extra: dict[str, str] | None = None) -> None:
         import subprocess
 
         from portal.celery import app
 
-        db = connection.settings_dict
-        env = dict(os.environ)
-        if db["ENGINE"].endswith("postgresql"):
-            env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db.get('PASSWORD') or ''}@{db.get('HOST') or '127.0.0.1'}:"
-                                   f"{db.get('PORT') or 5432}/{db['NAME']}")
-        else:
-            env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
-        env["PYTHONPATH"] = str(REPO)
+        env = database_env() | (env_extra or {})
+        queue_args = ["-Q", queue_name] if queue_name else []  # None: the default queue (under the env's key prefix)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue_name, "-c", str(concurrency),
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", *queue_args, "-c", str(concurrency),
              "--loglevel", "WARNING", "--without-heartbeat", "--without-mingle", "--without-gossip"],
             cwd=REPO, env=env, start_new_session=True)
-        app.conf.task_routes = {"workloads.tasks.*": {"queue": queue_name}}
-        app.amqp.flush_routes()
-        app.amqp.__dict__.pop("router", None)
+        if queue_name:
+            app.conf.task_routes = {"workloads.tasks.*": {"queue": queue_name}}
+            app.amqp.flush_routes()
+            app.amqp.__dict__.pop("router", None)
 
     def stop(self) -> None:
         import signal
@@ -164,6 +159,19 @@ class CeleryWorker:
             except Exception:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+
+
+def database_env() -> dict[str, str]:
+    """This process's environment with DATABASE_URL naming the benchmark's database (for child processes)."""
+    db = connection.settings_dict
+    env = dict(os.environ)
+    if db["ENGINE"].endswith("postgresql"):
+        env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db.get('PASSWORD') or ''}@{db.get('HOST') or '127.0.0.1'}:"
+                               f"{db.get('PORT') or 5432}/{db['NAME']}")
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
+    env["PYTHONPATH"] = str(REPO)
+    return env
 
 
 def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
@@ -253,6 +261,187 @@ def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
         sandbox.stop()
 
 
+# ------------------------------------------------------------------------------------------------ 1b. over HTTP
+class Gunicorn:
+    """gunicorn (sync workers, DEBUG off) serving the benchmark's database in a child process."""
+
+    def __init__(self, workers: int, env: dict[str, str]) -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--workers", str(workers), "--worker-class",
+             "sync", "--bind", f"127.0.0.1:{self.port}", "--log-level", "warning", "--timeout", "120"],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if self.call("GET", "/accounts/login/", {}, None)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("gunicorn did not start")
+            time.sleep(0.2)
+
+    def call(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> tuple[int, bytes]:
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except Exception:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def submission_body(i: int) -> dict:
+    return {"template": "training", "flavor": "h100-80gb-offline", "gpus": 1, "duration_hours": 1,
+            "parameters": {"command": f"python train.py --seed {i}"}, "image": "nvcr.io/nvidia/pytorch:26.10-py3",
+            "name": f"bench-{i}"}  # a made-up name is 6 random hex digits: 1,000 of them may collide
+
+
+def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurrency: int) -> None:
+    """N submissions from ``clients`` concurrent HTTP clients against gunicorn with ``servers`` sync workers, a real
+    Celery worker with ``concurrency`` processes and the sandbox in a child process: from the first POST until every
+    request is queued in the cluster. Checks that nothing was lost or done twice."""
+    import itertools
+    import json
+
+    from django.db.models import Max, Min
+
+    from tenants.access import Actor
+    from tenants.services import token_create
+    from workloads.models import RequestEvent, RequestState, WorkloadRequest
+
+    sandbox = RemoteSandbox(tmp / "submit-http.kubeconfig")
+    prefix = f"bench-requests-{os.getpid()}:"
+    env = database_env() | {
+        "DJANGO_SETTINGS_MODULE": "tests.bench.speed_settings", "SPEED_BROKER_PREFIX": prefix,  # a private broker
+        "DEBUG": "0", "API_RATE_USER": "", "API_RATE_SUBMIT": "", "DB_CONN_MAX_AGE": "60",
+    }
+    server = worker = None
+    try:
+        cluster, _, project, admin = make_world(sandbox, gpus=4 * n)
+        _, raw = token_create(actor=Actor(user=admin), project=project, name="ci", scope="read+submit")
+        headers = {"Authorization": f"Bearer {raw}", "Content-Type": "application/json", "Accept": "application/json"}
+        worker = CeleryWorker(None, concurrency, env)
+        server = Gunicorn(servers, env)
+        # Warm every gunicorn worker (imports, first connection) with a GET; no submission before the clock starts.
+        for _ in range(servers * 3):
+            server.call("GET", "/api/v1/requests/?page_size=1", headers, None)
+
+        counter = itertools.count()
+        latencies: list[float] = []
+        failures: list[tuple[int, bytes]] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(clients + 1)
+
+        def client() -> None:
+            barrier.wait()
+            while (i := next(counter)) < n:
+                body = json.dumps(submission_body(i)).encode()
+                t0 = time.perf_counter()
+                try:
+                    status, content = server.call("POST", "/api/v1/requests/", headers | {"Idempotency-Key": f"bench-{i}"},
+                                                  body)
+                except OSError as exc:  # a broken connection: retried with the same key (idempotent)
+                    status, content = 0, str(exc).encode()
+                    try:
+                        status, content = server.call(
+                            "POST", "/api/v1/requests/", headers | {"Idempotency-Key": f"bench-{i}"}, body)
+                    except OSError:
+                        pass
+                took = time.perf_counter() - t0
+                with lock:
+                    if status in (200, 201):
+                        latencies.append(took)
+                    else:
+                        failures.append((status, content[:300]))
+
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for t in threads:
+            t.join()
+        submitted = time.perf_counter()
+        mine = WorkloadRequest.objects.filter(cluster=cluster)
+        deadline = time.monotonic() + 600
+        while mine.filter(state__in=[RequestState.APPROVED, RequestState.SUBMITTED]).exists():
+            assert time.monotonic() < deadline, "requests still approved after 10 minutes"
+            time.sleep(0.05)
+        drained = time.perf_counter()
+
+        from portal.kube import kube_for
+
+        jobs = kube_for(cluster).list("batch/v1", "Job", project.namespace)[0]
+        job_names = [j["metadata"]["name"] for j in jobs]
+        states = dict(mine.values_list("state").annotate(n=Count("pk")))
+        names = mine.values("name").distinct().count()
+        queued_events = RequestEvent.objects.filter(request__cluster=cluster, to_state=RequestState.QUEUED)
+        from collections import Counter
+
+        per_request = Counter(queued_events.values_list("request_id", flat=True))
+        moves_per_request = dict(Counter(per_request.values()))
+        batches = mine.exclude(queued_at=None).values("queued_at").distinct().count()
+        waits = sorted((q - c).total_seconds() for c, q in mine.values_list("created_at", "queued_at") if q)
+        attempts = dict(mine.values_list("attempts").annotate(n=Count("pk")))
+        span = mine.aggregate(first=Min("created_at"), last=Max("created_at"))
+        api_s, e2e_s = submitted - start, drained - start
+        print(f"\n1b. submit {n} requests over HTTP: {clients} concurrent clients, gunicorn with {servers} sync workers, "
+              f"a Celery worker with {concurrency} processes, the sandbox in a child process "
+              f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs shared by all of them)")
+        print(f"   latency p50 {pct(latencies, 50) * 1000:.1f} ms, p95 {pct(latencies, 95) * 1000:.1f} ms; "
+              f"accepted by the API {n / api_s:.0f}/s ({api_s:.1f} s); failed calls {len(failures)}")
+        print(f"   end to end: all {n} queued in the sandbox {e2e_s:.1f} s after the first POST = {n / e2e_s:.0f}/s "
+              f"({drained - submitted:.1f} s after the last POST)")
+        print(f"   submission to queued p50 {pct(waits, 50):.2f} s, p95 {pct(waits, 95):.2f} s, max {waits[-1]:.2f} s; "
+              f"recorded queued in {batches} writes ({n / max(batches, 1):.1f} requests per batch); claims per "
+              f"request {attempts}; 'queued' timeline entries per request {moves_per_request}")
+        print(f"   states: {states}; distinct names {names}; Jobs in the cluster {len(jobs)} "
+              f"({len(set(job_names))} distinct); first to last row {(span['last'] - span['first']).total_seconds():.1f} s")
+        for status, content in failures[:5]:
+            print(f"   failed: {status} {content!r}")
+        assert not failures, f"{len(failures)} submissions failed"
+        assert mine.count() == n and names == n, "lost or duplicated requests"
+        assert states.get(RequestState.QUEUED, 0) + states.get(RequestState.RUNNING, 0) == n
+        assert len(jobs) == n and len(set(job_names)) == n, "lost or duplicated Jobs"
+        assert moves_per_request == {1: n}, "a request recorded queued more than once"
+    finally:
+        if server is not None:
+            server.stop()
+        if worker is not None:
+            worker.stop()
+        sandbox.stop()
+        try:
+            import redis
+
+            r = redis.Redis.from_url(os.environ["REDIS_URL"])
+            keys = list(r.scan_iter(f"{prefix}*"))
+            if keys:
+                r.delete(*keys)
+        except Exception:
+            pass
+
+
 # ------------------------------------------------------------------------------------------------ 2. following
 def bench_follow(active_counts: list[int], change_counts: list[int], tmp: Path) -> None:
     from portal.kube import kube_cache_clear
@@ -317,6 +506,10 @@ def main() -> int:
     parser.add_argument("--workers", choices=["celery", "threads"], default="celery",
                         help="a real Celery worker (child process; needs REDIS_URL) or threads in this process")
     parser.add_argument("--concurrency", type=int, default=4, help="worker processes (or threads)")
+    parser.add_argument("--http-clients", type=int, default=0,
+                        help="submit over HTTP with this many concurrent clients against gunicorn (0: one client in "
+                             "process)")
+    parser.add_argument("--gunicorn-workers", type=int, default=4, help="gunicorn sync workers for --http-clients")
     parser.add_argument("--active", default="1000,5000")
     parser.add_argument("--changes", default="0,10,100")
     args = parser.parse_args()
@@ -329,7 +522,10 @@ def main() -> int:
     print(f"database {db['ENGINE'].rsplit('.', 1)[-1]} ({db['NAME']})")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            if args.submit:
+            if args.submit and args.http_clients:
+                bench_submit_http(args.submit, Path(tmp), clients=args.http_clients, servers=args.gunicorn_workers,
+                                  concurrency=args.concurrency)
+            elif args.submit:
                 bench_submit(args.submit, Path(tmp), workers=args.workers, concurrency=args.concurrency)
             bench_follow([int(x) for x in args.active.split(",") if x], [int(x) for x in args.changes.split(",") if x], Path(tmp))
     finally:

@@ -328,9 +328,11 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     def _detail_body(self, pk: int, *, filtered: bool = False) -> dict:
         """The detail's JSON, read as rows (``selectors.request_rows``); ``filtered``: through the list's filters
         too, as DRF's retrieve does. 404 when the actor cannot see it."""
-        queryset = selectors.request_scope_for(actor=actor_of(self.request))
-        queryset = self._filtered(queryset) if filtered else queryset
-        row = selectors.request_rows(queryset.filter(pk=pk).order_by(), detail=True).first()
+        if filtered and self._filters_asked():
+            queryset = self.filter_queryset(selectors.request_scope_for(actor=actor_of(self.request)))
+            row = selectors.request_rows(queryset.filter(pk=pk).order_by(), detail=True).first()
+        else:
+            row = selectors.request_detail_row(actor=actor_of(self.request), pk=pk)
         if row is None:
             raise Http404
         return serializers.request_detail_data(row)
@@ -338,9 +340,12 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     def _filtered(self, queryset):
         """``filter_queryset``, skipped when no query parameter filters, searches or orders: building the FilterSet
         (its form and choices) costs ~2 ms and would change nothing."""
-        if set(self.request.query_params) - {"cursor", "page_size"}:
+        if self._filters_asked():
             return self.filter_queryset(queryset)
         return queryset.order_by(*self.ordering)
+
+    def _filters_asked(self) -> bool:
+        return bool(set(self.request.query_params) - {"cursor", "page_size"})
 
     def _detail(self, req: WorkloadRequest, *, code: int = status.HTTP_200_OK, headers: dict | None = None) -> Response:
         body = self._detail_body(req.pk)
