@@ -13,4 +13,4 @@ class InsightsConfig(AppConfig):
 
         predicates_install(policy)  # templates ask them by name ({% may "insights.may_view_metrics" tenant as ok %})
         # Each metric family registers its metrics (insights/registry.py: METRICS) when imported.
-        from . import cost, efficiency, fairness, scheduling  # noqa: F401
+        from . import cost, efficiency, fairness, reclaim, scheduling  # noqa: F401

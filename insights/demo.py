@@ -13,6 +13,17 @@ waits and the samples show pending work. A few "contention" windows (the cohort 
 reclaimed at once) hold some queues below their nominal quota while they have work waiting: guarantee violations.
 About one run in twelve is preempted and requeued (timeline entries ``preempted`` with Kueue's reason), and in
 MIG windows pending slices wait although slice memory is free (a shape mismatch).
+
+Two more stories, so that no chart starts empty:
+
+* **Architecture E, then F.** The sandbox cluster ran architecture E (Volcano gang-schedules training on the offline
+  whole-GPU pool) until ``ARCHITECTURE_SWITCH_DAYS`` ago, when ops applied a change to F (an ``ArchitectureChange``
+  E -> F, applied, written once). Training on the offline pool before the switch ran as Volcano gangs: its timeline
+  says so, a preemption there is Volcano restarting the gang, and ``gang-start`` counts them.
+* **Reclaims.** After the switch, when a project's training arrives while a sibling project of the same tenant (the
+  same cohort) borrows the flavor, Kueue evicts the borrower "to accommodate a workload (UID: <the lender's>) due
+  to reclamation within the cohort" and admits the lender seconds later; ``workloads.Reclaim`` rows link them, as
+  the status follower writes them.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import bisect
 import logging
 import random
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,9 +46,10 @@ from django.utils import timezone
 from billing.models import UsageInterval
 from billing.pricing import shares
 from quotas.capacity import capacity_by_flavor
-from quotas.models import Cluster, Flavor, Quota
+from quotas.manifests import volcano_owned
+from quotas.models import ArchitectureChange, Cluster, Flavor, Quota
 from tenants.models import Membership, Role
-from workloads.models import Priority, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
+from workloads.models import Priority, Reclaim, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
 
 from .models import PoolSample, QueueSample
 from .samples import profile_memory_gib
@@ -49,6 +62,11 @@ RANDOM_SEED = 20261202
 RUN_KEY_PREFIX = "seeded:"
 IDEMPOTENCY_PREFIX = "seeded-"
 ACTOR = "demo history"
+ARCHITECTURE_SWITCH_DAYS = 4  # the sandbox cluster ran E until then, F since (inside the default 7-day period)
+SWITCH_FINGERPRINT = "seeded-demo-history-e-to-f"
+GANG_RESTART_REASON = "Volcano restarts the gang: a pod was evicted or failed."
+RECLAIM_REASON = ("Preempted: Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to reclamation "
+                  "within the cohort; preemptor path: /{tenant}/{lender}; preemptee path: /{tenant}/{borrower}")
 PREEMPT_REASON = ("Preempted to reclaim quota lent to the cohort (Kueue: InCohortReclamation); "
                   "requeued, it keeps its place by priority and age.")
 IMAGES = {"training": "nvcr.io/nvidia/pytorch:26.10-py3", "notebook": "jupyter/pytorch-notebook:2026.10",
@@ -136,6 +154,49 @@ def _simulate(stream: Stream, rng: random.Random, start: datetime, end: datetime
                             "member": rng.choice(stream.members)})
 
 
+def _gang(stream: Stream, run: dict[str, Any], switch: datetime) -> bool:
+    """Was this run a Volcano gang? Training on a flavor Volcano owned under architecture E, approved before the
+    switch to F."""
+    from types import SimpleNamespace
+
+    return (run["kind"] == "training" and run["approved"] < switch
+            and volcano_owned(SimpleNamespace(architecture="E"), stream.quota.flavor))
+
+
+def _reclaims(streams: list[Stream], rng: random.Random, switch: datetime, end: datetime) -> None:
+    """After the switch to F: when a run of one project arrives while a sibling project of the same tenant (its
+    cohort) holds a run of the same flavor, the sibling's run is evicted for it (a reclaim) and it is admitted
+    seconds later. Marks ``run["reclaim"]`` on the borrower (the lender run and when) and moves both runs' times."""
+    by_cohort: dict[tuple[int, int], list[Stream]] = {}
+    for stream in streams:
+        by_cohort.setdefault((stream.quota.tenant_id, stream.quota.flavor_id), []).append(stream)
+    for siblings in by_cohort.values():
+        for lenders in siblings:
+            for borrowers in siblings:
+                if borrowers is lenders:
+                    continue
+                for lender in lenders.runs:
+                    queued = lender["approved"] + timedelta(seconds=3)
+                    if queued < switch or lender.get("lent_back") or lender["preempted"]:
+                        continue
+                    held = [b for b in borrowers.runs if not b["preempted"] and not b.get("lent_back")
+                            and b["admitted"] + timedelta(minutes=10) < queued < b["finished"] - timedelta(minutes=10)]
+                    if not held:
+                        continue
+                    borrower = held[0]
+                    at = queued + timedelta(seconds=rng.uniform(1, 6))  # Kueue reclaims in its next pass
+                    back = at + timedelta(minutes=rng.uniform(20, 180))
+                    finished = back + (borrower["finished"] - at)
+                    admitted = max(lender["admitted"], at + timedelta(seconds=rng.uniform(4, 40)))
+                    shift = admitted - lender["admitted"]
+                    if finished >= end or lender["finished"] + shift >= end:
+                        continue
+                    borrower.update(preempted=(borrower["admitted"], at, back), finished=finished,
+                                    reclaim={"lender": lender, "at": at})
+                    lender.update(admitted=admitted, finished=lender["finished"] + shift, lent_back=True)
+                    borrower["lent_back"] = True
+
+
 def _streams(cluster: Cluster) -> list[Stream]:
     members: dict[int, list[Any]] = {}
     for m in Membership.objects.filter(project__isnull=False).select_related("user").order_by("pk"):
@@ -174,7 +235,7 @@ def _past_timestamps(*fields: Any) -> Iterator[None]:
             f.auto_now_add = value
 
 
-def _seed_requests(cluster: Cluster, streams: list[Stream], now: datetime) -> list[WorkloadRequest]:
+def _seed_requests(cluster: Cluster, streams: list[Stream], now: datetime, switch: datetime) -> list[WorkloadRequest]:
     templates = {t.slug: t for t in ServiceTemplate.objects.filter(active=True).order_by("slug", "version")}
     rows: list[WorkloadRequest] = []
     plan: list[dict[str, Any]] = []
@@ -182,6 +243,10 @@ def _seed_requests(cluster: Cluster, streams: list[Stream], now: datetime) -> li
     for stream in streams:
         q = stream.quota
         for run in stream.runs:
+            run["gang"] = _gang(stream, run, switch)
+            run["project"], run["tenant"] = q.project.slug, q.tenant.slug
+            # Kueue's Workload UID (a Volcano gang has no Workload), deterministic like the rest
+            run["uid"] = "" if run["gang"] else str(uuid.uuid5(uuid.NAMESPACE_URL, f"seeded-workload-{n + 1}"))
             template = templates.get(run["kind"]) or templates.get("training")
             if template is None:
                 return []
@@ -199,7 +264,7 @@ def _seed_requests(cluster: Cluster, streams: list[Stream], now: datetime) -> li
                 # The current run's admission (after a preemption, the requeued one) and the first one since the
                 # approval, as the status follower stamps them (docs/insights.md, "Admission times").
                 admitted_at=run["preempted"][2] if run["preempted"] else run["admitted"],
-                first_admitted_at=run["admitted"],
+                first_admitted_at=run["admitted"], workload_uid=run["uid"],
                 started_at=(run["preempted"][2] if run["preempted"] else run["admitted"]) + timedelta(seconds=45), finished_at=run["finished"], seeded=True,
             ))
             plan.append(run)
@@ -224,15 +289,41 @@ def _seed_events(made: list[WorkloadRequest], plan: list[dict[str, Any]]) -> Non
         else:
             add(req, run["approved"], S.SUBMITTED, S.APPROVED, "Approved automatically by the rule.")
         add(req, req.queued_at, S.APPROVED, S.QUEUED, "Objects created in the cluster.")
-        add(req, run["admitted"] + timedelta(seconds=45), S.QUEUED, S.RUNNING, "Admitted by Kueue; pods running.")
+        started = ("Volcano scheduled the gang; {n} pod(s) running." if run["gang"]
+                   else "Admitted by Kueue; pods running.").format(n=req.replicas)
+        add(req, run["admitted"] + timedelta(seconds=45), S.QUEUED, S.RUNNING, started)
         if run["preempted"]:
             _, at, back = run["preempted"]
-            add(req, at, S.RUNNING, S.PREEMPTED, PREEMPT_REASON)
+            reason = PREEMPT_REASON
+            if run["gang"]:
+                reason = GANG_RESTART_REASON
+            elif run.get("reclaim"):
+                lender = run["reclaim"]["lender"]
+                reason = RECLAIM_REASON.format(uid=lender["uid"], job_uid=uuid.uuid5(uuid.NAMESPACE_URL, lender["uid"]),
+                                               tenant=run["tenant"], lender=lender["project"],
+                                               borrower=run["project"])
+            add(req, at, S.RUNNING, S.PREEMPTED, reason)
             add(req, at + timedelta(seconds=2), S.PREEMPTED, S.QUEUED, "Requeued after preemption.")
-            add(req, back + timedelta(seconds=45), S.QUEUED, S.RUNNING, "Admitted again; pods running.")
+            add(req, back + timedelta(seconds=45), S.QUEUED, S.RUNNING, started.replace("Admitted by", "Admitted again by"))
         add(req, run["finished"], S.RUNNING, run["final"], req.state_reason)
     with _past_timestamps(RequestEvent._meta.get_field("at")):
         RequestEvent.objects.bulk_create(events, batch_size=1000)
+    _seed_reclaims(made, plan)
+
+
+def _seed_reclaims(made: list[WorkloadRequest], plan: list[dict[str, Any]]) -> None:
+    """One ``Reclaim`` per borrower evicted for a lender, as the status follower writes it (seen a cycle later)."""
+    request_of = {id(run): req for req, run in zip(made, plan, strict=True)}
+    rows = []
+    for req, run in zip(made, plan, strict=True):
+        if not run.get("reclaim"):
+            continue
+        lender_run = run["reclaim"]["lender"]
+        lender = request_of[id(lender_run)]
+        rows.append(Reclaim(borrower=req, evicted_at=run["reclaim"]["at"] + timedelta(seconds=2),
+                            preemptor_uid=lender_run["uid"], lender=lender, lender_queued_at=lender.queued_at,
+                            lender_admitted_at=lender_run["admitted"], seeded=True))
+    Reclaim.objects.bulk_create(rows, batch_size=500)
 
 
 def _seed_usage(cluster: Cluster, made: list[WorkloadRequest], plan: list[dict[str, Any]]) -> None:
@@ -370,17 +461,35 @@ def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = 
         return {"requests": 0, "samples": 0}
     end = now - timedelta(minutes=10)
     start = end - timedelta(days=HISTORY_DAYS)
+    switch = (end - timedelta(days=ARCHITECTURE_SWITCH_DAYS)).replace(minute=0, second=0, microsecond=0)
+    if cluster.architecture != "F":
+        switch = start  # the E-then-F story is the demo's (F) cluster's; another has no gangs in its history
     rng = random.Random(RANDOM_SEED)
     streams = _streams(cluster)
     for stream in streams:
         _simulate(stream, rng, start, end)
+    _reclaims(streams, rng, switch, end)
     summary = {"requests": 0, "samples": 0}
     with transaction.atomic():
         if not WorkloadRequest.objects.filter(seeded=True).exists():
-            summary["requests"] = len(_seed_requests(cluster, streams, now))
+            _seed_switch(cluster, switch)
+            summary["requests"] = len(_seed_requests(cluster, streams, now, switch))
         if not (QueueSample.objects.filter(seeded=True).exists() or PoolSample.objects.filter(seeded=True).exists()):
             summary["samples"] = _seed_samples(cluster, streams, start, end, rng)
     return summary
+
+
+def _seed_switch(cluster: Cluster, switch: datetime) -> None:
+    """The history's architecture change: the cluster ran E until ``switch`` and F since (only when it runs F now,
+    so the change's record and the live configuration agree)."""
+    if cluster.architecture != "F" or ArchitectureChange.objects.filter(fingerprint=SWITCH_FINGERPRINT).exists():
+        return
+    with _past_timestamps(ArchitectureChange._meta.get_field("created_at")):
+        ArchitectureChange.objects.create(
+            cluster=cluster, from_architecture="E", to_architecture="F", fingerprint=SWITCH_FINGERPRINT,
+            state=ArchitectureChange.State.APPLIED, created_at=switch - timedelta(minutes=3),
+            started_at=switch - timedelta(minutes=2), finished_at=switch,
+            state_reason="Demo history: training moved from Volcano gangs (E) to the offline Kueue pool (F).")
 
 
 def seeded_counts() -> dict[str, int]:
@@ -391,4 +500,5 @@ def seeded_counts() -> dict[str, int]:
         "usage": UsageInterval.objects.filter(Q(run_key__startswith=RUN_KEY_PREFIX)).count(),
         "queue_samples": QueueSample.objects.filter(seeded=True).count(),
         "pool_samples": PoolSample.objects.filter(seeded=True).count(),
+        "reclaims": Reclaim.objects.filter(seeded=True).count(),
     }

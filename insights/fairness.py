@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Max, Sum
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
+from django.db.models import Count, F, FloatField, Max, Sum, Value, Window
+from django.db.models.functions import Cast
 
 from . import sample_rollups
 from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, bucket_of, group_fields, hours, is_ops, make_points,
@@ -138,6 +142,70 @@ def borrowing(query: Query) -> Result:
                         "tenant, each row is a cohort. GPU-hours count the flavor's units (slices, vGPUs)."))
 
 
+# ------------------------------------------------------------------------------------------------ who lent
+# Kueue lends a queue's unused nominal quota to its cohort (one cohort per tenant). In each sample slot the
+# cohort's borrowed units of a flavor came out of its queues' unused nominal (nominal - admitted, at least 0); each
+# queue is credited with its share of that unused part: lent = min(cohort borrowed, cohort unused) x unused / cohort
+# unused. (Lending limits are not sampled: the split assumes every queue lends all of its unused quota.)
+LENT_SQL = "CASE WHEN cu > 0 THEN (CASE WHEN cb < cu THEN cb ELSE cu END) * unused * 1.0 / cu ELSE 0 END"
+
+
+def lent_by(query: Query) -> dict[tuple[Any, ...], dict[str, float | int]]:
+    """key of ``query.group_by`` -> {"lent": units x samples, "lenders": projects that lent}. The cohort sums are
+    taken before a project filter (a project's lending depends on its siblings), in SQL with window functions."""
+    from dataclasses import replace
+
+    from django.db.models.functions import Greatest
+
+    whole = replace(query, project_id=None)
+    cohort = [F("at"), F("tenant_id"), F("flavor_id")]
+    unused = Greatest(Cast(F("nominal") - F("admitted"), FloatField()), Value(0.0), output_field=FloatField())
+    inner = (_samples(whole).annotate(unused=unused, cb=Window(Sum("borrowed"), partition_by=cohort),
+                                      cu=Window(Sum(unused), partition_by=cohort))
+             .values("tenant_id", "project_id", "cluster_id", "flavor_id", "unused", "cb", "cu"))
+    try:
+        sql, params = inner.query.sql_with_params()
+    except EmptyResultSet:  # an empty scope: nothing to lend
+        return {}
+    columns = ["project_id", "cluster_id"] if query.group_by == "queue" else [f"{query.group_by}_id"]
+    where, extra = ("WHERE project_id = %s", [query.project_id]) if query.project_id is not None else ("", [])
+    cols = ", ".join(columns)
+    outer = (f"SELECT {cols}, SUM({LENT_SQL}), COUNT(DISTINCT CASE WHEN unused > 0 AND cb > 0 AND cu > 0 "
+             f"THEN project_id END) FROM ({sql}) t {where} GROUP BY {cols}")
+    with connection.cursor() as cursor:
+        cursor.execute(outer, [*params, *extra])
+        return {tuple(row[:-2]): {"lent": float(row[-2] or 0), "lenders": int(row[-1] or 0)}
+                for row in cursor.fetchall()}
+
+
+def borrowing_from_whom(query: Query) -> Result:
+    """``borrowing`` with who lent: each group's GPU-hours lent to its cohort and how many of its projects lent.
+    Grouped by project, the lenders are the rows with lent GPU-hours; the note names the biggest."""
+    result = borrowing(query)
+    lent = lent_by(query)
+    by_key = {}
+    for row in result.rows:
+        key = tuple(int(p) for p in str(row.group_id).split(":")) if query.group_by == "queue" else (row.group_id,)
+        by_key[key] = row
+    for key, figures in lent.items():
+        row = by_key.get(key)
+        if row is None:  # lent without borrowing or admitting in the group: still a row
+            continue
+        row.values["lent_gpu_hours"] = hours(Decimal(str(figures["lent"])) * SAMPLE_HOURS)
+        row.values["lending_projects"] = figures["lenders"]
+    for row in result.rows:
+        row.values.setdefault("lent_gpu_hours", 0.0)
+        row.values.setdefault("lending_projects", 0)
+    result.columns = {**result.columns, "lent_gpu_hours": ("Lent to the cohort", "GPU-hours"),
+                      "lending_projects": ("Projects that lent", "projects")}
+    lenders = sorted(((r.values["lent_gpu_hours"], r.group) for r in result.rows if r.values["lent_gpu_hours"]),
+                     reverse=True)
+    if lenders and query.group_by in ("project", "queue"):
+        named = ", ".join(f"{group} {value:g}" for value, group in lenders[:5])
+        result.note += f" Lent to the cohort (GPU-hours): {named}."
+    return result
+
+
 # ------------------------------------------------------------------------------------------------ overcommit
 OVERCOMMIT = {"with_capacity": (Count("pk", filter=HAS_CAPACITY), Sum("with_capacity"), "sum"),
               "share": (Sum(PROMISED_SHARE, filter=HAS_CAPACITY), Sum("promised_share"), "sum"),
@@ -185,7 +253,8 @@ register(Metric("guarantee-violations", "fairness", "Guarantee violations",
                 "Runs of 2+ consecutive samples where a queue had waiting work that fit in its unused nominal quota "
                 "and was given less than nominal: how many, and for how long.", guarantee_violations))
 register(Metric("borrowing", "fairness", "Borrowing",
-                "GPU-hours admitted beyond nominal quota, borrowed from the tenant's cohort.", borrowing))
+                "GPU-hours admitted beyond nominal quota, borrowed from the tenant's cohort, and who lent them: each "
+                "queue's share of its cohort's unused nominal quota while others borrowed.", borrowing_from_whom))
 register(Metric("overcommit", "fairness", "Overcommit",
                 "Sum of nominal quotas / capacity per flavor against the cluster's overcommit setting, and samples "
                 "where admitted work exceeded capacity or promises exceeded the setting.", overcommit,

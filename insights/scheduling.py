@@ -294,6 +294,73 @@ def gang_start(query: Query, *, in_python: bool | None = None) -> Result:
                   note="" if values else "No Volcano gang (training under architecture E) was approved in the period." + ("" if volcano_flavor_ids() else " No cluster runs architecture E now, so there are no gangs to measure."))
 
 
+def volcano_periods() -> list[tuple[int, datetime | None, datetime | None]]:
+    """(flavor, from, to) while Volcano owned the flavor's capacity: the clusters' architecture over time, from
+    their applied architecture changes (before the first: its ``from_architecture``; after the last: the cluster's
+    architecture now). None: open ended. A cluster that ran E and moved to F keeps its gangs in the history."""
+    from types import SimpleNamespace
+
+    from quotas.models import ArchitectureChange
+
+    changes: dict[int, list[ArchitectureChange]] = defaultdict(list)
+    for change in (ArchitectureChange.objects.filter(state=ArchitectureChange.State.APPLIED, finished_at__isnull=False)
+                   .order_by("finished_at", "id")):
+        changes[change.cluster_id].append(change)
+    out: list[tuple[int, datetime | None, datetime | None]] = []
+    for flavor in Flavor.objects.filter(kind=Flavor.Kind.WHOLE).select_related("cluster"):
+        history = changes.get(flavor.cluster_id, [])
+        spans: list[tuple[str, datetime | None, datetime | None]] = []
+        begin: datetime | None = None
+        for change in history:
+            spans.append((change.from_architecture, begin, change.finished_at))
+            begin = change.finished_at
+        spans.append((flavor.cluster.architecture, begin, None))
+        for letter, a, b in spans:
+            if volcano_owned(SimpleNamespace(architecture=letter), flavor):
+                out.append((flavor.pk, a, b))
+    return out
+
+
+def gang_start_over_time(query: Query, *, in_python: bool | None = None) -> Result:
+    """``gang_start`` over the architecture each request was approved under (``volcano_periods``): training on a
+    flavor while Volcano owned it was a gang, even if the cluster runs another architecture now."""
+    from .common import Seconds
+
+    periods = volcano_periods()
+    if not periods:
+        return gang_start(query, in_python=in_python)  # nothing was ever Volcano's: the same empty answer and note
+    when = Q()
+    for flavor_id, a, b in periods:
+        span = Q(flavor_id=flavor_id)
+        if a is not None:
+            span &= Q(approved_at__gte=a)
+        if b is not None:
+            span &= Q(approved_at__lt=b)
+        when |= span
+    by = group_fields(query.group_by)
+    gangs = _approved_in(query).filter(when, template__kind="training", queued_at__isnull=False)
+    agg = {"total": Count("pk"), "ok": Count("pk", filter=Q(started_at__isnull=False))}
+    counts = {tuple(r[b] for b in by): r for r in gangs.order_by().values(*by).annotate(**agg)}
+    assembled = gangs.filter(admitted_at__isnull=False, admitted_at__gte=F("queued_at"))
+    times = percentiles(assembled, Seconds("admitted_at", "queued_at"), by, (0.5, 0.95), in_python=in_python)
+    values = {key: {"gangs": r["total"], "started": r["ok"], "success": ratio(r["ok"], r["total"]),
+                    "assemble_p50": minutes((times.get(key) or {}).get("p50")),
+                    "assemble_p95": minutes((times.get(key) or {}).get("p95"))} for key, r in counts.items()}
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for r in gangs.annotate(b=bucket("approved_at", query.bucket)).order_by().values(*by, "b").annotate(**agg):
+        points[tuple(r[b] for b in by)][r["b"]] = ratio(r["ok"], r["total"])
+    now_e = bool(volcano_flavor_ids())
+    note = "" if values else ("No Volcano gang (training under architecture E) was approved in the period."
+                              + ("" if now_e else " No cluster runs architecture E now."))
+    if values and not now_e:
+        note = "Gangs from when a cluster ran architecture E (no cluster runs it now)."
+    return Result(rows=make_rows(query.group_by, values), points=make_points(query.group_by, points),
+                  chart_value="success",
+                  columns={"gangs": ("Gangs queued", "jobs"), "started": ("Reached running", "jobs"),
+                           "success": ("Gang start success", "%"), "assemble_p50": ("Time to assemble P50", "minutes"),
+                           "assemble_p95": ("Time to assemble P95", "minutes")}, note=note)
+
+
 register(Metric("queue-wait", "scheduling", "Queue wait",
                 "Minutes from approval to first admission, and from admission to running (P50/P95/P99), of requests "
                 "approved in the period; a preempted and requeued request counts once.", queue_wait))
@@ -307,4 +374,4 @@ register(Metric("preemptions", "scheduling", "Preemptions and evictions",
                 "Times a running or admitted request lost its admission in the period, by reason.", preemptions))
 register(Metric("gang-start", "scheduling", "Gang start",
                 "Volcano training gangs (architecture E) approved in the period: share that reached running, and "
-                "minutes from queued to the whole gang scheduled (P50/P95).", gang_start))
+                "minutes from queued to the whole gang scheduled (P50/P95).", gang_start_over_time))

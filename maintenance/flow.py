@@ -113,7 +113,7 @@ def _drain(change: MigChange, kube: Kube, now: datetime) -> float | None:
         return NOW_AGAIN
     request_ids = {p["request"] for p in pods if p["request"] is not None}
     requests = selectors.active_requests_on(request_ids)
-    seen = change.steps.filter(step=STEP.DRAIN, outcome=O.PROGRESS).order_by("-id").first()
+    seen = change.steps.filter(step=STEP.DRAIN, outcome=O.PROGRESS).order_by("-seq", "-id").first()
     count = {"pods": len(pods), "requests": sorted(request_ids)}
     if now < change.deadline:
         if seen is None:

@@ -90,9 +90,13 @@ class MigChangeStep(models.Model):
     message = models.CharField(max_length=1000)
     detail = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField(auto_now_add=True)
+    # The line's place in its change's log (1, 2, ...): the log's order. ``at`` is the writer's clock, and steps
+    # written within the same second (or by workers whose clocks differ slightly) would sort wrongly by it.
+    seq = models.PositiveIntegerField(default=0, help_text="Position in the change's log (1, 2, ...).")
 
     class Meta:
-        ordering = ["at", "id"]
+        ordering = ["seq", "id"]
+        constraints = [models.UniqueConstraint(fields=["change", "seq"], name="mig_change_step_seq")]
 
     def __str__(self) -> str:
         return f"{self.step} {self.outcome}: {self.message}"

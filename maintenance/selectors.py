@@ -47,7 +47,7 @@ def mig_changes_for(*, actor: Actor) -> QuerySet[MigChange]:
 
 
 def mig_change_steps(change: MigChange) -> QuerySet[MigChangeStep]:
-    return MigChangeStep.objects.filter(change=change).order_by("at", "id")
+    return MigChangeStep.objects.filter(change=change).order_by("seq", "id")
 
 
 def admin_tenants_for(*, actor: Actor) -> QuerySet[Tenant]:

@@ -122,6 +122,8 @@ def mig_change_propose(*, actor: Actor, pool: NodePool, to_layout: str, window_s
     cluster = Cluster.objects.get(pk=pool.cluster_id)
     names = [n.name for n in nodes]
     impact = impact_preview(cluster=cluster, pool=pool, to_layout=to_layout)  # cluster read: before the transaction
+    if tenant is not None:
+        _refuse_cuts_of_others(impact, tenant)
     with transaction.atomic():
         Cluster.objects.select_for_update().filter(pk=cluster.pk).first()  # one open change per node at a time
         other = selectors.open_change_of(cluster, names)
@@ -141,6 +143,25 @@ def mig_change_propose(*, actor: Actor, pool: NodePool, to_layout: str, window_s
                    message=f"Proposed by {actor.label}: {change.from_layout} → {to_layout} on {len(names)} node(s).")
         after_commit(_tell_ops, change.pk)
     return change
+
+
+def others_cut(impact: dict[str, Any], tenant: Tenant) -> list[dict[str, Any]]:
+    """The quota rows of tenants other than ``tenant`` that the change's plan would cut."""
+    return [c for c in (impact.get("quotas") or {}).get("changes") or [] if c.get("tenant") != tenant.slug]
+
+
+def _refuse_cuts_of_others(impact: dict[str, Any], tenant: Tenant) -> None:
+    """A tenant admin's proposal may cut only their own tenant's quotas; cutting another tenant's promise is for
+    platform ops, who see the whole plan (docs/mig-changes.md, "Who may do what")."""
+    cut = others_cut(impact, tenant)
+    if not cut:
+        return
+    named = "; ".join(f"{c['tenant']}{'/' + c['project'] if c.get('project') else ''} {c['flavor']} "
+                      f"{c['nominal']} → {c['new_nominal']}" for c in cut[:5])
+    more = f" and {len(cut) - 5} more" if len(cut) > 5 else ""
+    raise Invalid(f"This layout would cut quotas of other tenants ({named}{more}). Only platform ops may propose "
+                  "a change that cuts another tenant's quota; ask them, or choose a layout that keeps those quotas.",
+                  field="to_layout")
 
 
 def _tell_ops(change_id: int) -> None:

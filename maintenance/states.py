@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from tenants.access import Actor
@@ -71,9 +72,13 @@ def _timestamps(to: str, now: Any) -> dict[str, Any]:
 
 
 def log(change: MigChange, *, step: str, outcome: str, message: str, detail: dict[str, Any] | None = None) -> MigChangeStep:
-    """Append a line to the change's step log (not a state write)."""
-    return MigChangeStep.objects.create(change=change, step=step, outcome=outcome, message=message[:1000],
-                                        detail=detail or {})
+    """Append a line to the change's step log (not a state write). Its ``seq`` is the next in the change's log,
+    taken under the change's row lock, so the log reads in the order it was written whatever the clocks say."""
+    with transaction.atomic():
+        MigChange.objects.select_for_update().filter(pk=change.pk).values_list("pk", flat=True).first()
+        last = MigChangeStep.objects.filter(change_id=change.pk).aggregate(m=Max("seq"))["m"] or 0
+        return MigChangeStep.objects.create(change=change, step=step, outcome=outcome, message=message[:1000],
+                                            detail=detail or {}, seq=last + 1)
 
 
 def move(change: MigChange, *, to: str, actor: Actor, reason: str = "", step: str | None = None,

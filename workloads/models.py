@@ -184,6 +184,10 @@ class WorkloadRequest(models.Model):
     # When the approvers were last reminded that it waits (``workloads.approvals.approvals_remind``).
     approval_reminded_at = models.DateTimeField(null=True, blank=True)
     seeded = models.BooleanField(default=False, help_text="Demo history written by seed_demo, not real use.")
+    # The UID of its current Kueue Workload, as the status follower last read it: Kueue names a preemptor only by
+    # its Workload UID ("Preempted to accommodate a workload (UID: ...)"), so a reclaim links to the lender by it.
+    workload_uid = models.CharField(max_length=64, blank=True, default="", db_index=True,
+                                    help_text="UID of its current Kueue Workload (empty: none seen).")
 
     class Meta:
         ordering = ["-created_at"]
@@ -234,6 +238,31 @@ class RequestEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%H:%M:%S} {self.from_state}→{self.to_state} {self.message}"
+
+
+class Reclaim(models.Model):
+    """A borrower's eviction to give a lender back quota it lent to the cohort (Kueue: "Preempted to accommodate a
+    workload (UID: <lender's Workload>) due to reclamation within the cohort").
+
+    Written by the status follower when it moves the borrower to ``preempted``; the lender (the request whose
+    Workload has the preemptor's UID) is linked as soon as the follower has seen that Workload, with when the
+    lender's run started waiting (``queued_at`` then) and, once seen, when it was admitted. Reclaim latency
+    (docs/insights.md) is read from these rows."""
+
+    borrower = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="reclaims_suffered")
+    evicted_at = models.DateTimeField(db_index=True, help_text="When the follower saw the borrower evicted.")
+    preemptor_uid = models.CharField(max_length=64, db_index=True, help_text="The lender's Workload UID (Kueue's message).")
+    lender = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, null=True, blank=True, related_name="reclaims")
+    lender_queued_at = models.DateTimeField(null=True, blank=True, help_text="When the lender's run started waiting.")
+    lender_admitted_at = models.DateTimeField(null=True, blank=True, help_text="When the lender's run was admitted.")
+    seeded = models.BooleanField(default=False, help_text="Demo history written by seed_demo, not real use.")
+
+    class Meta:
+        ordering = ["evicted_at", "id"]
+        indexes = [models.Index(fields=["lender_queued_at"], name="reclaim_lender_queued")]
+
+    def __str__(self) -> str:
+        return f"{self.borrower_id} evicted for {self.preemptor_uid} at {self.evicted_at:%H:%M:%S}"
 
 
 class Volume(models.Model):

@@ -44,6 +44,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
 from portal.extensions import usage_meter
@@ -54,7 +55,7 @@ from portal.leases import Lease
 
 from . import kinds
 from .manifests import cluster_queue_name, uses_volcano
-from .models import RequestState, WorkloadRequest
+from .models import Reclaim, RequestState, WorkloadRequest
 from .pending import request_pending_reason
 from .states import ACTIVE, move
 
@@ -126,7 +127,8 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
     if key == "workload":
         evictions = sum(int(e.get("count") or 0) for e in (status.get("schedulingStats") or {}).get("evictions") or [])
         return {"c": _conditions(status, WORKLOAD_CONDITIONS), "ev": evictions,
-                "cq": (status.get("admission") or {}).get("clusterQueue", "")}
+                "cq": (status.get("admission") or {}).get("clusterQueue", ""),
+                "uid": str((obj.get("metadata") or {}).get("uid") or "")}
     if key == "job":
         return {"c": _conditions(status, JOB_CONDITIONS), "active": status.get("active", 0), "ready": status.get("ready", 0),
                 "succeeded": status.get("succeeded", 0), "failed": status.get("failed", 0), "suspend": bool(spec.get("suspend"))}
@@ -149,6 +151,48 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
 def object_key(f: Followed, obj: dict[str, Any]) -> str:
     name = (obj.get("metadata") or {}).get("name", "")
     return f"{f.key}/{name}" if f.key in ("workload", "pod") else f.key
+
+
+# Kueue's eviction message names the preemptor by its Workload's UID ("Preempted to accommodate a workload (UID:
+# <uid>, JobUID: <uid>) due to reclamation within the cohort; ..."; older Kueue: "(UID: <uid>) due to ...").
+RECLAIM_RE = re.compile(r"to accommodate a workload \(UID: ([^,)\s]+)[^)]*\) due to reclamation within the cohort")
+
+
+def reclaimed_for(message: str | None) -> str | None:
+    """The lender's Workload UID when ``message`` is Kueue's eviction for a reclaim within the cohort, else None."""
+    match = RECLAIM_RE.search(message or "")
+    return match.group(1) if match else None
+
+
+def current_workload_uid(objects: dict[str, dict[str, Any]]) -> str:
+    """The UID of the request's current Kueue Workload (an unfinished one first), or ""."""
+    uids = [(((v.get("c") or {}).get("Finished") or [""])[0] == "True", v.get("uid") or "")
+            for k, v in objects.items() if k.startswith("workload/")]
+    return next((uid for _, uid in sorted(uids) if uid), "")
+
+
+def reclaims_link(*, uids: Iterable[str] = (), admitted: Iterable[int] = ()) -> int:
+    """Link recorded reclaims to their lender (the request whose Workload has the preemptor's UID), with when the
+    lender's run started waiting; and stamp the lender's admission on the reclaims of its current run. Rows written."""
+    written = 0
+    uids = {u for u in uids if u}
+    if uids:
+        lenders = {r.workload_uid: r for r in WorkloadRequest.objects.filter(workload_uid__in=uids)
+                   .only("pk", "workload_uid", "queued_at", "admitted_at")}
+        for reclaim in Reclaim.objects.filter(lender__isnull=True, preemptor_uid__in=list(lenders)):
+            lender = lenders[reclaim.preemptor_uid]
+            admitted_at = (lender.admitted_at if lender.admitted_at and lender.queued_at
+                           and lender.admitted_at >= lender.queued_at else None)
+            written += Reclaim.objects.filter(pk=reclaim.pk, lender__isnull=True).update(
+                lender=lender, lender_queued_at=lender.queued_at, lender_admitted_at=admitted_at)
+    admitted = set(admitted)
+    if admitted:
+        lender_admitted = WorkloadRequest.objects.filter(pk=OuterRef("lender_id")).values("admitted_at")[:1]
+        written += (Reclaim.objects.filter(lender_id__in=admitted, lender_admitted_at__isnull=True,
+                                           lender__admitted_at__isnull=False,
+                                           lender__queued_at=F("lender_queued_at"))
+                    .update(lender_admitted_at=Subquery(lender_admitted)))
+    return written
 
 
 def newly_evicted(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
@@ -231,6 +275,7 @@ class _Tracked:
     status: dict[str, Any]
     changed: bool = False
     admitted: Any = None  # when the current run's admission was first seen in this cycle: ``_save`` stamps it
+    reclaimed_for: str = ""  # the lender's Workload UID when this cycle evicted the request to reclaim quota
 
 
 def admitted_seen(objects: dict[str, dict[str, Any]]) -> bool:
@@ -463,7 +508,14 @@ class StatusFollower:
         req = item.request
         objects = item.status.get("objects") or {}
         if preempted and req.state in (S.QUEUED, S.RUNNING):
-            stats.moves += move(req, to=S.PREEMPTED, actor_label=ACTOR, reason=f"Preempted: {preempted}"[:500])
+            moved = move(req, to=S.PREEMPTED, actor_label=ACTOR, reason=f"Preempted: {preempted}"[:500])
+            stats.moves += moved
+            lender_uid = reclaimed_for(preempted)
+            if moved and lender_uid:
+                # Evicted so that a lender in the cohort gets its quota back: kept for reclaim latency
+                # (docs/insights.md); ``_save`` links the lender once its Workload's UID is known.
+                Reclaim.objects.create(borrower=req, evicted_at=timezone.now(), preemptor_uid=lender_uid[:64])
+                item.reclaimed_for = lender_uid[:64]
         derived = derive(req.template.kind, objects)
         target = derived.state
         if target == req.state:
@@ -504,6 +556,8 @@ class StatusFollower:
     def _save(self, items: Iterable[_Tracked], stats: CycleStats) -> None:
         """Write each request whose summary (or pending sentence) changed; unchanged ones cost nothing."""
         queues: dict[str, dict[str, Any] | None] = {}
+        uids: set[str] = set()  # Workload UIDs seen for the first time, and lenders named by this cycle's reclaims
+        admitted: set[int] = set()
         for item in items:
             req = item.request
             stats.requests_touched += 1
@@ -511,11 +565,19 @@ class StatusFollower:
             if item.status != item.original:
                 values["cluster_status"] = item.status
                 req.cluster_status = item.status
+            uid = current_workload_uid(item.status.get("objects") or {})[:64]
+            if uid and uid != req.workload_uid:
+                req.workload_uid = values["workload_uid"] = uid
+                uids.add(uid)
+            if item.reclaimed_for:
+                uids.add(item.reclaimed_for)
+                item.reclaimed_for = ""
             if item.admitted is not None and req.admitted_at is None:
                 req.admitted_at = values["admitted_at"] = item.admitted
                 if req.first_admitted_at is None:
                     req.first_admitted_at = values["first_admitted_at"] = item.admitted
                 item.admitted = None
+                admitted.add(req.pk)
             if req.state in (S.QUEUED, S.PREEMPTED) and (values or not req.pending_reason):
                 volcano = uses_volcano(req, req.cluster.architecture)
                 cq = None
@@ -533,6 +595,8 @@ class StatusFollower:
                     req.pending_reason = sentence
             if values:
                 stats.db_writes += WorkloadRequest.objects.filter(pk=req.pk).update(**values)
+        if uids or admitted:
+            stats.db_writes += reclaims_link(uids=uids, admitted=admitted)
 
 
 def _target_of(req: WorkloadRequest) -> Any:

@@ -26,7 +26,7 @@ from ..models import MigChange, MigChangeStep
 class StepSerializer(serializers.ModelSerializer):
     class Meta:
         model = MigChangeStep
-        fields = ["step", "outcome", "message", "detail", "at"]
+        fields = ["seq", "step", "outcome", "message", "detail", "at"]
         read_only_fields = fields
 
 

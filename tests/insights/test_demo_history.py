@@ -16,10 +16,11 @@ from django.db.models import F, Min
 from django.utils import timezone
 
 from billing.models import Price, UsageInterval
-from insights.demo import HISTORY_DAYS, PREEMPT_REASON, RUN_KEY_PREFIX, seeded_counts
+from insights.demo import (GANG_RESTART_REASON, HISTORY_DAYS, PREEMPT_REASON, RUN_KEY_PREFIX, SWITCH_FINGERPRINT,
+                           seeded_counts)
 from insights.models import PoolSample, QueueSample
-from quotas.models import Flavor
-from workloads.models import RequestEvent, RequestState, WorkloadRequest
+from quotas.models import ArchitectureChange, Flavor
+from workloads.models import Reclaim, RequestEvent, RequestState, WorkloadRequest
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(180)]
 S = RequestState
@@ -52,7 +53,19 @@ def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
     # Preempted, then requeued, with the reason on the timeline.
     preempted = RequestEvent.objects.filter(request__seeded=True, to_state=S.PREEMPTED)
     assert preempted.count() >= 5
-    assert set(preempted.values_list("message", flat=True)) == {PREEMPT_REASON}
+    reasons = set(preempted.values_list("message", flat=True))
+    assert PREEMPT_REASON in reasons and GANG_RESTART_REASON in reasons  # Volcano gangs before the switch to F
+    reclaims = {m for m in reasons if "due to reclamation within the cohort" in m}
+    assert reclaims and reasons - reclaims <= {PREEMPT_REASON, GANG_RESTART_REASON}
+    # each reclaim names its lender's Workload UID, and a Reclaim row links the two requests
+    for reclaim in Reclaim.objects.filter(seeded=True).select_related("borrower", "lender"):
+        assert reclaim.lender.workload_uid == reclaim.preemptor_uid
+        assert reclaim.borrower.events.filter(message__contains=f"(UID: {reclaim.preemptor_uid}, ").exists()
+        assert reclaim.lender_queued_at < reclaim.evicted_at < reclaim.lender_admitted_at
+        assert reclaim.lender.project != reclaim.borrower.project and reclaim.lender.tenant == reclaim.borrower.tenant
+    assert Reclaim.objects.filter(seeded=True).count() == len(reclaims) > 0
+    switch = ArchitectureChange.objects.get(fingerprint=SWITCH_FINGERPRINT)
+    assert (switch.from_architecture, switch.to_architecture, switch.state) == ("E", "F", "applied")
     assert RequestEvent.objects.filter(request__seeded=True, from_state=S.PREEMPTED, to_state=S.QUEUED).count() == preempted.count()
     # The timeline is in the past, in order: submitted first, the final state last.
     req = history.filter(events__to_state=S.PREEMPTED).first()

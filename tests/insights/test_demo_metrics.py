@@ -1,8 +1,9 @@
 """The demo's history feeds every metric: after ``manage.py seed_demo`` (the sandbox not running), each registered
 metric's default period (the last 7 days) has table rows and chart points for platform ops, and each metric a tenant
-admin sees has them for Acme. The documented exceptions say why in their note:
+admin sees has them for Acme (``gang-start``: the demo cluster ran architecture E, Volcano gangs, until a few days
+ago; ``reclaim-latency``: Acme's projects reclaim H100s lent to each other). The one documented exception says why in
+its note:
 
-* ``gang-start``: Volcano gangs exist only under architecture E; the demo cluster is F.
 * ``pending-now``: the table is what waits *now* (the chart is the sampled history), and without the sandbox
   nothing was materialized to wait.
 """
@@ -20,7 +21,7 @@ from insights.selectors import Filters, group_for, last_days, metric_tenants_for
 from tenants.access import Actor
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(180)]
-EMPTY_ROWS_NOTES = {"gang-start": "architecture E", "pending-now": "The table is now"}
+EMPTY_ROWS_NOTES = {"pending-now": "The table is now"}
 
 
 @pytest.fixture
@@ -54,10 +55,6 @@ def test_every_metric_has_rows_and_points_for_ops(demo) -> None:
     seen = set()
     for metric, result in _results("ops", "tenant"):
         seen.add(metric.key)
-        if metric.key == "gang-start":
-            # The demo cluster is F: no Volcano gangs, and the note says why.
-            assert not result.rows and "No cluster runs architecture E" in result.note
-            continue
         _check(metric, result)
     assert seen == set(METRICS)
 
@@ -66,9 +63,7 @@ def test_every_tenant_metric_has_rows_and_points_for_acme_admin(demo) -> None:
     keys = []
     for metric, result in _results("alice", "project"):
         keys.append(metric.key)
-        if metric.key == "gang-start":
-            continue
         _check(metric, result)
         labels = {r.group for r in result.rows} | {p.series for p in result.points}
         assert labels and all(label.startswith("acme") for label in labels), (metric.key, labels)
-    assert "quota-fulfilment" in keys and "overcommit" not in keys
+    assert {"quota-fulfilment", "gang-start", "reclaim-latency"} <= set(keys) and "overcommit" not in keys

@@ -85,9 +85,11 @@ def test_borrowing_in_gpu_hours(cast, cat) -> None:
         qs(cat, cast.vision, slot, admitted=10, borrowed=2)
     qs(cat, cast.llm, 0, nominal=4, admitted=4)
     rows = row_map(METRICS["borrowing"].compute(q(cast, "erin", group_by="tenant")))
-    assert rows == {"globex": {"borrowed_gpu_hours": 0.0, "admitted_gpu_hours": 0.333, "borrowed_share": 0.0}}
+    assert rows == {"globex": {"borrowed_gpu_hours": 0.0, "admitted_gpu_hours": 0.333, "borrowed_share": 0.0,
+                               "lent_gpu_hours": 0.0, "lending_projects": 0}}
     rows = row_map(METRICS["borrowing"].compute(q(cast, "alice", group_by="project")))
-    assert rows["acme-vision"] == {"borrowed_gpu_hours": 2.0, "admitted_gpu_hours": 10.0, "borrowed_share": 20.0}
+    assert rows["acme-vision"] == {"borrowed_gpu_hours": 2.0, "admitted_gpu_hours": 10.0, "borrowed_share": 20.0,
+                                   "lent_gpu_hours": 0.0, "lending_projects": 0}
 
 
 def ps(cat: Any, slot: int, *, flavor: Flavor | None = None, **values: Any) -> PoolSample:

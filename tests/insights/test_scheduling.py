@@ -152,3 +152,24 @@ def test_gang_start_success_and_time_to_assemble(cast, cat) -> None:
     rows = row_map(METRICS["gang-start"].compute(q(cast, "ops", group_by="cluster")))
     assert rows == {"train-e": {"gangs": 2, "started": 1, "success": 50.0, "assemble_p50": 3.0, "assemble_p95": 3.0}}
     assert METRICS["gang-start"].compute(q(cast, "frank", group_by="cluster")).rows == []
+
+
+def test_gangs_count_by_the_architecture_at_approval(cast, cat) -> None:
+    """A cluster that ran E (Volcano gangs on the offline pool) and moved to F keeps its gangs in the history."""
+    from quotas.models import ArchitectureChange
+
+    cluster = Cluster.objects.create(name="moved-to-f", architecture="F")
+    offline = Flavor.objects.create(cluster=cluster, name="h100-offline", kind=Flavor.Kind.WHOLE, pool_label="offline",
+                                    gpu_model="h100-80gb")
+    ArchitectureChange.objects.create(cluster=cluster, from_architecture="E", to_architecture="F", fingerprint="x",
+                                      state=ArchitectureChange.State.APPLIED, finished_at=T0 + 60 * M)
+    ArchitectureChange.objects.create(cluster=cluster, from_architecture="F", to_architecture="E", fingerprint="y",
+                                      state=ArchitectureChange.State.FAILED, finished_at=T0 + 90 * M)  # not applied
+    base = {"cluster": cluster, "template": cat.training, "flavor": offline}
+    req(cat, cast.vision, cast.carol, wait=2.5, start_after=0, **base)  # under E: a gang, assembled in 2 minutes
+    req(cat, cast.vision, cast.carol, approved=T0 + 120 * M, wait=1, start_after=0, **base)  # under F: Kueue's
+    result = METRICS["gang-start"].compute(q(cast, "ops", group_by="cluster"))
+    assert row_map(result) == {"moved-to-f": {"gangs": 1, "started": 1, "success": 100.0, "assemble_p50": 2.0,
+                                              "assemble_p95": 2.0}}
+    assert "no cluster runs it now" in result.note
+    assert METRICS["gang-start"].compute(q(cast, "erin", group_by="cluster")).rows == []  # another tenant's gangs

@@ -7,6 +7,7 @@ import pytest
 from django.core import mail
 
 from maintenance import services
+from portal.exceptions import Invalid
 from maintenance.models import MigChange
 from quotas.models import Flavor, Node, Quota
 from tenants.models import AuditEntry
@@ -99,7 +100,12 @@ def test_the_demo_has_a_mig_pool_a_tenant_admin_may_propose_for(cast, fresh_sand
     seed_quota_demo()
     pools = services.selectors.mig_pools_for(actor=cast.actor("alice"))
     assert [p.name for p in pools] == [NodePool.objects.get(sharing="mig").name]
-    change = services.mig_change_propose(actor=cast.actor("alice"), pool=pools[0], to_layout="all-1g.10gb", **window())
+    # all-1g.10gb would cut globex's 3g.40gb quota: refused for a tenant admin, with the reason on the layout field
+    with pytest.raises(Invalid) as refused:
+        services.mig_change_propose(actor=cast.actor("alice"), pool=pools[0], to_layout="all-1g.10gb", **window())
+    assert refused.value.field == "to_layout" and "globex" in str(refused.value)
+    change = services.mig_change_propose(actor=cast.actor("alice"), pool=pools[0], to_layout="all-3g.40gb", **window())
     assert change.tenant == cast.acme and change.impact["capacity"]
+    assert {c["tenant"] for c in change.impact["quotas"]["changes"]} <= {"acme"}
     assert services.mig_change_approve(actor=cast.actor("ops"), change=change).status == S.APPROVED
     assert services.selectors.mig_pools_for(actor=cast.actor("nobody")) == []
