@@ -9,7 +9,6 @@ from typing import Any
 from django import template
 from django.forms import BoundField
 from django.template.base import render_value_in_context
-from django.template.defaultfilters import date as date_filter
 from django.template.defaultfilters import floatformat, pluralize
 from django.template.defaulttags import CsrfTokenNode
 from django.urls import get_script_prefix, get_urlconf, reverse
@@ -19,6 +18,7 @@ from django.utils.timezone import template_localtime
 from portal.extensions import cost_estimator
 from portal.quantities import format_money
 from tenants.access import Actor
+from tenants.templatetags.page_kit import stamp
 
 register = template.Library()
 
@@ -160,7 +160,7 @@ def approval_row(context: Any, row: dict[str, Any]) -> SafeString:
         out.append(f'<label class="select-item"><input type="checkbox" name="requests" value="{pk}" form="bulk-form"'
                    f'{checked}> Select<span class="visually-hidden"> {name}</span></label>')
     flavor = _v(req.flavor)
-    created = _v(date_filter(template_localtime(req.created_at), "Y-m-d H:i"))
+    created = _v(stamp(template_localtime(req.created_at)))
     out.append(
         f'\n      <span class="badge badge-{_v(state_badge(state))}">{_v(req.get_state_display())}</span>\n\n'
         f'    </span>\n'

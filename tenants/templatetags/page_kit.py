@@ -1,4 +1,7 @@
-"""``{% url %}`` for the URLs a page writes many times: the navigation's, and a link per row of a list.
+"""What pages write many times, cheaper than Django's own tags and filters, with the same output.
+
+``{% url_kept %}`` and ``{% url_if %}``: ``{% url %}`` for the URLs a page writes many times (the navigation's, a
+link per row of a list). ``|stamp`` and ``|day``: ``|date:"Y-m-d H:i"`` and ``|date:"Y-m-d"``.
 
 Django reverses a name every time (its patterns tried, the result checked against them): a tenth of a list page
 went to it. Here a name without arguments is reversed once per URLconf and script prefix, and a name with one id
@@ -12,7 +15,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from datetime import datetime
+
 from django import template
+from django.template.defaultfilters import date as date_filter
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
 
 register = template.Library()
@@ -75,3 +81,20 @@ def url_if(name: str) -> str:
         return url_kept(name)
     except NoReverseMatch:
         return ""
+
+
+@register.filter(expects_localtime=True, is_safe=False)
+def stamp(value: Any) -> str:
+    """``|date:"Y-m-d H:i"`` (a datetime in local time, as the engine gives it to the filter), without formatting
+    through Django's format strings (a tenth of a millisecond each, a row of a list pays several)."""
+    if type(value) is datetime:
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value.hour:02d}:{value.minute:02d}"
+    return date_filter(value, "Y-m-d H:i")
+
+
+@register.filter(expects_localtime=True, is_safe=False)
+def day(value: Any) -> str:
+    """``|date:"Y-m-d"``, as ``stamp``."""
+    if type(value) is datetime:
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    return date_filter(value, "Y-m-d")
