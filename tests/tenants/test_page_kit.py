@@ -48,7 +48,13 @@ def test_a_missing_name() -> None:
 ])
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
 def test_stamps_are_djangos(value, zone: str) -> None:
+    def out(source: str) -> str:
+        try:
+            return render(source, v=value)
+        except TypeError as exc:  # Django's own: no hours in a date
+            return f"TypeError: {exc}"
+
     with override_settings(TIME_ZONE=zone):
-        assert render("{{ v|stamp }}", v=value) == render('{{ v|date:"Y-m-d H:i" }}', v=value)
-        assert render("{{ v|day }}", v=value) == render('{{ v|date:"Y-m-d" }}', v=value)
-        assert render('{{ v|stamp|default:"—" }}', v=value) == render('{{ v|date:"Y-m-d H:i"|default:"—" }}', v=value)
+        assert out("{{ v|stamp }}") == out('{{ v|date:"Y-m-d H:i" }}')
+        assert out("{{ v|day }}") == out('{{ v|date:"Y-m-d" }}')
+        assert out('{{ v|stamp|default:"—" }}') == out('{{ v|date:"Y-m-d H:i"|default:"—" }}')
