@@ -7,17 +7,18 @@ Django reverses a name every time (its patterns tried, the result checked agains
 went to it. Here a name without arguments is reversed once per URLconf and script prefix, and a name with one id
 or slug once with a marker in its place, each row's value put where the marker was (docs/performance.md). A
 value the marker cannot stand for (not an ``int``, not a plain slug) is reversed as usual; so is a name whose
-pattern does not take the marker.
+pattern does not take the marker. (A pattern narrower than a slug that takes the marker would get a link where
+``{% url %}`` would refuse the value; the portal's patterns take ``<int:...>`` and ``<slug:...>``.)
 """
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
-from datetime import datetime
-
 from django import template
+from django.conf import settings
 from django.template.defaultfilters import date as date_filter
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
 
@@ -33,7 +34,7 @@ _URLS: dict[tuple[Any, ...], Any] = {}
 def _kept(name: str, kind: str) -> tuple[str, str] | str | None:
     """The URL of ``name`` ("" kind: no argument), or its (head, tail) around the marker of ``kind``; None when
     the marker does not fit the pattern (then every call reverses)."""
-    key = (name, kind, get_urlconf(), get_script_prefix())
+    key = (name, kind, get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
     kept = _URLS.get(key, _MISSING)
     if kept is _MISSING:
         if kind == "":
