@@ -12,6 +12,7 @@ from django.template.base import render_value_in_context
 from django.template.defaultfilters import floatformat, pluralize
 from django.template.defaulttags import CsrfTokenNode
 from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 
@@ -130,7 +131,12 @@ class _Values:
 
 
 def _v(value: Any) -> str:
-    """``{{ value }}`` as the template engine writes it (local time, localisation, escaping)."""
+    """``{{ value }}`` as the template engine writes it (local time, localisation, escaping). A plain string is only
+    escaped and a safe one kept, as the engine ends up doing with them, without asking for local time and formats."""
+    if type(value) is str:
+        return escape(value)
+    if type(value) is SafeString:
+        return value
     return render_value_in_context(value, _Values)
 
 
