@@ -25,7 +25,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -795,11 +795,17 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]], flavors: dict[int
     )
 
 
+def _listed(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
+    """Quota requests with the related rows their cards and table rows show (not the flavor's cluster): each join
+    costs the ORM its columns to compile and the model instances to build (docs/performance.md)."""
+    return requests.select_related(None).select_related("project__tenant", "flavor", "requested_by", "decided_by")
+
+
 def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
     tenant = project.tenant
     row_flavors: dict[int, Flavor] = {}
     rows = selectors.project_quota_summary(project=project, flavors=row_flavors)
-    requests = selectors.quota_requests_for(actor=actor).filter(project=project).order_by("-created_at")
+    requests = _listed(selectors.quota_requests_for(actor=actor)).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
@@ -850,7 +856,7 @@ def _item_context(item: QuotaRequest, *, error: str | None = None, note: str | N
 
 
 def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
-    visible = selectors.quota_requests_for(actor=actor).order_by("-created_at")
+    visible = _listed(selectors.quota_requests_for(actor=actor)).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
         "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
     })
@@ -863,7 +869,7 @@ def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
 @login_required
 def quota_requests(request: HttpRequest) -> HttpResponse:
     actor = Actor.from_request(request)
-    inbox_qs = selectors.quota_requests_for(actor=actor, inbox=True).order_by("created_at")
+    inbox_qs = _listed(selectors.quota_requests_for(actor=actor, inbox=True)).order_by("created_at")
     if request.htmx and request.htmx.target == "all":
         # A decision was made in place on this page (event ``approvals-changed``): the table of every request
         # and the inbox's count follow it; the decided card itself was already replaced.

@@ -198,7 +198,8 @@ def approvals_inbox_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
             in_use=Coalesce(Subquery(in_use, output_field=IntegerField()), Value(0)),
         )
         .prefetch_related(
-            Prefetch("project__quotas", queryset=Quota.objects.select_related("flavor"), to_attr="quota_rows")
+            # approval_context() reads the rows' own columns (flavor_id, not the flavor): no join.
+            Prefetch("project__quotas", queryset=Quota.objects.all(), to_attr="quota_rows")
         )
         .order_by("created_at", "id")
     )
@@ -215,9 +216,9 @@ def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[Ext
 
     ``inbox``: only the pending ones in projects where ``actor`` may decide (``policy.may_decide``), oldest first.
     """
-    base = ExtensionRequest.objects.select_related(
-        "request__project__tenant", "request__template", "request__flavor", "requested_by", "decided_by"
-    )
+    # A pending extension request (the inbox's) is decided by nobody yet: no join for it.
+    related = ("request__project__tenant", "request__template", "request__flavor", "requested_by")
+    base = ExtensionRequest.objects.select_related(*related, *(() if inbox else ("decided_by",)))
     scope = scope_of(actor)
     base = base.filter(scope.in_projects("request__project"))
     if not inbox:

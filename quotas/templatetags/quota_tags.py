@@ -5,10 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.template.base import render_value_in_context
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import template_localtime
 
 from portal.quantities import fmt
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
+from tenants.templatetags.page_kit import stamp
 
 register = template.Library()
 
@@ -57,3 +62,43 @@ def usage_as_of(rows: Any) -> Any:
         if stamp is not None:
             stamps.append(stamp)
     return min(stamps) if stamps else None
+
+
+class _Values:
+    """What ``render_value_in_context`` reads of a template context: the settings' defaults, autoescape on."""
+
+    use_tz = None
+    use_l10n = None
+    autoescape = True
+
+
+def _v(value: Any) -> str:
+    """``{{ value }}`` as the template engine writes it (local time, localisation, escaping). A plain string is only
+    escaped and a safe one kept, as the engine ends up doing with them, without asking for local time and formats."""
+    if type(value) is str:
+        return escape(value)
+    if type(value) is SafeString:
+        return value
+    return render_value_in_context(value, _Values)
+
+
+@register.simple_tag
+def node_row(node: Any, flags: list[tuple[str, str]], allocatable: list[tuple[str, Any]]) -> SafeString:
+    """The capacity page's row of a node, written out in Python: the HTML its template wrote (the state flags, the
+    allocatable resources), without the template engine's work per value (a tenth of the page;
+    ``tests/quotas/test_node_row_fast.py`` compares both)."""
+    pool = node.pool
+    seen = stamp(template_localtime(node.last_seen_at)) if node.last_seen_at is not None else ""
+    state = "".join(f'<span class="flag flag-{_v(css)}">{_v(text)}</span> ' for css, text in flags) if flags else \
+        '<span class="badge badge-active">Counting</span>'
+    kv = "".join(f'<span class="kv"><code>{_v(key)}</code> {_v(value)}</span> ' for key, value in allocatable)
+    flagged = ' class="row-flagged"' if flags else ""
+    return mark_safe(
+        f"<tr{flagged}>\n"
+        f'                <td data-label="Node"><code>{_v(node.name)}</code></td>\n'
+        f'                <td data-label="Pool">{_v((pool.name if pool is not None else "") or "—")}</td>\n'
+        f'                <td data-label="State">{state}</td>\n'
+        f'                <td data-label="Allocatable" class="small">{kv}</td>\n'
+        f'                <td data-label="Last seen">{_v(seen or "—")}</td>\n'
+        f"              </tr>"
+    )

@@ -1,0 +1,60 @@
+"""``page_kit``: ``{% url_kept %}`` and ``{% url_if %}`` write what ``{% url %}`` writes, and ``|stamp`` and ``|day``
+what ``|date:"Y-m-d H:i"`` and ``|date:"Y-m-d"`` write, for every kind of value (docs/performance.md)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.template import engines
+from django.test import override_settings
+from django.urls import NoReverseMatch
+
+
+def render(source: str, **context) -> str:
+    return engines["django"].from_string("{% load page_kit %}" + source).render(context)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("home", ""), ("api-docs", ""), ("request-detail", " pk"), ("quota-request", " pk"), ("project-quota", " slug"),
+    ("tenant-quotas", " slug"), ("project-quota", " odd"), ("request-detail", " text_pk"),
+])
+def test_urls_are_djangos(name: str, args: str) -> None:
+    values = {"pk": 4321, "slug": "acme-vision_2", "odd": "ümlaut & co", "text_pk": "17"}
+    try:
+        expected = render(f"{{% url '{name}'{args} %}}", **values)
+    except NoReverseMatch:
+        with pytest.raises(NoReverseMatch):
+            render(f"{{% url_kept '{name}'{args} %}}", **values)
+        return
+    for _ in range(2):  # reversed, then kept
+        assert render(f"{{% url_kept '{name}'{args} %}}", **values) == expected
+
+
+def test_a_missing_name() -> None:
+    with pytest.raises(NoReverseMatch):
+        render("{% url_kept 'no-such-page' %}")
+    assert render("{% url_if 'no-such-page' as u %}[{{ u }}]") == render("{% url 'no-such-page' as u %}[{{ u }}]") == "[]"
+    assert render("{% url_if 'home' as u %}[{{ u }}]") == render("{% url 'home' as u %}[{{ u }}]")
+
+
+@pytest.mark.parametrize("value", [
+    datetime(2026, 11, 30, 23, 57, 3, tzinfo=timezone.utc),
+    datetime(2026, 1, 2, 3, 4, tzinfo=ZoneInfo("America/New_York")),
+    datetime(987, 6, 5, 4, 3, tzinfo=timezone.utc),
+    datetime(2026, 3, 4, 5, 6),  # naive
+    date(2026, 3, 4), None, "", "text",
+])
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
+def test_stamps_are_djangos(value, zone: str) -> None:
+    def out(source: str) -> str:
+        try:
+            return render(source, v=value)
+        except TypeError as exc:  # Django's own: no hours in a date
+            return f"TypeError: {exc}"
+
+    with override_settings(TIME_ZONE=zone):
+        assert out("{{ v|stamp }}") == out('{{ v|date:"Y-m-d H:i" }}')
+        assert out("{{ v|day }}") == out('{{ v|date:"Y-m-d" }}')
+        assert out('{{ v|stamp|default:"—" }}') == out('{{ v|date:"Y-m-d H:i"|default:"—" }}')
