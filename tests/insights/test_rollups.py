@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from insights import rollups
+from insights import rollups, scheduling
 from insights.common import percentile_of
 from insights.models import RequestRollup, RollupDay
 from insights.registry import METRICS, Query
@@ -102,6 +102,48 @@ def test_rollup_answers_equal_the_direct_computation(cast, history, group_by, bu
             assert close_to(b[group][name], a[group][name], a[group][name.replace("p50", "p99").replace("p95", "p99")]
                             ), (group, name, a[group][name], b[group][name])
     assert [(p.at, p.series) for p in rolled["queue-wait"].points] == [(p.at, p.series) for p in direct["queue-wait"].points]
+
+
+def _answers(result: Any) -> tuple[Any, Any]:
+    return [(r.group, r.values) for r in result.rows], [(p.at, p.series, p.value) for p in result.points]
+
+
+@pytest.mark.parametrize("group_by", ["tenant", "cluster", "flavor"])
+def test_the_database_merge_equals_merging_every_row_in_python(cast, cat, history, group_by) -> None:
+    """The rollup merged in SQL (counts summed per key and bucket, histograms summed with jsonb_each / json_each,
+    only the rows around P95 kept per chart point) gives exactly the answers of reading every rollup row and
+    merging in Python, with the live part (today, the partial first day, a dirty day) added to the same buckets."""
+    rollups.backfill(today_start().date() - timedelta(days=DAYS + 2))
+    rollups.mark_dirty([today_start().date() - timedelta(days=4)])  # read live: two runs of rolled-up days
+    tenant = cast.llm.tenant_id
+    for bucket in ("day", "week"):
+        for extra in ({}, {"tenant_id": tenant}, {"cluster_id": cat.cluster.pk}):
+            query = q(cast, "ops", group_by=group_by, bucket=bucket, **extra)
+            sql, py = scheduling.queue_wait(query), scheduling.queue_wait(query, in_python=True)
+            assert sql.note == ROLLUP_NOTE
+            assert _answers(sql) == _answers(py), (bucket, extra)
+            assert sql.rows and sql.points
+            assert _answers(scheduling.scheduling_success(query)) == _answers(
+                scheduling.scheduling_success(query, in_python=True))
+    only = rows(scheduling.queue_wait(q(cast, "ops", group_by="tenant", tenant_id=tenant)))
+    assert list(only) == ["globex"]
+
+
+def test_rank_rows_give_the_whole_histograms_percentile() -> None:
+    """``percentile_of_rows`` on the rows the database keeps (those around the ranks, by its integer arithmetic)
+    equals ``histogram_percentile`` on the whole histogram."""
+    rng = random.Random(5)
+    for _ in range(300):
+        hist: dict[int, int] = {}
+        for _ in range(rng.randrange(1, 120)):
+            index = rng.randrange(0, 60)
+            hist[index] = hist.get(index, 0) + rng.randrange(1, 4)
+        rows_ = rollups.cumulative(hist)
+        n = sum(c for _, c, _ in rows_)
+        for percent in (50, 95, 99):
+            kept = [(i, c, b) for i, c, b in rows_
+                    if b <= ((n - 1) * percent + 99) // 100 + 1 and b + c > ((n - 1) * percent) // 100 - 1]
+            assert rollups.percentile_of_rows(kept, n, percent / 100) == rollups.histogram_percentile(hist, percent / 100)
 
 
 def test_percentiles_are_within_one_bucket(cast, history) -> None:
