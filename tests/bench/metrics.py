@@ -14,7 +14,7 @@
    tenant admin, over the last 30 days by tenant per day and over the whole span by tenant per week, ``--repeat``
    times each after one warming run, and prints p50 / p95 wall time per metric and the peak Python allocations
    (``tracemalloc``) and the process's peak RSS (``getrusage``).
-4. Backfills the daily request rollup (``insights.rollups.backfill``, timed) and times the metrics that read it
+4. Backfills the daily request and preemption rollups (``insights.rollups.backfill``, timed) and times the metrics that read it
    again ("after"; before it, with no day rolled up, they compute everything from the requests).
 
 The database is dropped at the end unless ``--keep``.
@@ -83,7 +83,7 @@ from django.test.utils import setup_test_environment
 NOW = datetime.now(UTC).replace(microsecond=0)
 CHUNK = 200_000
 # The metrics that read a rollup when whole past days are rolled up (timed again after the backfill).
-ROLLED = ("queue-wait", "scheduling-success")
+ROLLED = ("queue-wait", "scheduling-success", "preemptions")
 
 
 def _text(value: Any) -> str:
