@@ -72,7 +72,7 @@ def _rolled_up(query: Query, days: list[Any], *, histograms: bool = True, in_pyt
     target = timedelta(minutes=admit_target_minutes())
     live = [row for a, b in rollups.live_ranges(query.start, query.end, days)  # one range each: the index serves it
             for row in rollups.with_first(narrow(WorkloadRequest.objects.filter(approved_at__gte=a, approved_at__lt=b),
-                                                 query)).values_list(field, *rollups.FIGURE_COLUMNS)]
+                                                 query)).order_by().values_list(field, *rollups.FIGURE_COLUMNS)]
     for key, *stamps in live:
         reached, in_time, wait, run = rollups.request_figures(*stamps, target)
         for t in (totals[(key,)], series[(key,)][bucket_of(stamps[0], query.bucket)]):
