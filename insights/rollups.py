@@ -360,7 +360,9 @@ def merged_rank_rows(column: str, key: str, days: list[date], size: str, filters
            + " UNION ALL SELECT k, NULL, i, SUM(c), 0, 0 FROM m GROUP BY k, i")
     totals: dict[Any, dict[int, int]] = defaultdict(dict)
     ranks: dict[tuple[Any, date], tuple[int, list[tuple[int, int, int]]]] = {}
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        if _vendor() == "postgresql":  # the merged histograms (keys x buckets x histogram buckets) sort in memory
+            cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(sql, [*params, *[_param(d) for d in sorted(whole)]])
         for k, b, index, count, before, n in cursor.fetchall():
             if b is None:
