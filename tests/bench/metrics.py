@@ -13,8 +13,9 @@
 3. Computes every registered metric as the page would (``METRICS[key].compute(Query(...))``) for ops and for one
    tenant admin, over the last 30 days by tenant per day and over the whole span by tenant per week, ``--repeat``
    times each after one warming run, and prints p50 / p95 wall time per metric and the peak Python allocations
-   (``tracemalloc``) and the process's peak RSS (``getrusage``).
-4. Backfills the daily request and preemption rollups (``insights.rollups.backfill``, timed) and times the metrics that read it
+   (``tracemalloc``, in one more run: it is off while timing) and the process's peak RSS (``getrusage``).
+4. Backfills the daily request and preemption rollups (``insights.rollups.backfill``, timed; ``--skip-backfill``
+   reuses them) and times the metrics that read them
    again ("after"; before it, with no day rolled up, they compute everything from the requests).
 
 The database is dropped at the end unless ``--keep``.
@@ -212,12 +213,14 @@ def timed(fn: Any, repeat: int) -> tuple[list[float], float, float]:
     request_started.send(sender=None)
     fn()  # warm
     times = []
-    tracemalloc.start()
-    for _ in range(repeat):
+    for _ in range(repeat):  # timed without tracemalloc: it slows Python-heavy paths several times over
         request_started.send(sender=None)  # as each page view is (per-request caches start over)
         started = time.perf_counter()
         fn()
         times.append(time.perf_counter() - started)
+    tracemalloc.start()  # one more run for the peak allocations
+    request_started.send(sender=None)
+    fn()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
