@@ -127,7 +127,7 @@ class RollupDay(models.Model):
 
 class PreemptionRollup(models.Model):
     """Times requests lost their admission on one UTC day (timeline entries to ``preempted``), per tenant, cluster,
-    flavor and reason (``scheduling.REASONS``): what ``preemptions`` reads for closed days. Written with the day's
+    flavor and reason (``rollups.REASONS``, the `preemptions` reasons): what ``preemptions`` reads for closed days. Written with the day's
     ``RequestRollup`` rows and complete under the same ``RollupDay``."""
 
     day = models.DateField()

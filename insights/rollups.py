@@ -24,11 +24,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Case, CharField, Count, Max, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest, TruncDate
 from django.utils import timezone
 
-from workloads.models import WorkloadRequest
+from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
 from .models import PreemptionRollup, RequestRollup, RollupDay
 
@@ -118,6 +118,33 @@ def with_first(qs: Any) -> Any:
     return qs.annotate(first=Coalesce("first_admitted_at", "admitted_at"))
 
 
+# ------------------------------------------------------------------------------------------------ preemptions
+# The eviction's reason, from the timeline message the status follower wrote ("Preempted: <Kueue's message>",
+# "Volcano restarts the gang: ..."). Preemptions: another workload took the capacity; evictions: anything else.
+REASONS = (
+    ("cohort_reclaim", "Preemption: reclaimed within the cohort", "reclamation within the cohort"),
+    ("queue_priority", "Preemption: priority in the ClusterQueue", "prioritization in the ClusterQueue"),
+    ("cohort_priority", "Preemption: priority or fair sharing in the cohort", "in the cohort"),
+    ("preempted_other", "Preemption: other", "Preempted to accommodate"),
+    ("gang_restart", "Eviction: Volcano restarted the gang", "Volcano restarts the gang"),
+    ("pods_ready", "Eviction: pods not ready in time", "PodsReady"),
+    ("stopped", "Eviction: queue stopped or workload deactivated", "stopped"),
+)
+PREEMPTIONS = ("cohort_reclaim", "queue_priority", "cohort_priority", "preempted_other")
+
+
+def preemption_events(start: datetime, end: datetime) -> Any:
+    """Timeline entries of ``[start, end)`` where a request lost its admission."""
+    return RequestEvent.objects.filter(to_state=RequestState.PREEMPTED, at__gte=start, at__lt=end)
+
+
+def reason_of() -> Case:
+    """The reason of a preemption entry (``REASONS``), from its message."""
+    return Case(*[When(message__icontains=needle, then=Value(key)) for key, _, needle in REASONS]
+                + [When(message__icontains="deactivated", then=Value("stopped"))],
+                default=Value("other"), output_field=CharField())
+
+
 # ------------------------------------------------------------------------------------------------ refresh
 def day_bounds(day: date) -> tuple[datetime, datetime]:
     start = datetime.combine(day, time(), tzinfo=UTC)
@@ -164,8 +191,6 @@ def refresh_day(day: date, *, target_minutes: int | None = None) -> int:
 
 def preemptions_by_reason(start: datetime, end: datetime) -> Any:
     """The timeline entries to ``preempted`` of ``[start, end)`` counted per tenant, cluster, flavor and reason."""
-    from .scheduling import preemption_events, reason_of  # the metric's own rules (it imports this module)
-
     return (preemption_events(start, end).annotate(reason=reason_of()).order_by()
             .values("request__tenant_id", "request__cluster_id", "request__flavor_id", "reason").annotate(n=Count("pk")))
 

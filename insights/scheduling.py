@@ -12,20 +12,20 @@ from collections import defaultdict
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Case, CharField, Count, DateField, F, Min, Q, Sum, Value, When
+from django.db.models import Count, DateField, F, Min, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from quotas import architectures
 from quotas.manifests import volcano_owned
 from quotas.models import Flavor
-from workloads.models import RequestEvent, RequestState, WorkloadRequest
+from workloads.models import RequestState, WorkloadRequest
 
 from . import rollups
 from .common import (PATHS, bucket, bucket_of, group_fields, is_ops, make_points, make_rows, minutes, narrow,
                      percentiles, ratio)
 from .models import PreemptionRollup, QueueSample, RequestRollup
-from .rollups import admit_target_minutes
+from .rollups import PREEMPTIONS, REASONS, admit_target_minutes, preemption_events, reason_of
 from .samples import WAITING
 from .registry import Metric, Query, Result, register
 
@@ -256,32 +256,6 @@ def pending_now(query: Query) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------ preemptions
-# The eviction's reason, from the timeline message the status follower wrote ("Preempted: <Kueue's message>",
-# "Volcano restarts the gang: ..."). Preemptions: another workload took the capacity; evictions: anything else.
-REASONS = (
-    ("cohort_reclaim", "Preemption: reclaimed within the cohort", "reclamation within the cohort"),
-    ("queue_priority", "Preemption: priority in the ClusterQueue", "prioritization in the ClusterQueue"),
-    ("cohort_priority", "Preemption: priority or fair sharing in the cohort", "in the cohort"),
-    ("preempted_other", "Preemption: other", "Preempted to accommodate"),
-    ("gang_restart", "Eviction: Volcano restarted the gang", "Volcano restarts the gang"),
-    ("pods_ready", "Eviction: pods not ready in time", "PodsReady"),
-    ("stopped", "Eviction: queue stopped or workload deactivated", "stopped"),
-)
-PREEMPTIONS = ("cohort_reclaim", "queue_priority", "cohort_priority", "preempted_other")
-
-
-def preemption_events(start: datetime, end: datetime) -> Any:
-    """Timeline entries of ``[start, end)`` where a request lost its admission."""
-    return RequestEvent.objects.filter(to_state=S.PREEMPTED, at__gte=start, at__lt=end)
-
-
-def reason_of() -> Case:
-    """The reason of a preemption entry (``REASONS``), from its message."""
-    return Case(*[When(message__icontains=needle, then=Value(key)) for key, _, needle in REASONS]
-                + [When(message__icontains="deactivated", then=Value("stopped"))],
-                default=Value("other"), output_field=CharField())
-
-
 def preemptions(query: Query) -> Result:
     """Counted per key, reason and chart bucket in one statement. Whole past days rolled up (as for queue waits:
     ops, by tenant, cluster or flavor, daily or weekly) come from ``PreemptionRollup``, the rest from the timeline."""
