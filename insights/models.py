@@ -194,3 +194,24 @@ class SampleHour(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour} at {self.computed_at}"
+
+
+class PreemptionRollup(models.Model):
+    """Times requests lost their admission on one UTC day (timeline entries to ``preempted``), per tenant, cluster,
+    flavor and reason (``rollups.REASONS``, the `preemptions` reasons): what ``preemptions`` reads for closed days. Written with the day's
+    ``RequestRollup`` rows and complete under the same ``RollupDay``."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    reason = models.CharField(max_length=20)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["day"])]
+        constraints = [models.UniqueConstraint(fields=["day", "tenant", "cluster", "flavor", "reason"],
+                                               name="one_preemption_rollup_per_day_group_reason")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tenant_id}/{self.cluster_id}/{self.flavor_id} {self.reason}: {self.count}"

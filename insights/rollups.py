@@ -23,14 +23,14 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Max, Q
+from django.db import connection, transaction
+from django.db.models import Case, CharField, Count, Max, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest, TruncDate
 from django.utils import timezone
 
-from workloads.models import WorkloadRequest
+from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
-from .models import RequestRollup, RollupDay
+from .models import PreemptionRollup, RequestRollup, RollupDay
 
 STEPS_PER_DOUBLING = 4  # bucket i >= 1 covers [2^((i-1)/4), 2^(i/4)) seconds; bucket 0 is [0, 1 s)
 BUCKET_RATIO = 2 ** (1 / STEPS_PER_DOUBLING)
@@ -61,29 +61,42 @@ def add_into(total: dict[int, int], hist: dict[Any, int]) -> None:
         total[int(index)] += count
 
 
-def _value_at(hist: list[tuple[int, int]], rank: float) -> float:
-    """The estimated value of the ``rank``-th smallest (0-based) of a histogram (sorted (index, count) pairs): the
-    rank's place among its bucket's counts, geometrically inside the bucket (linearly in bucket 0)."""
-    before = 0
-    for index, count in hist:
-        if rank < before + count:
+def cumulative(hist: dict[Any, int]) -> list[tuple[int, int, int]]:
+    """A histogram as sorted ``(index, count, count before it)`` rows, the shape the database's merge returns."""
+    out, before = [], 0
+    for index, count in sorted((int(i), c) for i, c in hist.items() if c):
+        out.append((index, count, before))
+        before += count
+    return out
+
+
+def _value_at(rows: list[tuple[int, int, int]], rank: float) -> float:
+    """The estimated value of the ``rank``-th smallest (0-based) of a histogram (``cumulative`` rows; only the
+    rows around the rank are needed): the rank's place among its bucket's counts, geometrically inside the bucket
+    (linearly in bucket 0)."""
+    for index, count, before in rows:
+        if before <= rank < before + count:
             low, high = bucket_bounds(index)
             share = (rank - before + 0.5) / count
             return low + (high - low) * share if index == 0 else low * (high / low) ** share
-        before += count
-    return bucket_bounds(hist[-1][0])[1]
+    return bucket_bounds(rows[-1][0])[1]
 
 
-def histogram_percentile(hist: dict[int, int], fraction: float) -> float | None:
-    """``percentile_cont`` estimated from a histogram: the two closest ranks, interpolated linearly."""
-    pairs = sorted((i, c) for i, c in hist.items() if c)
-    n = sum(c for _, c in pairs)
+def percentile_of_rows(rows: list[tuple[int, int, int]], n: int, fraction: float) -> float | None:
+    """``percentile_cont`` estimated from ``n`` values in histogram buckets: the two closest ranks, interpolated
+    linearly. ``rows`` (``cumulative``) may hold only the buckets around those ranks (``rank_rows_sql``)."""
     if not n:
         return None
     position = (n - 1) * fraction
     low, high = math.floor(position), math.ceil(position)
-    lv = _value_at(pairs, low)
-    return lv if low == high else lv + (_value_at(pairs, high) - lv) * (position - low)
+    lv = _value_at(rows, low)
+    return lv if low == high else lv + (_value_at(rows, high) - lv) * (position - low)
+
+
+def histogram_percentile(hist: dict[Any, int], fraction: float) -> float | None:
+    """``percentile_cont`` estimated from a histogram (index -> count)."""
+    rows = cumulative(hist)
+    return percentile_of_rows(rows, sum(c for _, c, _ in rows), fraction)
 
 
 # ------------------------------------------------------------------------------------------------ one request
@@ -103,6 +116,33 @@ FIGURE_COLUMNS = ("approved_at", "queued_at", "first", "admitted_at", "started_a
 
 def with_first(qs: Any) -> Any:
     return qs.annotate(first=Coalesce("first_admitted_at", "admitted_at"))
+
+
+# ------------------------------------------------------------------------------------------------ preemptions
+# The eviction's reason, from the timeline message the status follower wrote ("Preempted: <Kueue's message>",
+# "Volcano restarts the gang: ..."). Preemptions: another workload took the capacity; evictions: anything else.
+REASONS = (
+    ("cohort_reclaim", "Preemption: reclaimed within the cohort", "reclamation within the cohort"),
+    ("queue_priority", "Preemption: priority in the ClusterQueue", "prioritization in the ClusterQueue"),
+    ("cohort_priority", "Preemption: priority or fair sharing in the cohort", "in the cohort"),
+    ("preempted_other", "Preemption: other", "Preempted to accommodate"),
+    ("gang_restart", "Eviction: Volcano restarted the gang", "Volcano restarts the gang"),
+    ("pods_ready", "Eviction: pods not ready in time", "PodsReady"),
+    ("stopped", "Eviction: queue stopped or workload deactivated", "stopped"),
+)
+PREEMPTIONS = ("cohort_reclaim", "queue_priority", "cohort_priority", "preempted_other")
+
+
+def preemption_events(start: datetime, end: datetime) -> Any:
+    """Timeline entries of ``[start, end)`` where a request lost its admission."""
+    return RequestEvent.objects.filter(to_state=RequestState.PREEMPTED, at__gte=start, at__lt=end)
+
+
+def reason_of() -> Case:
+    """The reason of a preemption entry (``REASONS``), from its message."""
+    return Case(*[When(message__icontains=needle, then=Value(key)) for key, _, needle in REASONS]
+                + [When(message__icontains="deactivated", then=Value("stopped"))],
+                default=Value("other"), output_field=CharField())
 
 
 # ------------------------------------------------------------------------------------------------ refresh
@@ -136,12 +176,23 @@ def refresh_day(day: date, *, target_minutes: int | None = None) -> int:
     objs = [RequestRollup(day=day, tenant_id=t, cluster_id=c, flavor_id=f,
                           **{k: dict(v) if k.endswith("hist") else v for k, v in g.items()})
             for (t, c, f), g in groups.items()]
+    preempted = [PreemptionRollup(day=day, tenant_id=r["request__tenant_id"], cluster_id=r["request__cluster_id"],
+                                  flavor_id=r["request__flavor_id"], reason=r["reason"], count=r["n"])
+                 for r in preemptions_by_reason(start, end)]
     with transaction.atomic():
         RequestRollup.objects.filter(day=day).delete()
         RequestRollup.objects.bulk_create(objs, batch_size=1000)
+        PreemptionRollup.objects.filter(day=day).delete()
+        PreemptionRollup.objects.bulk_create(preempted, batch_size=1000)
         RollupDay.objects.update_or_create(day=day, defaults={
             "computed_at": computed_at, "admit_target_minutes": minutes, "dirty": False})
     return len(objs)
+
+
+def preemptions_by_reason(start: datetime, end: datetime) -> Any:
+    """The timeline entries to ``preempted`` of ``[start, end)`` counted per tenant, cluster, flavor and reason."""
+    return (preemption_events(start, end).annotate(reason=reason_of()).order_by()
+            .values("request__tenant_id", "request__cluster_id", "request__flavor_id", "reason").annotate(n=Count("pk")))
 
 
 def mark_dirty(days: list[date]) -> int:
@@ -219,8 +270,130 @@ def live_ranges(start: datetime, end: datetime, days: list[date]) -> list[tuple[
     return out
 
 
+def in_spans(days: list[date], field: str = "day") -> Q:
+    """Rollup rows of the ``days``, as runs of consecutive days (``day_spans``)."""
+    q = Q(pk__in=[])
+    for first, last in day_spans(days):
+        q |= Q(**{f"{field}__gte": first, f"{field}__lte": last})
+    return q
+
+
 def in_ranges(ranges: list[tuple[datetime, datetime]], field: str = "approved_at") -> Q:
     q = Q(pk__in=[])
     for a, b in ranges:
         q |= Q(**{f"{field}__gte": a, f"{field}__lt": b})
     return q
+
+
+# ------------------------------------------------------------------------------------------------ merging in SQL
+# The rolled-up days of a period are merged by the database: counts summed per breakdown key and chart bucket, the
+# JSON histograms expanded (PostgreSQL ``jsonb_each_text``, SQLite ``json_each``) and summed per key (and bucket) and
+# histogram bucket. For the chart's percentile per key and bucket, a window over the merged histogram keeps only
+# the histogram buckets around the two ranks ``percentile_cont`` interpolates between, so Python reads a few rows
+# per point instead of every histogram bucket of every point.
+
+def day_spans(days: list[date]) -> list[tuple[date, date]]:
+    """Sorted days as runs of consecutive days: ``(first, last)``, both included."""
+    spans: list[tuple[date, date]] = []
+    for day in sorted(days):
+        if spans and spans[-1][1] + timedelta(days=1) == day:
+            spans[-1] = (spans[-1][0], day)
+        else:
+            spans.append((day, day))
+    return spans
+
+
+def _vendor() -> str:
+    return connection.vendor
+
+
+def _bucket_sql(size: str) -> str:
+    """The chart bucket of a rollup row's ``day`` (a date: the day itself, or the Monday of its week)."""
+    if size == "day":
+        return "r.day"
+    if _vendor() == "postgresql":
+        return "(r.day - (EXTRACT(ISODOW FROM r.day)::integer - 1))"
+    return "date(r.day, '-' || ((CAST(strftime('%%w', r.day) AS INTEGER) + 6) %% 7) || ' days')"
+
+
+def _hist_sql(column: str) -> str:
+    """``FROM`` items: the rollup rows ``r`` and their histogram ``column``'s entries ``h`` (key, value)."""
+    table = RequestRollup._meta.db_table
+    if _vendor() == "postgresql":
+        return f"{table} r CROSS JOIN LATERAL jsonb_each_text(r.{column}) h"
+    return f"{table} r, json_each(r.{column}) h"
+
+
+def _where(days: list[date], filters: dict[str, int]) -> tuple[str, list[Any]]:
+    spans = day_spans(days)
+    sql = " OR ".join("r.day BETWEEN %s AND %s" for _ in spans) or "1 = 0"
+    params: list[Any] = [_param(d) for span in spans for d in span]
+    for column, value in sorted(filters.items()):
+        sql = f"({sql}) AND r.{column} = %s"
+        params.append(value)
+    return f"({sql})", params
+
+
+def _param(day: date) -> Any:
+    return day if _vendor() == "postgresql" else day.isoformat()
+
+
+def _as_date(value: Any) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
+
+
+def merged_counts(key: str, days: list[date], size: str, filters: dict[str, int]) -> dict[tuple[Any, date], list[int]]:
+    """(key, chart bucket) -> [reached, in_time, admitted, started] summed over the rolled-up ``days``."""
+    where, params = _where(days, filters)
+    sql = (f"SELECT r.{key}, {_bucket_sql(size)} AS b, SUM(r.reached), SUM(r.in_time), SUM(r.admitted), "
+           f"SUM(r.started) FROM {RequestRollup._meta.db_table} r WHERE {where} GROUP BY 1, 2")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {(k, _as_date(b)): [int(v) for v in rest] for k, b, *rest in cursor.fetchall()}
+
+
+def merged_histogram(column: str, key: str, days: list[date], filters: dict[str, int]) -> dict[Any, dict[int, int]]:
+    """key -> the histogram ``column`` summed over the rolled-up ``days`` (index -> count)."""
+    where, params = _where(days, filters)
+    sql = (f"SELECT r.{key}, CAST(h.key AS INTEGER), SUM(CAST(h.value AS INTEGER)) FROM {_hist_sql(column)} "
+           f"WHERE {where} GROUP BY 1, 2")
+    out: dict[Any, dict[int, int]] = defaultdict(dict)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for k, index, count in cursor.fetchall():
+            out[k][int(index)] = int(count)
+    return out
+
+
+def merged_rank_rows(column: str, key: str, days: list[date], size: str, filters: dict[str, int], percent: int,
+                     whole: set[date]) -> tuple[dict[Any, dict[int, int]],
+                                                dict[tuple[Any, date], tuple[int, list[tuple[int, int, int]]]]]:
+    """The histogram ``column`` summed over the rolled-up ``days``, in one statement: key -> its whole histogram
+    (as ``merged_histogram``), and (key, chart bucket) -> (values, ``cumulative`` rows) of its sum per key and
+    bucket, with only the rows around the ranks the ``percent``-th percentile interpolates between (one rank either
+    side, so the float arithmetic of ``percentile_of_rows`` always finds its rows), or every row for the buckets in
+    ``whole`` (those the live part adds to)."""
+    where, params = _where(days, filters)
+    keep = ", ".join("%s" for _ in whole)
+    sql = (f"WITH m AS (SELECT r.{key} AS k, {_bucket_sql(size)} AS b, CAST(h.key AS INTEGER) AS i, "
+           f"SUM(CAST(h.value AS INTEGER)) AS c FROM {_hist_sql(column)} WHERE {where} GROUP BY 1, 2, 3), "
+           "w AS (SELECT k, b, i, c, CAST(SUM(c) OVER (PARTITION BY k, b ORDER BY i) AS BIGINT) - c AS before_, "
+           "CAST(SUM(c) OVER (PARTITION BY k, b) AS BIGINT) AS n FROM m) "
+           f"SELECT k, b, i, c, before_, n FROM w WHERE (before_ <= ((n - 1) * {int(percent)} + 99) / 100 + 1 "
+           f"AND before_ + c > ((n - 1) * {int(percent)}) / 100 - 1)"
+           + (f" OR b IN ({keep})" if whole else "")
+           + " UNION ALL SELECT k, NULL, i, SUM(c), 0, 0 FROM m GROUP BY k, i")
+    totals: dict[Any, dict[int, int]] = defaultdict(dict)
+    ranks: dict[tuple[Any, date], tuple[int, list[tuple[int, int, int]]]] = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        if _vendor() == "postgresql":  # the merged histograms (keys x buckets x histogram buckets) sort in memory
+            cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(sql, [*params, *[_param(d) for d in sorted(whole)]])
+        for k, b, index, count, before, n in cursor.fetchall():
+            if b is None:
+                totals[k][int(index)] = int(count)
+            else:
+                ranks.setdefault((k, _as_date(b)), (int(n), []))[1].append((int(index), int(count), int(before)))
+    for _, rows in ranks.values():
+        rows.sort()
+    return totals, ranks

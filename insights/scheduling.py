@@ -12,20 +12,20 @@ from collections import defaultdict
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Case, CharField, Count, F, Min, Q, Sum, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Count, DateField, F, Min, Q, Sum
+from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from quotas import architectures
 from quotas.manifests import volcano_owned
 from quotas.models import Flavor
-from workloads.models import RequestEvent, RequestState, WorkloadRequest
+from workloads.models import RequestState, WorkloadRequest
 
 from . import rollups, sample_rollups
 from .common import (PATHS, bucket, bucket_of, group_fields, is_ops, make_points, make_rows, minutes, narrow,
                      percentiles, ratio)
-from .models import QueueSample, QueueSampleHour, RequestRollup
-from .rollups import admit_target_minutes
+from .models import PreemptionRollup, QueueSample, QueueSampleHour, RequestRollup
+from .rollups import PREEMPTIONS, REASONS, admit_target_minutes, preemption_events, reason_of
 from .samples import WAITING
 from .registry import Metric, Query, Result, register
 
@@ -54,9 +54,13 @@ def _rollup_days(query: Query) -> list[Any]:
     return rollups.rolled_days(query.start, query.end, target_minutes=admit_target_minutes())
 
 
-def _rolled_up(query: Query, days: list[Any]) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, dict[str, Any]]]]:
-    """key -> totals and key -> bucket start -> totals (``reached``, ``in_time``, ``admitted``, ``started``,
-    ``admit_hist``, ``start_hist``): the rolled-up days from the rollup, the rest of the period live."""
+def _rolled_up(query: Query, days: list[Any], *, histograms: bool = True, in_python: bool = False
+               ) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, dict[str, Any]]]]:
+    """key -> totals and key -> bucket start -> totals (``reached``, ``in_time``, ``admitted``, ``started``, and
+    with ``histograms`` ``admit_hist`` and ``start_hist``; a bucket's ``admit_rank`` instead of its ``admit_hist``
+    where the database kept only the rows around P95): the rolled-up days from the rollup, merged by the database
+    (``rollups.merged_*``; ``in_python``: every row read and merged here, the reference the tests compare with),
+    the rest of the period live."""
     field = PATHS[query.group_by]
 
     def blank() -> dict[str, Any]:
@@ -65,24 +69,24 @@ def _rolled_up(query: Query, days: list[Any]) -> tuple[dict[Any, dict[str, Any]]
 
     totals: dict[Any, dict[str, Any]] = defaultdict(blank)
     series: dict[Any, dict[Any, dict[str, Any]]] = defaultdict(lambda: defaultdict(blank))
-    stored = RequestRollup.objects.filter(day__in=days)
-    for name in ("cluster", "flavor", "tenant"):
-        if getattr(query, f"{name}_id") is not None:
-            stored = stored.filter(**{f"{name}_id": getattr(query, f"{name}_id")})
-    for key, day, reached, in_time, admitted, started, admit_hist, start_hist in stored.values_list(
-            field, "day", "reached", "in_time", "admitted", "started", "admit_hist", "start_hist").iterator(chunk_size=5000):
-        at = bucket_of(datetime.combine(day, time(), tzinfo=UTC), query.bucket)
-        for t in (totals[(key,)], series[(key,)][at]):
-            t["reached"] += reached
-            t["in_time"] += in_time
-            t["admitted"] += admitted
-            t["started"] += started
-            rollups.add_into(t["admit_hist"], admit_hist)
-            rollups.add_into(t["start_hist"], start_hist)
     target = timedelta(minutes=admit_target_minutes())
-    live = [row for a, b in rollups.live_ranges(query.start, query.end, days)  # one range each: the index serves it
-            for row in rollups.with_first(narrow(WorkloadRequest.objects.filter(approved_at__gte=a, approved_at__lt=b),
-                                                 query)).values_list(field, *rollups.FIGURE_COLUMNS)]
+    ranges = rollups.live_ranges(query.start, query.end, days)
+
+    def live_requests(a: datetime, b: datetime) -> Any:  # one range each: the index serves it
+        return rollups.with_first(narrow(WorkloadRequest.objects.filter(approved_at__gte=a, approved_at__lt=b), query))
+
+    if not (histograms or in_python):  # counts only: the live part counted by the database too
+        for a, b in ranges:
+            for r in (live_requests(a, b).annotate(at=bucket("approved_at", query.bucket)).order_by()
+                      .values(field, "at").annotate(reached=Count("pk", filter=Q(queued_at__isnull=False)
+                                                                  | Q(first__isnull=False)),
+                                                    in_time=Count("pk", filter=Q(first__isnull=False,
+                                                                                 first__lte=F("approved_at") + target)))):
+                for t in (totals[(r[field],)], series[(r[field],)][r["at"]]):
+                    t["reached"] += r["reached"]
+                    t["in_time"] += r["in_time"]
+    live = [] if not (histograms or in_python) else [
+        row for a, b in ranges for row in live_requests(a, b).order_by().values_list(field, *rollups.FIGURE_COLUMNS)]
     for key, *stamps in live:
         reached, in_time, wait, run = rollups.request_figures(*stamps, target)
         for t in (totals[(key,)], series[(key,)][bucket_of(stamps[0], query.bucket)]):
@@ -94,11 +98,49 @@ def _rolled_up(query: Query, days: list[Any]) -> tuple[dict[Any, dict[str, Any]]
             if run is not None:
                 t["started"] += 1
                 t["start_hist"][rollups.bucket_index(run)] += 1
+    filters = {f"{name}_id": getattr(query, f"{name}_id") for name in ("cluster", "flavor", "tenant")
+               if getattr(query, f"{name}_id") is not None}
+    if in_python:
+        stored = RequestRollup.objects.filter(day__in=days, **filters)
+        for key, day, reached, in_time, admitted, started, admit_hist, start_hist in stored.values_list(
+                field, "day", "reached", "in_time", "admitted", "started", "admit_hist", "start_hist"
+        ).iterator(chunk_size=5000):
+            at = bucket_of(datetime.combine(day, time(), tzinfo=UTC), query.bucket)
+            for t in (totals[(key,)], series[(key,)][at]):
+                t["reached"] += reached
+                t["in_time"] += in_time
+                t["admitted"] += admitted
+                t["started"] += started
+                rollups.add_into(t["admit_hist"], admit_hist)
+                rollups.add_into(t["start_hist"], start_hist)
+        return totals, series
+
+    def at_of(day: Any) -> datetime:
+        return datetime.combine(day, time(), tzinfo=UTC)
+
+    live_buckets = {at.date() for buckets in series.values() for at in buckets}
+    for (key, day), counts in rollups.merged_counts(field, days, query.bucket, filters).items():
+        for t in (totals[(key,)], series[(key,)][at_of(day)]):
+            for name, value in zip(("reached", "in_time", "admitted", "started"), counts, strict=True):
+                t[name] += value
+    if histograms:
+        for key, hist in rollups.merged_histogram("start_hist", field, days, filters).items():
+            rollups.add_into(totals[(key,)]["start_hist"], hist)
+        whole, ranks = rollups.merged_rank_rows("admit_hist", field, days, query.bucket, filters, 95, live_buckets)
+        for key, hist in whole.items():
+            rollups.add_into(totals[(key,)]["admit_hist"], hist)
+        for (key, day), (n, rows) in ranks.items():
+            t = series[(key,)][at_of(day)]
+            if day in live_buckets:  # every row: the live requests add to this histogram
+                rollups.add_into(t["admit_hist"], {index: count for index, count, _ in rows})
+            else:
+                t["admit_rank"] = (n, rows)
     return totals, series
 
 
-def _queue_wait_rolled(query: Query, days: list[Any]) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, Any]]]:
-    totals, series = _rolled_up(query, days)
+def _queue_wait_rolled(query: Query, days: list[Any], *, in_python: bool = False
+                       ) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, Any]]]:
+    totals, series = _rolled_up(query, days, in_python=in_python)
     values = {}
     for key, t in totals.items():
         if not (t["admitted"] or t["started"]):
@@ -112,7 +154,10 @@ def _queue_wait_rolled(query: Query, days: list[Any]) -> tuple[dict[Any, dict[st
     for key, buckets in series.items():
         for at, t in buckets.items():
             if t["admitted"]:
-                points[key][at] = minutes(rollups.histogram_percentile(t["admit_hist"], 0.95))
+                rank = t.get("admit_rank")
+                p95 = (rollups.percentile_of_rows(rank[1], rank[0], 0.95) if rank
+                       else rollups.histogram_percentile(t["admit_hist"], 0.95))
+                points[key][at] = minutes(p95)
     return values, points
 
 
@@ -122,7 +167,7 @@ def queue_wait(query: Query, *, in_python: bool | None = None) -> Result:
     by = group_fields(query.group_by)
     days = _rollup_days(query)
     if days:
-        values, points = _queue_wait_rolled(query, days)
+        values, points = _queue_wait_rolled(query, days, in_python=bool(in_python))
         return _queue_wait_result(query, values, points, ROLLUP_NOTE)
     base = _approved_in(query).annotate(first=FIRST_ADMISSION)
     waited = base.filter(first__isnull=False, first__gte=F("approved_at"))
@@ -157,12 +202,12 @@ def _queue_wait_result(query: Query, values: dict[Any, dict[str, Any]], points: 
 
 
 # ------------------------------------------------------------------------------------------------ success rate
-def scheduling_success(query: Query) -> Result:
+def scheduling_success(query: Query, *, in_python: bool = False) -> Result:
     by = group_fields(query.group_by)
     days = _rollup_days(query)
     points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
     if days:  # whole past days from the rollup, the rest live: the same counts
-        totals, series = _rolled_up(query, days)
+        totals, series = _rolled_up(query, days, histograms=False, in_python=in_python)
         values = {key: {"queued": t["reached"], "admitted_in_time": t["in_time"], "rate": ratio(t["in_time"], t["reached"])}
                   for key, t in totals.items() if t["reached"]}
         for key, buckets in series.items():
@@ -221,39 +266,35 @@ def pending_now(query: Query) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------ preemptions
-# The eviction's reason, from the timeline message the status follower wrote ("Preempted: <Kueue's message>",
-# "Volcano restarts the gang: ..."). Preemptions: another workload took the capacity; evictions: anything else.
-REASONS = (
-    ("cohort_reclaim", "Preemption: reclaimed within the cohort", "reclamation within the cohort"),
-    ("queue_priority", "Preemption: priority in the ClusterQueue", "prioritization in the ClusterQueue"),
-    ("cohort_priority", "Preemption: priority or fair sharing in the cohort", "in the cohort"),
-    ("preempted_other", "Preemption: other", "Preempted to accommodate"),
-    ("gang_restart", "Eviction: Volcano restarted the gang", "Volcano restarts the gang"),
-    ("pods_ready", "Eviction: pods not ready in time", "PodsReady"),
-    ("stopped", "Eviction: queue stopped or workload deactivated", "stopped"),
-)
-PREEMPTIONS = ("cohort_reclaim", "queue_priority", "cohort_priority", "preempted_other")
-
-
 def preemptions(query: Query) -> Result:
+    """Counted per key, reason and chart bucket in one statement. Whole past days rolled up (as for queue waits:
+    ops, by tenant, cluster or flavor, daily or weekly) come from ``PreemptionRollup``, the rest from the timeline."""
     paths = {name: f"request__{path}" for name, path in PATHS.items()}
     by = group_fields(query.group_by, paths)
-    events = narrow(RequestEvent.objects.filter(to_state=S.PREEMPTED, at__gte=query.start, at__lt=query.end), query,
-                    paths, project="request__project")
-    reason = Case(*[When(message__icontains=needle, then=Value(key)) for key, _, needle in REASONS]
-                  + [When(message__icontains="deactivated", then=Value("stopped"))],
-                  default=Value("other"), output_field=CharField())
+    days = _rollup_days(query)
+    events = narrow(preemption_events(query.start, query.end), query, paths, project="request__project")
+    if days:
+        events = events.filter(rollups.in_ranges(rollups.live_ranges(query.start, query.end, days), "at"))
+    counted = [(tuple(r[b] for b in by), r["reason"], r["b"], r["n"])
+               for r in events.annotate(reason=reason_of(), b=bucket("at", query.bucket)).order_by()
+               .values(*by, "reason", "b").annotate(n=Count("pk"))]
+    if days:
+        field = PATHS[query.group_by]
+        stored = PreemptionRollup.objects.filter(rollups.in_spans(days), **{
+            f"{name}_id": getattr(query, f"{name}_id") for name in ("cluster", "flavor", "tenant")
+            if getattr(query, f"{name}_id") is not None})
+        counted += [((r[field],), r["reason"], datetime.combine(r["b"], time(), tzinfo=UTC), r["n"])
+                    for r in stored.annotate(b=Trunc("day", query.bucket, output_field=DateField())).order_by()
+                    .values(field, "reason", "b").annotate(n=Sum("count"))]
     values: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in events.annotate(reason=reason).order_by().values(*by, "reason").annotate(n=Count("pk")):
-        key = tuple(r[b] for b in by)
+    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
+    for key, reason, at, n in counted:
         row = values.setdefault(key, {"total": 0, "preemptions": 0, "evictions": 0,
                                       **{k: 0 for k, _, _ in REASONS}, "other": 0})
-        row[r["reason"]] += r["n"]
-        row["total"] += r["n"]
-        row["preemptions" if r["reason"] in PREEMPTIONS else "evictions"] += r["n"]
-    points: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(dict)
-    for r in events.annotate(b=bucket("at", query.bucket)).order_by().values(*by, "b").annotate(n=Count("pk")):
-        points[tuple(r[b] for b in by)][r["b"]] = r["n"]
+        row[reason] += n
+        row["total"] += n
+        row["preemptions" if reason in PREEMPTIONS else "evictions"] += n
+        points[key][at] = points[key].get(at, 0) + n
     columns = {"total": ("Preemptions and evictions", "count"), "preemptions": ("Preemptions", "count"),
                "evictions": ("Evictions", "count"), **{k: (title, "count") for k, title, _ in REASONS},
                "other": ("Eviction: other", "count")}

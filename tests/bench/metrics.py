@@ -13,11 +13,11 @@
 3. Computes every registered metric as the page would (``METRICS[key].compute(Query(...))``) for ops and for one
    tenant admin, over the last 30 days by tenant per day and over the whole span by tenant per week, ``--repeat``
    times each after one warming run, and prints p50 / p95 wall time per metric and the peak Python allocations
-   (``tracemalloc``) and the process's peak RSS (``getrusage``).
-4. Backfills the daily request rollup (``insights.rollups.backfill``), the hourly sample rollup
-   (``insights.sample_rollups.backfill``) and the daily cost rollup (``billing.rollup.backfill``), each timed, and
-   times the metrics that read them again ("after"; before them, with nothing rolled up, they compute everything
-   from the requests, the samples and the usage intervals).
+   (``tracemalloc``, in one more run: it is off while timing) and the process's peak RSS (``getrusage``).
+4. Backfills the daily request and preemption rollups (``insights.rollups.backfill``; ``--skip-backfill`` reuses
+   them), the hourly sample rollup (``insights.sample_rollups.backfill``) and the daily cost rollup
+   (``billing.rollup.backfill``), each timed, and times the metrics that read them again ("after"; before them,
+   with nothing rolled up, they compute everything from the requests, the samples and the usage intervals).
 
 The database is dropped at the end unless ``--keep``.
 """
@@ -58,6 +58,8 @@ def parse_args() -> argparse.Namespace:
                         "--keep; a copy made with CREATE DATABASE ... TEMPLATE works too); it is kept")
     parser.add_argument("--only", default="", help="comma-separated metric keys to time (default all)")
     parser.add_argument("--skip-direct", action="store_true", help="time only after the rollups are refreshed")
+    parser.add_argument("--skip-backfill", action="store_true", help="with --reuse: time on the rollups as they "
+                        "are (backfilled by an earlier run) instead of backfilling them again")
     return parser.parse_args()
 
 
@@ -85,8 +87,9 @@ from django.test.utils import setup_test_environment
 NOW = datetime.now(UTC).replace(microsecond=0)
 CHUNK = 200_000
 # The metrics that read a rollup when whole past days are rolled up (timed again after the backfill).
-ROLLED = ("queue-wait", "scheduling-success", "pending-now", "quota-fulfilment", "guarantee-violations", "borrowing",
-          "overcommit", "gpu-allocation", "idle-allocated", "mig-fragmentation", "spend", "cost-per-gpu-hour")
+ROLLED = ("queue-wait", "scheduling-success", "preemptions", "pending-now", "quota-fulfilment", "guarantee-violations",
+          "borrowing", "overcommit", "gpu-allocation", "idle-allocated", "mig-fragmentation", "spend",
+          "cost-per-gpu-hour")
 
 
 def _text(value: Any) -> str:
@@ -213,12 +216,14 @@ def timed(fn: Any, repeat: int) -> tuple[list[float], float, float]:
     request_started.send(sender=None)
     fn()  # warm
     times = []
-    tracemalloc.start()
-    for _ in range(repeat):
+    for _ in range(repeat):  # timed without tracemalloc: it slows Python-heavy paths several times over
         request_started.send(sender=None)  # as each page view is (per-request caches start over)
         started = time.perf_counter()
         fn()
         times.append(time.perf_counter() - started)
+    tracemalloc.start()  # one more run for the peak allocations
+    request_started.send(sender=None)
+    fn()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -259,27 +264,30 @@ def main() -> int:
         if not ARGS.skip_direct:
             run_cases(cases, users, METRICS, "before rollups (direct)")
         started = time.monotonic()
-        done = rollups.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
-        print(f"\nbackfilled the request rollup: {done['days']} days, {done['rows']:,} rows in "
-              f"{time.monotonic() - started:.1f} s")
-        started = time.monotonic()
+        if not ARGS.skip_backfill:
+            done = rollups.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
+            print(f"\nbackfilled the request rollup: {done['days']} days, {done['rows']:,} rows in "
+                  f"{time.monotonic() - started:.1f} s")
+            started = time.monotonic()
         rollups.rollups_refresh()
         print(f"one refresh (beat task) in {time.monotonic() - started:.1f} s")
         from insights import sample_rollups
 
         started = time.monotonic()
-        done = sample_rollups.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
-        print(f"backfilled the hourly sample rollup: {done['hours']} hours, {done['rows']:,} rows in "
-              f"{time.monotonic() - started:.1f} s")
+        if not ARGS.skip_backfill:
+            done = sample_rollups.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
+            print(f"backfilled the hourly sample rollup: {done['hours']} hours, {done['rows']:,} rows in "
+                  f"{time.monotonic() - started:.1f} s")
         started = time.monotonic()
         sample_rollups.sample_rollups_refresh()
         print(f"one sample rollup refresh (beat task) in {time.monotonic() - started:.1f} s")
         from billing import rollup as cost_rollup
 
         started = time.monotonic()
-        done = cost_rollup.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
-        print(f"backfilled the cost rollup: {done['days']} days, {done['rows']:,} rows in "
-              f"{time.monotonic() - started:.1f} s")
+        if not ARGS.skip_backfill:
+            done = cost_rollup.backfill((NOW - timedelta(days=ARGS.days + 1)).date())
+            print(f"backfilled the cost rollup: {done['days']} days, {done['rows']:,} rows in "
+                  f"{time.monotonic() - started:.1f} s")
         started = time.monotonic()
         cost_rollup.refresh()
         print(f"one cost rollup refresh (beat task) in {time.monotonic() - started:.1f} s")
