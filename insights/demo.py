@@ -52,7 +52,7 @@ from tenants.models import Membership, Role
 from workloads.models import Priority, Reclaim, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
 
 from .models import PoolSample, QueueSample
-from .samples import profile_memory_gib
+from .samples import fill_lent, profile_memory_gib
 
 log = logging.getLogger(__name__)
 S = RequestState
@@ -423,6 +423,8 @@ def _seed_samples(cluster: Cluster, streams: list[Stream], start: datetime, end:
                               promised.get(fid, Decimal(0)), overcommit, True))
     _insert(QueueSample, QUEUE_COLUMNS, queue_rows)
     _insert(PoolSample, POOL_COLUMNS, pool_rows)
+    if n:
+        fill_lent(t0, t0 + (n - 1) * SLOT)
     return len(queue_rows) + len(pool_rows)
 
 

@@ -14,10 +14,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import EmptyResultSet
-from django.db import connection
-from django.db.models import Count, F, FloatField, Max, Sum, Value, Window
-from django.db.models.functions import Cast
+from django.db.models import Count, Max, Q, Sum
 
 from . import sample_rollups
 from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, bucket_of, group_fields, hours, is_ops, make_points,
@@ -143,39 +140,18 @@ def borrowing(query: Query) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------ who lent
-# Kueue lends a queue's unused nominal quota to its cohort (one cohort per tenant). In each sample slot the
-# cohort's borrowed units of a flavor came out of its queues' unused nominal (nominal - admitted, at least 0); each
-# queue is credited with its share of that unused part: lent = min(cohort borrowed, cohort unused) x unused / cohort
-# unused. (Lending limits are not sampled: the split assumes every queue lends all of its unused quota.)
-LENT_SQL = "CASE WHEN cu > 0 THEN (CASE WHEN cb < cu THEN cb ELSE cu END) * unused * 1.0 / cu ELSE 0 END"
+# Each sample carries what its queue lent to the cohort at that moment (``QueueSample.lent``, computed per slot by
+# ``samples.fill_lent``: the cohort's borrowed units split over its queues in proportion to their unused nominal
+# quota). Lending limits are not sampled: the split assumes every queue lends all of its unused quota.
 
 
 def lent_by(query: Query) -> dict[tuple[Any, ...], dict[str, float | int]]:
-    """key of ``query.group_by`` -> {"lent": units x samples, "lenders": projects that lent}. The cohort sums are
-    taken before a project filter (a project's lending depends on its siblings), in SQL with window functions."""
-    from dataclasses import replace
-
-    from django.db.models.functions import Greatest
-
-    whole = replace(query, project_id=None)
-    cohort = [F("at"), F("tenant_id"), F("flavor_id")]
-    unused = Greatest(Cast(F("nominal") - F("admitted"), FloatField()), Value(0.0), output_field=FloatField())
-    inner = (_samples(whole).annotate(unused=unused, cb=Window(Sum("borrowed"), partition_by=cohort),
-                                      cu=Window(Sum(unused), partition_by=cohort))
-             .values("tenant_id", "project_id", "cluster_id", "flavor_id", "unused", "cb", "cu"))
-    try:
-        sql, params = inner.query.sql_with_params()
-    except EmptyResultSet:  # an empty scope: nothing to lend
-        return {}
-    columns = ["project_id", "cluster_id"] if query.group_by == "queue" else [f"{query.group_by}_id"]
-    where, extra = ("WHERE project_id = %s", [query.project_id]) if query.project_id is not None else ("", [])
-    cols = ", ".join(columns)
-    outer = (f"SELECT {cols}, SUM({LENT_SQL}), COUNT(DISTINCT CASE WHEN unused > 0 AND cb > 0 AND cu > 0 "
-             f"THEN project_id END) FROM ({sql}) t {where} GROUP BY {cols}")
-    with connection.cursor() as cursor:
-        cursor.execute(outer, [*params, *extra])
-        return {tuple(row[:-2]): {"lent": float(row[-2] or 0), "lenders": int(row[-1] or 0)}
-                for row in cursor.fetchall()}
+    """key of ``query.group_by`` -> {"lent": units x samples, "lenders": projects that lent}."""
+    by = ["project_id", "cluster_id"] if query.group_by == "queue" else [f"{query.group_by}_id"]
+    rows = (_samples(query).order_by().values(*by)
+            .annotate(lent_sum=Sum("lent"), lenders=Count("project_id", distinct=True, filter=Q(lent__gt=0))))
+    return {tuple(r[b] for b in by): {"lent": float(r["lent_sum"] or 0), "lenders": int(r["lenders"] or 0)}
+            for r in rows}
 
 
 def borrowing_from_whom(query: Query) -> Result:

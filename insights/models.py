@@ -28,6 +28,9 @@ class QueueSample(models.Model):
     borrowing_limit = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True)
     admitted = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Given: admitted usage.")
     borrowed = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Admitted beyond nominal, from the cohort.")
+    # What this queue lent to its cohort at that moment: the cohort's (tenant and flavor's) borrowed units split over
+    # its queues in proportion to their unused nominal quota (``samples.fill_lent``; lending limits are not sampled).
+    lent = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Lent to the cohort.")
     pending = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0), help_text="Demand waiting (queued, not admitted).")
     pending_count = models.PositiveIntegerField(default=0)
     # The smallest waiting request (gpus x replicas), so "could a waiting request fit in the unused guarantee?"

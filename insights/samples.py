@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, F, Min, Q, Sum
 from django.utils import timezone
 
@@ -149,7 +149,33 @@ def samples_take(now: datetime | None = None) -> dict[str, int]:
                                         update_fields=[f for f in QUEUE_FIELDS])
         PoolSample.objects.bulk_create(pool_rows, update_conflicts=True, unique_fields=["at", "flavor"],
                                        update_fields=[f for f in POOL_FIELDS])
+        fill_lent(at, at)
     return {"queue_samples": len(queue_rows), "pool_samples": len(pool_rows)}
+
+
+# Who lent: in each slot, a cohort's (tenant and flavor's) borrowed units are credited to its queues in proportion to
+# their unused nominal quota (max(nominal - admitted, 0)), up to what was unused: lent = min(borrowed, unused) x
+# unused / cohort unused. Lending limits are not sampled, so every queue is taken to lend all of its unused quota.
+# One statement for PostgreSQL and SQLite (window sums per slot; UPDATE ... FROM).
+LENT_SQL = """
+UPDATE insights_queuesample SET lent = t.lent FROM (
+    SELECT id, ROUND(CASE WHEN cu > 0 THEN (CASE WHEN cb < cu THEN cb ELSE cu END) * 1.0 * unused / cu ELSE 0 END, 3) AS lent
+    FROM (SELECT id, unused, SUM(borrowed) OVER w AS cb, SUM(unused) OVER w AS cu
+          FROM (SELECT id, at, tenant_id, flavor_id, borrowed,
+                       CASE WHEN nominal > admitted THEN nominal - admitted ELSE 0 END AS unused
+                FROM insights_queuesample WHERE at >= %s AND at <= %s) u
+          WINDOW w AS (PARTITION BY at, tenant_id, flavor_id)) v
+) t WHERE insights_queuesample.id = t.id AND insights_queuesample.lent <> t.lent
+"""
+
+
+def fill_lent(first: datetime, last: datetime) -> int:
+    """Set ``QueueSample.lent`` for every slot from ``first`` to ``last`` (inclusive) from the slot's own rows; a
+    second run changes nothing. Returns the rows changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(LENT_SQL, [connection.ops.adapt_datetimefield_value(first),
+                                  connection.ops.adapt_datetimefield_value(last)])
+        return cursor.rowcount
 
 
 QUEUE_FIELDS = ("cluster", "tenant", "nominal", "borrowing_limit", "admitted", "borrowed", "pending", "pending_count",

@@ -14,6 +14,7 @@ import pytest
 
 from insights.models import QueueSample
 from insights.registry import METRICS, Query
+from insights.samples import fill_lent
 from tenants.access import scope_of
 from workloads.models import Reclaim, RequestState
 
@@ -125,6 +126,10 @@ def test_borrowing_says_who_lent(cast, cat) -> None:
         sample(cat, cast.vision, slot, nominal=8, admitted=10, borrowed=2)
         sample(cat, cast.nlp, slot, nominal=2, admitted=0)
     sample(cat, cast.llm, 0, nominal=4, admitted=1)  # unused, but nobody in globex borrows: lends nothing
+    # The sampler computes each slot's lent shares as it writes the slot; a second run changes nothing.
+    assert fill_lent(T0, T0 + timedelta(hours=1)) == 12
+    assert fill_lent(T0, T0 + timedelta(hours=1)) == 0
+    assert QueueSample.objects.get(project=cast.nlp, at=T0).lent == Decimal(2)
     result = METRICS["borrowing"].compute(q(cast, "ops", group_by="project"))
     rows = row_map(result)
     assert rows["acme-nlp"]["lent_gpu_hours"] == 2.0 and rows["acme-nlp"]["lending_projects"] == 1
