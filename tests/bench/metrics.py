@@ -199,6 +199,9 @@ def seed() -> dict[str, Any]:
                        "pending_smallest": 1 if pending else 0}
 
     nq = copy_rows(QueueSample, queue_samples(), {})
+    from insights.samples import fill_lent
+
+    fill_lent(first, first + timedelta(minutes=5 * slots))  # what the sampler computes as it writes each slot
     flavors = list(Flavor.objects.exclude(kind="cpu").values_list("pk", "cluster_id", "kind"))
     np_ = copy_rows(PoolSample, ({"at": first + timedelta(minutes=5 * s), "cluster_id": c, "flavor_id": f,
                                  "capacity": 64, "allocated": 40 + s % 24, "idle_allocated": s % 3,
