@@ -329,22 +329,31 @@ def plan(start: datetime, end: datetime, size: str = "hour", now: datetime | Non
     lies inside one such bucket); the other complete, clean, closed hours wholly inside it; and the rest."""
     now = now or timezone.now()
     first, last = _ceil_hour(start), min(hour_of(end), hour_of(now))
-    clean: dict[datetime, tuple[int, int]] = {}
-    if first < last:
-        clean = {h: (q, p) for h, q, p in SampleHour.objects.filter(hour__gte=first, hour__lt=last, dirty=False)
-                 .values_list("hour", "queue_samples", "pool_samples")}
     day_starts: list[datetime] = []
-    if size in ("day", "week") and clean:
-        first_day, last_day = _ceil_day(start), day_of(min(end, now))
-        if first_day < last_day:
-            for day, q, p in (SampleDay.objects.filter(day__gte=first_day, day__lt=last_day)
-                              .values_list("day", "queue_samples", "pool_samples")):
-                counts = [clean.get(h) for h in _hours(day, day + DAY)]
-                if None not in counts and (sum(c[0] for c in counts), sum(c[1] for c in counts)) == (q, p):
+    first_day, last_day = _ceil_day(start), day_of(min(end, now))
+    if size in ("day", "week") and first_day < last_day:
+        built = {d: (q, p) for d, q, p in SampleDay.objects.filter(day__gte=first_day, day__lt=last_day)
+                 .values_list("day", "queue_samples", "pool_samples")}
+        if built:  # per day: its clean hours, and their sample counts
+            for day, n, q, p in (SampleHour.objects.filter(hour__gte=first_day, hour__lt=last_day, dirty=False)
+                                 .annotate(d=bucket("hour", "day")).order_by().values("d")
+                                 .annotate(n=Count("pk"), q=Sum("queue_samples"), p=Sum("pool_samples"))
+                                 .values_list("d", "n", "q", "p")):
+                if n == 24 and built.get(day) == (q, p):
                     day_starts.append(day)
     days = _ranges(day_starts, DAY)
-    covered = set(day_starts)
-    hours = _ranges(h for h in clean if day_of(h) not in covered)
+    hours: list[tuple[datetime, datetime]] = []
+    if first < last:
+        gaps, cursor = [], first  # the hours of [first, last) outside those days
+        for a, b in days:
+            if a > cursor:
+                gaps.append((cursor, a))
+            cursor = max(cursor, b)
+        if cursor < last:
+            gaps.append((cursor, last))
+        if gaps:
+            hours = _ranges(SampleHour.objects.filter(in_ranges(gaps, "hour"), dirty=False)
+                            .values_list("hour", flat=True))
     raw, cursor = [], start
     for a, b in sorted(days + hours):
         if a > cursor:

@@ -303,7 +303,7 @@ def test_a_day_is_rebuilt_from_its_hours_when_one_is(cast, cat) -> None:
     ANCHOR[:] = [sample_rollups.hour_of(timezone.now()) - timedelta(hours=DAYS_BACK)]
     build_history(cast, cat)
     day = sample_rollups.day_of(first_hour()) + timedelta(days=1)
-    query = period(cast, "ops", group_by="project", bucket="day", start=day, end=day + timedelta(days=1))
+    query = period(cast, "ops", group_by="cluster", bucket="day", start=day, end=day + timedelta(days=1))
     sample_rollups.sample_rollups_refresh()  # the lookback: every closed hour, and so every whole day
     marker = SampleDay.objects.get(day=day)
     assert marker.queue_samples == QueueSample.objects.filter(at__gte=day, at__lt=day + timedelta(days=1)).count()
