@@ -22,8 +22,16 @@ every hour marked dirty, and every closed hour of the last ``LOOKBACK_DAYS`` who
 was rolled up from (late samples) or that was never rolled up. Each range of hours is replaced whole in one
 transaction. ``manage.py insights_sample_rollup --since DAY`` backfills.
 
-The metrics read the closed, complete hours wholly inside the period from the rollup and the rest (the current hour,
-partial first and last hours, hours not rolled up or dirty) from the samples, and add the two up.
+A daily level sits on the hourly one: ``QueueSampleDay`` / ``PoolSampleDay`` hold per UTC day the same sums and
+maxima, built from the day's 24 hours (never from the samples), with the masks as 288-bit strings (character ``i``
+is slot ``i`` of the day; ``bit(288)`` on PostgreSQL, so ``bit_or`` and ``bit_count`` work on them, text elsewhere,
+OR-ed in Python). ``SampleDay`` marks a day built, with its hours' sample counts. ``refresh_range`` rebuilds the days
+of every hour it rebuilds (``rebuild_days``); a day with an hour missing or dirty gets no rows.
+
+The metrics read (``plan``): when the chart bucket is a day or a week, the closed days wholly inside the period that
+are built from 24 complete, clean hours counting what the day was built from, from the daily rollup; the other
+closed, complete hours wholly inside the period from the hourly rollup; the rest (the current hour, partial first
+and last hours, hours not rolled up or dirty) from the samples; and add the three up.
 """
 
 from __future__ import annotations
@@ -297,20 +305,22 @@ def sample_rollups_refresh(now: datetime | None = None) -> dict[str, int]:
 
 def backfill(since: date | datetime, until: datetime | None = None) -> dict[str, int]:
     """Roll up every closed hour from ``since`` (a UTC day or an instant) to the current hour (or ``until``), a
-    day at a time."""
+    day at a time, and every whole day among them (``days``: the days rolled up)."""
     start = datetime.combine(since, time(), tzinfo=UTC) if not isinstance(since, datetime) else hour_of(since)
     end = min(hour_of(until) if until else hour_of(timezone.now()), hour_of(timezone.now()))
     hours = rows = 0
+    first = start
     while start < end:
         stop = min(start + timedelta(days=1), end)
-        rows += refresh_range(start, stop)
+        rows += refresh_range(start, stop)  # and the days of those hours, from their hours
         hours += int((stop - start) / HOUR)
         start = stop
     if connection.vendor == "postgresql":  # fresh statistics for the planner after a bulk load
         with connection.cursor() as cursor:
             for model in (QueueSampleHour, PoolSampleHour, SampleHour, QueueSampleDay, PoolSampleDay, SampleDay):
                 cursor.execute(f"ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
-    return {"hours": hours, "rows": rows}
+    days = SampleDay.objects.filter(day__gte=day_of(first), day__lt=end).count()
+    return {"hours": hours, "days": days, "rows": rows}
 
 
 # ------------------------------------------------------------------------------------------------ reading

@@ -225,7 +225,7 @@ def test_tenants_see_only_their_own_rows_from_the_rollup(cast, cat, history) -> 
 def test_backfill_command(cast, cat, history) -> None:
     out = io.StringIO()
     call_command("insights_sample_rollup", since=first_hour().date().isoformat(), stdout=out)
-    assert "rolled up" in out.getvalue()
+    assert "rolled up" in out.getvalue() and " days (" in out.getvalue()
     assert SampleHour.objects.filter(hour__gte=first_hour()).count() == HOURS
     assert QueueSampleHour.objects.exists() and PoolSampleHour.objects.exists()
     before = rollup_rows()
@@ -271,8 +271,8 @@ def test_every_sample_metric_is_the_same_from_the_daily_rollup(cast, cat) -> Non
                (first_day + timedelta(hours=13, minutes=35), sample_rollups.day_of(now)),  # mid-day to a day's end
                (first_day, first_day + timedelta(days=1))]  # one whole day
     raw = {p: day_answers(cast, *p) for p in periods}
-    sample_rollups.backfill(first_hour())
-    assert SampleDay.objects.count() >= 2 and QueueSampleDay.objects.exists() and PoolSampleDay.objects.exists()
+    done = sample_rollups.backfill(first_hour())
+    assert done["days"] == SampleDay.objects.count() >= 2 and QueueSampleDay.objects.exists() and PoolSampleDay.objects.exists()
     parts = sample_rollups.plan(*periods[0], "week")
     assert parts.days and parts.days[0][0] == first_day and parts.days[-1][1] == sample_rollups.day_of(now)
     assert parts.hours and len(parts.raw) == 2  # the partial days' closed hours; the partial first and open hours
