@@ -16,7 +16,7 @@ from quotas.models import Flavor
 
 from . import sample_rollups
 from .common import OPS_ONLY_NOTE, SAMPLE_HOURS, group_fields, hours, is_ops, make_points, make_rows, narrow, ratio
-from .models import PoolSample, PoolSampleHour
+from .models import PoolSample, PoolSampleDay, PoolSampleHour
 from .registry import Metric, Query, Result, register
 from .samples import profile_gpu_share
 
@@ -34,16 +34,19 @@ def _pool_hours(query: Query) -> Any:
 
 def _sums(query: Query, *fields: str, extra_by: tuple[str, ...] = (), mig: bool = False
           ) -> tuple[dict[tuple[Any, ...], dict[str, Any]], dict[tuple[Any, ...], dict[Any, dict[str, Any]]]]:
-    """Per group, and per group and bucket: the sums of ``fields`` over the pool samples (closed rolled-up hours
-    from the hourly rollup, the rest from the samples; the same sums)."""
+    """Per group, and per group and bucket: the sums of ``fields`` over the pool samples (closed rolled-up days
+    from the daily rollup when the bucket is a day or a week, closed rolled-up hours from the hourly one, the rest
+    from the samples; the same sums)."""
     by = group_fields(query.group_by, POOL_PATHS)
     by += [f for f in extra_by if f not in by]
     figures = {f: (Sum(f), Sum(f), "sum") for f in fields}
     samples, rollup = _pools(query), _pool_hours(query)
+    daily = narrow(PoolSampleDay.objects.all(), query, POOL_PATHS)
     if mig:
         samples, rollup = samples.filter(flavor__kind=Flavor.Kind.MIG), rollup.filter(flavor__kind=Flavor.Kind.MIG)
-    rolled, raw = sample_rollups.split(query.start, query.end)
-    series = sample_rollups.gather(samples, rollup, rolled, raw, by, query.bucket, figures)
+        daily = daily.filter(flavor__kind=Flavor.Kind.MIG)
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
+    series = sample_rollups.gather(samples, rollup, daily, parts, by, query.bucket, figures)
     return sample_rollups.totals(series, sample_rollups.how_of(figures)), series
 
 

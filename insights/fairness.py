@@ -3,8 +3,8 @@ overcommit (docs/insights.md, "Fairness").
 
 Every sample stands for its 5-minute slot (``SAMPLE_HOURS``): sums over samples are time-weighted, and a slot
 without a sample (the sampler was down) counts as no data, never as zero or full. Closed hours that are rolled up
-are read from the hourly rollup (``insights/sample_rollups.py``), the rest of the period from the samples: the same
-answers.
+are read from the hourly rollup, closed days (for daily and weekly charts) from the daily one
+(``insights/sample_rollups.py``), the rest of the period from the samples: the same answers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django.db.models import Count, Max, Q, Sum
 from . import sample_rollups
 from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, bucket_of, group_fields, hours, is_ops, make_points,
                      make_rows, narrow, ratio)
-from .models import PoolSample, PoolSampleHour, QueueSample, QueueSampleHour
+from .models import PoolSample, PoolSampleDay, PoolSampleHour, QueueSample, QueueSampleDay, QueueSampleHour
 from .sample_rollups import GIVEN_SHARE, HAS_CAPACITY, OVER, PROMISED_SHARE, WANTING
 from .registry import Metric, Query, Result, register
 
@@ -37,12 +37,20 @@ def _queue_hours(query: Query) -> Any:
     return narrow(QueueSampleHour.objects.all(), query)
 
 
+def _queue_days(query: Query) -> Any:
+    return narrow(QueueSampleDay.objects.all(), query)
+
+
 def _pool_samples(query: Query) -> Any:
     return narrow(PoolSample.objects.filter(at__gte=query.start, at__lt=query.end), query, POOL_PATHS)
 
 
 def _pool_hours(query: Query) -> Any:
     return narrow(PoolSampleHour.objects.all(), query, POOL_PATHS)
+
+
+def _pool_days(query: Query) -> Any:
+    return narrow(PoolSampleDay.objects.all(), query, POOL_PATHS)
 
 
 # ------------------------------------------------------------------------------------------------ fulfilment
@@ -57,8 +65,8 @@ def _percent(share: Any, n: Any) -> float | None:
 
 def quota_fulfilment(query: Query) -> Result:
     by = group_fields(query.group_by)
-    rolled, raw = sample_rollups.split(query.start, query.end)
-    series = sample_rollups.gather(_samples(query), _queue_hours(query), rolled, raw, by, query.bucket, FULFILMENT)
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
+    series = sample_rollups.gather(_samples(query), _queue_hours(query), _queue_days(query), parts, by, query.bucket, FULFILMENT)
     values = {}
     for key, r in sample_rollups.totals(series, sample_rollups.how_of(FULFILMENT)).items():
         values[key] = {
@@ -85,9 +93,9 @@ def violation_runs(query: Query) -> list[tuple[int, int, int, int, datetime, int
     """Runs of consecutive violating samples of one queue (project, flavor), at least ``VIOLATION_MIN_SAMPLES``
     long: (tenant, project, cluster, flavor, start, samples), sorted. The violating 5-minute slots come from the
     samples and, for rolled-up hours, from the rollup's masks (a run may cross hours and both)."""
-    rolled, raw = sample_rollups.split(query.start, query.end)
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
     out = []
-    for key, slots in sorted(sample_rollups.violating_slots(_samples(query), _queue_hours(query), rolled, raw).items()):
+    for key, slots in sorted(sample_rollups.violating_slots(_samples(query), _queue_hours(query), _queue_days(query), parts).items()):
         for first, n in sample_rollups.runs(slots, VIOLATION_MIN_SAMPLES):
             out.append((*key, datetime.fromtimestamp(first * SAMPLE_SECONDS, tz=UTC), n))
     return out
@@ -121,8 +129,8 @@ BORROWING = {"borrowed": (Sum("borrowed"), Sum("borrowed"), "sum"), "admitted": 
 
 def borrowing(query: Query) -> Result:
     by = group_fields(query.group_by)
-    rolled, raw = sample_rollups.split(query.start, query.end)
-    series = sample_rollups.gather(_samples(query), _queue_hours(query), rolled, raw, by, query.bucket, BORROWING)
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
+    series = sample_rollups.gather(_samples(query), _queue_hours(query), _queue_days(query), parts, by, query.bucket, BORROWING)
     values = {}
     for key, r in sample_rollups.totals(series, sample_rollups.how_of(BORROWING)).items():
         values[key] = {
@@ -201,8 +209,8 @@ def overcommit(query: Query) -> Result:
     if not is_ops(query):
         return Result(columns=columns, chart_value="ratio_avg", note=OPS_ONLY_NOTE)
     by = group_fields(query.group_by, POOL_PATHS)
-    rolled, raw = sample_rollups.split(query.start, query.end)
-    series = sample_rollups.gather(_pool_samples(query), _pool_hours(query), rolled, raw, by, query.bucket, OVERCOMMIT)
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
+    series = sample_rollups.gather(_pool_samples(query), _pool_hours(query), _pool_days(query), parts, by, query.bucket, OVERCOMMIT)
     values = {}
     for key, r in sample_rollups.totals(series, sample_rollups.how_of(OVERCOMMIT)).items():
         bad = r.get("bad") or 0

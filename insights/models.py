@@ -9,6 +9,7 @@ answered for any past period. Rows the demo seeds carry ``seeded=True`` and the 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.db import models
 
@@ -218,3 +219,97 @@ class PreemptionRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.tenant_id}/{self.cluster_id}/{self.flavor_id} {self.reason}: {self.count}"
+
+
+SLOTS_PER_DAY = 288
+
+
+class SlotMaskField(models.Field):
+    """A day's 288 five-minute slots as a bit string: character ``i`` is slot ``i`` of the UTC day ("1" set). A
+    PostgreSQL ``bit(288)`` (``bit_or`` and ``bit_count`` work on it); text of "0" and "1" elsewhere."""
+
+    description = "Mask of a day's 5-minute slots"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("default", "0" * SLOTS_PER_DAY)
+        super().__init__(*args, **kwargs)
+
+    def db_type(self, connection: Any) -> str:
+        return f"bit({SLOTS_PER_DAY})" if connection.vendor == "postgresql" else f"varchar({SLOTS_PER_DAY})"
+
+    def get_placeholder(self, value: Any, compiler: Any, connection: Any) -> str:
+        return f"%s::bit({SLOTS_PER_DAY})" if connection.vendor == "postgresql" else "%s"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> str | None:
+        return value if value is None else str(value)
+
+    def to_python(self, value: Any) -> str | None:
+        return value if value is None else str(value)
+
+
+class QueueSampleDay(models.Model):
+    """One queue's ``QueueSampleHour`` rows of one UTC day, summed: the same figures per day, the masks 288 bits
+    long (``insights/sample_rollups.py``, docs/insights.md "Rollups")."""
+
+    day = models.DateTimeField(help_text="Start of the UTC day.")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    samples = models.PositiveIntegerField(default=0)
+    slots = SlotMaskField(help_text="Mask of the slots sampled.")
+    pending_count = models.PositiveBigIntegerField(default=0, help_text="Sum of pending_count.")
+    wanting = models.PositiveIntegerField(default=0, help_text="Samples with pending work and a nominal quota.")
+    given_share = models.DecimalField(max_digits=24, decimal_places=12, default=Decimal(0),
+                                      help_text="Sum over the wanting samples of min(admitted, nominal) / nominal.")
+    borrowed = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    admitted = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    violating = SlotMaskField(help_text="Mask of the slots violating the guarantee.")
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "project"]), models.Index(fields=["tenant", "day"])]
+        constraints = [models.UniqueConstraint(fields=["day", "project", "flavor", "tenant", "cluster"],
+                                               name="one_queue_sample_day_per_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.flavor_id} day {self.day}: {self.samples} samples"
+
+
+class PoolSampleDay(models.Model):
+    """One flavor's ``PoolSampleHour`` rows of one UTC day, summed (``insights/sample_rollups.py``)."""
+
+    day = models.DateTimeField(help_text="Start of the UTC day.")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    samples = models.PositiveIntegerField(default=0)
+    capacity = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    allocated = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    idle_allocated = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    pending = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    shape_mismatch = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    with_capacity = models.PositiveIntegerField(default=0, help_text="Samples with a capacity above 0.")
+    promised_share = models.DecimalField(max_digits=32, decimal_places=12, default=Decimal(0),
+                                         help_text="Sum over those of promised / capacity.")
+    promised_share_max = models.DecimalField(max_digits=32, decimal_places=12, null=True, blank=True)
+    overcommit_percent_max = models.PositiveIntegerField(default=0)
+    over = models.PositiveIntegerField(default=0, help_text="Samples above capacity or the overcommit setting.")
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "flavor"])]
+        constraints = [models.UniqueConstraint(fields=["day", "flavor", "cluster"], name="one_pool_sample_day_per_flavor")]
+
+    def __str__(self) -> str:
+        return f"{self.flavor_id} day {self.day}: {self.samples} samples"
+
+
+class SampleDay(models.Model):
+    """A UTC day whose ``QueueSampleDay`` / ``PoolSampleDay`` rows were built from its 24 complete hours, with their
+    sample counts. Read only while those 24 hours are still complete, clean and count the same."""
+
+    day = models.DateTimeField(unique=True)
+    computed_at = models.DateTimeField()
+    queue_samples = models.PositiveIntegerField(default=0)
+    pool_samples = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.day} at {self.computed_at}"

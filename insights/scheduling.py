@@ -24,7 +24,7 @@ from workloads.models import RequestState, WorkloadRequest
 from . import rollups, sample_rollups
 from .common import (PATHS, bucket, bucket_of, group_fields, is_ops, make_points, make_rows, minutes, narrow,
                      percentiles, ratio)
-from .models import PreemptionRollup, QueueSample, QueueSampleHour, RequestRollup
+from .models import PreemptionRollup, QueueSample, QueueSampleDay, QueueSampleHour, RequestRollup
 from .rollups import PREEMPTIONS, REASONS, admit_target_minutes, preemption_events, reason_of
 from .samples import WAITING
 from .registry import Metric, Query, Result, register
@@ -243,11 +243,12 @@ def pending_now(query: Query) -> Result:
         values[tuple(r[b] for b in by)] = {
             "pending": r["n"], "demand": r["demand"] or 0,
             "oldest_minutes": minutes((now - oldest).total_seconds()) if oldest else None}
-    # The chart: closed rolled-up hours from the hourly sample rollup (slots OR-ed per hour), the rest from the
-    # samples; per bucket, the sum of pending_count over the distinct slots sampled.
-    rolled, raw = sample_rollups.split(query.start, query.end)
-    sums = sample_rollups.slots_sampled(narrow(QueueSampleHour.objects.all(), query), rolled, by, query.bucket)
-    if raw:
+    # The chart: closed rolled-up days (daily and weekly charts) and hours from the sample rollups (slots OR-ed per
+    # day or hour), the rest from the samples; per bucket, the sum of pending_count over the distinct slots sampled.
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
+    sums = sample_rollups.slots_sampled(narrow(QueueSampleHour.objects.all(), query),
+                                        narrow(QueueSampleDay.objects.all(), query), parts, by, query.bucket)
+    if raw := parts.raw:
         samples = narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
         for r in (samples.filter(sample_rollups.in_ranges(raw, "at")).annotate(b=bucket("at", query.bucket)).order_by()
                   .values(*by, "b").annotate(total=Sum("pending_count"), slots=Count("at", distinct=True))):

@@ -1,6 +1,7 @@
-"""The hourly sample rollup (insights/sample_rollups.py): every sample metric gives the same rows and points from the
-rollup as from the samples, for every breakdown and bucket and for each audience; the refresh is idempotent and
-picks up late samples; the backfill command and the beat task."""
+"""The hourly and daily sample rollups (insights/sample_rollups.py): every sample metric gives the same rows and points
+from the daily rollup, the hourly rollup and the samples, for every breakdown and bucket and for each audience; the
+refresh is idempotent, picks up late samples and rebuilds the days of the hours it rebuilds; the backfill command
+and the beat task."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from insights import sample_rollups
-from insights.models import PoolSample, PoolSampleHour, QueueSample, QueueSampleHour, SampleHour
+from insights.models import (PoolSample, PoolSampleDay, PoolSampleHour, QueueSample, QueueSampleDay, QueueSampleHour,
+                             SampleDay, SampleHour)
 from insights.registry import METRICS, Query
 from insights.samples import samples_take
 from insights.tasks import sample_rollups_refresh_task
@@ -60,6 +62,10 @@ def crossing_run(at: datetime) -> bool:
 
 @pytest.fixture
 def history(cast, cat) -> None:
+    build_history(cast, cat)
+
+
+def build_history(cast: Any, cat: Any) -> None:
     """Samples every 5 minutes from HOURS hours ago to now, a few slots missing: acme-vision (h100 and MIG slices),
     acme-nlp (never waits: fulfilment not defined), globex-llm; pools h100 and MIG. Shares like 3/7 that floats
     cannot hold exactly, runs of violations of every length, one crossing an hour."""
@@ -219,7 +225,7 @@ def test_tenants_see_only_their_own_rows_from_the_rollup(cast, cat, history) -> 
 def test_backfill_command(cast, cat, history) -> None:
     out = io.StringIO()
     call_command("insights_sample_rollup", since=first_hour().date().isoformat(), stdout=out)
-    assert "rolled up" in out.getvalue()
+    assert "rolled up" in out.getvalue() and " days (" in out.getvalue()
     assert SampleHour.objects.filter(hour__gte=first_hour()).count() == HOURS
     assert QueueSampleHour.objects.exists() and PoolSampleHour.objects.exists()
     before = rollup_rows()
@@ -238,3 +244,107 @@ def test_split_reads_only_closed_clean_hours(db) -> None:
     assert raw == [(hour + timedelta(minutes=5), hour + timedelta(hours=2)),
                    (hour + timedelta(hours=3), hour + timedelta(hours=3, minutes=5))]
     assert sample_rollups.runs([1, 2, 4, 6, 7, 8], 2) == [(1, 2), (6, 3)]
+
+
+# ------------------------------------------------------------------------------------------------ the daily level
+DAYS_BACK = 76  # hours: at least two whole UTC days, whatever the hour now
+
+
+def day_answers(cast: Any, start: datetime, end: datetime) -> dict[tuple[str, ...], Any]:
+    """Every sample metric, audience and breakdown by day and by week, over ``[start, end)``."""
+    out = {}
+    for key in SAMPLE_METRICS:
+        for who in ("ops", "alice", "erin"):
+            for group_by in METRICS[key].groups:
+                for size in ("day", "week"):
+                    query = period(cast, who, group_by=group_by, bucket=size, start=start, end=end)
+                    out[(key, who, group_by, size)] = computed(key, query)
+    return out
+
+
+def test_every_sample_metric_is_the_same_from_the_daily_rollup(cast, cat) -> None:
+    ANCHOR[:] = [sample_rollups.hour_of(timezone.now()) - timedelta(hours=DAYS_BACK)]
+    build_history(cast, cat)
+    now = timezone.now()
+    first_day = sample_rollups.day_of(first_hour()) + timedelta(days=1)
+    periods = [(first_hour() + timedelta(minutes=17), now + timedelta(hours=1)),  # mid-day to the open hour
+               (first_day + timedelta(hours=13, minutes=35), sample_rollups.day_of(now)),  # mid-day to a day's end
+               (first_day, first_day + timedelta(days=1))]  # one whole day
+    raw = {p: day_answers(cast, *p) for p in periods}
+    done = sample_rollups.backfill(first_hour())
+    assert done["days"] == SampleDay.objects.count() >= 2 and QueueSampleDay.objects.exists() and PoolSampleDay.objects.exists()
+    parts = sample_rollups.plan(*periods[0], "week")
+    assert parts.days and parts.days[0][0] == first_day and parts.days[-1][1] == sample_rollups.day_of(now)
+    assert parts.hours and len(parts.raw) == 2  # the partial days' closed hours; the partial first and open hours
+    assert sample_rollups.plan(*periods[0], "hour").days == []  # hourly charts never read a day
+    assert sample_rollups.plan(*periods[2], "day") == ([(first_day, first_day + timedelta(days=1))], [], [])
+    assert {p: day_answers(cast, *p) for p in periods} == raw  # daily + hourly + samples
+    # The hourly level alone gives the same (no day rows to read).
+    days = list(SampleDay.objects.values_list("day", flat=True))
+    SampleDay.objects.all().delete()
+    assert sample_rollups.plan(*periods[0], "day").days == []
+    assert {p: day_answers(cast, *p) for p in periods} == raw
+    # It is the daily rollup that answers: the samples and hour rows of the days whole in every period that holds
+    # them are gone (their markers stay), and nothing changes.
+    sample_rollups.rebuild_days(days)
+    whole = sample_rollups.plan(*periods[1], "day").days
+    assert whole
+    for a, b in whole:
+        for model, field in ((QueueSample, "at"), (PoolSample, "at"), (QueueSampleHour, "hour"), (PoolSampleHour, "hour")):
+            model.objects.filter(**{f"{field}__gte": a, f"{field}__lt": b}).delete()
+    assert {p: day_answers(cast, *p) for p in periods} == raw
+    rows, points, _ = raw[periods[0]][("pending-now", "ops", "tenant", "day")]
+    assert points
+    runs = raw[periods[0]][("guarantee-violations", "ops", "project", "week")]
+    assert runs[0] and runs[1]
+
+
+def test_a_day_is_rebuilt_from_its_hours_when_one_is(cast, cat) -> None:
+    ANCHOR[:] = [sample_rollups.hour_of(timezone.now()) - timedelta(hours=DAYS_BACK)]
+    build_history(cast, cat)
+    day = sample_rollups.day_of(first_hour()) + timedelta(days=1)
+    query = period(cast, "ops", group_by="cluster", bucket="day", start=day, end=day + timedelta(days=1))
+    sample_rollups.sample_rollups_refresh()  # the lookback: every closed hour, and so every whole day
+    marker = SampleDay.objects.get(day=day)
+    assert marker.queue_samples == QueueSample.objects.filter(at__gte=day, at__lt=day + timedelta(days=1)).count()
+    # A dirty hour takes its day off the daily level until the refresh rebuilds both.
+    sample_rollups.mark_dirty([day + timedelta(hours=9)])
+    assert sample_rollups.plan(query.start, query.end, "day").days == []
+    sample_rollups.sample_rollups_refresh()
+    assert sample_rollups.plan(query.start, query.end, "day").days == [(day, day + timedelta(days=1))]
+    # An hour that is no longer rolled up takes its day off, and removes its rows on the next rebuild.
+    SampleHour.objects.filter(hour=day + timedelta(hours=3)).delete()
+    assert sample_rollups.plan(query.start, query.end, "day").days == []
+    sample_rollups.rebuild_days([day])
+    assert not SampleDay.objects.filter(day=day).exists() and not QueueSampleDay.objects.filter(day=day).exists()
+    sample_rollups.sample_rollups_refresh()  # the missing hour, and its day
+    assert sample_rollups.plan(query.start, query.end, "day").days == [(day, day + timedelta(days=1))]
+    # A late sample: the refresh finds its hour's count changed and rebuilds the hour and the day.
+    late = day + timedelta(hours=14, minutes=35)
+    QueueSample.objects.filter(at=late, project=cast.nlp, flavor=cat.mig).delete()
+    sample_rollups.sample_rollups_refresh()
+    QueueSample.objects.create(at=late, cluster=cat.cluster, tenant=cast.nlp.tenant, project=cast.nlp, flavor=cat.mig,
+                               nominal=Decimal(2), admitted=Decimal(1), pending=Decimal(3), pending_count=3,
+                               pending_smallest=Decimal(1))
+    result = sample_rollups.sample_rollups_refresh()
+    assert result["hours"] == 3  # the last two closed hours and the late one
+    assert SampleDay.objects.get(day=day).queue_samples == QueueSample.objects.filter(
+        at__gte=day, at__lt=day + timedelta(days=1)).count()
+    assert sample_rollups.plan(query.start, query.end, "day").days == [(day, day + timedelta(days=1))]
+    daily = {key: computed(key, query) for key in SAMPLE_METRICS}
+    SampleHour.objects.all().delete()  # everything from the samples
+    assert {key: computed(key, query) for key in SAMPLE_METRICS} == daily
+
+
+def test_day_masks_hold_the_hours_slots(cast, cat) -> None:
+    day = sample_rollups.day_of(timezone.now()) - timedelta(days=2)
+    for at in (day, day + timedelta(hours=1, minutes=5), day + timedelta(hours=23, minutes=55)):
+        QueueSample.objects.create(at=at, cluster=cat.cluster, tenant=cast.vision.tenant, project=cast.vision,
+                                   flavor=cat.h100, nominal=Decimal(8), admitted=Decimal(3), pending=Decimal(1),
+                                   pending_count=1, pending_smallest=Decimal(1))
+    sample_rollups.backfill(day, day + timedelta(days=1))
+    row = QueueSampleDay.objects.get(day=day)
+    assert len(row.slots) == 288 and [i for i, c in enumerate(row.slots) if c == "1"] == [0, 13, 287]
+    assert row.slots == row.violating and row.samples == 3 and row.pending_count == 3
+    assert sample_rollups.mask_of(row.slots) == 1 | 1 << 13 | 1 << 287
+    assert sample_rollups.bits_of(sample_rollups.mask_of(row.slots)) == row.slots
