@@ -402,7 +402,7 @@ def _seed_samples(cluster: Cluster, streams: list[Stream], start: datetime, end:
             q, admitted = s.quota, v["admitted"][i]
             queue_rows.append((stamp, cluster.pk, q.tenant_id, q.project_id, q.flavor_id, q.nominal, q.borrowing_limit,
                                admitted, max(0, admitted - int(q.nominal)), v["pending"][i], v["count"][i],
-                               v["smallest"][i], True))
+                               v["smallest"][i], True, 0))
             pool = pools.setdefault(q.flavor_id, [0, 0, 0])
             pool[0] += admitted
             pool[1] += v["pending"][i]
@@ -429,7 +429,7 @@ def _seed_samples(cluster: Cluster, streams: list[Stream], start: datetime, end:
 
 
 QUEUE_COLUMNS = ("at", "cluster_id", "tenant_id", "project_id", "flavor_id", "nominal", "borrowing_limit", "admitted",
-                 "borrowed", "pending", "pending_count", "pending_smallest", "seeded")
+                 "borrowed", "pending", "pending_count", "pending_smallest", "seeded", "lent")
 POOL_COLUMNS = ("at", "cluster_id", "flavor_id", "capacity", "allocated", "idle_allocated", "pending", "shape_mismatch",
                 "free_memory_gib", "promised", "overcommit_percent", "seeded")
 

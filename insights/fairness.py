@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Sum
 
 from . import sample_rollups
 from .common import (OPS_ONLY_NOTE, SAMPLE_HOURS, SAMPLE_SECONDS, bucket_of, group_fields, hours, is_ops, make_points,
@@ -153,13 +153,25 @@ def borrowing(query: Query) -> Result:
 # quota). Lending limits are not sampled: the split assumes every queue lends all of its unused quota.
 
 
+LENT = {"lent": (Sum("lent"), Sum("lent"), "sum")}
+
+
 def lent_by(query: Query) -> dict[tuple[Any, ...], dict[str, float | int]]:
-    """key of ``query.group_by`` -> {"lent": units x samples, "lenders": projects that lent}."""
-    by = ["project_id", "cluster_id"] if query.group_by == "queue" else [f"{query.group_by}_id"]
-    rows = (_samples(query).order_by().values(*by)
-            .annotate(lent_sum=Sum("lent"), lenders=Count("project_id", distinct=True, filter=Q(lent__gt=0))))
-    return {tuple(r[b] for b in by): {"lent": float(r["lent_sum"] or 0), "lenders": int(r["lenders"] or 0)}
-            for r in rows}
+    """key of ``query.group_by`` -> {"lent": units x samples, "lenders": projects that lent}, from the samples and
+    the hourly and daily rollups like every sample metric (a lent share is never negative, so a project lent in
+    the period exactly when its sum is positive)."""
+    by = group_fields(query.group_by)
+    parts = sample_rollups.plan(query.start, query.end, query.bucket)
+    per_project = by if "project_id" in by else [*by, "project_id"]
+    series = sample_rollups.gather(_samples(query), _queue_hours(query), _queue_days(query), parts, per_project,
+                                   query.bucket, LENT)
+    out: dict[tuple[Any, ...], dict[str, float | int]] = {}
+    for key, total in sample_rollups.totals(series, sample_rollups.how_of(LENT)).items():
+        lent = Decimal(total.get("lent") or 0)
+        group = out.setdefault(key[:len(by)], {"lent": 0.0, "lenders": 0})
+        group["lent"] += float(lent)
+        group["lenders"] += 1 if lent > 0 else 0
+    return out
 
 
 def borrowing_from_whom(query: Query) -> Result:

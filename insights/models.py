@@ -147,6 +147,7 @@ class QueueSampleHour(models.Model):
                                       help_text="Sum over the wanting samples of min(admitted, nominal) / nominal.")
     borrowed = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
     admitted = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    lent = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0), help_text="Sum of the samples' lent shares.")
     violating = models.PositiveIntegerField(default=0, help_text="Mask of the slots violating the guarantee.")
 
     class Meta:
@@ -264,6 +265,7 @@ class QueueSampleDay(models.Model):
                                       help_text="Sum over the wanting samples of min(admitted, nominal) / nominal.")
     borrowed = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
     admitted = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0))
+    lent = models.DecimalField(max_digits=20, decimal_places=3, default=Decimal(0), help_text="Sum of the samples' lent shares.")
     violating = SlotMaskField(help_text="Mask of the slots violating the guarantee.")
 
     class Meta:

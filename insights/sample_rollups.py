@@ -112,7 +112,7 @@ OVER = Q(allocated__gt=F("capacity")) | Q(promised__gt=_ALLOWED)
 QUEUE_SUMS = {
     "samples": Count("pk"), "slots": Sum(SlotBit("at")), "pending_count": Sum("pending_count"),
     "wanting": Count("pk", filter=WANTING), "given_share": Sum(GIVEN_SHARE, filter=WANTING),
-    "borrowed": Sum("borrowed"), "admitted": Sum("admitted"), "violating": Sum(SlotBit("at"), filter=VIOLATING),
+    "borrowed": Sum("borrowed"), "admitted": Sum("admitted"), "lent": Sum("lent"), "violating": Sum(SlotBit("at"), filter=VIOLATING),
 }
 POOL_SUMS = {
     "samples": Count("pk"), "capacity": Sum("capacity"), "allocated": Sum("allocated"),
@@ -216,7 +216,7 @@ def refresh_range(start: datetime, end: datetime) -> int:
     return len(queue_objs) + len(pool_objs)
 
 
-QUEUE_DAY_SUMS = ("samples", "pending_count", "wanting", "given_share", "borrowed", "admitted")
+QUEUE_DAY_SUMS = ("samples", "pending_count", "wanting", "given_share", "borrowed", "admitted", "lent")
 QUEUE_DAY_MASKS = ("slots", "violating")
 POOL_DAY_SUMS = ("samples", "capacity", "allocated", "idle_allocated", "pending", "shape_mismatch", "with_capacity",
                  "promised_share", "over")

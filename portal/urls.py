@@ -1,5 +1,7 @@
 from django.conf import settings
+from django.http import HttpRequest, HttpResponsePermanentRedirect
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
 from django.utils.csp import CSP
 from django.views.decorators.csp import csp_override
@@ -12,10 +14,16 @@ from portal.api import schema_page, schema_view
 # allows inline styles. Scripts stay as strict as everywhere else.
 REDOC_CSP = settings.SECURE_CSP | {"style-src": [CSP.SELF, CSP.UNSAFE_INLINE], "worker-src": [CSP.SELF, "blob:"]}
 
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    return HttpResponsePermanentRedirect(static("img/favicon.svg"))
+
+
 urlpatterns = [
     # Probes (portal/health.py); HealthMiddleware answers them first, before the host check and redirects.
     path("healthz/live", health.live, name="healthz-live"),
     path("healthz/ready", health.ready, name="healthz-ready"),
+    # Browsers ask for /favicon.ico on pages without an icon link (the notebook's own pages): the portal's icon.
+    path("favicon.ico", favicon, name="favicon"),
     path("", include("tenants.urls")),
     path("", include("quotas.urls")),
     path("", include("workloads.urls")),

@@ -91,3 +91,8 @@ def test_403_400_500_pages_and_the_api_keeps_json(cast) -> None:
     assert api_missing.status_code == 404 and api_missing.json() == {"error": "not_found", "detail": "Not found."}
     # An API object the caller may not see: DRF's own 404, same shape.
     assert client.get("/api/v1/requests/999999/").json()["error"] == "not_found"
+
+
+def test_favicon_ico_points_at_the_icon(client) -> None:
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
