@@ -77,3 +77,41 @@ def test_pending_submission_writes_both_steps(token_client, cast, cat) -> None:
     assert body["state"] == RequestState.PENDING_APPROVAL
     assert [e["to_state"] for e in body["timeline"]] == ["submitted", "pending_approval"]
     assert client.get(f"{API}{body['id']}/").json() == body
+
+
+def test_every_kind_of_answer_is_what_reading_it_gives(token_client, api, cast, cat) -> None:
+    """The 201 is written out from the row in memory (``serializers.submitted_request_data``): priced (a price list,
+    so a cost estimate), pending or approved, a MIG flavor, decimals, workers, another template, by token or
+    session: each answer is the GET of the same request, ETag included, and the serializer's JSON."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from billing import services as billing
+    from workloads import selectors
+    from workloads.api.serializers import RequestDetailSerializer
+
+    jan = datetime(2026, 1, 1, tzinfo=UTC)
+    for unit, amount, key in (("gpu", "2.00", cat.h100.gpu_model or cat.h100.gpu_product or cat.h100.name),
+                              ("mig", "0.50", cat.mig.mig_profile), ("cpu", "0.05", ""), ("memory", "0.01", ""),
+                              ("storage", "7.30", "")):
+        billing.price_create(actor=cast.actor("ops"), unit=unit, key=key, amount=Decimal(amount), effective_from=jan)
+    token, _ = token_client("carol", cast.vision, "read+submit")
+    session = api("carol")
+    bodies = [
+        (token, TRAIN | {"name": "priced"}),
+        (token, TRAIN | {"name": "big", "gpus": 4, "cpu": "2.5", "memory_gib": 16, "priority": "batch",
+                         "parameters": {"command": "python train.py", "distributed": True, "workers": 2}}),
+        (token, TRAIN | {"name": "mig", "flavor": cat.mig.name, "cpu": 3}),
+        (session, TRAIN | {"project": cast.vision.slug, "name": "by-session", "image": ""}),
+        (session, {"template": cat.notebook.slug, "project": cast.vision.slug, "flavor": cat.h100.name}),
+    ]
+    for client, body in bodies:
+        created = client.post(API, body, format="json")
+        assert created.status_code == 201, created.content
+        answer = created.json()
+        assert answer["cost_estimate"] not in (None, "0.00"), answer
+        read = client.get(f"{API}{answer['id']}/")
+        assert read.json() == answer
+        assert read.headers["ETag"] == created.headers["ETag"]
+        req = selectors.requests_for(actor=cast.actor("carol")).get(pk=answer["id"])
+        assert RequestDetailSerializer(req).data == answer

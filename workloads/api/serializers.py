@@ -528,3 +528,46 @@ def request_detail_data(row: dict[str, Any]) -> dict[str, Any]:
     data["cost_so_far"] = None if so_far is None else str(so_far)
     return data
 
+
+class _KnownFlavor:
+    """``RowFlavors`` for one request whose flavor is in memory already: no query."""
+
+    def __init__(self, flavor: Flavor | None) -> None:
+        self._flavor = flavor
+
+    def get(self, flavor_id: int) -> Flavor | None:
+        return self._flavor
+
+
+def _related(obj: Any, name: str) -> Any:
+    return None if obj is None else getattr(obj, name)
+
+
+def submitted_request_data(req: WorkloadRequest) -> dict[str, Any]:
+    """``request_detail_data`` of a request just submitted, from the instance the service wrote (its project,
+    tenant, template, flavor and people in memory, its timeline in ``written_timeline``): no query, and no
+    serializer per call. The same JSON as reading it back (tests/workloads/test_submit_cost.py)."""
+    f = _row_fields()
+    row = {name: getattr(req, name) for name in selectors.REQUEST_ROW_COLUMNS}
+    project, template, flavor = req.project, req.template, req.flavor
+    approved_by = req.approved_by if req.approved_by_id is not None else None
+    row.update(
+        tenant_slug=req.tenant.slug, project_slug=project.slug, project_cluster_namespace=project.cluster_namespace,
+        template_kind=_related(template, "kind"), template_slug=_related(template, "slug"),
+        template_version=_related(template, "version"), template_name=_related(template, "name"),
+        flavor_name=_related(flavor, "name"), flavor_display_name=_related(flavor, "display_name"),
+        requested_by_username=_related(req.requested_by, "username"),
+        approved_by_username=_related(approved_by, "username"),
+    )
+    data = request_row_data(row, _KnownFlavor(flavor))  # type: ignore[arg-type]
+    data["cluster_status"] = _plain(f, "cluster_status", req.cluster_status)
+    data["timeline"] = [
+        {"at": _plain(f, "event_at", event.at), "from_state": event.from_state, "to_state": event.to_state,
+         "actor_label": event.actor_label, "message": event.message}
+        for event in req.written_timeline  # type: ignore[attr-defined]
+    ]
+    data["extension_requests"] = []  # just submitted: nothing asked yet
+    so_far = cost_so_far.estimate(_Keyed(req.pk))  # billing's, through portal.extensions
+    data["cost_so_far"] = None if so_far is None else str(so_far)
+    return data
+

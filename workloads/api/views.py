@@ -422,8 +422,9 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         )
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
-        # The new row as written, with the relations the serializer uses already in memory: not read back.
-        body = RequestDetailSerializer(req).data
+        # The new row as written, with its relations in memory: not read back, and written out as the detail's
+        # rows are (``RequestDetailSerializer`` stays the schema).
+        body = serializers.submitted_request_data(req)
         return Response(body, status=status.HTTP_201_CREATED,
                         headers={"ETag": _etag(body), "Location": f"{request.path}{req.pk}/"})
 

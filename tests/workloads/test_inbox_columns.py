@@ -1,0 +1,62 @@
+"""The approvals inbox reads only the columns its rows show (``views.INBOX_COLUMNS``, ``INBOX_EXTENSION_COLUMNS``;
+docs/performance.md). A column left out that a row reads would be loaded one query per row: the page's query count
+must not grow with its rows, requests and extension requests, priced (the cost estimate reads the flavor, the
+template's kind, the parameters) or not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from workloads.extensions import extension_request_create
+from workloads.models import RequestState
+
+from .factories import make_request
+from .test_approvers import submit
+
+pytestmark = [pytest.mark.django_db]
+
+
+def _page(client: Client) -> tuple[str, int]:
+    client.get("/approvals/")  # the frame's caches (badges, memberships) warm
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/approvals/")
+    assert response.status_code == 200
+    return response.content.decode(), len(queries)
+
+
+def _add(cast, cat, first: int, n: int) -> None:
+    for i in range(first, first + n):
+        submit(cast, cat, gpus=4, name=f"big-{i}", cpu=Decimal("2.5"), memory_gib=8,
+               parameters={"command": "python train.py", "distributed": True, "workers": 2})
+        running = make_request(cat, cast.vision, cast.carol, state=RequestState.RUNNING, name=f"run-{i}")
+        extension_request_create(actor=cast.actor("carol"), request=running, hours=2 + i, reason=f"more <{i}>")
+
+
+@pytest.mark.parametrize("priced", [False, True])
+def test_no_column_of_a_row_is_read_one_query_per_row(cast, cat, priced) -> None:
+    if priced:
+        from billing import services as billing
+
+        jan = datetime(2026, 1, 1, tzinfo=UTC)
+        for unit, amount, key in (("gpu", "2.00", cat.h100.gpu_model or cat.h100.gpu_product or cat.h100.name),
+                                  ("cpu", "0.05", ""), ("memory", "0.01", ""), ("storage", "7.30", "")):
+            billing.price_create(actor=cast.actor("ops"), unit=unit, key=key, amount=Decimal(amount), effective_from=jan)
+    client = Client()
+    client.force_login(cast.bob)
+    _add(cast, cat, 0, 1)
+    one, few_queries = _page(client)
+    _add(cast, cat, 1, 3)
+    four, many_queries = _page(client)
+    assert many_queries == few_queries, "a deferred column is read per row"
+    assert four.count('class="card inbox-item" id="approval-') == 4
+    assert four.count('class="card inbox-item" id="extension-') == 4
+    for i in range(4):
+        assert f"big-{i}" in four and f"run-{i}" in four and f"more &lt;{i}&gt;" in four
+    assert "Vision" in four or cast.vision.name in four
+    assert ("Billing not configured." in four) is not priced
