@@ -106,6 +106,9 @@ class RequestRollup(models.Model):
     started = models.PositiveIntegerField(default=0, help_text="With an admission → running time.")
     admit_hist = models.JSONField(default=dict)
     start_hist = models.JSONField(default=dict)
+    admit_p95 = models.FloatField(null=True, blank=True, help_text=(
+        "P95 of admit_hist alone (rollups.histogram_percentile, seconds): a chart point made of this row only reads "
+        "it instead of merging the histogram. Null: merge."))
 
     class Meta:
         indexes = [models.Index(fields=["day"])]
@@ -114,6 +117,44 @@ class RequestRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.tenant_id}/{self.cluster_id}/{self.flavor_id}: {self.reached}"
+
+
+class RequestRollupWeek(models.Model):
+    """The ``RequestRollup`` rows of one ISO week (Monday to Sunday, UTC), summed per tenant, cluster and flavor:
+    what the weekly charts read for whole weeks. Complete when its ``RollupWeek`` row exists; rebuilt from the day
+    rows whenever one of its days is rolled up again."""
+
+    week = models.DateField(help_text="The Monday the week starts on.")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    reached = models.PositiveIntegerField(default=0)
+    in_time = models.PositiveIntegerField(default=0)
+    admitted = models.PositiveIntegerField(default=0)
+    started = models.PositiveIntegerField(default=0)
+    admit_hist = models.JSONField(default=dict)
+    start_hist = models.JSONField(default=dict)
+    admit_p95 = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["week"])]
+        constraints = [models.UniqueConstraint(fields=["week", "tenant", "cluster", "flavor"],
+                                               name="one_request_rollup_per_week_group")]
+
+    def __str__(self) -> str:
+        return f"week of {self.week} {self.tenant_id}/{self.cluster_id}/{self.flavor_id}: {self.reached}"
+
+
+class RollupWeek(models.Model):
+    """An ISO week whose ``RequestRollupWeek`` rows sum its seven complete ``RequestRollup`` days, rolled up under
+    ``admit_target_minutes``. Read only while all seven days are complete, clean and under the current target."""
+
+    week = models.DateField(unique=True)
+    computed_at = models.DateTimeField()
+    admit_target_minutes = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"week of {self.week} at {self.computed_at}"
 
 
 class RollupDay(models.Model):

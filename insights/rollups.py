@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
-from .models import PreemptionRollup, RequestRollup, RollupDay
+from .models import PreemptionRollup, RequestRollup, RequestRollupWeek, RollupDay, RollupWeek
 
 STEPS_PER_DOUBLING = 4  # bucket i >= 1 covers [2^((i-1)/4), 2^(i/4)) seconds; bucket 0 is [0, 1 s)
 BUCKET_RATIO = 2 ** (1 / STEPS_PER_DOUBLING)
@@ -151,8 +151,19 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def refresh_day(day: date, *, target_minutes: int | None = None) -> int:
-    """Replace ``day``'s rollup rows (requests approved that UTC day) and mark it complete. Returns the rows."""
+def week_of(day: date) -> date:
+    """The Monday of ``day``'s ISO week."""
+    return day - timedelta(days=day.weekday())
+
+
+def row_p95(admit_hist: dict[Any, int]) -> float | None:
+    """What a rollup row keeps as ``admit_p95``: its own histogram's P95, read for a chart point of that row alone."""
+    return histogram_percentile(admit_hist, 0.95) if admit_hist else None
+
+
+def refresh_day(day: date, *, target_minutes: int | None = None, weeks: bool = True) -> int:
+    """Replace ``day``'s rollup rows (requests approved that UTC day) and mark it complete; then rebuild its week
+    (``refresh_week``) unless ``weeks`` is false (the backfill builds each week once). Returns the rows."""
     minutes = admit_target_minutes() if target_minutes is None else target_minutes
     target = timedelta(minutes=minutes)
     start, end = day_bounds(day)
@@ -173,7 +184,7 @@ def refresh_day(day: date, *, target_minutes: int | None = None) -> int:
         if run is not None:
             g["started"] += 1
             g["start_hist"][str(bucket_index(run))] += 1
-    objs = [RequestRollup(day=day, tenant_id=t, cluster_id=c, flavor_id=f,
+    objs = [RequestRollup(day=day, tenant_id=t, cluster_id=c, flavor_id=f, admit_p95=row_p95(g["admit_hist"]),
                           **{k: dict(v) if k.endswith("hist") else v for k, v in g.items()})
             for (t, c, f), g in groups.items()]
     preempted = [PreemptionRollup(day=day, tenant_id=r["request__tenant_id"], cluster_id=r["request__cluster_id"],
@@ -186,7 +197,52 @@ def refresh_day(day: date, *, target_minutes: int | None = None) -> int:
         PreemptionRollup.objects.bulk_create(preempted, batch_size=1000)
         RollupDay.objects.update_or_create(day=day, defaults={
             "computed_at": computed_at, "admit_target_minutes": minutes, "dirty": False})
+        if weeks:
+            refresh_week(week_of(day))
     return len(objs)
+
+
+def refresh_week(week: date) -> int:
+    """Rebuild the week of Monday ``week`` from its day rows: summed per tenant, cluster and flavor, and marked
+    complete (``RollupWeek``) when its seven days are complete, clean and under one admission target; otherwise
+    its week rows are removed. Returns the rows."""
+    days = [week + timedelta(days=i) for i in range(7)]
+    with transaction.atomic():
+        RequestRollupWeek.objects.filter(week=week).delete()
+        RollupWeek.objects.filter(week=week).delete()
+        marks = list(RollupDay.objects.filter(day__in=days).values_list("dirty", "admit_target_minutes"))
+        if len(marks) < 7 or any(dirty for dirty, _ in marks) or len({m for _, m in marks}) != 1:
+            return 0
+        groups: dict[tuple[int, int, int], dict[str, Any]] = {}
+        for t, c, f, *counts, admit_hist, start_hist in RequestRollup.objects.filter(
+                day__gte=days[0], day__lte=days[-1]).values_list(
+                "tenant_id", "cluster_id", "flavor_id", "reached", "in_time", "admitted", "started", "admit_hist",
+                "start_hist"):
+            g = groups.setdefault((t, c, f), {"reached": 0, "in_time": 0, "admitted": 0, "started": 0,
+                                              "admit_hist": defaultdict(int), "start_hist": defaultdict(int)})
+            for name, value in zip(("reached", "in_time", "admitted", "started"), counts, strict=True):
+                g[name] += value
+            add_into(g["admit_hist"], admit_hist)
+            add_into(g["start_hist"], start_hist)
+        objs = [RequestRollupWeek(week=week, tenant_id=t, cluster_id=c, flavor_id=f, admit_p95=row_p95(g["admit_hist"]),
+                                  **{k: {str(i): n for i, n in sorted(v.items())} if k.endswith("hist") else v
+                                     for k, v in g.items()})
+                for (t, c, f), g in groups.items()]
+        RequestRollupWeek.objects.bulk_create(objs, batch_size=1000)
+        RollupWeek.objects.create(week=week, computed_at=timezone.now(), admit_target_minutes=marks[0][1])
+    return len(objs)
+
+
+def missing_weeks() -> list[date]:
+    """Weeks whose seven days are complete and clean under one target but that have no ``RollupWeek`` (rolled
+    up before the week level existed, or left by an interrupted refresh)."""
+    days: dict[date, set[int]] = defaultdict(set)
+    counted: dict[date, int] = defaultdict(int)
+    for day, minutes in RollupDay.objects.filter(dirty=False).values_list("day", "admit_target_minutes"):
+        counted[week_of(day)] += 1
+        days[week_of(day)].add(minutes)
+    have = set(RollupWeek.objects.values_list("week", flat=True))
+    return sorted(w for w, n in counted.items() if n == 7 and len(days[w]) == 1 and w not in have)
 
 
 def preemptions_by_reason(start: datetime, end: datetime) -> Any:
@@ -196,7 +252,9 @@ def preemptions_by_reason(start: datetime, end: datetime) -> Any:
 
 
 def mark_dirty(days: list[date]) -> int:
-    """Have the next refresh recompute these days (and the metrics read them live until then)."""
+    """Have the next refresh recompute these days (and the metrics read them live until then; their weeks are
+    rebuilt with them)."""
+    RollupWeek.objects.filter(week__in={week_of(d) for d in days}).delete()
     return RollupDay.objects.filter(day__in=days).update(dirty=True)
 
 
@@ -227,19 +285,24 @@ def rollups_refresh(now: datetime | None = None) -> dict[str, int]:
                 .filter(day__lt=today).values_list("day", flat=True))
     days |= {d for d in changed_days(today) if d < today}
     rows = sum(refresh_day(day) for day in sorted(days))
-    return {"days": len(days), "rows": rows}
+    weeks = missing_weeks()
+    for week in weeks:
+        refresh_week(week)
+    return {"days": len(days), "rows": rows, "weeks": len(weeks)}
 
 
 def backfill(since: date, until: date | None = None) -> dict[str, int]:
-    """Roll up every closed day from ``since`` to yesterday (or ``until``, excluded)."""
+    """Roll up every closed day from ``since`` to yesterday (or ``until``, excluded), then rebuild their weeks."""
     today = timezone.now().astimezone(UTC).date()
     until = min(until or today, today)
-    day, days, rows = since, 0, 0
+    day, days, rows, weeks = since, 0, 0, set()
     while day < until:
-        rows += refresh_day(day)
+        rows += refresh_day(day, weeks=False)
+        weeks.add(week_of(day))
         days += 1
         day += timedelta(days=1)
-    return {"days": days, "rows": rows}
+    week_rows = sum(refresh_week(week) for week in sorted(weeks))
+    return {"days": days, "rows": rows, "weeks": len(weeks), "week_rows": week_rows}
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -255,6 +318,17 @@ def rolled_days(start: datetime, end: datetime, *, target_minutes: int, now: dat
         return []
     return sorted(RollupDay.objects.filter(day__gte=first_day, day__lt=last_day, dirty=False,
                                            admit_target_minutes=target_minutes).values_list("day", flat=True))
+
+
+def whole_weeks(days: list[date], *, target_minutes: int) -> list[date]:
+    """The weeks (Mondays) whose seven days are all in ``days`` (rolled up, clean) and whose week rows were built
+    under ``target_minutes``: read from ``RequestRollupWeek`` instead of their seven days."""
+    have = set(days)
+    full = {week_of(d) for d in days if all(week_of(d) + timedelta(days=i) in have for i in range(7))}
+    if not full:
+        return []
+    return sorted(RollupWeek.objects.filter(week__in=full, admit_target_minutes=target_minutes)
+                  .values_list("week", flat=True))
 
 
 def live_ranges(start: datetime, end: datetime, days: list[date]) -> list[tuple[datetime, datetime]]:
@@ -316,22 +390,34 @@ def _bucket_sql(size: str) -> str:
     return "date(r.day, '-' || ((CAST(strftime('%%w', r.day) AS INTEGER) + 6) %% 7) || ' days')"
 
 
-def _hist_sql(column: str) -> str:
-    """``FROM`` items: the rollup rows ``r`` and their histogram ``column``'s entries ``h`` (key, value)."""
-    table = RequestRollup._meta.db_table
+def _each(source: str, alias: str, column: str) -> str:
+    """``FROM`` items: the rows ``source`` (named ``alias``) and their histogram ``column``'s entries ``h``."""
     if _vendor() == "postgresql":
-        return f"{table} r CROSS JOIN LATERAL jsonb_each_text(r.{column}) h"
-    return f"{table} r, json_each(r.{column}) h"
+        return f"{source} CROSS JOIN LATERAL jsonb_each_text({alias}.{column}) h"
+    return f"{source}, json_each({alias}.{column}) h"
 
 
-def _where(days: list[date], filters: dict[str, int]) -> tuple[str, list[Any]]:
-    spans = day_spans(days)
-    sql = " OR ".join("r.day BETWEEN %s AND %s" for _ in spans) or "1 = 0"
+ROW_COLUMNS = "tenant_id, cluster_id, flavor_id, reached, in_time, admitted, started, admit_hist, start_hist, admit_p95"
+
+
+def _rows_sql(days: list[date], weeks: list[date], filters: dict[str, int]) -> tuple[str, list[Any]]:
+    """``FROM`` item ``r``: the rollup rows of the rolled-up ``days``, the ``weeks`` among them as one week row
+    per group (its ``day`` the Monday), with the ``filters``."""
+    in_weeks = set(weeks)
+    spans = day_spans([d for d in days if week_of(d) not in in_weeks])
+    where = " OR ".join("day BETWEEN %s AND %s" for _ in spans) or "1 = 0"
     params: list[Any] = [_param(d) for span in spans for d in span]
+    extra, extra_params = "", []
     for column, value in sorted(filters.items()):
-        sql = f"({sql}) AND r.{column} = %s"
-        params.append(value)
-    return f"({sql})", params
+        extra += f" AND {column} = %s"
+        extra_params.append(value)
+    sql = f"SELECT day, {ROW_COLUMNS} FROM {RequestRollup._meta.db_table} WHERE ({where}){extra}"
+    params += extra_params
+    if weeks:
+        sql += (f" UNION ALL SELECT week, {ROW_COLUMNS} FROM {RequestRollupWeek._meta.db_table} "
+                f"WHERE week IN ({', '.join('%s' for _ in weeks)}){extra}")
+        params += [_param(w) for w in weeks] + extra_params
+    return f"({sql}) r", params
 
 
 def _param(day: date) -> Any:
@@ -342,21 +428,24 @@ def _as_date(value: Any) -> date:
     return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
 
 
-def merged_counts(key: str, days: list[date], size: str, filters: dict[str, int]) -> dict[tuple[Any, date], list[int]]:
-    """(key, chart bucket) -> [reached, in_time, admitted, started] summed over the rolled-up ``days``."""
-    where, params = _where(days, filters)
+def merged_counts(key: str, days: list[date], size: str, filters: dict[str, int], weeks: list[date] = ()
+                  ) -> dict[tuple[Any, date], list[int]]:
+    """(key, chart bucket) -> [reached, in_time, admitted, started] summed over the rolled-up ``days`` (the
+    ``weeks`` among them read from the week rows)."""
+    source, params = _rows_sql(days, list(weeks), filters)
     sql = (f"SELECT r.{key}, {_bucket_sql(size)} AS b, SUM(r.reached), SUM(r.in_time), SUM(r.admitted), "
-           f"SUM(r.started) FROM {RequestRollup._meta.db_table} r WHERE {where} GROUP BY 1, 2")
+           f"SUM(r.started) FROM {source} GROUP BY 1, 2")
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {(k, _as_date(b)): [int(v) for v in rest] for k, b, *rest in cursor.fetchall()}
 
 
-def merged_histogram(column: str, key: str, days: list[date], filters: dict[str, int]) -> dict[Any, dict[int, int]]:
+def merged_histogram(column: str, key: str, days: list[date], filters: dict[str, int], weeks: list[date] = ()
+                     ) -> dict[Any, dict[int, int]]:
     """key -> the histogram ``column`` summed over the rolled-up ``days`` (index -> count)."""
-    where, params = _where(days, filters)
-    sql = (f"SELECT r.{key}, CAST(h.key AS INTEGER), SUM(CAST(h.value AS INTEGER)) FROM {_hist_sql(column)} "
-           f"WHERE {where} GROUP BY 1, 2")
+    source, params = _rows_sql(days, list(weeks), filters)
+    sql = (f"SELECT r.{key}, CAST(h.key AS INTEGER), SUM(CAST(h.value AS INTEGER)) FROM {_each(source, 'r', column)} "
+           "GROUP BY 1, 2")
     out: dict[Any, dict[int, int]] = defaultdict(dict)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -366,34 +455,48 @@ def merged_histogram(column: str, key: str, days: list[date], filters: dict[str,
 
 
 def merged_rank_rows(column: str, key: str, days: list[date], size: str, filters: dict[str, int], percent: int,
-                     whole: set[date]) -> tuple[dict[Any, dict[int, int]],
-                                                dict[tuple[Any, date], tuple[int, list[tuple[int, int, int]]]]]:
-    """The histogram ``column`` summed over the rolled-up ``days``, in one statement: key -> its whole histogram
-    (as ``merged_histogram``), and (key, chart bucket) -> (values, ``cumulative`` rows) of its sum per key and
-    bucket, with only the rows around the ranks the ``percent``-th percentile interpolates between (one rank either
-    side, so the float arithmetic of ``percentile_of_rows`` always finds its rows), or every row for the buckets in
-    ``whole`` (those the live part adds to)."""
-    where, params = _where(days, filters)
+                     whole: set[date], weeks: list[date] = ()
+                     ) -> tuple[dict[Any, dict[int, int]], dict[tuple[Any, date], tuple[int, list[tuple[int, int, int]]]],
+                                dict[tuple[Any, date], float]]:
+    """The histogram ``column`` summed over the rolled-up ``days`` (the ``weeks`` among them from the week rows),
+    in one statement: key -> its whole histogram (as ``merged_histogram``); (key, chart bucket) -> its stored
+    P95 (``admit_p95``) where the point is one rollup row (``percent`` 95, ``column`` ``admit_hist``, not in
+    ``whole``); and for the other points (key, chart bucket) -> (values, ``cumulative`` rows) of the sum per key
+    and bucket, with only the rows around the ranks the ``percent``-th percentile interpolates between (one rank
+    either side, so the float arithmetic of ``percentile_of_rows`` always finds its rows), or every row for the
+    buckets in ``whole`` (those the live part adds to)."""
+    source, params = _rows_sql(days, list(weeks), filters)
     keep = ", ".join("%s" for _ in whole)
-    sql = (f"WITH m AS (SELECT r.{key} AS k, {_bucket_sql(size)} AS b, CAST(h.key AS INTEGER) AS i, "
-           f"SUM(CAST(h.value AS INTEGER)) AS c FROM {_hist_sql(column)} WHERE {where} GROUP BY 1, 2, 3), "
+    kept = [_param(d) for d in sorted(whole)]
+    stored = percent == 95 and column == "admit_hist"
+    alone = ("s.rows_ = 1 AND s.p95 IS NOT NULL" + (f" AND s.b NOT IN ({keep})" if whole else "")) if stored else "1 = 0"
+    sql = (f"WITH s AS (SELECT r.{key} AS k, {_bucket_sql(size)} AS b, r.{column} AS hist, r.admit_p95 AS p95, "
+           f"COUNT(*) OVER (PARTITION BY r.{key}, {_bucket_sql(size)}) AS rows_ FROM {source}), "
+           f"e AS (SELECT s.k, s.b, CAST(h.key AS INTEGER) AS i, CAST(h.value AS INTEGER) AS c, "
+           f"CASE WHEN {alone} THEN 1 ELSE 0 END AS alone FROM {_each('s', 's', 'hist')}), "
+           "m AS (SELECT k, b, i, SUM(c) AS c FROM e WHERE alone = 0 GROUP BY 1, 2, 3), "
            "w AS (SELECT k, b, i, c, CAST(SUM(c) OVER (PARTITION BY k, b ORDER BY i) AS BIGINT) - c AS before_, "
            "CAST(SUM(c) OVER (PARTITION BY k, b) AS BIGINT) AS n FROM m) "
-           f"SELECT k, b, i, c, before_, n FROM w WHERE (before_ <= ((n - 1) * {int(percent)} + 99) / 100 + 1 "
+           f"SELECT k, b, i, c, before_, n, CAST(NULL AS DOUBLE PRECISION) FROM w WHERE (before_ <= ((n - 1) * {int(percent)} + 99) / 100 + 1 "
            f"AND before_ + c > ((n - 1) * {int(percent)}) / 100 - 1)"
            + (f" OR b IN ({keep})" if whole else "")
-           + " UNION ALL SELECT k, NULL, i, SUM(c), 0, 0 FROM m GROUP BY k, i")
+           + " UNION ALL SELECT k, NULL, i, SUM(c), 0, 0, NULL FROM e GROUP BY k, i"
+           + f" UNION ALL SELECT s.k, s.b, NULL, NULL, NULL, NULL, s.p95 FROM s WHERE {alone}")
+    alone_params = kept if stored else []
     totals: dict[Any, dict[int, int]] = defaultdict(dict)
     ranks: dict[tuple[Any, date], tuple[int, list[tuple[int, int, int]]]] = {}
+    p95s: dict[tuple[Any, date], float] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         if _vendor() == "postgresql":  # the merged histograms (keys x buckets x histogram buckets) sort in memory
             cursor.execute("SET LOCAL work_mem = '64MB'")
-        cursor.execute(sql, [*params, *[_param(d) for d in sorted(whole)]])
-        for k, b, index, count, before, n in cursor.fetchall():
+        cursor.execute(sql, [*params, *alone_params, *kept, *alone_params])
+        for k, b, index, count, before, n, p95 in cursor.fetchall():
             if b is None:
                 totals[k][int(index)] = int(count)
+            elif index is None:
+                p95s[(k, _as_date(b))] = float(p95)
             else:
                 ranks.setdefault((k, _as_date(b)), (int(n), []))[1].append((int(index), int(count), int(before)))
     for _, rows in ranks.values():
         rows.sort()
-    return totals, ranks
+    return totals, ranks, p95s

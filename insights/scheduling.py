@@ -58,7 +58,9 @@ def _rolled_up(query: Query, days: list[Any], *, histograms: bool = True, in_pyt
                ) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[Any, dict[str, Any]]]]:
     """key -> totals and key -> bucket start -> totals (``reached``, ``in_time``, ``admitted``, ``started``, and
     with ``histograms`` ``admit_hist`` and ``start_hist``; a bucket's ``admit_rank`` instead of its ``admit_hist``
-    where the database kept only the rows around P95): the rolled-up days from the rollup, merged by the database
+    where the database kept only the rows around P95, or ``admit_p95`` where the bucket is one rollup row and the
+    database gave that row's stored P95): the rolled-up days from the rollup (whole weeks from the week rows when
+    the chart is weekly), merged by the database
     (``rollups.merged_*``; ``in_python``: every row read and merged here, the reference the tests compare with),
     the rest of the period live."""
     field = PATHS[query.group_by]
@@ -119,14 +121,16 @@ def _rolled_up(query: Query, days: list[Any], *, histograms: bool = True, in_pyt
         return datetime.combine(day, time(), tzinfo=UTC)
 
     live_buckets = {at.date() for buckets in series.values() for at in buckets}
-    for (key, day), counts in rollups.merged_counts(field, days, query.bucket, filters).items():
+    weeks = (rollups.whole_weeks(days, target_minutes=admit_target_minutes()) if query.bucket == "week" else [])
+    for (key, day), counts in rollups.merged_counts(field, days, query.bucket, filters, weeks).items():
         for t in (totals[(key,)], series[(key,)][at_of(day)]):
             for name, value in zip(("reached", "in_time", "admitted", "started"), counts, strict=True):
                 t[name] += value
     if histograms:
-        for key, hist in rollups.merged_histogram("start_hist", field, days, filters).items():
+        for key, hist in rollups.merged_histogram("start_hist", field, days, filters, weeks).items():
             rollups.add_into(totals[(key,)]["start_hist"], hist)
-        whole, ranks = rollups.merged_rank_rows("admit_hist", field, days, query.bucket, filters, 95, live_buckets)
+        whole, ranks, p95s = rollups.merged_rank_rows("admit_hist", field, days, query.bucket, filters, 95,
+                                                      live_buckets, weeks)
         for key, hist in whole.items():
             rollups.add_into(totals[(key,)]["admit_hist"], hist)
         for (key, day), (n, rows) in ranks.items():
@@ -135,6 +139,8 @@ def _rolled_up(query: Query, days: list[Any], *, histograms: bool = True, in_pyt
                 rollups.add_into(t["admit_hist"], {index: count for index, count, _ in rows})
             else:
                 t["admit_rank"] = (n, rows)
+        for (key, day), p95 in p95s.items():  # a point of one rollup row: its stored P95
+            series[(key,)][at_of(day)]["admit_p95"] = p95
     return totals, series
 
 
@@ -155,8 +161,8 @@ def _queue_wait_rolled(query: Query, days: list[Any], *, in_python: bool = False
         for at, t in buckets.items():
             if t["admitted"]:
                 rank = t.get("admit_rank")
-                p95 = (rollups.percentile_of_rows(rank[1], rank[0], 0.95) if rank
-                       else rollups.histogram_percentile(t["admit_hist"], 0.95))
+                p95 = (t["admit_p95"] if "admit_p95" in t else rollups.percentile_of_rows(rank[1], rank[0], 0.95)
+                       if rank else rollups.histogram_percentile(t["admit_hist"], 0.95))
                 points[key][at] = minutes(p95)
     return values, points
 

@@ -1,5 +1,5 @@
-"""``manage.py insights_rollup --since YYYY-MM-DD``: roll up every closed day from that day on (docs/insights.md,
-"Rollups"). Safe to run again: each day is replaced whole."""
+"""``manage.py insights_rollup --since YYYY-MM-DD``: roll up every closed day from that day on, then the weeks they
+fall in (docs/insights.md, "Rollups"). Safe to run again: each day and week is replaced whole."""
 
 from __future__ import annotations
 
@@ -25,4 +25,5 @@ class Command(BaseCommand):
             raise CommandError("--since must be a day, YYYY-MM-DD") from exc
         started = time.monotonic()
         done = backfill(since)
-        self.stdout.write(f"rolled up {done['days']} days ({done['rows']} rows) in {time.monotonic() - started:.1f} s")
+        self.stdout.write(f"rolled up {done['days']} days ({done['rows']} rows) and {done['weeks']} weeks "
+                          f"({done['week_rows']} rows) in {time.monotonic() - started:.1f} s")
