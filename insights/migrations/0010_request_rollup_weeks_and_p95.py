@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('insights', '0006_preemption_rollup'),
+        ('insights', '0009_sample_rollups_lent'),
         ('quotas', '0005_quota_request_reminded_at'),
         ('tenants', '0010_login_throttle_in_flight'),
     ]
