@@ -39,6 +39,7 @@ SOURCES: dict[tuple[str, str], str] = {
     ("quotas/reconcile.py", "run_unit"): QUOTA_RENDER,
     ("workloads/materialize.py", "request_materialize"): WORKLOAD_RENDER,
     ("workloads/materialize.py", "requests_materialize"): WORKLOAD_RENDER,
+    ("workloads/materialize.py", "_apply_one"): WORKLOAD_RENDER,
     ("workloads/materialize.py", "_delete_objects"): WORKLOAD_RENDER,
     ("workloads/materialize.py", "request_act"): WORKLOAD_RENDER,
     ("workloads/status.py", "_list"): "workloads.status:FOLLOWED",
