@@ -122,6 +122,9 @@ if not (_CONN_MAX_AGE.isascii() and _CONN_MAX_AGE.isdecimal()):
 DATABASES = {
     "default": dj_database_url.parse(_DATABASE_URL, conn_max_age=int(_CONN_MAX_AGE), conn_health_checks=True)
 }
+# PostgreSQL: the hottest reads (portal/compiled.py) run as prepared statements, planned once per connection.
+# DB_PREPARE=0 turns that off, for a transaction-mode pooler that cannot keep them (PgBouncer before 1.21).
+DB_PREPARE = os.environ.get("DB_PREPARE", "1").strip().lower() not in ("0", "false", "no", "off")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, worker) share the file: wait for locks instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
@@ -233,7 +236,7 @@ SECURE_CSP = {
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "portal"}
+        {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "portal"}
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "portal_cache",
               "OPTIONS": {"MAX_ENTRIES": 5000}}

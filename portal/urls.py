@@ -24,6 +24,17 @@ urlpatterns = [
     path("healthz/ready", health.ready, name="healthz-ready"),
     # Browsers ask for /favicon.ico on pages without an icon link (the notebook's own pages): the portal's icon.
     path("favicon.ico", favicon, name="favicon"),
+    # The API first, under one prefix: a call resolves after one prefix check instead of trying every page's
+    # pattern, and a page pays one failed prefix check.
+    path("api/v1/", include([
+        path("", include(("tenants.api.urls", "api"), namespace="api")),
+        path("", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")),
+        path("", include(("workloads.api.urls", "workloads-api"), namespace="workloads-api")),
+        path("", include(("billing.api.urls", "billing-api"), namespace="billing-api")),
+        path("", include(("insights.api.urls", "insights-api"), namespace="insights-api")),
+        path("", include(("insights.review_api_urls", "review-api"), namespace="review-api")),
+        path("", include(("maintenance.api.urls", "maintenance-api"), namespace="maintenance-api")),
+    ])),
     path("", include("tenants.urls")),
     path("", include("quotas.urls")),
     path("", include("workloads.urls")),
@@ -32,13 +43,6 @@ urlpatterns = [
     path("", include("insights.review_urls")),
     path("", include("maintenance.urls")),
     path("admin/", admin.site.urls),
-    path("api/v1/", include(("tenants.api.urls", "api"), namespace="api")),
-    path("api/v1/", include(("quotas.api.urls", "quotas-api"), namespace="quotas-api")),
-    path("api/v1/", include(("workloads.api.urls", "workloads-api"), namespace="workloads-api")),
-    path("api/v1/", include(("billing.api.urls", "billing-api"), namespace="billing-api")),
-    path("api/v1/", include(("insights.api.urls", "insights-api"), namespace="insights-api")),
-    path("api/v1/", include(("insights.review_api_urls", "review-api"), namespace="review-api")),
-    path("api/v1/", include(("maintenance.api.urls", "maintenance-api"), namespace="maintenance-api")),
     # Public unless PORTAL_SCHEMA_PUBLIC is off (production's default): then signed-in users and tokens only.
     path("api/schema/", schema_view(), name="schema"),
     path("api/docs/", schema_page(SpectacularSwaggerView.as_view(url_name="schema")), name="api-docs"),

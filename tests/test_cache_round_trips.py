@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def redis_cache(settings) -> Iterator[str]:
     url = settings.REDIS_URL or "redis://127.0.0.1:6379/15"
     prefix = f"trips-{uuid.uuid4().hex[:8]}"
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+    settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": url,
                                    "KEY_PREFIX": prefix}}
     settings.SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
     settings.API_RATE_USER = "1000/min"

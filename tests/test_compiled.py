@@ -92,3 +92,77 @@ def test_only_ints_strings_and_tuples_of_ints(cast) -> None:
     for value in (1.5, None, True):
         with pytest.raises(TypeError):
             compiled.rows(value)
+
+
+# PostgreSQL: the kept SQL runs as a prepared statement ---------------------------------------------------------------
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE from_sql = false")
+        return [row[0] for row in cursor.fetchall()]
+
+
+postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements: PostgreSQL")
+
+
+@postgres_only
+def test_on_postgresql_a_kept_query_is_prepared_once_per_connection(cast) -> None:
+    compiled = Compiled(lambda slug: Project.objects.filter(slug=slug).values_list("slug", flat=True))
+    assert compiled.rows(cast.vision.slug) == [cast.vision.slug]
+    mine = [s for s in _prepared_statements() if '"tenants_project"."slug" = $1' in s]
+    assert len(mine) == 1  # bound on the server: $1, not the value
+    with CaptureQueriesContext(connection) as ctx:
+        assert compiled.rows(cast.nlp.slug) == [cast.nlp.slug]
+    assert len([s for s in _prepared_statements() if '"tenants_project"."slug" = $1' in s]) == 1  # not again
+    assert len(ctx.captured_queries) == 1 and f"'{cast.nlp.slug}'" in ctx.captured_queries[0]["sql"]  # logged with its value
+
+
+@postgres_only
+def test_db_prepare_off_binds_on_the_client(cast, settings) -> None:
+    settings.DB_PREPARE = False
+    compiled = Compiled(lambda slug: Project.objects.filter(slug=slug).exclude(slug="zz-off").values_list("slug", flat=True))
+    assert compiled.rows(cast.vision.slug) == [cast.vision.slug]
+    assert not [s for s in _prepared_statements() if "zz-off" in s]
+
+
+@postgres_only
+def test_a_statement_the_server_will_not_prepare_runs_unprepared_from_then_on(cast) -> None:
+    from django.db import DatabaseError, transaction
+
+    # "$1 IS NULL": the server cannot infer the parameter's type, so it refuses to prepare the statement.
+    compiled = Compiled(lambda slug: Project.objects.extra(where=["%s IS NULL OR TRUE"], params=[slug])
+                        .filter(slug=cast.vision.slug).values_list("slug", flat=True))
+    with pytest.raises(DatabaseError):
+        with transaction.atomic():  # inside a transaction the refusal stands (the transaction is lost)
+            compiled.rows("x")
+    assert compiled.rows("y") == [cast.vision.slug]  # never prepared again: bound on the client
+    assert compiled._unpreparable
+
+
+@postgres_only
+def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None:
+    """The hot paths that use ``Compiled``: a token's reads and a submission (token, replay and name, quota row),
+    a request's detail, a signed-in page (the session's user). None may be refused by the server."""
+    from django.test import Client
+
+    from portal import compiled as module
+    from tests.workloads.factories import make_catalogue
+
+    make_catalogue(cast)
+    client, _ = token_client("carol", cast.vision, "read+submit")
+    body = {"template": "training", "gpus": 1, "name": "prep", "parameters": {"command": "python train.py"}}
+    made = client.post("/api/v1/requests/", body, format="json", HTTP_IDEMPOTENCY_KEY="prep-1")
+    assert made.status_code == 201, made.content
+    again = client.post("/api/v1/requests/", body | {"name": ""}, format="json", HTTP_IDEMPOTENCY_KEY="prep-2")
+    assert again.status_code == 201, again.content
+    assert client.get(f"/api/v1/requests/{made.json()['id']}/").status_code == 200
+    assert client.get("/api/v1/requests/").status_code == 200
+    browser = Client()
+    browser.force_login(cast.carol)
+    assert browser.get(f"/api/v1/requests/{made.json()['id']}/").status_code == 200
+    assert browser.get("/requests/").status_code == 200
+    portal = [c for c in module.ALL if not c._build.__module__.startswith("tests")]
+    assert len([c for c in portal if c._kept]) >= 5, [c._build.__module__ for c in portal if c._kept]
+    assert all(not c._unpreparable for c in portal), [c._build.__module__ for c in portal if c._unpreparable]
+    assert len(_prepared_statements()) >= 5

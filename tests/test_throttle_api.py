@@ -97,7 +97,7 @@ def redis_cache(settings):
 
     url = settings.REDIS_URL or "redis://127.0.0.1:6379/15"
     prefix = f"throttle-test-{uuid.uuid4().hex[:8]}"
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+    settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": url,
                                    "KEY_PREFIX": prefix}}
     yield
     client = redis.Redis.from_url(url)

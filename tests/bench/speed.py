@@ -43,6 +43,7 @@ a minute or more on PostgreSQL).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -81,6 +82,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile-top", action="append", default=[], metavar="ENDPOINT",
                         help="cProfile 20 in-process calls of this endpoint ('submission': the API POST) and print its 15 "
                              "costliest functions by cumulative time, the portal's own and the stack's; repeatable")
+    parser.add_argument("--trace-submission", action="store_true",
+                        help="time the steps of 20 in-process submissions: each SQL statement, Redis command and the "
+                             "broker publish, and what is left (Python)")
     parser.add_argument("--show-queries", action="append", default=[], metavar="ENDPOINT",
                         help="print the queries of this endpoint (a name of the table, e.g. 'API list (token)'); repeatable")
     parser.add_argument("--concurrency", default="", metavar="N,N",
@@ -287,19 +291,25 @@ def submit_once(client: Any, what: str, i: int) -> Any:
 
 
 def bench_submissions(world: World) -> tuple[list[int], list[float], int]:
+    """Queries per submission (every fifth call, under ``CaptureQueriesContext``) and the time of the others (no
+    query log: writing each statement out for the log is not part of a real request's time)."""
     client = submit_client(world)
     counts, times, approved = [], [], 0
-    for i in range(ARGS.submissions + 3):
-        with CaptureQueriesContext(connection) as ctx:
+    total = ARGS.submissions + max(1, ARGS.submissions // 4)
+    for i in range(total + 3):
+        counted = i >= 3 and i % 5 == 0
+        with CaptureQueriesContext(connection) if counted else contextlib.nullcontext() as ctx:
             start = time.perf_counter()
             response = submit_once(client, "speed", i)
             elapsed = (time.perf_counter() - start) * 1000
         assert response.status_code == 201, response.content
         if i < 3:
             continue  # warm-up
-        counts.append(len(ctx.captured_queries))
-        times.append(elapsed)
         approved += response.json()["state"] == "approved"
+        if counted:
+            counts.append(len(ctx.captured_queries))
+        else:
+            times.append(elapsed)
     return counts, times, approved
 
 
@@ -402,7 +412,7 @@ def _ours(filename: str) -> bool:
     return "site-packages" not in filename and filename.startswith(str(REPO)) and filename != __file__
 
 
-def profile_top(by: dict, world: World, name: str, calls: int = 20, top: int = 15) -> None:
+def profile_top(by: dict, world: World, name: str, calls: int = 20, top: int = int(os.environ.get("PROFILE_TOP", "15"))) -> None:
     """cProfile ``calls`` in-process calls of an endpoint ('submission': the API POST) and print, in ms per call:
     where the time goes (SQL, templates, serializers, cache); the portal's own ``top`` functions by cumulative
     time (the view, the selectors, the serializers...); the stack's costliest functions by their own time."""
@@ -448,10 +458,105 @@ def profile_top(by: dict, world: World, name: str, calls: int = 20, top: int = 1
     print(f"  the portal's code, top {top} by cumulative time:\n  {'cum ms':>7} {'own ms':>7} {'calls':>6}  function")
     for key in ours[:top]:
         print(line(key))
+    if os.environ.get("PROFILE_ALL"):
+        print("  everything by cumulative time:")
+        for key in sorted(stats, key=lambda k: stats[k][3], reverse=True)[:int(os.environ["PROFILE_ALL"])]:
+            print(line(key))
     heavy = sorted(stats, key=lambda k: stats[k][2], reverse=True)
     print(f"  everything, top 8 by own time:\n  {'cum ms':>7} {'own ms':>7} {'calls':>6}  function")
     for key in heavy[:8]:
         print(line(key))
+
+
+# ------------------------------------------------------------------------------------------- trace
+def trace_submission(world: World, calls: int = 20) -> None:
+    """Where a submission's wall time goes, without a profiler's overhead: every SQL statement (by its first
+    words), every Redis command and the Celery publish timed as they happen; the rest is Python."""
+    from collections import defaultdict
+
+    import kombu.messaging
+    import redis.client
+
+    spent: dict[str, list[float]] = defaultdict(list)
+    statements: dict[str, tuple[str, Any]] = {}
+
+    def sql_timer(execute, sql, params, many, context):
+        start = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            words = sql.split(" FROM ", 1)[1].split()[0] if sql.startswith("SELECT") and " FROM " in sql else \
+                " ".join(sql.split()[:3])
+            spent[f"SQL {sql.split()[0]} {words}"[:70]].append((time.perf_counter() - start) * 1000)
+            statements.setdefault(f"SQL {sql.split()[0]} {words}"[:70], (sql, params))
+
+    real_execute, real_publish = redis.client.Redis.execute_command, kombu.messaging.Producer.publish
+
+    inside = [0.0, 0]  # Redis time spent inside the publish (counted once, in its Redis rows); publishing now?
+
+    def redis_timer(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return real_execute(self, *args, **kwargs)
+        finally:
+            took = (time.perf_counter() - start) * 1000
+            spent[f"Redis {args[0]}" + (" (publish)" if inside[1] else "")].append(took)
+            inside[0] += took if inside[1] else 0.0
+
+    def publish_timer(self, *args, **kwargs):
+        start = time.perf_counter()
+        inside[1] = 1
+        try:
+            return real_publish(self, *args, **kwargs)
+        finally:
+            inside[1] = 0
+            spent["broker publish (whole, with its Redis)"].append((time.perf_counter() - start) * 1000)
+
+    real_commit = type(connections["default"])._commit
+
+    def commit_timer(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return real_commit(self, *args, **kwargs)
+        finally:
+            spent["SQL COMMIT"].append((time.perf_counter() - start) * 1000)
+
+    client = submit_client(world)
+    for i in range(3):
+        submit_once(client, "trace-warm", 300000 + i)
+    redis.client.Redis.execute_command, kombu.messaging.Producer.publish = redis_timer, publish_timer
+    type(connections["default"])._commit = commit_timer
+    total = 0.0
+    try:
+        with connection.execute_wrapper(sql_timer):
+            for i in range(calls):
+                start = time.perf_counter()
+                response = submit_once(client, "trace", 300100 + i)
+                total += (time.perf_counter() - start) * 1000
+                assert response.status_code == 201, response.content
+    finally:
+        redis.client.Redis.execute_command, kombu.messaging.Producer.publish = real_execute, real_publish
+        type(connections["default"])._commit = real_commit
+    print(f"\n--- where a submission's time goes: {calls} calls in process, {total / calls:.1f} ms per call (mean)")
+    print(f"  {'ms/call':>8} {'n/call':>7} {'ms each':>8}  step")
+    accounted = 0.0
+    for label, values in sorted(spent.items(), key=lambda kv: -sum(kv[1])):
+        per_call = sum(values) / calls
+        print(f"  {per_call:8.2f} {len(values) / calls:7.1f} {statistics.median(values):8.2f}  {label}")
+        accounted += per_call - (inside[0] / calls if label.startswith("broker publish") else 0.0)
+    print(f"  {total / calls - accounted:8.2f} {'':7} {'':8}  the rest: Python (parsing, checks, models, "
+          "rendering the answer) and the publish's own work outside Redis")
+    if POSTGRES:  # planning and execution of each read (the writes would write again)
+        print("  the reads' planning and execution in the database (EXPLAIN ANALYZE, second run):")
+        with connection.cursor() as cursor:
+            for label, (sql, params) in statements.items():
+                if not sql.startswith("SELECT"):
+                    continue
+                for _ in range(2):
+                    cursor.execute("EXPLAIN ANALYZE " + sql, params)
+                    plan = [line for (line,) in cursor.fetchall()]
+                times = [line.split(":")[1].strip() for line in plan if line.startswith(("Planning Time", "Execution Time"))]
+                print(f"    {label}: planning {times[0]}, execution {times[1]}")
 
 
 # ------------------------------------------------------------------------------------------------ EXPLAIN
@@ -537,7 +642,7 @@ def targets(*, samples: dict[str, list[float]], queries: dict[str, int], sequent
         note = "" if ARGS.projects >= SCALE_PROJECTS else f" (only {ARGS.projects} projects)"
         rows.append((label, f"{p95:.1f} ms{note}", p95 <= SCALE_P95))
     counts, times, approved = submissions
-    rows.append(("submission: every one auto-approved", f"{approved}/{len(times)}", approved == len(times)))
+    rows.append(("submission: every one auto-approved", f"{approved}/{len(times) + len(counts)}", approved == len(times) + len(counts)))
     rows.append((f"submission: <= {SUBMIT_QUERIES} queries", f"{max(counts)} (median {statistics.median(counts):.0f})",
                  max(counts) <= SUBMIT_QUERIES))
     p50 = statistics.median(times)
@@ -631,7 +736,7 @@ def main() -> int:
                   f"max {max(values):6.1f} ms")
 
         counts, times, approved = bench_submissions(world)
-        print(f"\nsubmissions (in process, token, auto-approved {approved}/{len(times)}): "
+        print(f"\nsubmissions (in process, token, auto-approved {approved}/{len(times) + len(counts)}; queries counted in {len(counts)}, {len(times)} timed): "
               f"queries {statistics.median(counts):.0f} (min {min(counts)}, max {max(counts)}), "
               f"p50 {statistics.median(times):.1f} ms, p95 {pct(times, 95):.1f} ms")
 
@@ -648,6 +753,8 @@ def main() -> int:
             profile(by, world, name)
         for name in ARGS.profile_top:
             profile_top(by, world, name)
+        if ARGS.trace_submission:
+            trace_submission(world)
         explain(sqls)
 
         rows = targets(samples=samples, queries=queries, sequential=sequential, submissions=(counts, times, approved),
