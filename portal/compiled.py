@@ -144,6 +144,14 @@ def _prepares(alias: str) -> bool:
     return connections[alias].vendor == "postgresql" and getattr(settings, "DB_PREPARE", True)
 
 
+def prepared_cursor(alias: str = "default") -> Any:
+    """A cursor whose statements run prepared on PostgreSQL (Django's own cursor elsewhere, or with DB_PREPARE=0),
+    for a hot hand-written statement of a fixed text whose every parameter has a type the server can tell (a column
+    compared with it, or a ``CAST``)."""
+    wrapper = connections[alias]
+    return _Preparing(wrapper).cursor() if _prepares(alias) else wrapper.cursor()
+
+
 class Compiled:
     def __init__(self, build: Callable[..., QuerySet]) -> None:
         self._build = build
@@ -163,16 +171,16 @@ class Compiled:
             return []
         if kept is _SLOW:
             return list(self._build(*values))
-        queryset, compiler, sql, params, slots = kept
+        queryset, compiler, sql, params, slots, converters = kept
         params = list(params)
         for slot, value in zip(slots, _flat(values)):
             for position in slot:
                 params[position] = value
         wrapper = connections[alias]
         if shape in self._unpreparable or not _prepares(alias):
-            return self._run(queryset, compiler, sql, params, wrapper)
+            return self._run(queryset, compiler, sql, params, wrapper, converters)
         try:
-            return self._run(queryset, compiler, sql, params, _Preparing(wrapper))
+            return self._run(queryset, compiler, sql, params, _Preparing(wrapper), converters)
         except DatabaseError:
             # The server would not prepare it (or the query failed): never prepared again in this process. Outside a
             # transaction it runs again at once, unprepared; inside one the transaction is lost and the error stands
@@ -180,12 +188,14 @@ class Compiled:
             self._unpreparable.add(shape)
             if wrapper.in_atomic_block:
                 raise
-            return self._run(queryset, compiler, sql, params, wrapper)
+            return self._run(queryset, compiler, sql, params, wrapper, converters)
 
     @staticmethod
-    def _run(queryset: QuerySet, compiler: Any, sql: str, params: list[Any], connection: Any) -> list[Any]:
+    def _run(queryset: QuerySet, compiler: Any, sql: str, params: list[Any], connection: Any,
+             converters: dict[int, Any]) -> list[Any]:
         run = _shallow(compiler, connection=connection)
-        run.as_sql = lambda *args, **kwargs: (sql, tuple(params))  # the compiler's setup (select, converters) is kept
+        run.as_sql = lambda *args, **kwargs: (sql, tuple(params))  # the compiler's setup (select, columns) is kept
+        run.get_converters = lambda expressions: converters  # worked out once, with the SQL
         query = _shallow(queryset.query)
         query.get_compiler = lambda *args, **kwargs: run
         return list(_shallow(queryset, _query=query))
@@ -208,4 +218,5 @@ class Compiled:
             if not positions:
                 return _SLOW
             slots.append(positions)
-        return queryset, compiler, sql, params, slots
+        converters = compiler.get_converters([column[0] for column in compiler.select[0:compiler.col_count]])
+        return queryset, compiler, sql, params, slots, converters

@@ -26,6 +26,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, models, transaction
 from django.utils import timezone
+from portal.compiled import prepared_cursor
 
 from .access import Actor
 from .models import AuditChainHead, AuditEntry, Project, Tenant
@@ -184,7 +185,7 @@ def _append_in_one_statement(entries: list[AuditEntry]) -> bool:
                  + " UNION ALL ".join(selects) + " RETURNING id, seq)")
     sql = (f"WITH {', '.join(steps)} UPDATE {head_table} AS h SET seq = {prev}.seq, hash = {prev}.hash FROM {prev}, head "
            f"WHERE h.id = 1 RETURNING head.seq, head.hash, h.hash, (SELECT array_agg(id ORDER BY seq) FROM ins)")
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), prepared_cursor() as cursor:  # planned once per connection and shape
         cursor.execute(sql, params)
         row = cursor.fetchone()
         if row is None:

@@ -67,6 +67,17 @@ def test_list_and_detail_json_are_the_serializers(api, cast, cat) -> None:
     assert client.get(f"{API}/requests/abc/").status_code == 404
 
 
+def test_list_dates_are_the_serializers_in_another_time_zone(api, cast, cat, settings) -> None:
+    settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: the dates are written in the current time zone, not as UTC
+    _variety(cast, cat)
+    listed = api("carol").get(f"{API}/requests/").json()["results"]
+    expected = RequestSerializer(selectors.requests_for(actor=cast.actor("carol")).order_by("-created_at", "-id"),
+                                 many=True, context={"request": APIRequestFactory().get("/")}).data
+    assert [row["created_at"] for row in listed] == [row["created_at"] for row in expected]
+    assert all(row["created_at"].endswith("+05:30") for row in listed)
+    assert [row["expires_at"] for row in listed] == [row["expires_at"] for row in expected]
+
+
 def test_rows_carry_the_cost_estimate_and_cost_so_far_of_the_price_list(api, cast, cat) -> None:
     """With a price list the rows price each request as the serializers do (one flavor query per page)."""
     from datetime import UTC, datetime
