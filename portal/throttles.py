@@ -37,7 +37,29 @@ return {1, count, oldest}
 """
 
 
+# Several windows (a submission's user rate and submit rate) in one round trip: the same steps for each key.
+_WINDOWS_SCRIPT = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = (i - 1) * 5
+  local limit = tonumber(ARGV[a + 3])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[a + 2])
+  local count = redis.call('ZCARD', key)
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] or ''
+  if count >= limit then
+    table.insert(out, {0, count, oldest})
+  else
+    redis.call('ZADD', key, ARGV[a + 1], ARGV[a + 4])
+    redis.call('EXPIRE', key, ARGV[a + 5])
+    table.insert(out, {1, count, oldest})
+  end
+end
+return out
+"""
+
+
 _script: Any = None
+_scripts: dict[str, Any] = {}
 
 
 def _redis_backend(cache: Any) -> Any:
@@ -56,6 +78,45 @@ def _window(backend: Any, key: str, args: list[Any]) -> list[Any]:
     if _script is None:
         _script = client.register_script(_WINDOW_SCRIPT)
     return _script(keys=[key], args=args, client=client)
+
+
+def _windows(backend: Any, keys: list[str], args: list[Any]) -> list[list[Any]]:
+    client = backend._cache.get_client(keys[0], write=True)
+    if "many" not in _scripts:
+        _scripts["many"] = client.register_script(_WINDOWS_SCRIPT)
+    return _scripts["many"](keys=keys, args=args, client=client)
+
+
+def allow_each(throttles: list[Any], request: Any, view: Any) -> list[bool] | None:
+    """Each throttle's ``allow_request``, all windows checked and appended in one round trip to Redis (each throttle's
+    ``wait()`` then answers as after its own call); None when that cannot be done (not all are these throttles,
+    another cache, a rate turned off): the caller asks them one by one."""
+    if len(throttles) < 2 or not all(isinstance(t, _SettingsRateThrottle) for t in throttles):
+        return None
+    backends = []
+    for throttle in throttles:
+        throttle.rate = throttle.get_rate()
+        backend = _redis_backend(throttle.cache) if throttle.rate is not None else None
+        if backend is None or (backends and backend is not backends[0]):
+            return None
+        backends.append(backend)
+    keys, args, asked = [], [], []
+    for throttle in throttles:
+        throttle.num_requests, throttle.duration = throttle.parse_rate(throttle.rate)
+        throttle._window = None
+        throttle.key = throttle.get_cache_key(request, view)
+        if throttle.key is None:
+            continue
+        throttle.now = throttle.timer()
+        keys.append(backends[0].make_and_validate_key(throttle.key) + ":window")
+        args.extend(throttle._window_args())
+        asked.append(throttle)
+    verdicts = dict.fromkeys(map(id, throttles), True)
+    if keys:
+        for throttle, (allowed, count, oldest) in zip(asked, _windows(backends[0], keys, args), strict=True):
+            throttle._window = (int(count), float(oldest) if oldest else None)
+            verdicts[id(throttle)] = bool(allowed)
+    return [verdicts[id(t)] for t in throttles]
 
 
 class _SettingsRateThrottle(throttling.SimpleRateThrottle):
@@ -78,14 +139,15 @@ class _SettingsRateThrottle(throttling.SimpleRateThrottle):
         if self.key is None:
             return True
         self.now = self.timer()
-        allowed, count, oldest = _window(backend, backend.make_and_validate_key(self.key) + ":window", [
-            # Times as Python writes them (Lua would round its numbers to 14 digits).
-            repr(self.now), repr(self.now - self.duration), self.num_requests, f"{self.now!r}:{secrets.token_hex(4)}",
-            int(self.duration),
-        ])
+        allowed, count, oldest = _window(backend, backend.make_and_validate_key(self.key) + ":window", self._window_args())
         # What DRF's list holds at this point: ``count`` calls, the oldest at ``oldest`` (or this one's).
         self._window = (int(count), float(oldest) if oldest else None)
         return bool(allowed)
+
+    def _window_args(self) -> list[Any]:
+        # Times as Python writes them (Lua would round its numbers to 14 digits).
+        return [repr(self.now), repr(self.now - self.duration), self.num_requests,
+                f"{self.now!r}:{secrets.token_hex(4)}", int(self.duration)]
 
     def wait(self) -> float | None:
         if self._window is None:

@@ -144,3 +144,69 @@ def test_the_api_rate_limit_on_redis(api, cast, settings, redis_cache) -> None:
         assert carol.get(f"{API}/me/").status_code == 200
     assert_throttled(carol.get(f"{API}/me/"))
     assert api("bob").get(f"{API}/me/").status_code == 200
+
+
+def _evalshas(call) -> tuple[object, int]:
+    import redis
+
+    sent: list[bytes] = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counting(self, command, *args, **kwargs):
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        sent.append(packed.split(b"\r\n")[2])
+        return original(self, command, *args, **kwargs)
+
+    redis.connection.Connection.send_packed_command = counting
+    try:
+        response = call()
+    finally:
+        redis.connection.Connection.send_packed_command = original
+    return response, sent.count(b"EVALSHA") + sent.count(b"EVAL")
+
+
+def test_a_submissions_two_rates_on_redis_in_one_round_trip(token_client, cast, settings, redis_cache) -> None:
+    make_catalogue(cast)
+    settings.API_RATE_USER, settings.API_RATE_SUBMIT = "4/min", "3/min"
+    client, _ = token_client("carol", cast.vision, "read+submit")
+    assert client.post(f"{API}/requests/", TRAIN | {"name": "warm"}, format="json").status_code == 201  # script loaded
+    for i in range(2):
+        response, scripts = _evalshas(lambda i=i: client.post(f"{API}/requests/", TRAIN | {"name": f"job-{i}"}, format="json"))
+        assert response.status_code == 201, response.content
+        assert scripts == 1  # both windows in one script call
+    refused, _ = _evalshas(lambda: client.post(f"{API}/requests/", TRAIN | {"name": "job-2"}, format="json"))
+    assert_throttled(refused)  # the submit rate (3/min) refuses the fourth
+    assert WorkloadRequest.objects.count() == 3
+    assert client.get(f"{API}/requests/").status_code == 429  # the user rate (4/min) counted the refused call too:
+    # as DRF does, every throttle records each call it allows, even one another throttle refuses
+
+
+def test_the_windows_of_both_rates_decide_like_drfs(cast, settings, redis_cache) -> None:
+    from types import SimpleNamespace
+
+    from django.core.cache import caches
+
+    from portal.throttles import SubmitRateThrottle, UserRateThrottle, allow_each
+
+    settings.API_RATE_USER, settings.API_RATE_SUBMIT = "4/min", "2/min"
+    request = SimpleNamespace(user=cast.carol, auth=None)
+    base = 1_800_000_000.5
+    times = [base + t for t in (0, 1, 2, 3, 4, 61, 62, 62.5, 130)]
+
+    def run() -> list[tuple]:
+        out = []
+        for now in times:
+            throttles = [UserRateThrottle(), SubmitRateThrottle()]
+            for t in throttles:
+                t.timer = lambda now=now: now
+            verdicts = allow_each(throttles, request, None)
+            if verdicts is None:  # another cache: one by one, as DRF asks them
+                verdicts = [t.allow_request(request, None) for t in throttles]
+            out.append(tuple((v, None if v else round(t.wait(), 9)) for t, v in zip(throttles, verdicts)))
+        return out
+
+    on_redis = run()
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "both"}}
+    caches["default"].clear()
+    assert run() == on_redis
+    assert [v for (v, _), _ in on_redis][:5] == [True, True, True, True, False]

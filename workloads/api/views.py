@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from portal.api import CursorPagination
-from portal.throttles import SubmitRateThrottle
+from portal.throttles import SubmitRateThrottle, allow_each
 from portal.exceptions import Invalid
 from portal.inputs import NUL, NUL_MESSAGE, is_id
 from quotas.selectors import flavors_for
@@ -324,6 +324,16 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     def get_throttles(self) -> list:
         throttles = super().get_throttles()
         return [*throttles, SubmitRateThrottle()] if self.action in ("create", "clone") else throttles
+
+    def check_throttles(self, request: Request) -> None:
+        """DRF's, with the user and submit rates of a submission checked in one round trip (``allow_each``)."""
+        throttles = self.get_throttles()
+        verdicts = allow_each(throttles, request, self)
+        if verdicts is None:
+            return super().check_throttles(request)
+        waits = [t.wait() for t, allowed in zip(throttles, verdicts) if not allowed]
+        if waits:
+            self.throttled(request, max((w for w in waits if w is not None), default=None))
 
     def _detail_body(self, pk: int, *, filtered: bool = False) -> dict:
         """The detail's JSON, read as rows (``selectors.request_rows``); ``filtered``: through the list's filters
