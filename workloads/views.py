@@ -939,8 +939,12 @@ INBOX_EXTENSION_COLUMNS = (
 )
 
 
-def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None) -> dict[str, Any]:
-    return {"req": req, "info": selectors.approval_context(req), "form": form or DecisionForm(prefix=f"decide-{req.pk}")}
+def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None, *, built: bool = True) -> dict[str, Any]:
+    """A row of the inbox: the request, its context, its decision form. ``built=False`` (the page's list) leaves an
+    unbound form unbuilt (``None``): ``{% approval_row %}`` writes its fresh form's HTML without building one."""
+    if form is None and built:
+        form = DecisionForm(prefix=f"decide-{req.pk}")
+    return {"req": req, "info": selectors.approval_context(req), "form": form}
 
 
 def _changed(response: HttpResponse) -> HttpResponse:
@@ -960,7 +964,7 @@ def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisi
         selects={"project": [(slug, name) for _, slug, name in approvable]},
     )
     pager = Pager(request, filterset.qs)
-    rows = [_inbox_row(req) for req in pager]
+    rows = [_inbox_row(req, built=False) for req in pager]
     extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True).only(*INBOX_EXTENSION_COLUMNS),
                             param="extensions_page")
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
