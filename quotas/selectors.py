@@ -143,7 +143,8 @@ def quotas_asked_for(requests: list[QuotaRequest]) -> dict[int, Quota | None]:
 def with_quota_now(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
     """``requests`` with the project's current quota row for what each asks as ``quota_now_nominal``,
     ``quota_now_used`` and ``quota_now_borrowed`` (None: no row): ``quotas_asked_for`` in the list's own query."""
-    now = Quota.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor"), resource=OuterRef("resource"))
+    # One row at most (one_project_quota_per_resource): no ordering, so no join to the flavor for Quota's own.
+    now = Quota.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor"), resource=OuterRef("resource")).order_by()
     return requests.annotate(**{f"quota_now_{name}": Subquery(now.values(name)[:1]) for name in ("nominal", "used", "borrowed")})
 
 
