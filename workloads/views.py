@@ -957,14 +957,14 @@ def _changed(response: HttpResponse) -> HttpResponse:
 def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisionForm | None = None,
                     selected: dict[str, set[str]] | None = None, outcome: Any = None, status: int = 200) -> HttpResponse:
     approvable = selectors.approvable_projects(actor=actor)  # the project filter's choices
-    inbox = _rows(selectors.approvals_inbox_for(actor=actor), "tenant", "requested_by").only(*INBOX_COLUMNS)
+    inbox = _rows(selectors.approvals_inbox_for(actor=actor, context=False), "tenant", "requested_by").only(*INBOX_COLUMNS)
     filterset = _request_filters(
         request, inbox, hide=("state", "phase", "tenant", "mine", "requested_by", "created_after", "created_before",
                               "template", "flavor", "priority"),
         selects={"project": [(slug, name) for _, slug, name in approvable]},
     )
     pager = Pager(request, filterset.qs)
-    rows = [_inbox_row(req, built=False) for req in pager]
+    rows = [_inbox_row(req, built=False) for req in selectors.with_approval_context(list(pager))]
     extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True).only(*INBOX_EXTENSION_COLUMNS),
                             param="extensions_page")
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]

@@ -51,6 +51,7 @@ def test_the_rows_are_the_templates(cast, cat) -> None:
     first["info"]["cost_estimate"] = Decimal("12.5")
     first["info"]["waiting_ahead"] = 1
     second["info"]["quota"] = []
+    second["info"]["cost_estimate"] = None  # no price list (one another test left in the cache would price it)
     second["req"].replicas = 3
     second["info"]["in_use"] = None
     second["info"]["waiting_ahead"] = 3
