@@ -13,7 +13,7 @@ from django.utils.timezone import template_localtime
 from portal.quantities import fmt
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
-from tenants.templatetags.page_kit import stamp
+from tenants.templatetags.page_kit import stamp, url_kept
 
 register = template.Library()
 
@@ -101,4 +101,33 @@ def node_row(node: Any, flags: list[tuple[str, str]], allocatable: list[tuple[st
         f'                <td data-label="Allocatable" class="small">{kv}</td>\n'
         f'                <td data-label="Last seen">{_v(seen or "—")}</td>\n'
         f"              </tr>"
+    )
+
+
+@register.simple_tag
+def quota_request_row(r: Any) -> SafeString:
+    """``{% include "quotas/_request_row.html" %}`` of the quota request table, written out in Python: the same HTML
+    (``tests/quotas/test_request_row_fast.py`` compares both for every kind of row), without the template engine's
+    work per value and the status badge's include per row."""
+    pk = _v(r.pk)
+    until = f'<br><span class="muted small">until {_v(stamp(template_localtime(r.until)))}</span>' if r.until else ""
+    project = r.project
+    decided_by = r.decided_by
+    decision = _v(decided_by.get_username()) if decided_by else ""
+    if r.comment:
+        decision += f'<blockquote class="comment small">{_v(r.comment)}</blockquote>'
+    elif not decided_by:
+        decision += '<span class="muted">—</span>'
+    return mark_safe(
+        f'<tr id="quota-request-row-{pk}">\n'
+        f'              <td data-label="Request"><a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a> '
+        f'+{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}{until}</td>\n'
+        f'              <td data-label="Project"><a href="{_v(url_kept("project-quota", project.slug))}">{_v(project.name)}</a>'
+        f'<br><span class="muted small">{_v(project.tenant.name)}</span></td>\n'
+        f'              <td data-label="Asked by">{_v(r.requested_by.get_username())}<br>'
+        f'<span class="muted small">{_v(stamp(template_localtime(r.created_at)))}</span></td>\n'
+        f'              <td data-label="Status"><span class="badge badge-request-{_v(r.status)}">{_v(r.get_status_display())}'
+        f'</span>\n<br><span class="muted small">{_v(r.get_approver_display())}</span></td>\n'
+        f'              <td data-label="Decision">{decision}</td>\n'
+        f"            </tr>"
     )

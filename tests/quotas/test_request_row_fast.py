@@ -1,0 +1,69 @@
+"""The quota request table writes its rows in Python (``{% quota_request_row %}``, docs/performance.md): the same HTML
+as ``quotas/_request_row.html``, compared here for rows of every kind: every status and approver, with and without an
+end date, a decider or a comment, fractional and whole amounts, markup and quotes in what people typed and named, a
+project slug the kept URLs take and one they reverse as usual, in UTC and in another time zone."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from itertools import cycle
+
+from django.contrib.auth import get_user_model
+from django.template import engines
+from django.utils import timezone as tz
+
+from quotas.models import Flavor, QuotaRequest
+from tenants.models import Project, Tenant
+
+FAST = "{% load quota_tags %}{% for r in rows %}{% quota_request_row r %}{% endfor %}"
+TEMPLATE = '{% for r in rows %}{% include "quotas/_request_row.html" %}{% endfor %}'
+
+
+def _rows() -> list[QuotaRequest]:
+    User = get_user_model()
+    tenant = Tenant(pk=1, name='Acme <b>"R&D"</b>', slug="acme")
+    projects = [Project(pk=1, tenant=tenant, name="Vision & co", slug="acme-vision"),
+                Project(pk=2, tenant=Tenant(pk=2, name="Globex", slug="globex"), name="<i>LLM</i>", slug="llm_2")]
+    flavors = [Flavor(pk=1, name="h100-80gb"), Flavor(pk=2, name='mig "1g" <x>')]
+    carol, bob = User(pk=1, username="carol"), User(pk=2, username="b<o>b")
+    at = datetime(2026, 11, 30, 23, 57, 3, tzinfo=timezone.utc)
+    rows = []
+    kinds = [  # (until, decided_by, comment)
+        (None, None, ""), (at, bob, ""), (None, bob, "fine <by> me & \"you\""), (at, None, "withdrawn:\nno longer"),
+        (at, bob, "x"),
+    ]
+    approvers = cycle(QuotaRequest.Approver.values)
+    amounts = cycle([Decimal("4"), Decimal("0.500"), Decimal("12.125"), Decimal("1000")])
+    pk = 0
+    for status in QuotaRequest.Status.values:
+        for until, decider, comment in kinds:
+            pk += 1
+            rows.append(QuotaRequest(
+                pk=pk, project=projects[pk % 2], flavor=flavors[pk % 2], resource="nvidia.com/gpu" if pk % 3 else "cpu<&>",
+                amount=next(amounts), until=until, requested_by=carol if pk % 2 else bob, status=status,
+                approver=next(approvers), decided_by=decider, comment=comment, created_at=at, reason="more",
+            ))
+    return rows
+
+
+def test_the_rows_are_the_templates() -> None:
+    rows = _rows()
+    engine = engines["django"]
+    for zone in ("UTC", "Europe/Berlin"):
+        with tz.override(zone):
+            fast = engine.from_string(FAST).render({"rows": rows})
+            template = engine.from_string(TEMPLATE).render({"rows": rows})
+        assert fast.count("<tr id=") == len(rows) == 25
+        assert "&lt;i&gt;LLM&lt;/i&gt;" in fast and "until 20" in fast and "—" in fast and "Ended (reverted)" in fast
+        assert fast == template
+
+
+def test_the_table_writes_them(as_user, cast) -> None:
+    from tests.workloads.factories import make_catalogue
+
+    cat = make_catalogue(cast)
+    made = QuotaRequest.objects.create(project=cast.vision, flavor=cat.h100, resource="nvidia.com/gpu", amount=Decimal("2"),
+                                       reason="more", requested_by=cast.carol, approver=QuotaRequest.Approver.PROJECT_ADMIN)
+    body = as_user("carol").get("/quota-requests/").content.decode()
+    assert f'<tr id="quota-request-row-{made.pk}">' in body and f'href="/quota-requests/{made.pk}/"' in body
