@@ -924,17 +924,22 @@ def request_scale(request: HttpRequest, pk: int) -> HttpResponse:
 # Approvals --------------------------------------------------------------------------------------
 
 
+# A flavor's columns that its name (``str``), its resources and the cost estimate read: not its labels, taints and
+# tolerations (JSON, decoded per row) nor its pool, order and cluster.
+FLAVOR_SHOWN = tuple(f"flavor__{name}" for name in ("name", "display_name", "kind", "mig_profile", "gpu_model", "gpu_product",
+                                                   "hami_memory_mib", "hami_cores_percent"))
 # The columns the inbox's rows read (``{% approval_row %}``, ``approval_context``, the cost estimate;
 # ``_extension_row.html``), not the 115-126 of the joined tables: the ORM compiled and built every one of them per call.
 # A column left out would be read one query per row: tests/workloads/test_inbox_columns.py counts them.
 INBOX_COLUMNS = (
     "name", "state", "created_at", "gpus", "replicas", "cpu", "memory_gib", "parameters", "duration_hours",
-    "pending_reason", "project__name", "tenant__name", "template__name", "template__kind", "flavor",
+    "pending_reason", "project__name", "tenant__name", "template__name", "template__kind", *FLAVOR_SHOWN,
     "requested_by__username",
 )
 INBOX_EXTENSION_COLUMNS = (
     "hours", "status", "reason", "comment", "created_at", "requested_by__username", "request__name", "request__state",
-    "request__gpus", "request__duration_hours", "request__flavor", "request__template__name",
+    "request__gpus", "request__duration_hours", "request__flavor__name", "request__flavor__display_name",
+    "request__template__name",
     "request__template__max_duration_hours", "request__project__name", "request__project__tenant__name",
 )
 
