@@ -13,7 +13,7 @@ from django.utils.timezone import template_localtime
 from portal.quantities import fmt
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
-from tenants.templatetags.page_kit import stamp, url_kept
+from tenants.templatetags.page_kit import day, stamp, url_kept
 
 register = template.Library()
 
@@ -130,4 +130,24 @@ def quota_request_row(r: Any) -> SafeString:
         f'</span>\n<br><span class="muted small">{_v(r.get_approver_display())}</span></td>\n'
         f'              <td data-label="Decision">{decision}</td>\n'
         f"            </tr>"
+    )
+
+
+@register.simple_tag
+def quota_request_line(r: Any) -> SafeString:
+    """``{% include "quotas/_request_line.html" %}`` of the project quota page's request list, written out in Python
+    as ``quota_request_row`` (``tests/quotas/test_request_row_fast.py`` compares both)."""
+    pk = _v(r.pk)
+    decided_by = r.decided_by
+    decided = (f" · {_v(str(r.get_status_display()).lower())} by {_v(decided_by.get_username())}" if decided_by else "")
+    comment = f'<blockquote class="comment small">{_v(r.comment)}</blockquote>' if r.comment else ""
+    return mark_safe(
+        f'<li class="request-line">\n'
+        f'            <a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a>\n'
+        f"            +{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}\n"
+        f'            <span class="badge badge-request-{_v(r.status)}">{_v(r.get_status_display())}</span>\n\n'
+        f'            <span class="muted small">by {_v(r.requested_by.get_username())}, '
+        f"{_v(day(template_localtime(r.created_at)))}{decided}</span>\n"
+        f"            {comment}\n"
+        f"          </li>"
     )

@@ -1,5 +1,6 @@
-"""The quota request table writes its rows in Python (``{% quota_request_row %}``, docs/performance.md): the same HTML
-as ``quotas/_request_row.html``, compared here for rows of every kind: every status and approver, with and without an
+"""The quota request table writes its rows in Python (``{% quota_request_row %}``, docs/performance.md), and the
+project quota page its request lines (``{% quota_request_line %}``): the same HTML as ``quotas/_request_row.html`` and
+``quotas/_request_line.html``, compared here for rows of every kind: every status and approver, with and without an
 end date, a decider or a comment, fractional and whole amounts, markup and quotes in what people typed and named, a
 project slug the kept URLs take and one they reverse as usual, in UTC and in another time zone."""
 
@@ -18,6 +19,8 @@ from tenants.models import Project, Tenant
 
 FAST = "{% load quota_tags %}{% for r in rows %}{% quota_request_row r %}{% endfor %}"
 TEMPLATE = '{% for r in rows %}{% include "quotas/_request_row.html" %}{% endfor %}'
+FAST_LINE = "{% load quota_tags %}{% for r in rows %}{% quota_request_line r %}{% endfor %}"
+TEMPLATE_LINE = '{% for r in rows %}{% include "quotas/_request_line.html" %}{% endfor %}'
 
 
 def _rows() -> list[QuotaRequest]:
@@ -59,7 +62,19 @@ def test_the_rows_are_the_templates() -> None:
         assert fast == template
 
 
-def test_the_table_writes_them(as_user, cast) -> None:
+def test_the_lines_are_the_templates() -> None:
+    rows = _rows()
+    engine = engines["django"]
+    for zone in ("UTC", "Pacific/Kiritimati"):  # +14: another day than UTC's
+        with tz.override(zone):
+            fast = engine.from_string(FAST_LINE).render({"rows": rows})
+            template = engine.from_string(TEMPLATE_LINE).render({"rows": rows})
+        assert fast.count('<li class="request-line">') == len(rows)
+        assert "&lt;x&gt;" in fast and "ended (reverted) by b&lt;o&gt;b" in fast and "<blockquote" in fast
+        assert fast == template
+
+
+def test_the_pages_write_them(as_user, cast) -> None:
     from tests.workloads.factories import make_catalogue
 
     cat = make_catalogue(cast)
@@ -67,3 +82,5 @@ def test_the_table_writes_them(as_user, cast) -> None:
                                        reason="more", requested_by=cast.carol, approver=QuotaRequest.Approver.PROJECT_ADMIN)
     body = as_user("carol").get("/quota-requests/").content.decode()
     assert f'<tr id="quota-request-row-{made.pk}">' in body and f'href="/quota-requests/{made.pk}/"' in body
+    body = as_user("carol").get(f"/projects/{cast.vision.slug}/quota/").content.decode()
+    assert '<li class="request-line">' in body and f'href="/quota-requests/{made.pk}/"' in body
