@@ -151,3 +151,19 @@ def quota_request_line(r: Any) -> SafeString:
         f"            {comment}\n"
         f"          </li>"
     )
+
+
+@register.simple_tag
+def confirmed_cell(c: Any) -> SafeString:
+    """``{% include "quotas/_confirmed.html" %}`` (what the cluster confirmed of a quota row: a row of
+    ``selectors.quota_confirmations``), written out in Python: the same HTML (``tests/quotas/test_request_row_fast.py``
+    compares both for every kind of row), without an include per row of the quota tables."""
+    if not c.get("enforced"):
+        reason = getattr(c.get("enforcement"), "reason", "")
+        return mark_safe(f'\n<span class="flag flag-notready" title="{_v(reason)}">not enforced</span>\n\n')
+    at = c.get("confirmed_at")
+    shown = (f'<span class="small">{_v(stamp(template_localtime(at)))} UTC</span>' if at
+             else '<span class="muted small">not yet on the cluster</span>')
+    drift = (f'<br><strong class="over small drift">drift: the cluster says {_v(qty(c.get("cluster_nominal"), "none"))}'
+             f"</strong>" if c.get("drift") else "")
+    return mark_safe(f"\n{shown}\n{drift}\n")

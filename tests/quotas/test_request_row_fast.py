@@ -1,6 +1,8 @@
-"""The quota request table writes its rows in Python (``{% quota_request_row %}``, docs/performance.md), and the
-project quota page its request lines (``{% quota_request_line %}``): the same HTML as ``quotas/_request_row.html`` and
-``quotas/_request_line.html``, compared here for rows of every kind: every status and approver, with and without an
+"""The quota request table writes its rows in Python (``{% quota_request_row %}``, docs/performance.md), the project
+quota page its request lines (``{% quota_request_line %}``) and the quota tables what the cluster confirmed
+(``{% confirmed_cell %}``): the same HTML as ``quotas/_request_row.html``, ``quotas/_request_line.html`` and
+``quotas/_confirmed.html``, compared here for rows of every kind (the confirmations: enforced or not, confirmed or
+not, drifting with and without a quota on the cluster). The requests: every status and approver, with and without an
 end date, a decider or a comment, fractional and whole amounts, markup and quotes in what people typed and named, a
 project slug the kept URLs take and one they reverse as usual, in UTC and in another time zone."""
 
@@ -14,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.template import engines
 from django.utils import timezone as tz
 
+from quotas.capacity import Enforcement
 from quotas.models import Flavor, QuotaRequest
 from tenants.models import Project, Tenant
 
@@ -74,6 +77,27 @@ def test_the_lines_are_the_templates() -> None:
         assert fast == template
 
 
+def test_the_confirmations_are_the_template() -> None:
+    at = datetime(2026, 11, 30, 23, 57, 3, tzinfo=timezone.utc)
+    enforced = Enforcement(True, "kueue", "Kueue enforces it.")
+    checks = [
+        {"enforced": False, "enforcement": Enforcement(False, "", 'Nothing enforces <"mig"> & co.'), "confirmed_at": None,
+         "cluster_nominal": None, "drift": None},
+        {"enforced": True, "enforcement": enforced, "confirmed_at": at, "cluster_nominal": Decimal("8.000"), "drift": False},
+        {"enforced": True, "enforcement": enforced, "confirmed_at": None, "cluster_nominal": None, "drift": True},
+        {"enforced": True, "enforcement": enforced, "confirmed_at": at, "cluster_nominal": Decimal("2.500"), "drift": True},
+        {"enforced": True, "enforcement": enforced, "confirmed_at": None, "cluster_nominal": None, "drift": None},
+    ]
+    engine = engines["django"]
+    fast = engine.from_string("{% load quota_tags %}{% for c in rows %}[{% confirmed_cell c %}]{% endfor %}")
+    template = engine.from_string('{% for c in rows %}[{% include "quotas/_confirmed.html" %}]{% endfor %}')
+    for zone in ("UTC", "Asia/Kolkata"):
+        with tz.override(zone):
+            assert fast.render({"rows": checks}) == template.render({"rows": checks})
+    text = fast.render({"rows": checks})
+    assert "&lt;&quot;mig&quot;&gt;" in text and "says none" in text and "says 2.5" in text and "not yet" in text
+
+
 def test_the_pages_write_them(as_user, cast) -> None:
     from tests.workloads.factories import make_catalogue
 
@@ -84,3 +108,5 @@ def test_the_pages_write_them(as_user, cast) -> None:
     assert f'<tr id="quota-request-row-{made.pk}">' in body and f'href="/quota-requests/{made.pk}/"' in body
     body = as_user("carol").get(f"/projects/{cast.vision.slug}/quota/").content.decode()
     assert '<li class="request-line">' in body and f'href="/quota-requests/{made.pk}/"' in body
+    body = as_user("alice").get(f"/tenants/{cast.acme.slug}/quotas/").content.decode()  # confirmations per row
+    assert 'data-label="Cluster confirmed">' in body and ("not yet on the cluster" in body or "not enforced" in body)
