@@ -4,7 +4,8 @@ Every ``{{ field }}`` of a page renders its widget through a template (an ``<inp
 include per option, the attributes through a loop of their own): a select of ten options cost several milliseconds
 on a loaded machine, and the filter forms, the decision forms and the quota forms are on most pages
 (docs/performance.md). ``FastTemplates`` writes the same HTML, character for character, for the widgets whose
-template is Django's own ``input.html`` family, ``textarea.html`` and ``select.html`` with ``select_option.html``;
+template is Django's own ``input.html`` family, ``textarea.html`` and ``select.html`` with ``select_option.html``,
+and nothing for an empty error list (every ``{{ field.errors }}`` of a form without errors rendered two templates);
 every value goes through what the template would do with it (``render_value_in_context``: local time,
 localisation, escaping; ``stringformat:'s'``). Any other template, an app's override of one of these, or an option
 with a template of its own is rendered by the template as before. ``tests/test_forms_render.py`` compares both
@@ -31,6 +32,8 @@ OPTION = WIDGETS + "select_option.html"
 INPUTS = ("checkbox", "color", "date", "datetime", "email", "file", "hidden", "number", "password", "search", "tel",
           "text", "time", "url", "input")
 DJANGO_TEMPLATES = Path(django.__file__).parent / "forms" / "templates"
+# An error list (``{{ form.errors }}``, ``{{ field.errors }}``): ``default.html`` is nothing but an include of ``ul.html``.
+ERROR_LISTS = ("django/forms/errors/list/default.html", "django/forms/errors/list/ul.html")
 
 
 def _out(value: Any) -> str:
@@ -108,7 +111,15 @@ class FastTemplates(DjangoTemplates):
             return {}
         return candidates
 
+    @cached_property
+    def _own_error_lists(self) -> bool:
+        """Whether the error list templates are Django's own (then an empty list writes nothing)."""
+        return all(Path(self.engine.get_template(name).origin.name).parent.parent.parent.parent.parent == DJANGO_TEMPLATES
+                   for name in ERROR_LISTS)
+
     def render(self, template_name: str, context: dict[str, Any], request: Any = None) -> str:
+        if template_name in ERROR_LISTS and not context.get("errors") and self._own_error_lists:
+            return ""  # ``{{ field.errors }}`` of a field without errors: ul.html's ``{% if errors %}`` writes nothing
         fast = self._fast.get(template_name)
         widget = context.get("widget") if fast is not None else None
         if widget is not None:

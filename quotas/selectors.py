@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum, prefetch_related_objects
 
+from portal.compiled import Compiled
 from tenants.access import OPS_GROUP, Actor, is_ops, scope_of
 from tenants.models import Project, Role, Tenant
 
@@ -143,7 +144,8 @@ def quotas_asked_for(requests: list[QuotaRequest]) -> dict[int, Quota | None]:
 def with_quota_now(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
     """``requests`` with the project's current quota row for what each asks as ``quota_now_nominal``,
     ``quota_now_used`` and ``quota_now_borrowed`` (None: no row): ``quotas_asked_for`` in the list's own query."""
-    now = Quota.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor"), resource=OuterRef("resource"))
+    # One row at most (one_project_quota_per_resource): no ordering, so no join to the flavor for Quota's own.
+    now = Quota.objects.filter(project=OuterRef("project"), flavor=OuterRef("flavor"), resource=OuterRef("resource")).order_by()
     return requests.annotate(**{f"quota_now_{name}": Subquery(now.values(name)[:1]) for name in ("nominal", "used", "borrowed")})
 
 
@@ -211,6 +213,17 @@ def approver_for(*, project: Project, flavor: Flavor, resource: str, amount: Dec
     return Approver.OPS
 
 
+# The queues and cohorts applied for these tenants (and the shared ones) on these clusters: compiled once per process
+# and number of ids (portal.compiled). In each cluster's own order (kind, namespace, name), without joining the
+# cluster for the model's ordering by its name: only the order within a cluster is read (a shared queue, below).
+_APPLIED_QUEUES = Compiled(
+    lambda clusters, tenants: AppliedObject.objects.filter(cluster_id__in=clusters, kind__in=("ClusterQueue", "Cohort"))
+    .filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True))
+    .order_by("cluster_id", "kind", "namespace", "name")
+    .values("cluster_id", "kind", "tenant_id", "project_id", "confirmed_at", "live_quota", "project__status")
+)
+
+
 def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
     """Per quota row (id): what the cluster last confirmed for it, for the quota pages and the API.
 
@@ -234,9 +247,7 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
     prefetch_related_objects([r.flavor for r in rows if not Flavor.cluster.is_cached(r.flavor)], "cluster")
     clusters = {r.flavor.cluster_id for r in rows}
     tenants = {r.tenant_id for r in rows}
-    objects = list(AppliedObject.objects.filter(cluster_id__in=clusters, kind__in=("ClusterQueue", "Cohort"))
-                   .filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True))
-                   .values("cluster_id", "kind", "tenant_id", "project_id", "confirmed_at", "live_quota", "project__status"))
+    objects = _APPLIED_QUEUES.rows(tuple(sorted(clusters)), tuple(sorted(tenants)))
     # Which projects are active: the objects' own projects say it for a tenant's rows, the rows' projects for theirs.
     active_projects = {o["project_id"] for o in objects if o["project__status"] == Project.Status.ACTIVE}
     unknown = set()
@@ -397,20 +408,26 @@ def project_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any
     return {key: row for key, row in quota_sums_for(cluster=cluster).items() if row["project_rows"]}
 
 
-def quota_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any]]:
-    """(flavor id, resource) -> the sums of ``cluster``'s quota rows, in one query: what the tenants are promised
-    (``promised``, over ``tenant_rows`` rows) and what their projects are promised (``assigned``), use and borrow
-    (over ``project_rows`` rows). Zero, not None, where there are no rows of a level."""
+def _quota_sums_query(cluster_id: int) -> QuerySet[Quota]:
     tenants, projects = Q(project__isnull=True), Q(project__isnull=False)
-    rows = (
-        Quota.objects.filter(flavor__cluster=cluster).order_by()
+    return (
+        Quota.objects.filter(flavor__cluster_id=cluster_id).order_by()
         .values("flavor_id", "resource")
         .annotate(promised=Sum("nominal", filter=tenants), tenant_rows=Count("pk", filter=tenants),
                   assigned=Sum("nominal", filter=projects), used=Sum("used", filter=projects),
                   borrowed=Sum("borrowed", filter=projects), project_rows=Count("pk", filter=projects))
     )
+
+
+_QUOTA_SUMS = Compiled(_quota_sums_query)  # compiled once per process (portal.compiled): six sums per row
+
+
+def quota_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any]]:
+    """(flavor id, resource) -> the sums of ``cluster``'s quota rows, in one query: what the tenants are promised
+    (``promised``, over ``tenant_rows`` rows) and what their projects are promised (``assigned``), use and borrow
+    (over ``project_rows`` rows). Zero, not None, where there are no rows of a level."""
     out = {}
-    for r in rows:
+    for r in _QUOTA_SUMS.rows(cluster.pk):
         for name in ("promised", "assigned", "used", "borrowed"):
             r[name] = r[name] or ZERO
         out[(r["flavor_id"], r["resource"])] = r

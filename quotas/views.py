@@ -684,19 +684,33 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
     project_rows = selectors.project_quotas_for(tenant=tenant)
     split: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(lambda: {"assigned": ZERO, "used": ZERO})
     by_project: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(dict)
-    for row in project_rows.values("project__slug", "flavor_id", "resource", "nominal", "used"):
+    # The same query tells when the in-use figures were read (the oldest of the rows' clusters' readings).
+    readings: set[Any] = set()
+    for row in project_rows.values("project__slug", "flavor_id", "resource", "nominal", "used",
+                                   "flavor__cluster__reconciled_at"):
         key = (row["flavor_id"], row["resource"])
         split[key]["assigned"] += row["nominal"]
         split[key]["used"] += row["used"]
         by_project[key][row["project__slug"]] = row["nominal"]
+        readings.add(row["flavor__cluster__reconciled_at"])
     summary = []
-    tenant_checks = selectors.quota_confirmations(tenant_rows)
     for row in tenant_rows:
         s = split[(row.flavor_id, row.resource)]
-        summary.append({"row": row, "assigned": s["assigned"], "unassigned": row.nominal - s["assigned"], "used": s["used"],
-                        "check": tenant_checks[row.pk]})
+        summary.append({"row": row, "assigned": s["assigned"], "unassigned": row.nominal - s["assigned"], "used": s["used"]})
 
     projects = list(tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name"))
+    rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
+    flavors = [s["row"].flavor for s in summary]
+    unique_flavors = list({f.pk: f for f in flavors}.values())
+    filterset = filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
+                         selects={"project": [(p.slug, p.name) for p in projects],
+                                  "flavor_name": [(f.name, f.name) for f in unique_flavors]})
+    pager = Pager(request, filterset.qs)
+    page_rows = list(pager)
+    # What the cluster confirmed, for the tenant's rows and the page's project rows: one query for both.
+    checks = selectors.quota_confirmations(tenant_rows + page_rows)
+    for s in summary:
+        s["check"] = checks[s["row"].pk]
     charted = [s for s in summary if s["row"].flavor.kind in GPU_KINDS and s["row"].resource == s["row"].flavor.primary_resource
                and s["check"]["enforced"]]
     chart = None
@@ -712,15 +726,6 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                           datasets=datasets, stacked=True,
                           notes=[f"tenant quota {fmt(s['row'].nominal)}, in use {fmt(s['used'])}" for s in charted])
 
-    rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
-    flavors = [s["row"].flavor for s in summary]
-    unique_flavors = list({f.pk: f for f in flavors}.values())
-    filterset = filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
-                         selects={"project": [(p.slug, p.name) for p in projects],
-                                  "flavor_name": [(f.name, f.name) for f in unique_flavors]})
-    pager = Pager(request, filterset.qs)
-    page_rows = list(pager)
-    project_checks = selectors.quota_confirmations(page_rows)
     if form is None:
         initial: dict[str, Any] = {}
         edit = request.GET.get("edit")
@@ -735,8 +740,8 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
         form = ProjectQuotaForm(projects=[p for p in projects if p.is_active], flavors=offered, initial=initial)
     context = {"tenant": tenant, "tab": "quotas", "summary": summary,
                "chart": chart, "filterset": filterset, "pager": pager, "form": form,
-               "project_rows": [(q, project_checks[q.pk]) for q in page_rows],
-               "usage_readings": list(project_rows.order_by().values("flavor__cluster__reconciled_at").distinct()),
+               "project_rows": [(q, checks[q.pk]) for q in page_rows],
+               "usage_readings": [{"flavor__cluster__reconciled_at": at} for at in readings],
                "not_enforced": [s for s in summary if not s["check"]["enforced"]]}
     return page(request, "quotas/tenant_quotas.html", context)
 

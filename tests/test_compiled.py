@@ -143,13 +143,27 @@ def test_a_statement_the_server_will_not_prepare_runs_unprepared_from_then_on(ca
 @postgres_only
 def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None:
     """The hot paths that use ``Compiled``: a token's reads and a submission (token, replay and name, quota row),
-    a request's detail, a signed-in page (the session's user). None may be refused by the server."""
+    a request's detail, a signed-in page (the session's user), the quota pages' sums and confirmations, the
+    approvals inbox's context. None may be refused by the server."""
     from django.test import Client
 
     from portal import compiled as module
+    from quotas import selectors as quota_selectors
+    from quotas.models import Quota
     from tests.workloads.factories import make_catalogue
+    from workloads import selectors as wl_selectors
 
-    make_catalogue(cast)
+    cat = make_catalogue(cast)
+    rows = list(Quota.objects.select_related("flavor__cluster", "project"))
+    assert set(quota_selectors.quota_confirmations(rows)) == {r.pk for r in rows}
+    assert quota_selectors.quota_sums_for(cluster=cat.cluster)
+    assert wl_selectors._QUOTA_ROWS_OF.rows((cast.vision.pk, cast.nlp.pk))  # the approvals inbox's context
+    assert wl_selectors._QUEUE_OF.rows((cast.vision.pk,), (cat.h100.pk,)) == []
+
+    def by_key(found):
+        return sorted(found, key=lambda r: (r["flavor_id"], r["resource"]))
+
+    assert by_key(quota_selectors._QUOTA_SUMS.rows(cat.cluster.pk)) == by_key(quota_selectors._quota_sums_query(cat.cluster.pk))
     client, _ = token_client("carol", cast.vision, "read+submit")
     body = {"template": "training", "gpus": 1, "name": "prep", "parameters": {"command": "python train.py"}}
     made = client.post("/api/v1/requests/", body, format="json", HTTP_IDEMPOTENCY_KEY="prep-1")
@@ -163,6 +177,6 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
     assert browser.get(f"/api/v1/requests/{made.json()['id']}/").status_code == 200
     assert browser.get("/requests/").status_code == 200
     portal = [c for c in module.ALL if not c._build.__module__.startswith("tests")]
-    assert len([c for c in portal if c._kept]) >= 5, [c._build.__module__ for c in portal if c._kept]
+    assert len([c for c in portal if c._kept]) >= 9, [c._build.__module__ for c in portal if c._kept]
     assert all(not c._unpreparable for c in portal), [c._build.__module__ for c in portal if c._unpreparable]
     assert len(_prepared_statements()) >= 5

@@ -55,7 +55,11 @@ def test_every_widget_as_the_templates_write_it(data):
         fast = Everything(data if bound else None, renderer=FAST, prefix="p", initial=slow.initial)
         for name in slow.fields:
             assert str(fast[name]) == str(slow[name]), name
+            assert str(fast[name].errors) == str(slow[name].errors), name  # empty, or the errors' list
+        assert str(fast.errors) == str(slow.errors) and str(fast.non_field_errors()) == str(slow.non_field_errors())
         assert str(fast) == str(slow)
+    if data.get("integer") == "x":
+        assert '<ul class="errorlist"' in str(fast["integer"].errors)
 
 
 def test_the_portals_forms_as_the_templates_write_them():
@@ -83,3 +87,4 @@ def test_it_is_the_portals_renderer(settings):
 
     assert isinstance(get_default_renderer(), FastTemplates)
     assert FAST._fast  # Django's own templates: the fast way is taken
+    assert FAST._own_error_lists

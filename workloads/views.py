@@ -924,23 +924,32 @@ def request_scale(request: HttpRequest, pk: int) -> HttpResponse:
 # Approvals --------------------------------------------------------------------------------------
 
 
+# A flavor's columns that its name (``str``), its resources and the cost estimate read: not its labels, taints and
+# tolerations (JSON, decoded per row) nor its pool, order and cluster.
+FLAVOR_SHOWN = tuple(f"flavor__{name}" for name in ("name", "display_name", "kind", "mig_profile", "gpu_model", "gpu_product",
+                                                   "hami_memory_mib", "hami_cores_percent"))
 # The columns the inbox's rows read (``{% approval_row %}``, ``approval_context``, the cost estimate;
 # ``_extension_row.html``), not the 115-126 of the joined tables: the ORM compiled and built every one of them per call.
 # A column left out would be read one query per row: tests/workloads/test_inbox_columns.py counts them.
 INBOX_COLUMNS = (
     "name", "state", "created_at", "gpus", "replicas", "cpu", "memory_gib", "parameters", "duration_hours",
-    "pending_reason", "project__name", "tenant__name", "template__name", "template__kind", "flavor",
+    "pending_reason", "project__name", "tenant__name", "template__name", "template__kind", *FLAVOR_SHOWN,
     "requested_by__username",
 )
 INBOX_EXTENSION_COLUMNS = (
     "hours", "status", "reason", "comment", "created_at", "requested_by__username", "request__name", "request__state",
-    "request__gpus", "request__duration_hours", "request__flavor", "request__template__name",
+    "request__gpus", "request__duration_hours", "request__flavor__name", "request__flavor__display_name",
+    "request__template__name",
     "request__template__max_duration_hours", "request__project__name", "request__project__tenant__name",
 )
 
 
-def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None) -> dict[str, Any]:
-    return {"req": req, "info": selectors.approval_context(req), "form": form or DecisionForm(prefix=f"decide-{req.pk}")}
+def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None, *, built: bool = True) -> dict[str, Any]:
+    """A row of the inbox: the request, its context, its decision form. ``built=False`` (the page's list) leaves an
+    unbound form unbuilt (``None``): ``{% approval_row %}`` writes its fresh form's HTML without building one."""
+    if form is None and built:
+        form = DecisionForm(prefix=f"decide-{req.pk}")
+    return {"req": req, "info": selectors.approval_context(req), "form": form}
 
 
 def _changed(response: HttpResponse) -> HttpResponse:
@@ -953,14 +962,14 @@ def _changed(response: HttpResponse) -> HttpResponse:
 def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisionForm | None = None,
                     selected: dict[str, set[str]] | None = None, outcome: Any = None, status: int = 200) -> HttpResponse:
     approvable = selectors.approvable_projects(actor=actor)  # the project filter's choices
-    inbox = _rows(selectors.approvals_inbox_for(actor=actor), "tenant", "requested_by").only(*INBOX_COLUMNS)
+    inbox = _rows(selectors.approvals_inbox_for(actor=actor, context=False), "tenant", "requested_by").only(*INBOX_COLUMNS)
     filterset = _request_filters(
         request, inbox, hide=("state", "phase", "tenant", "mine", "requested_by", "created_after", "created_before",
                               "template", "flavor", "priority"),
         selects={"project": [(slug, name) for _, slug, name in approvable]},
     )
     pager = Pager(request, filterset.qs)
-    rows = [_inbox_row(req) for req in pager]
+    rows = [_inbox_row(req, built=False) for req in selectors.with_approval_context(list(pager))]
     extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True).only(*INBOX_EXTENSION_COLUMNS),
                             param="extensions_page")
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]

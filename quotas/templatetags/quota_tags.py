@@ -13,7 +13,7 @@ from django.utils.timezone import template_localtime
 from portal.quantities import fmt
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
-from tenants.templatetags.page_kit import stamp
+from tenants.templatetags.page_kit import day, stamp, url_kept
 
 register = template.Library()
 
@@ -102,3 +102,68 @@ def node_row(node: Any, flags: list[tuple[str, str]], allocatable: list[tuple[st
         f'                <td data-label="Last seen">{_v(seen or "—")}</td>\n'
         f"              </tr>"
     )
+
+
+@register.simple_tag
+def quota_request_row(r: Any) -> SafeString:
+    """``{% include "quotas/_request_row.html" %}`` of the quota request table, written out in Python: the same HTML
+    (``tests/quotas/test_request_row_fast.py`` compares both for every kind of row), without the template engine's
+    work per value and the status badge's include per row."""
+    pk = _v(r.pk)
+    until = f'<br><span class="muted small">until {_v(stamp(template_localtime(r.until)))}</span>' if r.until else ""
+    project = r.project
+    decided_by = r.decided_by
+    decision = _v(decided_by.get_username()) if decided_by else ""
+    if r.comment:
+        decision += f'<blockquote class="comment small">{_v(r.comment)}</blockquote>'
+    elif not decided_by:
+        decision += '<span class="muted">—</span>'
+    return mark_safe(
+        f'<tr id="quota-request-row-{pk}">\n'
+        f'              <td data-label="Request"><a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a> '
+        f'+{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}{until}</td>\n'
+        f'              <td data-label="Project"><a href="{_v(url_kept("project-quota", project.slug))}">{_v(project.name)}</a>'
+        f'<br><span class="muted small">{_v(project.tenant.name)}</span></td>\n'
+        f'              <td data-label="Asked by">{_v(r.requested_by.get_username())}<br>'
+        f'<span class="muted small">{_v(stamp(template_localtime(r.created_at)))}</span></td>\n'
+        f'              <td data-label="Status"><span class="badge badge-request-{_v(r.status)}">{_v(r.get_status_display())}'
+        f'</span>\n<br><span class="muted small">{_v(r.get_approver_display())}</span></td>\n'
+        f'              <td data-label="Decision">{decision}</td>\n'
+        f"            </tr>"
+    )
+
+
+@register.simple_tag
+def quota_request_line(r: Any) -> SafeString:
+    """``{% include "quotas/_request_line.html" %}`` of the project quota page's request list, written out in Python
+    as ``quota_request_row`` (``tests/quotas/test_request_row_fast.py`` compares both)."""
+    pk = _v(r.pk)
+    decided_by = r.decided_by
+    decided = (f" · {_v(str(r.get_status_display()).lower())} by {_v(decided_by.get_username())}" if decided_by else "")
+    comment = f'<blockquote class="comment small">{_v(r.comment)}</blockquote>' if r.comment else ""
+    return mark_safe(
+        f'<li class="request-line">\n'
+        f'            <a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a>\n'
+        f"            +{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}\n"
+        f'            <span class="badge badge-request-{_v(r.status)}">{_v(r.get_status_display())}</span>\n\n'
+        f'            <span class="muted small">by {_v(r.requested_by.get_username())}, '
+        f"{_v(day(template_localtime(r.created_at)))}{decided}</span>\n"
+        f"            {comment}\n"
+        f"          </li>"
+    )
+
+
+@register.simple_tag
+def confirmed_cell(c: Any) -> SafeString:
+    """``{% include "quotas/_confirmed.html" %}`` (what the cluster confirmed of a quota row: a row of
+    ``selectors.quota_confirmations``), written out in Python: the same HTML (``tests/quotas/test_request_row_fast.py``
+    compares both for every kind of row), without an include per row of the quota tables."""
+    if not c.get("enforced"):
+        reason = getattr(c.get("enforcement"), "reason", "")
+        return mark_safe(f'\n<span class="flag flag-notready" title="{_v(reason)}">not enforced</span>\n\n')
+    at = c.get("confirmed_at")
+    shown = (f'<span class="small">{_v(stamp(template_localtime(at)))} UTC</span>' if at
+             else '<span class="muted small">not yet on the cluster</span>')
+    drift = (f'<br><strong class="over small drift">drift: the cluster says {_v(qty(c.get("cluster_nominal"), "none"))}'
+             f"</strong>" if c.get("drift") else "")
+    return mark_safe(f"\n{shown}\n{drift}\n")

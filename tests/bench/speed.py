@@ -601,7 +601,8 @@ def explain(sqls: dict[str, list[str]]) -> None:
 # The pages the target names (each: p50 <= PAGE_RATIO x the floor list's p50, <= PAGE_QUERIES queries).
 TARGET_PAGES = [
     "page request list", "page request list (projects)", "page request list (small project)", "page project detail",
-    "page ops requests", "page capacity", "page project quota", "page quota requests", "page approvals inbox",
+    "page ops requests", "page capacity", "page tenant quotas", "page project quota", "page quota requests",
+    "page approvals inbox",
 ]
 PAGE_RATIO, PAGE_QUERIES = 2.5, 10
 # API list and detail with a token and a session: p50 <= API_RATIO x the floor (lists: the floor list; details: its detail).

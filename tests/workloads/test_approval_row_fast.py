@@ -1,7 +1,8 @@
 """The approvals inbox writes its rows in Python (``{% approval_row %}``, docs/performance.md): the same HTML as
 ``workloads/_approval_row.html``, which still renders a row decided in place. Compared here for rows of every kind:
 markup and quotes in what people typed, replicas, a reason, quota rows with and without a borrowing limit or use,
-none, a cost estimate, a selected row, the other states, and a bound form (which goes through the template)."""
+none, a cost estimate, a selected row, the other states, and a bound form (which goes through the template); each
+with its form built and without one (the page's rows: the form's HTML written directly)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ TEMPLATE = ('{% for row in rows %}{% include "workloads/_approval_row.html" with
             'form=row.form selectable=True %}{% endfor %}')
 
 
-def both(rows: list[dict], **extra) -> tuple[str, str]:
+def both(rows: list[dict], *, unbuilt: bool = False, **extra) -> tuple[str, str]:
+    """The rows written by ``{% approval_row %}`` and through the template. ``unbuilt``: the fast side's rows come
+    without their form (``None``, as the inbox page passes them), the template's with a fresh ``DecisionForm``."""
     request = RequestFactory().get("/approvals/")
     context = {"rows": rows, "csrf_token": "t0ken", "request": request, **extra}
     engine = engines["django"]
-    return engine.from_string(FAST).render(context), engine.from_string(TEMPLATE).render(context)
+    fast_rows = [row | {"form": None} for row in rows] if unbuilt else rows
+    return engine.from_string(FAST).render(context | {"rows": fast_rows}), engine.from_string(TEMPLATE).render(context)
 
 
 def test_the_rows_are_the_templates(cast, cat) -> None:
@@ -47,15 +51,28 @@ def test_the_rows_are_the_templates(cast, cat) -> None:
     first["info"]["cost_estimate"] = Decimal("12.5")
     first["info"]["waiting_ahead"] = 1
     second["info"]["quota"] = []
+    second["info"]["cost_estimate"] = None  # no price list (one another test left in the cache would price it)
     second["req"].replicas = 3
     second["info"]["in_use"] = None
     second["info"]["waiting_ahead"] = 3
     second["req"].pending_reason = ""
     third["req"].state = "submitted"
     fourth["req"].state = "approved"
-    fast, template = both(rows, selected_requests={str(first["req"].pk)})
-    assert 'checked> Select' in fast and "Billing not configured." in fast and "&lt;b&gt;" in fast
-    assert fast == template
+    for unbuilt in (False, True):  # a row's built form, and none (the page's rows: its HTML written directly)
+        fast, template = both(rows, unbuilt=unbuilt, selected_requests={str(first["req"].pk)})
+        assert 'checked> Select' in fast and "Billing not configured." in fast and "&lt;b&gt;" in fast
+        assert f'id="id_decide-{first["req"].pk}-comment"' in fast and "Required to reject" in fast
+        assert fast == template
+
+
+def test_a_row_without_its_form_is_the_pages_row(cast, cat) -> None:
+    """The page builds no form per row (``_inbox_row(built=False)``); its rows are those of a fresh form."""
+    submit(cast, cat, gpus=4)
+    req = _rows(selectors.approvals_inbox_for(actor=cast.actor("bob")), "tenant", "requested_by").get()
+    row = _inbox_row(req, built=False)
+    assert row["form"] is None
+    fast, template = both([row | {"form": DecisionForm(prefix=f"decide-{req.pk}")}], unbuilt=True)
+    assert f'name="decide-{req.pk}-comment"' in fast and fast == template
 
 
 def test_a_bound_form_renders_through_the_template(cast, cat) -> None:
@@ -65,8 +82,11 @@ def test_a_bound_form_renders_through_the_template(cast, cat) -> None:
     assert not form.is_valid()
     fast, template = both([_inbox_row(req, form)])
     assert "field-invalid" in fast and fast == template
-    fast, template = both([_inbox_row(req)], error="Decided meanwhile.")
-    assert "Decided meanwhile." in fast and fast == template
+    for unbuilt in (False, True):
+        fast, template = both([_inbox_row(req)], unbuilt=unbuilt, error="Decided meanwhile.")
+        assert "Decided meanwhile." in fast and fast == template
+        fast, template = both([_inbox_row(req)], unbuilt=unbuilt, done="Approved.")
+        assert "Approved." in fast and fast == template
 
 
 def test_the_inbox_page_shows_them(as_user, cast, cat) -> None:

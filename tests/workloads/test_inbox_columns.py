@@ -60,3 +60,34 @@ def test_no_column_of_a_row_is_read_one_query_per_row(cast, cat, priced) -> None
         assert f"big-{i}" in four and f"run-{i}" in four and f"more &lt;{i}&gt;" in four
     assert "Vision" in four or cast.vision.name in four
     assert ("Billing not configured." in four) is not priced
+
+
+def test_the_pages_context_queries_are_the_selectors_annotations(cast, cat) -> None:
+    """The page reads its rows without ``approvals_inbox_for``'s subqueries and prefetch, then their context in two
+    queries (``with_approval_context``): the same ``waiting_ahead``, ``in_use`` and quota rows, in the same order,
+    for rows of several projects and flavors, with and without anything queued, running or any quota row."""
+    from quotas.models import Quota
+    from workloads import selectors
+
+    for project in (cast.vision, cast.nlp, cast.llm):
+        for flavor in (cat.h100, cat.mig):
+            make_request(cat, project, cast.carol, flavor=flavor)
+    for state, replicas, gpus in ((RequestState.RUNNING, 2, 3), (RequestState.RUNNING, 1, 1), (RequestState.QUEUED, 1, 2),
+                                  (RequestState.APPROVED, 1, 1), (RequestState.PREEMPTED, 1, 1), (RequestState.SUCCEEDED, 1, 8)):
+        make_request(cat, cast.vision, cast.carol, state=state, replicas=replicas, gpus=gpus)
+    make_request(cat, cast.nlp, cast.carol, state=RequestState.RUNNING, flavor=cat.mig, gpus=2)
+    Quota.objects.create(tenant=cast.acme, project=cast.vision, flavor=cat.h100, resource="cpu", nominal=Decimal("16"))
+    actor = cast.actor("ops")
+    annotated = list(selectors.approvals_inbox_for(actor=actor))
+    plain = selectors.with_approval_context(list(selectors.approvals_inbox_for(actor=actor, context=False)))
+    assert [r.pk for r in plain] == [r.pk for r in annotated] and len(plain) == 6
+
+    def seen(req) -> tuple:
+        return (req.waiting_ahead, req.in_use,
+                [(q.pk, q.resource, q.nominal) for q in req.project.quota_rows if q.flavor_id == req.flavor_id],
+                selectors.approval_context(req))
+
+    assert [seen(r) for r in plain] == [seen(r) for r in annotated]
+    assert {(r.waiting_ahead, r.in_use) for r in plain} >= {(3, 7), (0, 0)}
+    assert any(len([q for q in r.project.quota_rows if q.flavor_id == r.flavor_id]) == 2 for r in plain)
+    assert selectors.with_approval_context([]) == []

@@ -7,7 +7,9 @@ import shlex
 from typing import Any
 
 from django import template
+from django.conf import settings
 from django.forms import BoundField
+from django.forms.renderers import get_default_renderer
 from django.template.base import render_value_in_context
 from django.template.defaultfilters import floatformat, pluralize
 from django.template.defaulttags import CsrfTokenNode
@@ -20,6 +22,7 @@ from portal.extensions import cost_estimator
 from portal.quantities import format_money
 from tenants.access import Actor
 from tenants.templatetags.page_kit import stamp
+from workloads.forms import DecisionForm
 
 register = template.Library()
 
@@ -132,12 +135,34 @@ class _Values:
 
 def _v(value: Any) -> str:
     """``{{ value }}`` as the template engine writes it (local time, localisation, escaping). A plain string is only
-    escaped and a safe one kept, as the engine ends up doing with them, without asking for local time and formats."""
-    if type(value) is str:
+    escaped and a safe one kept, as the engine ends up doing with them, without asking for local time and formats;
+    an ``int`` is its digits while the settings group no thousands (what ``localize`` comes to then)."""
+    kind = type(value)
+    if kind is str:
         return escape(value)
-    if type(value) is SafeString:
+    if kind is SafeString:
         return value
+    if kind is int and not settings.USE_THOUSAND_SEPARATOR:
+        return str(value)
     return render_value_in_context(value, _Values)
+
+
+# The decision form's comment field of a row (label's target, widget, help text), written once per form class and
+# renderer with a marker for the prefix; each row's prefix is put in its place (``approval_row``).
+_FIELD_PARTS: dict[tuple[type, Any], tuple[str, str, str]] = {}
+
+
+def _comment_parts(form_class: type, prefix: str) -> tuple[str, str, str]:
+    """(``field.id_for_label``, ``{{ field|row_widget }}``, the help text's paragraph or "") of an unbound form's
+    ``comment`` field with ``prefix``, without building the form (``tests/workloads/test_approval_row_fast.py``)."""
+    key = (form_class, get_default_renderer())
+    parts = _FIELD_PARTS.get(key)
+    if parts is None:
+        field = form_class(prefix=_PREFIX_MARK)["comment"]
+        help_text = (f'<p class="help" id="{_v(field.auto_id)}_helptext">{_v(field.help_text)}</p>'
+                     if field.help_text else "")
+        parts = _FIELD_PARTS[key] = (_v(field.id_for_label), str(field), help_text)
+    return tuple(part.replace(_PREFIX_MARK, prefix) for part in parts)  # type: ignore[return-value]
 
 
 @register.simple_tag(takes_context=True)
@@ -145,10 +170,14 @@ def approval_row(context: Any, row: dict[str, Any]) -> SafeString:
     """``{% include "workloads/_approval_row.html" with req=row.req info=row.info form=row.form %}`` of the
     inbox's list: the row written out in Python, the same HTML (``tests/workloads/test_approval_row_fast.py``
     compares both for every kind of row), without the template engine's work per value, which was most of the
-    inbox's time. A row with a bound form, a result (``done``) or an ``error`` renders through the template."""
-    req, info, form = row["req"], row["info"], row["form"]
-    if (context.get("done") or context.get("error") or form.is_bound or form.initial or not form.prefix
-            or form.auto_id != "id_%s"):
+    inbox's time. A row without a form (``None``: the page's rows) has a fresh, unbound ``DecisionForm`` of the
+    row's prefix, written without building it (``_comment_parts``). A row with a bound form, a result (``done``) or
+    an ``error`` renders through the template."""
+    req, info, form = row["req"], row["info"], row.get("form")
+    if form is None and (context.get("done") or context.get("error")):
+        form = DecisionForm(prefix=f"decide-{req.pk}")
+    if form is not None and (context.get("done") or context.get("error") or form.is_bound or form.initial
+                             or not form.prefix or form.auto_id != "id_%s" or form.renderer is not get_default_renderer()):
         template = context.template.engine.get_template("workloads/_approval_row.html")
         with context.push(req=req, info=info, form=form, selectable=True):
             return template.render(context)
@@ -209,10 +238,11 @@ def approval_row(context: Any, row: dict[str, Any]) -> SafeString:
         f"  </dl>\n  "
     )
     if state in ("pending_approval", "submitted"):
-        field = form["comment"]
+        if form is None:
+            label_for, widget, help_text = _comment_parts(DecisionForm, f"decide-{req.pk}")
+        else:
+            label_for, widget, help_text = _comment_parts(type(form), form.prefix)
         decide_url = _v(pk_url("request-decide", req.pk))
-        help_text = (f'<p class="help" id="{_v(field.auto_id)}_helptext">{_v(field.help_text)}</p>'
-                     if field.help_text else "")
         out.append(
             f'\n    <form method="post" action="{decide_url}"\n'
             f'          hx-post="{decide_url}" hx-target="closest li" hx-swap="outerHTML">\n'
@@ -220,8 +250,8 @@ def approval_row(context: Any, row: dict[str, Any]) -> SafeString:
             f'      <input type="hidden" name="next" value="inbox">\n'
             f"      \n"
             f'        <div class="field">\n'
-            f'          <label for="{_v(field.id_for_label)}">Comment on {name}</label>\n'
-            f"          {row_widget(field)}\n"
+            f'          <label for="{label_for}">Comment on {name}</label>\n'
+            f"          {widget}\n"
             f"          \n"
             f"          {help_text}\n"
             f"        </div>\n"
