@@ -198,7 +198,8 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     return out
 
 
-# How long one run keeps taking new batches before it hands over to a fresh run (a worker's shutdown waits on it).
+# How long one task run keeps taking new batches before it queues a fresh run to take over (a worker's shutdown waits
+# on a running task).
 RUN_SECONDS = 30
 
 
@@ -230,10 +231,9 @@ def requests_materialize_until_done(*, request_id: int | None = None, more: Any 
             _call_quietly(more)
         if out["claimed"]:
             last_look = False
-            if time.monotonic() - started > RUN_SECONDS:
+            if more is not None and time.monotonic() - started > RUN_SECONDS:
                 hooks.run_last_look()
-                if more is not None:
-                    _call_quietly(more)  # a fresh run takes over and looks again
+                _call_quietly(more)  # a fresh run takes over and looks again
                 return totals
             continue
         if last_look:
