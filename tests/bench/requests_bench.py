@@ -12,6 +12,10 @@ this process; nothing of a running portal is touched.
    database and broker, on a queue of its own; stopped at the end) or by threads calling the materializer
    (``--workers threads``); prints end-to-end requests per second until all are ``queued`` in the sandbox, and
    where the time goes (API time per submission, submission-to-queued wait, claims per request).
+   ``--http-clients N``: over HTTP against gunicorn instead, with the CPU seconds of each part (gunicorn, the Celery
+   worker, the sandbox, this process and its client threads, the database's backends) per request;
+   ``--stages`` times the API and the worker one after the other, ``--still-cluster`` keeps the sandbox's
+   controllers from running (only its API server answers).
 2. Status following: with A active requests whose Jobs exist in a sandbox (controllers off: only our changes
    happen), one resync, then follower cycles in which C requests change (a pod of theirs starts running);
    prints cluster calls, database queries and writes per cycle for each (A, C): they follow C, not A.
