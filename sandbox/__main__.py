@@ -1,4 +1,4 @@
-"""``python -m sandbox --kubeconfig FILE [--port N] [--profile FILE] [--speed X] [--state-file FILE]``
+"""``python -m sandbox --kubeconfig FILE [--port N] [--profile FILE] [--speed X] [--state-file FILE] [--tick-interval S]``
 
 Starts the sandbox cluster on 127.0.0.1, writes a kubeconfig (context ``sandbox``, bearer token) to FILE, prints
 the URL and serves until Ctrl-C or SIGTERM, then saves the state file if one was given.
@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     p.add_argument("--state-file", default=None, help="load state from this JSON file at start, save it at stop")
     p.add_argument("--token", default=None, help="bearer token to require (default: a random one)")
+    p.add_argument("--tick-interval", type=float, default=0.2,
+                   help="seconds between controller rounds (default 0.2); 0 keeps the cluster still: the nodes and "
+                        "queues are seeded, objects are stored, and nothing reacts to them")
     args = p.parse_args(argv)
 
     stop = threading.Event()
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
 
     sb = Sandbox(port=args.port, kubeconfig=args.kubeconfig, profile=args.profile, speed=args.speed,
-                 state_file=args.state_file, token=args.token)
+                 state_file=args.state_file, token=args.token, tick_interval=args.tick_interval)
     sb.start()
     print(f"sandbox cluster listening on {sb.url}", flush=True)
     print(f"kubeconfig written to {args.kubeconfig} (context 'sandbox')", flush=True)

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import logging
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -24,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from portal import labels, prometheus
@@ -32,7 +33,7 @@ from portal.events import enqueue
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 from portal.notify import notify_send
 
-from . import kinds
+from . import hooks, kinds
 from .manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
 from .manifests import manifests_hash as objects_hash
 from .models import RequestEvent, RequestState, WorkloadRequest
@@ -131,16 +132,16 @@ CLAIM_LEASE = SWEEP_AFTER
 
 def _claim(request_id: int | None, limit: int) -> list[WorkloadRequest]:
     """Claim up to ``limit`` approved requests that no live run holds (``request_id`` first when it is one of them):
-    under their row locks, skipping rows another run is claiming at this moment, and stamp ``claimed_at``."""
+    under their row locks, skipping rows another run is claiming at this moment, and stamp ``claimed_at``.
+
+    One locking statement picks them (``request_id`` sorted first), one stamps them; a run that finds nothing (most
+    runs while submissions stream in: another run's batch took theirs) stops after the first, a cheap one."""
     now = timezone.now()
     free = WorkloadRequest.objects.filter(state=S.APPROVED).filter(
         Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - CLAIM_LEASE))
+    first = Case(When(pk=request_id, then=Value(0)), default=Value(1)) if request_id is not None else Value(1)
     with transaction.atomic():
-        ids: list[int] = []
-        if request_id is not None:
-            ids = list(free.filter(pk=request_id).select_for_update(skip_locked=True).values_list("pk", flat=True))
-        ids += list(free.exclude(pk__in=ids).order_by("pk").select_for_update(skip_locked=True)
-                    .values_list("pk", flat=True)[:max(0, limit - len(ids))])
+        ids = list(free.order_by(first, "pk").select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])
         if not ids:
             return []
         WorkloadRequest.objects.filter(pk__in=ids).update(claimed_at=now, attempts=F("attempts") + 1)
@@ -197,6 +198,57 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     return out
 
 
+# How long one task run keeps taking new batches before it queues a fresh run to take over (a worker's shutdown waits
+# on a running task).
+RUN_SECONDS = 30
+
+
+def requests_materialize_until_done(*, request_id: int | None = None, more: Any = None) -> dict[str, int]:
+    """``requests_materialize`` again and again while it finds approved requests: one task run takes on the
+    submissions that arrive while it works, in batches of what arrived meanwhile, instead of one run per
+    submission. Returns the summed counts (``runs``: how many batches it looked for).
+
+    Approvals queue no run while this one will look again (``hooks.RUN_PENDING``, set before each look); before its
+    last look, which finds nothing, it removes the mark, so every approval is either seen by a look of this run or
+    queues a run of its own. ``more()`` (queue another run) is called when a batch was full: a backlog is shared
+    with the worker's other processes. A cluster outage removes the mark and raises (the task retries)."""
+    totals = {"claimed": 0, "queued": 0, "rejected": 0, "cleaned": 0, "raced": 0, "runs": 0}
+    started = time.monotonic()
+    last_look = False
+    while True:
+        if not last_look:
+            hooks.run_will_look()
+        try:
+            out = requests_materialize(request_id=request_id, limit=BATCH)
+        except Exception:
+            hooks.run_last_look()
+            raise
+        request_id = None
+        totals["runs"] += 1
+        for key, value in out.items():
+            totals[key] += value
+        if out["claimed"] >= BATCH and more is not None:
+            _call_quietly(more)
+        if out["claimed"]:
+            last_look = False
+            if more is not None and time.monotonic() - started > RUN_SECONDS:
+                hooks.run_last_look()
+                _call_quietly(more)  # a fresh run takes over and looks again
+                return totals
+            continue
+        if last_look:
+            return totals
+        hooks.run_last_look()
+        last_look = True
+
+
+def _call_quietly(fn: Any) -> None:
+    try:
+        fn()
+    except Exception:  # the broker is down: this run goes on alone; the sweep covers a lost hand-over
+        logger.exception("could not queue another materializer run")
+
+
 # How many cluster calls of one batch may be in flight at once.
 APPLY_THREADS = 8
 
@@ -215,14 +267,27 @@ def _apply_one(req: WorkloadRequest, objects: list[dict[str, Any]]) -> tuple[str
     return "applied", current, None
 
 
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _apply_pool() -> ThreadPoolExecutor:
+    """This process's apply threads, made on first use and kept (a batch of a few requests would otherwise pay for
+    starting and joining its threads). A forked child (a prefork worker) makes its own."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="apply"))
+        return _pool[1]
+
+
 def _apply_side_by_side(rendered: list[tuple[WorkloadRequest, list[dict[str, Any]]]]) -> list[tuple[str, Any, Any]]:
     """``_apply_one`` for every request, up to ``APPLY_THREADS`` at once; the outcomes in the same order."""
     if len(rendered) <= 1:
         return [_apply_one(req, objects) for req, objects in rendered]
     for req, _ in rendered:
         kube_for(req.cluster)  # made here, once, rather than by several threads at the same time
-    with ThreadPoolExecutor(max_workers=min(APPLY_THREADS, len(rendered)), thread_name_prefix="apply") as pool:
-        return list(pool.map(lambda item: _apply_one(*item), rendered))
+    return list(_apply_pool().map(lambda item: _apply_one(*item), rendered))
 
 
 def _record_queued(applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]], out: dict[str, int]) -> None:

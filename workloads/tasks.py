@@ -28,11 +28,13 @@ RETRY = {
 
 
 @shared_task(acks_late=True, **RETRY)
-def request_materialize_task(request_id: int) -> dict[str, int]:
-    """An approved request: create its objects in the cluster and record it queued, together with up to
-    ``materialize.BATCH`` - 1 other approved requests no other run has claimed (``materialize.requests_materialize``).
-    When another run already claimed this one, it only takes on what is left (often nothing)."""
-    return materialize.requests_materialize(request_id=request_id)
+def request_materialize_task(request_id: int | None = None) -> dict[str, int]:
+    """An approved request (or None: whatever is approved): create its objects in the cluster and record it queued,
+    together with up to ``materialize.BATCH`` - 1 other approved requests no other run has claimed, then further
+    batches while approvals keep arriving (``materialize.requests_materialize_until_done``; approvals meanwhile queue
+    no run of their own). A full batch queues one more run, so a backlog is shared among the worker's processes."""
+    return materialize.requests_materialize_until_done(
+        request_id=request_id, more=lambda: request_materialize_task.delay(None))
 
 
 @shared_task(acks_late=True, **RETRY)

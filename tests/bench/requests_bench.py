@@ -12,6 +12,10 @@ this process; nothing of a running portal is touched.
    database and broker, on a queue of its own; stopped at the end) or by threads calling the materializer
    (``--workers threads``); prints end-to-end requests per second until all are ``queued`` in the sandbox, and
    where the time goes (API time per submission, submission-to-queued wait, claims per request).
+   ``--http-clients N``: over HTTP against gunicorn instead, with the CPU seconds of each part (gunicorn, the Celery
+   worker, the sandbox, this process and its client threads, the database's backends) per request;
+   ``--stages`` times the API and the worker one after the other, ``--still-cluster`` keeps the sandbox's
+   controllers from running (only its API server answers).
 2. Status following: with A active requests whose Jobs exist in a sandbox (controllers off: only our changes
    happen), one resync, then follower cycles in which C requests change (a pod of theirs starts running);
    prints cluster calls, database queries and writes per cycle for each (A, C): they follow C, not A.
@@ -62,15 +66,17 @@ class QueryCounter:
 
 
 class RemoteSandbox:
-    """The sandbox cluster in a child process (``python -m sandbox``), so its controllers don't share our GIL."""
+    """The sandbox cluster in a child process (``python -m sandbox``), so its controllers don't share our GIL.
+    ``still``: its controllers never run (``--tick-interval 0``): Jobs are stored and nothing admits or runs them."""
 
     controllers = True
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, *, still: bool = False) -> None:
         import subprocess
 
         self.kubeconfig = kubeconfig
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--kubeconfig", str(kubeconfig)], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--kubeconfig", str(kubeconfig),
+                                      *(["--tick-interval", "0"] if still else [])], cwd=REPO,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not kubeconfig.exists():
@@ -126,6 +132,60 @@ def make_world(sandbox, *, gpus: int, architecture: str = "B"):
     if sandbox.controllers is not None:
         reconcile(cluster, kube=kube)
     return cluster, tenant, project, admin
+
+
+# ------------------------------------------------------------------------------------------------ CPU per component
+def _process_table() -> dict[int, tuple[int, float]]:
+    """Every process of this machine: pid -> (parent pid, CPU seconds so far, user + system), from ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return table
+
+
+def cpu_snapshot(roots: dict[str, list[int]]) -> dict[str, dict[int, float]]:
+    """CPU seconds used so far by each process of each component: its root processes and their descendants, less
+    the trees of the other components (this process is the parent of the others). Linux only."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[str, dict[int, float]] = {}
+    for name, pids in roots.items():
+        others = {pid for other, its in roots.items() if other != name for pid in its}
+        seen: set[int] = set()
+        todo = list(pids)
+        while todo:
+            pid = todo.pop()
+            if pid in seen or pid not in table or pid in others:  # another component's tree is not ours
+                continue
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+        out[name] = {pid: table[pid][1] for pid in seen}
+    return out
+
+
+def cpu_used(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]) -> dict[str, float]:
+    """CPU seconds each component used between two snapshots (a process started meanwhile counts from zero)."""
+    return {name: sum(secs - before.get(name, {}).get(pid, 0.0) for pid, secs in pids.items())
+            for name, pids in after.items()}
+
+
+def database_backends() -> list[int]:
+    """The PostgreSQL backends connected to the benchmark's database (none on SQLite)."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return [row[0] for row in cursor.fetchall()]
 
 
 # ------------------------------------------------------------------------------------------------ 1. submission
@@ -317,10 +377,16 @@ def submission_body(i: int) -> dict:
             "name": f"bench-{i}"}  # a made-up name is 6 random hex digits: 1,000 of them may collide
 
 
-def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurrency: int) -> None:
+def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurrency: int, stages: bool = False,
+                      still_cluster: bool = False) -> None:
     """N submissions from ``clients`` concurrent HTTP clients against gunicorn with ``servers`` sync workers, a real
     Celery worker with ``concurrency`` processes and the sandbox in a child process: from the first POST until every
-    request is queued in the cluster. Checks that nothing was lost or done twice."""
+    request is queued in the cluster. Checks that nothing was lost or done twice.
+
+    ``stages``: one stage after the other, each alone on the machine: the API takes every submission with no worker
+    running, then the worker starts and materializes the backlog; each stage's own throughput and CPU.
+    ``still_cluster``: the sandbox's controllers never run, so the simulated cluster's own work (admission, pods,
+    their scheduling and status) takes none of the machine's CPU; only its API server answers the portal."""
     import itertools
     import json
 
@@ -330,7 +396,7 @@ def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurre
     from tenants.services import token_create
     from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
-    sandbox = RemoteSandbox(tmp / "submit-http.kubeconfig")
+    sandbox = RemoteSandbox(tmp / "submit-http.kubeconfig", still=still_cluster)
     prefix = f"bench-requests-{os.getpid()}:"
     env = database_env() | {
         "DJANGO_SETTINGS_MODULE": "tests.bench.speed_settings", "SPEED_BROKER_PREFIX": prefix,  # a private broker
@@ -341,7 +407,8 @@ def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurre
         cluster, _, project, admin = make_world(sandbox, gpus=4 * n)
         _, raw = token_create(actor=Actor(user=admin), project=project, name="ci", scope="read+submit")
         headers = {"Authorization": f"Bearer {raw}", "Content-Type": "application/json", "Accept": "application/json"}
-        worker = CeleryWorker(None, concurrency, env)
+        if not stages:
+            worker = CeleryWorker(None, concurrency, env)
         server = Gunicorn(servers, env)
         # Warm every gunicorn worker (imports, first connection) with a GET; no submission before the clock starts.
         for _ in range(servers * 3):
@@ -378,17 +445,31 @@ def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurre
         threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
         for t in threads:
             t.start()
+
+        def components() -> dict[str, list[int]]:
+            return {"gunicorn": [server.proc.pid], "Celery worker": [worker.proc.pid] if worker else [],
+                    "sandbox": [sandbox.proc.pid], "clients and bench": [os.getpid()], "PostgreSQL": database_backends()}
+
+        cpu_before = cpu_snapshot(components())
+        load_before = os.getloadavg()[0]
         barrier.wait()
         start = time.perf_counter()
         for t in threads:
             t.join()
         submitted = time.perf_counter()
         mine = WorkloadRequest.objects.filter(cluster=cluster)
+        worker_started = submitted
+        if stages:
+            api_cpu = cpu_used(cpu_before, cpu_snapshot(components()))
+            worker = CeleryWorker(None, concurrency, env)
+            worker_started = time.perf_counter()
+            cpu_before = cpu_snapshot(components())
         deadline = time.monotonic() + 600
         while mine.filter(state__in=[RequestState.APPROVED, RequestState.SUBMITTED]).exists():
             assert time.monotonic() < deadline, "requests still approved after 10 minutes"
             time.sleep(0.05)
         drained = time.perf_counter()
+        cpu = cpu_used(cpu_before, cpu_snapshot(components()))
 
         from portal.kube import kube_for
 
@@ -406,18 +487,37 @@ def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurre
         attempts = dict(mine.values_list("attempts").annotate(n=Count("pk")))
         span = mine.aggregate(first=Min("created_at"), last=Max("created_at"))
         api_s, e2e_s = submitted - start, drained - start
+        queued_span = mine.aggregate(first=Min("queued_at"), last=Max("queued_at"))
         print(f"\n1b. submit {n} requests over HTTP: {clients} concurrent clients, gunicorn with {servers} sync workers, "
-              f"a Celery worker with {concurrency} processes, the sandbox in a child process "
-              f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs shared by all of them)")
+              f"a Celery worker with {concurrency} processes, the sandbox in a child process"
+              f"{' (still: no controller runs)' if still_cluster else ''} (load average {load_before:.1f} before, "
+              f"{os.getloadavg()[0]:.1f} after; {os.cpu_count()} CPUs shared by all of them and whatever else runs)")
         print(f"   latency p50 {pct(latencies, 50) * 1000:.1f} ms, p95 {pct(latencies, 95) * 1000:.1f} ms; "
               f"accepted by the API {n / api_s:.0f}/s ({api_s:.1f} s); failed calls {len(failures)}")
         print(f"   end to end: all {n} queued in the sandbox {e2e_s:.1f} s after the first POST = {n / e2e_s:.0f}/s "
               f"({drained - submitted:.1f} s after the last POST)")
+        cores = os.cpu_count() or 1
+        if stages:
+            materialize_s = (queued_span["last"] - queued_span["first"]).total_seconds()
+            print(f"   stage by stage: the API alone accepted {n / api_s:.0f}/s; then the worker, started "
+                  f"{worker_started - submitted:.1f} s after the last POST, queued them all {drained - worker_started:.1f} s "
+                  f"after its start, {materialize_s:.1f} s from the first queued to the last = "
+                  f"{n / max(materialize_s, 0.001):.0f}/s")
+            print("   CPU seconds of the API stage: " + ", ".join(
+                f"{name} {secs:.1f} s ({secs / n * 1000:.1f} ms per request)" for name, secs in api_cpu.items() if secs))
+            print(f"   CPU seconds of the worker stage (from the worker's start; {drained - worker_started:.1f} s x {cores} CPUs): "
+                  + ", ".join(f"{name} {secs:.1f} s ({secs / n * 1000:.1f} ms per request)" for name, secs in cpu.items()
+                              if secs))
         print(f"   submission to queued p50 {pct(waits, 50):.2f} s, p95 {pct(waits, 95):.2f} s, max {waits[-1]:.2f} s; "
               f"recorded queued in {batches} writes ({n / max(batches, 1):.1f} requests per batch); claims per "
               f"request {attempts}; 'queued' timeline entries per request {moves_per_request}")
         print(f"   states: {states}; distinct names {names}; Jobs in the cluster {len(jobs)} "
               f"({len(set(job_names))} distinct); first to last row {(span['last'] - span['first']).total_seconds():.1f} s")
+        if not stages:
+            print(f"   CPU seconds from the first POST to all queued ({e2e_s:.1f} s x {cores} CPUs = {e2e_s * cores:.1f} s "
+                  f"available, shared with whatever else runs): "
+                  + ", ".join(f"{name} {secs:.1f} s ({secs / n * 1000:.1f} ms per request)" for name, secs in cpu.items())
+                  + f"; total {sum(cpu.values()):.1f} s")
         for status, content in failures[:5]:
             print(f"   failed: {status} {content!r}")
         assert not failures, f"{len(failures)} submissions failed"
@@ -510,6 +610,13 @@ def main() -> int:
                         help="submit over HTTP with this many concurrent clients against gunicorn (0: one client in "
                              "process)")
     parser.add_argument("--gunicorn-workers", type=int, default=4, help="gunicorn sync workers for --http-clients")
+    parser.add_argument("--stages", action="store_true",
+                        help="with --http-clients: the API takes every submission first with no worker running, then "
+                             "the worker materializes the backlog; each stage's throughput and CPU")
+    parser.add_argument("--still-cluster", action="store_true",
+                        help="with --http-clients: the sandbox's controllers never run (its API server answers, nothing "
+                             "admits or runs the Jobs): the portal's own throughput, without the simulated cluster's "
+                             "work on the same CPUs")
     parser.add_argument("--active", default="1000,5000")
     parser.add_argument("--changes", default="0,10,100")
     args = parser.parse_args()
@@ -524,7 +631,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             if args.submit and args.http_clients:
                 bench_submit_http(args.submit, Path(tmp), clients=args.http_clients, servers=args.gunicorn_workers,
-                                  concurrency=args.concurrency)
+                                  concurrency=args.concurrency, stages=args.stages, still_cluster=args.still_cluster)
             elif args.submit:
                 bench_submit(args.submit, Path(tmp), workers=args.workers, concurrency=args.concurrency)
             bench_follow([int(x) for x in args.active.split(",") if x], [int(x) for x in args.changes.split(",") if x], Path(tmp))

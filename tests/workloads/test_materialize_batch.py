@@ -90,3 +90,51 @@ def test_batch_size_is_a_limit(world: World) -> None:
     assert materialize.requests_materialize(limit=2)["queued"] == 2
     assert materialize.requests_materialize(limit=2)["queued"] == 1
     assert {r.state for r in WorkloadRequest.objects.filter(pk__in=[r.pk for r in reqs])} == {S.QUEUED}
+
+
+# ------------------------------------------------------------------------------------------------ coalesced runs
+@pytest.fixture
+def world_hooked(fresh_sandbox, cast) -> World:
+    """Approvals queue materializer runs for real (the broker sees them; no worker takes them: the test runs them)."""
+    return _world(fresh_sandbox, cast, architecture="B")
+
+
+def test_approvals_while_a_run_is_coming_queue_no_run_of_their_own(world_hooked: World, hooks_called) -> None:
+    reqs = _submit(world_hooked, 4)
+    assert hooks_called == [("approved", reqs[0].pk)]  # the others saw that a run is coming
+
+    out = request_materialize_task.apply(args=[reqs[0].pk]).get()
+    assert out["claimed"] == 4 and out["queued"] == 4
+    assert out["runs"] == 3  # the batch, a look that found nothing, then the last look (the mark removed)
+    assert all(world_hooked.objects(r) == {"batch/v1/Job": 1} for r in reqs)
+
+    later = _submit(world_hooked, 1)[0]  # that run is over: the next approval queues one
+    assert hooks_called == [("approved", reqs[0].pk), ("approved", later.pk)]
+
+
+def test_an_approval_during_the_runs_last_look_is_taken_by_it(world_hooked: World, hooks_called, monkeypatch) -> None:
+    first = _submit(world_hooked, 1)[0]
+    late: list[WorkloadRequest] = []
+    original = materialize.requests_materialize
+
+    def found_nothing_then_approval(**kwargs):
+        out = original(**kwargs)
+        if out["claimed"] == 0 and not late:  # this run found nothing, and still says it will look again
+            late.extend(_submit(world_hooked, 1))
+        return out
+
+    monkeypatch.setattr(materialize, "requests_materialize", found_nothing_then_approval)
+    out = request_materialize_task.apply(args=[first.pk]).get()
+    assert hooks_called == [("approved", first.pk)]  # the late approval saw the mark: no run of its own
+    assert out["queued"] == 2
+    late[0].refresh_from_db()
+    assert late[0].state == S.QUEUED and world_hooked.objects(late[0]) == {"batch/v1/Job": 1}
+
+
+def test_a_full_batch_queues_another_run(world: World, hooks_called, monkeypatch) -> None:
+    monkeypatch.setattr(materialize, "BATCH", 2)
+    reqs = _submit(world, 5)
+    out = request_materialize_task.apply(args=[reqs[0].pk]).get()
+    assert out["queued"] == 5
+    assert hooks_called == [("approved", None), ("approved", None)]  # after each full batch: a backlog is shared
+    assert {r.state for r in WorkloadRequest.objects.filter(pk__in=[r.pk for r in reqs])} == {S.QUEUED}
