@@ -175,7 +175,8 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
     pending = client.post("/api/v1/requests/", body | {"name": "big", "gpus": 4}, format="json")
     assert pending.status_code == 201 and pending.json()["state"] == "pending_approval", pending.content
     browser = Client()
-    for who, path in [("carol", f"/api/v1/requests/{made.json()['id']}/"), ("carol", "/requests/"),
+    for who, path in [("carol", f"/api/v1/requests/{made.json()['id']}/"), ("ops", f"/api/v1/requests/{made.json()['id']}/"),
+                      ("carol", "/requests/"),
                       ("carol", f"/projects/{cast.vision.slug}/quota/"), ("bob", "/approvals/"),
                       ("alice", f"/tenants/{cast.acme.slug}/quotas/"), ("ops", "/ops/capacity/"),
                       ("bob", "/quota-requests/")]:
