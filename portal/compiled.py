@@ -21,7 +21,13 @@ On PostgreSQL the kept SQL also runs as a prepared statement (server-side bindin
 the server then skips parsing and planning, which took longer than executing these queries (0.2-0.45 ms against
 under 0.1 ms). Nothing else in the portal is prepared (Django's cursors bind on the client). psycopg forgets the
 connection's prepared statements after a rollback and prepares them again when next used. ``DB_PREPARE=0`` turns it
-off (a transaction-mode pooler older than PgBouncer 1.21 cannot keep prepared statements). A statement the server
+off (a transaction-mode pooler older than PgBouncer 1.21 cannot keep prepared statements).
+
+After five executions PostgreSQL may run a prepared statement with a generic plan, made without the values. That
+is what a lookup by key wants, and a trap for a statement whose good plan needs its values: a partial index whose
+condition the values must match (``idempotency_key <> ''``, ``state IN (live states)``), or an ``OR`` under a
+``LIMIT`` (the submission's replay check became a scan of every request, 0.4 ms at 2,000 rows and growing with N).
+``Compiled(build, prepare=False)`` keeps such a statement unprepared: compiled once, planned with its values. A statement the server
 refuses to prepare (a parameter whose type it cannot infer) runs unprepared from then on; tests/test_compiled.py
 runs every ``Compiled`` of the portal on PostgreSQL and fails on such a one.
 """
@@ -153,8 +159,9 @@ def prepared_cursor(alias: str = "default") -> Any:
 
 
 class Compiled:
-    def __init__(self, build: Callable[..., QuerySet]) -> None:
+    def __init__(self, build: Callable[..., QuerySet], *, prepare: bool = True) -> None:
         self._build = build
+        self._prepare = prepare
         # (alias, key, shapes) -> (queryset, compiler, sql, params, where each stand-in goes) | _EMPTY | _SLOW
         self._kept: dict[Hashable, Any] = {}
         self._unpreparable: set[Hashable] = set()  # shapes the server would not prepare
@@ -177,7 +184,7 @@ class Compiled:
             for position in slot:
                 params[position] = value
         wrapper = connections[alias]
-        if shape in self._unpreparable or not _prepares(alias):
+        if not self._prepare or shape in self._unpreparable or not _prepares(alias):
             return self._run(queryset, compiler, sql, params, wrapper, converters)
         try:
             return self._run(queryset, compiler, sql, params, _Preparing(wrapper), converters)

@@ -187,3 +187,13 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
     assert all(c._kept for c in portal), [c._build.__module__ for c in portal if not c._kept]
     assert all(not c._unpreparable for c in portal), [c._build.__module__ for c in portal if c._unpreparable]
     assert len(_prepared_statements()) >= 5
+    # The replay check is kept unprepared (its partial indexes need a plan made with the values).
+    assert not [s for s in _prepared_statements() if "idempotency_key" in s]
+
+
+@postgres_only
+def test_prepare_false_keeps_a_statement_unprepared(cast) -> None:
+    compiled = Compiled(lambda slug: Project.objects.filter(slug=slug).exclude(slug="zz-unprepared")
+                        .values_list("slug", flat=True), prepare=False)
+    assert compiled.rows(cast.vision.slug) == [cast.vision.slug]
+    assert not [s for s in _prepared_statements() if "zz-unprepared" in s]

@@ -450,8 +450,10 @@ def _replay_query(user_id: int, key: str, project_id: int | None = None, name: s
 
 
 # Compiled once per process (portal.compiled): the select_related's columns took longer to compile than to read.
-_REPLAY = Compiled(lambda user_id, key: _replay_query(user_id, key))
-_REPLAY_OR_NAME = Compiled(_replay_query)
+# Not prepared: its indexes are partial (a key that is not empty, a name among live requests), so only a plan made
+# with the values can use them; PostgreSQL's generic plan for a prepared statement scanned every request.
+_REPLAY = Compiled(lambda user_id, key: _replay_query(user_id, key), prepare=False)
+_REPLAY_OR_NAME = Compiled(_replay_query, prepare=False)
 
 
 def _replay_and_name(actor: Actor, key: str, project: Project, name: str) -> tuple[WorkloadRequest | None, bool | None]:
