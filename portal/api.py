@@ -77,12 +77,13 @@ class CursorPagination(PageSizeMixin, pagination.BasePagination):
         keys = self._keys(queryset)
         raw = request.query_params.get(self.cursor_query_param, "")
         values, backwards = self._decode(raw, keys, queryset.model) if raw else (None, False)
-        # The page before the cursor (``backwards``): read the order reversed, then turn the page round.
-        queryset = queryset.order_by(*[(f"-{name}" if desc != backwards else name) for name, desc in keys])
-        if values is not None:
-            queryset = queryset.filter(_after(keys, values, backwards=backwards))
-        queryset = queryset.annotate(**{f"cursor_key_{i}": models.F(name) for i, (name, _) in enumerate(keys)})
-        rows = list(queryset[: self.page_size + 1])
+        # The view may read the page itself (a query compiled once, portal.compiled); else it is read here.
+        rows = None
+        read_page = getattr(view, "read_page", None)
+        if read_page is not None:
+            rows = read_page(keys, values, backwards, self.page_size + 1)
+        if rows is None:
+            rows = list(keyset_page(queryset, keys, values, backwards)[: self.page_size + 1])
         more = len(rows) > self.page_size
         rows = rows[: self.page_size]
         if backwards:
@@ -176,6 +177,16 @@ def _cursor_value(model: Any, name: str, value: Any) -> Any:
             raise ValueError(name)
         value = value.astimezone(datetime.UTC)
     return value
+
+
+def keyset_page(queryset: Any, keys: list[tuple[str, bool]], values: list | None, backwards: bool) -> Any:
+    """``queryset`` in the order ``keys`` from the rows after ``values`` (none: from the start), with the key's values
+    as ``cursor_key_<i>``: a page of ``CursorPagination`` once sliced. ``backwards``: the page before ``values``,
+    read in the reversed order (the caller turns it round)."""
+    queryset = queryset.order_by(*[(f"-{name}" if desc != backwards else name) for name, desc in keys])
+    if values is not None:
+        queryset = queryset.filter(_after(keys, values, backwards=backwards))
+    return queryset.annotate(**{f"cursor_key_{i}": models.F(name) for i, (name, _) in enumerate(keys)})
 
 
 def _after(keys: list[tuple[str, bool]], values: list, *, backwards: bool) -> models.Q:

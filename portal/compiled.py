@@ -4,8 +4,8 @@ Django builds a queryset and compiles its SQL on every call. For the API's hotte
 project, tenant and memberships; the session's user; a request's row with its related values and timeline) building
 and compiling took longer than the database took to plan and run them (docs/performance.md, "Compiled once").
 
-``Compiled(build)`` calls ``build`` with stand-in values (one per argument: a string, an int, or a tuple of ints whose
-length is part of the shape), compiles it once, notes where the stand-ins landed among the SQL's parameters, and keeps
+``Compiled(build)`` calls ``build`` with stand-in values (one per argument: a string, an int, an aware datetime, or
+a tuple of ints whose length is part of the shape), compiles it once, notes where the stand-ins landed among the SQL's parameters, and keeps
 the SQL text and the compiler. ``rows(*values)`` then runs the kept SQL with the stand-ins replaced by ``values``
 through a copy of that compiler: Django's own converters and model construction (``select_related`` objects,
 annotations, ``values()`` dicts), so a call returns what ``list(build(*values))`` would.
@@ -34,6 +34,7 @@ runs every ``Compiled`` of the portal on PostgreSQL and fails on such a one.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any, Callable, Hashable
 
 from django.conf import settings
@@ -41,18 +42,23 @@ from django.core.exceptions import EmptyResultSet
 from django.db import DatabaseError, connections
 from django.db.models import QuerySet
 
-# Stand-ins: values no caller passes (negative ids near -2**31; a string with control characters).
+# Stand-ins: values no caller passes (negative ids near -2**31; a string with control characters; the year 1001).
 _INT_BASE = -2_147_480_000
+_DATETIME_BASE = datetime(1001, 1, 1, tzinfo=UTC)
 _EMPTY = object()
 _SLOW = object()
 
 
 def _stand_in(index: int, value: Any, counter: list[int]) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, str, tuple)):
-        raise TypeError(f"Compiled takes ints, strings and tuples of ints, not {type(value).__name__}.")
+    if isinstance(value, bool) or not isinstance(value, (int, str, tuple, datetime)):
+        raise TypeError(f"Compiled takes ints, strings, aware datetimes and tuples of ints, not {type(value).__name__}.")
     if isinstance(value, tuple):
         return tuple(_stand_in(index, v, counter) for v in value)
     counter[0] += 1
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise TypeError("Compiled takes aware datetimes only.")
+        return _DATETIME_BASE + timedelta(microseconds=counter[0])
     if isinstance(value, int):
         return _INT_BASE - counter[0]
     return f"\x1fcompiled-{index}-{counter[0]}\x1f"

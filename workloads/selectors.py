@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 from django.db import connection
 from django.db.models import BooleanField, Count, TextField, Exists, ExpressionWrapper, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
@@ -77,6 +77,36 @@ def _one(model: Any, column: str, key: str, outer: Any = WorkloadRequest) -> Raw
     sql = (f"SELECT r.{qn(field.column)} FROM {qn(model._meta.db_table)} r "
            f"WHERE r.{qn(model._meta.pk.column)} = {qn(outer._meta.db_table)}.{qn(key)}")
     return RawSQL(sql, (), output_field=field)
+
+
+# The API list's page, unfiltered (the common call: a pipeline polling the first page, a walk by cursor): compiled
+# once per process and shape (portal.compiled), one Compiled per ordering, direction, page size and scope kind.
+_PAGES: dict[Hashable, Compiled] = {}
+
+
+def request_page(*, actor: Actor, keys: list[tuple[str, bool]], values: list | None, backwards: bool,
+                 limit: int) -> list[dict[str, Any]]:
+    """``request_rows`` of the requests ``actor`` can see, as ``portal.api.keyset_page`` pages them (``limit`` rows
+    after ``values`` in the order ``keys``): what the API list reads when no filter is asked, from a kept query."""
+    from portal.api import keyset_page
+
+    scope = scope_of(actor)
+    everything = scope.everything
+    ids = () if everything else tuple(sorted(scope.visible_projects))
+    # Prepared (planned once) for everything or one project, where one index gives the order whatever the values;
+    # for several projects the best plan depends on their sizes, so it is planned with the values each time.
+    single = everything or len(ids) == 1
+    shape = (everything, single, tuple(keys), backwards, limit, values is None)
+    compiled = _PAGES.get(shape)
+    if compiled is None:
+        def build(*args: Any) -> QuerySet:
+            queryset = WorkloadRequest.objects.all()
+            if not everything:
+                queryset, args = queryset.filter(project_id__in=args[0]), args[1:]
+            return keyset_page(request_rows(queryset), keys, list(args) if args else None, backwards)[:limit]
+
+        compiled = _PAGES.setdefault(shape, Compiled(build, prepare=single))
+    return compiled.rows(*([] if everything else [ids]), *(values or []))
 
 
 def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -> QuerySet[WorkloadRequest]:

@@ -123,6 +123,29 @@ def test_cursor_walks_every_row_once_while_new_rows_arrive(api, cast, cat) -> No
     assert first["previous"] is None and client.get(second["previous"]).json()["results"] == first["results"]
 
 
+def test_the_unfiltered_list_read_from_its_compiled_query_is_the_filtered_ones(api, cast, cat, token_client) -> None:
+    """No filter: the page comes from a compiled query (``selectors.request_page``); a filter that changes nothing
+    (the default ordering, asked for) reads it the ordinary way. Both give the same JSON, page after page, forwards
+    and backwards, for ops (everything), a member (their projects) and a token (its project)."""
+    for project, user in [(cast.vision, cast.carol), (cast.nlp, cast.alice), (cast.llm, cast.erin)] * 3:
+        make_request(cat, project, user)
+    token, _ = token_client("carol", cast.vision)
+    for client in (api("ops"), api("carol"), token):
+        walked = {}
+        for extra in ("", "&ordering=-created_at"):
+            pages, url = [], f"{API}/requests/?page_size=2{extra}"
+            while url:
+                body = client.get(url).json()
+                pages.append(body["results"])
+                url = body["next"]
+            back = client.get(body["previous"]).json()["results"] if body["previous"] else []
+            walked[extra] = (pages, back)
+        assert walked[""] == walked["&ordering=-created_at"]
+        ids = [row["id"] for page in walked[""][0] for row in page]
+        assert len(ids) == len(set(ids)) and ids == sorted(ids, reverse=True)
+    assert len([row for page in walked[""][0] for row in page]) == 3  # the token: its project's three
+
+
 def test_cursor_follows_the_ordering_with_ties(api, cast, cat) -> None:
     for gpus in (2, 1, 2, 2, 1, 3, 2):
         make_request(cat, cast.vision, cast.carol, gpus=gpus)
