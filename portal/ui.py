@@ -9,14 +9,35 @@ from typing import Any
 import django_filters as filters
 from django import forms
 from django.core.paginator import Page, Paginator
+from django.utils.functional import cached_property
 from django.db.models import Count, QuerySet, Window
 from django.http import HttpRequest
 
 PAGE_SIZE = 25
 
 
+class BoundedPaginator(Paginator):
+    """A ``Paginator`` that counts at most ``bound`` rows (``SELECT COUNT(*) FROM (… LIMIT bound + 1)``): a list
+    that grows with history (every request of a user) costs the same to count at any size. ``capped`` says the
+    count stopped there (more follow, the pagination shows "1,000+" and no last page)."""
+
+    def __init__(self, object_list: Any, per_page: int, *, bound: int):
+        super().__init__(object_list, per_page)
+        self.bound = bound
+        self.capped = False
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        if not isinstance(rows, QuerySet):
+            return len(rows)
+        found = rows.order_by().values("pk")[:self.bound + 1].count()
+        self.capped = found > self.bound
+        return found
+
+
 def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, count: int | None = None,
-            window: bool = False) -> Page:
+            window: bool = False, most: int | None = None) -> Page:
     """``Paginator(queryset, per_page).get_page(number)``, counting only when it must.
 
     The page is read with one row more than it shows: a page that comes back short tells the total
@@ -25,10 +46,7 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     ``window``: the page's rows then carry the total (``COUNT(*) OVER ()``). That suits lists bounded by what
     they belong to (a project's members or tokens), never a history that grows, where the database would read
     every row to count them instead of stopping at the page. A number past the end falls back to Django's own
-    (the last page)."""
-    paginator = Paginator(queryset, per_page)
-    if count is not None:
-        paginator.count = count
+    (the last page). ``most``: count at most that many rows past the page's start (``BoundedPaginator``)."""
     try:
         wanted = int(number)
     except (TypeError, ValueError):
@@ -36,6 +54,12 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     if wanted < 1:
         wanted = 1
     start = (wanted - 1) * per_page
+    if most is not None and count is None and not window:
+        paginator: Paginator = BoundedPaginator(queryset, per_page, bound=start + most)
+    else:
+        paginator = Paginator(queryset, per_page)
+    if count is not None:
+        paginator.count = count
     counted = window and count is None and isinstance(queryset, QuerySet) and not queryset.query.distinct
     if counted:
         queryset = queryset.annotate(_pager_total=Window(Count("pk")))
@@ -54,10 +78,31 @@ class Pager:
     """A page of a list plus the links to its neighbours, keeping the other query parameters (filters)."""
 
     def __init__(self, request: HttpRequest, queryset: QuerySet[Any] | list[Any], *, param: str = "page",
-                 per_page: int = PAGE_SIZE, count: int | None = None, window: bool = False):
+                 per_page: int = PAGE_SIZE, count: int | None = None, window: bool = False, most: int | None = None):
         self.request = request
         self.param = param
-        self.page: Page = page_of(queryset, per_page, request.GET.get(param), count=count, window=window)
+        self.page: Page = page_of(queryset, per_page, request.GET.get(param), count=count, window=window, most=most)
+
+    @property
+    def capped(self) -> bool:
+        """Whether the count stopped at its bound (``most``): more rows follow than it says."""
+        paginator = self.page.paginator
+        return bool(getattr(paginator, "bound", None) is not None and paginator.count and paginator.capped)
+
+    @property
+    def counted(self) -> str:
+        """The count as the pagination shows it: ``"1,000+"`` when it stopped at its bound, else the number."""
+        paginator = self.page.paginator
+        return f"{paginator.bound:,}+" if self.capped else str(paginator.count)
+
+    @property
+    def pages(self) -> str:
+        """The number of pages as the pagination shows it: those the bound fills then ``+`` when the count stopped
+        at it, else the number."""
+        paginator = self.page.paginator
+        if self.capped:
+            return f"{-(-paginator.bound // paginator.per_page):,}+"
+        return str(paginator.num_pages)
 
     def __iter__(self):
         return iter(self.page.object_list)
@@ -84,6 +129,8 @@ class Pager:
 
     @property
     def last_url(self) -> str | None:
+        if self.capped:
+            return None  # where the list ends is not known
         last = self.page.paginator.num_pages
         return self._url(last) if self.page.number < last - 1 else None
 

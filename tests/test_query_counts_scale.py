@@ -39,7 +39,8 @@ OVER_CEILING: dict[str, str] = {}
 
 
 def pager_counts(sql: list[str]) -> int:
-    return sum(1 for s in sql if s.startswith('SELECT COUNT(*) AS "__count"'))
+    """The pagers' counts: ``COUNT(*)``, or one bounded by a LIMITed subquery (``portal.ui.BoundedPaginator``)."""
+    return sum(1 for s in sql if s.startswith(('SELECT COUNT(*) AS "__count"', "SELECT COUNT(*) FROM (SELECT")))
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,7 @@ def _polling(rows: Any) -> bool:
 
 
 SCOPES = {"mine": "Mine", "projects": "All in my projects"}
+COUNT_MOST = 1000
 
 
 @login_required
@@ -130,7 +131,8 @@ def request_list(request: HttpRequest) -> HttpResponse:
     filterset = _request_filters(
         request, visible, hide=hide + (("requested_by",) if scope == "mine" else ()), selects={"project": projects}
     )
-    pager = Pager(request, filterset.qs)
+    # A user's requests grow with history: counted up to COUNT_MOST (then "1,000+"), at the same cost at any size.
+    pager = Pager(request, filterset.qs, most=COUNT_MOST)
     context = {
         "filterset": filterset, "pager": pager, "scope": scope, "scopes": SCOPES, "poll": _polling(pager),
         "poll_seconds": POLL_SECONDS,
