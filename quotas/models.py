@@ -256,6 +256,8 @@ class QuotaRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # The lists' order, newest first: read backwards from the index and stopped at a page, not sorted whole.
+        indexes = [models.Index(fields=["created_at", "id"], name="quota_request_created")]
 
     def __str__(self) -> str:
         return f"+{self.amount} {self.resource} ({self.flavor.name}) for {self.project.slug}"
