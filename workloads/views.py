@@ -1101,5 +1101,6 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
     # whose suggestions come from the tenant search as one types (htmx fills the datalist).
     filterset.filters["tenant"] = TenantSlugOrName(field_name="tenant")
     tenant_search_widget(filterset.form.fields["tenant"], list_id="tenant-options")
-    pager = Pager(request, filterset.qs)
+    # Every request of every tenant: counted up to COUNT_MOST past the page (then "1,000+"), as the request list.
+    pager = Pager(request, filterset.qs, most=COUNT_MOST)
     return page(request, "workloads/ops_requests.html", {"filterset": filterset, "pager": pager})
