@@ -801,9 +801,15 @@ def _usage_chart(project: Project, rows: list[dict[str, Any]], flavors: dict[int
 
 
 def _listed(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
-    """Quota requests with the related rows their cards and table rows show (not the flavor's cluster): each join
-    costs the ORM its columns to compile and the model instances to build (docs/performance.md)."""
-    return requests.select_related(None).select_related("project__tenant", "flavor", "requested_by", "decided_by")
+    """Quota requests as their cards and table rows read them: their own shown columns, no join (the related rows
+    come after the page, ``_shown``)."""
+    return selectors.quota_requests_listed(requests)
+
+
+def _shown(*pages: Any) -> None:
+    """Put the related rows the cards, table rows and request lines show on the rows of ``pages`` (Pagers or lists
+    of quota requests): one query for them all (``selectors.with_shown_related``)."""
+    selectors.with_shown_related([r for rows in pages for r in rows])
 
 
 def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form: QuotaRequestForm | None = None) -> HttpResponse:
@@ -812,11 +818,13 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     rows = selectors.project_quota_summary(project=project, flavors=row_flavors)
     requests = _listed(selectors.quota_requests_for(actor=actor)).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
+    pager = Pager(request, filterset.qs)
+    _shown(pager)
     flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows, row_flavors),
         "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
-        "filterset": filterset, "pager": Pager(request, filterset.qs),
+        "filterset": filterset, "pager": pager,
         "not_enforced": [r for r in rows if not r["enforced"]],
         "drifting": [r for r in rows if r["drift"]],
     }
@@ -879,12 +887,15 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
         # A decision was made in place on this page (event ``approvals-changed``): the table of every request
         # and the inbox's count follow it; the decided card itself was already replaced.
         context = _all_requests(request, actor) | {"inbox_count": inbox_qs.count(), "oob": True}
+        _shown(context["pager"])
         return render(request, "quotas/_request_table.html", context)
     inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page")
     inbox_items = list(inbox)
+    table = _all_requests(request, actor)
+    _shown(inbox_items, table["pager"])
     context = {"inbox": inbox, "inbox_items": [(r, selectors.quota_now(r)) for r in inbox_items],
                "inbox_count": inbox.page.paginator.count, "bulk_form": DecisionForm(prefix="bulk")}
-    return page(request, "quotas/request_list.html", context | _all_requests(request, actor))
+    return page(request, "quotas/request_list.html", context | table)
 
 
 def _quota_kind(actor: Actor, decision: str, comment: str) -> bulk.Kind:

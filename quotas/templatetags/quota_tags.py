@@ -5,17 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
-from django.template.base import render_value_in_context
 from django.template.defaultfilters import linebreaksbr
 from django.template.defaulttags import CsrfTokenNode
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 
 from portal.quantities import fmt
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
-from tenants.templatetags.page_kit import day, stamp, url_kept
+from tenants.templatetags.page_kit import day, stamp, url_kept, written
 from tenants.templatetags.policy import may as policy_may
 
 register = template.Library()
@@ -67,22 +65,7 @@ def usage_as_of(rows: Any) -> Any:
     return min(stamps) if stamps else None
 
 
-class _Values:
-    """What ``render_value_in_context`` reads of a template context: the settings' defaults, autoescape on."""
-
-    use_tz = None
-    use_l10n = None
-    autoescape = True
-
-
-def _v(value: Any) -> str:
-    """``{{ value }}`` as the template engine writes it (local time, localisation, escaping). A plain string is only
-    escaped and a safe one kept, as the engine ends up doing with them, without asking for local time and formats."""
-    if type(value) is str:
-        return escape(value)
-    if type(value) is SafeString:
-        return value
-    return render_value_in_context(value, _Values)
+_v = written  # ``{{ value }}`` of a row written in Python
 
 
 @register.simple_tag

@@ -7,21 +7,18 @@ import shlex
 from typing import Any
 
 from django import template
-from django.conf import settings
 from django.forms import BoundField
 from django.forms.renderers import get_default_renderer
-from django.template.base import render_value_in_context
 from django.template.defaultfilters import floatformat, pluralize
 from django.template.defaulttags import CsrfTokenNode
 from django.urls import get_script_prefix, get_urlconf, reverse
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 
 from portal.extensions import cost_estimator
 from portal.quantities import format_money
 from tenants.access import Actor
-from tenants.templatetags.page_kit import stamp
+from tenants.templatetags.page_kit import stamp, written
 from workloads.forms import DecisionForm
 
 register = template.Library()
@@ -125,26 +122,7 @@ def row_widget(field: BoundField) -> SafeString:
     return mark_safe(html.replace(_PREFIX_MARK, form.prefix))
 
 
-class _Values:
-    """What ``render_value_in_context`` reads of a template context: the settings' defaults, autoescape on."""
-
-    use_tz = None
-    use_l10n = None
-    autoescape = True
-
-
-def _v(value: Any) -> str:
-    """``{{ value }}`` as the template engine writes it (local time, localisation, escaping). A plain string is only
-    escaped and a safe one kept, as the engine ends up doing with them, without asking for local time and formats;
-    an ``int`` is its digits while the settings group no thousands (what ``localize`` comes to then)."""
-    kind = type(value)
-    if kind is str:
-        return escape(value)
-    if kind is SafeString:
-        return value
-    if kind is int and not settings.USE_THOUSAND_SEPARATOR:
-        return str(value)
-    return render_value_in_context(value, _Values)
+_v = written  # ``{{ value }}`` of a row written in Python
 
 
 # The decision form's comment field of a row (label's target, widget, help text), written once per form class and

@@ -1,0 +1,129 @@
+"""The quota request lists read their rows without joins (``selectors.quota_requests_listed``: the shown columns
+only) and the related rows they show in one query after the page (``selectors.with_shown_related``): the project
+with its tenant's name, the flavor's name, the requester's and decider's usernames (docs/performance.md).
+
+Checked here against rows read in full (``select_related``), in the real database: the table rows, the project
+page's request lines and the inbox cards come out the same, for every reader, status and kind of decider; writing
+them asks the database nothing more (a field left unread would be a query per row); one query for any number of
+rows; and the pages that use them show what they showed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from itertools import cycle
+
+import pytest
+from django.db import connection
+from django.template import engines
+from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from quotas import selectors
+from quotas.models import QuotaRequest
+
+ROWS = "{% load quota_tags %}{% for r in rows %}{% quota_request_row r %}{% quota_request_line r %}{% endfor %}"
+CARDS = "{% load quota_tags %}{% for r in rows %}{% quota_request_card r None inbox=inbox selectable=True %}{% endfor %}"
+
+
+@pytest.fixture
+def asked(cast):
+    from tests.workloads.factories import make_catalogue
+
+    cat = make_catalogue(cast)
+    now = timezone.now()
+    asking = cycle([(cast.vision, cast.carol), (cast.nlp, cast.alice), (cast.llm, cast.frank), (cast.vision, cast.bob)])
+    flavors = cycle([cat.h100, cat.mig])
+    kinds = cycle([(None, None, ""), (cast.bob, now, "fine <by> me"), (cast.ops, now, ""), (None, None, 'why "not"')])
+    approvers = cycle(QuotaRequest.Approver.values)
+    made = []
+    for n, status in enumerate(QuotaRequest.Status.values * 3):
+        decider, decided_at, comment = next(kinds)
+        project, asker = next(asking)
+        made.append(QuotaRequest.objects.create(
+            project=project, flavor=next(flavors), resource="nvidia.com/gpu", amount=Decimal(n + 1) / 2,
+            until=now + timedelta(days=n) if n % 2 else None, reason=f"reason <{n}>\nmore", requested_by=asker,
+            status=status, approver=next(approvers), decided_by=decider, decided_at=decided_at, comment=comment,
+        ))
+    return made
+
+
+def _full(pks):
+    rows = QuotaRequest.objects.filter(pk__in=pks).select_related("project__tenant", "flavor", "requested_by", "decided_by")
+    return sorted(rows, key=lambda r: r.pk)
+
+
+def _read(pks):
+    return sorted(selectors.quota_requests_listed(QuotaRequest.objects.filter(pk__in=pks)), key=lambda r: r.pk)
+
+
+def test_rows_read_without_joins_write_the_same(cast, asked) -> None:
+    pks = [r.pk for r in asked]
+    full, light = _full(pks), _read(pks)
+    with CaptureQueriesContext(connection) as read:
+        selectors.with_shown_related(light)
+    assert len(read) == 1
+    engine = engines["django"]
+    rows, cards = engine.from_string(ROWS), engine.from_string(CARDS)
+    for who in ("bob", "carol", "alice", "erin", "ops"):
+        for inbox in (True, False):
+            request = RequestFactory().get("/quota-requests/")
+            request.user = getattr(cast, who)
+            with CaptureQueriesContext(connection) as before:
+                expected = cards.render({"rows": full, "request": request, "csrf_token": "t", "inbox": inbox})
+            request = RequestFactory().get("/quota-requests/")
+            request.user = getattr(cast, who)
+            with CaptureQueriesContext(connection) as written:
+                got = cards.render({"rows": light, "request": request, "csrf_token": "t", "inbox": inbox})
+            assert got == expected
+            # The policies read the reader's memberships (once per request), never a row's related fields.
+            assert len(written) <= len(before) <= 3
+    expected = rows.render({"rows": full})
+    with CaptureQueriesContext(connection) as written:
+        got = rows.render({"rows": light})
+    assert got == expected and len(written) == 0
+    assert "Globex AI" in got and "LLM" in got and "fine &lt;by&gt; me" in got and "ops" in got
+
+
+def test_a_field_not_read_is_not_guessed(cast, asked) -> None:
+    """The related rows carry only what the lists show: another field is read from the database, not made up."""
+    light = selectors.with_shown_related(_read([asked[0].pk]))
+    project = light[0].project
+    type(project).objects.filter(pk=project.pk).update(description="read <from> the row")
+    with CaptureQueriesContext(connection) as more:
+        description, status = project.description, project.status
+    assert len(more) == 2
+    assert (description, status) == ("read <from> the row", type(project).objects.get(pk=project.pk).status)
+    assert light[0].flavor.get_deferred_fields() >= {"cluster_id"}
+
+
+def test_one_query_whatever_the_number_of_rows(cast, asked) -> None:
+    for size in (1, 2, 3, 5, 9, len(asked)):
+        light = _read([r.pk for r in asked[:size]])
+        with CaptureQueriesContext(connection) as read:
+            selectors.with_shown_related(light)
+        assert len(read) == 1, size
+        for r, full in zip(light, _full([r.pk for r in asked[:size]]), strict=True):
+            assert (r.project.slug, r.project.name, r.project.tenant_id, r.project.tenant.name) == (
+                full.project.slug, full.project.name, full.project.tenant_id, full.project.tenant.name)
+            assert r.flavor.name == full.flavor.name
+            assert r.requested_by.get_username() == full.requested_by.get_username()
+            assert (r.decided_by and r.decided_by.get_username()) == (full.decided_by and full.decided_by.get_username())
+    with CaptureQueriesContext(connection) as none:
+        assert selectors.with_shown_related([]) == []
+    assert len(none) == 0
+
+
+def test_the_pages_show_them(as_user, cast, asked) -> None:
+    by_pk = {r.pk: r for r in asked}
+    body = as_user("alice").get("/quota-requests/").content.decode()
+    for pk, r in by_pk.items():
+        if r.project.tenant_id == cast.acme.pk:
+            assert f'id="quota-request-row-{pk}"' in body
+            assert f'<a href="/projects/{r.project.slug}/quota/">{r.project.name}</a>' in body
+    assert "globex-llm" not in body  # another tenant's requests stay out
+    body = as_user("erin").get("/quota-requests/").content.decode()
+    assert "/projects/globex-llm/quota/" in body and "acme-vision" not in body
+    body = as_user("bob").get("/projects/acme-vision/quota/").content.decode()
+    assert body.count('<li class="request-line">') == sum(1 for r in asked if r.project_id == cast.vision.pk)
