@@ -589,7 +589,13 @@ class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
     ordering = ["created_at", "id"]
 
     def get_queryset(self):
-        return selectors.approvals_inbox_for(actor=actor_of(self.request))
+        # The rows alone; their context comes after the page (``paginate_queryset``): two queries for the page, not two
+        # subqueries per row that each count the project's whole queue in that flavor.
+        return selectors.approvals_inbox_for(actor=actor_of(self.request), context=False)
+
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        return None if page is None else selectors.with_approval_context(list(page))
 
     @extend_schema(responses={200: WaitingSerializer})
     @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
