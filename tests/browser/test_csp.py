@@ -61,3 +61,24 @@ def test_api_docs_render_under_the_policy(signed_in, cast) -> None:
     page.goto("/api/redoc/")
     expect(page.get_by_role("heading", name="GPU Portal API").first).to_be_visible(timeout=30_000)
     page.wait_for_load_state("networkidle")
+
+
+def test_the_browsable_api_keeps_the_policy(signed_in, world, cast) -> None:
+    """REST framework's browsable API (its HTML pages of the API) under the same policy: its inline styles are classes
+    of the portal's stylesheet (templates/rest_framework/), so the buttons still sit where REST framework puts them."""
+    from tests.workloads.factories import make_request
+
+    made = make_request(world, cast.vision, cast.carol)
+    page = signed_in("ops")
+    for path in ["/api/v1/", "/api/v1/requests/", "/api/v1/approvals/", f"/api/v1/requests/{made.pk}/",
+                 "/api/v1/projects/?search=acme"]:
+        response = page.goto(path)
+        assert response.status == 200, path
+        assert "unsafe-inline" not in response.headers["content-security-policy"]
+        page.wait_for_load_state("networkidle")
+    page.goto("/api/v1/approvals/")
+    filters = page.get_by_role("button", name="Filters")
+    assert filters.evaluate("e => getComputedStyle(e).float") == "right"
+    assert page.locator(".dropdown.drf-aside").evaluate("e => getComputedStyle(e).marginRight") == "10px"
+    filters.click()
+    expect(page.locator("#filtersModal input[name=search], #filtersModal select").first).to_be_visible()
