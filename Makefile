@@ -9,7 +9,7 @@ PYTHON  ?= $(shell for c in python3.14 python3.13 python3.12 python3 $$(ls -d $$
              $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$c; break; }; done)
 STAMP   := $(VENV)/.installed
 
-.PHONY: run run-sso test lint venv bench browser-deps clean
+.PHONY: run run-sso test lint venv bench browser-deps services clean
 
 run: venv
 	$(VPY) deploy/devstack.py
@@ -37,6 +37,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(VPY) -m pip install --quiet -r requirements.txt
 	$(VPY) -m pip install --quiet --no-deps -e .  # the `gpuportal` client (pyproject.toml)
 	@touch $(STAMP)
+
+# PostgreSQL and Redis from Debian's packages, installed where missing and started on 127.0.0.1 where
+# down (needs root or password-less sudo for that); `make test` then uses them.
+services:
+	deploy/services.sh
 
 # Browser tests drive Debian's Chromium (no browser download).
 browser-deps:
