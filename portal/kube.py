@@ -445,11 +445,19 @@ def service_proxy(kube: Kube, namespace: str, service: str, port: str | int, pat
     only a cluster that cannot be reached raises :class:`ClusterUnavailable`. The caller filters ``headers``; an
     ``Authorization`` among them is replaced by the cluster's credentials (the API server authenticates with it and
     removes it before proxying, so a credential for the Service itself has to travel in ``query``).
+
+    The path is refused (:class:`portal.urlpaths.PathRefused`) when any of its segments could walk out of the
+    Service's proxy prefix (``..``, ``.``, backslashes, ...); it is sent with each segment percent-encoded on its own
+    and only after the URL, as the HTTP client parses it, still lies under that prefix (``portal.urlpaths``).
     """
     from urllib.parse import quote
 
-    url_path = (f"/api/v1/namespaces/{quote(namespace, safe='')}/services/{quote(f'{service}:{port}', safe=':')}"
-                f"/proxy/{quote(path.lstrip('/'), safe='/~.-_@:!$&()*+,;=')}")
+    from .urlpaths import PathRefused, rebuilt, under_prefix
+
+    prefix = f"/api/v1/namespaces/{quote(namespace, safe='')}/services/{quote(f'{service}:{port}', safe=':')}/proxy/"
+    url_path = prefix + rebuilt(path.lstrip("/"))
+    if not under_prefix(url_path, prefix):
+        raise PathRefused(f"{url_path!r} does not stay under {prefix!r}")
     return _raw(kube, "proxy", method, url_path, query=query, headers=headers, body=body, timeout=timeout)
 
 

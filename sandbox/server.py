@@ -7,6 +7,7 @@ Watches are streamed with chunked transfer encoding, one JSON event per line.
 
 from __future__ import annotations
 
+import collections
 import hmac
 import json
 import re
@@ -470,6 +471,9 @@ class SandboxServer:
         self._restart_lock = threading.Lock()
         self._discovery_cache: dict[str, bytes] = {}
         self.requests_served = 0
+        # The last requests as they arrived (method, path as sent, before any decoding), for tests that must show
+        # where a request went (GET /sandbox/requests).
+        self.seen: collections.deque[tuple[str, str]] = collections.deque(maxlen=20000)
         self.bookmark_interval = BOOKMARK_INTERVAL_S
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -678,6 +682,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.warnings = []
         parts = urlsplit(self.path)
         self.rawpath = parts.path
+        if not self.rawpath.startswith("/sandbox/"):
+            owner.seen.append((method, self.rawpath))
         self.query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         try:
             path = self.rawpath
@@ -773,6 +779,8 @@ class _Handler(BaseHTTPRequestHandler):
             restart = hooks.restart if hooks is not None else owner.restart
             threading.Thread(target=restart, name="sandbox-restart", daemon=True).start()
             return None
+        if name == "requests" and method == "GET":
+            return self._send_json(200, {"requests": [{"method": m, "path": p} for m, p in list(owner.seen)]})
         if name == "state" and method == "GET":
             state = getattr(hooks, "state_data", None)
             return self._send_json(200, state() if state is not None else owner.store.dump())

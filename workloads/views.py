@@ -640,6 +640,15 @@ def _unproxied(body: bytes, prefix: str) -> bytes:
     return body.replace(prefix.encode(), b"/") if prefix.encode() in body else body
 
 
+def _notebook_path_refusal(request: HttpRequest, rest: str) -> str | None:
+    """Why the path after ``/notebooks/<id>/`` may not be forwarded (``portal.urlpaths.refusal``): checked as the
+    server decoded it and, where the server keeps it (gunicorn's ``RAW_URI``, ``REQUEST_URI``), as it was sent."""
+    from portal.urlpaths import refusal
+
+    raw = request.META.get("RAW_URI") or request.META.get("REQUEST_URI") or ""
+    return refusal(rest, decoded=True) or (refusal(raw.split("?", 1)[0], decoded=False) if raw else None)
+
+
 @csrf_exempt
 def notebook_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpResponse:
     """``/notebooks/<id>/...``: the demo's way into a notebook, through the Kubernetes API's service proxy.
@@ -649,6 +658,7 @@ def notebook_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpRespons
     on the way (never in the browser's URL). Plain HTTP only: the development server cannot carry WebSockets;
     production routes ``/notebooks/`` through an ingress that asks ``notebook_auth`` (docs/notebooks.md)."""
     from portal.kube import ClusterError, kube_for, service_proxy
+    from portal.urlpaths import PathRefused
 
     from .materialize import notebook_token
 
@@ -677,6 +687,9 @@ def notebook_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpRespons
     if request.method not in SAFE_METHODS and not _same_origin(request):
         return HttpResponse("Cross-site requests to a notebook are refused.", status=403,
                             content_type="text/plain; charset=utf-8")
+    why = _notebook_path_refusal(request, rest)
+    if why:
+        return HttpResponse(f"This path is refused: it has {why}.", status=400, content_type="text/plain; charset=utf-8")
     services.notebook_activity_record(request_id=req.pk)
 
     headers = {name: request.headers[name] for name in FORWARD_HEADERS if name in request.headers}
@@ -691,6 +704,8 @@ def notebook_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpRespons
         answer = service_proxy(kube_for(req.cluster), req.project.namespace, req.k8s_name, port,
                                _notebook_upstream_path(req, rest), method=request.method or "GET", query=query,
                                headers=headers, body=request.body or None)
+    except PathRefused as exc:  # never reached after _notebook_path_refusal; the last guard before the cluster
+        return HttpResponse(f"This path is refused: {exc}", status=400, content_type="text/plain; charset=utf-8")
     except ClusterError as exc:
         return _notebook_page(request, req, 502, "The cluster did not answer", f"Try again in a moment. ({exc})")
     if answer.status in (404, 503) and "json" in answer.header("Content-Type"):
@@ -745,10 +760,16 @@ def notebook_auth(request: HttpRequest) -> HttpResponse:
         response["Cache-Control"] = "no-store"
         return response
 
+    from portal.urlpaths import refusal
+
     uri = request.headers.get("X-Original-URI") or request.headers.get("X-Forwarded-Uri") or ""
     if not request.user.is_authenticated:
         return deny(401, "Sign in to the portal first.")
-    match = NOTEBOOK_PATH.match(uri.split("?", 1)[0])
+    path = uri.split("?", 1)[0].split("#", 1)[0]
+    why = refusal(path, decoded=False)
+    if why:  # /notebooks/2/../390/lab is not notebook 2's, whatever the proxy behind would make of it
+        return deny(403, f"This path is refused: it has {why}.")
+    match = NOTEBOOK_PATH.match(path)
     if not match:
         return deny(403, "Not a notebook path.")
     actor = _actor(request)
