@@ -46,6 +46,25 @@ def mig_changes_for(*, actor: Actor) -> QuerySet[MigChange]:
     return qs.filter(tenant_id__in=tenants)
 
 
+def impact_for(impact: dict[str, Any] | None, *, actor: Actor) -> dict[str, Any] | None:
+    """A change's impact as ``actor`` may see it. Ops (and the system) see all of it. A tenant admin sees the
+    capacity and their own tenants' quota rows and running requests; the rows of other tenants (their tenant,
+    project, flavor, amounts, requests and owners are 404s to them everywhere else) are left out, and only
+    ``others_cut`` / ``others_running`` say that there were some (docs/security.md)."""
+    if not impact or _admin_tenant_ids(actor) is None:
+        return impact
+    scope = scope_of(actor)
+    mine = set(Tenant.objects.filter(pk__in=sorted(scope.visible_tenants)).values_list("slug", flat=True))
+    quotas = dict(impact.get("quotas") or {})
+    changes = quotas.get("changes") or []
+    quotas["changes"] = [row for row in changes if row.get("tenant") in mine]
+    running = impact.get("running") or []
+    # Pods that are not the portal's (no id) name a namespace: shown to ops only.
+    kept = [row for row in running if row.get("id") and row.get("tenant") in mine]
+    return impact | {"quotas": quotas, "running": kept,
+                     "others_cut": len(quotas["changes"]) < len(changes), "others_running": len(kept) < len(running)}
+
+
 def mig_change_steps(change: MigChange) -> QuerySet[MigChangeStep]:
     return MigChangeStep.objects.filter(change=change).order_by("seq", "id")
 

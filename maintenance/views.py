@@ -66,7 +66,8 @@ def mig_change_new(request: HttpRequest) -> HttpResponse:
         tenant = next((t for t in tenants if t.slug == data.get("tenant")), None)
         try:
             if "preview" in request.POST:
-                impact = services.impact_preview(cluster=pool.cluster, pool=pool, to_layout=data["to_layout"])
+                impact = selectors.impact_for(
+                    services.impact_preview(cluster=pool.cluster, pool=pool, to_layout=data["to_layout"]), actor=actor)
             else:
                 change = services.mig_change_propose(
                     actor=actor, pool=pool, to_layout=data["to_layout"], window_start=data["window_start"],
@@ -86,6 +87,7 @@ def mig_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
     change = _change(actor, pk)
     return page(request, "maintenance/detail.html", {
         "tab": "mig-changes", "change": change, "steps": selectors.mig_change_steps(change), "form": DecisionForm(),
+        "impact": selectors.impact_for(change.impact, actor=actor),
         "live": change.status in LIVE, "ops_capacity_section": actor.is_ops,  # base.html: under "Capacity"
     })
 

@@ -38,6 +38,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
+from portal.inputs import JsonRefused, json_loads
+
 # The largest whole number a plain form number may hold (PostgreSQL ``integer``).
 MAX_INTEGER = 2**31 - 1
 
@@ -198,6 +200,32 @@ class FloatField(forms.FloatField):
 ONCE_FIELD = "form_token"
 _TOKEN = re.compile(r"[A-Za-z0-9_.:-]{8,200}")
 _NOT_DATA = {"csrfmiddlewaretoken"}
+
+
+class JSONField(forms.JSONField):
+    """Django's JSON field, refusing what ``portal.inputs.json_loads`` refuses (a NUL or a lone surrogate,
+    nesting too deep) with a field error, and showing such text back as it was typed."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or value in self.empty_values or not isinstance(value, str):
+            return super().to_python(value)
+        try:
+            json_loads(value)
+        except JsonRefused as refused:
+            raise ValidationError(refused.detail, code="invalid") from None
+        except ValueError:
+            pass  # not JSON: Django's own message
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and not self.disabled:
+            try:
+                json_loads(data)
+            except JsonRefused:
+                return forms.fields.InvalidJSONInput(data)
+            except ValueError:
+                pass
+        return super().bound_data(data, initial)
 
 
 def new_form_token() -> str:

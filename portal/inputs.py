@@ -7,6 +7,11 @@
   for ``²`` or ``١``, which ``int()`` refuses or reads as another number.
 - ``validate_offset()``: PostgreSQL accepts time-zone offsets up to ±15:59; Python's up to ±23:59.
 - ``reject_nul()``: the same NUL rule for values that do not come from HTTP (services, JSON fields).
+- ``json_loads()`` / ``json_problem()``: JSON that parses but cannot be stored or walked safely: a lone
+  surrogate (``"\\ud800"`` is valid JSON, yet no UTF-8 text: PostgreSQL, psycopg and the templates all
+  fail on it) and nesting deeper than ``MAX_JSON_DEPTH`` (100,000 ``[`` overflow the parser's stack as a
+  ``RecursionError``). The middleware, the API's JSON parser (``portal.api.JSONParser``) and the forms' JSON
+  fields (``portal.forms.JSONField``) all ask these, so every way JSON comes in answers the same 400.
 """
 
 from __future__ import annotations
@@ -26,6 +31,80 @@ NUL_MESSAGE = "NUL characters (\\u0000) are not allowed."
 MAX_OFFSET = timedelta(hours=15, minutes=59)
 OFFSET_MESSAGE = "The time-zone offset must be between -15:59 and +15:59."
 _ID = re.compile(r"[0-9]{1,18}")
+MAX_JSON_DEPTH = 64
+DEPTH_MESSAGE = f"JSON nested more than {MAX_JSON_DEPTH} levels deep is not accepted."
+SURROGATE_MESSAGE = "Lone surrogate characters (\\ud800 to \\udfff) are not allowed: they are not text."
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class JsonRefused(ValueError):
+    """JSON refused before or after parsing: ``path`` (keys and indexes, outermost first) and ``message``."""
+
+    def __init__(self, path: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+    @property
+    def field(self) -> str:
+        """The top-level field to name in a 400 (the whole body when the problem is at the top)."""
+        return self.path[0] if self.path else "non_field_errors"
+
+    @property
+    def detail(self) -> str:
+        """The message, saying where when the problem is inside a field (``(at parameters.command)``)."""
+        return self.message[:-1] + f" (at {'.'.join(self.path)})." if len(self.path) > 1 else self.message
+
+
+def _printable(key: str) -> str:
+    """A key fit to show in a message: NUL and lone surrogates spelled as their JSON escapes."""
+    key = key.replace(NUL, "\\u0000")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", key)
+
+
+def json_problem(value: Any) -> JsonRefused | None:
+    """The first thing in ``value`` (parsed JSON) that cannot be stored: a NUL or a lone surrogate in a key
+    or a string, or nesting deeper than ``MAX_JSON_DEPTH``. Walked with a stack, not recursion, so any
+    depth Python could build is answered."""
+    stack: list[tuple[Any, tuple[str, ...], int]] = [(value, (), 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return JsonRefused(path, NUL_MESSAGE)
+            if _SURROGATE.search(item):
+                return JsonRefused(path, SURROGATE_MESSAGE)
+            continue
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            return JsonRefused(path, DEPTH_MESSAGE)
+        children: list[tuple[Any, tuple[str, ...], int]] = []
+        if isinstance(item, dict):
+            for key, child in item.items():
+                key = str(key)
+                if NUL in key:
+                    return JsonRefused((*path, _printable(key)), NUL_MESSAGE)
+                if _SURROGATE.search(key):
+                    return JsonRefused((*path, _printable(key)), SURROGATE_MESSAGE)
+                children.append((child, (*path, key), depth + 1))
+        else:
+            children = [(child, (*path, str(index)), depth + 1) for index, child in enumerate(item)]
+        stack.extend(reversed(children))  # depth first, in document order: the first problem is named
+    return None
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads`` that raises ``JsonRefused`` for what ``json_problem`` refuses, including nesting too
+    deep for the parser itself (its ``RecursionError``), and ``ValueError`` for text that is not JSON."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise JsonRefused((), DEPTH_MESSAGE) from None
+    problem = json_problem(value)
+    if problem is not None:
+        raise problem
+    return value
 
 
 def is_id(key: Any) -> bool:
@@ -82,7 +161,8 @@ def _header_name(meta_key: str) -> str:
 
 
 class NulGuardMiddleware:
-    """Answer a request carrying a NUL character before any view, session or token lookup runs.
+    """Answer a request carrying a NUL character (or a JSON body ``json_loads`` refuses: a lone surrogate,
+    nesting too deep) before any view, session or token lookup runs.
 
     Path → 404 (no object can have such a name). Query parameter, header or JSON body → 400; under
     ``/api/`` in the API's error format with the parameter, header or top-level body field as the
@@ -121,13 +201,11 @@ class NulGuardMiddleware:
                 return _header_name(key), NUL_MESSAGE
         if request.content_type == "application/json" or request.content_type.endswith("+json"):
             try:
-                data = json.loads(request.body or b"null")
+                json_loads(request.body or b"null")
+            except JsonRefused as refused:
+                return refused.field, refused.detail
             except ValueError:
                 return None  # not JSON: the view's parser says so
-            where = nul_path(data)
-            if where is not None:
-                at = f" (at {'.'.join(where)})" if len(where) > 1 else ""
-                return (where[0] if where else "non_field_errors"), NUL_MESSAGE[:-1] + at + "."
         return None
 
 
@@ -220,3 +298,27 @@ def _search_filter() -> type:
 
 
 SearchFilter = _search_filter()
+
+
+def _json_parser() -> type:
+    from rest_framework import exceptions, parsers
+
+    class JSONParser(parsers.JSONParser):
+        """The API's JSON parser (``DEFAULT_PARSER_CLASSES``): DRF's, and a 400 naming the field for what
+        ``json_loads`` refuses, so no view ever sees a lone surrogate or meets a ``RecursionError``."""
+
+        def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+            try:
+                data = super().parse(stream, media_type, parser_context)
+            except RecursionError:
+                data, problem = None, JsonRefused((), DEPTH_MESSAGE)
+            else:
+                problem = json_problem(data)
+            if problem is not None:
+                raise exceptions.ValidationError({problem.field: [problem.detail]})
+            return data
+
+    return JSONParser
+
+
+JSONParser = _json_parser()

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from portal.forms import DecimalField, IntegerField
+from portal.forms import DecimalField, IntegerField, JSONField
 from tenants.models import Project, Tenant
 
 from .models import Architecture, Cluster, Flavor
@@ -192,10 +192,10 @@ class FlavorForm(forms.Form):
     hami_cores_percent = IntegerField(min_value=0, initial=0, label="HAMi cores per vGPU (%)", help_text="HAMi flavors only.")
     pool_label = forms.ChoiceField(choices=[("", "Any pool"), ("online", "online"), ("offline", "offline")], required=False,
                                    label="Pool", help_text="Architecture F: the pool this flavor's nodes are in.")
-    node_labels = forms.JSONField(required=False, label="Node labels (JSON object)", widget=forms.Textarea(attrs={"rows": 3}),
+    node_labels = JSONField(required=False, label="Node labels (JSON object)", widget=forms.Textarea(attrs={"rows": 3}),
                                   help_text='e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}')
-    taints = forms.JSONField(required=False, label="Taints (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
-    tolerations = forms.JSONField(required=False, label="Tolerations (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
+    taints = JSONField(required=False, label="Taints (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
+    tolerations = JSONField(required=False, label="Tolerations (JSON list)", widget=forms.Textarea(attrs={"rows": 3}))
     order = IntegerField(min_value=0, initial=100, help_text="Kueue tries flavors in this order.")
 
     FIXED = ("cluster", "name", "kind")

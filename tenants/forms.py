@@ -202,15 +202,21 @@ class LoginSettingsForm(forms.Form):
 
 
 class SignupForm(forms.Form):
-    """A newcomer's account, made on the invitation's page. The email is the invited address."""
+    """A newcomer's account, made on the invitation's page. The email is the invited address.
 
-    username = forms.CharField(max_length=150, help_text="Letters, digits and @/./+/-/_ only. You sign in with it.")
+    The username is chosen from ``usernames`` (``selectors.signup_usernames_for``), never typed: a typed name
+    would be refused exactly when someone has it, and the page would tell anyone holding a link which
+    usernames exist (docs/security.md, "Invitations")."""
+
+    username = forms.ChoiceField(help_text="Choose one; you sign in with it.",
+                                 error_messages={"invalid_choice": "Choose one of the usernames offered."})
     password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput)
     password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, usernames: Iterable[str] = (), **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "signup")
         super().__init__(*args, **kwargs)
+        self.fields["username"].choices = [(name, name) for name in usernames]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

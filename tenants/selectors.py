@@ -88,6 +88,34 @@ def invitations_for(*, actor: Actor) -> QuerySet[Invitation]:
     return base if scope.everything else base.filter(tenant_id__in=scope.tenant_ids("manage_members_tenant"))
 
 
+SIGNUP_SUGGESTIONS = 4
+_SUFFIX_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no l/1/o/0: read aloud or copied by hand without doubt
+
+
+def signup_usernames_for(invitation: Invitation) -> list[str]:
+    """The usernames a newcomer may choose from on the invitation's page: the invited address's local part
+    with a short suffix drawn from the link's secret (so the same link offers the same names, and no two links
+    the same), those already in use left out.
+
+    The newcomer chooses among these and types no name, so the page cannot be asked whether a given username
+    exists (docs/security.md, "Invitations"): every suggestion carries a suffix, which of them are left out
+    says nothing about the names people chose."""
+    import hmac
+    import re
+
+    from django.conf import settings
+    from django.db.models.functions import Lower
+
+    base = re.sub(r"[^a-z0-9._-]+", "", invitation.email.split("@", 1)[0].lower()).strip("._-")[:24] or "user"
+    candidates = []
+    for n in range(SIGNUP_SUGGESTIONS * 4):
+        digest = hmac.new(settings.SECRET_KEY.encode(), f"signup:{invitation.secret_hash}:{n}".encode(), "sha256").digest()
+        candidates.append(f"{base}-" + "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:4]))
+    taken = set(get_user_model().objects.annotate(name=Lower("username")).filter(name__in=candidates)
+                .values_list("name", flat=True))
+    return [name for name in dict.fromkeys(candidates) if name not in taken][:SIGNUP_SUGGESTIONS]
+
+
 def invitation_by_secret(secret: str) -> Invitation | None:
     """The invitation a link's secret opens (whatever its status), or None. Only the hash is stored."""
     import hashlib

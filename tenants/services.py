@@ -27,6 +27,7 @@ from .audit import audit_record, snapshot
 from .authentication import token_generate
 from .guards import require, require_ops
 from .models import ApiToken, Invitation, Membership, Project, Role, Tenant
+from .selectors import signup_usernames_for
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +123,15 @@ def _check_namespace(tenant: Tenant, slug: str) -> str:
     if len(namespace) > 63:
         raise Invalid(f"The namespace {namespace} would be longer than 63 characters: choose a shorter slug.", field="slug")
     if Project.objects.filter(cluster_namespace=namespace).exists():
-        raise Invalid(f"Namespace {namespace} belongs to another project: choose another slug.", field="slug")
+        raise Invalid(f"The namespace {namespace} is not available: choose another slug.", field="slug")
     problem = namespace_checks.problem(namespace, project_slug=slug)
     if problem:
         raise Invalid(problem, field="slug")
     return namespace
+
+
+PROJECT_SLUG_NOT_AVAILABLE = "This slug is not available: choose another."
+PROJECT_SLUG_IN_TENANT = "This tenant already has a project with this slug."
 
 
 @transaction.atomic
@@ -135,9 +140,18 @@ def project_create(*, actor: Actor, tenant: Tenant, name: str, slug: str, descri
     require(policy.may_change_tenant(actor, tenant), "Only tenant admins and ops create projects.")
     _require_writable(actor, tenant)
     project = Project(tenant=tenant, name=name, slug=slug, description=description)
+    # Slugs are unique portal-wide, but another tenant's project is a 404 to this actor: say "not available",
+    # never "exists", and never whose (docs/security.md). The model's own message would confirm it.
+    taken = Project.objects.filter(slug=slug).values_list("tenant_id", flat=True).first() if slug else None
+    if taken is not None:
+        raise Invalid(PROJECT_SLUG_IN_TENANT if taken == tenant.pk else PROJECT_SLUG_NOT_AVAILABLE, field="slug")
     project.full_clean()
     project.cluster_namespace = _check_namespace(tenant, slug)
-    project.save()
+    try:
+        with transaction.atomic():
+            project.save()
+    except IntegrityError:  # the same slug or namespace saved a moment ago by someone else
+        raise Invalid(PROJECT_SLUG_NOT_AVAILABLE, field="slug") from None
     # Tenant admins hold permissions on every project of their tenant, this new one included.
     permissions_sync_tenant(tenant=tenant)
     audit_record(
@@ -497,28 +511,34 @@ def invitation_accept(*, invitation: Invitation, user: Any, ip: str | None = Non
     return made["membership"]
 
 
+SIGNUP_CHOOSE_OFFERED = "Choose one of the usernames offered."
+
+
 def invitation_signup(*, invitation: Invitation, username: str, password: str, ip: str | None = None) -> tuple[Any, Membership]:
     """A newcomer chooses a username and password on the accept page: the account (with the invited
     address) and the membership are made together, or neither is."""
     User = get_user_model()
     username = (username or "").strip()
     with transaction.atomic():
-        invitation_check_open(Invitation.objects.select_related("tenant", "project").get(pk=invitation.pk))
+        invitation = Invitation.objects.select_related("tenant", "project").get(pk=invitation.pk)
+        invitation_check_open(invitation)
+        # Only a name the page offered (free when offered): a typed name would tell whether it exists.
+        if username not in signup_usernames_for(invitation):
+            raise Invalid(SIGNUP_CHOOSE_OFFERED, field="username")
         candidate = User(username=username, email=invitation.email)
         try:
-            candidate.full_clean(exclude=["password"])
+            candidate.full_clean(exclude=["password", "username"])
         except ValidationError as exc:
-            problems = exc.message_dict.get("username") or exc.messages
-            if User.objects.filter(username__iexact=username).exists():
-                problems = ["That username is taken: choose another."]
-            raise Invalid(" ".join(problems), field="username") from None
-        if User.objects.filter(username__iexact=username).exists():
-            raise Invalid("That username is taken: choose another.", field="username")
+            raise Invalid(" ".join(exc.messages), field="username") from None
         try:
             validate_password(password, user=candidate)
         except ValidationError as exc:
             raise Invalid(" ".join(exc.messages), field="password") from None
-        user = User.objects.create_user(username=username, email=invitation.email, password=password)
+        try:
+            with transaction.atomic():
+                user = User.objects.create_user(username=username, email=invitation.email, password=password)
+        except IntegrityError:  # taken a moment ago, between the check above and this insert
+            raise Invalid(SIGNUP_CHOOSE_OFFERED, field="username") from None
         audit_record(actor=Actor(user=user, ip=ip), action="user.signup", target=user, tenant=invitation.tenant,
                      project=invitation.project, after={"username": username, "email": invitation.email})
         membership = invitation_accept(invitation=invitation, user=user, ip=ip)

@@ -61,6 +61,7 @@ from .forms import (
 from .guards import ops_only as _ops_only
 from .guards import tenant_to_manage_members as _admin_tenant
 from .models import ApiToken, Invitation, Membership, Project, Role, Tenant
+from .throttle import signup_attempt
 from .ui import page, refresh_perms, role_in, role_labels, tenant_choices
 
 # Sign-in ---------------------------------------------------------------------------------------
@@ -500,8 +501,10 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
     except PortalError as exc:
         return _accept_page(request, invitation, closed=exc.message, status=410)
     login_url = reverse("login") + "?" + urlencode({"next": request.path})
-    signup_form = SignupForm()
+    usernames = selectors.signup_usernames_for(invitation)
+    signup_form = SignupForm(usernames=usernames)
     error = None
+    status = 200
     # Password accounts for newcomers only while password sign-in is open to everyone.
     signup_open = not identity.login_settings_get().password_login_staff_only
     if request.method == "POST" and not request.user.is_authenticated and not signup_open:
@@ -516,8 +519,12 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
             else:
                 return _joined(request, membership)
         elif not request.user.is_authenticated:
-            signup_form = SignupForm(request.POST)
-            if signup_form.is_valid():
+            blocked = signup_attempt(invitation_id=invitation.pk, ip=ip)
+            if blocked is None:
+                signup_form = SignupForm(request.POST, usernames=usernames)
+            else:
+                error, status = blocked.message, 429
+            if blocked is None and signup_form.is_valid():
                 data = signup_form.cleaned_data
                 try:
                     user, membership = services.invitation_signup(
@@ -534,7 +541,7 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
     sso = {"sso_provider": oidc.provider_name(), "sso_url": reverse("invitation-sso", kwargs={"secret": secret})} \
         if oidc.sso_enabled() else {}
     return _accept_page(request, invitation, signup_form=signup_form, login_url=login_url, error=error,
-                        signup_open=signup_open, **sso)
+                        signup_open=signup_open, status=status, **sso)
 
 
 def _member_answer(

@@ -248,3 +248,78 @@ def test_api_values_of_the_wrong_json_type_are_field_errors(api, cast, cat) -> N
 def test_api_empty_multiple_choice_filter_is_no_filter(api, cat) -> None:
     assert api("ops").get(f"{API}/requests/", {"state": ""}).status_code == 200
     assert field_error(api("ops").get(f"{API}/requests/", {"state": "nonsense"}), "state")
+
+
+# Lone surrogates and nesting too deep: valid JSON that no database or parser can take ---------------
+# "\ud800" is a legal JSON escape that decodes to no text (PostgreSQL, psycopg and the page renderer all
+# fail on it); 100,000 "[" overflow Python's parser (RecursionError). Each was a 500 before.
+
+SURROGATE_VALUE = b'{"template": "training", "flavor": "h100", "project": "acme-vision", "parameters": {"command": "\\ud800"}}'
+SURROGATE_KEY = b'{"template": "training", "flavor": "h100", "project": "acme-vision", "parameters": {"command": "x", "\\udfff": "1"}}'
+SURROGATE_PRESET = b'{"name": "p", "template": "training", "project": "acme-vision", "parameters": {"command": "\\ud800"}}'
+DEEP = b"[" * 100_000
+
+
+def post_raw(client, path: str, body: bytes):
+    return client.post(f"{API}{path}", body, content_type="application/json")
+
+
+@pytest.fixture(params=["middleware", "parser"])
+def json_guard(request, settings) -> str:
+    """Each case twice: as deployed, and with the API's parser alone (the middleware taken out)."""
+    if request.param == "parser":
+        settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != "portal.inputs.NulGuardMiddleware"]
+    return request.param
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "where"),
+    [("/requests/", SURROGATE_VALUE, "parameters.command"), ("/requests/", SURROGATE_KEY, "parameters.\\udfff"),
+     ("/presets/", SURROGATE_PRESET, "parameters.command")],
+)
+def test_api_lone_surrogate_in_parameters_is_a_field_error(api, cat, json_guard, path, body, where) -> None:
+    from workloads.models import RequestPreset
+
+    response = post_raw(api("carol"), path, body)
+    message = " ".join(field_error(response, "parameters"))
+    assert "surrogate" in message and f"(at {where})" in message, message
+    assert not WorkloadRequest.objects.exists() and not RequestPreset.objects.exists()
+
+
+def test_api_lone_surrogate_in_any_json_field_is_a_field_error(api, cat, json_guard) -> None:
+    client = api("ops")
+    assert "surrogate" in " ".join(field_error(post_raw(client, "/tenants/", b'{"name": "\\ud83d", "slug": "x"}'), "name"))
+    assert field_error(post_raw(client, "/tokens/", b'{"name": "ci\\udc00", "project": "acme-vision"}'), "name")
+    # A pair that makes one character is text, and is taken.
+    response = post_raw(api("carol"), "/requests/", SURROGATE_VALUE.replace(b"\\ud800", b"\\ud83d\\ude80"))
+    assert response.status_code == 201, response.content[:300]
+
+
+@pytest.mark.parametrize("path", ["/requests/", "/presets/", "/tokens/", "/tenants/", "/quota-requests/", "/flavors/"])
+def test_api_json_nested_too_deep_is_a_400_everywhere(api, cat, json_guard, path) -> None:
+    messages = field_error(post_raw(api("ops"), path, DEEP), "non_field_errors")
+    assert "nested more than 64 levels" in " ".join(messages), messages
+    # Deep inside a field: the field is named.
+    body = b'{"name": "p", "template": "training", "project": "acme-vision", "parameters": {"a": ' + b"[" * 70 + b"]" * 70 + b"}}"
+    assert "parameters.a" in " ".join(field_error(post_raw(api("carol"), "/presets/", body), "parameters"))
+
+
+def test_page_json_body_with_surrogate_or_deep_nesting_is_400(as_user, cat) -> None:
+    client = as_user("carol")
+    for body in (DEEP, SURROGATE_VALUE):
+        assert client.post("/requests/new/", body, content_type="application/json").status_code == 400
+
+
+def test_page_json_fields_refuse_surrogates_and_deep_nesting(as_user, cat) -> None:
+    client = as_user("ops")
+    flavor = {"flavor-cluster": str(cat.h100.cluster_id), "flavor-name": "x1", "flavor-kind": "cpu", "flavor-order": "100",
+              "flavor-hami_memory_mib": "0", "flavor-hami_cores_percent": "0"}
+    for text, message in (('{"a": "\\ud800"}', "surrogate"), ("[" * 100_000, "nested more than 64")):
+        response = client.post("/ops/flavors/new/", flavor | {"flavor-node_labels": text})
+        assert response.status_code == 200 and message in response.content.decode()
+        assert 'id="id_flavor-node_labels_error"' in response.content.decode()
+    from tests.workloads.test_ops_pages import template_form
+
+    for text, message in (('{"type": "object", "title": "\\udfff"}', "surrogate"), ("[" * 100_000, "nested more than 64")):
+        response = client.post("/ops/templates/new/", template_form(cat, parameters_schema=text))
+        assert response.status_code == 200 and message in response.content.decode()

@@ -41,7 +41,7 @@ CASES = [
      "already has a role"),
     ("alice", "member-add", ["acme"], {"member-user": "", "member-project": "", "member-role": "owner"}, "required"),
     ("alice", "invitation-create", ["acme"], {"invite-email": "x", "invite-project": "", "invite-role": "member"}, "valid email"),
-    ("alice", "project-create", ["acme"], {"project-name": "Vision", "project-slug": "acme-vision"}, "already exists"),
+    ("alice", "project-create", ["acme"], {"project-name": "Vision", "project-slug": "acme-vision"}, "already has a project with this slug"),
     ("alice", "tenant-details", ["acme"], {"details-name": "", "details-contact_email": "nope"}, "required"),
     ("carol", "token-create", ["acme-vision"], {"token-name": "", "token-scope": "admin", "token-expires_days": "1e309"},
      "too large"),

@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 
 from portal.forms import DecimalField, IntegerField
+from portal.inputs import JsonRefused, json_loads
 from quotas.models import Flavor
 
 from .models import Image, ServiceTemplate, TemplateKind
@@ -94,7 +95,9 @@ class TemplateForm(forms.Form):
         if not text:
             return {"type": "object", "properties": {}}
         try:
-            schema = json.loads(text)
+            schema = json_loads(text)
+        except JsonRefused as refused:
+            raise forms.ValidationError(refused.detail) from None
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
         problems = schema_errors(schema)  # Draft202012Validator.check_schema, and an object at the top

@@ -41,6 +41,13 @@ class MigChangeSerializer(serializers.ModelSerializer):
                                                              "running requests on the nodes (shown before approval).")
     rollback = serializers.JSONField(read_only=True)
 
+    def to_representation(self, instance: MigChange) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        request = self.context.get("request")
+        if request is not None:  # the rows of other tenants only for ops (docs/security.md)
+            data["impact"] = selectors.impact_for(data["impact"], actor=actor_of(request))
+        return data
+
     class Meta:
         model = MigChange
         fields = ["id", "cluster", "pool", "nodes", "gpu_model", "gpus_per_node", "from_layout", "to_layout", "tenant",
@@ -111,14 +118,14 @@ class MigChangeViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             if tenant is None:
                 raise Invalid("No such tenant among those you administer.", field="tenant")
         change = services.mig_change_propose(actor=actor, pool=pool, tenant=tenant, **values)
-        return Response(MigChangeDetailSerializer(change).data, status=status.HTTP_201_CREATED)
+        return Response(MigChangeDetailSerializer(change, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
     def _decide(self, request: Request, fn: Any, **extra: Any) -> Response:
         change = self.get_object()
         data = MigDecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         change = fn(actor=actor_of(request), change=change, **{k: data.validated_data["comment"] for k in extra})
-        return Response(MigChangeSerializer(change).data)
+        return Response(MigChangeSerializer(change, context={"request": request}).data)
 
     @extend_schema(request=MigDecisionSerializer, responses={200: MigChangeSerializer})
     @action(detail=True, methods=["post"])

@@ -39,8 +39,10 @@ class ProjectCreateSerializer(StrictSerializerMixin, serializers.ModelSerializer
     class Meta:
         model = Project
         fields = ["tenant", "name", "slug", "description"]
-        # Uniqueness is checked by the model and reported as a field error there.
+        # Uniqueness is checked by the service, which does not say whether another tenant has the slug
+        # (the model's "already exists" would): no unique validator here.
         validators: list = []
+        extra_kwargs = {"slug": {"validators": []}}
 
 
 class MembershipSerializer(StrictSerializerMixin, serializers.ModelSerializer):

@@ -41,7 +41,11 @@ def test_api_scoping_decisions_and_bad_input(api, cast, ops2, demo, settings) ->
     # all-1g.10gb would cut globex's 3g.40gb quota: a tenant admin may not propose that (ops may, see below)
     cuts = api("alice").post(API, _body(demo), format="json")
     assert cuts.status_code == 400, cuts.content
-    assert "globex" in cuts.json()["fields"]["to_layout"][0] and "Only platform ops" in cuts.json()["fields"]["to_layout"][0]
+    refusal = cuts.json()["fields"]["to_layout"][0]
+    assert "not available to your tenant" in refusal and "Only platform ops" in refusal
+    # It names nothing of the other tenant's: not the tenant, its project, the flavor or the amounts.
+    for theirs in ("globex", "llm", "LLM", "3g.40gb", "→"):
+        assert theirs not in refusal, (theirs, refusal)
     assert not MigChange.objects.exists()
 
     made = api("alice").post(API, _body(demo, to_layout="all-3g.40gb"), format="json")
@@ -119,6 +123,21 @@ def test_pages_show_the_impact_before_approval_and_the_progress(as_user, client,
     progress = as_user("ops").get(f"/ops/mig-changes/{change.pk}/progress/")
     assert progress.status_code == 200 and b'hx-trigger="every 2s"' in progress.content
     assert as_user("ops").get("/ops/mig-changes/", {"status": "approved"}).status_code == 200
+
+
+def test_a_tenant_admin_sees_no_other_tenants_rows_in_the_impact_or_the_refusal(as_user, cast, demo) -> None:
+    """all-1g.10gb would cut globex's quota. Previewing or proposing it, alice (acme's admin) learns that it is not
+    available and that other tenants' quotas are affected, never whose, which project, flavor or amounts."""
+    form = {"mig-pool": str(demo.pool.pk), "mig-to_layout": "all-1g.10gb", "mig-window_start": "2030-01-01T22:00",
+            "mig-deadline": "2030-01-02T02:00", "mig-reason": "small slices"}
+    preview = as_user("alice").post("/ops/mig-changes/new/", form | {"preview": "1"}).content.decode()
+    assert "Capacity per flavor" in preview and 'id="impact-others-cut"' in preview
+    refused = as_user("alice").post("/ops/mig-changes/new/", form).content.decode()
+    assert "not available to your tenant" in refused and not MigChange.objects.exists()
+    for page in (preview, refused):
+        assert "globex" not in page and "LLM" not in page
+    # Ops see every tenant's rows in the same preview.
+    assert "globex" in as_user("ops").post("/ops/mig-changes/new/", form | {"preview": "1"}).content.decode()
 
 
 def test_the_log_reads_in_the_order_it_was_written_whatever_the_clock(api, as_user, cast, demo) -> None:

@@ -131,10 +131,13 @@ def test_a_newcomer_signs_up_on_the_link_and_joins(invite, client, cast) -> None
     page = client.get(path)
     assert page.status_code == 200 and "no-store" in page["Cache-Control"] and page["Referrer-Policy"] == "same-origin"
     assert "Join Acme Research" in text(page) and "Create your account" in text(page)
-    response = client.post(path, {"signup-username": "newbie", "signup-password1": "a-long-pass-phrase-7",
+    offered = usernames_offered(page)
+    assert len(offered) == 4 and all(re.fullmatch(r"newcomer-[a-z2-9]{4}", name) for name in offered), offered
+    assert usernames_offered(client.get(path)) == offered  # the same link offers the same names
+    response = client.post(path, {"signup-username": offered[1], "signup-password1": "a-long-pass-phrase-7",
                                   "signup-password2": "a-long-pass-phrase-7"})
     assert response.status_code == 302 and response["Location"] == "/projects/acme-nlp/"
-    user = get_user_model().objects.get(username="newbie")
+    user = get_user_model().objects.get(username=offered[1])
     assert user.email == "newcomer@example.org" and user.check_password("a-long-pass-phrase-7")
     assert Membership.objects.filter(user=user, project=cast.nlp, role=Role.MEMBER).exists()
     invitation.refresh_from_db()
@@ -151,17 +154,25 @@ def test_a_newcomer_signs_up_on_the_link_and_joins(invite, client, cast) -> None
     assert not get_user_model().objects.filter(username="second").exists()
 
 
+OFFERED = "(offered)"
+
+
+def usernames_offered(response) -> list[str]:
+    select = re.search(r'<select name="signup-username".*?</select>', text(response), re.S).group(0)
+    return re.findall(r'<option value="([^"]+)"', select)
+
+
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
         ({"signup-username": "carol", "signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"},
-         "username", "taken"),
-        ({"signup-username": "Carol", "signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"},
-         "username", "taken"),
+         "username", "Choose one of the usernames offered."),
+        ({"signup-username": "newbie", "signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"},
+         "username", "Choose one of the usernames offered."),
         ({"signup-username": "bad name!", "signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"},
-         "username", "valid username"),
-        ({"signup-username": "newbie", "signup-password1": "short", "signup-password2": "short"}, "password1", "too short"),
-        ({"signup-username": "newbie", "signup-password1": "a-long-pass-phrase-7", "signup-password2": "other-pass-phrase-8"},
+         "username", "Choose one of the usernames offered."),
+        ({"signup-username": OFFERED, "signup-password1": "short", "signup-password2": "short"}, "password1", "too short"),
+        ({"signup-username": OFFERED, "signup-password1": "a-long-pass-phrase-7", "signup-password2": "other-pass-phrase-8"},
          "password2", "differ"),
     ],
 )
@@ -169,6 +180,8 @@ def test_bad_signup_makes_no_account_and_keeps_the_link(invite, client, data, fi
     invitation, path = invite()
     client.logout()
     users = get_user_model().objects.count()
+    if data["signup-username"] == OFFERED:
+        data = data | {"signup-username": usernames_offered(client.get(path))[0]}
     response = client.post(path, data)
     assert response.status_code == 200
     body = text(response)
@@ -176,6 +189,64 @@ def test_bad_signup_makes_no_account_and_keeps_the_link(invite, client, data, fi
     assert get_user_model().objects.count() == users
     invitation.refresh_from_db()
     assert invitation.status == "pending"
+
+
+def _username_errors(response) -> str:
+    return re.search(r'<ul class="errorlist" id="id_signup-username_error">.*?</ul>', text(response), re.S).group(0)
+
+
+def test_signup_does_not_tell_which_usernames_exist_in_any_tenant(invite, client, cast) -> None:
+    """The form used to answer "That username is taken" for ops, frank, erin (another tenant's people):
+    a username oracle for anyone holding a link. Existing and unused names now get the same answer."""
+    invitation, path = invite(email="ops@example.org")
+    client.logout()
+    offered = usernames_offered(client.get(path))
+    assert not {"ops", "frank", "erin"} & set(offered) and all(name.startswith("ops-") for name in offered)
+    form = {"signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"}
+    answers = {name: _username_errors(client.post(path, form | {"signup-username": name}))
+               for name in ["ops", "frank", "Erin", "no-such-user-anywhere", "ops-zzzz"]}
+    assert len(set(answers.values())) == 1, answers
+    assert "taken" not in next(iter(answers.values()))
+    assert get_user_model().objects.filter(username__startswith="no-such").count() == 0
+    # Someone takes an offered name meanwhile: it is no longer offered, and refused like any other.
+    get_user_model().objects.create_user(username=offered[0], password="x-long-pass-phrase-1")
+    again = usernames_offered(client.get(path))
+    assert offered[0] not in again and len(again) == 4 and again[:3] == offered[1:]
+    assert _username_errors(client.post(path, form | {"signup-username": offered[0]})) == answers["ops"]
+    invitation.refresh_from_db()
+    assert invitation.status == "pending"
+
+
+def test_signup_attempts_are_throttled_per_invitation(invite, client, settings) -> None:
+    settings.SIGNUP_THROTTLE_ATTEMPTS = 3
+    invitation, path = invite()
+    client.logout()
+    offered = usernames_offered(client.get(path))
+    bad = {"signup-username": offered[0], "signup-password1": "short", "signup-password2": "short"}
+    for n in range(3):
+        assert client.post(path, bad, REMOTE_ADDR=f"10.7.0.{n}").status_code == 200
+    good = {"signup-username": offered[0], "signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"}
+    refused = client.post(path, good, REMOTE_ADDR="10.7.0.9")  # from another address too: the link is paused
+    assert refused.status_code == 429
+    assert "Too many sign-up attempts on this invitation. Try again in" in text(refused)
+    assert not get_user_model().objects.filter(username=offered[0]).exists()
+    invitation.refresh_from_db()
+    assert invitation.status == "pending"
+
+
+def test_signup_attempts_are_throttled_per_address(invite, client, settings) -> None:
+    settings.SIGNUP_THROTTLE_ADDRESS_ATTEMPTS = 2
+    _, first = invite(email="one@example.org")
+    _, second = invite(email="two@example.org")
+    client.logout()
+    bad = {"signup-username": "x", "signup-password1": "short", "signup-password2": "short"}
+    assert client.post(first, bad, REMOTE_ADDR="10.8.0.1").status_code == 200
+    assert client.post(second, bad, REMOTE_ADDR="10.8.0.1").status_code == 200
+    refused = client.post(second, bad, REMOTE_ADDR="10.8.0.1")
+    assert refused.status_code == 429 and "Too many sign-up attempts from your network address" in text(refused)
+    offered = usernames_offered(client.get(second))
+    good = {"signup-username": offered[0], "signup-password1": "a-long-pass-phrase-7", "signup-password2": "a-long-pass-phrase-7"}
+    assert client.post(second, good, REMOTE_ADDR="10.8.0.2").status_code == 302  # another address: free
 
 
 def test_an_existing_user_signs_in_and_accepts(invite, client, cast, password) -> None:

@@ -19,7 +19,17 @@ import requests
 from django.contrib.auth.hashers import MD5PasswordHasher
 
 from tenants.models import LoginThrottle
-from tenants.throttle import BUSY, FAILED, IN_FLIGHT_TTL, Blocked, login_failed, login_reserve, login_succeeded
+from tenants.throttle import (
+    ACCOUNT,
+    ADDRESS,
+    BUSY,
+    FAILED,
+    IN_FLIGHT_TTL,
+    Blocked,
+    login_failed,
+    login_reserve,
+    login_succeeded,
+)
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -169,6 +179,7 @@ def limits(settings):
     settings.LOGIN_THROTTLE_WINDOW = 300
     settings.LOGIN_THROTTLE_IN_FLIGHT = 4
     settings.LOGIN_THROTTLE_BUSY_RETRY = 5
+    settings.LOGIN_THROTTLE_ADDRESS_ATTEMPTS = 6
     return settings
 
 
@@ -194,32 +205,41 @@ def test_checks_in_flight_from_one_address_never_count_as_failures(limits) -> No
     assert (row.attempts, row.in_flight, row.blocked_until) == (0, 0, 0)
 
 
-def test_failures_from_one_address_still_lock_it_after_the_limit(limits) -> None:
+def test_failures_from_one_address_lock_it_after_its_own_higher_limit(limits) -> None:
     ip = "10.2.0.2"
-    for n in range(2):
+    # Password spraying: one wrong guess each for many usernames; no pair reaches its limit of 3.
+    for n in range(5):
         assert login_reserve(username=f"g{n}", ip=ip) is None
         assert login_failed(username=f"g{n}", ip=ip) is None
-    assert login_reserve(username="g2", ip=ip) is None
-    blocked = login_failed(username="g2", ip=ip)
-    assert blocked == Blocked(retry_after=300, reason=FAILED)
-    assert blocked.message == "Too many failed sign-in attempts. Sign-in is paused for 5 minutes; please try again later."
+    assert login_reserve(username="g5", ip=ip) is None
+    blocked = login_failed(username="g5", ip=ip)
+    assert blocked == Blocked(retry_after=300, reason=FAILED, scope=ADDRESS)
+    assert blocked.message == ("Too many failed sign-in attempts from your network address, for any username. "
+                               "Sign-in from this address is paused for 5 minutes; please try again later.")
     refused = login_reserve(username="someone-else", ip=ip)  # any username from the address
-    assert refused is not None and refused.reason == FAILED and "paused for 5 minutes" in refused.message
+    assert refused is not None and (refused.reason, refused.scope) == (FAILED, ADDRESS)
     assert login_reserve(username="someone-else", ip="10.2.0.3") is None  # another address is free
 
 
-def test_a_username_allows_the_limit_of_checks_at_once_then_waits_a_few_seconds(limits) -> None:
-    # A username's checks in flight count against its limit (parallel guesses get at most 3 checks) ...
-    assert [login_reserve(username="carol", ip=f"10.3.0.{n}") for n in range(3)] == [None] * 3
-    busy = login_reserve(username="carol", ip="10.3.0.9")
+def test_a_username_from_one_address_allows_the_limit_of_checks_at_once_then_waits_a_few_seconds(limits) -> None:
+    ip = "10.3.0.1"
+    # A pair's checks in flight count against its limit (parallel guesses get at most 3 checks) ...
+    assert [login_reserve(username="carol", ip=ip) for _ in range(3)] == [None] * 3
+    busy = login_reserve(username="carol", ip=ip)
     assert busy is not None and busy.reason == BUSY and busy.retry_after == 5
     # ... but a right password among them never locks her out.
-    login_succeeded(username="carol", ip="10.3.0.0")
-    assert login_reserve(username="carol", ip="10.3.0.9") is None
-    # Wrong ones do: the remaining three fail, and she is blocked for the window.
-    results = [login_failed(username="carol", ip=f"10.3.0.{n}") for n in (1, 2, 9)]
-    assert results[-1] == Blocked(retry_after=300, reason=FAILED)
-    assert login_reserve(username="carol", ip="10.3.0.50").reason == FAILED
+    login_succeeded(username="carol", ip=ip)
+    assert login_reserve(username="carol", ip=ip) is None
+    # Wrong ones do: the remaining three fail, and carol is paused from this address for the window.
+    results = [login_failed(username="carol", ip=ip) for _ in range(3)]
+    assert results[-1] == Blocked(retry_after=300, reason=FAILED, scope=ACCOUNT)
+    assert results[-1].message == (
+        "Too many failed sign-in attempts for this username from your network address. Sign-in with this "
+        "username from this address is paused for 5 minutes; please try again later.")
+    assert login_reserve(username="CAROL", ip=ip).scope == ACCOUNT  # usernames are compared without case
+    # Not carol from elsewhere, nor anyone else from here.
+    assert login_reserve(username="carol", ip="10.3.0.50") is None
+    assert login_reserve(username="alice", ip=ip) is None
 
 
 def test_a_reservation_left_by_a_dead_process_is_forgotten(limits, monkeypatch) -> None:
@@ -242,3 +262,41 @@ def test_the_sign_in_form_says_when_too_many_sign_ins_run_at_once(client, cast, 
     login_succeeded(username="alice", ip="10.5.0.1")
     response = client.post("/accounts/login/", {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.5.0.1")
     assert response.status_code == 302
+
+
+# -- Through the sign-in page: one person's wrong passwords pause only them ---------------------------------------
+
+
+def _login(client, username: str, password: str, ip: str):
+    return client.post("/accounts/login/", {"username": username, "password": password}, REMOTE_ADDR=ip)
+
+
+def test_wrong_passwords_for_one_username_do_not_lock_out_others_behind_the_address(client, cast, settings) -> None:
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
+    settings.LOGIN_THROTTLE_WINDOW = 300
+    office = "10.9.0.1"
+    for _ in range(5):
+        assert _login(client, "frank", "wrong", office).status_code == 200
+    # frank, even with the right password, is paused from this address, and is told what and for how long.
+    response = _login(client, "frank", PASSWORD, office)
+    body = response.content.decode()
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+    assert "for this username from your network address" in body and "paused for 5 minutes" in body
+    # ops, behind the same address, signs in at once; so does frank from home.
+    assert _login(client, "ops", PASSWORD, office).status_code == 302
+    client.logout()
+    assert _login(client, "frank", PASSWORD, "10.9.9.9").status_code == 302
+
+
+def test_password_spraying_from_one_address_pauses_the_address_with_its_own_message(client, cast, settings) -> None:
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
+    settings.LOGIN_THROTTLE_ADDRESS_ATTEMPTS = 12
+    spray = "10.9.1.1"
+    names = ["ops", "alice", "bob", "carol", "dave", "erin"]
+    for n in range(12):
+        assert _login(client, names[n % len(names)], f"Spring2026-{n}", spray).status_code == 200
+    response = _login(client, "nobody", PASSWORD, spray)
+    body = response.content.decode()
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+    assert "from your network address, for any username" in body and "paused for 5 minutes" in body
+    assert _login(client, "nobody", PASSWORD, "10.9.1.2").status_code == 302  # elsewhere: not paused

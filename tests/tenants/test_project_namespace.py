@@ -19,7 +19,7 @@ def test_namespace_is_computed_once_and_unique(cast) -> None:
     assert project.cluster_namespace == "acme-speech" and project.namespace == "acme-speech"
     with pytest.raises(Invalid) as err:  # would land in the same namespace
         services.project_create(actor=alice, tenant=cast.acme, name="Speech 2", slug="acme-speech")
-    assert err.value.field == "slug" and "belongs to another project" in err.value.message
+    assert err.value.field == "slug" and "acme-speech is not available" in err.value.message
     with pytest.raises(Invalid) as err:
         services.project_create(actor=alice, tenant=cast.acme, name="Long", slug="x" * 60)
     assert err.value.field == "slug" and "longer than 63" in err.value.message

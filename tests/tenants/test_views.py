@@ -67,26 +67,26 @@ def test_login_right_password_lands_on_home(client, cast) -> None:
     assert client.session["_auth_user_id"] == str(cast.carol.pk)
 
 
-def test_login_throttles_a_username_then_lets_go_after_the_window(client, cast, settings, monkeypatch) -> None:
+def test_login_throttles_a_username_from_one_address_then_lets_go_after_the_window(client, cast, settings, monkeypatch) -> None:
     settings.LOGIN_THROTTLE_ATTEMPTS = 3
     settings.LOGIN_THROTTLE_WINDOW = 60
     for _ in range(3):
         client.post(reverse("login"), {"username": "carol", "password": "wrong"}, REMOTE_ADDR="10.0.0.1")
-    # Even the right password is refused now, from any address.
-    response = client.post(reverse("login"), {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.0.0.2")
+    # Even the right password is refused now from that address (from another one it is not: test_login_throttle.py).
+    response = client.post(reverse("login"), {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.0.0.1")
     assert response.status_code == 200
-    assert "Too many failed sign-in attempts" in text(response)
+    assert "Too many failed sign-in attempts for this username from your network address" in text(response)
     assert "_auth_user_id" not in client.session
 
     later = time.time() + 61
     monkeypatch.setattr(time, "time", lambda: later)
-    response = client.post(reverse("login"), {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.0.0.2")
+    response = client.post(reverse("login"), {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.0.0.1")
     assert response.status_code == 302
     assert client.session["_auth_user_id"] == str(cast.carol.pk)
 
 
 def test_login_throttles_a_client_address_across_usernames(client, cast, settings) -> None:
-    settings.LOGIN_THROTTLE_ATTEMPTS = 3
+    settings.LOGIN_THROTTLE_ADDRESS_ATTEMPTS = 3
     for name in ["alice", "bob", "dave"]:
         client.post(reverse("login"), {"username": name, "password": "wrong"}, REMOTE_ADDR="10.0.0.9")
     response = client.post(reverse("login"), {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.0.0.9")
@@ -417,6 +417,24 @@ def test_project_create_same_name_in_tenant_is_refused(as_user) -> None:
     response = as_user("alice").post(reverse("project-create", args=["acme"]), {"project-name": "Vision", "project-slug": "acme-vision-2"})
     assert "already exists" in text(response)
     assert not Project.objects.filter(slug="acme-vision-2").exists()
+
+
+def test_project_slug_of_another_tenant_is_not_available_without_saying_whose(as_user, api) -> None:
+    """globex-llm is globex's project, a 404 to alice: creating it used to say "Project with this Slug already
+    exists", confirming it. Now: "not available", the same words as any slug she cannot have."""
+    response = as_user("alice").post(reverse("project-create", args=["acme"]),
+                                     {"project-name": "Mine", "project-slug": "globex-llm"})
+    body = text(response)
+    assert response.status_code == 200 and 'id="id_project-slug_error"' in body
+    assert "This slug is not available: choose another." in body and "already exists" not in body
+    assert "Globex" not in body and "LLM" not in body
+    answer = api("alice").post("/api/v1/projects/", {"tenant": "acme", "name": "Mine", "slug": "globex-llm"}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["fields"] == {"slug": ["This slug is not available: choose another."]}
+    assert Project.objects.filter(slug="globex-llm").count() == 1
+    # Her own tenant's slug: she sees that project anyway, so the answer may say so.
+    again = api("alice").post("/api/v1/projects/", {"tenant": "acme", "name": "Mine", "slug": "acme-vision"}, format="json")
+    assert again.json()["fields"] == {"slug": ["This tenant already has a project with this slug."]}
 
 
 def test_members_page_lists_tenant_members_only(as_user) -> None:
