@@ -9,10 +9,11 @@ PYTHON  ?= $(shell for c in python3.14 python3.13 python3.12 python3 $$(ls -d $$
              $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$c; break; }; done)
 STAMP   := $(VENV)/.installed
 
-.PHONY: run run-sso test lint venv bench browser-deps services clean
+.PHONY: run run-sso test lint venv bench browser-deps services cluster cluster-build clean
 
+# CLUSTER=real runs the portal on the real control plane (make cluster) instead of the sandbox.
 run: venv
-	$(VPY) deploy/devstack.py
+	PORTAL_CLUSTER=$(CLUSTER) $(VPY) deploy/devstack.py
 
 # The same, with single sign-on against the test OpenID provider (tests/oidc; needs node and npm).
 run-sso: venv
@@ -42,6 +43,19 @@ $(STAMP): requirements.txt pyproject.toml
 # down (needs root or password-less sudo for that); `make test` then uses them.
 services:
 	deploy/services.sh
+
+# The real control plane on loopback (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Kueue, kwok
+# nodes), built from released Go modules (realcluster/go.mod; needs Go); Ctrl-C stops it.
+cluster: venv
+	$(VPY) -m realcluster
+
+cluster-build: venv
+	$(VPY) -m realcluster --build-only
+
+# The image without a registry: a Debian base made with mmdebstrap from apt's mirror (cached under var/image/),
+# then buildah (chroot isolation); installs buildah and mmdebstrap where missing (deploy/build_image.py).
+image:
+	$(or $(wildcard $(VPY)),python3) deploy/build_image.py $(if $(TAG),--tag $(TAG))
 
 # Browser tests drive Debian's Chromium (no browser download).
 browser-deps:

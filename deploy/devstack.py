@@ -1,19 +1,30 @@
 """`make run`: the portal with demo data on http://127.0.0.1:8000/, plus everything it needs.
 
-Migrates, seeds the demo, starts the embedded sandbox cluster, a Celery worker (with beat) and the
-web server, prints the URL and the logins, and supervises them: a child that exits is started again
+Migrates, seeds the demo, starts the embedded sandbox cluster, a Celery worker, Celery beat (the scheduler)
+and the web server, prints the URL and the logins, and supervises them: a child that exits is started again
 after a backoff (1 s, 2 s, 4 s ... 30 s; back to 1 s once it has run for a minute), with a one-line
 notice on stdout::
 
     devstack: worker exited (killed by SIGKILL) after 41s; restarting in 1s
     devstack: started worker (pid 12345)
 
+Beat is a child of its own, not embedded in the worker: a beat that dies is noticed and restarted like any
+child (embedded, it died alone while its worker ran on, and nothing followed the requests' states). Its
+schedule's state is kept in the shared cache, not in a file (portal/beat.py), and its lease keeps it to one.
+
 Only Ctrl-C or SIGTERM stops everything: each child runs in its own process group (so Ctrl-C reaches
-only this supervisor, and the worker's beat process goes with the worker), which gets SIGTERM, then
-SIGKILL for whatever is left; all within 10 seconds.
+only this supervisor), which gets SIGTERM, then SIGKILL for whatever is left; all within 10 seconds.
 
 Without DATABASE_URL / REDIS_URL it needs no server: SQLite for the data and the cache, and the
 embedded SQLite broker (portal/broker.py) under var/.
+
+With DATABASE_URL on PostgreSQL, that URL's role (or DATABASE_MIGRATE_URL's) is the tables' owner: it
+migrates and creates the runtime role PORTAL_RUNTIME_DB_ROLE (default portal_app; its password from
+PORTAL_RUNTIME_DB_PASSWORD or kept in the runtime folder), which owns nothing and may only append to
+the audit log (docs/security.md). Everything else (the demo data, the worker, the web server) connects
+as the runtime role and never sees the owner's URL. PORTAL_RUNTIME_DB_ROLE= (empty) runs all as owner.
+
+PORTAL_CLUSTER=real (`make run CLUSTER=real`) runs it on the real control plane (docs/real-cluster.md) instead.
 
 Environment: PORTAL_HOST, PORTAL_PORT (web server), SANDBOX_PORT (the sandbox cluster's API; default
 a free port, kept across restarts), SANDBOX_SPEED (default 60), PORTAL_VAR_DIR (runtime files).
@@ -113,7 +124,7 @@ class Child:
         now = time.monotonic()
         if self.proc is not None and self.proc.poll() is not None:
             code, ran = self.proc.returncode, now - self.started_at
-            kill_group(self.proc.pid, signal.SIGKILL)  # what it left behind (the worker's beat process)
+            kill_group(self.proc.pid, signal.SIGKILL)  # whatever it left behind in its group
             self.failures = 1 if ran >= HEALTHY_AFTER else self.failures + 1
             delay = min(BACKOFF_MAX, 2.0 ** (self.failures - 1))
             say(f"{self.name} exited ({describe(code)}) after {ran:.0f}s; restarting in {delay:.0f}s")
@@ -128,6 +139,9 @@ class Child:
                 self.restart_at = time.monotonic() + delay
 
 
+CLUSTER_CHILDREN = ("sandbox", "cluster")  # stopped last
+
+
 def stop_all(children: list[Child]) -> None:
     """SIGTERM every group (web and worker first, the sandbox last), SIGKILL what is left, within 10 s.
 
@@ -138,7 +152,7 @@ def stop_all(children: list[Child]) -> None:
     deadline = started + STOP_WITHIN - 1.5
     groups = {c.name: c.proc.pid for c in children if c.proc is not None}
     gone: dict[str, float] = {}
-    order = [[n for n in groups if n != "sandbox"], [n for n in groups if n == "sandbox"]]
+    order = [[n for n in groups if n not in CLUSTER_CHILDREN], [n for n in groups if n in CLUSTER_CHILDREN]]
     for step, names in enumerate(order):
         for name in names:
             kill_group(groups[name], signal.SIGTERM)
@@ -169,12 +183,12 @@ def stop_all(children: list[Child]) -> None:
             except subprocess.TimeoutExpired:
                 pass
     timings = ", ".join(f"{name} {at:.1f}s" for name, at in sorted(gone.items(), key=lambda kv: kv[1]))
-    say(f"stopped: web server, worker, sandbox cluster ({timings})")
+    say(f"stopped: web server, worker, beat, sandbox cluster ({timings})")
 
 
-def step(*args: str) -> None:
+def step(*args: str, env: dict[str, str] | None = None) -> None:
     """One `manage.py` command, stoppable by Ctrl-C/SIGTERM like the rest."""
-    proc = subprocess.Popen([PY, "manage.py", *args], cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen([PY, "manage.py", *args], cwd=ROOT, start_new_session=True, env=env)
     while proc.poll() is None:
         if _stopping:
             kill_group(proc.pid, signal.SIGTERM)
@@ -193,6 +207,47 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def runtime_database(owner_url: str, role: str, password: str) -> str:
+    """The URL of ``owner_url``'s database as ``role`` (same host, port, database and options)."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    parts = urlsplit(owner_url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{quote(role, safe='')}:{quote(password, safe='')}@{host}{f':{parts.port}' if parts.port else ''}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def database_prepare() -> None:
+    """Migrate; on PostgreSQL as the owner, then make the runtime role (docs above) and switch DATABASE_URL to it.
+    The owner's URL is left out of the environment the demo data and the children get."""
+    url = os.environ.get("DATABASE_URL", "")
+    role = os.environ.get("PORTAL_RUNTIME_DB_ROLE", "portal_app")
+    if not url.startswith(("postgres://", "postgresql://", "pgsql://")) or not role:
+        step("migrate", "--no-input", "-v", "0")
+        step("createcachetable")  # the cache table (login throttling, task locks) when there is no Redis
+        return
+    owner_url = os.environ.pop("DATABASE_MIGRATE_URL", "") or url
+    password = os.environ.get("PORTAL_RUNTIME_DB_PASSWORD", "")
+    if not password:
+        kept = VAR / "runtime-db-password"
+        if not kept.exists():
+            import secrets
+
+            kept.touch(mode=0o600)
+            kept.write_text(secrets.token_urlsafe(24))
+        password = kept.read_text().strip()
+    # The owner as the default connection, the only one: data migrations query through the default alias, which
+    # as a second connection would wait for the locks of the migration's own transaction.
+    owner_env = {**os.environ, "DATABASE_URL": owner_url, "PORTAL_RUNTIME_DB_PASSWORD": password}
+    step("migrate", "--no-input", "-v", "0", env=owner_env)
+    step("createcachetable", env=owner_env)
+    step("db_runtime_role", role, "--apply", "--database", "default", env=owner_env)
+    os.environ["DATABASE_URL"] = runtime_database(owner_url, role, password)
+    os.environ.pop("PORTAL_RUNTIME_DB_PASSWORD", None)
+    say(f"the portal connects as {role}, which owns no table (migrations ran as the owner)")
 
 
 def embedded_broker() -> str | None:
@@ -245,7 +300,10 @@ def main() -> int:
     VAR.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     os.environ["PORTAL_VAR_DIR"] = str(VAR)
-    kubeconfig = VAR / "sandbox.kubeconfig"
+    # PORTAL_CLUSTER=real (make run CLUSTER=real): the real control plane (realcluster/, docs/real-cluster.md)
+    # instead of the sandbox; built first if it is not (that takes a while the first time).
+    real = os.environ.get("PORTAL_CLUSTER", "").strip().lower() == "real"
+    kubeconfig = VAR / ("realcluster.kubeconfig" if real else "sandbox.kubeconfig")
     os.environ.setdefault("PORTAL_KUBECONFIG", str(kubeconfig))
     database = (os.environ.get("DATABASE_URL") or f"sqlite {VAR / 'portal.sqlite3'}").split("@")[-1]
     broker_url = embedded_broker()
@@ -266,14 +324,14 @@ def main() -> int:
             item.unlink(missing_ok=True)
     metrics_dir.mkdir(parents=True, exist_ok=True)
 
-    step("migrate", "--no-input", "-v", "0")
-    step("createcachetable")  # the cache table (login throttling, task locks) when there is no Redis
+    database_prepare()
 
     sandbox_port = os.environ.get("SANDBOX_PORT") or str(free_port())
 
     def sandbox_ready() -> None:
-        """Wait for the kubeconfig the sandbox writes once it listens."""
-        deadline = time.monotonic() + 15
+        """Wait for the kubeconfig the sandbox writes once it listens (the real control plane: once it is up,
+        which may include building it)."""
+        deadline = time.monotonic() + (3600 if real else 15)
         while time.monotonic() < deadline and not _stopping:
             if kubeconfig.exists() or sandbox.proc is None or sandbox.proc.poll() is not None:
                 break
@@ -300,17 +358,22 @@ def main() -> int:
         [PY, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--port", sandbox_port, "--speed", SPEED,
          "--state-file", str(VAR / "sandbox-state.json")],
         before_start=sandbox_before,
+    ) if not real else Child(
+        "cluster",
+        [PY, "-m", "realcluster", "--kubeconfig", str(kubeconfig), "--state-dir", str(VAR / "realcluster")],
+        before_start=sandbox_before,
     )
     worker = Child(
         "worker",
-        [PY, "-m", "celery", "-A", "portal", "worker", "--beat", "--loglevel", "warning",
-         "--pool", "threads", "--concurrency", "4", "--without-mingle", "--without-gossip", "--without-heartbeat",
-         "--schedule", str(VAR / "celerybeat-schedule")],
+        [PY, "-m", "celery", "-A", "portal", "worker", "--loglevel", "warning",
+         "--pool", "threads", "--concurrency", "4", "--without-mingle", "--without-gossip", "--without-heartbeat"],
         before_start=worker_before,
     )
+    # The scheduler (portal/beat.py): its state lives in the shared cache and its lease keeps it to one.
+    beat = Child("beat", [PY, "-m", "celery", "-A", "portal", "beat", "--loglevel", "warning"])
     web = Child("web", [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"])
     sso = dev_sso()
-    children = [sandbox, worker, web] + ([sso] if sso else [])
+    children = [sandbox, worker, beat, web] + ([sso] if sso else [])
     try:
         if sso is not None:
             sso.start()
@@ -319,7 +382,7 @@ def main() -> int:
         sandbox_ready()
         if not _stopping:
             step("seed_demo")
-        for child in (worker, web):
+        for child in (worker, beat, web):
             if not _stopping:
                 child.start()
         # The banner once the web server answers (a loaded laptop takes a few seconds to import Django).

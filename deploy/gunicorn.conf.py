@@ -25,6 +25,10 @@ accesslog = None
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info").lower()
 if os.environ.get("LOG_FORMAT", "").lower() == "json":
+    # The master's and the workers' stray writes (warnings, print()) as JSON lines too (portal/logs.py).
+    from portal.logs import json_stdio
+
+    json_stdio()
     logconfig_dict = {
         "version": 1,
         "disable_existing_loggers": False,

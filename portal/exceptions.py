@@ -47,6 +47,20 @@ class ConflictError(PortalError):
     code = "conflict"
 
 
+class ExtensionUnavailable(PortalError):
+    """An enforcing extension (``portal.extensions``, e.g. the budget guard) failed: what it guards is refused."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    code = "unavailable"
+
+    def as_api_exception(self) -> exceptions.APIException:
+        # Not a validation error: the API answers 503 {"error": "unavailable", "detail": ...}; the field only
+        # places the message on a page's form.
+        exc = exceptions.APIException(self.message, code=self.code)
+        exc.status_code = self.status_code
+        return exc
+
+
 class IdempotencyKeyReused(PortalError):
     """An Idempotency-Key sent again with a different request body: a client bug, not a retry."""
 

@@ -3,8 +3,15 @@
 Apps import only downward (``portal`` ← ``tenants`` ← ``quotas`` ← ``workloads`` ← ``billing``). When a
 lower app needs an answer only a higher one has (workloads showing a cost that billing's price list
 knows), the kit holds a :class:`Slot`: the higher app registers a function in its ``AppConfig.ready()``,
-the lower one calls the slot, and gets None while nothing is registered. A registered function that
-raises is logged and answers None: an estimate never breaks a page or an API call.
+the lower one calls the slot, and gets None while nothing is registered.
+
+Every slot declares what a failure of its function means (``policy``, listed in docs/extending.md):
+
+- ``ADVISORY`` (estimates, the meter, "what remains"): the failure is logged and the slot answers None, so an
+  estimate never breaks a page or an API call.
+- ``ENFORCING`` (``submission_guard``): the answer decides whether something may happen, and None would mean
+  "go ahead". The failure is logged and the slot raises :class:`ExtensionUnavailable` (503 from the API, a form
+  error on the page) with the slot's ``unavailable`` sentence: it fails closed.
 
 ``cost_estimator``: ``register(fn, currency="EUR")`` where ``fn(request_like) -> Decimal | None``;
 ``request_like`` is a ``WorkloadRequest`` or anything with the same attributes (``tenant``, ``project``,
@@ -37,16 +44,28 @@ from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
+from .exceptions import ExtensionUnavailable
 from .quantities import format_money, round_money
 
 logger = logging.getLogger(__name__)
 
+ADVISORY = "advisory"  # a failure answers None
+ENFORCING = "enforcing"  # a failure refuses (raises ExtensionUnavailable)
+
 
 class Slot:
-    """One function a higher app provides; calling the slot answers None while none is registered."""
+    """One function a higher app provides; calling the slot answers None while none is registered. ``policy``
+    says what a failure of the function means (see the module's docstring)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, policy: str = ADVISORY, unavailable: str = "", field: str | None = None):
+        if policy not in (ADVISORY, ENFORCING):
+            raise ValueError(f"unknown failure policy {policy!r}")
+        if policy == ENFORCING and not unavailable:
+            raise ValueError("an enforcing slot says what its refusal tells the user (unavailable=...)")
         self.name = name
+        self.policy = policy
+        self.unavailable = unavailable
+        self.field = field
         self._fn: Callable[..., Any] | None = None
 
     @property
@@ -77,7 +96,10 @@ class Slot:
             return None
         try:
             return fn(*args, **kwargs)
-        except Exception:
+        except Exception as exc:
+            if self.policy == ENFORCING:
+                logger.exception("the %s extension failed; refusing", self.name)
+                raise ExtensionUnavailable(self.unavailable, field=self.field) from exc
             logger.exception("the %s extension failed; answering None", self.name)
             return None
 
@@ -126,5 +148,8 @@ class CostEstimator(Slot):
 cost_estimator = CostEstimator()
 cost_so_far = CostEstimator("cost so far")
 usage_meter = Slot("usage meter")
-submission_guard = Slot("submission guard")
+submission_guard = Slot(
+    "submission guard", policy=ENFORCING, field="project",
+    unavailable="Budget check unavailable: the project's budget could not be checked, so the request was not "
+                "submitted. Try again in a few minutes; if it persists, tell platform ops.")
 budget_remaining = Slot("budget remaining")

@@ -3,6 +3,10 @@
 * ``live``: 200 ``{"status": "ok"}`` while the process answers; touches no database, broker or cluster.
 * ``ready``: 200 when the database answers, the broker accepts a connection and every migration this code
   knows is applied; else 503 with ``{"status": "unavailable", "failed": [...], "checks": {name: "ok" | why}}``.
+  It also says when the scheduler (Celery beat, portal/beat.py) was last seen: ``"scheduler": "last seen 3 s ago"``.
+  Past ``PORTAL_BEAT_STALE_SECONDS`` (or never seen) the answer stays 200 (a dead beat is no reason to take the web
+  servers out of service) but carries ``"degraded": ["scheduler"]`` and the reason in ``checks["scheduler"]``: no
+  periodic work runs then (status following, sweeps, reconciles). Alert on ``degraded`` (docs/operations.md).
 
 ``HealthMiddleware`` sits first in ``MIDDLEWARE`` (before the host check, the HTTPS redirect, sessions and
 logins), so probes from the kubelet (which send the pod's IP as the host, over plain HTTP) get the answer
@@ -12,6 +16,7 @@ itself; nothing here reads a session, a user or a rate limit. The paths are also
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -64,6 +69,25 @@ def _migrations() -> None:
 CHECKS = (("database", _database), ("broker", _broker), ("migrations", _migrations))
 
 
+def scheduler_status(now: float | None = None) -> dict[str, Any]:
+    """The scheduler as its heartbeat in the shared cache says: ``{"ok": bool, "age": seconds | None, "text": ...}``.
+    Shown by ``/healthz/ready`` and the ops pages (quotas' capacity page)."""
+    from portal.beat import beat_last_seen
+
+    bound = float(settings.PORTAL_BEAT_STALE_SECONDS)
+    try:
+        seen = beat_last_seen()
+    except Exception as exc:  # the cache is down: say so, the scheduler cannot hold its lease either
+        return {"ok": False, "age": None, "text": f"unknown: the cache does not answer ({exc.__class__.__name__})"}
+    if seen is None:
+        return {"ok": False, "age": None, "text": "never seen: no scheduler (Celery beat) is sending the periodic tasks"}
+    age = max(0.0, (now if now is not None else time.time()) - float(seen["at"]))
+    if age > bound:
+        return {"ok": False, "age": age, "text": f"last seen {age:.0f} s ago (more than {bound:.0f} s): the scheduler "
+                                                 "(Celery beat) is down, no periodic task is sent"}
+    return {"ok": True, "age": age, "text": f"last seen {age:.0f} s ago"}
+
+
 def live(request: Any) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
@@ -81,10 +105,16 @@ def ready(request: Any) -> JsonResponse:
         else:
             results[name] = "ok"
     failed = [name for name, result in results.items() if result != "ok"]
+    scheduler = scheduler_status()
+    extra: dict[str, Any] = {"scheduler": scheduler["text"]}
+    if not scheduler["ok"]:
+        results["scheduler"] = scheduler["text"]
+        extra["degraded"] = ["scheduler"]
+        log.warning("degraded: scheduler %s", scheduler["text"])
     if failed:
         log.warning("not ready: %s", "; ".join(f"{n}: {results[n]}" for n in failed))
-        return JsonResponse({"status": "unavailable", "failed": failed, "checks": results}, status=503)
-    return JsonResponse({"status": "ok", "checks": results})
+        return JsonResponse({"status": "unavailable", "failed": failed, "checks": results, **extra}, status=503)
+    return JsonResponse({"status": "ok", "checks": results, **extra})
 
 
 class HealthMiddleware:

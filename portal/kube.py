@@ -289,6 +289,31 @@ class Kube:
             raise
         return True
 
+    def finalizer_remove(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+                         finalizer: str) -> bool:
+        """Take ``finalizer`` off one object, leaving any other finalizer alone; an object being deleted goes once its
+        last finalizer is off. True when it was removed now; False when the object or the finalizer was gone already.
+        The list is replaced with the stored ``resourceVersion`` as a precondition: a concurrent change (409) is read
+        again, so another controller's finalizer added meanwhile is never dropped."""
+        for _ in range(3):
+            obj = self.get(api_version, kind, name, namespace)
+            meta = (obj or {}).get("metadata") or {}
+            current = list(meta.get("finalizers") or [])
+            if finalizer not in current:
+                return False
+            body = {"metadata": {"finalizers": [f for f in current if f != finalizer],
+                                 "resourceVersion": meta.get("resourceVersion")}}
+            try:
+                self.patch(api_version, kind, name, body, namespace)
+            except ClusterRejected as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status == 409:
+                    continue
+                raise
+            return True
+        raise ClusterUnavailable(f"{kind} {name}: its finalizers kept changing; try again")
+
     def patch(self, api_version: str, kind: str, name: str, body: dict[str, Any],
               namespace: str | None = None) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386) of one object; returns it as stored. For fields of objects the portal does

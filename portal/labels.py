@@ -28,6 +28,10 @@ VOLCANO_QUEUE_LABEL = "gpuportal.dev/volcano-queue"  # architecture E: the names
 MODEL_LABEL = "gpuportal.dev/gpu-model"  # an ops-set GPU model name on nodes
 GPU_SHARING_LABEL = "gpuportal.dev/gpu-sharing"  # "hami" on HAMi nodes
 SANDBOX_DURATION_ANNOTATION = "sandbox.gpuportal.dev/duration"  # the sandbox cluster's simulated run time
+# On the objects whose end is a run's outcome (batch and Volcano Jobs): the cluster (its TTL controller, a hand
+# delete) cannot remove them before the status follower recorded the outcome and closed the usage interval
+# (docs/architecture.md, "Outcomes survive the follower").
+OUTCOME_FINALIZER = "gpu-portal.io/outcome"
 
 # ------------------------------------------------------------------------------------------- Kueue
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"

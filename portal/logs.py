@@ -10,14 +10,25 @@ a request); a Celery task's records carry its task id the same way (``portal/cel
 ``message``, ``request_id``, ``exc_info`` when there is one, and any ``extra=`` fields. With JSON logs the
 middleware also writes one access line per request (logger ``portal.access``: method, path, status,
 duration in ms; probes that succeed are left out); the development server prints its own.
+
+``json_stdio()`` (JSON logs only; settings and deploy/gunicorn.conf.py call it) makes what bypasses logging
+JSON too: ``sys.stdout`` and ``sys.stderr`` (and ``sys.__stdout__``/``sys.__stderr__``, which Celery's banner
+and Python's last-chance warnings use) become ``JsonLines`` streams, which pass a JSON line through and wrap
+any other line (a ``print()``, a warning printed at exit, a thread's traceback) as a record of the logger
+``stdout`` / ``stderr``. Writes to the file descriptors themselves (Celery's shutdown messages, C libraries)
+bypass it; the image's entry point catches those by making descriptors 1 and 2 pipes to a forwarding process that
+wraps them the same way (deploy/entrypoint.py, ``json_fds``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import io
 import json
 import logging
 import re
+import sys
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -65,6 +76,69 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             out["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(out, default=str, ensure_ascii=False)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonLines(io.TextIOBase):
+    """A text stream that writes only JSON lines: JSON objects pass, anything else is wrapped as a record."""
+
+    def __init__(self, raw: Any, name: str, level: str) -> None:
+        self.raw, self.name, self.level = raw, name, level
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def _line(self, line: str) -> str:
+        text = line.rstrip("\r")
+        if text.startswith("{") and text.endswith("}"):
+            try:
+                if isinstance(json.loads(text), dict):
+                    return text
+            except ValueError:
+                pass
+        return json.dumps({"time": _now(), "level": self.level, "logger": self.name, "message": text,
+                           "request_id": request_id_var.get()}, ensure_ascii=False)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._pending = (self._pending + text).split("\n")
+            if lines:
+                self.raw.write("".join(self._line(line) + "\n" for line in lines if line.strip()))
+                self.raw.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending.strip():
+                self.raw.write(self._line(self._pending) + "\n")
+            self._pending = ""
+            self.raw.flush()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.raw, "encoding", "utf-8")
+
+
+def json_stdio() -> None:
+    """Wrap this process's stdout and stderr in ``JsonLines`` (once; forked children inherit it)."""
+    if isinstance(sys.stdout, JsonLines) or sys.__stdout__ is None or sys.__stderr__ is None:
+        return
+    out = JsonLines(sys.__stdout__, "stdout", "INFO")
+    err = JsonLines(sys.__stderr__, "stderr", "WARNING")
+    sys.stdout, sys.stderr = out, err
+    sys.__stdout__, sys.__stderr__ = out, err  # Python restores these at exit, and Celery prints to them
+    logging.captureWarnings(True)
 
 
 class RequestIdMiddleware:

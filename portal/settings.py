@@ -244,6 +244,13 @@ CACHES = {
 }
 LOGIN_THROTTLE_ATTEMPTS = int(os.environ.get("LOGIN_THROTTLE_ATTEMPTS", "5"))
 LOGIN_THROTTLE_WINDOW = int(os.environ.get("LOGIN_THROTTLE_WINDOW", "300"))
+# LOGIN_THROTTLE_ATTEMPTS counts one username from one address; this, failures from one address for any
+# username (password spraying), before the address is paused for everyone (tenants/throttle.py).
+LOGIN_THROTTLE_ADDRESS_ATTEMPTS = int(os.environ.get("LOGIN_THROTTLE_ADDRESS_ATTEMPTS", "50"))
+# Sign-ups on invitation pages: tries per invitation and per client address within the window (tenants/throttle.py).
+SIGNUP_THROTTLE_ATTEMPTS = int(os.environ.get("SIGNUP_THROTTLE_ATTEMPTS", "10"))
+SIGNUP_THROTTLE_ADDRESS_ATTEMPTS = int(os.environ.get("SIGNUP_THROTTLE_ADDRESS_ATTEMPTS", "30"))
+SIGNUP_THROTTLE_WINDOW = int(os.environ.get("SIGNUP_THROTTLE_WINDOW", "3600"))
 # Password checks one client address may have running at once (a class behind one NAT), and the
 # seconds the sign-in form asks to wait when they are all taken (tenants/throttle.py).
 LOGIN_THROTTLE_IN_FLIGHT = int(os.environ.get("LOGIN_THROTTLE_IN_FLIGHT", "20"))
@@ -273,9 +280,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", "0") or 0)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Beat is a singleton: only the holder of the "beat" lease sends the schedule (portal/beat.py); a second beat stands
-# by and takes over within this many seconds of the holder's death.
+# by and takes over within this many seconds of the holder's death (plus one tick, a third of it). The schedule's
+# state lives in the shared cache, not in a file (portal/beat.py).
 CELERY_BEAT_SCHEDULER = "portal.beat:SingletonScheduler"
-PORTAL_BEAT_LEASE_SECONDS = float(os.environ.get("PORTAL_BEAT_LEASE_SECONDS", "30"))
+PORTAL_BEAT_LEASE_SECONDS = float(os.environ.get("PORTAL_BEAT_LEASE_SECONDS", "10"))
+# /healthz/ready and the ops pages flag the scheduler when its last heartbeat is older than this (portal/health.py).
+PORTAL_BEAT_STALE_SECONDS = float(os.environ.get("PORTAL_BEAT_STALE_SECONDS", "60"))
 # One status follower per cluster (workloads/status.py): a dead holder's lease lapses after this many seconds.
 PORTAL_FOLLOW_LEASE_SECONDS = float(os.environ.get("PORTAL_FOLLOW_LEASE_SECONDS", "30"))
 # Worker and beat processes touch $TMPDIR/portal-<role>.alive this often; `entrypoint.py healthcheck worker|beat`
@@ -289,6 +299,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Requests follow the cluster every few seconds (cost grows with changes, not with requests).
     "workloads-requests-sync": {"task": "workloads.tasks.requests_sync_task", "schedule": 5.0},
     "workloads-requests-housekeeping": {"task": "workloads.tasks.requests_housekeeping_task", "schedule": 60.0},
+    # Approved requests whose materialization was lost (a killed worker's claim lapsed): queued again within
+    # materialize.CLAIM_LEASE + this period (docs/operations.md, "Recovery bounds").
+    "workloads-requests-sweep-approved": {"task": "workloads.tasks.requests_sweep_approved_task", "schedule": 10.0},
     # Reminds approvers of what still waits (once per PORTAL_APPROVAL_REMIND_AFTER per request).
     "workloads-approvals-remind": {"task": "workloads.tasks.approvals_remind_task", "schedule": 300.0},
     # Invitation links past their expiry read as expired at once; this writes the status down.
@@ -378,6 +391,12 @@ REST_FRAMEWORK = {
     "DEFAULT_VERSIONING_CLASS": None,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "DEFAULT_THROTTLE_CLASSES": ["portal.throttles.UserRateThrottle"],
+    # DRF's parsers, with JSON that cannot be stored (lone surrogates, nesting too deep) a 400 (portal/inputs.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.inputs.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 # API rate limits per token (or per signed-in user), e.g. "1200/min"; empty: no limit. Submissions
 # (POST /api/v1/requests/) have their own, stricter one on top. Counted in the default cache.
@@ -430,8 +449,10 @@ LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
 if LOG_FORMAT not in {"plain", "json"}:
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: plain or json.")
 PORTAL_ACCESS_LOG = env_bool("PORTAL_ACCESS_LOG", LOG_FORMAT == "json")
-from portal.logs import logging_config
+from portal.logs import json_stdio, logging_config
 
+if LOG_FORMAT == "json":
+    json_stdio()  # print()s, warnings and Celery's banner come out as JSON lines too (portal/logs.py)
 LOGGING = logging_config(json_format=LOG_FORMAT == "json", level=os.environ.get("LOG_LEVEL", "INFO"))
 # With JSON logs the Celery worker keeps Django's logging (its own format would break the JSON lines).
 CELERY_WORKER_HIJACK_ROOT_LOGGER = LOG_FORMAT != "json"
@@ -443,6 +464,9 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # app.kubernetes.io/managed-by=gpu-portal and gpuportal.dev/installation=<this id>; the portal never
 # writes into, labels or deletes what lacks both (unless ops adopt it explicitly).
 PORTAL_INSTALLATION_ID = os.environ.get("PORTAL_INSTALLATION_ID", "gpu-portal")
+# "namespace/name" of the portal's ServiceAccount on the clusters it manages: each project namespace gets a
+# RoleBinding of the ClusterRole gpu-portal-namespaced (Secrets) to it (docs/security.md). Empty: none written.
+PORTAL_SERVICE_ACCOUNT = os.environ.get("PORTAL_SERVICE_ACCOUNT", "")
 # Namespace names no project may use, on top of the built-in list in quotas/manifests.py (comma-separated;
 # a trailing "*" matches a prefix, e.g. "team-infra-*").
 PORTAL_RESERVED_NAMESPACES = [n.strip() for n in os.environ.get("PORTAL_RESERVED_NAMESPACES", "").split(",") if n.strip()]
@@ -461,7 +485,14 @@ CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send"
 # environment variable the entry points set) sums the processes' counters. The collectors below read the database
 # at scrape time (dotted paths: portal imports no app).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-PROMETHEUS_COLLECTORS = ["insights.prometheus.DatabaseCollector"]
+PROMETHEUS_COLLECTORS = ["insights.prometheus.DatabaseCollector", "tenants.anchor.AnchorCollector"]
+# The audit chain's anchor (docs/security.md): its head, published after each commit outside the database, which
+# ``manage.py audit_verify`` compares the chain with. A file ("" turns it off; each test worker has its own) and,
+# with Redis, a key.
+AUDIT_ANCHOR_FILE = os.environ.get(
+    "PORTAL_AUDIT_ANCHOR_FILE", str(VAR_DIR / (f"audit-anchor-{_XDIST_WORKER}.json" if _XDIST_WORKER else "audit-anchor.json")))
+AUDIT_ANCHOR_REDIS_KEY = os.environ.get(
+    "PORTAL_AUDIT_ANCHOR_REDIS_KEY", f"test-{TEST_RUN_ID}-{_XDIST_WORKER}:gpuportal:audit:anchor" if TEST_RUN_ID else "gpuportal:audit:anchor")
 # MIG changes (docs/mig-changes.md): a change needs an approval by an ops person other than its proposer; an
 # installation with a single ops person turns this on to let the proposer approve their own change (audited).
 PORTAL_MIG_SINGLE_OPS = env_bool("PORTAL_MIG_SINGLE_OPS", False)

@@ -8,11 +8,18 @@ its reference architecture.
         -> applying: re-plans, checks the fingerprint again, records the new architecture (audited
            ``cluster.apply``), applies the plan -> applied | failed, with what it did
 
+What the change does to work in the queues is part of the plan (``plan.impact``: running work in ClusterQueues it
+removes, pending work it moves to other queues, maybe under looser limits), and ops choose a policy for the running
+work (``reconcile.POLICIES``: drain, requeue, keep; recorded in ``result["policy"]``). docs/architecture.md,
+"Architecture changes and running work".
+
 The states live in ``quotas/architecture_states.py``. A failed apply leaves the objects it did apply;
 the recorded architecture is the new one, and the periodic reconcile converges the rest.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.db import transaction
 
@@ -23,6 +30,7 @@ from tenants.access import Actor
 from tenants.audit import audit_record
 
 from . import architecture_states as states
+from . import manifests as m
 from . import reconcile
 from .exceptions import NothingToApply, PlanChanged
 from .models import Architecture, ArchitectureChange, Cluster
@@ -30,15 +38,23 @@ from .models import Architecture, ArchitectureChange, Cluster
 S = ArchitectureChange.State
 
 
-def plan_for(cluster: Cluster, architecture: str) -> reconcile.Plan:
-    """The plan that applying ``architecture`` to ``cluster`` would carry out (one try per cluster call)."""
+def plan_for(cluster: Cluster, architecture: str, *, kube: Any = None) -> reconcile.Plan:
+    """The plan that applying ``architecture`` to ``cluster`` would carry out (one try per cluster call), with
+    ``plan.impact``: the Workloads it moves (one more list call)."""
+    from portal.kube import kube_for
+
+    kube = kube or kube_for(cluster)
     if architecture != cluster.architecture:
-        return reconcile.plan_for_architecture_change(cluster, architecture)
-    return reconcile.plan_build(cluster)
+        plan = reconcile.plan_for_architecture_change(cluster, architecture, kube=kube)
+    else:
+        plan = reconcile.plan_build(cluster, kube=kube)
+    moves = plan.removed_queues or set(plan.queue_of.items()) != set(plan.live_queue_of.items())
+    plan.impact = reconcile.workload_impact(plan, kube.list(m.KUEUE, "Workload")[0]) if moves else []
+    return plan
 
 
 def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: str, fingerprint: str,
-                              queue: bool = True) -> ArchitectureChange:
+                              policy: str = reconcile.DRAIN, queue: bool = True) -> ArchitectureChange:
     """Start applying the plan the person reviewed (``fingerprint``) for ``architecture`` to ``cluster``.
     Raises PlanChanged when the plan differs now, NothingToApply when there is nothing to do, and a
     ConflictError while another change of the cluster is in progress. Applied by a Celery task
@@ -47,6 +63,8 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
         raise NotAllowed("Only platform ops apply plans to clusters.")
     if architecture not in Architecture.values:
         raise Invalid("Choose one of the reference architectures.", field="architecture")
+    if policy not in reconcile.POLICIES:
+        raise Invalid("Choose what happens to running work: drain, requeue or keep.", field="policy")
     plan = plan_for(cluster, architecture)  # a ClusterError propagates: nothing was recorded
     if reconcile.plan_fingerprint(plan) != fingerprint:
         raise PlanChanged("Nothing was applied: the plan changed since you reviewed it. Review the new plan.",
@@ -59,11 +77,12 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
             raise ConflictError("A change of this cluster is already in progress; wait for it to finish.")
         change = ArchitectureChange.objects.create(
             cluster=cluster, from_architecture=cluster.architecture, to_architecture=architecture,
-            fingerprint=fingerprint, requested_by=actor.user,
+            fingerprint=fingerprint, requested_by=actor.user, result={"policy": policy},
         )
         audit_record(actor=actor, action="architecture_change.requested", target=change,
                      after={"cluster": cluster.name, "from": cluster.architecture, "to": architecture,
-                            "plan": plan.summary()})
+                            "plan": plan.summary(), "policy": policy,
+                            "workloads": [reconcile.impact_text(e, policy) for e in plan.impact or []]})
         if queue:
             after_commit(_queue, change.pk)
     return change
@@ -95,11 +114,13 @@ def architecture_change_apply(change_id: int) -> ArchitectureChange | None:
 
 
 def _apply(change: ArchitectureChange, actor: Actor) -> ArchitectureChange:
-    from portal.kube import ClusterError
+    from portal.kube import ClusterError, kube_for
 
     cluster = Cluster.objects.get(pk=change.cluster_id)
+    policy = (change.result or {}).get("policy", reconcile.DRAIN)
     try:
-        plan = plan_for(cluster, change.to_architecture)
+        kube = kube_for(cluster)
+        plan = plan_for(cluster, change.to_architecture, kube=kube)
     except ClusterError as exc:
         states.move(change, to=S.FAILED, actor=actor, reason=f"The plan could not be made: {exc}")
         return change
@@ -116,9 +137,18 @@ def _apply(change: ArchitectureChange, actor: Actor) -> ArchitectureChange:
         audit_record(actor=actor, action="cluster.apply", target=cluster, before=before,
                      after={"architecture": plan.architecture, "create": len(plan.creates),
                             "change": len(plan.changes), "delete": len(plan.deletes)})
-    result = reconcile.plan_apply(plan)
+    work: dict[str, Any] = {}
+    if policy == reconcile.DRAIN:
+        # Hold the removed queues that still run work before anything else, and leave them in place (drained).
+        work = reconcile.running_work_handle(plan, policy, kube=kube, impact=plan.impact)
+        held = set(work.get("draining") or [])
+        plan.items = [i for i in plan.items if not (i.action == "delete" and i.key[1] == "ClusterQueue" and i.key[3] in held)]
+    result = reconcile.plan_apply(plan, kube=kube)
+    if policy != reconcile.DRAIN:
+        work = reconcile.running_work_handle(plan, policy, kube=kube, impact=plan.impact)
     done = {"applied": result.applied, "deleted": result.deleted, "skipped": result.skipped,
-            "failed": [list(f) for f in result.failed]}
+            "failed": [list(f) for f in result.failed], "policy": policy, "work": work,
+            "workloads": [reconcile.impact_text(e, policy) for e in plan.impact or []]}
     if result.ok:
         states.move(change, to=S.APPLIED, actor=actor, fields={"result": done},
                     reason=f"{result.applied} applied, {result.deleted} deleted.")

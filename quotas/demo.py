@@ -1,6 +1,6 @@
 """Demo data for capacity and quotas: the sandbox cluster, its flavors, and quotas for acme and globex.
 
-Idempotent; called by the seed command after ``tenants.demo.seed_demo()``. Registers the cluster
+Idempotent and create-only (rows that exist are never changed); called by the seed command after ``tenants.demo.seed_demo()``. Registers the cluster
 named ``sandbox`` with the kubeconfig file of ``settings.KUBECONFIG`` (a path: the sandbox rewrites the
 file with a fresh token on every start), syncs its inventory, creates the discovered flavors and
 gives each tenant and project a quota that fits the demo profile's capacity
@@ -85,7 +85,7 @@ DEMO_ARCHITECTURE = Architecture.F
 
 
 def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: bool = True) -> dict[str, Any]:
-    """Create (or update) the demo cluster, flavors and quotas. Needs ``tenants.demo.seed_demo()`` first.
+    """Create the demo cluster, flavors and quotas that are missing; existing rows are left as they are. Needs ``tenants.demo.seed_demo()`` first.
 
     Returns a summary: flavors created, quota rows written, the inventory counts and, when the
     sandbox answered, what the first reconcile applied.
@@ -128,11 +128,13 @@ def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: boo
                 flavor = flavors.get(flavor_name)
                 if flavor is None:
                     continue
-                Quota.objects.update_or_create(
+                # Create only what is missing: a restart of `make run` seeds again, and must never put back the
+                # demo's numbers over quotas that ops, a tenant admin or a MIG change set since.
+                _, created = Quota.objects.get_or_create(
                     tenant=tenant, project=project, flavor=flavor, resource=resource,
                     defaults={"nominal": Decimal(nominal), "borrowing_limit": _dec(borrowing), "lending_limit": _dec(lending)},
                 )
-                written += 1
+                written += created
     summary.update({"flavors_created": len(proposals), "quota_rows": written})
     if reconcile_now and kube is not None:
         from .reconcile import reconcile

@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # and the OWNER_ANNOTATION naming the installation, tenant and project. Nothing without both labels is ours.
 KUEUE = "kueue.x-k8s.io/v1beta2"
 VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
+RBAC = "rbac.authorization.k8s.io/v1"
+NAMESPACED_ROLE = "gpu-portal-namespaced"  # deploy/kubernetes/base/rbac.yaml
 # Namespaces no project may ever use: the control plane's and the GPU stack's (a trailing * is a prefix).
 RESERVED_NAMESPACES: tuple[str, ...] = (
     "kube-*", "default", "openshift-*", "gpu-operator", "nvidia-gpu-operator", "nvidia-network-operator",
@@ -81,6 +83,7 @@ KIND_ORDER: list[tuple[str, str]] = [
     (KUEUE, "LocalQueue"),
     ("v1", "ResourceQuota"),
     ("v1", "LimitRange"),
+    (RBAC, "RoleBinding"),
     (VOLCANO_QUEUE, "Queue"),
 ]
 KIND_RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
@@ -154,6 +157,9 @@ class Snapshot:
     tenants: tuple[TenantRow, ...] = ()
     projects: tuple[ProjectRow, ...] = ()
     installation: str = DEFAULT_INSTALLATION
+    # "namespace/name" of the portal's own ServiceAccount on this cluster (PORTAL_SERVICE_ACCOUNT): when set,
+    # every project namespace (retained archived ones too) gets a RoleBinding of NAMESPACED_ROLE to it.
+    service_account: str = ""
 
     def with_architecture(self, architecture: str) -> Snapshot:
         return replace(self, cluster=replace(self.cluster, architecture=architecture))
@@ -426,6 +432,16 @@ def render_namespace(project: ProjectRow, cluster: ClusterRow) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": project.ns, "labels": meta_labels}}
 
 
+def render_role_binding(project: ProjectRow, service_account: str) -> dict:
+    """The portal's access to what only lives in project namespaces (Secrets), granted here and nowhere else
+    (docs/security.md, "The portal's cluster identity"): the ClusterRole NAMESPACED_ROLE bound in this namespace."""
+    sa_namespace, _, sa_name = service_account.partition("/")
+    return {"apiVersion": RBAC, "kind": "RoleBinding",
+            "metadata": {"name": NAMESPACED_ROLE, "namespace": project.ns, "labels": _tenant_labels(project.tenant, project.slug)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAMESPACED_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}]}
+
+
 def render_local_queue(project: ProjectRow, name: str, cluster_queue: str) -> dict:
     return {"apiVersion": KUEUE, "kind": "LocalQueue",
             "metadata": {"name": name, "namespace": project.ns, "labels": _tenant_labels(project.tenant, project.slug)},
@@ -551,6 +567,7 @@ class _Context:
     flavors: list[FlavorRow]  # Kueue's, in try order
     volcano_flavors: list[FlavorRow]  # Volcano's (architecture E's offline whole GPUs)
     shared_ceilings: Mapping[str, Decimal] = field(default_factory=dict)  # SHARED layout only
+    service_account: str = ""  # Snapshot.service_account
 
 
 def _project_queue_objects(ctx: _Context, project: ProjectRow, tenant: TenantRow, projects: list[ProjectRow],
@@ -572,6 +589,8 @@ def _project_objects(ctx: _Context, project: ProjectRow, tenant: TenantRow, proj
     objects = [render_namespace(project, ctx.cluster)]
     objects += _project_queue_objects(ctx, project, tenant, projects, tenant_flavors)
     objects.append(render_limit_range(project))
+    if ctx.service_account:
+        objects.append(render_role_binding(project, ctx.service_account))
     if ctx.arch.volcano_pool:
         objects.append(render_volcano_queue(project, tenant, ctx.volcano_flavors,
                                             capacity_plugin=ctx.cluster.volcano_capacity_plugin))
@@ -605,7 +624,8 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
     flavors = kueue_flavors(cluster, data.flavors)
     flavor_names = {f.name for f in flavors}
     ctx = _Context(cluster, arch, flavors,
-                   sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name)))
+                   sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name)),
+                   service_account=data.service_account)
     objects: list[dict] = [render_resource_flavor(f) for f in flavors]
     objects += render_priority_classes()
     if arch.shared_queue:
@@ -621,7 +641,10 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
             objects.append(render_cohort(tenant, tenant_flavors, projects))
         for project in projects:
             objects += _project_objects(ctx, project, tenant, projects, tenant_flavors)
-    objects += [render_namespace(project, cluster) for project in retained]
+    for project in retained:
+        objects.append(render_namespace(project, cluster))
+        if data.service_account:  # an archived namespace's contents are still counted before it is deleted
+            objects.append(render_role_binding(project, data.service_account))
     return sort_objects([mark(obj, data.installation) for obj in objects])
 
 

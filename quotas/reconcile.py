@@ -95,7 +95,8 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
         for f in flavors
     ]
     cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
-    return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id())
+    return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id(),
+                      service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""))
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -186,6 +187,16 @@ class Plan:
     live_quota_objects: dict[Key, dict[str, Any]] = field(default_factory=dict)  # live ClusterQueues and Cohorts
     ids: dict[str, dict[str, int]] = field(default_factory=dict)  # "tenant"/"project" slug -> id
     known: set[Key] = field(default_factory=set)  # desired or live: AppliedObject rows for anything else are stale
+    # (namespace, LocalQueue) -> ClusterQueue, as wanted and as live: what a plan does to the work in the queues
+    queue_of: dict[tuple[str, str], str] = field(default_factory=dict)
+    live_queue_of: dict[tuple[str, str], str] = field(default_factory=dict)
+    project_queues: set[str] = field(default_factory=set)  # wanted ClusterQueues that belong to one project
+    draining: list[str] = field(default_factory=list)  # held ClusterQueues left in place until their work is done
+    impact: list[dict[str, Any]] | None = None  # workload_impact(), for an architecture change (architecture.plan_for)
+
+    @property
+    def removed_queues(self) -> set[str]:
+        return {i.key[3] for i in self.deletes if i.key[1] == "ClusterQueue"}
 
     def of(self, action: str) -> list[Item]:
         return [i for i in self.items if i.action == action]
@@ -305,6 +316,14 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
         elif key not in live and key in anyone and key[3] not in adopted:
             foreign_ns[key[3]] = (f"conflict: namespace {key[3]} exists and is not managed by this portal "
                                   f"(installation {installation}); ops may adopt it")
+    for obj in desired:
+        if obj["kind"] == "LocalQueue":
+            plan.queue_of[(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj["spec"]["clusterQueue"]
+        elif obj["kind"] == "ClusterQueue" and ((obj["metadata"].get("labels") or {}).get(m.PROJECT_LABEL)):
+            plan.project_queues.add(obj["metadata"]["name"])
+    for key, obj in live.items():
+        if key[1] == "LocalQueue":
+            plan.live_queue_of[(key[2], key[3])] = (obj.get("spec") or {}).get("clusterQueue", "")
     wanted: set[Key] = set()
     for obj in desired:
         key = m.object_key(obj)
@@ -354,6 +373,9 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     for key, obj in live.items():
         if key in wanted or (obj.get("metadata") or {}).get("deletionTimestamp"):
             continue
+        if key[1] == "ClusterQueue" and _draining(obj):
+            plan.draining.append(key[3])  # the "drain" policy: removed once its last admitted workload is done
+            continue
         tenant, project = m.owner_of(obj)
         if key[1] == "Namespace" and _reserved(key[3]):
             # Labelled by an older portal: take our labels off, never delete it.
@@ -366,6 +388,112 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     plan.known = wanted | set(live)
     plan.live_quota_objects = {k: o for k, o in live.items() if k[1] in QUOTA_KINDS}
     return plan
+
+
+def _draining(cq: dict[str, Any]) -> bool:
+    return ((cq.get("spec") or {}).get("stopPolicy") == "Hold"
+            and int((cq.get("status") or {}).get("reservingWorkloads") or 0) > 0)
+
+
+# ----------------------------------------------------------------------------------------- work in moved queues
+# What an architecture change does to work admitted in a ClusterQueue it removes (docs/architecture.md,
+# "Architecture changes and running work"); ops choose one per change.
+DRAIN, REQUEUE, KEEP = "drain", "requeue", "keep"
+POLICIES = {
+    DRAIN: "drain: removed queues stop admitting and stay until their running work finishes, then go",
+    REQUEUE: "requeue: running work in removed queues is evicted and queued again in the new queues",
+    KEEP: "keep: running work stays where it is; removed queues stay Terminating until empty",
+}
+
+
+def _conditions(wl: dict[str, Any]) -> dict[str, str]:
+    return {c.get("type", ""): c.get("status", "") for c in (wl.get("status") or {}).get("conditions") or []}
+
+
+def _reserved_in(wl: dict[str, Any]) -> str | None:
+    """The ClusterQueue an unfinished Workload holds quota in, or None (pending or finished)."""
+    cond = _conditions(wl)
+    if cond.get("QuotaReserved") != "True" or cond.get("Finished") == "True":
+        return None
+    return ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+
+
+def workload_impact(plan: Plan, workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What applying ``plan`` does to the unfinished Workloads, one entry per Workload it moves: running work in a
+    ClusterQueue the plan removes (``policy`` says what happens to it), and pending work whose LocalQueue now leads
+    to another ClusterQueue (``looser``: one that is not its project's, so its project quota no longer holds it
+    back) or to none. Pure: reads the plan and the listed Workloads."""
+    removed = plan.removed_queues
+    out: list[dict[str, Any]] = []
+    for wl in workloads:
+        meta = wl.get("metadata") or {}
+        if _conditions(wl).get("Finished") == "True":
+            continue
+        namespace, queue = meta.get("namespace", ""), (wl.get("spec") or {}).get("queueName", "")
+        after = plan.queue_of.get((namespace, queue))
+        entry = {"namespace": namespace, "workload": meta.get("name", ""),
+                 "owner": ((meta.get("ownerReferences") or [{}])[0]).get("name", ""), "local_queue": queue}
+        running_in = _reserved_in(wl)
+        if running_in:
+            if running_in in removed:
+                out.append(entry | {"state": "running", "from": running_in, "to": after, "looser": False})
+            continue
+        before = plan.live_queue_of.get((namespace, queue))
+        if after == before:
+            continue
+        looser = after is not None and after not in plan.project_queues
+        out.append(entry | {"state": "pending", "from": before, "to": after, "looser": looser})
+    return sorted(out, key=lambda e: (e["state"] != "running", e["namespace"], e["workload"]))
+
+
+def impact_text(entry: dict[str, Any], policy: str) -> str:
+    """One sentence for the plan's reviewer: what happens to this Workload under ``policy``."""
+    what = f"{entry['namespace']}/{entry['owner'] or entry['workload']}"
+    if entry["state"] == "running":
+        return {
+            DRAIN: f"{what} runs on in {entry['from']}, which admits nothing new and is removed once its work is done",
+            REQUEUE: f"{what} is evicted from {entry['from']} and queued again in {entry['to'] or 'no queue (its LocalQueue goes)'}",
+            KEEP: f"{what} keeps running in {entry['from']}, which stays Terminating until it is empty (its use still counts)",
+        }[policy]
+    if entry["to"] is None:
+        return f"{what} stays pending: its LocalQueue {entry['local_queue']} is removed"
+    if entry["looser"]:
+        return (f"{what} (pending) moves to {entry['to']} and may be admitted at once under that queue's limits, "
+                f"not its project's quota")
+    return f"{what} (pending) moves from {entry['from'] or 'no queue'} to {entry['to']}"
+
+
+def running_work_handle(plan: Plan, policy: str, *, kube: Any, impact: list[dict[str, Any]] | None = None,
+                        settle_seconds: float = 30.0) -> dict[str, Any]:
+    """Carry out ``policy`` for the work the plan's removed ClusterQueues still hold. Call it after ``plan_apply``
+    (the LocalQueues already lead to the new queues). Makes each cluster call once; returns what it did."""
+    import time
+
+    running = [e for e in (impact or []) if e["state"] == "running"]
+    done: dict[str, Any] = {"policy": policy, "running": len(running)}
+    if policy == DRAIN:
+        # Held, not deleted: it admits nothing new, its admitted work runs on; plan_build leaves a held queue with
+        # admitted work alone and the periodic reconcile removes it once empty.
+        held = sorted({e["from"] for e in running})
+        for name in held:
+            kube.patch(m.KUEUE, "ClusterQueue", name, {"spec": {"stopPolicy": "Hold"}})
+        done["draining"] = held
+    elif policy == REQUEUE:
+        # Kueue re-queues a deactivated Workload when it is activated again: evicted (its Job suspended), then back
+        # in its LocalQueue, which now leads to the new ClusterQueue.
+        for e in running:
+            kube.patch(m.KUEUE, "Workload", e["workload"], {"spec": {"active": False}}, e["namespace"])
+        deadline = time.monotonic() + settle_seconds
+        waiting = list(running)
+        while waiting and time.monotonic() < deadline:
+            waiting = [e for e in waiting
+                       if _reserved_in(kube.get(m.KUEUE, "Workload", e["workload"], e["namespace"]) or {})]
+            if waiting:
+                time.sleep(0.2)
+        for e in running:
+            kube.patch(m.KUEUE, "Workload", e["workload"], {"spec": {"active": True}}, e["namespace"])
+        done["requeued"] = len(running) - len(waiting)
+    return done
 
 
 def plan_for_architecture_change(cluster: Cluster, new_architecture: str, *, kube: Any = None) -> Plan:
@@ -552,13 +680,51 @@ def _amount(resource: str, value: Any) -> Decimal:
     return in_portal_units(resource, value).quantize(Decimal("0.001"))
 
 
-def usage_readback(cluster: Cluster, queues: list[dict[str, Any]]) -> int:
+def shared_queues_in_use(queues: list[dict[str, Any]]) -> set[str]:
+    """ClusterQueues that hold reserved work but belong to no project (architecture A's ``shared``, also while it
+    is Terminating after a switch away from A): their usage is read from their Workloads, per namespace."""
+    return {(cq.get("metadata") or {}).get("name", "") for cq in queues
+            if not ((cq.get("metadata") or {}).get("labels") or {}).get(m.PROJECT_LABEL)
+            and int((cq.get("status") or {}).get("reservingWorkloads") or 0) > 0}
+
+
+def workload_usage(workloads: list[dict[str, Any]], queues: set[str]) -> dict[tuple[str, str, str], Decimal]:
+    """(namespace, flavor, resource) -> quota reserved by the unfinished Workloads admitted in ``queues``."""
+    out: dict[tuple[str, str, str], Decimal] = {}
+    for wl in workloads:
+        status = wl.get("status") or {}
+        admission = status.get("admission") or {}
+        if admission.get("clusterQueue") not in queues:
+            continue
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        if conditions.get("QuotaReserved") != "True" or conditions.get("Finished") == "True":
+            continue
+        namespace = (wl.get("metadata") or {}).get("namespace", "")
+        for psa in admission.get("podSetAssignments") or []:
+            flavors = psa.get("flavors") or {}
+            for resource, value in (psa.get("resourceUsage") or {}).items():
+                if resource in flavors:
+                    key = (namespace, flavors[resource], resource)
+                    out[key] = out.get(key, Decimal(0)) + _amount(resource, value)
+    return out
+
+
+def usage_readback(cluster: Cluster, queues: list[dict[str, Any]],
+                   shared_usage: dict[tuple[str, str, str], Decimal] | None = None) -> int:
     """Copy ClusterQueue status (reserved quota and what is borrowed) into ``Quota.used``/``borrowed``.
 
-    Project rows get their queues' numbers (two queues per project in F); tenant rows the sum of their
-    projects'. Only rows whose numbers changed are written. Returns the number of rows written.
+    Project rows get their queues' numbers (two queues per project in F), Terminating queues included: Kueue keeps a
+    deleted ClusterQueue until its admitted work is done, and that work still runs. ``shared_usage`` (from
+    ``workload_usage``) adds what a project's Workloads hold in a queue of no project (A's ``shared``). Tenant rows
+    the sum of their projects'. Only rows whose numbers changed are written. Returns the number of rows written.
     """
     per_project: dict[tuple[str, str, str], list[Decimal]] = {}
+    if shared_usage:
+        slug_of = {(ns or slug): slug for slug, ns in Project.objects.values_list("slug", "cluster_namespace")}
+        for (namespace, flavor, resource), amount in shared_usage.items():
+            project = slug_of.get(namespace)
+            if project:
+                per_project.setdefault((project, flavor, resource), [Decimal(0), Decimal(0)])[0] += amount
     for cq in queues:
         project = ((cq.get("metadata") or {}).get("labels") or {}).get(m.PROJECT_LABEL)
         status = cq.get("status") or {}
@@ -653,7 +819,9 @@ def reconcile(cluster: Cluster, *, kube: Any = None) -> ApplyResult:
     plan = plan_build(cluster, kube=kube)
     started = timezone.now()
     result = plan_apply(plan, kube=kube) if not plan.empty else ApplyResult()
-    usage_readback(cluster, plan.live_cluster_queues)
+    shared = shared_queues_in_use(plan.live_cluster_queues)
+    usage_readback(cluster, plan.live_cluster_queues,
+                   workload_usage(kube.list(m.KUEUE, "Workload")[0], shared) if shared else None)
     queues_confirm(cluster, plan, started)
     Cluster.objects.filter(pk=cluster.pk).update(reconciled_at=timezone.now())
     return result

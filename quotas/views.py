@@ -471,6 +471,9 @@ def _cluster_page(request: HttpRequest, actor: Actor, cluster: Cluster, *, archi
         "tenants": tenancy.tenants_for(actor=actor).order_by("name").values_list("slug", "name"),
         "errors_count": selectors.applied_objects_for(actor=actor, cluster=cluster).exclude(error="").count(),
         "change": selectors.architecture_change_latest(cluster),
+        "policies": list(reconcile.POLICIES.items()),
+        "plan_workloads": [e | {"effects": [(p, reconcile.impact_text(e, p)) for p in reconcile.POLICIES]}
+                           for e in (plan.impact or [])] if plan is not None else [],
     }
     return _ops_page(request, "quotas/cluster_detail.html", context)
 
@@ -529,7 +532,8 @@ def cluster_apply(request: HttpRequest, name: str) -> HttpResponse:
         url += f"?architecture={architecture}"
     try:
         architecture_service.architecture_change_start(actor=actor, cluster=cluster, architecture=architecture,
-                                                       fingerprint=request.POST.get("fingerprint", ""))
+                                                       fingerprint=request.POST.get("fingerprint", ""),
+                                                       policy=request.POST.get("policy", reconcile.DRAIN))
     except NothingToApply as exc:
         messages.info(request, exc.message)
         return redirect(url)

@@ -7,7 +7,7 @@ class TenantsConfig(AppConfig):
 
     def ready(self) -> None:
         # Templates ask predicates by name (``{% may %}``); every app installs its own (docs/conventions.md).
-        from . import policy
+        from . import checks, policy  # noqa: F401  (checks registers the mail deploy check)
 
         policy.predicates_install(policy)
 

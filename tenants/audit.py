@@ -9,9 +9,12 @@ forks; the lock is held until the caller's transaction ends, which is why servic
 ``audit_verify()`` walks the chain in ``seq`` order and returns the first break: a changed entry
 (its hash no longer matches), a removed one (a gap in ``seq``, or a next entry whose ``prev_hash``
 does not match), an inserted one, or entries missing at the end (the head records more, as after
-TRUNCATE). Someone who can rewrite the whole table can also recompute the chain: keep the runtime
-database role away from UPDATE/DELETE/TRUNCATE on it (docs/security.md), and keep the head printed
-by ``manage.py audit_verify`` somewhere else to compare later.
+TRUNCATE). Someone who can rewrite both tables can empty or shorten the chain consistently, so each
+commit that appends publishes the new head outside the database (``tenants/anchor.py``) and
+``audit_verify`` also compares the chain with those anchors: shorter than an anchor, or another hash
+at the anchor's ``seq``, is a break; no anchor at all is a break too unless the caller allows it (a
+new installation). Keep the runtime database role away from UPDATE/DELETE/TRUNCATE on both tables
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, models, transaction
 from django.utils import timezone
 from portal.compiled import prepared_cursor
+from portal.events import Handler, after_commit
 
 from .access import Actor
+from .anchor import Anchor, AnchorUnreadable, anchor_publish, anchors_read
 from .models import AuditChainHead, AuditEntry, Project, Tenant
 
 HASHED_FIELDS = [
@@ -118,8 +123,26 @@ def audit_append(entries: list[AuditEntry]) -> list[AuditEntry]:
     INSERT for all of them, the head written once. Inside the caller's transaction (no savepoint of its own)."""
     if not entries:
         return entries
-    if connection.vendor == "postgresql" and _append_in_one_statement(entries):
-        return entries
+    if not (connection.vendor == "postgresql" and _append_in_one_statement(entries)):
+        _append_the_long_way(entries)
+    _anchor_on_commit(entries[-1].seq, entries[-1].entry_hash)
+    return entries
+
+
+def _anchor_on_commit(seq: int, entry_hash: str) -> None:
+    """Publish the new head once the transaction commits: one handler per transaction, holding its last head (no
+    write before the commit, none at all on a rollback, no round trip while the head's lock is held). Only a
+    handler of the same savepoint is reused: one an inner savepoint's rollback keeps must not name its entries."""
+    if connection.in_atomic_block:
+        here = set(connection.savepoint_ids)
+        for sids, handler, _ in connection.run_on_commit:
+            if isinstance(handler, Handler) and handler.fn is anchor_publish and sids == here:
+                handler.kwargs.update(seq=seq, entry_hash=entry_hash)
+                return
+    after_commit(anchor_publish, seq=seq, entry_hash=entry_hash)
+
+
+def _append_the_long_way(entries: list[AuditEntry]) -> None:
     with transaction.atomic(savepoint=False):
         head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
         seq, prev = head.seq, head.hash
@@ -130,7 +153,6 @@ def audit_append(entries: list[AuditEntry]) -> list[AuditEntry]:
         AuditEntry.objects.bulk_create(entries)
         head.seq, head.hash = seq, prev
         head.save(update_fields=["seq", "hash"])
-    return entries
 
 
 _STORED = [f for f in AuditEntry._meta.concrete_fields if not f.primary_key]
@@ -218,21 +240,62 @@ def audit_record(
 
 @dataclass(frozen=True)
 class ChainReport:
-    """What ``audit_verify`` found: the entries checked, the head, and the first break (None: intact)."""
+    """What ``audit_verify`` found: the entries checked, the head, and the first break (None: intact). ``anchors``:
+    the heads published outside the database that the chain was compared with; ``unanchored``: there were none."""
 
     entries: int
     head_seq: int
     head_hash: str
     broken_at: int | None = None  # the seq where the chain first breaks
     problem: str = ""
+    anchors: tuple[Anchor, ...] = ()
+    unanchored: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.broken_at is None
+        return self.broken_at is None and not self.unanchored
 
 
-def audit_verify() -> ChainReport:
-    """Walk the chain from the first entry; report the first break."""
+def audit_verify(*, allow_unanchored: bool = False) -> ChainReport:
+    """Walk the chain from the first entry; report the first break. Then compare it with the anchors (read first:
+    an anchor is published after its commit, so every entry it names is visible to the walk): a chain that ends
+    before an anchor, or holds another hash at its ``seq``, was cut or rewritten. With no anchor anywhere the
+    report is ``unanchored`` (not ok) unless ``allow_unanchored``. An intact chain's head is published again."""
+    try:
+        anchors = tuple(anchors_read())
+    except AnchorUnreadable as exc:
+        return ChainReport(0, 0, "", broken_at=0, problem=f"{exc}: the chain cannot be compared with it")
+    except Exception as exc:  # Redis configured but silent: an anchor not read is no reason to say "intact"
+        return ChainReport(0, 0, "", broken_at=0, problem=f"the anchors cannot be read ({exc.__class__.__name__}: {exc})")
+    report = _chain_walk({anchor.seq for anchor in anchors})
+    if not isinstance(report, ChainReport):
+        count, head_hash, pinned = report
+        report = _anchors_compare(count, head_hash, pinned, anchors)
+    if report.broken_at is not None:
+        return report
+    if not anchors and not allow_unanchored:
+        return ChainReport(report.entries, report.head_seq, report.head_hash, unanchored=True)
+    anchor_publish(seq=report.head_seq, entry_hash=report.head_hash)
+    return report
+
+
+def _anchors_compare(count: int, head_hash: str, pinned: dict[int, str], anchors: tuple[Anchor, ...]) -> ChainReport:
+    for anchor in sorted(anchors, key=lambda a: -a.seq):
+        if anchor.seq > count:
+            missing = f"entries #{count + 1}..#{anchor.seq} are" if anchor.seq > count + 1 else f"entry #{anchor.seq} is"
+            return ChainReport(count, count, head_hash, broken_at=count + 1, anchors=anchors,
+                               problem=f"the log ends at #{count} but {anchor.source} records #{anchor.seq}: "
+                                       f"{missing} missing (the log was cut or emptied)")
+        if pinned.get(anchor.seq) != anchor.entry_hash:
+            return ChainReport(count, count, head_hash, broken_at=anchor.seq, anchors=anchors,
+                               problem=f"entry #{anchor.seq} has hash {pinned.get(anchor.seq, '')[:16]}…, "
+                                       f"{anchor.source} records {anchor.entry_hash[:16]}… (the log was rewritten)")
+    return ChainReport(count, count, head_hash, anchors=anchors)
+
+
+def _chain_walk(pin: set[int]) -> ChainReport | tuple[int, str, dict[int, str]]:
+    """The first break as a report, else (entries, head hash, the hashes at the ``pin`` seqs)."""
+    pinned: dict[int, str] = {}
     unchained = AuditEntry.objects.filter(seq__isnull=True).order_by("id").first()
     if unchained is not None:
         return ChainReport(0, 0, "", broken_at=0, problem=f"entry id {unchained.pk} has no place in the chain (inserted behind the portal's back)")
@@ -247,6 +310,8 @@ def audit_verify() -> ChainReport:
         if entry_digest(entry) != entry.entry_hash:
             return ChainReport(count, expected - 1, prev_hash, broken_at=expected,
                                problem=f"entry #{expected} (id {entry.pk}) was changed after it was written")
+        if entry.seq in pin:
+            pinned[entry.seq] = entry.entry_hash
         prev_hash, expected, count = entry.entry_hash, expected + 1, count + 1
     head = AuditChainHead.objects.filter(pk=1).first()
     if head is not None and (head.seq, head.hash) != (count, prev_hash):
@@ -255,4 +320,4 @@ def audit_verify() -> ChainReport:
         else:
             problem = f"the chain head records #{head.seq}, the log ends at #{count} with another hash"
         return ChainReport(count, count, prev_hash, broken_at=count + 1, problem=problem)
-    return ChainReport(count, count, prev_hash)
+    return count, prev_hash, pinned

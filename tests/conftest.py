@@ -22,7 +22,7 @@ from tenants.services import ops_user_ensure, token_create
 
 from .factories import PASSWORD, UserFactory, make_member, make_project, make_tenant
 
-pytest_plugins = ["sandbox.testing", "tests.oidc.provider"]  # the test OpenID provider (single sign-on)
+pytest_plugins = ["sandbox.testing", "realcluster.testing", "tests.oidc.provider"]  # the test OpenID provider (single sign-on)
 
 
 def _services_in_use() -> tuple[str, str]:

@@ -1,12 +1,14 @@
 """`make run` (deploy/devstack.py) supervises its children on the embedded defaults.
 
-A killed worker is started again (with a notice) while the web server keeps answering; SIGTERM stops
+A killed worker, or a killed beat (a child of its own), is started again (with a notice) while the web server
+keeps answering, and readiness shows the scheduler back; SIGTERM stops
 everything within 10 seconds and leaves no process behind. The stack runs as `make run` runs it:
 a subprocess on free ports with its own runtime folder, no DATABASE_URL / REDIS_URL.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -108,6 +110,21 @@ class Devstack:
                 pids[match[1]] = int(match[2])
         return pids
 
+    def wait_ready_scheduler(self, timeout: float) -> str:
+        """What /healthz/ready says about the scheduler, once it is not flagged (degraded) any more."""
+        deadline = time.monotonic() + timeout
+        body: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz/ready", timeout=10) as response:
+                    body = json.load(response)
+            except (urllib.error.URLError, OSError, ValueError):
+                body = {}
+            if body.get("scheduler") and "degraded" not in body:
+                return body["scheduler"]
+            time.sleep(0.5)
+        raise AssertionError(f"the scheduler stayed flagged: {body}; output:\n{self.output[-3000:]}")
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -126,14 +143,13 @@ def devstack(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_killed_worker_is_restarted_and_sigterm_stops_everything(devstack: Devstack) -> None:
+def test_killed_worker_and_beat_are_restarted_and_sigterm_stops_everything(devstack: Devstack) -> None:
     devstack.wait_for(r"GPU portal:", timeout=400)
     assert devstack.get("/accounts/login/") == 200
     first = devstack.started()
-    assert set(first) == {"sandbox", "worker", "web"}, devstack.output
-    # The worker's group holds the worker and its beat process.
-    old_worker_group = group_members(first["worker"], at_least=2)
-    assert len(old_worker_group) >= 2, "the worker's beat process is in the worker's process group"
+    assert set(first) == {"sandbox", "worker", "beat", "web"}, devstack.output
+    scheduler = devstack.wait_ready_scheduler(timeout=60)
+    assert scheduler.startswith("last seen"), scheduler
 
     mark = len(devstack.lines)
     os.kill(first["worker"], signal.SIGKILL)
@@ -142,16 +158,26 @@ def test_killed_worker_is_restarted_and_sigterm_stops_everything(devstack: Devst
     new_pid = int(devstack.wait_for(r"devstack: started worker \(pid (\d+)\)", timeout=30, after=mark)[1])
     assert new_pid != first["worker"]
     groups = process_groups()
-    assert not [pid for pid in old_worker_group if pid in groups], "the killed worker's beat process was left behind"
+    assert first["worker"] not in groups
     assert groups.get(new_pid) == new_pid
     assert devstack.get("/accounts/login/") == 200
-    assert devstack.started()["web"] == first["web"] and devstack.started()["sandbox"] == first["sandbox"]
+    assert {k: devstack.started()[k] for k in ("web", "sandbox", "beat")} == {k: first[k] for k in ("web", "sandbox", "beat")}
 
-    assert len(group_members(new_pid, at_least=2)) >= 2  # the new worker's beat
+    # Beat is a child of its own: killed, it is noticed and started again, and it sends the schedule again once the
+    # dead one's lease lapsed (PORTAL_BEAT_LEASE_SECONDS): readiness stops flagging it.
+    mark = len(devstack.lines)
+    os.kill(first["beat"], signal.SIGKILL)
+    devstack.wait_for(r"devstack: beat exited \(killed by SIGKILL\) after \d+s; restarting in \d+s", timeout=10, after=mark)
+    new_beat = int(devstack.wait_for(r"devstack: started beat \(pid (\d+)\)", timeout=30, after=mark)[1])
+    assert new_beat != first["beat"]
+    killed = time.monotonic()
+    devstack.wait_for(r"beat: active, sending the schedule", timeout=60, after=mark)
+    assert time.monotonic() - killed < 30
+    assert devstack.wait_ready_scheduler(timeout=30).startswith("last seen")
 
     everything = {devstack.proc.pid, *devstack.started().values()}
     before = [pid for pid, g in process_groups().items() if g in everything]
-    assert len(before) >= 5  # devstack, sandbox, worker + beat, web
+    assert len(before) >= 5  # devstack, sandbox, worker, beat, web
     started = time.monotonic()
     devstack.proc.send_signal(signal.SIGTERM)
     devstack.proc.wait(timeout=10)

@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from portal.labels import (
-    INSTALLATION_LABEL, KIND_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POOL_LABEL, PROJECT_LABEL, REQUEST_LABEL,
-    TENANT_LABEL,
+    INSTALLATION_LABEL, KIND_LABEL, MANAGED_BY, MANAGER, OUTCOME_FINALIZER, OWNER_ANNOTATION, POOL_LABEL, PROJECT_LABEL,
+    REQUEST_LABEL, TENANT_LABEL,
 )
 from portal.labels import PRIORITY_CLASS_LABEL as PRIORITY_LABEL
 from portal.labels import QUEUE_NAME_LABEL as QUEUE_LABEL
@@ -187,9 +187,14 @@ def kueue_labels(t: Target) -> dict[str, str]:
 
 
 def metadata(t: Target, name: str | None = None, *, labels: dict[str, str] | None = None,
-             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+             annotations: dict[str, str] | None = None, outcome: bool = False) -> dict[str, Any]:
+    """``outcome``: the object's end is the run's outcome (a Job): it carries ``OUTCOME_FINALIZER``, so the cluster
+    keeps it until the status follower has recorded that outcome (docs/architecture.md, "Outcomes survive the
+    follower")."""
     meta: dict[str, Any] = {"name": name or t.name, "namespace": t.namespace, "labels": {**owner_labels(t), **(labels or {})}}
     meta["annotations"] = {**owner_annotations(t), **(annotations or {})}
+    if outcome:
+        meta["finalizers"] = [OUTCOME_FINALIZER]
     return meta
 
 

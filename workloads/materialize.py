@@ -44,9 +44,10 @@ S = RequestState
 
 MATERIALIZER = "materializer"
 HOUSEKEEPING = "housekeeping"
-# Approved requests older than this without objects are materialized again by the housekeeping sweep
-# (a lost task message, a worker killed mid-way).
-SWEEP_AFTER = timedelta(minutes=2)
+# Approved requests older than this that no live run holds are materialized again by the sweep (a lost task message,
+# a worker killed mid-way); the sweep runs every 10 s (beat), so such a request is queued again within about
+# SWEEP_AFTER + 10 s, plus the run itself (docs/operations.md, "Recovery bounds").
+SWEEP_AFTER = timedelta(seconds=30)
 # Test hook: a file path. When set, the materializer writes it after applying and then sleeps, so a test can
 # kill the process between "applied" and "recorded" (tests/workloads/test_lifecycle.py).
 PAUSE_AFTER_APPLY_ENV = "PORTAL_TEST_PAUSE_AFTER_APPLY"
@@ -126,7 +127,9 @@ def request_materialize(*, request_id: int) -> str:
 # ------------------------------------------------------------------------------------------------ create, in batches
 # How many approved requests one materializer run takes on (the task of one request claims others that wait too).
 BATCH = 50
-# A claim older than this is taken to belong to a worker that died: another run may claim the request again.
+# A claim older than this is taken to belong to a worker that died: another run may claim the request again. A run
+# that is merely slow keeps its claim no longer than this either; a second run applying the same objects is a no-op
+# and the move to ``queued`` is a compare-and-set, so a lapse on a live run costs only a repeated apply.
 CLAIM_LEASE = SWEEP_AFTER
 
 
@@ -322,6 +325,11 @@ def _delete_objects(kube: Kube, req: WorkloadRequest, objects: list[dict[str, An
     for obj in reversed(objects if objects is not None else request_objects(req)):
         meta = obj["metadata"]
         deleted += kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        if labels.OUTCOME_FINALIZER in (meta.get("finalizers") or []):
+            # The portal recorded this run's end itself (stop, cancel, delete, expiry, a refusal): nothing waits for
+            # the follower, so the object goes now (docs/architecture.md, "Outcomes survive the follower").
+            kube.finalizer_remove(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"),
+                                  finalizer=labels.OUTCOME_FINALIZER)
     if volumes:
         claims, _ = kube.list("v1", "PersistentVolumeClaim", req.project.namespace,
                               label_selector=labels.request_selector(req.pk))
@@ -408,11 +416,14 @@ def notebooks_cull_idle(now: datetime | None = None) -> int:
 
 
 def requests_sweep_approved(now: datetime | None = None) -> list[int]:
-    """Approved requests that should have been queued by now (a lost task, a killed worker): their ids."""
+    """Approved requests that should have been queued by now and that no live run holds (a lost task, a killed
+    worker whose claim lapsed after ``CLAIM_LEASE``): their ids. A request a live run claimed is left to it."""
     now = now or timezone.now()
     return list(
         WorkloadRequest.objects.filter(state=S.APPROVED)
         .filter(Q(approved_at__lte=now - SWEEP_AFTER) | Q(approved_at__isnull=True))
+        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - CLAIM_LEASE))
+        .order_by("pk")
         .values_list("pk", flat=True)[:500]
     )
 

@@ -23,7 +23,10 @@ no timestamps, so an object that changed nothing we care about changes nothing),
 Requests whose top-level object disappeared while active (deleted outside the portal) fail — except a Job the
 cluster's TTL controller removed after it finished (``ttlSecondsAfterFinished``): the DELETED event carries its
 final state, which counts. Requests that already ended are never followed again, so a finished request whose
-Job is later removed keeps its state; the portal keeps the record.
+Job is later removed keeps its state; the portal keeps the record. Jobs and Volcano Jobs carry our finalizer
+``gpu-portal.io/outcome``: a deletion (the TTL controller's, a hand delete) leaves them, final status and all, until
+this follower recorded the outcome and billing saw the objects; then ``_release_outcomes`` takes it off
+(docs/architecture.md, "Outcomes survive the follower").
 Each cluster is followed in isolation (``follow_one``): an error in one is logged and recorded on the cluster
 (``health``, ``last_error``) and the other clusters' cycles run on. Only
 ``states.move`` changes a state, so the follower, a user's stop and the materializer never fight.
@@ -50,11 +53,11 @@ from django.utils import timezone
 from portal.extensions import usage_meter
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
-from portal.labels import REQUEST_LABEL
+from portal.labels import INSTALLATION_LABEL, OUTCOME_FINALIZER, REQUEST_LABEL
 from portal.leases import Lease
 
 from . import kinds
-from .manifests import cluster_queue_name, uses_volcano
+from .manifests import _installation_id, cluster_queue_name, uses_volcano
 from .models import Reclaim, RequestState, WorkloadRequest
 from .pending import request_pending_reason
 from .states import ACTIVE, move
@@ -69,6 +72,8 @@ JOB_CONDITIONS = ("Complete", "Failed", "Suspended")
 VOLCANO_DONE = {"Completed": S.SUCCEEDED, "Completing": S.SUCCEEDED, "Failed": S.FAILED, "Aborted": S.FAILED,
                 "Aborting": S.FAILED, "Terminated": S.FAILED, "Terminating": S.FAILED}
 TOP_LEVEL = kinds.FOLLOWABLE  # every top-level object a kind may follow (workloads/kinds/: Kind.follows)
+# The objects that carry our OUTCOME_FINALIZER (manifests.metadata(outcome=True)): the only ones the follower patches.
+OUTCOME_KINDS = (("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"))
 MISSING_GRACE = timedelta(seconds=60)
 WARNINGS_KEPT = 3
 
@@ -382,6 +387,7 @@ class StatusFollower:
         self._save(tracked.values(), stats)
         # Billing meters usage from the same objects (docs/billing.md); finished requests' events count too.
         usage_meter.call(cluster=self.cluster, seen=[(f.key, etype, obj, request_id_of(f, obj)) for f, etype, obj in batch])
+        self._release_outcomes([(f, obj) for f, etype, obj in batch if etype != "DELETED"], stats)
 
     def _watch_safely(self, f: Followed) -> list[tuple[str, dict[str, Any]]] | None:
         try:
@@ -441,6 +447,52 @@ class StatusFollower:
         self._save(touched, stats)
         usage_meter.call(cluster=self.cluster, seen=[(f.key, "LISTED", obj, rid) for rid, pairs in listed.items()
                                                      for f, obj in pairs], complete=True)
+        self._release_outcomes([pair for pairs in listed.values() for pair in pairs], stats)
+
+    # -- outcomes the cluster waits for ----------------------------------------------------------------------------
+    def _release_outcomes(self, seen: Iterable[tuple[Followed, dict[str, Any]]], stats: CycleStats) -> None:
+        """Let go of the top-level objects the cluster wants to delete (``deletionTimestamp``: the TTL controller, a
+        hand delete) that carry our ``OUTCOME_FINALIZER``, once their run's outcome is recorded. Runs after this
+        cycle's moves and after billing was handed the same objects (so the usage interval is closed first).
+
+        A request still active whose object is being deleted gets its outcome here: the object's own end when it
+        finished (a Job the TTL controller removes), else failed ("deleted outside the portal"). Objects of another
+        installation are left alone; an unchanged cluster has no such object, so this costs nothing then."""
+        installation = _installation_id()
+        doomed: dict[int, list[tuple[Followed, dict[str, Any]]]] = defaultdict(list)
+        for f, obj in seen:
+            meta = obj.get("metadata") or {}
+            if ((f.api_version, f.kind) in OUTCOME_KINDS and meta.get("deletionTimestamp")
+                    and OUTCOME_FINALIZER in (meta.get("finalizers") or [])
+                    and (meta.get("labels") or {}).get(INSTALLATION_LABEL) == installation
+                    and (rid := request_id_of(f, obj)) is not None):
+                doomed[rid].append((f, obj))
+        if not doomed:
+            return
+        requests = {r.pk: r for r in WorkloadRequest.objects.filter(pk__in=list(doomed), cluster=self.cluster)
+                    .select_related("template")}
+        for rid, pairs in doomed.items():
+            req = requests.get(rid)
+            for f, obj in pairs:
+                if req is not None and req.state in ACTIVE:
+                    if req.state == S.APPROVED:
+                        continue  # the materializer records it first; a later cycle decides
+                    ended = derive(req.template.kind, {object_key(f, obj): summarize(f.key, obj)})
+                    if ended.state in (S.SUCCEEDED, S.FAILED):
+                        stats.moves += move(req, to=ended.state, actor_label=ACTOR, reason=ended.reason)
+                    else:
+                        stats.moves += move(req, to=S.FAILED, actor_label=ACTOR,
+                                            reason=f"Its {f.kind} was deleted outside the portal.")
+                    req.refresh_from_db(fields=["state"])
+                    if req.state in ACTIVE:
+                        continue
+                meta = obj["metadata"]
+                try:
+                    self.kube.finalizer_remove(f.api_version, f.kind, meta["name"], meta.get("namespace"),
+                                               finalizer=OUTCOME_FINALIZER)
+                except (ClusterUnavailable, ClusterRejected) as exc:  # the next re-list tries again
+                    logger.warning("cannot release %s %s/%s: %s", f.kind, meta.get("namespace"), meta["name"], exc)
+                    stats.errors.append(str(exc)[:200])
 
     # -- applying what we saw ------------------------------------------------------------------------------------
     def _load(self, ids: set[int]) -> dict[int, _Tracked]:

@@ -4,7 +4,8 @@ Each takes ids, re-reads, and may run twice (docs/conventions.md, "Transactions 
 (``ClusterUnavailable``) retries the task with exponential backoff; everything else is decided inside.
 
 Beat (``CELERY_BEAT_SCHEDULE`` in portal/settings.py): ``requests_sync_task`` every 5 s (one status cycle per
-cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s, ``approvals_remind_task`` every 5 minutes.
+cluster; or run ``manage.py follow_cluster`` instead), ``requests_housekeeping_task`` every 60 s,
+``requests_sweep_approved_task`` every 10 s, ``approvals_remind_task`` every 5 minutes.
 """
 
 from __future__ import annotations
@@ -57,13 +58,20 @@ def requests_housekeeping_task() -> dict[str, int]:
     requests of requests that ended lapse."""
     expired = materialize.requests_expire()
     culled = materialize.notebooks_cull_idle()
-    swept = materialize.requests_sweep_approved()
-    for request_id in swept:
-        request_materialize_task.delay(request_id)
     from .extensions import extension_requests_lapse
 
     lapsed = extension_requests_lapse()
-    return {"expired": expired, "culled": culled, "requeued": len(swept), "extensions_lapsed": lapsed}
+    return {"expired": expired, "culled": culled, "extensions_lapsed": lapsed}
+
+
+@shared_task(ignore_result=True)
+def requests_sweep_approved_task() -> dict[str, int]:
+    """Approved requests whose materialization got lost (a killed worker's claim lapsed, a lost message): one
+    materializer run takes them on, in batches (beat, every 10 s: docs/operations.md, "Recovery bounds")."""
+    swept = materialize.requests_sweep_approved()
+    if swept:
+        request_materialize_task.delay(swept[0])
+    return {"requeued": len(swept)}
 
 
 @shared_task(ignore_result=True)

@@ -253,6 +253,22 @@ class ArchitectureChangeStartSerializer(StrictSerializerMixin, serializers.Seria
     architecture = serializers.ChoiceField(choices=Architecture.choices)
     fingerprint = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="The fingerprint of the plan you reviewed "
                                          "(GET this endpoint with ?architecture=X).")
+    policy = serializers.ChoiceField(choices=["drain", "requeue", "keep"], default="drain", help_text=(
+        "What happens to work still admitted in ClusterQueues the plan removes: drain (they admit nothing new and "
+        "go once their work is done), requeue (evicted and queued again in the new queues), keep (it runs on; the "
+        "queues stay Terminating until empty)."))
+
+
+class WorkloadMoveSerializer(serializers.Serializer):
+    namespace = serializers.CharField()
+    workload = serializers.CharField()
+    owner = serializers.CharField(help_text="The object the Workload belongs to (a request's req-<id>).")
+    state = serializers.ChoiceField(choices=["running", "pending"])
+    from_queue = serializers.CharField(source="from", allow_null=True, help_text="ClusterQueue now.")
+    to_queue = serializers.CharField(source="to", allow_null=True, help_text="ClusterQueue its LocalQueue leads to after.")
+    looser = serializers.BooleanField(help_text="Pending work that may be admitted under a queue that is not its "
+                                                "project's (its project quota no longer holds it back).")
+    effects = serializers.DictField(child=serializers.CharField(), help_text="What happens to it under each policy.")
 
 
 class ArchitecturePlanSerializer(serializers.Serializer):
@@ -261,6 +277,8 @@ class ArchitecturePlanSerializer(serializers.Serializer):
     summary = serializers.CharField()
     empty = serializers.BooleanField()
     text = serializers.CharField()
+    workloads = WorkloadMoveSerializer(many=True, help_text="The Workloads this plan moves, re-queues or admits "
+                                                            "under looser limits, and what each policy does to them.")
 
 
 class ArchitectureStatusSerializer(serializers.Serializer):

@@ -161,10 +161,11 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
     @action(detail=True, methods=["get", "post"])
     def architecture(self, request: Request, pk: str | None = None) -> Response:
         """Ops: GET the latest architecture change and its progress (with ``?architecture=X``, also the plan
-        to review and its fingerprint); POST ``{architecture, fingerprint}`` to start applying that plan.
+        to review, its fingerprint and the Workloads it moves); POST ``{architecture, fingerprint, policy}`` to start
+        applying that plan (``policy``: drain, requeue or keep, for work admitted in queues it removes).
         A worker applies it under the cluster's reconcile lock; poll GET for its state."""
         from .. import architecture as architecture_service
-        from ..reconcile import plan_fingerprint
+        from ..reconcile import POLICIES, impact_text, plan_fingerprint
 
         cluster = self.get_object()
         actor = _require_ops(request, "Only platform ops change a cluster's architecture.")
@@ -182,7 +183,8 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
             with _cluster_unavailable_is_503():
                 made = architecture_service.plan_for(cluster, wanted)
             plan = {"architecture": made.architecture, "fingerprint": plan_fingerprint(made), "summary": made.summary(),
-                    "empty": made.empty, "text": made.text()}
+                    "empty": made.empty, "text": made.text(),
+                    "workloads": [e | {"effects": {p: impact_text(e, p) for p in POLICIES}} for e in made.impact or []]}
         change = selectors.architecture_change_latest(cluster)
         return Response(ArchitectureStatusSerializer({"change": change, "plan": plan}).data)
 

@@ -275,3 +275,11 @@ def quota_request_card(context: template.Context, r: Any, current: Any = None, *
         f"  {action}\n"
         f"</li>\n"
     )
+
+
+@register.simple_tag
+def scheduler_status() -> dict[str, Any]:
+    """The scheduler's (Celery beat's) last heartbeat as ``/healthz/ready`` reports it: ``.ok``, ``.text``."""
+    from portal.health import scheduler_status as status
+
+    return status()

@@ -94,6 +94,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 GATE = "kueue.x-k8s.io/admission"
+IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"  # on ClusterQueues: kept while a Workload holds quota in it
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
@@ -457,7 +458,9 @@ class Kueue:
         # the informer's own (ns, name) -> object maps, READ-ONLY; nothing else writes them during a tick
         self.namespaces = inf.objs[NAMESPACE]
         self.lqs = inf.objs[LOCAL_QUEUE]
-        self.cqs = {k[1]: q for k, q in inf.objs[CLUSTER_QUEUE].items() if not is_deleting(q)}
+        # Terminating ClusterQueues stay: their admitted Workloads still use quota (and show in their status) until
+        # they finish; they admit nothing new (``_cq_problem``) and go once empty (``_finalizers``).
+        self.cqs = {k[1]: q for k, q in inf.objs[CLUSTER_QUEUE].items()}
         self.flavors = {f["metadata"]["name"]: f for f in ctx.list_items(RESOURCE_FLAVOR)}
         self.cohorts = {c["metadata"]["name"]: c for c in ctx.list_items(COHORT)}
         self.wpcs = {w["metadata"]["name"]: w for w in ctx.list_items(WPC)}
@@ -558,6 +561,7 @@ class Kueue:
         self._take_dirty()
         self._schedule()
         self._enforce()
+        self._finalizers()
         self._take_status_dirty()
         self._status()
 
@@ -785,6 +789,8 @@ class Kueue:
 
     # 3. scheduling -----------------------------------------------------------------------------------
     def _cq_problem(self, cq: dict) -> str | None:
+        if is_deleting(cq):
+            return "Terminating"
         missing = [f.get("name") for g in (cq.get("spec") or {}).get("resourceGroups") or []
                    for f in g.get("flavors") or [] if f.get("name") not in self.flavors]
         if missing:
@@ -1314,6 +1320,33 @@ class Kueue:
                     pl[LQ_LABEL] = (wl.get("spec") or {}).get("queueName")
                     ctx.update(new)
 
+    # 4b. finalizers ----------------------------------------------------------------------------------
+    def _finalizers(self) -> None:
+        """Kueue's ``kueue.x-k8s.io/resource-in-use`` finalizer: added to every ClusterQueue it sees; on a deleted
+        one, removed once no Workload holds a reservation in it (pending ones do not count), so the ClusterQueue
+        stays Terminating while admitted work runs in it."""
+        ctx = self.ctx
+        deleting = [n for n, cq in self.cqs.items() if is_deleting(cq)]
+        for name, cq in list(self.cqs.items()):
+            if not is_deleting(cq) and IN_USE_FINALIZER not in (cq["metadata"].get("finalizers") or []):
+                new = deep_copy(cq)
+                new["metadata"]["finalizers"] = [*(cq["metadata"].get("finalizers") or []), IN_USE_FINALIZER]
+                res = ctx.update(new)
+                if res is not None:
+                    self.cqs[name] = res  # the status step writes over this version
+        if not deleting:
+            return
+        in_use = {((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                  for wl in ctx.list_items(WORKLOAD) if is_reserved(wl) and not is_finished(wl)}
+        for name in deleting:
+            cq = self.cqs[name]
+            held = cq["metadata"].get("finalizers") or []
+            if name in in_use or IN_USE_FINALIZER not in held:
+                continue
+            new = deep_copy(cq)
+            new["metadata"]["finalizers"] = [f for f in held if f != IN_USE_FINALIZER]
+            ctx.update(new)  # the last finalizer gone: the store removes the ClusterQueue
+
     # 5. status ---------------------------------------------------------------------------------------
     def _status(self) -> None:
         ctx = self.ctx
@@ -1401,6 +1434,9 @@ class Kueue:
                 set_condition(conds, "Active", "False", "FlavorNotFound",
                               f"Can't admit new workloads: references missing ResourceFlavor(s): {', '.join(missing)}.",
                               now, observedGeneration=gen)
+            elif problem == "Terminating":
+                set_condition(conds, "Active", "False", "Terminating",
+                              "Can't admit new workloads; clusterQueue is terminating", now, observedGeneration=gen)
             elif problem == "Stopped":
                 set_condition(conds, "Active", "False", "Stopped", "Can't admit new workloads: is stopped.", now,
                               observedGeneration=gen)

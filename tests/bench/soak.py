@@ -4,7 +4,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/soak1 REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python tests/bench/soak.py --minutes 20         # a fresh PostgreSQL database, Redis
 
-It starts deploy/devstack.py (migrate, demo seed, sandbox cluster, worker with beat, web server) on free
+It starts deploy/devstack.py (migrate, demo seed, sandbox cluster, worker, beat, web server) on free
 ports with its own runtime folder, then, for the duration:
 
 - beat runs its schedule and the demo requests live their lives (devstack seeds them);

@@ -19,8 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("portal", "tenants", "quotas", "workloads", "billing", "maintenance", "insights")
-KUBE_VERBS = {"apply", "get", "list", "delete", "watch", "pod_log"}
-RBAC_OF = {"get": {"get"}, "list": {"list"}, "watch": {"watch"}, "delete": {"delete"}, "apply": {"create", "patch"}}
+KUBE_VERBS = {"apply", "get", "list", "delete", "watch", "pod_log", "finalizer_remove", "patch"}
+RBAC_OF = {"get": {"get"}, "list": {"list"}, "watch": {"watch"}, "delete": {"delete"}, "apply": {"create", "patch"},
+           "patch": {"patch"},
+           "finalizer_remove": {"get", "patch"}}  # read the finalizers, merge-patch the list back without ours
 # portal/kube.py's node helpers (MIG changes): a merge patch of a Node.
 NODE_HELPERS = {"node_cordon", "node_label"}
 # The notebook proxy forwards the browser's method (GET, POST, PUT, PATCH, DELETE) to services/proxy.
@@ -45,6 +47,7 @@ SOURCES: dict[tuple[str, str], str] = {
     ("workloads/status.py", "_list"): "workloads.status:FOLLOWED",
     ("workloads/status.py", "_watch"): "workloads.status:FOLLOWED",
     ("workloads/status.py", "_deleted_outside"): "workloads.status:FOLLOWED",
+    ("workloads/status.py", "_release_outcomes"): "workloads.status:OUTCOME_KINDS",
 }
 
 
@@ -61,6 +64,10 @@ def _constant(node: ast.AST, module: str) -> str | None:
         return node.value
     if isinstance(node, ast.Name):  # a module constant such as KUEUE
         value = getattr(importlib.import_module(module), node.id, None)
+        return value if isinstance(value, str) else None
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):  # another module's: m.KUEUE
+        owner = getattr(importlib.import_module(module), node.value.id, None)
+        value = getattr(owner, node.attr, None)
         return value if isinstance(value, str) else None
     return None
 
@@ -92,7 +99,7 @@ def call_sites() -> list[dict]:
                     else:
                         continue
                     literal = None
-                    if verb in ("get", "list", "delete", "watch") and len(node.args) >= 2:
+                    if verb in ("get", "list", "delete", "watch", "finalizer_remove", "patch") and len(node.args) >= 2:
                         a, k = (_constant(arg, _module_name(path)) for arg in node.args[:2])
                         if a and k:
                             literal = (a, k)

@@ -38,7 +38,10 @@ def test_live_answers_without_database_host_check_or_https_redirect(client, prod
 def test_ready_is_200_when_database_broker_and_migrations_are_fine(client, production_like):
     answer = client.get("/healthz/ready", HTTP_HOST="10.1.2.3:8000")
     assert answer.status_code == 200, answer.content
-    assert answer.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok", "migrations": "ok"}}
+    body = answer.json()
+    assert body["status"] == "ok"
+    assert {k: body["checks"][k] for k in ("database", "broker", "migrations")} == {"database": "ok", "broker": "ok",
+                                                                                  "migrations": "ok"}
 
 
 @pytest.mark.django_db

@@ -64,7 +64,94 @@ def test_containerfile_follows_the_rules():
 
 def test_build_context_leaves_out_what_the_image_must_not_hold():
     ignored = set((ROOT / ".dockerignore").read_text().split())
-    assert {".git", ".venv", "var", "tests", "sandbox"} <= ignored
+    assert {".git", ".venv", "var", "tests", "sandbox", "realcluster"} <= ignored
+
+
+def local_apps() -> list[str]:
+    """The project's own packages the settings install (INSTALLED_APPS entries that live in this tree), and portal."""
+    from django.conf import settings
+
+    names = {app.split(".")[0] for app in settings.INSTALLED_APPS}
+    return sorted({"portal", *(n for n in names if (ROOT / n / "__init__.py").is_file())})
+
+
+def _glob_regex(pattern: str) -> str:
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return out
+
+
+def _ignored(rel: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore leaves ``rel`` out of the build context: the last matching pattern wins, a
+    pattern matches a path or any folder above it, ``**`` spans folders, ``!`` takes back."""
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    result = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        regex = _glob_regex(pattern.lstrip("!").strip("/"))
+        if any(re.fullmatch(regex, p) for p in prefixes):
+            result = not negate
+    return result
+
+
+def _context_files(base: Path, patterns: list[str]) -> list[Path]:
+    """Files under ``base`` in the build context (folders left out whole are not walked)."""
+    if base.is_file():
+        return [] if _ignored(base.relative_to(ROOT).as_posix(), patterns) else [base]
+    found = []
+    for folder, dirs, files in os.walk(base):
+        rel = Path(folder).relative_to(ROOT).as_posix()
+        inside = (lambda name: name) if rel == "." else (lambda name: f"{rel}/{name}")
+        # A folder ignored whole is skipped unless a "!" pattern may take back something inside it.
+        dirs[:] = [d for d in dirs if not _ignored(inside(d), patterns)
+                   or any(p.startswith("!") and p[1:].startswith(inside(d) + "/") for p in patterns)]
+        found += [Path(folder) / f for f in files if not _ignored(inside(f), patterns)]
+    return found
+
+
+def image_files() -> set[str]:
+    """The paths the final stage's COPY instructions put in the image, from the build context."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    steps = instructions()
+    final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM"):]
+    workdir, out = "/", set()
+    for word, arg in final:
+        if word == "WORKDIR":
+            workdir = arg
+        if word != "COPY" or arg.startswith("--from"):
+            continue
+        *sources, dest = arg.split()
+        dest = dest if dest.startswith("/") else f"{workdir.rstrip('/')}/{dest.removeprefix('./')}"
+        for source in sources:
+            base = (ROOT / source).resolve()
+            for path in _context_files(base, patterns):
+                if base.is_file():
+                    out.add(f"{dest.rstrip('/')}/{path.name}" if dest.endswith("/") else dest)
+                else:
+                    out.add(f"{dest.rstrip('/')}/{path.relative_to(base).as_posix()}")
+    return out
+
+
+def test_every_installed_app_is_copied_into_the_image():
+    files = image_files()
+    apps = local_apps()
+    assert {"maintenance", "insights", "tenants", "portal"} <= set(apps)
+    missing = [app for app in apps if f"/app/{app}/__init__.py" not in files]
+    assert not missing, f"installed apps the image would not hold: {missing}"
+    assert "/app/manage.py" in files and "/app/deploy/entrypoint.py" in files and "/app/deploy/gunicorn.conf.py" in files
+    # What must not reach the image stays out.
+    assert not [f for f in files if f.startswith(("/app/tests/", "/app/sandbox/", "/app/.venv/", "/app/var/", "/app/.git/"))]
+    assert not [f for f in files if f.startswith("/app/deploy/") and f not in ("/app/deploy/entrypoint.py", "/app/deploy/gunicorn.conf.py")]
 
 
 def dry_run(*argv: str, env: dict | None = None) -> dict:
@@ -88,7 +175,11 @@ def test_each_role_builds_its_command_line():
     assert beat[5] == "beat" and beat[-2:] == ["--schedule", "/tmp/celerybeat-schedule"]
     migrate = dry_run("migrate", env={"DATABASE_MIGRATE_URL": "postgres://owner@db/portal"})["commands"]
     assert migrate[0][-4:] == ["migrate", "--noinput", "--database", "migrate"]
-    assert migrate[1][-1] == "createcachetable"
+    assert migrate[1][-1] == "createcachetable" and len(migrate) == 2
+    # With a runtime role named, the migration Job also grants it what it may do (it owns no table).
+    migrate = dry_run("migrate", env={"DATABASE_MIGRATE_URL": "postgres://owner@db/portal",
+                                      "PORTAL_RUNTIME_DB_ROLE": "portal_app"})["commands"]
+    assert migrate[2][-3:] == ["db_runtime_role", "portal_app", "--apply"]
     assert dry_run("manage", "check", "--deploy")["commands"] == [[sys.executable, str(ROOT / "manage.py"), "check", "--deploy"]]
 
 
@@ -119,6 +210,7 @@ def production_env(tmp_path: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_MIGRATE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env.update({"PORTAL_ENV": "production", "SECRET_KEY": "x" * 20 + "entrypoint-test-secret-key-0123456789",
                 "DATABASE_URL": database_url(), "ALLOWED_HOSTS": "gpu.example.org", "LOG_FORMAT": "json",
+                "EMAIL_HOST": "smtp.example.org",
                 "PORTAL_VAR_DIR": str(tmp_path / "var"), "STATIC_ROOT": str(tmp_path / "static"), "TMPDIR": str(tmp_path)})
     env.update(extra)
     return env
@@ -178,4 +270,4 @@ def test_web_role_serves_probes_logs_json_and_stops_on_sigterm(tmp_path):
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert any(r["logger"] == "portal.access" and r["request_id"] == "page-7" and r["status"] == 404 for r in records), out
     assert any(r["logger"] == "gunicorn.error" and "Shutting down" in r["message"] for r in records), out
-    assert not [line for line in out.splitlines() if line.strip() and not line.startswith(("{", "entrypoint:"))], out
+    assert not [line for line in out.splitlines() if line.strip() and not line.startswith("{")], out

@@ -606,3 +606,43 @@ def test_hami_job_quota_uses_transformed_totals(sim):
     assert "total-gpucores" in cond(wl(sim, "c"), "QuotaReserved")["message"]
     pod = sim.pods("t", "job-name=a")[0]
     assert pod["spec"]["nodeName"].startswith("gpu-l40s-hami-")
+
+
+# ------------------------------------------------------------------------------------------------ deletion
+def _cq(sim: Sim, name: str = "cq") -> dict | None:
+    return next((q for q in sim.items(KUEUE, "ClusterQueue") if q["metadata"]["name"] == name), None)
+
+
+def test_a_cluster_queue_in_use_stays_terminating_until_its_workloads_finish(sim):
+    """Kueue's ``kueue.x-k8s.io/resource-in-use`` finalizer: a deleted ClusterQueue that still holds admitted work
+    stays (deletionTimestamp set, Active=False reason Terminating, usage still shown), admits nothing new, and goes
+    once its last admitted Workload finished."""
+    cpu_setup(sim, quota=4)
+    sim.settle()
+    assert "kueue.x-k8s.io/resource-in-use" in _cq(sim)["metadata"]["finalizers"]
+    sim.create(sim.job("running", "t", requests={"cpu": 2}, queue="lq", tolerations=TOL, duration="120s"))
+    sim.settle()
+    assert admitted_jobs(sim) == {"running"}
+    sim.delete(KUEUE, "ClusterQueue", "cq")
+    sim.create(sim.job("new", "t", requests={"cpu": 1}, queue="lq", tolerations=TOL))
+    sim.settle()
+    cq = _cq(sim)
+    assert cq is not None and cq["metadata"].get("deletionTimestamp")
+    active = cond(cq, "Active")
+    assert (active["status"], active["reason"]) == ("False", "Terminating")
+    assert cq["status"]["admittedWorkloads"] == 1
+    assert cq["status"]["flavorsReservation"][0]["resources"][0]["total"] == "2"
+    assert admitted_jobs(sim) == {"running"}
+    assert cond(wl(sim, "new"), "QuotaReserved")["message"] == "ClusterQueue cq is inactive"
+    sim.advance(200)  # the running Job finishes
+    sim.settle()
+    assert _cq(sim) is None
+    assert not is_true(wl(sim, "new"), "QuotaReserved")  # pending work does not keep a ClusterQueue
+
+
+def test_an_unused_cluster_queue_goes_at_once(sim):
+    cpu_setup(sim, quota=4)
+    sim.settle()
+    sim.delete(KUEUE, "ClusterQueue", "cq")
+    sim.settle()
+    assert _cq(sim) is None

@@ -1,34 +1,53 @@
 """The audit log is a hash chain: tampering through raw SQL (as the tables' owner could, around the
-append-only triggers) shows in ``manage.py audit_verify``, at the first entry it broke."""
+append-only triggers) shows in ``manage.py audit_verify``, at the first entry it broke; and a log emptied
+or cut consistently (entries and head together) shows against the anchor published outside the
+database (the anchor file, the Redis key, ``/metrics``)."""
 
 from __future__ import annotations
 
+import json
 import threading
+import uuid
 
 import pytest
+import redis
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
+from prometheus_client.parser import text_string_to_metric_families
 
 from tenants import services
 from tenants.access import Actor
 from tenants.audit import audit_record
-from tenants.models import AuditEntry
+from tenants.models import AuditChainHead, AuditEntry
 
 TABLE = AuditEntry._meta.db_table
+HEAD_TABLE = AuditChainHead._meta.db_table
 
 
-def verify() -> str:
+@pytest.fixture(autouse=True)
+def anchor(settings, tmp_path):
+    """Each test its own anchor file and Redis key (Redis when the run has it, else a local one: CI has it)."""
+    settings.AUDIT_ANCHOR_FILE = str(tmp_path / "anchor" / "audit-anchor.json")
+    settings.REDIS_URL = settings.REDIS_URL or "redis://127.0.0.1:6379/15"
+    settings.AUDIT_ANCHOR_REDIS_KEY = f"test-audit-anchor-{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    yield tmp_path / "anchor" / "audit-anchor.json", client, settings.AUDIT_ANCHOR_REDIS_KEY
+    client.delete(settings.AUDIT_ANCHOR_REDIS_KEY)
+    client.close()
+
+
+def verify(*args: str) -> str:
     """``audit_verify``'s output; raises CommandError (exit status 1) on a broken chain."""
     from io import StringIO
 
     out = StringIO()
-    call_command("audit_verify", stdout=out)
+    call_command("audit_verify", *args, stdout=out)
     return out.getvalue()
 
 
-def broken() -> str:
+def broken(*args: str) -> str:
     with pytest.raises(CommandError) as failure:
-        verify()
+        verify(*args)
     assert failure.value.returncode == 1
     return str(failure.value)
 
@@ -44,13 +63,17 @@ def tamper(sql: str, params: list | None = None) -> None:
 
 
 @pytest.fixture
-def log(cast):
-    """A log of at least six entries, including awkward values (IPv6, floats, non-ASCII, nesting)."""
+def log(cast, django_capture_on_commit_callbacks):
+    """A log of at least six entries, including awkward values (IPv6, floats, non-ASCII, nesting), anchored as
+    each commit would anchor it (the test's transaction never commits: its after-commit handlers run here)."""
     alice = Actor(user=cast.alice, ip="2001:DB8:0:0::1")
-    services.project_update(actor=alice, project=cast.vision, description="Ünïcode — vision")
-    audit_record(actor=Actor(user=cast.ops, ip="10.0.0.7"), action="test.values", target=cast.acme,
-                 before={"gpus": 1.5, "big": 10**20, "nested": {"b": [1, None, True], "a": "é"}}, after=None)
-    services.project_update(actor=alice, project=cast.nlp, description="nlp")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.project_update(actor=alice, project=cast.vision, description="Ünïcode — vision")
+    with django_capture_on_commit_callbacks(execute=True):
+        audit_record(actor=Actor(user=cast.ops, ip="10.0.0.7"), action="test.values", target=cast.acme,
+                     before={"gpus": 1.5, "big": 10**20, "nested": {"b": [1, None, True], "a": "é"}}, after=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.project_update(actor=alice, project=cast.nlp, description="nlp")
     entries = list(AuditEntry.objects.order_by("seq"))
     assert len(entries) >= 6
     return entries
@@ -131,3 +154,116 @@ def test_parallel_appends_keep_one_chain(cast) -> None:
     assert AuditEntry.objects.count() == before + 40
     assert list(AuditEntry.objects.order_by("seq").values_list("seq", flat=True)) == list(range(1, before + 41))
     assert f"audit log intact: {before + 40} entries" in verify()
+
+
+# The anchor: the head published outside the database --------------------------------------------------------------
+
+
+def test_the_anchor_is_in_the_file_and_in_redis(log, anchor) -> None:
+    path, client, key = anchor
+    stored = json.loads(path.read_text())
+    assert (stored["seq"], stored["hash"]) == (log[-1].seq, log[-1].entry_hash)
+    assert f"anchors: #{len(log)} in the file {path}, #{len(log)} in the Redis key {key}" in verify()
+    assert client.hget(key, "seq") == str(log[-1].seq).encode() and client.hget(key, "hash") == log[-1].entry_hash.encode()
+
+
+def test_truncating_entries_and_head_is_not_intact(log, anchor) -> None:
+    path, _, _ = anchor
+    if connection.vendor == "postgresql":
+        tamper(f"TRUNCATE {TABLE}, {HEAD_TABLE}")
+    else:
+        tamper(f"DELETE FROM {TABLE}")
+        tamper(f"DELETE FROM {HEAD_TABLE}")
+    message = broken()
+    assert "audit log NOT intact: broken at entry #1" in message
+    assert f"the log ends at #0 but the file {path} records #{len(log)}: entries #1..#{len(log)} are missing" in message
+
+
+def test_the_redis_anchor_alone_catches_an_emptied_log(log, anchor) -> None:
+    path, _, key = anchor
+    path.unlink()
+    tamper(f"DELETE FROM {TABLE}")
+    tamper(f"DELETE FROM {HEAD_TABLE}")
+    assert f"the log ends at #0 but the Redis key {key} records #{len(log)}" in broken()
+
+
+def test_a_cut_tail_with_an_older_hash_in_the_head_is_not_intact(log, anchor) -> None:
+    path, _, _ = anchor
+    keep = len(log) - 2
+    tamper(f"DELETE FROM {TABLE} WHERE seq > %s", [keep])
+    tamper(f"UPDATE {HEAD_TABLE} SET seq = %s, hash = %s WHERE id = 1", [keep, log[keep - 1].entry_hash])
+    message = broken()
+    assert f"NOT intact: broken at entry #{keep + 1}: the log ends at #{keep} but the file {path} records #{len(log)}" in message
+    # Entries appended after the cut do not hide it: the anchor only moves forward, and its entry differs.
+    for n in range(3):
+        with transaction.atomic():
+            audit_record(actor=Actor.system(), action=f"test.after.{n}", target=log[0])
+    assert json.loads(path.read_text())["seq"] == len(log)
+    assert f"broken at entry #{len(log)}: entry #{len(log)} has hash" in broken()
+
+
+def test_a_chain_recomputed_from_the_start_is_not_intact(log, anchor) -> None:
+    """Even a whole chain rewritten consistently (every hash and the head recomputed) differs at the anchor."""
+    from tenants.audit import entry_digest
+
+    prev = ""
+    for entry in AuditEntry.objects.order_by("seq"):
+        if entry.seq == 1:
+            entry.action = "forged"
+        entry.prev_hash = prev
+        entry.entry_hash = prev = entry_digest(entry)
+        tamper(f"UPDATE {TABLE} SET action = %s, prev_hash = %s, entry_hash = %s WHERE id = %s",
+               [entry.action, entry.prev_hash, entry.entry_hash, entry.pk])
+    tamper(f"UPDATE {HEAD_TABLE} SET hash = %s WHERE id = 1", [prev])
+    assert f"broken at entry #{len(log)}: entry #{len(log)} has hash {prev[:16]}" in broken()
+
+
+def test_an_empty_log_without_an_anchor_cannot_be_called_intact(db, anchor) -> None:
+    assert AuditEntry.objects.count() == 0
+    assert "no anchor: cannot tell whether entries were removed" in broken()
+    # A new installation says so once.
+    assert "audit log intact: 0 entries" in verify("--allow-unanchored")
+
+
+def test_a_log_with_no_anchor_anywhere_is_not_called_intact(log, anchor) -> None:
+    path, client, key = anchor
+    path.unlink()
+    client.delete(key)
+    assert "no anchor: cannot tell whether entries were removed" in broken()
+    assert "anchors: none yet (anchored now)" in verify("--allow-unanchored")
+    assert json.loads(path.read_text())["seq"] == len(log)
+    assert f"anchors: #{len(log)} in the file" in verify()
+
+
+def test_a_damaged_anchor_file_is_not_called_intact(log, anchor) -> None:
+    path, _, _ = anchor
+    path.write_text("{}")
+    assert "is unreadable" in broken()
+
+
+def test_a_rolled_back_append_does_not_move_the_anchor(log, anchor) -> None:
+    path, _, _ = anchor
+    with pytest.raises(RuntimeError), transaction.atomic():
+        audit_record(actor=Actor.system(), action="test.rolled.back", target=log[0])
+        raise RuntimeError
+    assert json.loads(path.read_text())["seq"] == len(log)
+    assert f"audit log intact: {len(log)} entries" in verify()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_api_write_publishes_the_head_to_the_file_and_metrics(api, cast, anchor, settings) -> None:
+    path, client, key = anchor
+    settings.METRICS_TOKEN = "scrape-me"
+    assert api("alice").patch("/api/v1/tenants/acme/", {"cost_centre": "CC-7"}, format="json").status_code == 200
+    last = AuditEntry.objects.order_by("-seq").first()
+    assert last.action.startswith("tenant.")
+    assert json.loads(path.read_text())["seq"] == last.seq and json.loads(path.read_text())["hash"] == last.entry_hash
+    answer = api("nobody").get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
+    assert answer.status_code == 200
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for family in text_string_to_metric_families(answer.content.decode()) for s in family.samples}
+    assert found[("gpuportal_audit_head_seq", ())] == last.seq
+    assert found[("gpuportal_audit_head_info", (("hash", last.entry_hash[:16]), ("seq", str(last.seq))))] == 1
+    assert found[("gpuportal_audit_anchor_seq", (("store", "file"),))] == last.seq
+    assert found[("gpuportal_audit_anchor_seq", (("store", "redis"),))] == last.seq
+    assert client.hget(key, "seq") == str(last.seq).encode() and client.hget(key, "hash") == last.entry_hash.encode()

@@ -82,7 +82,7 @@ def render_training(request: WorkloadRequest, t: Target, *,
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(t, labels=m.kueue_labels(t), annotations=duration_annotations(request)),
+        "metadata": metadata(t, labels=m.kueue_labels(t), annotations=duration_annotations(request), outcome=True),
         "spec": {
             "parallelism": 1,
             "completions": 1,
@@ -113,7 +113,7 @@ def render_indexed_job(request: WorkloadRequest, t: Target, *,
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(t, labels=m.kueue_labels(t), annotations=duration_annotations(request)),
+        "metadata": metadata(t, labels=m.kueue_labels(t), annotations=duration_annotations(request), outcome=True),
         "spec": {
             "completionMode": "Indexed",
             "parallelism": n,
@@ -145,7 +145,7 @@ def render_volcano_job(request: WorkloadRequest, t: Target, *,
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": metadata(t, annotations=duration_annotations(request)),
+        "metadata": metadata(t, annotations=duration_annotations(request), outcome=True),
         "spec": {
             "schedulerName": "volcano",
             "queue": m.volcano_queue_name(t.project),

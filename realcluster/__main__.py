@@ -1,0 +1,115 @@
+"""``python -m realcluster``: build what is missing, start the real control plane on loopback with the demo's
+nodes, write a kubeconfig, and stop cleanly on Ctrl-C / SIGTERM (``make cluster``).
+
+    python -m realcluster [--kubeconfig var/realcluster.kubeconfig] [--state-dir var/realcluster]
+                          [--profile sandbox/profiles/demo.yaml] [--no-kwok] [--build-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from . import controlplane, nodes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_kwok() -> float | None:
+    target = controlplane.BIN / "kwok"
+    mod = controlplane.HERE / "kwok"
+    if target.exists() and target.stat().st_mtime >= max((mod / "go.mod").stat().st_mtime,
+                                                         (mod / "go.sum").stat().st_mtime):
+        return None
+    started = time.monotonic()
+    controlplane.log("building kwok (sigs.k8s.io/kwok/cmd/kwok) ...")
+    out = subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(target), "sigs.k8s.io/kwok/cmd/kwok"],
+                         cwd=mod, env=controlplane.go_env(), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"go build sigs.k8s.io/kwok/cmd/kwok failed:\n{out.stderr[-4000:]}")
+    took = time.monotonic() - started
+    controlplane.log(f"built kwok in {took:.0f} s")
+    return took
+
+
+def start_kwok(cp: controlplane.ControlPlane) -> None:
+    config = cp.state_dir / "kwok.yaml"
+    docs = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+             "options": {"manageNodesWithAnnotationSelector": f"{nodes.KWOK_ANNOTATION}=fake",
+                         "nodeLeaseDurationSeconds": 40, "enableCRDs": []}}] + nodes.kwok_stages()
+    config.write_text(yaml.safe_dump_all(docs))
+    cp._spawn("kwok", ["kwok", f"--kubeconfig={cp.kubeconfig}", f"--config={config}",
+                       "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}=fake",
+                       "--server-address=127.0.0.1:0"])
+
+
+def start(state_dir: Path, profile: Path | None, kwok: bool = True) -> controlplane.ControlPlane:
+    cp = controlplane.ControlPlane(state_dir)
+    cp.start()
+    try:
+        nodes.register(cp, nodes.profile_nodes(profile))
+        if kwok:
+            start_kwok(cp)
+    except BaseException:
+        cp.stop()
+        raise
+    return cp
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m realcluster", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", default=str(ROOT / "var" / "realcluster.kubeconfig"))
+    ap.add_argument("--state-dir", default=str(ROOT / "var" / "realcluster"))
+    ap.add_argument("--profile", default=None)
+    ap.add_argument("--no-kwok", action="store_true")
+    ap.add_argument("--build-only", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        took = controlplane.build()
+        if not args.no_kwok:
+            k = build_kwok()
+            if k is not None:
+                took["kwok"] = k
+    except RuntimeError as exc:
+        print(f"realcluster: {exc}", file=sys.stderr)
+        return 1
+    if took:
+        controlplane.log("build times: " + ", ".join(f"{n} {s:.0f} s" for n, s in took.items()))
+    if args.build_only:
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        cp = start(Path(args.state_dir), Path(args.profile) if args.profile else None, kwok=not args.no_kwok)
+    except RuntimeError as exc:
+        print(f"realcluster: {exc}", file=sys.stderr)
+        return 1
+    try:
+        Path(args.kubeconfig).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cp.kubeconfig, args.kubeconfig)
+        Path(args.kubeconfig).chmod(0o600)
+        print(f"realcluster: up at {cp.url}; kubectl --kubeconfig {args.kubeconfig} get nodes,clusterqueues -A; "
+              "Ctrl-C stops it", flush=True)
+        while not stop.wait(1):
+            dead = cp.dead()
+            if dead:
+                print(f"realcluster: {', '.join(dead)} exited; see {cp.state_dir / 'logs'}", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        cp.stop()
+        Path(args.kubeconfig).unlink(missing_ok=True)
+        print("realcluster: stopped", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,457 @@
+"""The real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and Kueue.
+
+Every binary is built from its released Go module by ``go build`` in this folder's Go module (``go.mod`` pins
+Kubernetes and Kueue; see :func:`build`). :class:`ControlPlane` makes its own certificates (a CA, the API
+server's and Kueue's webhook serving certificates, the service-account signing key), a static admin token, starts
+the processes on free loopback ports, installs Kueue's CRDs and webhook configurations from the Kueue module
+(``config/components``) rewritten to reach Kueue on loopback (``clientConfig.url`` with the project's CA, Kueue's
+own certificate management off), and writes a kubeconfig. Nodes are registered by the caller (``nodes.py``):
+no kubelet runs here.
+
+Standalone: stdlib, ``cryptography`` and PyYAML only (no Django); ``python -m realcluster`` runs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BIN = HERE / "bin"
+BINARIES = {
+    "etcd": "./cmd/etcd",
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kueue": "sigs.k8s.io/kueue/cmd/kueue",
+}
+# Kueue's integrations that the portal uses (a Job per training/batch request, a StatefulSet per notebook, a
+# Deployment per inference service, plain pods for pod groups). Others need CRDs that are not installed.
+KUEUE_FRAMEWORKS = ["batch/job", "pod", "deployment", "statefulset"]
+KUEUE_WEBHOOK_KINDS = ("clusterqueue", "cohort", "resourceflavor", "workload", "job", "pod", "deployment",
+                       "statefulset")
+# CRDs that Kueue converts between v1beta1 and v1beta2 (its config/components/crd/patches).
+KUEUE_CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+
+
+def log(msg: str) -> None:
+    print(f"realcluster: {msg}", file=sys.stderr, flush=True)
+
+
+# -- build ----------------------------------------------------------------------------------------------------------
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOFLAGS", "-mod=mod")
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+def stale(names: list[str] | None = None) -> list[str]:
+    """The binaries missing or older than go.mod/go.sum."""
+    newest = max((HERE / "go.mod").stat().st_mtime, (HERE / "go.sum").stat().st_mtime,
+                 *(p.stat().st_mtime for p in (HERE / "cmd").rglob("*.go")))
+    out = []
+    for name in names or list(BINARIES):
+        path = BIN / name
+        if not path.exists() or path.stat().st_mtime < newest:
+            out.append(name)
+    return out
+
+
+def build(names: list[str] | None = None, *, force: bool = False) -> dict[str, float]:
+    """``go build`` each binary that is missing or stale into ``realcluster/bin`` (Go's build cache makes a
+    rebuild after an unrelated change a link step only). Returns the seconds each build took."""
+    todo = list(names or BINARIES) if force else stale(names)
+    took: dict[str, float] = {}
+    BIN.mkdir(exist_ok=True)
+    for name in todo:
+        started = time.monotonic()
+        log(f"building {name} ({BINARIES[name]}) ...")
+        out = subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(BIN / name), BINARIES[name]],
+                             cwd=HERE, env=go_env(), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"go build {BINARIES[name]} failed:\n{out.stderr[-4000:]}")
+        took[name] = time.monotonic() - started
+        log(f"built {name} in {took[name]:.0f} s")
+    return took
+
+
+def module_dir(module: str) -> Path:
+    out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=HERE, env=go_env(),
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+# -- certificates ----------------------------------------------------------------------------------------------------
+def _pem_cert(cert) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _pem_key(key) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def make_certs(folder: Path) -> None:
+    """A CA; serving certificates for the API server and Kueue's webhooks; an RSA service-account key pair."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(hours=1)
+    until = now + _dt.timedelta(days=365)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-portal-realcluster-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    (folder / "ca.crt").write_bytes(_pem_cert(ca))
+    (folder / "ca.key").write_bytes(_pem_key(ca_key))
+
+    def serving(name: str, dns: list[str], ips: list[str]) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(until)
+                .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                               critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        sub = folder / name
+        sub.mkdir(exist_ok=True)
+        (sub / "tls.crt").write_bytes(_pem_cert(cert))
+        (sub / "tls.key").write_bytes(_pem_key(key))
+
+    serving("apiserver", ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                          "kubernetes.default.svc.cluster.local"], ["127.0.0.1", "10.0.0.1"])
+    serving("webhook", ["localhost"], ["127.0.0.1"])
+    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (folder / "sa.key").write_bytes(_pem_key(sa))
+    (folder / "sa.pub").write_bytes(sa.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the control plane -----------------------------------------------------------------------------------------------
+@dataclass
+class ControlPlane:
+    """``with ControlPlane(state_dir) as cp:`` starts everything and stops it on exit; ``cp.kubeconfig`` is the
+    admin kubeconfig's path, ``cp.url`` the API server's."""
+
+    state_dir: Path
+    kueue: bool = True
+    controllers: bool = True
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    token: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def certs(self) -> Path:
+        return self.state_dir / "pki"
+
+    # lifecycle
+    def __enter__(self) -> ControlPlane:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        started = time.monotonic()
+        missing = [n for n in BINARIES if not (BIN / n).exists()]
+        if missing:
+            raise RuntimeError(f"not built: {', '.join(missing)} (run `make cluster-build`)")
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        (self.state_dir / "logs").mkdir(parents=True)
+        make_certs(self.certs)
+        self.token = secrets.token_urlsafe(32)
+        (self.state_dir / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
+        for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "webhook", "kueue-health",
+                     "kueue-metrics"):
+            self.ports[name] = free_port()
+        self._write_kubeconfig()
+        self._start_etcd()
+        self._start_apiserver()
+        self._wait(lambda: self._get("/readyz") == 200, "kube-apiserver /readyz", 90)
+        self.timings["apiserver_ready_s"] = time.monotonic() - started
+        if self.controllers:
+            self._start_controller_manager()
+            self._start_scheduler()
+        if self.kueue:
+            self._install_kueue()
+            self._start_kueue()
+        self.timings["ready_s"] = time.monotonic() - started
+        log(f"ready in {self.timings['ready_s']:.1f} s: {self.url}, kubeconfig {self.kubeconfig}")
+
+    def stop(self) -> None:
+        """SIGTERM everything but etcd at once, then etcd (so the API server exits cleanly); within ~8 s."""
+        others = [p for n, p in self.procs.items() if n != "etcd"]
+        last = [p for n, p in self.procs.items() if n == "etcd"]
+        for group, within in ((others, 5.0), (last, 3.0)):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + within
+            for proc in group:
+                try:
+                    proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.procs.clear()
+
+    def dead(self) -> list[str]:
+        """The processes that have exited."""
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    # helpers
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        logf = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child
+        self.procs[name] = subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=logf, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+
+    def _ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 content_type: str = "application/json") -> tuple[int, dict | str]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type,
+                                              "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self._ssl(), timeout=10) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        except (urllib.error.URLError, OSError) as e:
+            return 0, str(e)
+        try:
+            return status, json.loads(raw) if raw else {}
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+    def _get(self, path: str) -> int:
+        return self._request("GET", path)[0]
+
+    def apply(self, obj: dict) -> dict:
+        """Server-side apply of one object with the admin token (field manager ``realcluster``)."""
+        api = obj["apiVersion"]
+        kind = obj["kind"]
+        plural = {"CustomResourceDefinition": "customresourcedefinitions", "Namespace": "namespaces",
+                  "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+                  "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+                  "Node": "nodes", "PriorityClass": "priorityclasses"}[kind]
+        base = "/api/v1" if api == "v1" else f"/apis/{api}"
+        path = f"{base}/{plural}/{obj['metadata']['name']}?fieldManager=realcluster&force=true"
+        status, body = self._request("PATCH", path, obj, "application/apply-patch+yaml")
+        if status not in (200, 201):
+            raise RuntimeError(f"apply {kind} {obj['metadata']['name']}: {status} {body}")
+        return body  # type: ignore[return-value]
+
+    def _wait(self, check, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = self.dead()
+            if dead:
+                tail = (self.state_dir / "logs" / f"{dead[0]}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{dead[0]} exited while waiting for {what}:\n{tail}")
+            try:
+                if check():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+    def _write_kubeconfig(self) -> None:
+        ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "realcluster",
+            "clusters": [{"name": "realcluster", "cluster": {"server": self.url, "certificate-authority-data": ca}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "realcluster", "context": {"cluster": "realcluster", "user": "admin"}}],
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(cfg))
+        self.kubeconfig.chmod(0o600)
+
+    # the processes
+    def _start_etcd(self) -> None:
+        p = self.ports
+        self._spawn("etcd", ["etcd", "--data-dir", str(self.state_dir / "etcd"), "--name", "realcluster",
+                             f"--listen-client-urls=http://127.0.0.1:{p['etcd']}",
+                             f"--advertise-client-urls=http://127.0.0.1:{p['etcd']}",
+                             f"--listen-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
+                             f"--initial-advertise-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
+                             f"--initial-cluster=realcluster=http://127.0.0.1:{p['etcd-peer']}",
+                             "--unsafe-no-fsync", "--quota-backend-bytes=4294967296", "--log-level=warn"])
+
+    def _start_apiserver(self) -> None:
+        p, c = self.ports, self.certs
+        self._spawn("kube-apiserver", [
+            "kube-apiserver", f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={p['apiserver']}",
+            f"--tls-cert-file={c / 'apiserver/tls.crt'}", f"--tls-private-key-file={c / 'apiserver/tls.key'}",
+            f"--client-ca-file={c / 'ca.crt'}", f"--token-auth-file={self.state_dir / 'tokens.csv'}",
+            f"--service-account-key-file={c / 'sa.pub'}", f"--service-account-signing-key-file={c / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc", "--api-audiences=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC", "--allow-privileged=true",
+            "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+            f"--cert-dir={c / 'apiserver'}",
+        ])
+
+    def _component_kubeconfig(self) -> str:
+        return str(self.kubeconfig)
+
+    def _start_controller_manager(self) -> None:
+        p, c, kc = self.ports, self.certs, self._component_kubeconfig()
+        self._spawn("kube-controller-manager", [
+            "kube-controller-manager", f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={p['kcm']}",
+            "--leader-elect=false", f"--service-account-private-key-file={c / 'sa.key'}",
+            f"--root-ca-file={c / 'ca.crt'}", "--use-service-account-credentials=false",
+            "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,"
+            "-node-route-controller,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
+            "--concurrent-job-syncs=20", "--v=1",
+        ])
+
+    def _start_scheduler(self) -> None:
+        p, kc = self.ports, self._component_kubeconfig()
+        self._spawn("kube-scheduler", [
+            "kube-scheduler", f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={p['scheduler']}",
+            "--leader-elect=false", "--v=1",
+        ])
+
+    def _install_kueue(self) -> None:
+        """Kueue's CRDs and webhook configurations from its module, rewritten to reach Kueue on loopback."""
+        src = module_dir("sigs.k8s.io/kueue") / "config" / "components"
+        ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
+        webhook = f"https://127.0.0.1:{self.ports['webhook']}"
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}})
+        names = []
+        for path in sorted((src / "crd" / "bases").glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            plural = crd["spec"]["names"]["plural"]
+            if plural in KUEUE_CONVERTED:
+                crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                    "clientConfig": {"url": f"{webhook}/convert", "caBundle": ca},
+                    "conversionReviewVersions": ["v1"]}}
+            self.apply(crd)
+            names.append(crd["metadata"]["name"])
+
+        def established() -> bool:
+            for name in names:
+                status, body = self._request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                conds = (body.get("status") or {}).get("conditions") or [] if isinstance(body, dict) else []
+                if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
+                    return False
+            return True
+
+        self._wait(established, "Kueue's CRDs Established", 60)
+        docs = [d for d in yaml.safe_load_all((src / "webhook" / "manifests.yaml").read_text()) if d]
+        self._kueue_webhooks = []
+        for doc in docs:
+            kept = []
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                kind = hook["name"].split(".", 1)[0][1:]
+                if kind not in KUEUE_WEBHOOK_KINDS:
+                    continue
+                hook["clientConfig"] = {"url": webhook + path, "caBundle": ca}
+                if kind in ("pod", "deployment", "statefulset"):  # as Kueue's kustomization patches them
+                    hook["namespaceSelector"] = {"matchExpressions": [{
+                        "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                        "values": ["kube-system", "kueue-system"]}]}
+                kept.append(hook)
+            doc["webhooks"] = kept
+            doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
+            self._kueue_webhooks.append(doc)
+
+    def _start_kueue(self) -> None:
+        p = self.ports
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "namespace": "kueue-system",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue-health']}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{p['kueue-metrics']}"},
+            "webhook": {"host": "127.0.0.1", "port": p["webhook"], "certDir": str(self.certs / "webhook")},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "clientConnection": {"qps": 200, "burst": 400},
+            "integrations": {"frameworks": KUEUE_FRAMEWORKS},
+            "managedJobsNamespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}]},
+        }
+        cfg_path = self.state_dir / "kueue-config.yaml"
+        cfg_path.write_text(yaml.safe_dump(config))
+        self._spawn("kueue", ["kueue", f"--config={cfg_path}", f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2"],
+                    env={"POD_NAMESPACE": "kueue-system"})
+
+        def webhook_up() -> bool:
+            with socket.create_connection(("127.0.0.1", p["webhook"]), timeout=1) as raw:
+                with self._ssl().wrap_socket(raw, server_hostname="127.0.0.1"):
+                    return True
+
+        self._wait(webhook_up, "Kueue's webhook server", 90)
+
+        def kueue_ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{p['kueue-health']}/readyz", timeout=2) as r:
+                return r.status == 200
+
+        self._wait(kueue_ready, "Kueue /readyz", 90)
+        for doc in self._kueue_webhooks:
+            self.apply(doc)
