@@ -239,8 +239,8 @@ def database_prepare() -> None:
             kept.touch(mode=0o600)
             kept.write_text(secrets.token_urlsafe(24))
         password = kept.read_text().strip()
-    # The owner as the default connection, the only one: data migrations query through the default alias, which
-    # as a second connection would wait for the locks of the migration's own transaction.
+    # The owner as the default connection, the only one, for migrate and the steps after it (the runtime role does
+    # not exist yet on a first run). Data migrations use their own connection either way (docs/security.md).
     owner_env = {**os.environ, "DATABASE_URL": owner_url, "PORTAL_RUNTIME_DB_PASSWORD": password}
     step("migrate", "--no-input", "-v", "0", env=owner_env)
     step("createcachetable", env=owner_env)

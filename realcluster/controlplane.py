@@ -75,6 +75,30 @@ def stale(names: list[str] | None = None) -> list[str]:
     return out
 
 
+def module_version(module: str, gomod: Path | None = None) -> str:
+    """The version ``go.mod`` requires of ``module``."""
+    for line in (gomod or HERE / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == module and parts[1].startswith("v"):
+            return parts[1]
+    raise RuntimeError(f"{module} is not required in go.mod")
+
+
+def ldflags(name: str) -> str:
+    """Strip symbols, and stamp the release's version as Kubernetes' own build does (hack/lib/version.sh): without
+    it the API server says v0.0.0-master, which Kueue cannot parse (it then refuses to start)."""
+    flags = ["-s", "-w"]
+    if name.startswith("kube-"):
+        version = module_version("k8s.io/kubernetes")
+        major, minor = version.lstrip("v").split(".")[:2]
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+            flags += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
+                      f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate=1970-01-01T00:00:00Z"]
+    elif name == "kueue":
+        flags += [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={module_version('sigs.k8s.io/kueue')}"]
+    return " ".join(flags)
+
+
 def build(names: list[str] | None = None, *, force: bool = False) -> dict[str, float]:
     """``go build`` each binary that is missing or stale into ``realcluster/bin`` (Go's build cache makes a
     rebuild after an unrelated change a link step only). Returns the seconds each build took."""
@@ -84,7 +108,7 @@ def build(names: list[str] | None = None, *, force: bool = False) -> dict[str, f
     for name in todo:
         started = time.monotonic()
         log(f"building {name} ({BINARIES[name]}) ...")
-        out = subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(BIN / name), BINARIES[name]],
+        out = subprocess.run(["go", "build", "-trimpath", f"-ldflags={ldflags(name)}", "-o", str(BIN / name), BINARIES[name]],
                              cwd=HERE, env=go_env(), capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"go build {BINARIES[name]} failed:\n{out.stderr[-4000:]}")
@@ -258,7 +282,7 @@ class ControlPlane:
 
     # helpers
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        logf = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child
+        logf = open(self.state_dir / "logs" / f"{name}.log", "ab")  # kept open for the child
         self.procs[name] = subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=logf, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
 
@@ -421,6 +445,19 @@ class ControlPlane:
             doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
             self._kueue_webhooks.append(doc)
 
+    def _kueue_metrics_certs(self) -> None:
+        """Kueue v0.17 with its own certificate management off reads its metrics server's certificate from a fixed
+        path, /etc/kueue/metrics/certs (cmd/kueue/main.go); it gets the webhook's (127.0.0.1). Writing there
+        needs root, as on CI's machine; elsewhere, create that folder writable once (see docs/real-cluster.md)."""
+        target = Path(os.environ.get("KUEUE_METRICS_CERT_DIR", "/etc/kueue/metrics/certs"))
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for name in ("tls.crt", "tls.key"):
+                shutil.copyfile(self.certs / "webhook" / name, target / name)
+        except PermissionError as exc:
+            raise RuntimeError(f"Kueue reads its metrics certificate from {target}, which this user cannot write "
+                               f"({exc}): `sudo install -d -o $USER {target}` once") from None
+
     def _start_kueue(self) -> None:
         p = self.ports
         config = {
@@ -436,9 +473,13 @@ class ControlPlane:
             "managedJobsNamespaceSelector": {"matchExpressions": [{
                 "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}]},
         }
+        self._kueue_metrics_certs()
         cfg_path = self.state_dir / "kueue-config.yaml"
         cfg_path.write_text(yaml.safe_dump(config))
-        self._spawn("kueue", ["kueue", f"--config={cfg_path}", f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2"],
+        # The on-demand visibility API is an aggregated API server Kueue serves with a certificate from a fixed
+        # path (/visibility); the portal does not use it.
+        self._spawn("kueue", ["kueue", f"--config={cfg_path}", f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2",
+                              "--feature-gates=VisibilityOnDemand=false"],
                     env={"POD_NAMESPACE": "kueue-system"})
 
         def webhook_up() -> bool:

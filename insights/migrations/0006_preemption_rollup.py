@@ -7,7 +7,8 @@ from django.db import migrations, models
 def days_need_preemptions(apps, schema_editor):
     """Days rolled up before this table existed have no preemption rows: read them live until the next refresh
     recomputes them (it recomputes every dirty day)."""
-    apps.get_model("insights", "RollupDay").objects.update(dirty=True)
+    # Through the migration's own connection (docs/security.md: `migrate --database migrate`).
+    apps.get_model("insights", "RollupDay").objects.using(schema_editor.connection.alias).update(dirty=True)
 
 
 class Migration(migrations.Migration):

@@ -7,7 +7,7 @@ from django.db import migrations, models
 def mark_hours_dirty(apps, schema_editor):
     # The rolled-up hours were summed before the samples had their lent shares: recompute them (the metrics read
     # dirty hours, and the days over them, from the samples until insights.sample_rollups_refresh has).
-    apps.get_model("insights", "SampleHour").objects.update(dirty=True)
+    apps.get_model("insights", "SampleHour").objects.using(schema_editor.connection.alias).update(dirty=True)
 
 
 class Migration(migrations.Migration):

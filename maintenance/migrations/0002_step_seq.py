@@ -5,11 +5,12 @@ from django.db import migrations, models
 
 def number_existing_steps(apps, schema_editor):
     """Existing log lines get their place in insertion order (id), per change."""
-    step = apps.get_model("maintenance", "MigChangeStep")
+    # Through the migration's own connection (docs/security.md: `migrate --database migrate`).
+    steps = apps.get_model("maintenance", "MigChangeStep").objects.using(schema_editor.connection.alias)
     seen: dict[int, int] = {}
-    for row in step.objects.order_by("change_id", "id").only("pk", "change_id").iterator():
+    for row in steps.order_by("change_id", "id").only("pk", "change_id").iterator():
         seen[row.change_id] = seen.get(row.change_id, 0) + 1
-        step.objects.filter(pk=row.pk).update(seq=seen[row.change_id])
+        steps.filter(pk=row.pk).update(seq=seen[row.change_id])
 
 
 class Migration(migrations.Migration):

@@ -9,12 +9,14 @@ def existing_namespaces(apps, schema_editor):
     their retention now (their namespaces were already deleted by the old reconcile, if at all)."""
     from django.utils import timezone
 
+    # Through the migration's own connection (docs/security.md: `migrate --database migrate`).
+    alias = schema_editor.connection.alias
     Project = apps.get_model("tenants", "Project")
-    for project in Project.objects.filter(cluster_namespace__isnull=True):
+    for project in Project.objects.using(alias).filter(cluster_namespace__isnull=True):
         project.cluster_namespace = project.slug
         if project.status == "archived" and project.archived_at is None:
             project.archived_at = timezone.now()
-        project.save(update_fields=["cluster_namespace", "archived_at"])
+        project.save(using=alias, update_fields=["cluster_namespace", "archived_at"])
 
 
 class Migration(migrations.Migration):

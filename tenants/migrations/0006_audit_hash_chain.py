@@ -16,22 +16,24 @@ SQLITE_TRIGGER = (
 def chain_existing(apps, schema_editor):
     from tenants.audit import entry_digest
 
-    AuditEntry = apps.get_model("tenants", "AuditEntry")
-    AuditChainHead = apps.get_model("tenants", "AuditChainHead")
+    # Through the migration's own connection (docs/security.md: `migrate --database migrate`).
+    alias = schema_editor.connection.alias
+    entries = apps.get_model("tenants", "AuditEntry").objects.using(alias)
+    heads = apps.get_model("tenants", "AuditChainHead").objects.using(alias)
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         schema_editor.execute("ALTER TABLE tenants_auditentry DISABLE TRIGGER tenants_auditentry_no_change")
     elif vendor == "sqlite":
         schema_editor.execute("DROP TRIGGER IF EXISTS tenants_auditentry_no_update")
     prev_hash, seq = "", 0
-    for entry in AuditEntry.objects.order_by("id").iterator(chunk_size=2000):
+    for entry in entries.order_by("id").iterator(chunk_size=2000):
         seq += 1
         entry.seq, entry.prev_hash = seq, prev_hash
         entry.entry_hash = prev_hash = entry_digest(entry)
         # The historical queryset has no append-only guard; the trigger is off for this.
-        AuditEntry.objects.filter(pk=entry.pk).update(seq=seq, prev_hash=entry.prev_hash, entry_hash=entry.entry_hash)
+        entries.filter(pk=entry.pk).update(seq=seq, prev_hash=entry.prev_hash, entry_hash=entry.entry_hash)
     if seq:
-        AuditChainHead.objects.update_or_create(pk=1, defaults={"seq": seq, "hash": prev_hash})
+        heads.update_or_create(pk=1, defaults={"seq": seq, "hash": prev_hash})
     if vendor == "postgresql":
         schema_editor.execute("ALTER TABLE tenants_auditentry ENABLE TRIGGER tenants_auditentry_no_change")
     elif vendor == "sqlite":

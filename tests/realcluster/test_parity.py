@@ -77,17 +77,15 @@ def _world_on(cluster: Any, cast: Any, architecture: str) -> World:
 
 
 # ------------------------------------------------------------------------------------------------ scenarios
+@pytest.mark.usefixtures("worker")
 @pytest.mark.parametrize("architecture", ["A", "B", "C", "D", "E", "F"])
 def test_every_reference_architecture_is_accepted_and_its_queues_become_active(
-        cluster_under_test, cast, worker, architecture: str) -> None:
+        cluster_under_test, cast, architecture: str) -> None:
     world = _world_on(cluster_under_test, cast, architecture)
     kube = kube_for(world.cluster)
-    queues = _eventually(lambda: [q for q in _custom(kube, "clusterqueues")
-                                  if q["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by")], "ClusterQueues")
-    inactive = _eventually(lambda: [] if all((_cond(q, "Active") or {}).get("status") == "True"
-                                             for q in _custom(kube, "clusterqueues")) else None,
-                           "every ClusterQueue Active", 60, cluster_under_test) if queues else None
-    assert inactive == [] or inactive is None
+    _eventually(lambda: _custom(kube, "clusterqueues"), "ClusterQueues")
+    _eventually(lambda: all((_cond(q, "Active") or {}).get("status") == "True" for q in _custom(kube, "clusterqueues")),
+                "every ClusterQueue Active", 60, cluster_under_test)
     for q in _custom(kube, "clusterqueues"):
         active = _cond(q, "Active")
         assert active and active["status"] == "True", (_kind(cluster_under_test), q["metadata"]["name"], active)
@@ -98,7 +96,8 @@ def test_every_reference_architecture_is_accepted_and_its_queues_become_active(
     assert not getattr(again, "applied", None), again
 
 
-def test_a_job_is_admitted_by_kueue_and_runs_on_a_gpu_node(cluster_under_test, cast, worker) -> None:
+@pytest.mark.usefixtures("worker")
+def test_a_job_is_admitted_by_kueue_and_runs_on_a_gpu_node(cluster_under_test, cast) -> None:
     world = _world_on(cluster_under_test, cast, "B")
     req: WorkloadRequest = world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1)
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5, timeout=120)
@@ -114,7 +113,8 @@ def test_a_job_is_admitted_by_kueue_and_runs_on_a_gpu_node(cluster_under_test, c
     connections.close_all()
 
 
-def test_a_clusterqueue_deleted_while_in_use_stays_terminating(cluster_under_test, cast, worker) -> None:
+@pytest.mark.usefixtures("worker")
+def test_a_clusterqueue_deleted_while_in_use_stays_terminating(cluster_under_test, cast) -> None:
     from kubernetes import client
 
     world = _world_on(cluster_under_test, cast, "B")
@@ -135,7 +135,8 @@ def test_a_clusterqueue_deleted_while_in_use_stays_terminating(cluster_under_tes
     connections.close_all()
 
 
-def test_reclaim_within_the_cohort_gives_the_message_the_portal_parses(cluster_under_test, cast, worker) -> None:
+@pytest.mark.usefixtures("worker")
+def test_reclaim_within_the_cohort_gives_the_message_the_portal_parses(cluster_under_test, cast) -> None:
     """A borrower admitted on the lender's unused quota is evicted when the lender asks for it back; the portal
     finds the lender's Workload UID in Kueue's own message."""
     world = _world_on(cluster_under_test, cast, "B")

@@ -61,6 +61,13 @@ def duration_annotations(request: WorkloadRequest) -> dict[str, str]:
     return {m.SANDBOX_DURATION: f"{int(request.duration_hours)}h"}
 
 
+def timed(template: dict[str, Any], request: WorkloadRequest) -> dict[str, Any]:
+    """The pod template with the duration annotation too: kwok, which plays the kubelets of the real control
+    plane in tests (docs/real-cluster.md), reads it from the pod; a real kubelet ignores it."""
+    template["metadata"].setdefault("annotations", {}).update(duration_annotations(request))
+    return template
+
+
 def retries(request: WorkloadRequest) -> int:
     return max(0, int((request.parameters or {}).get("retries") or 0))
 
@@ -88,7 +95,8 @@ def render_training(request: WorkloadRequest, t: Target, *,
             "completions": 1,
             "backoffLimit": retries(request),
             **ttl_spec(job_ttl_seconds),
-            "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes),
+            "template": timed(pod_template(request, t, [container], restart_policy="Never", volumes=volumes),
+                              request),
         },
     }
     return [job]
@@ -120,8 +128,8 @@ def render_indexed_job(request: WorkloadRequest, t: Target, *,
             "completions": n,
             "backoffLimit": retries(request),
             **ttl_spec(job_ttl_seconds),
-            "template": pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
-                                     spec_extra={"subdomain": t.name}),
+            "template": timed(pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
+                                           spec_extra={"subdomain": t.name}), request),
         },
     }
     # The headless Service gives the pods their <job>-<index>.<job> names; it comes first so DNS is there.
@@ -138,8 +146,8 @@ def render_volcano_job(request: WorkloadRequest, t: Target, *,
         container = main_container(request)
         if mounts:
             container["volumeMounts"] = mounts
-        template = pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
-                                extra_labels={TASK_LABEL: name})
+        template = timed(pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
+                                      extra_labels={TASK_LABEL: name}), request)
         return {"name": name, "replicas": replicas, "minAvailable": replicas, "template": template}
 
     return {
