@@ -115,9 +115,13 @@ def _same(live: Any, want: Any) -> bool:
 
 
 def contains(live: Any, want: Any) -> bool:
-    """Does ``live`` carry every field of ``want`` with the same value? (Fields we own; extra live fields are fine.)"""
+    """Does ``live`` carry every field of ``want`` with the same value? (Fields we own; extra live fields are fine.)
+
+    An empty map or list we want may be missing from ``live``: a real API server leaves empty ``omitempty`` fields
+    out of what it stores (``spec.hard: {}`` of a ResourceQuota comes back as ``spec: {}``), which is not drift."""
     if isinstance(want, dict):
-        return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in want.items())
+        return isinstance(live, dict) and all(
+            contains(live[k], v) if k in live else v in ({}, [], None) for k, v in want.items())
     if isinstance(want, list):
         return isinstance(live, list) and len(live) == len(want) and all(contains(a, b) for a, b in zip(live, want))
     return _same(live, want)

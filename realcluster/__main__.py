@@ -44,11 +44,19 @@ def start_kwok(cp: controlplane.ControlPlane) -> None:
     config = cp.state_dir / "kwok.yaml"
     docs = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
              "options": {"manageNodesWithAnnotationSelector": f"{nodes.KWOK_ANNOTATION}=fake",
-                         "nodeLeaseDurationSeconds": 40, "enableCRDs": []}}] + nodes.kwok_stages()
+                         "nodeLeaseDurationSeconds": 40, "nodeLeaseParallelism": 4, "nodePlayStageParallelism": 4,
+                         "podPlayStageParallelism": 8, "podsOnNodeSyncParallelism": 4}}] + nodes.kwok_stages()
     config.write_text(yaml.safe_dump_all(docs))
     cp._spawn("kwok", ["kwok", f"--kubeconfig={cp.kubeconfig}", f"--config={config}",
                        "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}=fake",
                        "--server-address=127.0.0.1:0"])
+
+    def leases() -> bool:  # kwok holds every node's lease once it manages them
+        status, body = cp._request("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
+        return status == 200 and len(body.get("items") or []) >= len(names)
+
+    names = [n["metadata"]["name"] for n in nodes.profile_nodes()]
+    cp._wait(leases, "kwok to take the nodes' leases", 60)
 
 
 def start(state_dir: Path, profile: Path | None, kwok: bool = True) -> controlplane.ControlPlane:

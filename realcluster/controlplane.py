@@ -426,6 +426,12 @@ class ControlPlane:
             return True
 
         self._wait(established, "Kueue's CRDs Established", 60)
+        plurals = [n.split(".", 1)[0] for n in names]
+
+        def listable() -> bool:  # Established comes before the API server's cache for it ("storage is initializing")
+            return all(self._request("GET", f"/apis/kueue.x-k8s.io/v1beta2/{p}?limit=1")[0] == 200 for p in plurals)
+
+        self._wait(listable, "Kueue's resources listable", 60)
         docs = [d for d in yaml.safe_load_all((src / "webhook" / "manifests.yaml").read_text()) if d]
         self._kueue_webhooks = []
         for doc in docs:

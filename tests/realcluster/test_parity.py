@@ -27,6 +27,8 @@ S = RequestState
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("realcluster"),
               pytest.mark.timeout(400)]
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+# (cluster kind, architecture) -> why the scenario differs on purpose; listed in sandbox/README.md.
+KNOWN_DIFFERENCES = {("real", "E"): "Volcano is not part of the real control plane (its Go modules are not served)"}
 
 
 @pytest.fixture(params=["sandbox", "real"])
@@ -69,7 +71,52 @@ def _eventually(check, what: str, timeout: float = 60, cluster: Any = None) -> A
     raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
 
+def _clean_real(cluster: Any) -> None:
+    """The real control plane lives for the whole session: take away the requests' Jobs an earlier test left (our
+    outcome finalizer too: that test's follower is gone), and wait until no ClusterQueue is still held by them."""
+    from kubernetes import client, config
+
+    from portal.labels import OUTCOME_FINALIZER
+    from workloads.manifests import REQUEST_LABEL
+
+    api_client = config.new_client_from_config(str(cluster.kubeconfig))
+    batch = client.BatchV1Api(api_client)
+    for job in batch.list_job_for_all_namespaces(label_selector=REQUEST_LABEL).items:
+        finalizers = [f for f in (job.metadata.finalizers or []) if f != OUTCOME_FINALIZER]
+        batch.patch_namespaced_job(job.metadata.name, job.metadata.namespace, {"metadata": {"finalizers": finalizers}})
+        try:
+            batch.delete_namespaced_job(job.metadata.name, job.metadata.namespace, propagation_policy="Background")
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    custom = client.CustomObjectsApi(api_client)
+    # Their Workloads too, by hand: Kueue keeps a Workload admitted in a Terminating ClusterQueue (and the queue with
+    # it) until the Workload itself goes.
+    for wl in custom.list_cluster_custom_object(*KUEUE, "workloads")["items"]:
+        meta = wl["metadata"]
+        try:
+            custom.patch_namespaced_custom_object(*KUEUE, meta["namespace"], "workloads", meta["name"],
+                                                  {"metadata": {"finalizers": None}})
+            custom.delete_namespaced_custom_object(*KUEUE, meta["namespace"], "workloads", meta["name"])
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    deadline = time.monotonic() + 120
+    held: list[str] = []
+    while time.monotonic() < deadline:
+        held = [q["metadata"]["name"] for q in custom.list_cluster_custom_object(*KUEUE, "clusterqueues")["items"]
+                if q["metadata"].get("deletionTimestamp")]
+        held += [w["metadata"]["name"] for w in custom.list_cluster_custom_object(*KUEUE, "workloads")["items"]]
+        if not held:
+            break
+        time.sleep(1)
+    api_client.close()
+    assert not held, f"still on the real control plane after an earlier test: {held}"
+
+
 def _world_on(cluster: Any, cast: Any, architecture: str) -> World:
+    if _kind(cluster) == "real":
+        _clean_real(cluster)
     for row in Cluster.objects.all():
         row.delete()
     kube_cache_clear()
@@ -81,6 +128,12 @@ def _world_on(cluster: Any, cast: Any, architecture: str) -> World:
 @pytest.mark.parametrize("architecture", ["A", "B", "C", "D", "E", "F"])
 def test_every_reference_architecture_is_accepted_and_its_queues_become_active(
         cluster_under_test, cast, architecture: str) -> None:
+    if (_kind(cluster_under_test), architecture) in KNOWN_DIFFERENCES:
+        # Deliberate (sandbox/README.md): the real control plane has no Volcano, so its API refuses E's Queues and
+        # the portal's reconcile says which API is missing.
+        with pytest.raises(Exception, match="scheduling.volcano.sh"):
+            _world_on(cluster_under_test, cast, architecture)
+        return
     world = _world_on(cluster_under_test, cast, architecture)
     kube = kube_for(world.cluster)
     _eventually(lambda: _custom(kube, "clusterqueues"), "ClusterQueues")
@@ -139,6 +192,11 @@ def test_a_clusterqueue_deleted_while_in_use_stays_terminating(cluster_under_tes
 def test_reclaim_within_the_cohort_gives_the_message_the_portal_parses(cluster_under_test, cast) -> None:
     """A borrower admitted on the lender's unused quota is evicted when the lender asks for it back; the portal
     finds the lender's Workload UID in Kueue's own message."""
+    from tenants.models import Role
+
+    from ..factories import make_member
+
+    make_member(cast.carol, cast.acme, Role.MEMBER, cast.nlp)
     world = _world_on(cluster_under_test, cast, "B")
     kube = kube_for(world.cluster)
     nlp = cast.nlp
@@ -147,7 +205,9 @@ def test_reclaim_within_the_cohort_gives_the_message_the_portal_parses(cluster_u
     from quotas.models import Quota
 
     flavor = world.flavors["h100-80gb-offline"]
-    # vision lends everything; nlp (no quota of its own) borrows it.
+    # vision lends everything; nlp (no quota of its own) borrows it; the tenant's cohort has nothing of its own.
+    Quota.objects.filter(tenant=cast.acme, project=None, flavor=flavor, resource="nvidia.com/gpu").update(
+        nominal=Decimal(0))
     Quota.objects.filter(project=cast.vision, flavor=flavor, resource="nvidia.com/gpu").update(
         nominal=Decimal(2), borrowing_limit=None, lending_limit=None)
     Quota.objects.update_or_create(tenant=cast.acme, project=nlp, flavor=flavor, resource="nvidia.com/gpu",
