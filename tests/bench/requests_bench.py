@@ -1,6 +1,9 @@
 """Benchmark of the request lifecycle (a script, not a test): submission through the API, and status following.
 
-    python tests/bench/requests_bench.py [--submit 1000] [--active 1000,5000] [--changes 0,10,100]
+    python tests/bench/requests_bench.py [--submit 1000] [--active 1000,5000] [--changes 0,10,100] [--cluster real]
+
+``--cluster real``: the submissions go to the real control plane (kube-apiserver, Kueue; make cluster-build first)
+and Kueue's own admission rate is printed next to the portal's materialisation rate.
 
 It makes a throwaway test database (PostgreSQL when DATABASE_URL points at one) and starts sandbox clusters in
 this process; nothing of a running portal is touched.
@@ -87,6 +90,58 @@ class RemoteSandbox:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+
+class RemoteReal:
+    """The real control plane (``python -m realcluster``: kube-apiserver, Kueue, kwok nodes) in a child process."""
+
+    controllers = True
+    kind = "real"
+
+    def __init__(self, kubeconfig: Path) -> None:
+        import subprocess
+
+        self.kubeconfig = kubeconfig
+        self.proc = subprocess.Popen([sys.executable, "-m", "realcluster", "--kubeconfig", str(kubeconfig),
+                                      "--state-dir", str(kubeconfig.parent / "realcluster")], cwd=REPO,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while not kubeconfig.exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("the real control plane did not start (make cluster-build first)")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def kueue_admissions(cluster, namespace: str, n: int, start_wall: float, timeout: float = 600) -> None:
+    """Wait for ``n`` Workloads Admitted by Kueue in ``namespace``; print Kueue's admission rate from the
+    conditions' own times (seconds resolution)."""
+    from datetime import datetime
+
+    from portal.kube import kube_for
+
+    kube = kube_for(cluster)
+    deadline = time.monotonic() + timeout
+    while True:
+        items = kube.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)[0]
+        admitted = []
+        for wl in items:
+            for c in (wl.get("status") or {}).get("conditions") or []:
+                if c.get("type") == "Admitted" and c.get("status") == "True":
+                    admitted.append(datetime.fromisoformat(c["lastTransitionTime"].replace("Z", "+00:00")).timestamp())
+        if len(admitted) >= n or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    admitted.sort()
+    if not admitted:
+        print("   Kueue admitted nothing")
+        return
+    span = max(1.0, admitted[-1] - admitted[0])
+    print(f"   Kueue: {len(admitted)} of {n} Workloads Admitted; the last {admitted[-1] - start_wall:.1f} s after the "
+          f"first POST; admission rate {len(admitted) / span:.0f}/s over {span:.0f} s (first to last Admitted)")
 
 
 def pct(values: list[float], p: float) -> float:
@@ -234,7 +289,7 @@ def database_env() -> dict[str, str]:
     return env
 
 
-def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
+def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int, real: bool = False) -> None:
     from rest_framework.test import APIClient
 
     from tenants.access import Actor
@@ -243,7 +298,7 @@ def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
     from workloads.materialize import requests_materialize
     from workloads.models import RequestState, WorkloadRequest
 
-    sandbox = RemoteSandbox(tmp / "submit.kubeconfig")
+    sandbox = RemoteReal(tmp / "submit.kubeconfig") if real else RemoteSandbox(tmp / "submit.kubeconfig")
     worker = None
     hooks_before = hooks.request_approved
     threads: list[threading.Thread] = []
@@ -271,6 +326,7 @@ def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
         latencies: list[float] = []
         queries: list[int] = []
         start = time.perf_counter()
+        start_wall = time.time()
         for i in range(n):
             body = {"template": "training", "flavor": "h100-80gb-offline", "gpus": 1, "duration_hours": 1,
                     "parameters": {"command": f"python train.py --seed {i}"}, "image": "nvcr.io/nvidia/pytorch:26.10-py3",
@@ -306,7 +362,7 @@ def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
               f"accepted by the API {n / api_s:.0f}/s ({api_s:.1f} s)")
         print(f"   DB queries per request: first 100 avg {statistics.mean(queries[:100]):.1f}, "
               f"last 100 avg {statistics.mean(queries[-100:]):.1f}, min {min(queries)}, max {max(queries)}")
-        print(f"   end to end: all {n} queued in the sandbox {e2e_s:.1f} s after the first POST = {n / e2e_s:.0f}/s "
+        print(f"   end to end: all {n} queued in the {getattr(sandbox, 'kind', 'sandbox')} cluster {e2e_s:.1f} s after the first POST = {n / e2e_s:.0f}/s "
               f"({drained - submitted:.1f} s after the last POST)")
         print(f"   where the time goes: API {api_s / n * 1000:.1f} ms per submission (one client, in process); "
               f"submission to queued p50 {pct(waits, 50):.2f} s, p95 {pct(waits, 95):.2f} s, max {waits[-1]:.2f} s; "
@@ -314,6 +370,8 @@ def bench_submit(n: int, tmp: Path, *, workers: str, concurrency: int) -> None:
         print(f"   states: {states}; Jobs in the cluster: {jobs}")
         assert states.get(RequestState.QUEUED, 0) + states.get(RequestState.RUNNING, 0) == n
         assert jobs == n
+        if real:
+            kueue_admissions(cluster, project.namespace, n, start_wall)
     finally:
         hooks.request_approved = hooks_before
         if worker is not None:
@@ -494,7 +552,7 @@ def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurre
               f"{os.getloadavg()[0]:.1f} after; {os.cpu_count()} CPUs shared by all of them and whatever else runs)")
         print(f"   latency p50 {pct(latencies, 50) * 1000:.1f} ms, p95 {pct(latencies, 95) * 1000:.1f} ms; "
               f"accepted by the API {n / api_s:.0f}/s ({api_s:.1f} s); failed calls {len(failures)}")
-        print(f"   end to end: all {n} queued in the sandbox {e2e_s:.1f} s after the first POST = {n / e2e_s:.0f}/s "
+        print(f"   end to end: all {n} queued in the {getattr(sandbox, 'kind', 'sandbox')} cluster {e2e_s:.1f} s after the first POST = {n / e2e_s:.0f}/s "
               f"({drained - submitted:.1f} s after the last POST)")
         cores = os.cpu_count() or 1
         if stages:
@@ -617,6 +675,9 @@ def main() -> int:
                         help="with --http-clients: the sandbox's controllers never run (its API server answers, nothing "
                              "admits or runs the Jobs): the portal's own throughput, without the simulated cluster's "
                              "work on the same CPUs")
+    parser.add_argument("--cluster", choices=["sandbox", "real"], default="sandbox",
+                        help="real: submissions go to the real control plane (make cluster-build first), and Kueue's "
+                             "own admission rate is printed next to the portal's materialisation rate")
     parser.add_argument("--active", default="1000,5000")
     parser.add_argument("--changes", default="0,10,100")
     args = parser.parse_args()
@@ -633,7 +694,8 @@ def main() -> int:
                 bench_submit_http(args.submit, Path(tmp), clients=args.http_clients, servers=args.gunicorn_workers,
                                   concurrency=args.concurrency, stages=args.stages, still_cluster=args.still_cluster)
             elif args.submit:
-                bench_submit(args.submit, Path(tmp), workers=args.workers, concurrency=args.concurrency)
+                bench_submit(args.submit, Path(tmp), workers=args.workers, concurrency=args.concurrency,
+                             real=args.cluster == "real")
             bench_follow([int(x) for x in args.active.split(",") if x], [int(x) for x in args.changes.split(",") if x], Path(tmp))
     finally:
         connections.close_all()
