@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from . import controlplane, nodes
+from . import controlplane, nodes, volumes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,6 +64,7 @@ def start(state_dir: Path, profile: Path | None, kwok: bool = True) -> controlpl
     cp.start()
     try:
         nodes.register(cp, nodes.profile_nodes(profile))
+        cp.threads_stop.append(volumes.start_provisioner(cp))
         if kwok:
             start_kwok(cp)
     except BaseException:

@@ -206,6 +206,7 @@ class ControlPlane:
     ports: dict[str, int] = field(default_factory=dict)
     token: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    threads_stop: list = field(default_factory=list)  # helper threads (volumes.py) stopped with the processes
 
     @property
     def kubeconfig(self) -> Path:
@@ -261,6 +262,8 @@ class ControlPlane:
 
     def stop(self) -> None:
         """SIGTERM everything but etcd at once, then etcd (so the API server exits cleanly); within ~8 s."""
+        for stop in self.threads_stop:
+            stop.set()
         others = [p for n, p in self.procs.items() if n != "etcd"]
         last = [p for n, p in self.procs.items() if n == "etcd"]
         for group, within in ((others, 5.0), (last, 3.0)):
@@ -388,7 +391,7 @@ class ControlPlane:
             "--leader-elect=false", f"--service-account-private-key-file={c / 'sa.key'}",
             f"--root-ca-file={c / 'ca.crt'}", "--use-service-account-credentials=false",
             "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,"
-            "-node-route-controller,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
+            "-node-route-controller,-attachdetach,-persistentvolume-expander",
             "--concurrent-job-syncs=20", "--v=1",
         ])
 

@@ -81,6 +81,9 @@ def _clean_real(cluster: Any) -> None:
 
     api_client = config.new_client_from_config(str(cluster.kubeconfig))
     batch = client.BatchV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    for sts in apps.list_stateful_set_for_all_namespaces(label_selector=REQUEST_LABEL).items:
+        apps.delete_namespaced_stateful_set(sts.metadata.name, sts.metadata.namespace, propagation_policy="Background")
     for job in batch.list_job_for_all_namespaces(label_selector=REQUEST_LABEL).items:
         finalizers = [f for f in (job.metadata.finalizers or []) if f != OUTCOME_FINALIZER]
         batch.patch_namespaced_job(job.metadata.name, job.metadata.namespace, {"metadata": {"finalizers": finalizers}})
@@ -255,3 +258,15 @@ def test_kubectl_imperative_commands(cluster_under_test) -> None:
     assert again.returncode != 0 and "AlreadyExists" in again.stderr
     bad = run("create", "namespace", "Not_Valid")
     assert bad.returncode != 0 and "Invalid value" in bad.stderr
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_notebook_with_its_home_volume_runs(cluster_under_test, cast) -> None:
+    """A notebook's StatefulSet claims a home volume; on the real control plane a claim must be bound before the
+    scheduler places the pod (realcluster/volumes.py plays the provisioner)."""
+    world = _world_on(cluster_under_test, cast, "B")
+    req = world.submit("carol", "notebook", "h100-80gb-offline", gpus=1, duration_hours=4)
+    req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5, timeout=150)
+    pods = [k for k, v in req.cluster_status["objects"].items() if k.startswith("pod/") and v.get("phase") == "Running"]
+    assert pods, req.cluster_status
+    connections.close_all()
