@@ -19,7 +19,8 @@ def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY",
                                                      "DJANGO_ALLOW_ASYNC_UNSAFE"}}  # set by the browser tests in this process
     return env | {"PORTAL_ENV": "production", "DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
-                  "PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings"} | extra
+                  "PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings",
+                  "EMAIL_HOST": "smtp.example.org"} | extra  # production mail must be sent (tenants.E001)
 
 
 def test_check_deploy_finds_no_issues_in_production(tmp_path) -> None:
