@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from portal.events import after_commit
 from portal.exceptions import Invalid
-from portal.notify import notify_send
+from portal.notify import notify_send, portal_link
 from portal.quantities import format_money, round_money
 from tenants.access import Actor
 from tenants.audit import audit_record, snapshot
@@ -198,11 +198,12 @@ def _alert_send(alert_id: int) -> None:
     budget = alert.budget
     scope = f"project {budget.project.slug}" if budget.project_id else f"tenant {budget.tenant.slug}"
     cur = selectors.currency()
-    subject = f"Budget alert: {scope} reached {alert.threshold}% of its {alert.month:%B %Y} budget"
+    subject = f"[GPU portal] Budget alert: {scope} reached {alert.threshold}% of its {alert.month:%B %Y} budget"
     body = (f"The {scope} has spent {format_money(alert.spent, cur)} of its monthly budget of "
             f"{format_money(budget.amount, cur)} ({alert.threshold}% threshold) in {alert.month:%B %Y}.\n")
     if budget.refuse_when_spent:
         body += "New submissions are refused once the budget is spent.\n"
+    body += f"\nThe budgets: {portal_link(f'/tenants/{budget.tenant.slug}/budgets/')}\n"
     notify_send(subject=subject, body=body, to=_recipients(budget), topic="budget",
                 payload={"event": "budget.alert", "tenant": budget.tenant.slug,
                          "project": budget.project.slug if budget.project_id else None, "month": alert.month.isoformat(),
@@ -211,7 +212,9 @@ def _alert_send(alert_id: int) -> None:
 
 
 def budgets_check(*, now: datetime | None = None) -> int:
-    """Send each alert whose threshold this month's spend reached and that was not sent yet; returns how many.
+    """Send, per budget, the alert of the highest threshold this month's spend reached, unless it was sent
+    already; returns how many. A spend that jumps past several thresholds at once (50 %, 80 % and 100 % of a
+    budget at 4,000 %) sends one alert, the highest: the lower ones are recorded as covered and never sent.
 
     Each alert is claimed by inserting its ``BudgetAlert`` row (unique per budget, month and threshold) before it
     is sent, after commit: of two runs at once, one inserts and sends, the other finds the row and sends nothing."""
@@ -220,16 +223,19 @@ def budgets_check(*, now: datetime | None = None) -> int:
     sent = 0
     for st in statuses:
         percent = st.spent * 100 / st.budget.amount
-        for threshold in st.budget.thresholds:
-            if percent < threshold:
-                continue
-            with transaction.atomic():
-                alert, created = BudgetAlert.objects.get_or_create(
-                    budget=st.budget, month=st.month_start.date(), threshold=threshold,
-                    defaults={"spent": round_money(st.spent)})
-                if created:
-                    after_commit(_alert_send, alert.pk)
-                    sent += 1
+        crossed = sorted(t for t in st.budget.thresholds if percent >= t)
+        if not crossed:
+            continue
+        month, spent = st.month_start.date(), round_money(st.spent)
+        with transaction.atomic():
+            alert, created = BudgetAlert.objects.get_or_create(
+                budget=st.budget, month=month, threshold=crossed[-1], defaults={"spent": spent})
+            if created:
+                BudgetAlert.objects.bulk_create(
+                    [BudgetAlert(budget=st.budget, month=month, threshold=t, spent=spent) for t in crossed[:-1]],
+                    ignore_conflicts=True)
+                after_commit(_alert_send, alert.pk)
+                sent += 1
     return sent
 
 

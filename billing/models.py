@@ -205,7 +205,8 @@ class BudgetAlert(models.Model):
 # (docs/billing.md, "Statements": billing/statements.py rates the month in the database and writes these rows.)
 class BillingProfile(models.Model):
     """How a tenant is billed (an ops setting): showback (costs shown, nothing charged) or chargeback (charged to
-    its cost centre). Printed on every statement; a tenant without one is shown back, with no cost centre."""
+    its cost centre). Printed on every statement; a tenant without one is shown back. The cost centre is the
+    tenant's own (``Tenant.cost_centre``, the one field of that name), printed on every statement."""
 
     class Mode(models.TextChoices):
         SHOWBACK = "showback", "Showback (costs shown, not charged)"
@@ -213,11 +214,10 @@ class BillingProfile(models.Model):
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="billing_profile")
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.SHOWBACK)
-    cost_centre = models.CharField(max_length=60, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
-        return f"{self.tenant.slug}: {self.mode} {self.cost_centre}".strip()
+        return f"{self.tenant.slug}: {self.mode}"
 
 
 class StatementQuerySet(models.QuerySet):

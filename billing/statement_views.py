@@ -85,7 +85,7 @@ def billing_profile(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         try:
             statements.billing_profile_set(actor=actor, tenant=tenant, mode=request.POST.get("mode", ""),
-                                           cost_centre=request.POST.get("cost_centre", ""))
+                                           cost_centre=request.POST.get("cost_centre"))
         except PortalError as exc:
             messages.error(request, exc.message)
         else:

@@ -44,6 +44,7 @@ from tenants.audit import audit_record
 from tenants.guards import require
 from tenants.models import Project, Tenant
 from tenants.selectors import admin_tenants_for
+from tenants.services import tenant_update
 
 from . import policy, pricing, selectors, services
 from .models import (
@@ -303,7 +304,7 @@ def _write(month: date, rated: dict[int, list[Rated]], tenants: list[Tenant], *,
         else:
             changed.append(statement)
         statement.currency = selectors.currency()
-        statement.mode, statement.cost_centre = profile.mode, profile.cost_centre
+        statement.mode, statement.cost_centre = profile.mode, tenant.cost_centre
         statement.subtotal = sum((r.gross for r in rows), Decimal(0))
         statement.total = sum((r.amount for r in rows), Decimal(0))
         statement.discount = statement.subtotal - statement.total
@@ -399,16 +400,20 @@ def _next_month(month: date) -> date:
 
 
 @transaction.atomic
-def billing_profile_set(*, actor: Actor, tenant: Tenant, mode: str, cost_centre: str = "") -> BillingProfile:
-    """Showback or chargeback, and the cost centre, for a tenant (ops). Drafts pick it up when recomputed; final
-    statements keep what they printed."""
+def billing_profile_set(*, actor: Actor, tenant: Tenant, mode: str, cost_centre: str | None = None) -> BillingProfile:
+    """Showback or chargeback for a tenant (ops), and (``cost_centre`` given) the tenant's cost centre, which is
+    ``Tenant.cost_centre``, the one the tenant pages show too. Drafts pick them up when recomputed; final statements
+    keep what they printed."""
     require(policy.may_manage_prices(actor), "Only platform ops set how a tenant is billed.")
     if mode not in BillingProfile.Mode.values:
         raise Invalid("showback or chargeback.", field="mode")
     profile = BillingProfile.objects.select_for_update().filter(tenant=tenant).first() or BillingProfile(tenant=tenant)
-    before = {"mode": profile.mode, "cost_centre": profile.cost_centre} if profile.pk else None
-    profile.mode, profile.cost_centre = mode, (cost_centre or "").strip()
+    before = {"mode": profile.mode} if profile.pk else None
+    profile.mode = mode
     profile.save()
     audit_record(actor=actor, action="billing.profile_set", target=profile, tenant=tenant, before=before,
-                 after={"mode": profile.mode, "cost_centre": profile.cost_centre})
+                 after={"mode": profile.mode})
+    if cost_centre is not None and cost_centre.strip() != tenant.cost_centre:
+        tenant_update(actor=actor, tenant=tenant, cost_centre=cost_centre.strip())
+        tenant.refresh_from_db(fields=["cost_centre"])
     return profile

@@ -14,9 +14,11 @@ urlpatterns = [
     path("ops/tenants/<slug:slug>/billing/", statement_views.billing_profile, name="ops-billing-profile"),
 ]
 
-from . import cost_views
+from . import budget_views, cost_views
 
 urlpatterns += [
+    path("tenants/<slug:slug>/budgets/", budget_views.tenant_budgets, name="tenant-budgets"),
+    path("tenants/<slug:slug>/budgets/set/", budget_views.tenant_budget_set, name="tenant-budget-set"),
     path("costs/projects/<slug:slug>/", cost_views.project_costs, name="project-costs"),
     path("costs/tenants/<slug:slug>/", cost_views.tenant_costs, name="tenant-costs"),
     path("ops/costs/", cost_views.ops_costs, name="ops-costs"),

@@ -110,14 +110,27 @@ def config_write(url: str, token: str) -> Path:
     return path
 
 
+def check_url(url: str, source: str = "the portal URL") -> str:
+    """``url`` without a trailing slash; :class:`NotConfigured` (exit 2, no retries) unless it is an http(s) URL
+    with a host: ``gpu.example.org`` without its scheme is a configuration error, not a portal that is down."""
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise NotConfigured(
+            f"{source} {url!r} is not a URL the client can use: write it with its scheme, "
+            f"e.g. https://{url.strip().split('://')[-1].strip('/') or 'gpu.example.org'} (http:// or https://)."
+        )
+    return url.strip().rstrip("/")
+
+
 def settings(url: str | None = None, token: str | None = None) -> tuple[str, str]:
     """(url, token): explicit values, else $PORTAL_URL / $PORTAL_TOKEN, else the config file."""
     stored = config_read()
+    source = "--url" if url else "PORTAL_URL" if os.environ.get("PORTAL_URL") else f"the url in {config_path()}"
     url = url or os.environ.get("PORTAL_URL") or stored.get("url") or ""
     token = token or os.environ.get("PORTAL_TOKEN") or stored.get("token") or ""
     if not url or not token:
         raise NotConfigured("Not logged in: run `gpuportal login --url URL` (or set PORTAL_URL and PORTAL_TOKEN).")
-    return url.rstrip("/"), token
+    return check_url(url, source), token
 
 
 def default_key(body: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from .client import (
     Client,
     Refused,
     Unreachable,
+    check_url,
     config_path,
     config_write,
     default_key,
@@ -38,7 +39,9 @@ from .client import (
 
 app = typer.Typer(
     name="gpuportal",
-    help="The GPU portal from a terminal or a CI pipeline: submit, wait, follow logs, cancel.\n\n"
+    help="The GPU portal from a terminal or a CI pipeline: submit, wait, follow logs, cancel, stop.\n\n"
+         "`cancel` withdraws a request that is not running yet; `stop` ends a running one "
+         "(`cancel --force` does either).\n\n"
          "Exit statuses: 0 done, 1 the request ended otherwise (failed, rejected, cancelled, stopped, expired), "
          "2 refused by the portal, 3 timed out, 4 portal unreachable.",
     no_args_is_help=True,
@@ -151,6 +154,7 @@ def login(
         _err("No token given.")
         raise typer.Exit(EXIT_REFUSED)
     with _errors():
+        url = check_url(url, "--url")
         me = Client(url, token, retries=_state["retries"], max_retry_after=_state["max_retry_after"]).get("/api/v1/me/")
     path = config_write(url.rstrip("/"), token)
     if output == Output.json:
@@ -170,18 +174,15 @@ def logout() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ submit
-def _valid_flavors(client: Client, template: str) -> tuple[str, list[str]]:
-    """(what, names) of the flavors a submission of ``template`` may name."""
+def _valid_flavors(client: Client, template: str, project: str | None = None) -> tuple[str, list[str]]:
+    """(what, names) of the flavors a submission of ``template`` may name: what the new-request form offers in
+    ``project`` (else in any project the token may submit in), as the template's ``allowed_flavors`` says it."""
+    where = f" in {project}" if project else ""
     try:
-        active = {f["name"] for f in client.list("/api/v1/flavors/", {"active": "true"})}
-        try:
-            allowed = client.get(f"/api/v1/templates/{template}/").get("allowed_flavors") or []
-        except Refused:
-            return "valid flavors", sorted(active)
-        names = [f["name"] for f in allowed if f["name"] in active] or [f["name"] for f in allowed]
-        return f"valid flavors for {template}", names
+        found = client.get(f"/api/v1/templates/{template}/", params={"project": project} if project else None)
     except CliError:
-        return "valid flavors", []
+        return f"valid flavors{where}", []
+    return f"valid flavors for {template}{where}", [f["name"] for f in found.get("allowed_flavors") or []]
 
 
 @app.command()
@@ -224,7 +225,7 @@ def submit(
         except Refused as exc:
             _err(f"The portal refused the request: {exc}")
             if "flavor" in exc.fields:
-                what, names = _valid_flavors(client, template)
+                what, names = _valid_flavors(client, template, project)
                 _err(f"  {what}: {', '.join(names) or '(none)'}")
             raise typer.Exit(EXIT_REFUSED) from None
     req = response.data
@@ -337,19 +338,49 @@ def status(request_id: RequestId, output: OutputOpt = Output.table) -> None:
             typer.echo(f"  {_when(event.get('at'))}  {move:<28} {event.get('actor_label') or ''}: {event.get('message') or ''}".rstrip(": "))
 
 
-@app.command()
-def cancel(
-    request_id: RequestId,
-    reason: Annotated[str, typer.Option(help="Why (shown in the timeline).")] = "",
-    output: OutputOpt = Output.table,
-) -> None:
-    """Cancel a request that has not ended."""
-    with _errors():
-        req = _client().call("POST", f"/api/v1/requests/{request_id}/cancel/", body={"reason": reason}).data
+def _end(client: Client, request_id: int, action: str, reason: str, output: Output) -> None:
+    req = client.call("POST", f"/api/v1/requests/{request_id}/{action}/", body={"reason": reason}).data
     if output == Output.json:
         _print_json(req)
     else:
         typer.echo(f"request {req['id']} ({req['project']}/{req['name']}) {req['state']}")
+
+
+@app.command()
+def cancel(
+    request_id: RequestId,
+    reason: Annotated[str, typer.Option(help="Why (shown in the timeline).")] = "",
+    force: Annotated[bool, typer.Option("--force", "-f",
+                                        help="End it whatever its state: a running request is stopped.")] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Withdraw a request that is not running yet (waiting for approval, approved, queued). A running one is
+    stopped instead: `gpuportal stop ID`, or `cancel --force`."""
+    with _errors():
+        client = _client()
+        if force and client.get(f"/api/v1/requests/{request_id}/").get("state") in ("running", "preempted"):
+            _end(client, request_id, "stop", reason, output)
+            return
+        try:
+            _end(client, request_id, "cancel", reason, output)
+        except Refused as exc:
+            if exc.status == 409 and not force:
+                _err(f"The portal refused: {exc}\nA running request is stopped instead: gpuportal stop {request_id} "
+                     "(or gpuportal cancel --force).")
+                raise typer.Exit(EXIT_REFUSED) from None
+            raise
+
+
+@app.command()
+def stop(
+    request_id: RequestId,
+    reason: Annotated[str, typer.Option(help="Why (shown in the timeline).")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Stop a request that has started (queued or running): its pods end and its cluster objects are removed
+    (a notebook keeps its home volume). It can be restarted from the portal."""
+    with _errors():
+        _end(_client(), request_id, "stop", reason, output)
 
 
 @app.command("list")

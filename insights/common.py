@@ -22,6 +22,7 @@ from django.db.models.functions import Trunc
 from quotas.models import Cluster, Flavor
 from tenants.models import Project, Tenant
 
+from . import memo
 from .registry import Point, Query, Row
 
 SAMPLE_HOURS = Decimal(5) / Decimal(60)  # one sample stands for its 5-minute slot
@@ -126,10 +127,15 @@ def labels(group_by: str, keys: Iterable[tuple[Any, ...]]) -> dict[tuple[Any, ..
         return out
     model, column = {"cluster": (Cluster, "name"), "flavor": (Flavor, "name"), "tenant": (Tenant, "slug"),
                      "project": (Project, "slug")}[group_by]
-    names = dict(model.objects.filter(pk__in={k[0] for k in keys}).values_list("pk", column))
-    if group_by == "flavor":  # flavor names repeat across clusters
-        clusters = dict(Flavor.objects.filter(pk__in={k[0] for k in keys}).values_list("pk", "cluster__name"))
-        names = {pk: f"{name}@{clusters.get(pk)}" for pk, name in names.items()}
+
+    def fetch(pks: set[Any]) -> dict[Any, Any]:
+        found = dict(model.objects.filter(pk__in=pks).values_list("pk", column))
+        if group_by == "flavor":  # flavor names repeat across clusters
+            clusters = dict(Flavor.objects.filter(pk__in=pks).values_list("pk", "cluster__name"))
+            found = {pk: f"{name}@{clusters.get(pk)}" for pk, name in found.items()}
+        return found
+
+    names = memo.names(model, column, {k[0] for k in keys}, fetch)  # once per page for an overview or a report
     for key in keys:
         out[key] = (str(names.get(key[0], key[0])), key[0])
     return out

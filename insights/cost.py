@@ -22,6 +22,7 @@ from billing.models import CostRollup, UsageInterval
 from billing.pricing import HOUR
 from quotas.models import Flavor
 
+from . import memo
 from .common import bucket_of, make_points, make_rows, narrow, ratio
 from .registry import Metric, Query, Result, register
 from .samples import profile_gpu_share
@@ -48,7 +49,14 @@ def _summed(query: Query, *, rollup: bool = True) -> dict[tuple[Any, ...], dict[
 
     Whole closed days that billing's cost rollup holds (``billing.rollup``) are summed from it in the database;
     the rest of the period (today, partial first and last days, days not rolled up) is computed live by billing's
-    summing pass. ``rollup=False``: everything live (the direct computation the rollup must equal)."""
+    summing pass. ``rollup=False``: everything live (the direct computation the rollup must equal). Spend and cost
+    per GPU-hour of one overview or report share it (``memo.one_page``); the result is only read."""
+    key = ("cost-summed", rollup, id(query.scope), *(getattr(query, f) for f in (
+        "start", "end", "group_by", "bucket", "cluster_id", "flavor_id", "tenant_id", "project_id")))
+    return memo.remembered(key, lambda: (query.scope, _summed_now(query, rollup=rollup)))[1]
+
+
+def _summed_now(query: Query, *, rollup: bool) -> dict[tuple[Any, ...], dict[datetime, dict[str, Decimal]]]:
     size = "week" if query.bucket == "week" else "day"
     by = BILLING_BY[query.group_by]
     days = cost_rollup.rolled_days(query.start, query.end) if rollup else []

@@ -3,6 +3,7 @@ figure, the Chart.js spec ``static/js/charts.js`` draws, and the JSON-ready rows
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -75,19 +76,27 @@ def _with_unit(text: str, unit: str, value: Decimal) -> str:
     return f"{text} {SINGULAR.get(unit, unit) if value == 1 else unit}"
 
 
+PERCENTILE = re.compile(r"\bP\d{2}\b")
+
+
 def headline(result: Result) -> str:
     """One figure for the overview and the digest, from the chart's column: the value when there is one row,
-    the lowest and highest otherwise ("12 – 40"), ``—`` when nothing is defined."""
+    the lowest and highest otherwise ("12 – 40"), ``—`` when nothing is defined (0 where no row means none:
+    ``Result.empty_is_zero``). A percentile says which, with its column's title ("Approval → admission P95: ...")."""
     column = result.chart_value or (columns_of(result)[0][0] if columns_of(result) else "")
     values = [r.values.get(column) for r in result.rows]
     defined = sorted(Decimal(str(v)) for v in values if v is not None)
     unit = unit_of(result, column)
+    if not defined and result.empty_is_zero and not result.rows:
+        defined = [Decimal(0)]
     if not defined:
         return NOT_DEFINED
+    title = result.columns.get(column, ("", ""))[0]
+    label = f"{title}: " if PERCENTILE.search(title) else ""
     if len(defined) == 1 or defined[0] == defined[-1]:
-        return _with_unit(figure(defined[0]), unit, defined[0])
+        return label + _with_unit(figure(defined[0]), unit, defined[0])
     low, high = defined[0], defined[-1]
-    return f"{_with_unit(f'{figure(low)} – {figure(high)}', unit, high)} across {len(defined)} groups"
+    return f"{label}{_with_unit(f'{figure(low)} – {figure(high)}', unit, high)} across {len(defined)} groups"
 
 
 def _label(at: datetime, bucket: str) -> str:

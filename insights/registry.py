@@ -59,6 +59,8 @@ class Result:
     chart_value: str = ""
     columns: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (title, unit)
     note: str = ""  # e.g. "no pending work in the period: fulfilment is not defined"
+    # No row means zero, not "not defined" (what waits now: nothing waits), so the headline says 0.
+    empty_is_zero: bool = False
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ def review_snapshot_for(*, actor: Actor, tenant: Tenant | None = None, mig_chang
     pools = (NodePool.objects.filter(cluster__name__in=names).select_related("cluster")
              .annotate(n=Count("nodes", filter=Q(nodes__present=True)),
                        ready=Count("nodes", filter=Q(nodes__present=True, nodes__ready=True)))
+             .filter(n__gt=0)  # a pool no node is in any more (a MIG change moved them) is not part of the review
              .order_by("cluster__name", "name"))
     flavors = Flavor.objects.filter(cluster__name__in=names, active=True).select_related("cluster").order_by("cluster__name", "order", "name")
     projects = dict(Project.objects.filter(tenant__in=tenants, status="active").values("tenant__slug")

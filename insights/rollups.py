@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
+from . import memo
 from .models import PreemptionRollup, RequestRollup, RequestRollupWeek, RollupDay, RollupWeek
 
 STEPS_PER_DOUBLING = 4  # bucket i >= 1 covers [2^((i-1)/4), 2^(i/4)) seconds; bucket 0 is [0, 1 s)
@@ -308,8 +309,15 @@ def backfill(since: date, until: date | None = None) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------ reading
 def rolled_days(start: datetime, end: datetime, *, target_minutes: int, now: datetime | None = None) -> list[date]:
     """The complete, clean days lying wholly inside ``[start, end)`` and before today, rolled up under the
-    current admission target."""
-    today = (now or timezone.now()).astimezone(UTC).date()
+    current admission target (asked once per page for an overview or a report: ``memo.one_page``)."""
+    if now is None:
+        return list(memo.remembered(("rolled-days", start, end, target_minutes),
+                                    lambda: _rolled_days(start, end, target_minutes, timezone.now())))
+    return _rolled_days(start, end, target_minutes, now)
+
+
+def _rolled_days(start: datetime, end: datetime, target_minutes: int, now: datetime) -> list[date]:
+    today = now.astimezone(UTC).date()
     first = start.astimezone(UTC)
     first_day = first.date() if first == datetime.combine(first.date(), time(), tzinfo=UTC) else first.date() + timedelta(days=1)
     last = end.astimezone(UTC)
@@ -431,13 +439,18 @@ def _as_date(value: Any) -> date:
 def merged_counts(key: str, days: list[date], size: str, filters: dict[str, int], weeks: list[date] = ()
                   ) -> dict[tuple[Any, date], list[int]]:
     """(key, chart bucket) -> [reached, in_time, admitted, started] summed over the rolled-up ``days`` (the
-    ``weeks`` among them read from the week rows)."""
+    ``weeks`` among them read from the week rows). Queue wait and the success rate of one page share it
+    (``memo.one_page``); the result is only read."""
     source, params = _rows_sql(days, list(weeks), filters)
     sql = (f"SELECT r.{key}, {_bucket_sql(size)} AS b, SUM(r.reached), SUM(r.in_time), SUM(r.admitted), "
            f"SUM(r.started) FROM {source} GROUP BY 1, 2")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {(k, _as_date(b)): [int(v) for v in rest] for k, b, *rest in cursor.fetchall()}
+
+    def read() -> dict[tuple[Any, date], list[int]]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {(k, _as_date(b)): [int(v) for v in rest] for k, b, *rest in cursor.fetchall()}
+
+    return memo.remembered(("merged-counts", sql, repr(params)), read)
 
 
 def merged_histogram(column: str, key: str, days: list[date], filters: dict[str, int], weeks: list[date] = ()

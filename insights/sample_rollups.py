@@ -47,6 +47,7 @@ from django.db.models import Aggregate, Count, DecimalField, F, FloatField, Func
 from django.db.models.functions import Cast, Least
 from django.utils import timezone
 
+from . import memo
 from .common import bucket
 from .models import (SLOTS_PER_DAY, PoolSample, PoolSampleDay, PoolSampleHour, QueueSample, QueueSampleDay,
                      QueueSampleHour, SampleDay, SampleHour, SlotMaskField)
@@ -336,8 +337,14 @@ class Plan(NamedTuple):
 def plan(start: datetime, end: datetime, size: str = "hour", now: datetime | None = None) -> Plan:
     """``[start, end)`` split into: closed UTC days wholly inside it whose daily rollup was built from the 24 hours
     that are complete and clean now, with the same sample counts (only when ``size`` is a day or coarser: a day
-    lies inside one such bucket); the other complete, clean, closed hours wholly inside it; and the rest."""
-    now = now or timezone.now()
+    lies inside one such bucket); the other complete, clean, closed hours wholly inside it; and the rest.
+    Asked once per page for an overview or a report (``memo.one_page``)."""
+    if now is None:
+        return memo.remembered(("sample-plan", start, end, size), lambda: _plan(start, end, size, timezone.now()))
+    return _plan(start, end, size, now)
+
+
+def _plan(start: datetime, end: datetime, size: str, now: datetime) -> Plan:
     first, last = _ceil_hour(start), min(hour_of(end), hour_of(now))
     day_starts: list[datetime] = []
     first_day, last_day = _ceil_day(start), day_of(min(end, now))

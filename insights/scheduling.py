@@ -269,7 +269,8 @@ def pending_now(query: Query) -> Result:
                   chart_value="pending",
                   columns={"pending": ("Waiting now", "requests"), "demand": ("Demand waiting", "GPUs"),
                            "oldest_minutes": ("Oldest waiting for", "minutes")},
-                  note="The table is now; the chart is the average number waiting per 5-minute sample.")
+                  note="The table is now; the chart is the average number waiting per 5-minute sample.",
+                  empty_is_zero=True)
 
 
 # ------------------------------------------------------------------------------------------------ preemptions

@@ -20,7 +20,7 @@ from tenants.models import Project, Tenant
 from tenants.selectors import admin_tenants_for
 from workloads.models import WorkloadRequest
 
-from . import policy
+from . import memo, policy
 from .models import PoolSample, QueueSample
 from .registry import METRICS, Metric, Query
 
@@ -111,8 +111,13 @@ def metrics_scope(*, actor: Actor, tenants: list[Tenant] | None) -> ActorScope:
     if tenants is None:
         return scope
     ids = frozenset(t.pk for t in tenants)
-    projects = frozenset(Project.objects.filter(tenant_id__in=sorted(ids)).values_list("pk", flat=True))
-    return ActorScope(visible_projects=projects, visible_tenants=ids, grants=lambda: scope.grants)
+
+    def narrowed() -> ActorScope:
+        projects = frozenset(Project.objects.filter(tenant_id__in=sorted(ids)).values_list("pk", flat=True))
+        return ActorScope(visible_projects=projects, visible_tenants=ids, grants=lambda: scope.grants)
+
+    # One per page for an overview or a report (memo.one_page): every metric's query shares it.
+    return memo.remembered(("metrics-scope", id(scope), ids), lambda: narrowed())
 
 
 def group_for(metric: Metric, wanted: str) -> str:

@@ -22,7 +22,7 @@ from tenants.models import Tenant
 from tenants.selectors import tenants_for
 from tenants.ui import page
 
-from . import policy, presentation, reports, selectors
+from . import memo, policy, presentation, reports, selectors
 from .forms import MetricFilterForm
 from .registry import Metric
 
@@ -77,6 +77,11 @@ def _query(where: _Where, filters: selectors.Filters, metric: Metric | None = No
 
 
 def _overview(request: HttpRequest, where: _Where) -> HttpResponse:
+    with memo.one_page():  # the metrics share their labels, scope and rollup plans
+        return _overview_page(request, where)
+
+
+def _overview_page(request: HttpRequest, where: _Where) -> HttpResponse:
     form = _form(request, where)
     context: dict[str, Any] = where.context() | {"form": form, "families": [], "seeded": False}
     if not form.is_valid():
@@ -126,6 +131,11 @@ def _detail(request: HttpRequest, where: _Where, key: str) -> HttpResponse:
 
 
 def _report(request: HttpRequest, where: _Where) -> HttpResponse:
+    with memo.one_page():
+        return _report_page(request, where)
+
+
+def _report_page(request: HttpRequest, where: _Where) -> HttpResponse:
     form = _form(request, where)
     context: dict[str, Any] = where.context() | {"form": form, "sections": []}
     if not form.is_valid():

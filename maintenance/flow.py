@@ -27,7 +27,7 @@ from django.utils import timezone
 from portal.events import after_commit
 from portal.exceptions import PortalError
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
-from portal.notify import notify_send
+from portal.notify import notify_send, portal_link
 from tenants.access import Actor
 
 from . import cluster as cl
@@ -273,8 +273,8 @@ def _quotas(change: MigChange, kube: Kube, now: datetime) -> float | None:
 def _uncordon(change: MigChange, kube: Kube, now: datetime) -> float | None:
     cl.cordon(kube, change.nodes, cordoned=False)
     if states.move(change, to=S.SUCCEEDED, actor=SYSTEM,
-                   reason=f"{len(change.nodes)} node(s) run {change.to_layout}; uncordoned."):
-        states.log(change, step=STEP.UNCORDON, outcome=O.DONE, message=f"Uncordoned {len(change.nodes)} node(s).")
+                   reason=f"{len(change.nodes)} node(s) run {change.to_layout}; uncordoned.",
+                   done=(STEP.UNCORDON, f"Uncordoned {len(change.nodes)} node(s).")):
         after_commit(_tell_owner_of_change, change.pk)
     return None
 
@@ -308,8 +308,8 @@ def _rollback_uncordon(change: MigChange, kube: Kube, now: datetime) -> float | 
     inventory_sync(change.cluster, kube=kube)
     why = (change.rollback or {}).get("reason", "")
     if states.move(change, to=S.ROLLED_BACK, actor=SYSTEM,
-                   reason=f"Rolled back automatically: the pool runs {change.from_layout} again. Why: {why}"):
-        states.log(change, step=STEP.ROLLBACK_UNCORDON, outcome=O.DONE, message=f"Uncordoned {len(change.nodes)} node(s).")
+                   reason=f"Rolled back automatically: the pool runs {change.from_layout} again. Why: {why}",
+                   done=(STEP.ROLLBACK_UNCORDON, f"Uncordoned {len(change.nodes)} node(s).")):
         after_commit(_tell_owner_of_change, change.pk)
     return None
 
@@ -340,6 +340,7 @@ def _tell_owners(change_id: int, request_ids: list[int], stopped: bool) -> None:
             body = (f"Your request {req.name} (#{req.pk}) in {req.project.slug} runs on nodes whose MIG layout changes "
                     f"to {change.to_layout}. New work is not placed there any more; if it still runs at "
                     f"{change.deadline:%Y-%m-%d %H:%M} UTC it is stopped.")
+        body += f"\n\nThe request: {portal_link(f'/requests/{req.pk}/')}"
         notify_send(subject=subject, body=body, to=[req.requested_by.email],
                     payload={"event": "mig_change.stopped" if stopped else "mig_change.notice", "change": change.pk,
                              "request": req.pk}, topic="mig change")
@@ -351,5 +352,6 @@ def _tell_owner_of_change(change_id: int) -> None:
         return
     people = {u.email for u in (change.proposed_by, change.approved_by) if u is not None and u.email}
     notify_send(subject=f"MIG change #{change.pk} {change.get_status_display().lower()}: {change.pool_name}",
-                body=change.status_reason, to=sorted(people),
+                body=f"{change.status_reason}\n\nThe change: {portal_link(f'/ops/mig-changes/{change.pk}/')}",
+                to=sorted(people),
                 payload={"event": f"mig_change.{change.status}", "id": change.pk}, topic="mig change")

@@ -22,8 +22,9 @@ def _when(**kwargs: Any) -> forms.DateTimeField:
 
 class MigChangeForm(forms.Form):
     pool = forms.ChoiceField(label="Node pool", help_text="MIG pools (ops: every one; tenant admins: the ones your tenant uses).")
-    to_layout = forms.CharField(max_length=60, label="New layout", widget=forms.TextInput(attrs={"list": "mig-layouts"}),
-                                help_text="A mig-parted name: all-1g.10gb, all-3g.40gb, all-balanced, all-disabled …")
+    to_layout = forms.ChoiceField(label="New layout",
+                                  help_text="The mig-parted layouts of the pool's GPU model (by model; the change "
+                                            "checks the pool's).")
     window_start = _when(label="Window starts", help_text="The nodes are cordoned then (UTC).")
     deadline = _when(label="Deadline for running work",
                      help_text="What still runs on the nodes then is stopped; its owners are told (UTC).")
@@ -38,6 +39,10 @@ class MigChangeForm(forms.Form):
         self.pools = {str(p.pk): p for p in pools}
         self.fields["pool"].choices = [(str(p.pk), f"{p.cluster.name} / {p.name} ({p.mig_config})") for p in pools]
         self.layouts = sorted({name for p in pools for name in layout_names(_model_of(p))})
+        # A choice of valid layouts, grouped by GPU model (a layout of another model is still refused by the service).
+        models = sorted({_model_of(p) for p in pools})
+        groups = [(m, [(name, name) for name in layout_names(m)]) for m in models]
+        self.fields["to_layout"].choices = [("", "—")] + [g for g in groups if g[1]]
         if tenants:
             self.fields["tenant"].choices = [("", "—")] + [(t.slug, t.name) for t in tenants]
         else:

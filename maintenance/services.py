@@ -21,7 +21,7 @@ from django.db import transaction
 
 from portal.events import after_commit, enqueue
 from portal.exceptions import ConflictError, Invalid, NotAllowed
-from portal.notify import notify_send
+from portal.notify import notify_send, portal_link
 from quotas.models import Cluster, NodePool
 from quotas.selectors import ops_users
 from tenants.access import Actor
@@ -173,7 +173,7 @@ def _tell_ops(change_id: int) -> None:
         body=(f"{change.proposed_by.get_username()} proposes switching pool {change.pool_name} "
               f"({len(change.nodes)} node(s)) from {change.from_layout} to {change.to_layout}, window from "
               f"{change.window_start:%Y-%m-%d %H:%M} UTC, running work stopped at {change.deadline:%Y-%m-%d %H:%M} UTC.\n"
-              f"Review the impact and decide: /ops/mig-changes/{change.pk}/"),
+              f"Review the impact and decide: {portal_link(f'/ops/mig-changes/{change.pk}/')}"),
         to=[u.email for u in ops_users() if u.email and u.pk != change.proposed_by_id],
         payload={"event": "mig_change.proposed", "id": change.pk, "pool": change.pool_name, "to": change.to_layout},
         topic="mig change",

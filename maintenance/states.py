@@ -82,9 +82,11 @@ def log(change: MigChange, *, step: str, outcome: str, message: str, detail: dic
 
 
 def move(change: MigChange, *, to: str, actor: Actor, reason: str = "", step: str | None = None,
-         fields: dict[str, Any] | None = None) -> bool:
+         fields: dict[str, Any] | None = None, done: tuple[str, str] | None = None) -> bool:
     """Compare-and-set ``change.status`` to ``to`` (optionally starting ``step``). False: it is no longer in a
-    status that may move there; nothing was written. On success: the row, a log line and an audit entry."""
+    status that may move there; nothing was written. On success: the row, a log line and an audit entry.
+    ``done``: (step, message) of the step this move finishes, logged as done before the status line, so the log
+    reads "Uncordon · done" and then "Succeeded"."""
     if to not in S.values:
         raise ValueError(f"Unknown MIG change status {to!r}.")
     sources = sources_of(to)
@@ -113,6 +115,8 @@ def move(change: MigChange, *, to: str, actor: Actor, reason: str = "", step: st
             after["reason"] = reason[:500]
         audit_record(actor=actor, action=f"mig_change.{to}", target=change, tenant=change.tenant,
                      before={"status": current}, after=after)
+        if done is not None:
+            log(change, step=done[0], outcome=O.DONE, message=done[1])
         failed = to in (S.FAILED, S.ROLLING_BACK, S.REJECTED)
         log(change, step=change.step, outcome=O.FAILED if failed else O.INFO,
             message=f"{S(to).label}" + (f": {reason}" if reason else "."))

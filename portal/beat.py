@@ -10,7 +10,8 @@ The schedule's state (when each entry was last sent) is kept in the shared cache
 a shelve file written by two processes (a killed beat's successor, a worker's embedded beat) got corrupted
 ("locking protocol") and beat died. The holder records each send; a beat that takes over reads the record, so it sends
 what its predecessor had not sent yet, and nothing twice. What is overdue at a takeover is sent one entry per
-``CATCH_UP_GAP`` seconds rather than all at once (the tasks are idempotent: docs/operations.md, "Tasks").
+``CATCH_UP_GAP`` seconds rather than all at once (the tasks are idempotent: docs/operations.md, "Tasks"). An entry
+with no record at all (a fresh start, or an entry added since) is overdue too: missed schedules run at start.
 
 The holder also writes a heartbeat to the cache on every tick (``beat_last_seen()``): ``/healthz/ready`` and the ops
 pages say when the scheduler was last seen and flag it past ``PORTAL_BEAT_STALE_SECONDS`` (portal/health.py).
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from celery.beat import Scheduler
 logger = logging.getLogger("portal.beat")
 
 CATCH_UP_GAP = 1.0  # seconds between two overdue sends after a takeover
+NEVER_SENT_AGE = timedelta(days=400)  # an entry with no record of a send counts as last sent this long ago: due now
 
 
 def heartbeat_path(role: str) -> Path:
@@ -92,12 +94,14 @@ class SingletonScheduler(Scheduler):
         return sent if isinstance(sent, dict) else {}
 
     def _take_over(self) -> None:
-        """Start from what the previous holder sent: an entry it sent recently is not sent again."""
+        """Start from what the previous holder sent: an entry it sent recently is not sent again, and an entry never
+        sent (a fresh start: an empty cache, a new entry) is due now, not one interval after the start (the ended
+        month's statement would wait an hour)."""
         sent = self._sent()
+        never = datetime.now(timezone.utc) - NEVER_SENT_AGE
         for name, entry in self.schedule.items():
             at = sent.get(name)
-            if isinstance(at, (int, float)):
-                entry.last_run_at = datetime.fromtimestamp(at, tz=timezone.utc)
+            entry.last_run_at = datetime.fromtimestamp(at, tz=timezone.utc) if isinstance(at, (int, float)) else never
         self._heap = None  # rebuilt from the entries on the next tick
         self.catching_up = True
 

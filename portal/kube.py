@@ -28,6 +28,8 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from . import kueue_compat
+
 FIELD_MANAGER = "gpu-portal"
 PAGE_SIZE = 500
 REQUEST_TIMEOUT = (5, 30)  # (connect, read) seconds
@@ -116,6 +118,11 @@ class Kube:
         self.calls: Counter[str] = Counter()
         self._resources: dict[tuple[str, str], Resource] = {}
         self._lock = threading.Lock()
+        # The Kueue API version spoken on this cluster: None until discovery says (see :meth:`kueue_api`).
+        # ``kueue_pin`` fixes one instead ("v1beta1": speak to a v0.17 Kueue as to one older than v0.15).
+        self.kueue_version: str | None = None
+        self.kueue_served: list[str] = []
+        self.kueue_pin: str | None = None
 
     def close(self) -> None:
         self.api.close()
@@ -177,6 +184,26 @@ class Kube:
         raise ClusterRejected(status=status, reason=reason or str(status), message=message, causes=causes)
 
     # -- discovery ---------------------------------------------------------------------------------------------
+    def kueue_api(self, *, refresh: bool = False) -> str | None:
+        """The Kueue version the portal speaks here ("v1beta2", or "v1beta1" where Kueue is older than v0.15; None
+        without Kueue): one discovery request (``/apis``), remembered with the versions served (``kueue_served``)
+        until ``refresh`` (the inventory sync's, so an upgraded Kueue is noticed)."""
+        if self.kueue_version is None or refresh:
+            _, doc = self._request("discovery", "GET", "/apis")
+            group = next((g for g in (doc or {}).get("groups") or [] if g.get("name") == kueue_compat.GROUP), None)
+            self.kueue_served = [v.get("version", "") for v in (group or {}).get("versions") or []]
+            self.kueue_version = kueue_compat.choose(self.kueue_served) or ""
+        if self.kueue_pin and self.kueue_pin in self.kueue_served:
+            return self.kueue_pin
+        return self.kueue_version or None
+
+    def _wire(self, api_version: str) -> tuple[str, bool]:
+        """The version sent for ``api_version``, and whether objects are converted (Kueue v1beta2 on a v1beta1
+        cluster; portal/kueue_compat.py)."""
+        if api_version == kueue_compat.V1BETA2 and self.kueue_api() == "v1beta1":
+            return kueue_compat.V1BETA1, True
+        return api_version, False
+
     def resource(self, api_version: str, kind: str) -> Resource:
         """The REST resource of a kind; one discovery request per group-version, cached."""
         key = (api_version, kind)
@@ -210,10 +237,13 @@ class Kube:
         live object and raises :class:`NotOwned` — writing nothing — when it exists without those labels.
         Without ``force`` the server itself refuses (409) to take over fields another manager set.
         """
-        res = self.resource(obj["apiVersion"], obj["kind"])
+        wire, convert = self._wire(obj["apiVersion"])
+        if convert:
+            obj = kueue_compat.down(obj)
+        res = self.resource(wire, obj["kind"])
         meta = obj.get("metadata") or {}
         if force and owner:
-            live = self.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            live = self.get(res.api_version, obj["kind"], meta["name"], meta.get("namespace"))
             live_labels = ((live or {}).get("metadata") or {}).get("labels") or {}
             if live is not None and any(live_labels.get(k) != v for k, v in owner.items()):
                 where = f"{meta['namespace']}/" if meta.get("namespace") else ""
@@ -225,17 +255,18 @@ class Kube:
             query.append(("dryRun", "All"))
         _, stored = self._request("apply", "PATCH", res.path(meta.get("namespace"), meta["name"]), query=query,
                                   body=obj, content_type="application/apply-patch+yaml")
-        return stored
+        return kueue_compat.up(stored) if convert and isinstance(stored, dict) else stored
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        res = self.resource(api_version, kind)
+        wire, convert = self._wire(api_version)
+        res = self.resource(wire, kind)
         try:
             _, obj = self._request("get", "GET", res.path(namespace, name))
         except ClusterRejected as exc:
             if exc.status == 404:
                 return None
             raise
-        return obj
+        return kueue_compat.up(obj) if convert and isinstance(obj, dict) else obj
 
     def pod_log(self, namespace: str, name: str, *, tail_lines: int = 200) -> str | None:
         """The last ``tail_lines`` lines of a pod's log; None if the pod is gone."""
@@ -256,7 +287,8 @@ class Kube:
 
         Returns (items, resourceVersion of the list) — start a watch from that version.
         """
-        res = self.resource(api_version, kind)
+        wire, convert = self._wire(api_version)
+        res = self.resource(wire, kind)
         items: list[dict[str, Any]] = []
         token: str | None = None
         version = ""
@@ -269,9 +301,9 @@ class Kube:
             _, page = self._request("list", "GET", res.path(namespace), query=query)
             page = page or {}
             for item in page.get("items") or []:
-                item.setdefault("apiVersion", api_version)
+                item.setdefault("apiVersion", wire)
                 item.setdefault("kind", kind)
-                items.append(item)
+                items.append(kueue_compat.up(item) if convert else item)
             meta = page.get("metadata") or {}
             version = meta.get("resourceVersion") or version
             token = meta.get("continue")
@@ -280,7 +312,7 @@ class Kube:
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         """Delete (background propagation). True when deleted now, False when it was already gone."""
-        res = self.resource(api_version, kind)
+        res = self.resource(self._wire(api_version)[0], kind)
         try:
             self._request("delete", "DELETE", res.path(namespace, name), query=[("propagationPolicy", "Background")])
         except ClusterRejected as exc:
@@ -318,10 +350,14 @@ class Kube:
               namespace: str | None = None) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386) of one object; returns it as stored. For fields of objects the portal does
         not own (a node's labels, its ``unschedulable``), where server-side apply would take the fields over."""
-        res = self.resource(api_version, kind)
+        wire, convert = self._wire(api_version)
+        res = self.resource(wire, kind)
+        if convert:
+            body = kueue_compat.down({"apiVersion": api_version, "kind": kind, **body})
+            body.pop("apiVersion"), body.pop("kind")
         _, stored = self._request("patch", "PATCH", res.path(namespace, name), body=body,
                                   content_type="application/merge-patch+json")
-        return stored
+        return kueue_compat.up(stored) if convert and isinstance(stored, dict) else stored
 
     def watch(self, api_version: str, kind: str, namespace: str | None = None, resource_version: str | None = None,
               timeout_seconds: int = 60, label_selector: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -330,7 +366,8 @@ class Kube:
         An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`ClusterRejected`; re-list and watch again.
         A stream cut in the middle raises :class:`ClusterUnavailable`.
         """
-        res = self.resource(api_version, kind)
+        wire, convert = self._wire(api_version)
+        res = self.resource(wire, kind)
         query: list[tuple[str, Any]] = [("watch", "true"), ("timeoutSeconds", timeout_seconds),
                                         ("allowWatchBookmarks", "true")]
         if resource_version:
@@ -351,7 +388,7 @@ class Kube:
                     etype, obj = event.get("type", ""), event.get("object") or {}
                     if etype == "ERROR":
                         self._raise(int(obj.get("code") or 500), obj, {}, f"watch {kind}")
-                    yield etype, obj
+                    yield etype, (kueue_compat.up(obj) if convert else obj)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ClusterUnavailable(f"watch {kind}: stream broken: {exc}") from exc
         finally:

@@ -26,11 +26,26 @@ logger = logging.getLogger(__name__)
 WEBHOOK_TIMEOUT_SECONDS = 3.0
 
 
+SUBJECT_PREFIX = "[GPU portal]"
+
+
+def portal_link(path: str) -> str:
+    """An absolute link to one of the portal's pages (``path`` starts with ``/``), for emails, which no mail
+    client can open relative to anything: ``PORTAL_BASE_URL``, else the address ``make run`` prints."""
+    if "://" in path:
+        return path
+    base = str(getattr(settings, "PORTAL_BASE_URL", "") or getattr(settings, "PORTAL_LINK_BASE_URL", "")).rstrip("/")
+    return base + "/" + path.lstrip("/")
+
+
 def notify_send(*, subject: str, body: str, to: Iterable[str], payload: dict[str, Any] | None = None,
                 topic: str = "portal") -> bool:
     """Email ``body`` to each address in ``to`` (one message each), then POST ``payload`` (when given) to
     the webhook. ``topic`` names the notification in the logs ("quota webhook to ... failed").
+    Every subject starts with ``[GPU portal]`` (added where the caller left it out), so mail filters can sort.
     True when every email went out (or there was nobody to email)."""
+    if not subject.startswith(SUBJECT_PREFIX):
+        subject = f"{SUBJECT_PREFIX} {subject}"
     sent = True
     addresses = [address for address in to if address]
     if addresses:

@@ -44,6 +44,21 @@ def parse_quantity(value: Any) -> Decimal:
     return kube_parse(value)
 
 
+# The unit of each resource's figures in the portal (quotas, capacity, usage): what tables print next to them.
+RESOURCE_UNITS = {
+    "memory": "GiB",
+    "cpu": "cores",
+    "nvidia.com/total-gpumem": "MiB of GPU memory",
+    "nvidia.com/total-gpucores": "% of a GPU's cores",
+}
+
+
+def resource_unit(resource: str) -> str:
+    """``memory`` → ``GiB``, ``nvidia.com/total-gpumem`` → ``MiB of GPU memory``; GPUs, MIG slices and vGPU slots
+    (counts) → ``count``."""
+    return RESOURCE_UNITS.get(resource, "count")
+
+
 def in_portal_units(resource: str, value: Any) -> Decimal:
     """A Kubernetes quantity of ``resource`` in the portal's unit: memory in GiB, CPUs in cores, the rest as counted."""
     amount = parse_quantity(value)

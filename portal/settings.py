@@ -354,6 +354,11 @@ BILLING_CURRENCY = os.environ.get("BILLING_CURRENCY", "EUR").strip().upper()
 if not re.fullmatch(r"[A-Z]{3}", BILLING_CURRENCY):
     raise ImproperlyConfigured(f"BILLING_CURRENCY must be a three-letter currency code (ISO 4217), not {BILLING_CURRENCY!r}.")
 PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
+# What the links in emails start with (portal.notify.portal_link): PORTAL_BASE_URL, else the address `make run`
+# prints (PORTAL_HOST / PORTAL_PORT), so a mail client can open them.
+PORTAL_LINK_BASE_URL = PORTAL_BASE_URL or (
+    f"http://{os.environ.get('PORTAL_HOST') or '127.0.0.1'}:{os.environ.get('PORTAL_PORT') or '8000'}"
+)
 
 # One-time form tokens (portal/forms.py): how long a sent form's result is remembered for replays.
 PORTAL_FORM_TOKEN_SECONDS = 24 * 3600

@@ -47,6 +47,7 @@ FALLBACK_FLAVORS: list[dict[str, Any]] = [
         for i, p in enumerate(["1g.10gb", "2g.20gb", "3g.40gb"])
     ],
     {"name": "l40s-hami", "kind": "hami", "gpu_model": "l40s", "gpu_product": "NVIDIA-L40S", "order": 30,
+     "display_name": "L40S shared (HAMi)", "hami_memory_mib": 11264, "hami_cores_percent": 25,
      "node_labels": {"nvidia.com/gpu.product": "NVIDIA-L40S", "gpu": "on"},
      "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
      "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
@@ -61,7 +62,10 @@ QUOTAS: dict[str, list[tuple[str, str, int, int | None, int | None]]] = {
              ("cpu", "cpu", 256, None, None), ("cpu", "memory", 2048, None, None)],
     # Borrowing limit 2: at most 8 H100s at once, so the demo's 7-GPU fine-tune next to its 1-GPU training job
     # and 1-GPU notebook really waits for quota (with 4 it was admitted by borrowing: no pending Workload).
+    # acme-vision (carol, bob) may use HAMi shares at once: half of acme's L40S shares, acme-nlp has the other half.
     "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 2, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
+                    ("l40s-hami", "nvidia.com/gpu", 20, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None),
+                    ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
                     ("cpu", "cpu", 96, None, None), ("cpu", "memory", 768, None, None)],
     "acme-nlp": [("h100-80gb-offline", "nvidia.com/gpu", 4, 2, None), ("l40s-hami", "nvidia.com/gpu", 20, None, None),
                  ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None), ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),

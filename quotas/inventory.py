@@ -156,7 +156,13 @@ def inventory_sync(cluster: Cluster, *, kube: Any = None) -> dict[str, int]:
         gone = [n.pk for name, n in existing.items() if name not in seen and n.present]
         if gone:
             Node.objects.filter(pk__in=gone).update(present=False)
-        Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now, inventory_error="")
+        kueue = {}
+        try:
+            used = kube.kueue_api(refresh=True) or ""
+            kueue = {"kueue_api": used, "kueue_served": ", ".join(kube.kueue_served)}
+        except ClusterError:
+            pass  # the nodes were read; the next sync asks again
+        Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now, inventory_error="", **kueue)
     return {"seen": len(items), "new": len(new_nodes), "gone": len(gone), "not_ready": not_ready}
 
 
@@ -165,6 +171,13 @@ def _common_taints(nodes: list[Node], taints_by_node: dict[str, list[dict]]) -> 
         return []
     first = taints_by_node.get(nodes[0].name, [])
     return [t for t in first if all(t in taints_by_node.get(n.name, []) for n in nodes[1:])]
+
+
+def hami_share_default(card_mib: int) -> tuple[int, int]:
+    """A HAMi flavor's share as discovery proposes it (ops rename or resize it on the flavor's page): a quarter of a
+    card, its memory in whole GiB (in MiB, HAMi's ``gpumem`` unit) and 25 % of its cores. Never 0: a pod asking
+    ``gpumem: 0`` would get no memory limit at all."""
+    return max(1, int(card_mib or 0) // 4 // 1024) * 1024, 25
 
 
 def flavors_discover(cluster: Cluster, *, taints_by_node: dict[str, list[dict]] | None = None) -> list[Flavor]:
@@ -227,8 +240,10 @@ def flavors_discover(cluster: Cluster, *, taints_by_node: dict[str, list[dict]] 
                         kind=Flavor.Kind.MIG, mig_profile=profile, order=20 + i,
                         node_labels={**node_labels, MIG_STRATEGY_LABEL: "mixed"}, **common)
         elif pool.sharing == NodePool.Sharing.HAMI:
+            memory_mib, cores = hami_share_default(pool.gpu_memory_mib)
             propose(name=f"{model}-hami{suffix}", display_name=f"{model.upper()} shared (HAMi)", kind=Flavor.Kind.HAMI,
-                    node_labels={**node_labels, "gpu": "on"}, order=30, **common)
+                    node_labels={**node_labels, "gpu": "on"}, order=30, hami_memory_mib=memory_mib,
+                    hami_cores_percent=cores, **common)
     propose(name="cpu", display_name="CPU and memory", kind=Flavor.Kind.CPU, order=90)
     return proposals
 

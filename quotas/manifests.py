@@ -37,7 +37,7 @@ from portal.labels import (  # noqa: F401 - re-exported: the rest of quotas and 
     ARCHIVED_LABEL, DEFAULT_INSTALLATION, INSTALLATION_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POD_SECURITY,
     POOL_LABEL, PROJECT_LABEL, TENANT_LABEL, VOLCANO_QUEUE_LABEL,
 )
-from portal.quantities import kube_quantity
+from portal.quantities import kube_quantity, parse_quantity
 
 from . import architectures
 
@@ -646,6 +646,106 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
         if data.service_account:  # an archived namespace's contents are still counted before it is deleted
             objects.append(render_role_binding(project, data.service_account))
     return sort_objects([mark(obj, data.installation) for obj in objects])
+
+
+# ----------------------------------------------------------------------------------------- what can run
+def _queue_quota(cq: Mapping[str, Any]) -> dict[tuple[str, str], tuple[Decimal, Decimal | None, Decimal | None]]:
+    """(flavor, resource) → (nominal, borrowing limit, lending limit) as a rendered ClusterQueue or Cohort lists them."""
+    out = {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for r in flavor.get("resources") or []:
+                out[(flavor["name"], r["name"])] = (
+                    parse_quantity(r.get("nominalQuota", 0)),
+                    None if r.get("borrowingLimit") is None else parse_quantity(r["borrowingLimit"]),
+                    None if r.get("lendingLimit") is None else parse_quantity(r["lendingLimit"]))
+    return out
+
+
+@dataclass(frozen=True)
+class RenderedQueues:
+    """The rendered objects indexed for :func:`queue_admits`: LocalQueues, ClusterQueues, Cohorts, flavors, Volcano."""
+
+    local: Mapping[tuple[str, str], str]  # (namespace, LocalQueue) → ClusterQueue
+    cluster_queues: Mapping[str, Mapping[str, Any]]
+    cohorts: Mapping[str, Mapping[str, Any]]
+    resource_flavors: frozenset[str]
+    volcano: Mapping[str, Mapping[str, Any]]  # project slug → Volcano Queue
+
+    @classmethod
+    def of(cls, objects: Iterable[Mapping[str, Any]]) -> RenderedQueues:
+        local, cqs, cohorts, flavors, volcano = {}, {}, {}, set(), {}
+        for obj in objects:
+            kind, meta = obj["kind"], obj.get("metadata") or {}
+            if obj["apiVersion"] == KUEUE and kind == "LocalQueue":
+                local[(meta.get("namespace", ""), meta["name"])] = obj["spec"]["clusterQueue"]
+            elif obj["apiVersion"] == KUEUE and kind == "ClusterQueue":
+                cqs[meta["name"]] = obj
+            elif obj["apiVersion"] == KUEUE and kind == "Cohort":
+                cohorts[meta["name"]] = obj
+            elif obj["apiVersion"] == KUEUE and kind == "ResourceFlavor":
+                flavors.add(meta["name"])
+            elif obj["apiVersion"] == VOLCANO_QUEUE and kind == "Queue":
+                volcano[meta["name"]] = obj
+        return cls(local, cqs, cohorts, frozenset(flavors), volcano)
+
+    def most(self, cq_name: str, flavor: str, resource: str) -> Decimal:
+        """The most of (flavor, resource) ClusterQueue ``cq_name`` could ever be admitted with, every queue idle
+        (Kueue's "maximum capacity"): its nominal, or in a cohort what it keeps (nominal − lendable) plus the cohort's
+        pool (every member's lendable part and the cohort's own quota), within its borrowing limit."""
+        cq = self.cluster_queues[cq_name]
+        own = _queue_quota(cq)
+        if (flavor, resource) not in own:
+            return Decimal(0)
+        nominal, borrowing, _lending = own[(flavor, resource)]
+        cohort = (cq.get("spec") or {}).get("cohortName")
+        if not cohort:
+            return nominal
+
+        def lendable(values: tuple[Decimal, Decimal | None, Decimal | None]) -> Decimal:
+            return values[0] if values[2] is None else min(values[0], values[2])
+
+        pool = sum((lendable(_queue_quota(other).get((flavor, resource), (Decimal(0), None, None)))
+                    for other in self.cluster_queues.values() if (other.get("spec") or {}).get("cohortName") == cohort),
+                   Decimal(0))
+        pool += _queue_quota(self.cohorts.get(cohort) or {}).get((flavor, resource), (Decimal(0), None, None))[0]
+        most = nominal - lendable(own[(flavor, resource)]) + pool
+        return most if borrowing is None else min(most, nominal + borrowing)
+
+
+def queue_admits(queues: RenderedQueues, cluster: ClusterRow, project: ProjectRow, kind: str, flavor: FlavorRow) -> bool:
+    """Can a request of template ``kind`` in ``project`` on ``flavor`` ever be admitted by the queues rendered for
+    ``cluster``, given enough free capacity? The one rule of what the portal offers (``workloads.selectors``
+    asks it for the form, the catalogue, the API and the submission check).
+
+    Kueue: the LocalQueue the request names (:func:`local_queue_name`) leads to a ClusterQueue that lists the flavor,
+    whose ResourceFlavor exists, with more than 0 of each of the flavor's resources at most (:meth:`RenderedQueues.most`;
+    a HAMi flavor needs vGPU slots, cores and memory). Volcano (architecture E's offline whole GPUs): only the kinds
+    Volcano runs, and the project's Volcano Queue caps the flavor's resource above 0.
+    """
+    arch = architectures.of(cluster)
+    if volcano_owned(cluster, flavor):
+        if kind not in arch.volcano_kinds:
+            return False
+        capability = ((queues.volcano.get(project.slug) or {}).get("spec") or {}).get("capability") or {}
+        return all(parse_quantity(capability.get(r, 0)) > 0 for r in flavor.resource_names)
+    if flavor.name not in queues.resource_flavors:
+        return False
+    cq_name = queues.local.get((project.ns, local_queue_name(cluster, project.slug, kind=kind)))
+    if cq_name is None or cq_name not in queues.cluster_queues:
+        return False
+    return all(queues.most(cq_name, flavor.name, r) > 0 for r in flavor.resource_names)
+
+
+def queue_offers(data: Snapshot, kinds: Iterable[str]) -> set[tuple[str, str, str]]:
+    """(project slug, template kind, flavor name) for every active project of ``data`` and every one of ``kinds``
+    that :func:`queue_admits` on the queues :func:`desired_state` renders. Pure; a snapshot of some tenants only
+    gives the same answer for their projects (a project's queues depend on its tenant alone, A's shared queue
+    holds at least its tenant's quota)."""
+    queues = RenderedQueues.of(desired_state(data.cluster, data))
+    kinds = list(kinds)
+    return {(p.slug, kind, f.name) for p in data.projects if p.active for kind in kinds for f in data.flavors
+            if queue_admits(queues, data.cluster, p, kind, f)}
 
 
 def object_key(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:

@@ -18,6 +18,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from portal.quantities import fmt
 from tenants.models import DNS1123_LABEL, Project, Tenant
 
 from . import architectures
@@ -53,6 +54,9 @@ class Cluster(models.Model):
                                                       ("unhealthy", "Unhealthy")], default="unknown")
     last_error = models.TextField(blank=True, help_text="The last error talking to the cluster (empty when healthy).")
     last_seen_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster last answered.")
+    # Seen by the inventory sync: the Kueue API version the portal speaks there and the versions its Kueue serves.
+    kueue_api = models.CharField(max_length=20, blank=True, help_text="Kueue API version in use (empty: no Kueue).")
+    kueue_served = models.CharField(max_length=100, blank=True, help_text="Kueue API versions the cluster serves.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -137,6 +141,16 @@ class Node(models.Model):
         return self.mig_config_state in ("", "success")
 
 
+def gib_words(mib: int | Decimal) -> str:
+    """MiB (HAMi's ``gpumem`` unit) as GiB for people: ``11264`` -> ``11``, ``92136`` -> ``90``, ``1536`` -> ``1.5``."""
+    return f"{(Decimal(mib) / 1024).quantize(Decimal('0.1')).normalize():f}"
+
+
+def share_words(memory_mib: int, cores_percent: int) -> str:
+    """A HAMi share as people say it: ``11 GiB, 25 % of the cores``."""
+    return f"{gib_words(memory_mib)} GiB, {cores_percent} % of the cores"
+
+
 class Flavor(models.Model):
     """One GPU offering (or the CPU/memory flavor); a Kueue ResourceFlavor of the same name."""
 
@@ -184,6 +198,23 @@ class Flavor(models.Model):
     @property
     def primary_resource(self) -> str:
         return self.resource_names[0]
+
+    @property
+    def hami_sized(self) -> bool:
+        """A HAMi flavor is usable only with its share size set (what each vGPU gets: memory and cores)."""
+        return self.kind != self.Kind.HAMI or bool(self.hami_memory_mib and self.hami_cores_percent)
+
+    @property
+    def share(self) -> str:
+        """A HAMi flavor's share as people say it ("11 GiB, 25 % of the cores"); "" for other kinds or unsized."""
+        if self.kind != self.Kind.HAMI or not self.hami_sized:
+            return ""
+        return share_words(self.hami_memory_mib, self.hami_cores_percent)
+
+    @property
+    def offered_label(self) -> str:
+        """The name researchers pick it by: with its share for HAMi ("L40S shared (HAMi) · 11 GiB, 25 % of the cores")."""
+        return f"{self} · {self.share}" if self.share else str(self)
 
 
 class Quota(models.Model):
@@ -240,6 +271,10 @@ class QuotaRequest(models.Model):
     flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
     resource = models.CharField(max_length=100)
     amount = models.DecimalField(max_digits=14, decimal_places=3, validators=[MinValueValidator(Decimal("0.001"))])
+    # A HAMi flavor's request is in shares: ``amount`` shares of this size (the flavor's preset when asked, or one
+    # within bounds); approval raises the flavor's three rows together (``share_rows``). 0 for other kinds.
+    share_memory_mib = models.PositiveIntegerField(default=0, help_text="HAMi: GPU memory per share (MiB).")
+    share_cores_percent = models.PositiveIntegerField(default=0, help_text="HAMi: GPU cores per share (% of a card).")
     until = models.DateTimeField(null=True, blank=True, help_text="When the extra quota ends; empty = permanent.")
     reason = models.TextField(max_length=2000)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
@@ -260,7 +295,41 @@ class QuotaRequest(models.Model):
         indexes = [models.Index(fields=["created_at", "id"], name="quota_request_created")]
 
     def __str__(self) -> str:
-        return f"+{self.amount} {self.resource} ({self.flavor.name}) for {self.project.slug}"
+        return f"{self.what} for {self.project.slug}"
+
+    @property
+    def is_share(self) -> bool:
+        """A HAMi request in shares (one request for the flavor's vGPU slots, cores and memory)."""
+        return bool(self.share_memory_mib and self.share_cores_percent)
+
+    @property
+    def share_size(self) -> str:
+        """``11 GiB, 25 % of the cores``; "" when not a share request."""
+        return share_words(self.share_memory_mib, self.share_cores_percent) if self.is_share else ""
+
+    def share_rows(self) -> list[tuple[str, Decimal]]:
+        """The quota rows this request raises and by how much: for shares, vGPU slots, the cores (% of a card) and
+        the memory (MiB) of that many shares, in the flavor's resource order; else its one (resource, amount)."""
+        if not self.is_share:
+            return [(self.resource, self.amount)]
+        return [("nvidia.com/gpu", self.amount), ("nvidia.com/total-gpucores", self.amount * self.share_cores_percent),
+                ("nvidia.com/total-gpumem", self.amount * self.share_memory_mib)]
+
+    @property
+    def share_totals(self) -> str:
+        """What that many shares add up to: ``44 GiB of GPU memory and 100 % of a card's cores``."""
+        if not self.is_share:
+            return ""
+        return (f"{gib_words(self.amount * self.share_memory_mib)} GiB of GPU memory and "
+                f"{fmt(self.amount * self.share_cores_percent)} % of a card's cores")
+
+    @property
+    def what(self) -> str:
+        """What is asked, for people: ``+4 shares of L40S shared (HAMi) · 11 GiB, 25 % of the cores`` or
+        ``+6 nvidia.com/gpu of h100-80gb``."""
+        if self.is_share:
+            return f"+{fmt(self.amount)} share{'' if self.amount == 1 else 's'} of {self.flavor} · {self.share_size}"
+        return f"+{fmt(self.amount)} {self.resource} of {self.flavor.name}"
 
 
 class AppliedObject(models.Model):

@@ -13,7 +13,7 @@ from typing import Any
 from django.utils import timezone
 
 from portal.events import after_commit
-from portal.notify import notify_send
+from portal.notify import notify_send, portal_link
 from portal.quantities import fmt
 
 from .models import QuotaRequest
@@ -68,6 +68,7 @@ def _message(request: QuotaRequest, *, event: str, actor_label: str) -> tuple[st
     ]
     if request.comment:
         lines += ["", "Comment:", request.comment]
+    lines += ["", f"The quota request: {portal_link(f'/quota-requests/{request.pk}/')}"]
     return subject, "\n".join(lines) + "\n"
 
 

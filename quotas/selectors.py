@@ -86,6 +86,52 @@ def flavor_enforcement(flavor: Flavor) -> Enforcement:
     return _flavor_enforcement(flavor.cluster, flavor)
 
 
+def queue_offers(*, projects: Any, kinds: Any) -> set[tuple[int, str, int]]:
+    """(project id, template kind, flavor id): what the queues rendered for the projects' tenants can admit given
+    enough free capacity (``quotas.manifests.queue_admits``, the one rule of what is offered). Four queries, whatever
+    the number of projects: the tenants' quota rows, their flavors, the tenants and their active projects."""
+    from . import manifests as m
+
+    wanted = {p.pk for p in projects}
+    tenant_ids = {p.tenant_id for p in projects}
+    if not wanted:
+        return set()
+    rows = list(Quota.objects.filter(tenant_id__in=tenant_ids, flavor__active=True).values_list(
+        "tenant_id", "project_id", "flavor_id", "resource", "nominal", "borrowing_limit", "lending_limit"
+    ).order_by("tenant_id", "project_id", "flavor_id", "resource"))
+    if not rows:
+        return set()
+    flavors = {f.pk: f for f in Flavor.objects.filter(
+        active=True, cluster_id__in=Flavor.objects.filter(pk__in={r[2] for r in rows}).values("cluster_id")
+    ).select_related("cluster")}
+    tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=tenant_ids)}
+    project_rows = list(Project.objects.filter(tenant_id__in=tenant_ids, status=Project.Status.ACTIVE))
+    out: set[tuple[int, str, int]] = set()
+    for cluster in {f.cluster_id: f.cluster for f in flavors.values()}.values():
+        mine = {pk: f for pk, f in flavors.items() if f.cluster_id == cluster.pk}
+        by_owner: dict[tuple[int, int | None], list[m.QuotaRow]] = {}
+        for tenant_id, project_id, flavor_id, resource, nominal, borrowing, lending in rows:
+            flavor = mine.get(flavor_id)
+            if flavor is not None and resource in flavor.resource_names:
+                by_owner.setdefault((tenant_id, project_id), []).append(
+                    m.QuotaRow(flavor.name, resource, nominal, borrowing, lending))
+        data = m.Snapshot(
+            m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami,
+                         cluster.volcano_capacity_plugin),
+            tuple(m.FlavorRow(f.name, f.kind, tuple(f.resource_names), dict(f.node_labels or {}), tuple(f.taints or ()),
+                              tuple(f.tolerations or ()), f.pool_label, f.order, f.pk) for f in mine.values()),
+            tuple(m.TenantRow(t.slug, t.status == Tenant.Status.ACTIVE, tuple(by_owner.get((t.pk, None), ())), t.pk)
+                  for t in tenants.values()),
+            tuple(m.ProjectRow(p.slug, tenants[p.tenant_id].slug, True, tuple(by_owner.get((p.tenant_id, p.pk), ())), p.pk,
+                               p.namespace) for p in project_rows),
+        )
+        ids = {p.slug: p.pk for p in project_rows}
+        names = {f.name: f.pk for f in mine.values()}
+        out |= {(ids[slug], kind, names[flavor]) for slug, kind, flavor in m.queue_offers(data, kinds)
+                if ids[slug] in wanted}
+    return out
+
+
 def lookup_by_id_or_name(queryset: QuerySet[Any], key: str) -> Any:
     """``/clusters/<id>/`` or ``/clusters/<name>/`` within an already-scoped queryset; else 404."""
     from django.shortcuts import get_object_or_404

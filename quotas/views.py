@@ -302,7 +302,10 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     all_nodes = list(selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name"))
     sums = selectors.quota_sums_for(cluster=cluster)  # the tenants' and the projects' sums: one query
     flavor_rows = _flavor_rows(cluster, flavors, all_nodes, sums)
-    pool_list = list(selectors.node_pools_for(cluster=cluster))
+    # A pool no node is in any more (a MIG change moved them to the new layout's pool) is not shown, nor offered
+    # in the node filter.
+    with_nodes = {node.pool_id for node in all_nodes}
+    pool_list = [p for p in selectors.node_pools_for(cluster=cluster) if p.pk in with_nodes]
     pools = _pool_rows(cluster, pool_list, flavors, flavor_rows, all_nodes)
 
     nodes = selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name")

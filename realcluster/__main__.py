@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from . import controlplane, nodes, volumes
+from . import controlplane, migmanager, nodes, volumes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +65,7 @@ def start(state_dir: Path, profile: Path | None, kwok: bool = True) -> controlpl
     try:
         nodes.register(cp, nodes.profile_nodes(profile))
         cp.threads_stop.append(volumes.start_provisioner(cp))
+        cp.threads_stop.append(migmanager.start_mig_manager(cp, profile))
         if kwok:
             start_kwok(cp)
     except BaseException:

@@ -45,10 +45,19 @@ BINARIES = {
 # Kueue's integrations that the portal uses (a Job per training/batch request, a StatefulSet per notebook, a
 # Deployment per inference service, plain pods for pod groups). Others need CRDs that are not installed.
 KUEUE_FRAMEWORKS = ["batch/job", "pod", "deployment", "statefulset"]
+HAMI_IGNORED = ("nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage")
 KUEUE_WEBHOOK_KINDS = ("clusterqueue", "cohort", "resourceflavor", "workload", "job", "pod", "deployment",
                        "statefulset")
 # CRDs that Kueue converts between v1beta1 and v1beta2 (its config/components/crd/patches).
 KUEUE_CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+
+
+def hami_transformations() -> list[dict]:
+    """Kueue's ``resources.transformations`` for HAMi, as the sandbox applies them."""
+    sys.path.insert(0, str(ROOT))
+    from sandbox.controllers.kueue import DEFAULT_TRANSFORMATIONS
+
+    return [dict(t) for t in DEFAULT_TRANSFORMATIONS]
 
 
 def log(msg: str) -> None:
@@ -396,11 +405,26 @@ class ControlPlane:
         ])
 
     def _start_scheduler(self) -> None:
+        """kube-scheduler as HAMi deploys it beside its extender: the node fit ignores HAMi's per-vGPU memory and
+        cores (``nvidia.com/gpumem``/``gpucores``, which no node advertises; HAMi's extender checks them per card).
+        No HAMi extender runs here, so a HAMi pod is placed on a node with a free ``nvidia.com/gpu`` slot of its
+        flavor, without the per-card check (sandbox/README.md, "Known differences")."""
         p, kc = self.ports, self._component_kubeconfig()
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": kc, "qps": 200, "burst": 400},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [{
+                "name": "NodeResourcesFit",
+                "args": {"ignoredResources": list(HAMI_IGNORED)},
+            }]}],
+        }
+        cfg_path = self.state_dir / "scheduler-config.yaml"
+        cfg_path.write_text(yaml.safe_dump(config))
         self._spawn("kube-scheduler", [
-            "kube-scheduler", f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            "kube-scheduler", f"--config={cfg_path}", f"--authentication-kubeconfig={kc}",
             f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={p['scheduler']}",
-            "--leader-elect=false", "--v=1",
+            "--v=1",
         ])
 
     def _install_kueue(self) -> None:
@@ -479,6 +503,9 @@ class ControlPlane:
             "internalCertManagement": {"enable": False},
             "clientConnection": {"qps": 200, "burst": 400},
             "integrations": {"frameworks": KUEUE_FRAMEWORKS},
+            # HAMi's per-vGPU memory and cores counted as totals (docs/cluster-objects.md, "HAMi"): the recipe the
+            # portal's HAMi quotas assume, the same the sandbox applies.
+            "resources": {"transformations": hami_transformations()},
             "managedJobsNamespaceSelector": {"matchExpressions": [{
                 "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}]},
         }

@@ -1,7 +1,9 @@
 """Django admin for platform ops: read-mostly. Every change goes through a service (actions below);
 the admin's own add/change/delete would skip the rules, the audit log and the permission sync.
 
-Ops create tenants, projects and memberships on the portal's own pages (/ops/, /tenants/<slug>/).
+What ops do here (README, "Django admin"): look at every table the portal keeps (users, tenants, quotas, requests,
+billing, MIG changes, identity) and act on selected rows through the services' actions. Ops create tenants,
+projects and memberships on the portal's own pages (/ops/, /tenants/<slug>/); the catalogue is edited here.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -18,7 +22,9 @@ from portal.exceptions import PortalError
 from . import services
 from .access import Actor, is_ops
 from .forms import ThrottledAdminAuthenticationForm
-from .models import ApiToken, AuditEntry, Invitation, Membership, Project, Tenant
+from . import identity
+from .models import (ApiToken, AuditEntry, GroupMapping, Invitation, LoginSettings, Membership, OidcIdentity, Project,
+                     Tenant)
 
 # The admin's sign-in explains a throttled attempt like the portal's (the throttle is in the backend).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -148,3 +154,83 @@ class AuditEntryAdmin(OpsReadOnlyAdmin):
     date_hierarchy = "created_at"
     list_select_related = ["tenant", "project"]
     actions = None
+
+
+# Users: Django's own UserAdmin needs the auth.* model permissions, which ops (staff in the "ops" group) do not hold,
+# so /admin/auth/user/ was a 403. Ops read users here and make or unmake ops through the service; passwords,
+# names and memberships are changed on the portal's pages (and by the person), never here. Groups: the only one
+# that matters is "ops", which the actions below keep.
+User = get_user_model()
+for _model in (User, Group):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    fk_name = "user"
+    fields = ["tenant", "project", "role", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_ops(request.user)
+
+
+@admin.register(User)
+class UserAdmin(OpsReadOnlyAdmin):
+    # Never the password hash.
+    fields = ["username", "email", "first_name", "last_name", "is_active", "is_staff", "is_superuser", "last_login",
+              "date_joined"]
+    list_display = ["username", "email", "is_active", "platform_ops", "last_login", "date_joined"]
+    list_filter = ["is_active", "is_staff", "is_superuser"]
+    search_fields = ["username", "email", "first_name", "last_name"]
+    inlines = [MembershipInline]
+    actions = ["make_ops", "remove_ops"]
+
+    @admin.display(boolean=True, description="Platform ops")
+    def platform_ops(self, user: Any) -> bool:
+        return is_ops(user)
+
+    @admin.action(description="Make platform ops")
+    def make_ops(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._each(request, queryset, "user(s) made ops", lambda actor, u: services.ops_user_ensure(actor=actor, user=u))
+
+    @admin.action(description="Remove from platform ops")
+    def remove_ops(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._each(request, queryset, "user(s) no longer ops", lambda actor, u: services.ops_user_remove(actor=actor, user=u))
+
+
+# Identity (single sign-on): the group mappings and the login settings are edited on /ops/identity/; here they are
+# read, a mapping can be removed, and each person's link to the identity provider is shown.
+@admin.register(GroupMapping)
+class GroupMappingAdmin(OpsReadOnlyAdmin):
+    list_display = ["group", "match", "tenant", "project", "role", "created_at"]
+    list_filter = ["role", "match", "tenant"]
+    search_fields = ["group"]
+    list_select_related = ["tenant", "project"]
+    actions = ["remove"]
+
+    @admin.action(description="Remove the selected group mappings")
+    def remove(self, request: HttpRequest, queryset: QuerySet[GroupMapping]) -> None:
+        self._each(request, queryset, "group mapping(s) removed",
+                   lambda actor, m: identity.group_mapping_delete(actor=actor, mapping=m))
+
+
+@admin.register(LoginSettings)
+class LoginSettingsAdmin(OpsReadOnlyAdmin):
+    pass
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(OpsReadOnlyAdmin):
+    list_display = ["user", "issuer", "subject", "email", "last_login_at"]
+    search_fields = ["user__username", "subject", "issuer"]
+    list_select_related = ["user"]

@@ -216,6 +216,19 @@ class Invitation(models.Model):
         return self.Status.EXPIRED.label if self.overdue else self.get_status_display()
 
 
+class SupersededInvitationLink(models.Model):
+    """A link an invitation had before it was sent again (``services.invitation_resend``): it opens nothing any
+    more, but its page can say that a newer invitation was sent, instead of "not a valid invitation". Only the
+    secret's sha256 is kept, as for the live link."""
+
+    invitation = models.ForeignKey(Invitation, on_delete=models.CASCADE, related_name="superseded_links")
+    secret_hash = models.CharField(max_length=64, unique=True)
+    superseded_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"old link of invitation {self.invitation_id}"
+
+
 class AuditEntryQuerySet(models.QuerySet):
     def update(self, **kwargs):
         raise PermissionError("Audit entries are append-only.")

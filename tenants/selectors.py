@@ -126,6 +126,19 @@ def invitation_by_secret(secret: str) -> Invitation | None:
     return Invitation.objects.select_related("tenant", "project").filter(secret_hash=digest).first()
 
 
+def invitation_superseded_by_secret(secret: str) -> Invitation | None:
+    """The invitation whose earlier link this secret was (it was sent again since: a newer link exists), or None."""
+    import hashlib
+
+    from .models import SupersededInvitationLink
+
+    if not secret or len(secret) > 100:
+        return None
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    old = SupersededInvitationLink.objects.select_related("invitation__tenant").filter(secret_hash=digest).first()
+    return old.invitation if old is not None else None
+
+
 def tenant_members(*, tenant: Tenant) -> QuerySet[Any]:
     """The active users who hold any role in ``tenant`` (for picking one, never for searching others)."""
     from django.contrib.auth import get_user_model

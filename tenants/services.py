@@ -26,7 +26,7 @@ from .access import Actor, has_perm, permissions_sync, permissions_sync_tenant
 from .audit import audit_record, snapshot
 from .authentication import token_generate
 from .guards import require, require_ops
-from .models import ApiToken, Invitation, Membership, Project, Role, Tenant
+from .models import ApiToken, Invitation, Membership, Project, Role, SupersededInvitationLink, Tenant
 from .selectors import signup_usernames_for
 
 logger = logging.getLogger(__name__)
@@ -405,6 +405,9 @@ def invitation_resend(*, actor: Actor, invitation: Invitation, base_url: str = "
     current = (Invitation.objects.select_for_update(of=("self",)).select_related("tenant", "project")
                .filter(pk=invitation.pk).first())
     moved: Invitation | None = None
+    if current is not None and current.status in (Invitation.Status.PENDING, Invitation.Status.EXPIRED):
+        # The old link stops working; its page will say that a newer invitation was sent.
+        SupersededInvitationLink.objects.get_or_create(secret_hash=current.secret_hash, defaults={"invitation": current})
     if current is not None and current.status == Invitation.Status.PENDING:
         # Still pending: the status stays; the row gets the new link (the lock keeps an accept out meanwhile).
         before = invitation_states.invitation_snapshot(current)

@@ -492,6 +492,9 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
     back), or choose a username and password here. An unknown link is a 404 that says nothing more."""
     invitation = selectors.invitation_by_secret(secret)
     if invitation is None:
+        newer = selectors.invitation_superseded_by_secret(secret)
+        if newer is not None:  # an earlier link of an invitation sent again: say so, and where the new one went
+            return _accept_page(request, None, superseded=newer, status=410)
         return _accept_page(request, None, status=404)
     if invitation.overdue:
         services.invitation_expire(invitation=invitation)

@@ -156,6 +156,7 @@ def extension_request_cancel(*, actor: Actor, extension: ExtensionRequest) -> Ex
                  fields={"decided_at": timezone.now()})
     if moved is None:
         raise _already(ext)
+    after_commit(notify.extension_withdrawn_notify, moved.pk)  # the approvers asked: nothing waits for them now
     return moved
 
 

@@ -9,6 +9,7 @@ and its errors (``parameters.<name>``, ``gpus``...) are put back next to the fie
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from decimal import Decimal
 from types import SimpleNamespace
@@ -54,12 +55,38 @@ class ListField(forms.CharField):
         text = super().to_python(value)
         if not text:
             return None
+        if text.strip().startswith("["):
+            return self._from_json(text.strip())
         items: list[Any] = []
         for number, line in enumerate(_lines(text), start=1):
             try:
                 items.append(_convert(line, self.item_type))
             except (ValueError, ArithmeticError):
                 raise ValidationError(f"Line {number}: “{line}” is not a {self.item_type}.") from None
+        return items
+
+    def _from_json(self, text: str) -> list[Any]:
+        """A JSON list pasted as the README and the API write it (``["--epochs", "3"]``): its items, each
+        converted as a line would be. Anything else that starts with ``[`` is refused with the reason."""
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise ValidationError(f"This starts like a JSON list but is not valid JSON ({exc.msg}, character "
+                                  f"{exc.pos + 1}). Write one item per line, or a JSON list such as "
+                                  '["--epochs", "3"].') from None
+        if not isinstance(parsed, list):
+            raise ValidationError("Write one item per line, or a JSON list such as [\"--epochs\", \"3\"].")
+        items: list[Any] = []
+        for number, item in enumerate(parsed, start=1):
+            if isinstance(item, (list, dict)) or item is None:
+                raise ValidationError(f"Item {number} of the JSON list is not a {self.item_type}: "
+                                      f"{json.dumps(item)}.")
+            try:
+                items.append(item if self.item_type == "string" and isinstance(item, str)
+                             else _convert(item if isinstance(item, str) else json.dumps(item), self.item_type))
+            except (ValueError, ArithmeticError):
+                raise ValidationError(f"Item {number} of the JSON list, {json.dumps(item)}, is not a "
+                                      f"{self.item_type}.") from None
         return items
 
 
@@ -141,7 +168,7 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
         return field
     if widget == "list":
         item_type = (spec.get("items") or {}).get("type", "string")
-        common["help_text"] = " ".join(filter(None, [common["help_text"], "One per line."]))
+        common["help_text"] = " ".join(filter(None, [common["help_text"], "One per line, or a JSON list."]))
         return ListField(item_type=item_type, **common)
     if widget == "mapping":
         common["help_text"] = " ".join(filter(None, [common["help_text"], "One NAME=value per line."]))
@@ -218,7 +245,7 @@ class RequestForm(OneTimeFormMixin, forms.Form):
                 self.flavors[str(f.pk)] = f
         fields = self.fields
         fields["project"].choices = [(slug, f"{p.name} ({p.tenant.name})") for slug, p in self.projects.items()]
-        fields["flavor"].choices = [(pk, str(f)) for pk, f in self.flavors.items()]
+        fields["flavor"].choices = [(pk, f.offered_label) for pk, f in self.flavors.items()]  # HAMi: with its share
         curated = [i for i in images if template.kind in (i.kinds or [])]
         fields["image"].choices = [(i.reference, f"{i.name} — {i.reference}") for i in curated] + [
             (CUSTOM_IMAGE, "Custom image…")
@@ -279,10 +306,17 @@ class RequestForm(OneTimeFormMixin, forms.Form):
 
         project = self.projects.get(str(value("project") or "")) or next(iter(self.projects.values()), None)
         flavor = self.flavors.get(str(value("flavor") or "")) or next(iter(self.flavors.values()), None)
+        # The parameters too (a distributed job's workers, a notebook's home size), as the API's estimate reads them.
+        if data is not None:
+            parameters = self.parameters()
+        else:
+            parameters = {spec["name"]: value(PARAM + spec["name"]) for spec in self.parameter_specs
+                          if value(PARAM + spec["name"]) is not None}
         return SimpleNamespace(
             tenant=project.tenant if project is not None else None, project=project, template=self.template,
             flavor=flavor, gpus=value("gpus"), replicas=value("replicas") or 1, cpu=value("cpu"),
             memory_gib=value("memory_gib"), duration_hours=value("duration_hours"), priority=value("priority"),
+            parameters=parameters,
         )
 
     # -- cleaned data for the service --------------------------------------------------------------

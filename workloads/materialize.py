@@ -31,7 +31,7 @@ from django.utils import timezone
 from portal import labels, prometheus
 from portal.events import enqueue
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
-from portal.notify import notify_send
+from portal.notify import notify_send, portal_link
 
 from . import hooks, kinds
 from .manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
@@ -439,6 +439,7 @@ def _notice(req: WorkloadRequest, text: str) -> None:
     if not email:
         return
     # The mail server's trouble never undoes the stop: logged by the notifier, and no "sent" entry.
-    if notify_send(subject=f"[GPU portal] {req.project.slug}/{req.name} stopped", body=f"{text}\n", to=[email],
+    if notify_send(subject=f"[GPU portal] {req.project.slug}/{req.name} stopped",
+                   body=f"{text}\n\nThe request: {portal_link(f'/requests/{req.pk}/')}\n", to=[email],
                    topic="idle notice"):
         RequestEvent.objects.create(request_id=req.pk, actor_label=HOUSEKEEPING, message=f"Notice sent to {email}.")

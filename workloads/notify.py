@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from portal.notify import notify_send
+from portal.notify import notify_send, portal_link
 
 
 def _addresses(people: Iterable[Any]) -> list[str]:
@@ -44,6 +44,7 @@ def request_decided_notify(request_id: int) -> None:
     ]
     if comment:
         lines.append(("Reason: " if req.state == "rejected" else "Comment: ") + comment)
+    lines.append(f"The request: {portal_link(f'/requests/{req.pk}/')}")
     address = getattr(req.requested_by, "email", "")
     notify_send(
         subject=subject, body="\n\n".join(lines), to=[address] if address else [], topic="request",
@@ -58,6 +59,32 @@ def request_decided_notify(request_id: int) -> None:
             "requested_by": req.requested_by.get_username(),
         },
     )
+
+
+def request_preempted_notify(request_id: int) -> None:
+    """Email the requester that the cluster preempted their request: by whom (named only if the requester may see
+    it), at what priority, and what happens next (``workloads.preemption``)."""
+    from tenants.access import Actor
+
+    from .models import RequestState, WorkloadRequest
+    from .preemption import notice
+
+    req = (WorkloadRequest.objects.select_related("project", "template", "requested_by", "flavor")
+           .filter(pk=request_id).first())
+    if req is None:
+        return
+    event = req.events.filter(to_state=RequestState.PREEMPTED).order_by("-at", "-id").first()
+    said = notice(req, event.message if event else "", actor=Actor(user=req.requested_by))
+    if said is None:
+        return
+    subject = f"[GPU portal] {req.project.slug}/{req.name} was preempted"
+    lines = [f"Your request {req.name} ({req.template.name}, {req.gpus} x {req.flavor}) in project {req.project.slug} "
+             "was preempted.", said.text, said.next, f"The request's page: {portal_link(f'/requests/{req.pk}/')}"]
+    _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses([req.requested_by]),
+          payload={"event": "request.preempted", "request": req.pk, "name": req.name, "project": req.project.slug,
+                   "priority": req.priority, "why": said.text,
+                   "preemptor": said.preemptor.name if said.preemptor is not None else None,
+                   "requested_by": req.requested_by.get_username()})
 
 
 # The approvers' side: something waits for them --------------------------------------------------------------------
@@ -85,7 +112,7 @@ def request_waiting_notify(request_id: int, *, reminder: bool = False) -> None:
         f"{req.priority}) in project {req.project.slug} ({req.project.tenant.name}).",
         f"Why it needs an approver: {req.pending_reason or 'no approval rule lets it through.'}",
         f"Submitted {req.created_at:%Y-%m-%d %H:%M} UTC.",
-        "Decide on the portal's Approvals page (/approvals/), or with POST /api/v1/requests/"
+        f"Decide on the portal's Approvals page ({portal_link('/approvals/')}), or with POST /api/v1/requests/"
         f"{req.pk}/approve/ or /reject/.",
     ]
     _send(
@@ -98,6 +125,36 @@ def request_waiting_notify(request_id: int, *, reminder: bool = False) -> None:
             "why": req.pending_reason, "approvers": [u.get_username() for u in approvers],
         },
     )
+
+
+def request_withdrawn_notify(request_id: int, *, actor_user_id: int | None = None) -> None:
+    """Email the approvers who were asked to decide on a request (``selectors.request_approvers``, less whoever
+    cancelled it) that it was cancelled while it waited: it no longer waits for them, and has left their inbox."""
+    from .models import RequestState, WorkloadRequest
+    from .selectors import request_approvers
+
+    req = (
+        WorkloadRequest.objects.select_related("project__tenant", "template", "requested_by", "flavor")
+        .filter(pk=request_id, state=RequestState.CANCELLED)
+        .first()
+    )
+    if req is None:
+        return
+    approvers = [u for u in request_approvers(project=req.project, exclude_user_id=req.requested_by_id)
+                 if u.pk != actor_user_id]
+    last = req.events.order_by("-at", "-id").first()
+    by = last.actor_label if last else req.requested_by.get_username()
+    subject = f"[GPU portal] Withdrawn, no decision needed: {req.project.slug}/{req.name}"
+    lines = [
+        f"{req.name} ({req.template.name}, {req.gpus} x {req.flavor}) in project {req.project.slug}, which waited "
+        f"for your decision, was cancelled by {by}. Nothing is left to decide; it is no longer in your inbox.",
+    ]
+    if last and last.message:
+        lines.append(last.message)
+    lines.append(f"Your Approvals page: {portal_link('/approvals/')}")
+    _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses(approvers),
+          payload={"event": "request.withdrawn", "request": req.pk, "name": req.name, "project": req.project.slug,
+                   "tenant": req.project.tenant.slug, "by": by, "approvers": [u.get_username() for u in approvers]})
 
 
 def _extension(extension_id: int) -> Any:
@@ -139,12 +196,30 @@ def extension_waiting_notify(extension_id: int, *, reminder: bool = False) -> No
         f"{req.gpus} x {req.flavor}) in project {req.project.slug}: {req.duration_hours} h now, "
         f"{req.duration_hours + ext.hours} h with the extension.",
         f"Reason: {ext.reason}",
-        "Decide on the portal's Approvals page (/approvals/), or with POST /api/v1/extension-requests/"
+        f"Decide on the portal's Approvals page ({portal_link('/approvals/')}), or with POST /api/v1/extension-requests/"
         f"{ext.pk}/approve/ or /reject/.",
     ]
     _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses(approvers),
           payload=_extension_payload(ext, "reminder" if reminder else "submitted")
           | {"approvers": [u.get_username() for u in approvers]})
+
+
+def extension_withdrawn_notify(extension_id: int) -> None:
+    """Email the approvers who were asked about an extension request that the requester withdrew it."""
+    from .models import ExtensionRequest
+    from .selectors import request_approvers
+
+    ext = _extension(extension_id)
+    if ext is None or ext.status != ExtensionRequest.Status.CANCELLED:
+        return
+    req = ext.request
+    approvers = request_approvers(project=req.project, exclude_user_id=ext.requested_by_id)
+    subject = f"[GPU portal] Withdrawn, no decision needed: {req.project.slug}/{req.name} +{ext.hours} h"
+    lines = [f"{ext.requested_by.get_username()} withdrew the request for {ext.hours} more hours for {req.name} in "
+             f"project {req.project.slug}. Nothing is left to decide; it is no longer in your inbox.",
+             f"Your Approvals page: {portal_link('/approvals/')}"]
+    _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses(approvers),
+          payload=_extension_payload(ext, "withdrawn") | {"approvers": [u.get_username() for u in approvers]})
 
 
 def extension_decided_notify(extension_id: int) -> None:
@@ -161,6 +236,7 @@ def extension_decided_notify(extension_id: int) -> None:
         lines.append(f"It may now run for {req.duration_hours} hours in all.")
     if ext.comment:
         lines.append(("Reason: " if ext.status == "rejected" else "Comment: ") + ext.comment)
+    lines.append(f"The request: {portal_link(f'/requests/{req.pk}/')}")
     _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses([ext.requested_by]),
           payload=_extension_payload(ext, ext.status))
 
@@ -187,7 +263,7 @@ def quota_request_remind_notify(quota_request_id: int) -> None:
         f"asked by {qr.requested_by.get_username()} on {qr.created_at:%Y-%m-%d %H:%M} UTC.",
         f"Decided by: {qr.get_approver_display()}.",
         f"Reason: {qr.reason}",
-        "Decide on the portal's Quota requests page (/quota-requests/).",
+        f"Decide on the portal's Quota requests page ({portal_link('/quota-requests/')}).",
     ]
     _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses(approvers),
           payload=request_payload(qr, event="reminder", actor_label="system"))

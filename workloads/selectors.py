@@ -453,19 +453,33 @@ def template_flavors_for(*, template: ServiceTemplate, projects: Iterable[Projec
     """The flavors a request from ``template`` may ask for: allowed by the template, active, enforced by their
     cluster's architecture (``quotas.selectors.enforced_flavor_q``), schedulable for the template's kind
     (``manifests.kueue_cannot_admit``), and, with ``projects``, where one of them has quota (a ceiling above
-    0: ``quota_ceiling``). The submission service refuses the others with the reason; the form never offers them."""
+    0: ``quota_ceiling``) and the queues rendered for it can admit the template's kind on the flavor given enough
+    free capacity (``quotas.selectors.queue_offers``: ``quotas.manifests.queue_admits``). The submission service
+    refuses the others with the reason; the form, the catalogue, the API and the CLI never offer them."""
     from quotas.selectors import enforced_flavor_q
 
     from .manifests import kueue_cannot_admit
 
     flavors = [
         f for f in template.allowed_flavors.filter(enforced_flavor_q()).select_related("cluster").order_by("order", "name")
-        if not kueue_cannot_admit(kind=template.kind, flavor=f)
+        if not kueue_cannot_admit(kind=template.kind, flavor=f) and f.hami_sized
     ]
     if projects is None:
         return flavors
-    usable = set().union(*flavors_with_quota(projects=projects).values())
+    projects = list(projects)
+    admitted = queue_offered_flavors(projects=projects, kind=template.kind)
+    usable = set().union(*(ids & admitted.get(pk, set()) for pk, ids in flavors_with_quota(projects=projects).items()))
     return [f for f in flavors if f.pk in usable]
+
+
+def queue_offered_flavors(*, projects: Iterable[Project], kind: str) -> dict[int, set[int]]:
+    """Per project id, the ids of the flavors its queues admit ``kind`` on (``quotas.selectors.queue_offers``)."""
+    from quotas.selectors import queue_offers
+
+    out: dict[int, set[int]] = {}
+    for project, _kind, flavor in queue_offers(projects=list(projects), kinds=[kind]):
+        out.setdefault(project, set()).add(flavor)
+    return out
 
 
 # Submitting again: a request's values, saved presets ------------------------------------------------------

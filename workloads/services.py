@@ -32,6 +32,7 @@ from portal.exceptions import (
 )
 from portal.quantities import fmt
 from quotas.capacity import flavor_enforcement, is_enforced
+from quotas import manifests as quota_manifests
 from quotas.models import Flavor
 from tenants.access import Actor
 from tenants.audit import audit_append, audit_entry, audit_record, snapshot
@@ -127,6 +128,18 @@ def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, fi
             f"({fmt(ceiling.nominal)} nominal + {borrow} = {fmt(ceiling.total)}). Ask for more quota or request less."
         )
     raise Invalid(message, field=field)
+
+
+def _check_queue_admits(*, project: Project, template: ServiceTemplate, flavor: Flavor) -> None:
+    """Refuse what the project's queues could never admit, whatever the free capacity (``quotas.manifests.queue_admits``,
+    the rule the form and the API offer by): say which queue it would wait in, and what would let it run."""
+    if flavor.pk in selectors.queue_offered_flavors(projects=[project], kind=template.kind).get(project.pk, set()):
+        return
+    queue = quota_manifests.local_queue_name(flavor.cluster, project.slug, kind=template.kind)
+    raise Invalid(
+        f"This can never run: a {template.get_kind_display().lower()} on {flavor} in project {project.slug} goes to "
+        f"queue {queue}, which has no quota for {flavor} on cluster {flavor.cluster.name}. Choose a flavor the form "
+        f"offers for this project, or ask for quota for it.", field="flavor")
 
 
 # Approval rules --------------------------------------------------------------------------------
@@ -280,11 +293,14 @@ def _check_data_volume(actor: Actor, project: Project, parameters: dict[str, Any
     claim = str(parameters.get("data_volume") or "").strip()
     if not claim:
         return None
-    usable = Volume.objects.filter(project=project, name=claim).filter(Q(owner__isnull=True) | Q(owner=actor.user))
-    if usable.exists():
+    usable = Volume.objects.filter(project=project).filter(Q(owner__isnull=True) | Q(owner=actor.user))
+    if usable.filter(name=claim).exists():
         return None
+    names = list(usable.order_by("name").values_list("name", flat=True)[:20])
+    allowed = (f"You may mount: {', '.join(names)}." if names else
+               "You have none there yet: a notebook's home volume is yours, and a project admin can share one.")
     return (f"Volume {claim} is not one you may mount in {project.slug}: only your own volumes and the project's "
-            "shared volumes may be mounted.")
+            f"shared volumes may be mounted. {allowed}")
 
 
 # Submitting again: clones and presets --------------------------------------------------------------------
@@ -517,6 +533,10 @@ def _check_flavor(template: ServiceTemplate, flavor: Flavor | None, errors: _Err
             # Offered but not enforced by the cluster's architecture: it would be admitted by nothing, ever.
             errors.add("flavor", enforcement.reason)
             return flavor
+    if not flavor.hami_sized:
+        errors.add("flavor", f"HAMi flavor {flavor.name} has no share size yet (memory and cores per vGPU): platform ops "
+                             f"set it on the flavor's page. Choose another flavor meanwhile.")
+        return flavor
     if manifests.kueue_cannot_admit(kind=template.kind, flavor=flavor):
         # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
         errors.add("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "
@@ -706,6 +726,7 @@ def _submit(
     # The request could never be admitted: refuse now rather than queue it forever.
     demand = request_demand(flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu)
     _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if size.replicas > 1 else "gpus")
+    _check_queue_admits(project=project, template=template, flavor=flavor)
 
     decision = approval_decide(
         actor=actor, project=project, template=template, hours=size.duration_hours, priority=size.priority,
@@ -781,9 +802,12 @@ def request_cancel(*, actor: Actor, request: WorkloadRequest, reason: str = "") 
     """Withdraw a request before it ever ran (a running one is stopped instead)."""
     req = _fresh(request)
     _require_owner_or_approver(actor, req, "cancel")
+    was_waiting = req.state == S.PENDING_APPROVAL
     text = f"Cancelled by {actor.label}" + (f": {reason}" if reason else ".")
     if not move(req, to=S.CANCELLED, actor_label=actor.label, actor=actor, reason=text, only_from=CANCELLABLE):
         raise _refused(req, "cancelled", "Stop it instead." if req.state not in FINAL else "")
+    if was_waiting:  # the approvers who were asked are told it no longer waits (it has left their inbox)
+        after_commit(notify.request_withdrawn_notify, req.pk, actor_user_id=actor.user.pk if actor.user else None)
     _on_commit_changed(req, "cancel")
     return req
 

@@ -50,16 +50,18 @@ from django.core.cache import cache
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
+from portal.events import after_commit
 from portal.extensions import usage_meter
 from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 
 from portal.labels import INSTALLATION_LABEL, OUTCOME_FINALIZER, REQUEST_LABEL
 from portal.leases import Lease
 
-from . import kinds
+from . import kinds, notify
 from .manifests import _installation_id, cluster_queue_name, uses_volcano
 from .models import Reclaim, RequestState, WorkloadRequest
 from .pending import request_pending_reason
+from .preemption import preemption_of
 from .states import ACTIVE, move
 
 logger = logging.getLogger(__name__)
@@ -161,12 +163,10 @@ def object_key(f: Followed, obj: dict[str, Any]) -> str:
 # Kueue's eviction message names the preemptor by its Workload's UID ("Preempted to accommodate a workload (UID:
 # <uid>, JobUID: <uid>) due to reclamation within the cohort; ..."; older Kueue: "(UID: <uid>) due to ...").
 RECLAIM_RE = re.compile(r"to accommodate a workload \(UID: ([^,)\s]+)[^)]*\) due to reclamation within the cohort")
-
-
 def reclaimed_for(message: str | None) -> str | None:
     """The lender's Workload UID when ``message`` is Kueue's eviction for a reclaim within the cohort, else None."""
-    match = RECLAIM_RE.search(message or "")
-    return match.group(1) if match else None
+    found = preemption_of(message)
+    return found.uid if found is not None and found.why == "reclaim" else None
 
 
 def current_workload_uid(objects: dict[str, dict[str, Any]]) -> str:
@@ -213,6 +213,10 @@ def newly_evicted(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None
     return None
 
 
+def pods_running(n: int) -> str:
+    return f"{n} pod running" if n == 1 else f"{n} pods running"
+
+
 @dataclass(frozen=True)
 class Derived:
     state: str
@@ -248,7 +252,7 @@ def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
         if phase == "Restarting":
             return Derived(S.PREEMPTED, f"Volcano restarts the gang: {vc.get('msg') or 'a pod was evicted or failed'}.")
         if phase == "Running":
-            return Derived(S.RUNNING, f"Volcano scheduled the gang; {vc.get('running') or running} pod(s) running.")
+            return Derived(S.RUNNING, f"Volcano scheduled the gang; {pods_running(int(vc.get('running') or running))}.")
         return Derived(S.QUEUED, "Waiting in the Volcano queue.")
     # Kueue's word first: a pod still shown running while its Workload was just evicted is on its way out.
     admitted = not workloads or any(((w.get("c") or {}).get("Admitted") or [""])[0] == "True" for w in workloads)
@@ -257,7 +261,7 @@ def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
         state, reason = kind_derive(objects, admitted, running)
         return Derived(state, reason)
     if admitted and running and not (job or {}).get("suspend"):
-        return Derived(S.RUNNING, f"Admitted; {running} pod(s) running.")
+        return Derived(S.RUNNING, f"Admitted; {pods_running(running)}.")
     return Derived(S.QUEUED, "Waiting for admission.")
 
 
@@ -281,6 +285,8 @@ class _Tracked:
     changed: bool = False
     admitted: Any = None  # when the current run's admission was first seen in this cycle: ``_save`` stamps it
     reclaimed_for: str = ""  # the lender's Workload UID when this cycle evicted the request to reclaim quota
+    reason: str = ""  # the running request's line as the cluster says it now ("2 pods running"): ``_save`` keeps it
+    preempted: bool = False  # this cycle moved it to preempted: ``_save`` tells the requester, once the UIDs are kept
 
 
 def admitted_seen(objects: dict[str, dict[str, Any]]) -> bool:
@@ -562,6 +568,7 @@ class StatusFollower:
         if preempted and req.state in (S.QUEUED, S.RUNNING):
             moved = move(req, to=S.PREEMPTED, actor_label=ACTOR, reason=f"Preempted: {preempted}"[:500])
             stats.moves += moved
+            item.preempted = item.preempted or bool(moved)
             lender_uid = reclaimed_for(preempted)
             if moved and lender_uid:
                 # Evicted so that a lender in the cohort gets its quota back: kept for reclaim latency
@@ -571,6 +578,8 @@ class StatusFollower:
         derived = derive(req.template.kind, objects)
         target = derived.state
         if target == req.state:
+            if target == S.RUNNING:  # still running, but the line follows the cluster (pods, ready replicas)
+                item.reason = derived.reason
             self._note_admission(item)
             return
         if target == S.PREEMPTED:
@@ -607,6 +616,7 @@ class StatusFollower:
 
     def _save(self, items: Iterable[_Tracked], stats: CycleStats) -> None:
         """Write each request whose summary (or pending sentence) changed; unchanged ones cost nothing."""
+        items = list(items)
         queues: dict[str, dict[str, Any] | None] = {}
         uids: set[str] = set()  # Workload UIDs seen for the first time, and lenders named by this cycle's reclaims
         admitted: set[int] = set()
@@ -621,6 +631,10 @@ class StatusFollower:
             if uid and uid != req.workload_uid:
                 req.workload_uid = values["workload_uid"] = uid
                 uids.add(uid)
+            if item.reason:
+                if req.state == S.RUNNING and item.reason[:500] != req.state_reason:
+                    req.state_reason = values["state_reason"] = item.reason[:500]
+                item.reason = ""
             if item.reclaimed_for:
                 uids.add(item.reclaimed_for)
                 item.reclaimed_for = ""
@@ -649,6 +663,10 @@ class StatusFollower:
                 stats.db_writes += WorkloadRequest.objects.filter(pk=req.pk).update(**values)
         if uids or admitted:
             stats.db_writes += reclaims_link(uids=uids, admitted=admitted)
+        for item in items:
+            if item.preempted:  # after every Workload UID of the cycle is kept: the email can name the preemptor
+                item.preempted = False
+                after_commit(notify.request_preempted_notify, item.request.pk)
 
 
 def _target_of(req: WorkloadRequest) -> Any:

@@ -5,6 +5,7 @@ from . import ops_views, views
 urlpatterns = [
     path("requests/", views.request_list, name="request-list"),
     path("requests/new/", views.request_new, name="request-new"),
+    path("requests/new/estimate/", views.request_estimate, name="request-estimate"),
     path("requests/presets/<int:pk>/delete/", views.request_preset_delete, name="request-preset-delete"),
     path("requests/<int:pk>/", views.request_detail, name="request-detail"),
     path("requests/<int:pk>/logs/", views.request_logs, name="request-logs"),

@@ -19,7 +19,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -40,7 +40,7 @@ from tenants.selectors import projects_for, projects_where
 from tenants.ui import page
 
 from . import approvals as approvals_flow
-from . import extensions, policy, selectors, services
+from . import extensions, policy, preemption, selectors, services
 from .filters import RequestFilter
 from .forms import BulkDecisionForm, DecisionForm, ExtendForm, ExtensionAskForm, RequestForm, ScaleForm
 from .models import ExtensionRequest, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
@@ -165,11 +165,36 @@ def _request_form(actor: Actor, template: ServiceTemplate, data: Any = None, ini
     # ``flavors``: every active one the template allows (so a stale or forged choice is refused with its reason);
     # offered: those the projects can use (``template_flavors_for``).
     flavors = template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name")
-    return RequestForm(
+    form = RequestForm(
         data, initial=initial or {}, template=template, projects=_submittable(actor),
         images=selectors.images_for(actor=actor).filter(active=True), flavors=flavors,
         offered=selectors.template_flavors_for(template=template, projects=projects),
     )
+    _offer_volumes(actor, form)
+    return form
+
+
+VOLUME_FIELD = "param_data_volume"
+VOLUME_LIST = "data-volume-options"
+
+
+def _offer_volumes(actor: Actor, form: RequestForm) -> None:
+    """A data volume is picked from the volumes one may mount (one's own and the projects' shared ones, in the
+    projects of the form), suggested as one types and listed under the field; the service still decides."""
+    field = form.fields.get(VOLUME_FIELD)
+    if field is None:
+        return
+    mine = Q(owner__isnull=True) | Q(owner=actor.user) if actor.user is not None else Q(owner__isnull=True)
+    volumes = list(selectors.volumes_for(actor=actor).filter(mine, project__in=[p.pk for p in form.projects.values()])
+                   .order_by("project__name", "name")[:50])
+    form.data_volumes = volumes
+    field.widget.attrs.update({"list": VOLUME_LIST, "autocomplete": "off"})
+    if volumes:
+        listed = ", ".join(f"{v.name} ({v.project.name}, {'shared' if v.owner_id is None else 'yours'})" for v in volumes)
+        field.help_text = f"{field.help_text} You may mount: {listed}."
+    else:
+        field.help_text = (f"{field.help_text} You have no volume to mount yet: a notebook's home volume is yours, and a "
+                           "project admin can share one.")
 
 
 def _cost_estimate(form: RequestForm) -> str | None:
@@ -195,6 +220,9 @@ def request_new(request: HttpRequest) -> HttpResponse:
     in_view = (chosen if chosen and request.method != "POST" else projects) or None
     template = _template_from(actor, request.GET.get("template"), in_view)
     context: dict[str, Any] = {"project_slug": project_slug, "has_projects": bool(projects)}
+    if not projects:  # a viewer is told that his role only reads, not to ask to become a member of what he is in
+        context["read_only_projects"] = list(projects_where(actor=actor, perm="view_project").filter(
+            status="active", tenant__status="active").order_by("tenant__name", "name")[:5])
     if template is None:
         context["presets"] = selectors.presets_for(actor=actor).filter(
             project__in=[p.pk for p in in_view or []]).order_by("project__name", "name")
@@ -227,12 +255,16 @@ def request_new(request: HttpRequest) -> HttpResponse:
             except (PortalError, ValidationError) as exc:
                 form.add_service_error(exc)
             else:
+                # A name made up by the service is said, never silent.
+                named = "" if form.cleaned_data.get("name") else f" No name was given: it is called {req.name}."
                 if getattr(req, "replayed", False):
                     messages.info(request, f"This form was already sent: here is request {req.name}.")
                 elif req.state == S.PENDING_APPROVAL:
-                    messages.success(request, f"Request {req.name} submitted. It waits for a project admin's approval.")
+                    messages.success(request, f"Request {req.name} submitted. It waits for a project admin's approval."
+                                     + named)
                 else:
-                    messages.success(request, f"Request {req.name} submitted and {req.get_state_display().lower()}.")
+                    messages.success(request, f"Request {req.name} submitted and {req.get_state_display().lower()}."
+                                     + named)
                 url = reverse("request-detail", kwargs={"pk": req.pk})
                 once.done(url, f"This form was already sent: here is request {req.name}.")
                 return redirect(url)
@@ -246,9 +278,32 @@ def request_new(request: HttpRequest) -> HttpResponse:
         if dropped:
             messages.warning(request, "Not carried over: " + "; ".join(dropped) + ".")
     presets = selectors.presets_for(actor=actor).filter(template_slug=template.slug, project__in=[p.pk for p in projects])
-    context |= {"template": template, "form": form, "cost_estimate": _cost_estimate(form), "budget_left": budget_remaining.call(form.asked_for()), "started_from": started_from,
-                "presets": presets.order_by("project__name", "name")}
+    context |= {"form": form, "started_from": started_from, "presets": presets.order_by("project__name", "name")}
+    context |= _estimate_context(form, template)
     return page(request, "workloads/request_form.html", context)
+
+
+@login_required
+@require_POST
+def request_estimate(request: HttpRequest) -> HttpResponse:
+    """htmx: the form's cost estimate (and budget line) for the values it holds now, sent on every change. Writes
+    nothing; the figure is the one the API's ``cost_estimate`` gives the request once submitted."""
+    actor = _actor(request)
+    projects = list(_submittable(actor))
+    template = _template_from(actor, request.GET.get("template"), projects or None)
+    if template is None:
+        raise Http404("No such template.")
+    form = _request_form(actor, template, request.POST, projects=projects or None)
+    form.is_valid()  # what is valid counts; a field with an error gives no estimate rather than a stale one
+    return render(request, "workloads/_cost_estimate.html", _estimate_context(form, template))
+
+
+def _estimate_context(form: RequestForm, template: ServiceTemplate) -> dict[str, Any]:
+    asked = form.asked_for()
+    missing = [form.fields[name].label or name for name in ("gpus", "duration_hours", "cpu", "memory_gib")
+               if name in form.fields and getattr(asked, name) in (None, "")]
+    return {"template": template, "cost_estimate": None if missing else _cost_estimate(form), "billing": cost_estimator.active,
+            "budget_left": budget_remaining.call(asked), "estimate_missing": missing}
 
 
 def _start_from(request: HttpRequest, actor: Actor, template: ServiceTemplate, form: RequestForm) -> tuple[str, list[str]]:
@@ -268,6 +323,10 @@ def _start_from(request: HttpRequest, actor: Actor, template: ServiceTemplate, f
             raise Http404("No such preset.")
         preset = get_object_or_404(selectors.presets_for(actor=actor), pk=int(preset_id))
         dropped = form.prefill(preset.values, project=preset.project.slug)
+        # The names typed before "Save as preset" stay: the preset's, and the request's (``?name=``).
+        form.initial["preset_name"] = preset.name
+        if request.GET.get("name"):
+            form.initial["name"] = request.GET["name"][:40]
         return f"Starting from your preset “{preset.name}” ({preset.project.name}).", dropped
     return "", []
 
@@ -289,7 +348,10 @@ def _preset_save(request: HttpRequest, actor: Actor, template: ServiceTemplate, 
         form.add_error("preset_name" if getattr(exc, "field", "") in ("name", "template") else None, _error_text(exc))
         return None
     messages.success(request, f"Preset “{preset.name}” {'saved' if created else 'updated'} for {project.name}.")
-    return redirect(f"{reverse('request-new')}?{urlencode({'template': template.slug, 'project': project.slug, 'preset': preset.pk})}")
+    query = {"template": template.slug, "project": project.slug, "preset": preset.pk}
+    if form.cleaned_data.get("name"):  # the request's name typed so far is kept for the Submit that follows
+        query["name"] = form.cleaned_data["name"]
+    return redirect(f"{reverse('request-new')}?{urlencode(query)}")
 
 
 @login_required
@@ -390,13 +452,21 @@ def _queue_name(req: WorkloadRequest) -> str:
 
 
 def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
+    # Preemptions in plain words, naming the preemptor only where the reader may see it (workloads/preemption.py).
+    timeline = preemption.timeline_explained(req, selectors.request_timeline(req), actor=actor)
+    notice = preemption.latest_notice(req, timeline)
+    cluster = cluster_facts(req)
+    for workload in cluster["workloads"]:
+        for condition in workload["conditions"]:
+            condition["message"] = preemption.redacted(condition["message"], shown=False)
     return {
         "req": req,
         "pending": selectors.request_pending_reason(req),
         "queue_line": request_queue_line(req, queue=_queue_name(req)),
-        "timeline": selectors.request_timeline(req),
+        "timeline": timeline,
+        "preemption": notice,
         "actions": state_actions(req),
-        "cluster": cluster_facts(req),
+        "cluster": cluster,
         "notebook": notebook_access(actor, req),
         "poll": req.state not in FINAL,
         "poll_seconds": POLL_SECONDS,

@@ -7,10 +7,11 @@ from typing import Any
 from django import template
 from django.template.defaultfilters import linebreaksbr
 from django.template.defaulttags import CsrfTokenNode
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 
-from portal.quantities import fmt
+from portal.quantities import fmt, resource_unit
 from quotas import selectors
 from quotas.capacity import flavor_enforcement
 from tenants.templatetags.page_kit import day, stamp, url_kept, written
@@ -23,6 +24,13 @@ register = template.Library()
 def qty(value: Any, none: str = "no limit") -> str:
     """``12`` rather than ``12.000``; ``None`` (no limit) as ``none``."""
     return none if value is None or value == "" else fmt(value)
+
+
+@register.filter
+def resource_label(resource: str) -> SafeString:
+    """A resource's name with the unit its figures are in: ``memory`` (GiB), ``nvidia.com/total-gpumem`` (MiB of
+    GPU memory), ``nvidia.com/gpu`` (count), for the Resource column of quota and capacity tables."""
+    return format_html('<code>{}</code> <span class="unit muted small">({})</span>', resource, resource_unit(resource))
 
 
 @register.filter

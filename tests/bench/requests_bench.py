@@ -1,6 +1,7 @@
 """Benchmark of the request lifecycle (a script, not a test): submission through the API, and status following.
 
     python tests/bench/requests_bench.py [--submit 1000] [--active 1000,5000] [--changes 0,10,100] [--cluster real]
+                                         [--follow-real 5000 --samples 20]
 
 ``--cluster real``: the submissions go to the real control plane (kube-apiserver, Kueue; make cluster-build first)
 and Kueue's own admission rate is printed next to the portal's materialisation rate.
@@ -658,6 +659,121 @@ def bench_follow(active_counts: list[int], change_counts: list[int], tmp: Path) 
             sandbox.stop()
 
 
+def bench_follow_real(active: int, samples: int, tmp: Path) -> None:
+    """The status follower's lag on the real control plane with ``active`` live Workloads: ``active`` training
+    requests whose Jobs wait in Kueue (the project's GPU quota is 0); then, ``samples`` times, one more GPU of quota,
+    so Kueue admits the head of the queue. Lag = from Kueue's Admitted reaching a watch on the API server to the
+    request's ``admitted_at`` in the database (what every page reads), each observed every 20 ms."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    from portal.kube import kube_cache_clear, kube_for
+    from quotas.models import Flavor, Quota
+    from quotas.reconcile import reconcile
+    from workloads.manifests import request_manifests
+    from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
+    from workloads.status import StatusFollower
+
+    print(f"\n2r. status following on the real control plane: {active} live Workloads, {samples} admissions")
+    kube_cache_clear()
+    real = RemoteReal(tmp / "follow-real.kubeconfig")
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        cluster, tenant, project, admin = make_world(real, gpus=0)
+        kube = kube_for(cluster)
+        flavor = Flavor.objects.get(cluster=cluster, name="h100-80gb-offline")
+        template = ServiceTemplate.objects.get(slug="training", version=1)
+        rows = WorkloadRequest.objects.bulk_create(
+            [WorkloadRequest(tenant=tenant, project=project, cluster=cluster, template=template, name=f"r{i}",
+                             image="img:1", flavor=flavor, gpus=1, duration_hours=1, state=RequestState.QUEUED,
+                             requested_by=admin, parameters={"command": "x"}) for i in range(active)], batch_size=1000)
+        for req in rows:
+            req.tenant, req.project, req.cluster, req.template, req.flavor = tenant, project, cluster, template, flavor
+        by_job = {req.k8s_name: req.pk for req in rows}
+        t0 = time.perf_counter()
+
+        def create(req: WorkloadRequest) -> None:
+            for obj in request_manifests(req):
+                kube.apply(obj)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, rows))
+        print(f"   {active} Jobs written in {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        while True:
+            items, version = kube.list("kueue.x-k8s.io/v1beta2", "Workload", project.namespace)
+            if len(items) >= active or time.perf_counter() - t0 > 900:
+                break
+            time.sleep(2)
+        print(f"   Kueue made {len(items)} Workloads (pending: no quota) {time.perf_counter() - t0:.0f} s later")
+        follower = StatusFollower(cluster, watch_seconds=1)
+        t0 = time.perf_counter()
+        follower.cycle(resync=True)
+        print(f"   the follower's first full cycle over {active} requests: {time.perf_counter() - t0:.1f} s")
+        connections.close_all()
+
+        seen_cluster: dict[int, float] = {}
+        seen_portal: dict[int, float] = {}
+
+        def follow() -> None:
+            while not stop.is_set():
+                follower.cycle(resync=False)
+            connections.close_all()
+
+        def watch_cluster() -> None:
+            rv = version
+            while not stop.is_set():
+                try:
+                    for _, wl in kube.watch("kueue.x-k8s.io/v1beta2", "Workload", project.namespace,
+                                            resource_version=rv, timeout_seconds=5):
+                        rv = (wl.get("metadata") or {}).get("resourceVersion") or rv
+                        owner = next(iter((wl.get("metadata") or {}).get("ownerReferences") or []), {})
+                        pk = by_job.get(owner.get("name", ""))
+                        admitted = any(c.get("type") == "Admitted" and c.get("status") == "True"
+                                       for c in (wl.get("status") or {}).get("conditions") or [])
+                        if pk and admitted and pk not in seen_cluster:
+                            seen_cluster[pk] = time.perf_counter()
+                except Exception:  # an expired watch (410) or a cut stream: start again from now
+                    rv = kube.list("kueue.x-k8s.io/v1beta2", "Workload", project.namespace)[1]
+
+        def watch_portal() -> None:
+            while not stop.is_set():
+                for pk in WorkloadRequest.objects.filter(admitted_at__isnull=False).exclude(
+                        pk__in=list(seen_portal)).values_list("pk", flat=True):
+                    seen_portal[pk] = time.perf_counter()
+                time.sleep(0.02)
+            connections.close_all()
+
+        for fn in (follow, watch_cluster, watch_portal):
+            threads.append(threading.Thread(target=fn, daemon=True))
+            threads[-1].start()
+        quota = Quota.objects.get(project=project, flavor=flavor, resource="nvidia.com/gpu")
+        lags: list[float] = []
+        for i in range(samples):
+            quota.nominal = Decimal(i + 1)
+            quota.save(update_fields=["nominal"])
+            Quota.objects.filter(tenant=tenant, project=None, flavor=flavor, resource="nvidia.com/gpu").update(
+                nominal=Decimal(i + 1))
+            reconcile(cluster, kube=kube)
+            deadline = time.perf_counter() + 120
+            while time.perf_counter() < deadline and len([pk for pk in seen_cluster if pk in seen_portal]) < i + 1:
+                time.sleep(0.05)
+        lags = sorted(seen_portal[pk] - seen_cluster[pk] for pk in seen_cluster if pk in seen_portal)
+        if lags:
+            print(f"   lag from Kueue's Admitted to the portal's database over {len(lags)} admissions: "
+                  f"p50 {pct(lags, 50):.2f} s, p95 {pct(lags, 95):.2f} s, max {lags[-1]:.2f} s")
+        else:
+            print("   no admission was seen")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        real.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--submit", type=int, default=1000)
@@ -680,6 +796,9 @@ def main() -> int:
                              "own admission rate is printed next to the portal's materialisation rate")
     parser.add_argument("--active", default="1000,5000")
     parser.add_argument("--changes", default="0,10,100")
+    parser.add_argument("--follow-real", type=int, default=0, metavar="N",
+                        help="with --cluster real: the follower's lag with N live Workloads on the real control plane")
+    parser.add_argument("--samples", type=int, default=20, help="admissions timed by --follow-real")
     args = parser.parse_args()
     setup_test_environment()
     settings.DEBUG = False
@@ -696,6 +815,8 @@ def main() -> int:
             elif args.submit:
                 bench_submit(args.submit, Path(tmp), workers=args.workers, concurrency=args.concurrency,
                              real=args.cluster == "real")
+            if args.cluster == "real" and args.follow_real:
+                bench_follow_real(args.follow_real, args.samples, Path(tmp))
             bench_follow([int(x) for x in args.active.split(",") if x], [int(x) for x in args.changes.split(",") if x], Path(tmp))
     finally:
         connections.close_all()

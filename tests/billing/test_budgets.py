@@ -117,17 +117,28 @@ def test_spend_sums_closed_and_running_usage_and_forecasts(api, cast, cat) -> No
 def test_each_alert_goes_out_once_per_threshold_and_month(cast, cat, django_capture_on_commit_callbacks) -> None:
     _setup_costs(cast, cat, minutes=30)
     spent = _spent(30)
-    Budget.objects.create(tenant=cast.acme, project=cast.vision, amount=(spent / Decimal("0.85")).quantize(Decimal("0.01")))
+    budget = Budget.objects.create(tenant=cast.acme, project=cast.vision,
+                                   amount=(spent / Decimal("0.85")).quantize(Decimal("0.01")))
     with django_capture_on_commit_callbacks(execute=True):
-        assert budgets.budgets_check() == 2  # 50 % and 80 %, not 100 %
+        assert budgets.budgets_check() == 1  # 50 % and 80 % crossed at once: only 80 % is sent
     with django_capture_on_commit_callbacks(execute=True):
         assert budgets.budgets_check() == 0
-    assert sorted(BudgetAlert.objects.values_list("threshold", flat=True)) == [50, 80]
-    # One message per recipient (the tenant's admins and the project's) and threshold.
+    assert sorted(BudgetAlert.objects.values_list("threshold", flat=True)) == [50, 80]  # 50 % covered, never sent
+    # One message per recipient (the tenant's admins and the project's), for the highest threshold only.
     recipients = {cast.alice.email, cast.bob.email} - {""}
     assert {a for m in mail.outbox for a in m.to} == recipients
-    assert len(mail.outbox) == 2 * len(recipients)
-    assert sorted({m.subject for m in mail.outbox})[1].endswith("reached 80% of its " + timezone.now().strftime("%B %Y") + " budget")
+    assert len(mail.outbox) == len(recipients)
+    month = timezone.now().strftime("%B %Y")
+    assert {m.subject for m in mail.outbox} == {
+        f"[GPU portal] Budget alert: project {cast.vision.slug} reached 80% of its {month} budget"}
+    assert "http://" in mail.outbox[0].body and "/tenants/acme/budgets/" in mail.outbox[0].body
+    # Later the spend passes 100 %: that one alert follows.
+    mail.outbox.clear()
+    Budget.objects.filter(pk=budget.pk).update(amount=(spent / Decimal("1.5")).quantize(Decimal("0.01")))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert budgets.budgets_check() == 1
+    assert {m.subject for m in mail.outbox} == {
+        f"[GPU portal] Budget alert: project {cast.vision.slug} reached 100% of its {month} budget"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -148,8 +159,9 @@ def test_concurrent_checks_send_each_alert_once(cast, cat) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert sum(results) == 3 and BudgetAlert.objects.count() == 3
-    assert len(mail.outbox) == 3 * len({cast.alice.email} - {""})
+    assert sum(results) == 1 and BudgetAlert.objects.count() == 3  # one alert, the highest: 100 %
+    assert len(mail.outbox) == len({cast.alice.email} - {""})
+    assert all("reached 100%" in m.subject and m.subject.startswith("[GPU portal] ") for m in mail.outbox)
 
 
 # ------------------------------------------------------------------------------------------------ refusal

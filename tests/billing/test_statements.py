@@ -200,6 +200,28 @@ def test_scoping_of_every_statement_endpoint(api, as_user, cast, cat) -> None:
     assert "Acme Research" in page and "Globex AI" not in page.split("<tbody>")[1]
 
 
+def test_statements_print_the_tenants_one_cost_centre(api, cast, cat) -> None:
+    """One cost centre, the tenant's: what the tenant pages show (CC-1001) is printed on its statements, with no
+    billing profile; ops changing it on the billing page change the tenant's, which the tenant page then shows."""
+    from billing.models import BillingProfile
+    from tenants.services import tenant_update
+
+    assert "cost_centre" not in {f.name for f in BillingProfile._meta.get_fields()}  # no second field of that name
+    tenant_update(actor=cast.actor("alice"), tenant=cast.acme, cost_centre="CC-1001")
+    assert "cost centre CC-1001" in api("alice").get("/tenants/acme/").content.decode()
+    body = _draft(api, "alice", "acme", "2026-01")
+    assert body["cost_centre"] == "CC-1001"
+    assert '<dd id="cost-centre">CC-1001</dd>' in api("alice").get(f"/statements/{body['id']}/").content.decode()
+    assert "CC-1001" in api("alice").get(f"{API}/{body['id']}/csv/").content.decode()
+    page = api("ops").get("/ops/tenants/acme/billing/").content.decode()
+    assert 'value="CC-1001"' in page
+    assert api("ops").post("/ops/tenants/acme/billing/", {"mode": "chargeback", "cost_centre": "CC-2040"}).status_code == 302
+    cast.acme.refresh_from_db()
+    assert cast.acme.cost_centre == "CC-2040"
+    assert "cost centre CC-2040" in api("alice").get("/tenants/acme/").content.decode()
+    assert _draft(api, "alice", "acme", "2026-01")["cost_centre"] == "CC-2040"
+
+
 def test_csv_and_the_page_show_lines_totals_and_cost_centre(api, cast, cat) -> None:
     _price(cast, "gpu", "2.50", JAN, key="h100-80gb")
     req = make_request(cat, cast.vision, cast.carol, state="succeeded", gpus=2)

@@ -205,6 +205,44 @@ def test_list_status_cancel_templates_flavors(gp, cast, cat) -> None:
     assert {f["name"] for f in json.loads(gp("flavors", "-o", "json").stdout)} == {"h100", "a100-1g.10gb", "cpu"}
 
 
+def test_stop_and_cancel_force_end_a_running_request(gp, cast, cat) -> None:
+    ids = [int(gp("submit", *TRAIN, "--name", name, "-q").stdout) for name in ("one", "two")]
+    for pk in ids:
+        req = WorkloadRequest.objects.get(pk=pk)
+        move(req, to=S.QUEUED, actor_label="cluster", reason="created")
+        move(WorkloadRequest.objects.get(pk=pk), to=S.RUNNING, actor_label="cluster", reason="started")
+
+    refused = gp("cancel", str(ids[0]))
+    assert refused.returncode == 2 and "HTTP 409" in refused.stderr
+    assert f"gpuportal stop {ids[0]}" in refused.stderr and "cancel --force" in refused.stderr
+    assert WorkloadRequest.objects.get(pk=ids[0]).state == S.RUNNING
+
+    stop = gp("stop", str(ids[0]), "--reason", "done early")
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.strip() == f"request {ids[0]} (acme-vision/one) stopped"
+    assert "done early" in WorkloadRequest.objects.get(pk=ids[0]).state_reason
+    assert gp("stop", str(ids[0])).returncode == 2  # already ended
+
+    forced = gp("cancel", str(ids[1]), "--force", "-o", "json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["state"] == "stopped"
+    assert WorkloadRequest.objects.get(pk=ids[1]).state == S.STOPPED
+    waiting = int(gp("submit", *TRAIN, "--name", "three", "-q").stdout)  # not running: --force cancels it
+    assert gp("cancel", str(waiting), "-f").stdout.strip().endswith("cancelled")
+
+
+def test_a_portal_url_without_a_scheme_exits_2_at_once(gp, cli_env, live_server) -> None:
+    host = live_server.url.removeprefix("http://")
+    started = time.monotonic()
+    run = gp("list", env={"PORTAL_URL": host})
+    assert run.returncode == 2, run.stderr
+    assert time.monotonic() - started < 10 and "retrying" not in run.stderr
+    assert f"PORTAL_URL '{host}' is not a URL" in run.stderr and f"e.g. https://{host}" in run.stderr
+    login = gp("login", "--url", "gpu.example.org", "--token", "gpp_x", env={"PORTAL_URL": None})
+    assert login.returncode == 2 and "--url 'gpu.example.org' is not a URL" in login.stderr
+    assert not _config(cli_env).exists()
+
+
 def test_an_unreachable_portal_exits_4(gp, closed_port) -> None:
     url = f"http://127.0.0.1:{closed_port}"
     run = gp("--retries", "1", "status", "1", env={"PORTAL_URL": url})
@@ -226,8 +264,11 @@ def test_the_client_is_http_only(cli_env) -> None:
 def test_help_and_shell_completion(gp) -> None:
     run = gp("--help")
     assert run.returncode == 0
-    for command in ("login", "submit", "wait", "status", "logs", "cancel", "list", "templates", "flavors"):
+    for command in ("login", "submit", "wait", "status", "logs", "cancel", "stop", "list", "templates", "flavors"):
         assert command in run.stdout
+    assert "`stop` ends a running one" in " ".join(run.stdout.split())  # however the terminal wraps it
+    cancel = " ".join(gp("cancel", "--help").stdout.split())
+    assert "--force" in cancel and "gpuportal stop ID" in cancel
     # Typer detects the calling shell from the parent processes (which differ under pytest-xdist); its own switch
     # turns detection off so that the shell is the argument given, whatever runs the test.
     completion = gp("--show-completion", "bash", env={"SHELL": "/bin/bash", "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})

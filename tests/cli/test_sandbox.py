@@ -6,6 +6,7 @@ running → succeeded on its own and prints the pods' logs. Also runs the README
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -84,7 +85,14 @@ def _readme_ci_block() -> str:
 def test_the_readme_ci_example_runs_as_written(cli_env, world) -> None:
     block = _readme_ci_block()
     assert "gpuportal submit" in block and "gpuportal wait" in block
-    process = subprocess.Popen(["bash", "-e", "-c", block], env={**cli_env, "CI_JOB_ID": "88121"}, cwd="/",
+    # A clean shell: the pipeline's variables and a system PATH, on which there is no gpuportal; the block finds it.
+    clean = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cli_env["HOME"], "LANG": "C.UTF-8",
+             "PORTAL_URL": cli_env["PORTAL_URL"], "PORTAL_TOKEN": cli_env["PORTAL_TOKEN"], "CI_JOB_ID": "88121",
+             "GPUPORTAL_POLL_INTERVAL": "0.2", "XDG_CONFIG_HOME": cli_env["XDG_CONFIG_HOME"],
+             "PYTHONPATH": cli_env["PYTHONPATH"]}  # this checkout's client, should the venv's editable install be another's
+    assert shutil.which("gpuportal", path=clean["PATH"]) is None
+    assert (ROOT / ".venv" / "bin" / "gpuportal").exists(), "`make venv` installs the client into .venv"
+    process = subprocess.Popen(["bash", "-e", "-c", block], env=clean, cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _drive(world, [process], advance=600)
     out, err = process.communicate()

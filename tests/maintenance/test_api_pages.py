@@ -94,12 +94,15 @@ def test_pages_show_the_impact_before_approval_and_the_progress(as_user, client,
     assert as_user("carol").get("/ops/mig-changes/").status_code == 403
     page = as_user("ops").get("/ops/mig-changes/new/")
     assert page.status_code == 200 and b"all-1g.10gb" in page.content
+    text = page.content.decode()  # "New layout" is a choice of the pool's GPU model's layouts, not free text
+    assert '<select name="mig-to_layout"' in text and '<optgroup label="a100-80gb">' in text
+    assert '<option value="all-1g.10gb">' in text and 'list="mig-layouts"' not in text
     form = {"mig-pool": str(demo.pool.pk), "mig-to_layout": "all-1g.10gb", "mig-window_start": "2030-01-01T22:00",
             "mig-deadline": "2030-01-02T02:00", "mig-reason": "small slices"}
     preview = as_user("ops").post("/ops/mig-changes/new/", form | {"preview": "1"})
     assert preview.status_code == 200 and b'id="impact-plan"' in preview.content and not MigChange.objects.exists()
     bad = as_user("ops").post("/ops/mig-changes/new/", form | {"mig-to_layout": "all-9g.99gb"})
-    assert bad.status_code == 200 and b"is not a MIG layout of a100-80gb" in bad.content
+    assert bad.status_code == 200 and b"Select a valid choice. all-9g.99gb is not one of the available" in bad.content
     early = as_user("ops").post("/ops/mig-changes/new/", form | {"mig-deadline": "2029-12-31T00:00"})
     assert b"cannot be before the window starts" in early.content and not MigChange.objects.exists()
 
@@ -122,6 +125,13 @@ def test_pages_show_the_impact_before_approval_and_the_progress(as_user, client,
     assert change.status == "approved" and change.approved_by == ops2
     progress = as_user("ops").get(f"/ops/mig-changes/{change.pk}/progress/")
     assert progress.status_code == 200 and b'hx-trigger="every 2s"' in progress.content
+    # The cancel button is in the fragment the page polls: it goes as soon as the window opens.
+    assert b'id="mig-change-cancel"' in progress.content
+    from maintenance import states
+
+    states.move(change, to="running", actor=cast.actor("ops"), step="cordon")
+    for path in (f"/ops/mig-changes/{change.pk}/progress/", f"/ops/mig-changes/{change.pk}/"):
+        assert b"Cancel this change" not in as_user("ops").get(path).content, path
     assert as_user("ops").get("/ops/mig-changes/", {"status": "approved"}).status_code == 200
 
 

@@ -43,7 +43,8 @@ def test_impact_is_computed_before_approval(cast, demo) -> None:
     assert all(n.labels["nvidia.com/mig.config"] == "all-balanced" for n in Node.objects.filter(name__in=change.nodes))
 
 
-def test_a_change_runs_through_every_step(cast, ops2, demo) -> None:
+def test_a_change_runs_through_every_step(cast, ops2, demo, as_user) -> None:
+    old_pool = demo.pool.name
     change = _propose_and_approve(cast, ops2, demo)
     assert change.status == S.APPROVED and change.approved_by == ops2
     change = drive(demo.sb, change, lambda c: c.status in ("succeeded", "rolled_back", "failed"))
@@ -60,9 +61,18 @@ def test_a_change_runs_through_every_step(cast, ops2, demo) -> None:
     assert Quota.objects.get(tenant=cast.globex, project=None, flavor=three).nominal == 0
     steps = [s for s, o in change.steps.filter(outcome="done").values_list("step", "outcome")]
     assert steps == ["cordon", "drain", "relabel", "reconfigure", "verify", "quotas", "uncordon"]
+    log = list(change.steps.order_by("seq").values_list("step", "outcome"))
+    assert log[-2:] == [("uncordon", "done"), ("done", "info")]  # the last step is done before the change is
     actions = set(AuditEntry.objects.filter(target_id=str(change.pk)).values_list("action", flat=True))
     assert {"mig_change.approved", "mig_change.running", "mig_change.step", "mig_change.succeeded"} <= actions
     assert AuditEntry.objects.filter(action="quota.set", actor_label="system").exists()
+    # The nodes moved to the new layout's pool; the old one, now empty, is on neither the capacity page nor the review.
+    assert old_pool == "a100-80gb-mig-all-balanced-online"
+    capacity = as_user("ops").get("/ops/capacity/", {"cluster": demo.cluster.name}).content.decode()
+    review = as_user("ops").get("/ops/architecture-review/").content.decode()
+    for page in (capacity, review):
+        assert "a100-80gb-mig-all-1g.10gb-online" in page and old_pool not in page, [
+            page[max(0, i - 300):i + 100] for i in [page.find(old_pool)]]
 
 
 def test_a_failed_change_rolls_back_by_itself(cast, ops2, demo, django_capture_on_commit_callbacks) -> None:
@@ -84,6 +94,8 @@ def test_a_failed_change_rolls_back_by_itself(cast, ops2, demo, django_capture_o
     assert Quota.objects.get(tenant=cast.globex, project=None, flavor=three).nominal == 8  # quotas untouched
     steps = list(change.steps.filter(outcome="done").values_list("step", flat=True))
     assert steps[-3:] == ["rollback_relabel", "rollback_wait", "rollback_uncordon"]
+    log = list(change.steps.order_by("seq").values_list("step", "outcome"))
+    assert log[-2] == ("rollback_uncordon", "done") and log[-1][1] == "info"  # then "Rolled back"
     assert AuditEntry.objects.filter(action="mig_change.rolling_back", target_id=str(change.pk)).exists()
     told = [m for m in mail.outbox if "rolled back" in m.subject]
     assert sorted(a for m in told for a in m.to) == sorted([cast.ops.email, ops2.email])  # proposer and approver

@@ -387,6 +387,24 @@ def test_tenant_quota_page_shows_the_split(as_user, split) -> None:
     assert 'value="acme-vision" selected' in body and f'value="{target(split.h100)}" selected' in body
 
 
+def test_quota_tables_say_the_unit_of_each_resource(as_user, cast, split) -> None:
+    """``memory 768`` and ``total-gpumem 92136`` alone say nothing: every Resource cell names its unit."""
+    ops = cast.actor("ops")
+    services.quota_set(actor=ops, tenant=cast.acme, flavor=split.cpu, resource="memory", nominal=768)
+    services.quota_set(actor=ops, tenant=cast.acme, flavor=split.hami, resource="nvidia.com/total-gpumem", nominal=92136)
+    services.quota_set(actor=ops, project=cast.vision, flavor=split.cpu, resource="memory", nominal=512)
+    memory = '<code>memory</code> <span class="unit muted small">(GiB)</span>'
+    gpumem = '<code>nvidia.com/total-gpumem</code> <span class="unit muted small">(MiB of GPU memory)</span>'
+    gpus = '<code>nvidia.com/gpu</code> <span class="unit muted small">(count)</span>'
+    tenant_page = text(as_user("alice").get("/tenants/acme/quotas/"))
+    for label in (memory, gpumem, gpus):
+        assert label in tenant_page, label
+    assert memory in text(as_user("carol").get("/projects/acme-vision/quota/"))
+    capacity = text(as_user("ops").get("/ops/capacity/"))
+    assert memory in capacity and gpumem in capacity
+    assert "<code>memory</code></td>" not in tenant_page + capacity  # no bare resource name left
+
+
 def test_tenant_admin_splits_quota_with_limits(as_user, split) -> None:
     client = as_user("alice")
     response = client.post("/tenants/acme/quotas/set/", {"pq-project": "acme-nlp", "pq-target": target(split.h100),

@@ -31,15 +31,6 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KNOWN_DIFFERENCES = {("real", "E"): "Volcano is not part of the real control plane (its Go modules are not served)"}
 
 
-@pytest.fixture(params=["sandbox", "real"])
-def cluster_under_test(request) -> Any:
-    """A fresh sandbox, or the session's real control plane (its portal-owned objects left by an earlier test
-    are removed by the reconcile of the new Cluster row, as they would be after an architecture change)."""
-    if request.param == "sandbox":
-        return request.getfixturevalue("fresh_sandbox")
-    return request.getfixturevalue("real_cluster")
-
-
 def _kind(cluster: Any) -> str:
     return getattr(cluster, "kind", "sandbox")
 
@@ -117,13 +108,38 @@ def _clean_real(cluster: Any) -> None:
     assert not held, f"still on the real control plane after an earlier test: {held}"
 
 
-def _world_on(cluster: Any, cast: Any, architecture: str) -> World:
+def _world_on(cluster: Any, cast: Any, architecture: str, gpus: int = 8) -> World:
     if _kind(cluster) == "real":
         _clean_real(cluster)
     for row in Cluster.objects.all():
         row.delete()
     kube_cache_clear()
-    return _world(cluster, cast, architecture=architecture)
+    return _world(cluster, cast, architecture=architecture, gpus=gpus)
+
+
+# What each scenario saw, per cluster kind: the second kind to run a scenario compares with the first.
+SEEN: dict[str, dict[str, Any]] = {}
+
+
+def _same_on_both(scenario: str, cluster: Any, observed: dict[str, Any]) -> None:
+    """Record what the portal saw of ``scenario`` on this cluster; once both kinds ran it, they must agree."""
+    seen = SEEN.setdefault(scenario, {})
+    seen[_kind(cluster)] = observed
+    if len(seen) == 2:
+        assert seen["sandbox"] == seen["real"], f"{scenario}: sandbox {seen['sandbox']!r} != real {seen['real']!r}"
+
+
+def _events_of(kube: Any, obj: dict) -> list[dict]:
+    """The core/v1 Events about one object (the Kueue controllers' and the Job controller's)."""
+    meta = obj["metadata"]
+    items, _ = kube.list("v1", "Event", meta.get("namespace"))
+    return [e for e in items if (e.get("involvedObject") or {}).get("uid") == meta["uid"]]
+
+
+def _api(cluster: Any) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(str(cluster.kubeconfig))
 
 
 # ------------------------------------------------------------------------------------------------ scenarios
@@ -148,7 +164,7 @@ def test_every_reference_architecture_is_accepted_and_its_queues_become_active(
         assert active["reason"] == "Ready"
     # A second reconcile of the unchanged cluster writes nothing.
     again = reconcile(world.cluster, kube=kube)
-    assert not getattr(again, "errors", None)
+    assert again.ok, again
     assert not getattr(again, "applied", None), again
 
 
@@ -219,7 +235,7 @@ def test_reclaim_within_the_cohort_gives_the_message_the_portal_parses(cluster_u
         Quota.objects.update_or_create(tenant=cast.acme, project=nlp, flavor=flavor, resource=resource,
                                        defaults={"nominal": Decimal(400 if resource == "cpu" else 4000)})
     result = reconcile(world.cluster, kube=kube)
-    assert not getattr(result, "errors", None), result
+    assert result.ok, result
     borrower = world.submit("carol", "training", "h100-80gb-offline", project=nlp, gpus=2, duration_hours=1)
     borrower = world.wait(borrower, lambda r: r.state == S.RUNNING, advance=5, timeout=120)
     lender = world.submit("carol", "training", "h100-80gb-offline", gpus=2, duration_hours=1)
@@ -269,4 +285,273 @@ def test_a_notebook_with_its_home_volume_runs(cluster_under_test, cast) -> None:
     req = world.wait(req, lambda r: r.state == S.RUNNING, advance=5, timeout=150)
     pods = [k for k, v in req.cluster_status["objects"].items() if k.startswith("pod/") and v.get("phase") == "Running"]
     assert pods, req.cluster_status
+    connections.close_all()
+
+
+@pytest.mark.usefixtures("worker")
+def test_preemption_by_priority_is_told_in_the_words_the_portal_reads(cluster_under_test, cast) -> None:
+    """A batch job holds the project's two GPUs; a notebook (interactive priority) preempts it. Both clusters give the
+    victim the same conditions, reasons and event, and a message from which the portal reads the preemptor."""
+    from workloads.preemption import preemption_of
+
+    world = _world_on(cluster_under_test, cast, "B", gpus=2)
+    job = world.submit("bob", "training", "h100-80gb-offline", gpus=2, duration_hours=1)
+    if job.state == S.PENDING_APPROVAL:
+        job = world.approve(job)
+    job = world.wait(job, lambda r: r.state == S.RUNNING, advance=5, timeout=120)
+    notebook = world.submit("bob", "notebook", "h100-80gb-offline", gpus=1, duration_hours=2)
+    job = world.wait(job, lambda r: r.state in (S.PREEMPTED, S.QUEUED) and any(
+        "Preempted" in m for m in r.events.values_list("message", flat=True)), advance=2, timeout=120, also=notebook)
+    notebook = world.wait(notebook, lambda r: r.state == S.RUNNING, advance=5, timeout=150, also=job)
+    kube = kube_for(world.cluster)
+    workloads = _custom(kube, "workloads", cast.vision.namespace)
+    victim = next(w for w in workloads if (_cond(w, "Preempted") or {}).get("status") == "True")
+    evicted, preempted = _cond(victim, "Evicted"), _cond(victim, "Preempted")
+    assert evicted["reason"] == "Preempted", (_kind(cluster_under_test), evicted)
+    assert preempted["reason"] == "InClusterQueue", (_kind(cluster_under_test), preempted)
+    read = preemption_of(preempted["message"])
+    assert read is not None and read.why == "queue", (_kind(cluster_under_test), preempted["message"])
+    preemptor = next(w for w in workloads if w["metadata"]["uid"] == read.uid)
+    assert (_cond(preemptor, "Admitted") or {}).get("status") == "True"
+    assert read.preemptor_path.split("/")[-1] == preemptor["status"]["admission"]["clusterQueue"], read
+    reasons = {e["reason"] for e in _events_of(kube, victim)}
+    assert {"Preempted", "QuotaReserved", "Admitted"} <= reasons, (_kind(cluster_under_test), reasons)
+    # The portal's own account: the job is back in the queue, waiting for its two GPUs.
+    job.refresh_from_db()
+    assert job.state == S.QUEUED
+    assert job.pending_reason.startswith("waiting for 2 x"), job.pending_reason
+    _same_on_both("preemption", cluster_under_test, {
+        "evicted": evicted["reason"], "preempted": preempted["reason"], "why": read.why,
+        "events": sorted(reasons & {"Preempted", "QuotaReserved", "Admitted", "Pending", "EvictedDueToPreempted"}),
+        "states": list(job.events.values_list("to_state", flat=True)), "pending": job.pending_reason})
+    connections.close_all()
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_hami_share_is_counted_through_kueues_resource_transformation(cluster_under_test, cast) -> None:
+    """Under D, a pod asking one vGPU with 10,000 MiB and 25 % of the cores is admitted by Kueue on the HAMi flavor,
+    its quota counted in HAMi totals (the transformation multiplies by the vGPU count), and it runs."""
+    from kubernetes import client
+
+    world = _world_on(cluster_under_test, cast, "D")
+    kube = kube_for(world.cluster)
+    ns = cast.vision.namespace
+    queues = {q["metadata"]["name"]: q for q in _custom(kube, "clusterqueues")}
+    lq = next(q for q in _custom(kube, "localqueues", ns) if any(
+        f["name"] == "l40s-hami" for g in queues[q["spec"]["clusterQueue"]]["spec"]["resourceGroups"]
+        for f in g["flavors"]))
+    api_client = _api(cluster_under_test)
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "parity-hami", "namespace": ns,
+                        "labels": {"kueue.x-k8s.io/queue-name": lq["metadata"]["name"]}},
+           "spec": {"suspend": True, "backoffLimit": 0, "template": {
+               "metadata": {"annotations": {"sandbox.gpuportal.dev/duration": "1h"}},
+               "spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "main", "image": "registry.example/cuda:12", "resources": {
+                            "requests": {"cpu": "1", "memory": "1Gi"},
+                            "limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "10000",
+                                       "nvidia.com/gpucores": "25"}}}]}}}}
+    client.BatchV1Api(api_client).create_namespaced_job(ns, job)
+    try:
+        def admitted() -> dict | None:
+            for w in _custom(kube, "workloads", ns):
+                if w["metadata"]["name"].startswith("job-parity-hami") and (
+                        _cond(w, "Admitted") or {}).get("status") == "True":
+                    return w
+            return None
+
+        wl = _eventually(admitted, "the HAMi job's admission", 90, cluster_under_test)
+        assignment = wl["status"]["admission"]["podSetAssignments"][0]
+        assert assignment["flavors"]["nvidia.com/gpu"] == "l40s-hami"
+        usage = {k: str(v) for k, v in assignment["resourceUsage"].items()}
+        assert usage.get("nvidia.com/total-gpumem") == "20k" or usage.get("nvidia.com/total-gpumem") == "20000", usage
+        assert usage.get("nvidia.com/total-gpucores") == "50", usage
+        assert "nvidia.com/gpumem" not in usage and usage.get("nvidia.com/gpu") == "2", usage
+        core = client.CoreV1Api(api_client)
+
+        def running() -> list:
+            return [p for p in core.list_namespaced_pod(ns, label_selector="job-name=parity-hami").items
+                    if p.status.phase == "Running"]
+
+        pods = _eventually(running, "the HAMi pod running", 90, cluster_under_test)
+        node = core.read_node(pods[0].spec.node_name)
+        assert node.metadata.labels.get("gpu") == "on", node.metadata.labels
+    finally:
+        client.BatchV1Api(api_client).delete_namespaced_job("parity-hami", ns, propagation_policy="Background")
+        api_client.close()
+    connections.close_all()
+
+
+def _pod_group_member(name: str, ns: str, group: str, total: int, cpu: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/pod-group-name": group},
+                         "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(total),
+                                         "sandbox.gpuportal.dev/duration": "1h"}},
+            "spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "main", "image": "registry.example/worker:1",
+                                     "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}
+
+
+def test_a_kueue_pod_group_is_admitted_whole_or_waits_whole(cluster_under_test) -> None:
+    """Plain pods in a group: gated until the group is complete, then one Workload admits them together; a group
+    over quota stays gated as a whole, with the same pending message on both clusters."""
+    from kubernetes import client
+
+    api_client = _api(cluster_under_test)
+    core, co = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    ns = f"parity-pods-{int(time.time() * 1000) % 10**8}"
+    gate = "kueue.x-k8s.io/admission"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    co.create_cluster_custom_object(*KUEUE, "resourceflavors", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": ns}})
+    co.create_cluster_custom_object(*KUEUE, "clusterqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": ns},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                 "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                     {"name": ns, "resources": [{"name": "cpu", "nominalQuota": "10"},
+                                                {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
+    co.create_namespaced_custom_object(*KUEUE, ns, "localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
+        "spec": {"clusterQueue": ns}})
+    _eventually(lambda: (_cond(co.get_cluster_custom_object(*KUEUE, "clusterqueues", ns), "Active") or {}).get(
+        "status") == "True", "the ClusterQueue active", 30, cluster_under_test)
+    try:
+        def pods(group: str) -> list:
+            return [p for p in core.list_namespaced_pod(ns).items
+                    if (p.metadata.labels or {}).get("kueue.x-k8s.io/pod-group-name") == group]
+
+        def gated(pod) -> bool:
+            return any(g.name == gate for g in (pod.spec.scheduling_gates or []))
+
+        core.create_namespaced_pod(ns, _pod_group_member("grp-0", ns, "grp", 3, "1"))
+        core.create_namespaced_pod(ns, _pod_group_member("grp-1", ns, "grp", 3, "1"))
+        cluster_under_test.advance(2)
+        time.sleep(2)
+        assert all(gated(p) for p in pods("grp")), "an incomplete group must stay gated"
+        assert not [w for w in co.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+                    if (_cond(w, "Admitted") or {}).get("status") == "True"]
+        core.create_namespaced_pod(ns, _pod_group_member("grp-2", ns, "grp", 3, "1"))
+        _eventually(lambda: len(pods("grp")) == 3 and not any(gated(p) for p in pods("grp")),
+                    "the whole group ungated", 60, cluster_under_test)
+        workloads = co.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+        assert len(workloads) == 1, [w["metadata"]["name"] for w in workloads]
+        assert workloads[0]["spec"]["podSets"][0]["count"] == 3
+        _eventually(lambda: all(p.status.phase == "Running" for p in pods("grp")), "the group running", 60,
+                    cluster_under_test)
+        # A group that can never fit (3 x 4 cpu against 10 - 3 in use) waits whole, every pod gated.
+        for i in range(3):
+            core.create_namespaced_pod(ns, _pod_group_member(f"big-{i}", ns, "big", 3, "4"))
+
+        def pending() -> dict | None:
+            for w in co.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]:
+                cond = _cond(w, "QuotaReserved")
+                if w["spec"]["podSets"][0]["count"] == 3 and w["metadata"]["uid"] != workloads[0]["metadata"]["uid"] \
+                        and cond and cond["status"] == "False" and "insufficient" in cond.get("message", ""):
+                    return cond
+            return None
+
+        cond = _eventually(pending, "the big group pending", 60, cluster_under_test)
+        assert cond["reason"] == "Pending", cond
+        assert cond["message"].startswith("couldn't assign flavors to pod set"), cond["message"]
+        assert f"insufficient unused quota for cpu in flavor {ns}" in cond["message"] or \
+            f"insufficient quota for cpu in flavor {ns}" in cond["message"], cond["message"]
+        assert all(gated(p) for p in pods("big"))
+    finally:
+        core.delete_namespace(ns)
+        for plural in ("clusterqueues", "resourceflavors"):
+            try:
+                co.delete_cluster_custom_object(*KUEUE, plural, ns)
+            except client.ApiException:
+                pass
+        api_client.close()
+
+
+def test_a_finished_job_is_removed_after_its_ttl(cluster_under_test) -> None:
+    """``ttlSecondsAfterFinished``: the Job completes, then the TTL controller deletes it and its pods go with it."""
+    from kubernetes import client
+
+    api_client = _api(cluster_under_test)
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    ns = f"parity-ttl-{int(time.time() * 1000) % 10**8}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        batch.create_namespaced_job(ns, {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "short"},
+            "spec": {"ttlSecondsAfterFinished": 3, "backoffLimit": 0, "template": {
+                "metadata": {"annotations": {"sandbox.gpuportal.dev/duration": "2s"}},
+                "spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                         "containers": [{"name": "main", "image": "registry.example/worker:1",
+                                         "resources": {"requests": {"cpu": "100m"}}}]}}}})
+
+        def complete() -> bool:
+            try:
+                job = batch.read_namespaced_job("short", ns)
+            except client.ApiException:
+                return False
+            return any(c.type == "Complete" and c.status == "True" for c in (job.status.conditions or []))
+
+        _eventually(complete, "the Job Complete", 60, cluster_under_test)
+
+        def gone() -> bool:
+            try:
+                batch.read_namespaced_job("short", ns)
+            except client.ApiException as exc:
+                return exc.status == 404
+            return False
+
+        _eventually(gone, "the Job removed by its TTL", 60, cluster_under_test)
+        _eventually(lambda: not core.list_namespaced_pod(ns).items, "its pods removed", 60, cluster_under_test)
+    finally:
+        core.delete_namespace(ns)
+        api_client.close()
+
+
+def test_a_mig_layout_change_runs_through_every_step(cluster_under_test, cast, settings) -> None:
+    """The portal's MIG change (cordon, drain, relabel, reconfigure, verify, quotas, uncordon) against each cluster's
+    MIG manager (the sandbox's own; on the real control plane the same logic as a stand-in, realcluster/migmanager.py):
+    the same steps, the same new capacity, the same events; then the layout is put back."""
+    from maintenance import services as mig
+    from maintenance.models import MigChange
+    from quotas.demo import seed_quota_demo
+    from quotas.models import Node, NodePool
+    from tenants.access import Actor
+    from tenants.services import ops_user_ensure
+
+    from ..factories import UserFactory
+    from ..maintenance.conftest import drive, window
+
+    if _kind(cluster_under_test) == "real":
+        _clean_real(cluster_under_test)
+    Cluster.objects.all().delete()
+    settings.KUBECONFIG = str(cluster_under_test.kubeconfig)
+    kube_cache_clear()
+    seed_quota_demo(architecture="C", reconcile_now=True)
+    cluster = Cluster.objects.get(name="sandbox")
+    ops2 = UserFactory(username="ops2")
+    ops_user_ensure(actor=Actor.system(), user=ops2)
+
+    def change_to(layout: str) -> MigChange:
+        # The nodes' pool now (a new layout is a new pool: the pool key holds the MIG config).
+        current = Node.objects.filter(cluster=cluster, pool__sharing=NodePool.Sharing.MIG, present=True).first().pool
+        change = mig.mig_change_propose(actor=cast.actor("ops"), pool=current,
+                                        to_layout=layout, reason="parity", **window())
+        change = mig.mig_change_approve(actor=Actor(user=ops2), change=change, comment="go")
+        return drive(cluster_under_test, change, lambda c: c.status in ("succeeded", "rolled_back", "failed"),
+                     timeout=180)
+
+    change = change_to("all-1g.10gb")
+    assert change.status == MigChange.Status.SUCCEEDED, (_kind(cluster_under_test), change.status_reason)
+    steps = list(change.steps.filter(outcome="done").values_list("step", flat=True))
+    assert steps == ["cordon", "drain", "relabel", "reconfigure", "verify", "quotas", "uncordon"]
+    kube = kube_for(cluster)
+    for node in Node.objects.filter(cluster=cluster, name__in=change.nodes):
+        assert node.mig_config_state == "success" and node.allocatable["nvidia.com/mig-1g.10gb"] == "56"
+        live = kube.get("v1", "Node", node.name)
+        assert not live["spec"].get("unschedulable")
+        assert live["status"]["allocatable"].get("nvidia.com/mig-3g.40gb", "0") == "0"
+        reasons = [e["reason"] for e in _events_of(kube, live)]
+        assert "MIGConfigPending" in reasons and "MIGConfigApplied" in reasons, reasons
+    back = change_to("all-balanced")
+    assert back.status == MigChange.Status.SUCCEEDED, back.status_reason
     connections.close_all()

@@ -340,9 +340,27 @@ def test_resend_mails_a_new_link_and_the_old_one_stops(invite, as_user, client, 
     invitation.refresh_from_db()
     assert (invitation.status, invitation.send_count) == ("pending", 2) and invitation.expires_at > timezone.now()
     client.logout()
-    assert client.get(old_path).status_code == 404
+    old = client.get(old_path)  # the old link opens nothing, and says why
+    assert old.status_code == 410
+    assert "A newer invitation was sent" in text(old) and "Open the link in the most recent invitation email" in text(old)
+    assert "not a valid invitation" not in text(old) and "Join Acme" not in text(old)
     assert client.get(new_path).status_code == 200
     assert AuditEntry.objects.filter(action="invitation.resend").count() == 1
+
+
+def test_a_link_superseded_while_pending_says_a_newer_invitation_was_sent(invite, as_user, client, mailoutbox,
+                                                                         django_capture_on_commit_callbacks) -> None:
+    invitation, first = invite()
+    for _ in range(2):  # sent again twice: both earlier links say so
+        with django_capture_on_commit_callbacks(execute=True):
+            as_user("alice").post(reverse("invitation-resend", args=["acme", invitation.pk]))
+    second = reverse("invitation-accept", args=[LINK.search(mailoutbox[-2].body).group(1)])
+    client.logout()
+    for path in (first, second):
+        response = client.get(path)
+        assert response.status_code == 410 and "A newer invitation was sent" in text(response), path
+        assert client.post(path, {"username": "x", "password1": "a-Long-pass-1", "password2": "a-Long-pass-1"}).status_code == 410
+    assert client.get(reverse("invitation-accept", args=[LINK.search(mailoutbox[-1].body).group(1)])).status_code == 200
 
 
 def test_an_accepted_invitation_cannot_be_resent_or_revoked(invite, as_user, cast) -> None:

@@ -859,3 +859,25 @@ def test_admin_action_goes_through_services(as_user, cast) -> None:
 def test_admin_refuses_non_ops(as_user) -> None:
     response = as_user("alice").get("/admin/tenants/tenant/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_admin_shows_ops_every_table_users_billing_mig_changes_and_identity(as_user, cast) -> None:
+    """What ops do in the admin (README, "Django admin"): read every table, act through the services. Every
+    registered table's list answers them (Django's own user admin answered 403: ops hold no auth.* permission)."""
+    from django.contrib import admin
+
+    client = as_user("ops")
+    index = text(client.get("/admin/"))
+    for label in ("Users", "Statements", "Prices", "Budgets", "Mig changes", "Group mappings"):
+        assert label in index, label
+    for model in admin.site._registry:
+        path = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        assert client.get(path).status_code == 200, path
+    body = text(client.get(f"/admin/auth/user/{cast.carol.pk}/change/"))
+    assert "carol" in body and cast.carol.password not in body and "pbkdf2" not in body
+    assert client.get("/admin/auth/user/add/").status_code == 403  # people come by invitation or sign-in
+    response = client.post("/admin/auth/user/", {"action": "make_ops", "_selected_action": [cast.carol.pk]},
+                           follow=True)
+    assert response.status_code == 200 and "1 user(s) made ops" in text(response)
+    assert _is_ops(cast.carol) and AuditEntry.objects.filter(action="user.make_ops", actor_label="ops").exists()
+    assert as_user("alice").get("/admin/auth/user/").status_code == 302  # not ops: the admin's sign-in

@@ -133,6 +133,54 @@ def test_approvers_are_emailed_when_a_request_needs_them(cast, cat, mailoutbox, 
     assert posted[0]["event"] == "request.awaiting_approval" and posted[0]["approvers"] == ["alice", "bob"]
 
 
+def test_links_in_emails_are_absolute(cast, cat, mailoutbox, settings, django_capture_on_commit_callbacks) -> None:
+    """A mail client opens no relative link: every link starts with PORTAL_BASE_URL, or without it with the address
+    ``make run`` prints (PORTAL_HOST / PORTAL_PORT)."""
+    import re
+
+    settings.PORTAL_BASE_URL = "https://gpu.example.org"
+    with django_capture_on_commit_callbacks(execute=True):
+        req = submit(cast, cat, gpus=4, name="big-run")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.request_reject(actor=cast.actor("bob"), request=req, comment="too big")
+    settings.PORTAL_BASE_URL = ""
+    with django_capture_on_commit_callbacks(execute=True):
+        submit(cast, cat, gpus=4, name="second")
+    bodies = [m.body for m in mailoutbox]
+    assert any("https://gpu.example.org/approvals/" in b for b in bodies), bodies
+    assert any(f"https://gpu.example.org/requests/{req.pk}/" in b for b in bodies)  # the requester's decision
+    assert f"({settings.PORTAL_LINK_BASE_URL}/approvals/)" in bodies[-1]
+    assert settings.PORTAL_LINK_BASE_URL.startswith("http://")
+    for body in bodies:  # no page's path without a scheme and host in front ("/api/v1/..." names API calls, not links)
+        assert not re.search(r"(?<![\w/.:])/(approvals|quota-requests|requests|projects|tenants|ops)/", body), body
+
+
+def test_approvers_are_told_when_the_requester_cancels(api, as_user, cast, cat, mailoutbox,
+                                                      django_capture_on_commit_callbacks) -> None:
+    req = submit(cast, cat, gpus=4, name="big-run")
+    bob = as_user("bob")
+    assert f"/requests/{req.pk}/" in text(bob.get("/approvals/")) and api_waiting(bob)["requests"] == 1
+    mailoutbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = post(api("carol"), f"/requests/{req.pk}/cancel/", {"reason": "wrong dataset"})
+    assert answer.status_code == 200, answer.json()
+    assert sorted(m.to[0] for m in mailoutbox) == ["alice@example.com", "bob@example.com"]  # the approvers asked
+    mail = mailoutbox[0]
+    assert mail.subject == "[GPU portal] Withdrawn, no decision needed: acme-vision/big-run"
+    assert "was cancelled by carol" in mail.body and "wrong dataset" in mail.body
+    assert "http://" in mail.body and "/approvals/" in mail.body
+    # It has left their inbox: the page, the API and the navigation's count.
+    assert f"/requests/{req.pk}/" not in text(bob.get("/approvals/"))
+    assert req.pk not in [r["id"] for r in api("bob").get(f"{API}/approvals/").json()["results"]]
+    assert api_waiting(bob)["requests"] == 0
+    # A request cancelled before it waited for anyone tells no approver.
+    mailoutbox.clear()
+    quick = submit(cast, cat, gpus=1, name="small")
+    with django_capture_on_commit_callbacks(execute=True):
+        post(api("carol"), f"/requests/{quick.pk}/cancel/")
+    assert mailoutbox == []
+
+
 def test_nobody_is_emailed_for_what_the_rule_approves(cast, cat, mailoutbox, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         assert submit(cast, cat, gpus=1).state == S.APPROVED

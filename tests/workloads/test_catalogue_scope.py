@@ -63,6 +63,10 @@ def test_a_template_no_project_can_use_is_not_offered(as_user, cast, cat, cpu_te
 
     Quota.objects.create(tenant=cast.acme, project=cast.nlp, flavor=cat.cpu, resource="cpu", nominal=Decimal(16),
                          borrowing_limit=Decimal(0))
+    # CPUs without memory could never be admitted (the queue's memory quota would be 0): still not offered.
+    assert "cpu-batch" not in _template_cards(text(client.get("/requests/new/?project=acme-nlp")))
+    Quota.objects.create(tenant=cast.acme, project=cast.nlp, flavor=cat.cpu, resource="memory", nominal=Decimal(64),
+                         borrowing_limit=Decimal(0))
     assert "cpu-batch" in _template_cards(text(client.get("/requests/new/")))
     assert "cpu-batch" in _template_cards(text(client.get("/requests/new/?project=acme-nlp")))
     assert "cpu-batch" not in _template_cards(text(client.get("/requests/new/?project=acme-vision")))

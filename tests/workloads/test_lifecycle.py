@@ -127,7 +127,7 @@ def _world(sandbox: Any, cast: Any, *, architecture: str, gpus: int = 8) -> Worl
     for template in templates.values():
         template.allowed_flavors.set(flavors.values())
     result = reconcile(cluster, kube=kube)
-    assert not getattr(result, "errors", None), result
+    assert result.ok, result
     return World(sandbox, cluster, flavors, templates, cast)
 
 
@@ -264,6 +264,45 @@ def test_preempted_training_job_is_requeued_and_runs_again(world: World) -> None
     job = world.wait(job, lambda r: r.state == S.RUNNING, advance=5)
     job = world.wait(job, lambda r: r.state == S.SUCCEEDED, advance=1800)
     assert _states(job) == [S.APPROVED, S.QUEUED, S.RUNNING, S.PREEMPTED, S.QUEUED, S.RUNNING, S.SUCCEEDED]
+
+
+def test_the_running_line_follows_the_pods_and_the_replicas(world: World) -> None:
+    # A distributed job with two workers: the line says both pods once both run (not the first one's count).
+    job = world.submit("bob", "training", "h100-80gb-offline", gpus=1, duration_hours=1,
+                       parameters={"command": "torchrun train.py", "distributed": True, "workers": 2})
+    if job.state == S.PENDING_APPROVAL:
+        job = world.approve(job)
+    job = world.wait(job, lambda r: r.state == S.RUNNING and "2 pods running" in r.state_reason, advance=5)
+    assert job.state_reason == "Admitted; 2 pods running."
+    services.request_stop(actor=Actor(user=world.cast.bob), request=job)
+    # An inference service scaled from 1 to 2: the page's "N of M replicas ready" follows the Deployment.
+    svc = world.approve(world.submit("bob", "inference", "h100-80gb-offline", gpus=1, duration_hours=4, replicas=1))
+    svc = world.wait(svc, lambda r: r.state == S.RUNNING, advance=5)
+    assert svc.state_reason == "1 of 1 replica ready."
+    services.request_scale(actor=Actor(user=world.cast.bob), request=svc, replicas=2)
+    svc = world.wait(svc, lambda r: r.state_reason == "2 of 2 replicas ready.", advance=5)
+    assert svc.state == S.RUNNING
+    services.request_stop(actor=Actor(user=world.cast.bob), request=svc)
+
+
+def test_a_preempted_requester_is_told_in_plain_words(world: World, mailoutbox, as_user) -> None:
+    job = world.submit("carol", "training", "h100-80gb-offline", gpus=8, duration_hours=1)
+    if job.state == S.PENDING_APPROVAL:
+        job = world.approve(job)
+    job = world.wait(job, lambda r: r.state == S.RUNNING, advance=5)
+    notebook = world.submit("bob", "notebook", "h100-80gb-offline", gpus=1, duration_hours=2)
+    job = world.wait(job, lambda r: any(m.subject.endswith("was preempted") for m in mailoutbox), advance=2,
+                     also=notebook)
+    notebook.refresh_from_db()
+    (mail,) = [m for m in mailoutbox if m.subject.endswith("was preempted")]
+    assert mail.to == [world.cast.carol.email]
+    assert f"Preempted by request {notebook.name} (notebook of bob in project Vision), at interactive priority" in mail.body
+    assert "What happens next" in mail.body and "UID" not in mail.body
+    page = as_user("carol").get(f"/requests/{job.pk}/").content.decode()
+    timeline = page[page.index('aria-label="Timeline"'):]
+    assert f"Preempted by request {notebook.name}" in timeline and "Preempted to accommodate" not in timeline
+    services.request_stop(actor=Actor(user=world.cast.bob), request=notebook)
+    services.request_cancel(actor=Actor(user=world.cast.carol), request=job)
 
 
 def test_distributed_training_under_e_is_a_volcano_gang(fresh_sandbox, cast, worker) -> None:

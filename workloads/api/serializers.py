@@ -38,8 +38,14 @@ class FlavorBriefSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Flavor
-        fields = ["id", "name", "display_name", "kind", "enforced"]
+        fields = ["id", "name", "display_name", "kind", "enforced", "share", "hami_memory_mib", "hami_cores_percent"]
         read_only_fields = fields
+        extra_kwargs = {"hami_memory_mib": {"help_text": "HAMi: GPU memory per vGPU (MiB, what the pod asks as "
+                                                         "nvidia.com/gpumem); 0 for other kinds."},
+                        "hami_cores_percent": {"help_text": "HAMi: % of a card's cores per vGPU (nvidia.com/gpucores)."}}
+
+    share = serializers.CharField(read_only=True, help_text='HAMi: the share as people say it ("11 GiB, 25 % of the '
+                                                            'cores"); empty for other kinds.')
 
     def get_enforced(self, flavor: Flavor) -> bool:
         return flavor_enforcement(flavor.cluster, flavor).enforced
@@ -47,7 +53,9 @@ class FlavorBriefSerializer(serializers.ModelSerializer):
 
 class TemplateSerializer(serializers.ModelSerializer):
     allowed_flavors = serializers.SerializerMethodField(
-        help_text="The flavors it may run on; researchers see only those the cluster's architecture enforces.")
+        help_text="The flavors it may run on. Researchers see what the new-request form offers them: the flavors the "
+                  "queues of the projects they may submit in can admit (?project=: in that one; the list narrows only "
+                  "with ?project=); with no such project, those the cluster's architecture enforces.")
     form_fields = serializers.SerializerMethodField(help_text="The new-request form's fields, generated from parameters_schema.")
 
     class Meta:
@@ -69,6 +77,10 @@ class TemplateSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None and not Actor.from_request(request).is_ops:
             flavors = [f for f in flavors if flavor_enforcement(f.cluster, f).enforced]
+            projects = self.context.get("offer_projects")
+            if projects:  # what the form offers in those projects (selectors.template_flavors_for), in its order
+                offered = {f.pk for f in selectors.template_flavors_for(template=template, projects=projects)}
+                flavors = [f for f in flavors if f.pk in offered]
         return FlavorBriefSerializer(flavors, many=True).data
 
 

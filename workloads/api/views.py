@@ -22,7 +22,7 @@ from portal.inputs import NUL, NUL_MESSAGE, is_id
 from quotas.selectors import flavors_for
 from tenants.access import Actor
 from tenants.guards import actor_of, require
-from tenants.selectors import projects_for
+from tenants.selectors import projects_for, projects_where
 
 from .. import approvals, extensions, policy, selectors, services
 from ..filters import ExtensionRequestFilter, ImageFilter, PresetFilter, RequestFilter, TemplateFilter
@@ -92,6 +92,12 @@ def _by_id_or_slug(queryset, key: str):
     return found
 
 
+OFFER_PROJECT = OpenApiParameter(
+    "project", str, OpenApiParameter.QUERY, required=False,
+    description="A project you may submit in (slug): allowed_flavors lists what the new-request form offers there "
+                "(one template without it: in any of your projects).")
+
+
 class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """The service catalogue. Everyone reads the active templates (with the generated form's fields);
     ops create templates and new versions (POST with an existing slug) and edit or retire them."""
@@ -104,6 +110,23 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     lookup_value_regex = "[^/]+"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
+    def get_serializer_context(self) -> dict:
+        """``offer_projects``: where a researcher may submit (``?project=``: that one), so ``allowed_flavors`` says
+        what the form offers there (an unknown project is a 400). One template: always; the list: with ``?project=``."""
+        context = super().get_serializer_context()
+        actor = actor_of(self.request)
+        slug = self.request.query_params.get("project")
+        # The list narrows only when asked (?project=): its cost stays a fixed handful of queries otherwise.
+        if self.request.method != "GET" or actor.is_ops or (self.action == "list" and not slug):
+            return context
+        projects = list(projects_where(actor=actor, perm="submit_project").filter(status="active", tenant__status="active"))
+        if slug:
+            projects = [p for p in projects if p.slug == slug]
+            if not projects:
+                raise Invalid(f"You may not submit in a project {slug!r}: name one of yours.", field="project")
+        context["offer_projects"] = projects
+        return context
+
     def get_queryset(self):
         actor = actor_of(self.request)
         # The list is the catalogue, one entry per slug; ops ask for ?versions=all to see retired versions too.
@@ -113,11 +136,12 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
 
     @extend_schema(parameters=[OpenApiParameter(
         "versions", str, OpenApiParameter.QUERY, required=False, enum=["all"],
-        description="Ops: list every version, retired ones included (default: one entry per slug, its live version).")])
+        description="Ops: list every version, retired ones included (default: one entry per slug, its live version)."),
+        OFFER_PROJECT])
     def list(self, request: Request, *args, **kwargs) -> Response:
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(parameters=[TEMPLATE_KEY])
+    @extend_schema(parameters=[TEMPLATE_KEY, OFFER_PROJECT])
     def retrieve(self, request: Request, *args, **kwargs) -> Response:
         return super().retrieve(request, *args, **kwargs)
 

@@ -65,7 +65,8 @@ def _render(request: WorkloadRequest, t: Target, options: RenderOptions) -> list
 def _derive(objects: dict[str, dict[str, Any]], admitted: bool, running: int) -> tuple[str, str]:
     dep = objects.get("deployment") or {}
     if int(dep.get("ready") or 0) >= 1:
-        return "running", f"{dep.get('ready')} of {dep.get('replicas')} replica(s) ready."
+        ready, replicas = int(dep.get("ready") or 0), int(dep.get("replicas") or 0)
+        return "running", f"{ready} of {replicas} {'replica' if replicas == 1 else 'replicas'} ready."
     return "queued", "No replica is ready yet."
 
 
