@@ -118,21 +118,42 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
     groups = [GROUPS[name] for name in by]
     select = "".join(f", {g} AS g{i}" for i, g in enumerate(groups))
     group = "".join(f", {g}" for g in groups)
+    # ``cu``: the cluster's span (started_at, end_at); ``pv``: the same run on the portal's clock (``portal_span``),
+    # over which its cluster seconds are spread (``dur`` / ``span``: 1 unless the cluster ran ahead of the portal).
     sql = f"""
         WITH seg AS (SELECT s, e, day, i FROM unnest(%s::timestamptz[], %s::timestamptz[], %s::timestamptz[])
                      WITH ORDINALITY AS t(s, e, day, i)),
-        iv AS (
-            SELECT u.tenant_id, u.project_id, u.cluster_id, u.unit, u.key, u.quantity, u.started_at, r.flavor_id,
-                   r.requested_by_id AS user_id,
+        cu AS (
+            SELECT u.tenant_id, u.project_id, u.cluster_id, u.unit, u.key, u.quantity, u.started_at, u.created_at,
+                   r.flavor_id, r.requested_by_id AS user_id,
                    COALESCE(u.ended_at, GREATEST(u.started_at, c.cluster_time + GREATEST(%s - c.seen_at, interval '0')),
                             u.started_at) AS end_at
             FROM {UsageInterval._meta.db_table} u
             JOIN {WorkloadRequest._meta.db_table} r ON r.id = u.request_id
             LEFT JOIN {ClusterClock._meta.db_table} c ON c.cluster_id = u.cluster_id
-            WHERE u.id IN ({scope_sql}) AND u.started_at < %s AND (u.ended_at IS NULL OR u.ended_at > %s)
-        )
+            WHERE u.id IN ({scope_sql}) AND LEAST(u.started_at, u.created_at) < %s
+              AND (u.ended_at IS NULL OR u.ended_at > %s)
+        ),
+        pe AS (
+            SELECT cu.*, LEAST(cu.started_at, cu.created_at) AS p0,
+                   CASE WHEN cu.started_at > cu.created_at
+                        THEN GREATEST(LEAST(cu.end_at - (cu.started_at - cu.created_at), %s::timestamptz), cu.created_at)
+                        ELSE cu.end_at END AS p1
+            FROM cu
+        ),
+        pv AS (
+            SELECT pe.tenant_id, pe.project_id, pe.cluster_id, pe.unit, pe.key, pe.quantity, pe.flavor_id, pe.user_id,
+                   CASE WHEN pe.p1 <= pe.p0 AND pe.end_at > pe.started_at THEN pe.p1 - interval '1 second'
+                        ELSE pe.p0 END AS started_at,
+                   pe.p1 AS end_at, EXTRACT(EPOCH FROM (pe.end_at - pe.started_at)) AS dur
+            FROM pe
+        ),
+        iv AS (SELECT pv.*, EXTRACT(EPOCH FROM (pv.end_at - pv.started_at)) AS span FROM pv)
         SELECT seg.s, iv.tenant_id, iv.unit, iv.key{select},
-               SUM(iv.quantity * EXTRACT(EPOCH FROM (LEAST(iv.end_at, seg.e) - GREATEST(iv.started_at, seg.s))))
+               SUM(CASE WHEN iv.dur = iv.span
+                        THEN iv.quantity * EXTRACT(EPOCH FROM (LEAST(iv.end_at, seg.e) - GREATEST(iv.started_at, seg.s)))
+                        ELSE iv.quantity * EXTRACT(EPOCH FROM (LEAST(iv.end_at, seg.e) - GREATEST(iv.started_at, seg.s)))
+                             * iv.dur / iv.span END)
         FROM iv
         CROSS JOIN LATERAL generate_series(GREATEST(width_bucket(iv.started_at, %s::timestamptz[]), 1),
                                            width_bucket(iv.end_at, %s::timestamptz[])) AS k(i)
@@ -141,7 +162,7 @@ def _sum_sql(intervals: QuerySet[UsageInterval], segments: list[tuple[datetime, 
     """
     starts = [s[0] for s in segments]
     params = [starts, [s[1] for s in segments], [s[2] for s in segments], now,
-              *scope_params, until, since, starts, starts]
+              *scope_params, until, since, now, starts, starts]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -157,15 +178,21 @@ def _sum_python(intervals: QuerySet[UsageInterval], segments: list[tuple[datetim
     clocks = selectors.cluster_nows(now=now)
     starts = [s for s, _, _ in segments]
     columns = [GROUP_COLUMNS[name] for name in by if name != "day"]
-    rows = (UsageInterval.objects.filter(pk__in=intervals.order_by().values("id"), started_at__lt=until)
+    rows = (UsageInterval.objects.filter(pk__in=intervals.order_by().values("id"))
+            .filter(Q(started_at__lt=until) | Q(created_at__lt=until))
             .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
-            .values_list("tenant_id", "unit", "key", "quantity", "started_at", "ended_at", "cluster_id", *columns))
+            .values_list("tenant_id", "unit", "key", "quantity", "started_at", "ended_at", "cluster_id", "created_at",
+                         *columns))
     sums: dict[Sum, Decimal] = defaultdict(Decimal)
-    for tenant_id, unit, key, quantity, started_at, ended_at, cluster_id, *values in rows.iterator(chunk_size=5000):
-        end = ended_at
-        if end is None:
+    for tenant_id, unit, key, quantity, c_start, ended_at, cluster_id, created_at, *values in rows.iterator(chunk_size=5000):
+        c_end = ended_at
+        if c_end is None:
             clock = clocks.get(cluster_id)
-            end = started_at if clock is None else max(started_at, clock)
+            c_end = c_start if clock is None else max(c_start, clock)
+        started_at, end = portal_span(c_start, c_end, created_at, now=now)
+        if not started_at < until:
+            continue
+        dur, span = pricing.seconds(c_end - c_start), pricing.seconds(end - started_at)
         grouped = iter(values)
         picked = [None if name == "day" else next(grouped) for name in by]
         for s, e, day in segments[max(bisect_right(starts, started_at) - 1, 0):]:
@@ -174,8 +201,26 @@ def _sum_python(intervals: QuerySet[UsageInterval], segments: list[tuple[datetim
             if not (started_at < e and end > s):
                 continue
             key_row = (s, tenant_id, unit, key, *(day if name == "day" else v for name, v in zip(by, picked, strict=True)))
-            sums[key_row] += quantity * pricing.seconds(min(end, e) - max(started_at, s))
+            part = quantity * pricing.seconds(min(end, e) - max(started_at, s))
+            sums[key_row] += part if dur == span else part * dur / span
     return [(*k, v) for k, v in sums.items()]
+
+
+def portal_span(started_at: datetime, ended_at: datetime, recorded_at: datetime, *,
+                now: datetime) -> tuple[datetime, datetime]:
+    """Where a run lies on the portal's clock (days and months are the portal's; docs/billing.md, "Clocks"), given its
+    cluster span and the portal time its interval was recorded (``created_at``). ``_sum_sql`` computes the same.
+
+    A cluster at or behind the portal's clock (a real one; a follower that recorded the start late): the cluster's
+    span as it is. A cluster ahead of it (the sandbox at 60x, a clock set forward): the run starts when the portal
+    recorded it and ends that much earlier, but never after the portal's ``now``; its cluster seconds, which are
+    what is billed, are spread evenly over that span. So no cost is dated after today, and the total is unchanged."""
+    if started_at <= recorded_at:
+        return started_at, ended_at
+    start, end = recorded_at, max(min(ended_at - (started_at - recorded_at), now), recorded_at)
+    if end <= start and ended_at > started_at:  # recorded this instant: give it a second to be spread over
+        start = end - timedelta(seconds=1)
+    return start, end
 
 
 def _priced(summed: list[Sum], by: tuple[str, ...]) -> list[dict[str, Any]]:

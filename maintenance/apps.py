@@ -13,3 +13,9 @@ class MaintenanceConfig(AppConfig):
         from . import policy
 
         predicates_install(policy)  # templates ask them by name ({% may "maintenance.may_decide_mig_change" c as ok %})
+
+        from portal.extensions import quota_notices
+
+        from . import notices
+
+        quota_notices.register(notices.quota_notices)  # the quota pages show MIG changes that cut the quota

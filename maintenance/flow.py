@@ -31,7 +31,7 @@ from portal.notify import notify_send, portal_link
 from tenants.access import Actor
 
 from . import cluster as cl
-from . import selectors, states
+from . import notices, selectors, states
 from .layouts import layout_resources
 from .models import MigChange, MigChangeStep
 
@@ -264,9 +264,11 @@ def _quotas(change: MigChange, kube: Kube, now: datetime) -> float | None:
             continue
         who = f"{row.tenant.slug}/{row.project.slug}" if row.project_id else row.tenant.slug
         notes.append(f"{who} {row.flavor.name} {row.nominal.normalize()} → {new.normalize()}")
-    states.step_to(change, step=STEP.UNCORDON, actor=SYSTEM, expect_step=STEP.QUOTAS, detail={"notes": notes},
-                   message=("Flavors and quotas: " + "; ".join(notes) + ".") if notes
-                   else "Flavors and quotas: nothing to change.")
+    moved = states.step_to(change, step=STEP.UNCORDON, actor=SYSTEM, expect_step=STEP.QUOTAS, detail={"notes": notes},
+                           message=("Flavors and quotas: " + "; ".join(notes) + ".") if notes
+                           else "Flavors and quotas: nothing to change.")
+    if moved and plan:
+        after_commit(notices.tell_tenants, change.pk, applied=True)  # the tenants whose quota was cut, once
     return NOW_AGAIN
 
 

@@ -31,7 +31,7 @@ from tenants.models import Tenant
 
 from . import cluster as cl
 from . import impact as impact_mod
-from . import policy, selectors
+from . import notices, policy, selectors
 from . import states
 from .layouts import validate_layout
 from .models import MigChange
@@ -195,6 +195,7 @@ def mig_change_approve(*, actor: Actor, change: MigChange, comment: str = "") ->
                            fields={"approved_by": actor.user, "decided_at": _now(), "decision_comment": comment.strip()[:2000]}):
             raise ConflictError(f"A {change.status} MIG change cannot be approved.")
         after_commit(_queue, change.pk)
+        after_commit(notices.tell_tenants, change.pk, applied=False)  # whose quota it will cut
     return change
 
 

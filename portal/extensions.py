@@ -34,6 +34,10 @@ must be cheap when nothing refuses (billing answers from a cached flag, no query
 
 ``budget_remaining``: ``register(fn)`` where ``fn(request_like) -> str | None`` is what remains of the
 request's project (and tenant) budget this month, as a sentence for the request form; None without a budget.
+
+``quota_notices``: ``register(fn)`` where ``fn(*, tenant, project=None) -> list[str]`` are sentences for a quota
+page about changes to that tenant's (or project's) quota coming from elsewhere: a MIG change that will cut, or
+recently cut, it (maintenance).
 """
 
 from __future__ import annotations
@@ -153,3 +157,4 @@ submission_guard = Slot(
     unavailable="Budget check unavailable: the project's budget could not be checked, so the request was not "
                 "submitted. Try again in a few minutes; if it persists, tell platform ops.")
 budget_remaining = Slot("budget remaining")
+quota_notices = Slot("quota notices")

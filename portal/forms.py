@@ -239,9 +239,10 @@ class OneTimeFormMixin:
     """Adds the hidden one-time token (``once_field``, ``form_token`` unless the form names another).
 
     Put it first among the bases: ``class TokenCreateForm(OneTimeFormMixin, forms.Form)``. The page
-    keeps the token in its address too (``?form=<token>``, set by ``static/js/portal.js`` from the
-    hidden input's ``data-once``), so Back to a form already sent, which browsers often load afresh,
-    shows the same form instance again (``once_initial()``) and sending it again is a replay."""
+    keeps the token in its history entry's state (``static/js/portal.js``, from the hidden input's ``data-once``;
+    never in the address, which ends up in bookmarks), so Back to a form already sent, which browsers often load
+    afresh, puts the same token back and sending it again is a replay. A ``?form=<token>`` in an address (older
+    links) is still read once (``once_initial()``) and taken out of the address by the script."""
 
     once_field = ONCE_FIELD
 

@@ -38,6 +38,9 @@ SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
 # stay readable: portal/crypto.py).
 SECRET_KEY_FALLBACKS = [k.strip() for k in os.environ.get("SECRET_KEY_FALLBACKS", "").split(",") if k.strip()]
 DEBUG = env_bool("DEBUG", PORTAL_ENV != "production")
+# With DEBUG on, a 404 is still the portal's own page (portal/not_found.py); DEBUG_404=1 shows Django's debug page
+# (every URL pattern) instead, for work on the URL configuration.
+DEBUG_404 = env_bool("DEBUG_404", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
@@ -86,6 +89,9 @@ MIDDLEWARE = [
 MIDDLEWARE[:0] = ["portal.logs.RequestIdMiddleware", "portal.health.HealthMiddleware"]
 # Then /metrics (portal/prometheus.py), answered before the host check like the probes; it times the rest.
 MIDDLEWARE.insert(MIDDLEWARE.index("portal.health.HealthMiddleware") + 1, "portal.prometheus.MetricsMiddleware")
+
+# The portal's 404 page with DEBUG on too, unless DEBUG_404 (portal/not_found.py); last, so it sees the view's Http404.
+MIDDLEWARE.append("portal.not_found.NotFoundPageMiddleware")
 
 # NUL characters (PostgreSQL cannot store them) are refused before sessions or tokens are looked up:
 # 404 in a path, 400 in a query string, header or JSON body (portal/inputs.py).

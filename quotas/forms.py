@@ -28,16 +28,26 @@ def target_key(flavor: Flavor, resource: str) -> str:
     return f"{flavor.pk}|{resource}"
 
 
-def target_choices(flavors: Iterable[Flavor]) -> list[tuple[str, str]]:
+RESOURCE_UNITS = {"nvidia.com/total-gpucores": "% of a card's cores", "nvidia.com/total-gpumem": "MiB", "memory": "GiB",
+                  "cpu": "cores"}
+
+
+def target_choices(flavors: Iterable[Flavor], *, in_shares: bool = False) -> list[tuple[str, str]]:
     """One choice per (flavor, resource) the flavors cover, labelled for people; names the cluster
-    only when there is more than one."""
+    only when there is more than one. ``in_shares`` (quota requests): a HAMi flavor is one choice, its shares
+    ("L40S shared (HAMi) — shares of 11 GiB, 25 % of the cores"), not its three rows."""
     flavors = list(flavors)
     several = len({f.cluster_id for f in flavors}) > 1
     choices = []
     for flavor in flavors:
         where = f"{flavor.cluster.name} · " if several else ""
+        if in_shares and flavor.kind == Flavor.Kind.HAMI:
+            size = f"shares of {flavor.share}" if flavor.share else "shares (give their size)"
+            choices.append((target_key(flavor, flavor.primary_resource), f"{where}{flavor} — {size}"))
+            continue
         for resource in flavor.resource_names:
-            choices.append((target_key(flavor, resource), f"{where}{flavor.name} — {resource}"))
+            unit = f" ({RESOURCE_UNITS[resource]})" if resource in RESOURCE_UNITS else ""
+            choices.append((target_key(flavor, resource), f"{where}{flavor.name} — {resource}{unit}"))
     return choices
 
 
@@ -59,11 +69,12 @@ class TargetMixin:
     """A ``target`` choice field resolved to (flavor, resource) among the flavors given."""
 
     flavors: dict[int, Flavor]
+    in_shares = False
 
     def _set_targets(self, flavors: Iterable[Flavor]) -> None:
         flavors = list(flavors)
         self.flavors = {f.pk: f for f in flavors}
-        self.fields["target"].choices = [("", "Choose…")] + target_choices(flavors)  # type: ignore[attr-defined]
+        self.fields["target"].choices = [("", "Choose…")] + target_choices(flavors, in_shares=self.in_shares)  # type: ignore[attr-defined]
 
     def cleaned_target(self) -> tuple[Flavor, str]:
         flavor_id, _, resource = self.cleaned_data["target"].partition("|")  # type: ignore[attr-defined]
@@ -118,10 +129,19 @@ class ProjectQuotaForm(TargetMixin, forms.Form):
 
 
 class QuotaRequestForm(TargetMixin, forms.Form):
-    """A member asks for more of one (flavor, resource), maybe until a date."""
+    """A member asks for more of one (flavor, resource), maybe until a date; of a HAMi flavor, for shares (of its
+    preset size, or of the GiB and % given), which approval turns into its three quota rows together."""
 
+    in_shares = True
     target = forms.ChoiceField(label="Flavor and resource")
-    amount = _quantity("How much more", positive=True, help_text=QUANTITY_HELP)
+    amount = _quantity("How much more", positive=True,
+                       help_text=QUANTITY_HELP + " For a HAMi shared flavor: the number of shares.")
+    share_memory_gib = DecimalField(
+        label="HAMi share: GPU memory (GiB)", required=False, max_digits=8, decimal_places=3,
+        help_text="HAMi flavors only: the memory of each share. Empty: the flavor's preset size.")
+    share_cores_percent = IntegerField(
+        label="HAMi share: % of the cores", required=False,
+        help_text="HAMi flavors only: each share's percentage of a card's cores, 1 to 100. Empty: the preset.")
     until = forms.DateTimeField(
         required=False, label="Until", help_text="Empty: permanent. The extra quota is removed when it ends.",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),

@@ -295,7 +295,7 @@ class QuotaRequest(models.Model):
         indexes = [models.Index(fields=["created_at", "id"], name="quota_request_created")]
 
     def __str__(self) -> str:
-        return f"{self.what} for {self.project.slug}"
+        return f"+{self.amount} {self.resource} ({self.flavor.name}) for {self.project.slug}"
 
     @property
     def is_share(self) -> bool:
@@ -326,10 +326,10 @@ class QuotaRequest(models.Model):
     @property
     def what(self) -> str:
         """What is asked, for people: ``+4 shares of L40S shared (HAMi) · 11 GiB, 25 % of the cores`` or
-        ``+6 nvidia.com/gpu of h100-80gb``."""
+        ``+6 nvidia.com/gpu (h100-80gb)``."""
         if self.is_share:
             return f"+{fmt(self.amount)} share{'' if self.amount == 1 else 's'} of {self.flavor} · {self.share_size}"
-        return f"+{fmt(self.amount)} {self.resource} of {self.flavor.name}"
+        return f"+{fmt(self.amount)} {self.resource} ({self.flavor.name})"
 
 
 class AppliedObject(models.Model):

@@ -41,6 +41,10 @@ def request_payload(request: QuotaRequest, *, event: str, actor_label: str) -> d
             "flavor": request.flavor.name,
             "resource": request.resource,
             "amount": fmt(request.amount),
+            "what": request.what,
+            "share": ({"memory_mib": request.share_memory_mib, "cores_percent": request.share_cores_percent,
+                       "rows": {resource: fmt(amount) for resource, amount in request.share_rows()}}
+                      if request.is_share else None),
             "until": request.until.isoformat() if request.until else None,
             "reason": request.reason,
             "status": request.status,
@@ -54,7 +58,9 @@ def request_payload(request: QuotaRequest, *, event: str, actor_label: str) -> d
 
 
 def _message(request: QuotaRequest, *, event: str, actor_label: str) -> tuple[str, str]:
-    what = f"+{fmt(request.amount)} {request.resource} ({request.flavor.name}) for {request.project.slug}"
+    what = f"{request.what} for {request.project.slug}"
+    if request.is_share:
+        what += f" ({request.share_totals} in all; approval raises the vGPU slots, cores and memory together)"
     subject = f"[GPU portal] Quota request #{request.pk}: {EVENTS.get(event, event)}"
     lines = [
         f"Quota request #{request.pk}: {what}",

@@ -15,7 +15,7 @@ from tenants.access import OPS_GROUP, Actor, is_ops, scope_of
 from tenants.models import Project, Role, Tenant
 
 from . import architectures
-from .capacity import Enforcement, capacity_by_flavor
+from .capacity import Enforcement, capacity_by_flavor, flavor_matches
 from .capacity import flavor_enforcement as _flavor_enforcement
 from .models import AppliedObject, ArchitectureChange, Cluster, Flavor, Node, NodePool, Quota, QuotaRequest
 
@@ -233,6 +233,24 @@ def allowed_promise(cluster: Cluster, capacity: Decimal) -> Decimal:
 
 def capacity_of(cluster: Cluster, flavor: Flavor, resource: str) -> Decimal:
     return capacity_by_flavor(cluster).get((flavor.pk, resource), ZERO)
+
+
+def hami_card_mib(flavor: Flavor) -> int:
+    """The memory of one card (MiB) behind a HAMi flavor, the most a share may have: the largest
+    ``nvidia.com/gpu.memory`` among its nodes that count, else its node pool's, else 0 (unknown)."""
+    best = 0
+    for node in Node.objects.filter(cluster_id=flavor.cluster_id).select_related("pool"):
+        if node.counts_capacity and flavor_matches(flavor, node):
+            try:
+                best = max(best, int(str((node.labels or {}).get("nvidia.com/gpu.memory") or 0)))
+            except ValueError:
+                continue
+    if not best:
+        pools = NodePool.objects.filter(cluster_id=flavor.cluster_id, sharing=NodePool.Sharing.HAMI)
+        if flavor.gpu_product:
+            pools = pools.filter(gpu_product=flavor.gpu_product)
+        best = max(pools.values_list("gpu_memory_mib", flat=True), default=0)
+    return best
 
 
 def headroom(*, project: Project, flavor: Flavor, resource: str) -> dict[str, Decimal]:
@@ -514,7 +532,7 @@ def quota_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[QuotaRe
 # The columns of a quota request its card, table row and request line show, and the policies (``quotas.may_decide``,
 # ``may_withdraw``) read: not the applied objects' JSON, not the reminder's time.
 _SHOWN = ("project", "flavor", "resource", "amount", "until", "reason", "requested_by", "status", "approver",
-          "decided_by", "decided_at", "comment", "created_at")
+          "decided_by", "decided_at", "comment", "created_at", "share_memory_mib", "share_cores_percent")
 
 
 def quota_requests_listed(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
@@ -545,7 +563,7 @@ def _named(kind: int, queryset: QuerySet, *texts: str, number: str | None = None
 def _shown_related(projects: tuple[int, ...], flavors: tuple[int, ...], users: tuple[int, ...]) -> QuerySet:
     User = get_user_model()
     return _named(0, Project.objects.filter(pk__in=projects), "slug", "name", "tenant__name", number="tenant_id").union(
-        _named(1, Flavor.objects.filter(pk__in=flavors), "name"),
+        _named(1, Flavor.objects.filter(pk__in=flavors), "name", "display_name"),
         _named(2, User.objects.filter(pk__in=users), User.USERNAME_FIELD),
         all=True,
     )
@@ -564,7 +582,7 @@ def _partial(model: Any, **values: Any) -> Any:
 def with_shown_related(requests: list[QuotaRequest]) -> list[QuotaRequest]:
     """The related rows a quota request's card, table row or request line shows, put on ``requests`` (read with
     ``quota_requests_listed``, from one list or several): the project (slug, name, its tenant's name), the flavor's
-    name, the requester's and decider's usernames. One query for any number of rows. Each related row is one model
+    name and display name, the requester's and decider's usernames. One query for any number of rows. Each related row is one model
     instance with only those fields: another field would be read by a query of its own, which the pages' query
     counts would catch."""
     if not requests:
@@ -585,7 +603,7 @@ def with_shown_related(requests: list[QuotaRequest]) -> list[QuotaRequest]:
                 tenant = tenants[number] = _partial(Tenant, id=number, name=third)
             project.tenant = tenant
         elif kind == 1:
-            flavors[pk] = _partial(Flavor, id=pk, name=first)
+            flavors[pk] = _partial(Flavor, id=pk, name=first, display_name=second)  # a HAMi share says its display name
         else:
             people[pk] = _partial(User, **{"id": pk, User.USERNAME_FIELD: first})
     for r in requests:

@@ -38,7 +38,7 @@ from . import architectures, policy, selectors, states
 from .events import schedule_reconcile
 from .exceptions import AlreadyDecided, QuotaExceeded
 from .mig import MIG_PROFILES, validate_mig_profile
-from .models import Architecture, Cluster, Flavor, Quota, QuotaRequest
+from .models import Architecture, Cluster, Flavor, Quota, QuotaRequest, gib_words
 from .notify import quota_request_notify
 
 ZERO = Decimal(0)
@@ -589,6 +589,8 @@ def _request_snapshot(request: QuotaRequest) -> dict[str, Any]:
         "flavor": request.flavor.name,
         "resource": request.resource,
         "amount": fmt(request.amount),
+        **({"share_memory_mib": request.share_memory_mib, "share_cores_percent": request.share_cores_percent}
+           if request.is_share else {}),
         "until": request.until.isoformat() if request.until else None,
         "status": request.status,
         "approver": request.approver,
@@ -641,6 +643,88 @@ def _check_request_fits_cluster(*, project: Project, flavor: Flavor, resource: s
                   f"(asked for {fmt(amount)}).", field="amount")
 
 
+GPU = "nvidia.com/gpu"
+
+
+def share_size(flavor: Flavor, *, memory_gib: Any = None, cores_percent: Any = None) -> tuple[int, int]:
+    """The size of a HAMi share as (memory MiB, % of a card's cores): the flavor's preset, or what was asked
+    (GiB and %) within bounds (more than 0, at most one card's memory and 100 %). ``Invalid`` names the field."""
+    card = selectors.hami_card_mib(flavor)
+    if memory_gib is None or memory_gib == "":
+        memory = flavor.hami_memory_mib
+    else:
+        try:
+            gib = Decimal(str(memory_gib).strip())
+        except (InvalidOperation, ValueError):
+            raise Invalid(f"{memory_gib!r} is not a number of GiB.", field="share_memory_gib") from None
+        if isinstance(memory_gib, bool) or not gib.is_finite():
+            raise Invalid("Give the GPU memory of a share in GiB.", field="share_memory_gib")
+        memory = int((gib * 1024).to_integral_value())
+        if gib <= 0 or memory < 1:
+            raise Invalid("A share needs more than 0 GiB of GPU memory.", field="share_memory_gib")
+        if card and memory > card:
+            raise Invalid(f"A share holds at most one card's memory: {gib_words(card)} GiB on {flavor}.",
+                          field="share_memory_gib")
+    if cores_percent is None or cores_percent == "":
+        cores = flavor.hami_cores_percent
+    else:
+        try:
+            cores_number = Decimal(str(cores_percent).strip())
+        except (InvalidOperation, ValueError):
+            raise Invalid(f"{cores_percent!r} is not a percentage.", field="share_cores_percent") from None
+        if isinstance(cores_percent, bool) or not cores_number.is_finite() or cores_number != cores_number.to_integral_value():
+            raise Invalid("Give the share of the cores as a whole percentage, 1 to 100.", field="share_cores_percent")
+        cores = int(cores_number)
+        if not 0 < cores <= 100:
+            raise Invalid("A share gets 1 to 100 % of a card's cores.", field="share_cores_percent")
+    if not memory or not cores:
+        raise Invalid(f"HAMi flavor {flavor.name} has no share size yet: give the GPU memory (GiB) and the % of the "
+                      "cores of a share, or ask platform ops to set the flavor's.", field="share_memory_gib")
+    return memory, cores
+
+
+def _request_share(flavor: Flavor, resource: str, memory_gib: Any, cores_percent: Any) -> tuple[int, int]:
+    """(0, 0) for a request that is not in HAMi shares; else the share size. A HAMi flavor is asked for in shares
+    only: one request for its vGPU slots, cores and memory together, never one raw row of the three."""
+    if flavor.kind != Flavor.Kind.HAMI:
+        for value, field in ((memory_gib, "share_memory_gib"), (cores_percent, "share_cores_percent")):
+            if value not in (None, ""):
+                raise Invalid(f"Only HAMi flavors are asked for in shares; {flavor.name} is not one.", field=field)
+        return 0, 0
+    if resource != GPU:
+        raise Invalid(f"{flavor} is asked for in shares, not in {resource}: the amount is a number of shares "
+                      f"({flavor.share or 'of the size you give'} each), and approval raises its vGPU slots, cores "
+                      "and memory together.", field="resource")
+    return share_size(flavor, memory_gib=memory_gib, cores_percent=cores_percent)
+
+
+def _check_shares_fit_cluster(request: QuotaRequest) -> None:
+    """``_check_request_fits_cluster`` for a request in HAMi shares, said in shares: how many more of that size
+    the cluster could ever give the project, and which of slots, cores or memory runs out first."""
+    project, flavor = request.project, request.flavor
+    per_share = dict(QuotaRequest(amount=Decimal(1), share_memory_mib=request.share_memory_mib,
+                                  share_cores_percent=request.share_cores_percent).share_rows())
+    room: list[tuple[Decimal, str]] = []
+    for resource, one in per_share.items():
+        row = Quota.objects.filter(project=project, flavor=flavor, resource=resource).first()
+        left = selectors.capacity_of(flavor.cluster, flavor, resource) - (row.nominal if row is not None else ZERO)
+        room.append(((max(left, ZERO) / one).to_integral_value(rounding="ROUND_FLOOR"), resource))
+    fits, short = min(room)
+    if request.amount <= fits:
+        return
+    what = {GPU: "vGPU slots", "nvidia.com/total-gpucores": "GPU cores", "nvidia.com/total-gpumem": "GPU memory"}[short]
+    more = f"at most {fmt(fits)} more" if fits > 0 else "no more"
+    raise Invalid(f"Cluster {flavor.cluster.name} can give {project.name} {more} shares of {request.share_size} on "
+                  f"{flavor} ({what} run out first; asked for {fmt(request.amount)}).", field="amount")
+
+
+def _approver_for_rows(project: Project, flavor: Flavor, rows: list[tuple[str, Decimal]]) -> str:
+    """Who owns the headroom for every row a request raises: the highest tier any of them needs."""
+    tiers = [selectors.approver_for(project=project, flavor=flavor, resource=resource, amount=amount)
+             for resource, amount in rows]
+    return max(tiers, key=lambda tier: selectors.TIER_RANK[tier])
+
+
 def _reload(request: QuotaRequest) -> QuotaRequest:
     return QuotaRequest.objects.select_related("project__tenant", "flavor__cluster", "requested_by", "decided_by").get(pk=request.pk)
 
@@ -655,9 +739,15 @@ def quota_request_create(
     amount: Any,
     reason: str,
     until: datetime | None = None,
+    share_memory_gib: Any = None,
+    share_cores_percent: Any = None,
 ) -> QuotaRequest:
     """A member asks for ``amount`` more of (flavor, resource) for the project, maybe until a date.
-    It is routed to whoever owns the headroom (``selectors.approver_for``)."""
+    It is routed to whoever owns the headroom (``selectors.approver_for``; for HAMi shares, of all three rows).
+
+    A HAMi flavor is asked for in shares: ``resource`` is ``nvidia.com/gpu`` and ``amount`` the number of
+    shares, each of the flavor's preset size or of ``share_memory_gib`` GiB and ``share_cores_percent`` % of
+    the cores (``share_size``); approval raises the vGPU slots, cores and memory rows together."""
     project = Project.objects.select_related("tenant").get(pk=project.pk)
     if actor.user is None:
         raise NotAllowed("Quota requests are made by people.")
@@ -668,18 +758,22 @@ def quota_request_create(
     if not isinstance(resource, str) or not resource:
         raise Invalid("A resource name is required.", field="resource")
     flavor = _check_flavor_resource(flavor, resource)
+    memory_mib, cores_percent = _request_share(flavor, resource, share_memory_gib, share_cores_percent)
     amount = parse_quantity(amount, field="amount", resource=resource, positive=True)
-    _check_request_fits_cluster(project=project, flavor=flavor, resource=resource, amount=amount)
-    if until is not None and until <= timezone.now():
-        raise Invalid("The end must be in the future.", field="until")
-    reason = (reason or "").strip()
-    if not reason:
-        raise Invalid("Say why the project needs it.", field="reason")
     request = QuotaRequest(
         project=project, flavor=flavor, resource=resource, amount=amount, until=until, reason=reason,
-        requested_by=actor.user,
-        approver=selectors.approver_for(project=project, flavor=flavor, resource=resource, amount=amount),
+        requested_by=actor.user, share_memory_mib=memory_mib, share_cores_percent=cores_percent,
     )
+    if request.is_share:
+        _check_shares_fit_cluster(request)
+    else:
+        _check_request_fits_cluster(project=project, flavor=flavor, resource=resource, amount=amount)
+    if until is not None and until <= timezone.now():
+        raise Invalid("The end must be in the future.", field="until")
+    request.reason = (reason or "").strip()
+    if not request.reason:
+        raise Invalid("Say why the project needs it.", field="reason")
+    request.approver = _approver_for_rows(project, flavor, request.share_rows())
     _full_clean(request, exclude=["applied", "decided_by", "requested_by", "project", "flavor"])
     request.save()
     request = _reload(request)
@@ -732,9 +826,19 @@ def quota_request_approve(*, actor: Actor, request: QuotaRequest, comment: str =
 
 
 def _approval_apply(actor: Actor, request: QuotaRequest) -> None:
-    """The quota writes of an approval, under the request's row lock (``states.move``'s effect)."""
-    project, flavor, resource, amount = request.project, request.flavor, request.resource, request.amount
-    flavor = _check_flavor_resource(flavor, resource)
+    """The quota writes of an approval, under the request's row lock (``states.move``'s effect). A request in
+    HAMi shares raises its three rows (vGPU slots, cores, memory) in this one transaction: all or none.
+    ``applied``: ``{"tenant": ..., "project": ...}`` for one row; ``{"rows": {resource: {...}}}`` for shares."""
+    flavor = _check_flavor_resource(request.flavor, request.resource)
+    rows: dict[str, dict[str, Any]] = {}
+    for resource, amount in request.share_rows():  # always in the flavor's resource order: one lock order
+        rows[resource] = _approval_apply_row(actor, request, flavor, resource, amount)
+    request.applied = rows[request.resource] if not request.is_share else {"rows": rows}
+    request.save(update_fields=["applied"])
+
+
+def _approval_apply_row(actor: Actor, request: QuotaRequest, flavor: Flavor, resource: str, amount: Decimal) -> dict[str, Any]:
+    project = request.project
     locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
     # Who owns the headroom now, under the locks: the routing at submission is a floor.
     need = selectors.approver_for(project=project, flavor=flavor, resource=resource, amount=amount)
@@ -751,8 +855,7 @@ def _approval_apply(actor: Actor, request: QuotaRequest) -> None:
     assert locked.project_row is not None
     _write(locked, locked.project_row, actor=actor, action="quota.raise", nominal=locked.project_row.nominal + amount)
     applied["project"] = {"quota": locked.project_row.pk, "added": fmt(amount)}
-    request.applied = applied
-    request.save(update_fields=["applied"])
+    return applied
 
 
 @transaction.atomic
@@ -801,10 +904,22 @@ def quota_request_revert(*, request_id: int, now: datetime) -> bool:
 
 
 def _revert_apply(actor: Actor, request: QuotaRequest, now: datetime) -> None:
-    """Subtract what approval added, under the request's row lock (``states.move``'s effect)."""
-    project, flavor, resource = request.project, request.flavor, request.resource
-    locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
+    """Subtract what approval added, under the request's row lock (``states.move``'s effect): each row it
+    raised (HAMi shares: the three, in one transaction)."""
     applied = dict(request.applied or {})
+    if "rows" in applied:
+        reverted_rows = {resource: _revert_row(actor, request, resource, added)
+                         for resource, added in applied["rows"].items()}
+        request.applied = applied | {"reverted": reverted_rows, "reverted_at": now.isoformat()}
+    else:
+        request.applied = applied | {"reverted": _revert_row(actor, request, request.resource, applied),
+                                     "reverted_at": now.isoformat()}
+    request.save(update_fields=["applied"])
+
+
+def _revert_row(actor: Actor, request: QuotaRequest, resource: str, applied: dict[str, Any]) -> dict[str, str]:
+    project, flavor = request.project, request.flavor
+    locked = _lock(tenant=project.tenant, project=project, flavor=flavor, resource=resource, with_cluster=True)
     reverted: dict[str, str] = {}
     added = Decimal(applied.get("project", {}).get("added", "0"))
     assert locked.project_row is not None
@@ -817,8 +932,7 @@ def _revert_apply(actor: Actor, request: QuotaRequest, now: datetime) -> None:
         take = min(added, max(locked.tenant_row.nominal - promised, ZERO))
         _write(locked, locked.tenant_row, actor=actor, action="quota.revert", nominal=locked.tenant_row.nominal - take)
         reverted["tenant"] = fmt(take)
-    request.applied = applied | {"reverted": reverted, "reverted_at": now.isoformat()}
-    request.save(update_fields=["applied"])
+    return reverted
 
 
 @transaction.atomic

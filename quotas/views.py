@@ -31,7 +31,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from portal import bulk
+from portal import bulk, extensions
 from portal.exceptions import PortalError
 from portal.inputs import is_id
 from portal.quantities import fmt
@@ -74,7 +74,8 @@ COLOURS = {
 PALETTE = ["#2f5bd3", "#1f7a3d", "#7c3aed", "#0e7490", "#b45309", "#be185d", "#4d7c0f", "#475569"]
 SERVICE_FIELDS = {"flavor": "target", "resource": "target", "amount": "amount", "until": "until", "reason": "reason",
                   "nominal": "nominal", "borrowing_limit": "borrowing_limit", "lending_limit": "lending_limit",
-                  "tenant": "tenant", "project": "project", "comment": "comment"}
+                  "tenant": "tenant", "project": "project", "comment": "comment",
+                  "share_memory_gib": "share_memory_gib", "share_cores_percent": "share_cores_percent"}
 
 
 # Helpers ---------------------------------------------------------------------------------------
@@ -749,7 +750,8 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                "chart": chart, "filterset": filterset, "pager": pager, "form": form,
                "project_rows": [(q, checks[q.pk]) for q in page_rows],
                "usage_readings": [{"flavor__cluster__reconciled_at": at} for at in readings],
-               "not_enforced": [s for s in summary if not s["check"]["enforced"]]}
+               "not_enforced": [s for s in summary if not s["check"]["enforced"]],
+               "quota_notices": extensions.quota_notices.call(tenant=tenant) or []}
     return page(request, "quotas/tenant_quotas.html", context)
 
 
@@ -834,6 +836,7 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
         "filterset": filterset, "pager": pager,
         "not_enforced": [r for r in rows if not r["enforced"]],
         "drifting": [r for r in rows if r["drift"]],
+        "quota_notices": extensions.quota_notices.call(tenant=tenant, project=project) or [],
     }
     return page(request, "quotas/project_quota.html", context)
 
@@ -855,12 +858,15 @@ def quota_request_create(request: HttpRequest, slug: str) -> HttpResponse:
         data = form.cleaned_data
         try:
             created = services.quota_request_create(actor=actor, project=project, flavor=flavor, resource=resource,
-                                                    amount=data["amount"], reason=data["reason"], until=data["until"])
+                                                    amount=data["amount"], reason=data["reason"], until=data["until"],
+                                                    share_memory_gib=data.get("share_memory_gib"),
+                                                    share_cores_percent=data.get("share_cores_percent"))
         except (PortalError, ValidationError) as exc:
             _show_error(form, exc)
         else:
-            messages.success(request, f"Request #{created.pk} sent: +{fmt(created.amount)} × {resource} of "
-                                      f"{flavor.name}. It waits for {created.get_approver_display().lower()} approval.")
+            total = f" ({created.share_totals} in all)" if created.is_share else ""
+            messages.success(request, f"Request #{created.pk} sent: {created.what}{total}. "
+                                      f"It waits for {created.get_approver_display().lower()} approval.")
             return redirect("project-quota", slug=project.slug)
     return _project_quota(request, actor, project, form=form)
 
@@ -988,8 +994,12 @@ def quota_request_decide(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         if decision == "approve":
             item = services.quota_request_approve(actor=actor, request=item, comment=comment)
-            done = (f"Request #{item.pk} approved: {item.project.name} has {fmt(item.amount)} more "
-                    f"× {item.resource} of {item.flavor.name}.")
+            if item.is_share:
+                done = (f"Request #{item.pk} approved: {item.project.name} has {fmt(item.amount)} more shares of "
+                        f"{item.flavor} · {item.share_size} ({item.share_totals}).")
+            else:
+                done = (f"Request #{item.pk} approved: {item.project.name} has {fmt(item.amount)} more "
+                        f"× {item.resource} of {item.flavor.name}.")
         else:
             item = services.quota_request_reject(actor=actor, request=item, comment=comment)
             done = f"Request #{item.pk} rejected."

@@ -96,3 +96,22 @@ def test_403_400_500_pages_and_the_api_keeps_json(cast) -> None:
 def test_favicon_ico_points_at_the_icon(client) -> None:
     response = client.get("/favicon.ico")
     assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
+
+
+@override_settings(DEBUG=True)
+def test_with_debug_on_a_404_is_still_the_portals_page(as_user, cast, settings) -> None:
+    """``make run`` (DEBUG on): a URL with no route and a page's own 404 are the portal's 404 page, not Django's debug
+    page listing every URL pattern; DEBUG_404 brings the debug page back."""
+    cat = make_catalogue(cast)
+    theirs = make_request(cat, cast.llm, cast.frank)
+    client = as_user("carol")
+    for path in ("/no/such/page/", f"/requests/{theirs.pk}/"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        html = _in_layout(response, signed_in=True)
+        assert "Not found" in html and "URLconf" not in html and "admin/" not in html, path
+    api = client.get("/api/v1/no-such-thing/")
+    assert api.status_code == 404 and api.json() == {"error": "not_found", "detail": "Not found."}
+    settings.DEBUG_404 = True
+    debug = client.get("/no/such/page/").content.decode()
+    assert "Using the URLconf defined in" in debug

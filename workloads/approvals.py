@@ -53,7 +53,7 @@ def _kinds(actor: Actor, decision: str, comment: str) -> dict[str, Kind]:
         "extension_request": Kind(
             find=lambda pk: selectors.extension_requests_for(actor=actor).filter(pk=pk).first(),
             decide=lambda item: extension_call(actor=actor, extension=item, comment=comment),
-            describe=lambda item: (item.status, f"+{item.hours} h for {item.request.project.slug}/{item.request.name}"),
+            describe=lambda item: (item.status, f"{item.short} for {item.request.project.slug}/{item.request.name}"),
         ),
         "quota_request": Kind(
             find=lambda pk: quota_requests_for(actor=actor).filter(pk=pk).first(),

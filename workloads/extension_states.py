@@ -1,6 +1,6 @@
 """The extension request state machine: the one place that knows which status may follow which.
 
-    pending ─┬─> approved    (an approver granted the hours; the request runs longer)
+    pending ─┬─> approved    (an approver granted the hours or replicas; the request runs longer, or is scaled)
              ├─> rejected    (an approver said no, and why)
              ├─> cancelled   (the requester withdrew it)
              └─> lapsed      (the request ended before anyone decided)
@@ -84,7 +84,8 @@ def move(
         RequestEvent.objects.create(request=req, actor_label=actor.label[:200], message=message[:1000])
         audit_record(
             actor=actor, action=f"extension_request.{to}", target=locked, tenant=req.project.tenant, project=req.project,
-            before={"status": current}, after={"status": to, "hours": locked.hours, "comment": locked.comment[:500]},
+            before={"status": current}, after={"status": to, "hours": locked.hours, "replicas": locked.replicas,
+                   "comment": locked.comment[:500]},
         )
         approvals_changed()
     return (

@@ -1,5 +1,7 @@
 """Extension requests: the requester asks the project's approvers for more hours than the approval rule
-grants by itself (``services.request_extend`` applies what it grants at once and refuses the rest).
+grants by itself (``services.request_extend`` applies what it grants at once and refuses the rest), or, for an
+inference service, for more replicas (a scale request: ``services.request_scale`` refuses a member's scale-up that
+needs a project admin; approving one calls it as the approver).
 
 Every write here checks the rules, writes (status moves through ``extension_states.move()``), audits and
 tells people after commit (``notify``). Approving extends the request in the same transaction as the move
@@ -20,10 +22,18 @@ from tenants.access import Actor
 from tenants.audit import audit_record
 from tenants.guards import require
 
-from . import notify, policy
+from . import kinds, notify, policy
 from .extension_states import current_status, move
 from .models import ExtensionRequest, RequestEvent, RequestState, WorkloadRequest
-from .services import REJECT_REASON_MISSING, _require_usable, extend_apply
+from .services import (
+    MAX_REPLICAS,
+    REJECT_REASON_MISSING,
+    _check_can_ever_run,
+    _require_usable,
+    extend_apply,
+    request_demand,
+    request_scale,
+)
 from .states import FINAL
 
 S = RequestState
@@ -31,6 +41,8 @@ X = ExtensionRequest.Status
 # An extension request is for a request that already has its approval and has not ended; a request still
 # waiting for approval is extended directly (its approver decides on the new duration).
 EXTENDABLE = frozenset({S.APPROVED, S.QUEUED, S.RUNNING, S.PREEMPTED})
+# A scale request likewise (a request still waiting for approval is scaled directly).
+SCALABLE = EXTENDABLE
 MAX_HOURS = 24 * 366
 
 
@@ -53,6 +65,61 @@ def _check_hours(req: WorkloadRequest, hours: int) -> None:
         )
 
 
+def _check_reason(reason: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise Invalid("Say why it needs more: the approvers decide on it.", field="reason")
+    if len(reason) > 2000:
+        raise Invalid("At most 2000 characters.", field="reason")
+    return reason
+
+
+def _check_replicas(req: WorkloadRequest, replicas: int) -> None:
+    """A scale-up the project could ever run (the same checks as ``services.request_scale`` before its rule)."""
+    if not kinds.allows(req.template.kind, "scale"):
+        raise Invalid("Only inference services scale.", field="replicas")
+    if not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
+        raise Invalid(f"Between 1 and {MAX_REPLICAS} replicas.", field="replicas")
+    if replicas <= req.replicas:
+        raise Invalid(f"It has {req.replicas} replica(s) now: ask for more (scaling down needs nobody's approval).",
+                      field="replicas")
+    demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=replicas, cpu=req.cpu)
+    _check_can_ever_run(project=req.project, flavor=req.flavor, demand=demand, field="replicas")
+
+
+@transaction.atomic
+def scale_request_create(*, actor: Actor, request: WorkloadRequest, replicas: int, reason: str) -> ExtensionRequest:
+    """The requester of an inference service asks the approvers to scale it to ``replicas``, saying why (a scale-up
+    the approval rule does not grant them). One pending scale request per request (409)."""
+    req = WorkloadRequest.objects.select_related("project__tenant", "tenant", "template", "flavor").get(pk=request.pk)
+    require(policy.may_ask_extension(actor, req),
+            "Only the requester asks to scale; the project's approvers scale requests directly.")
+    _require_usable(req.project, "scaling up")
+    if req.state not in SCALABLE:
+        if req.state in FINAL:
+            raise ConflictError(f"A {req.state} request cannot be scaled.")
+        raise ConflictError("This request still waits for its approval: scale it directly; its approver decides "
+                            "on the new size.")
+    _check_replicas(req, replicas)
+    reason = _check_reason(reason)
+    busy = ConflictError("A scale request for this request already waits for a decision; withdraw it to ask again.")
+    if ExtensionRequest.objects.filter(request=req, status=X.PENDING, replicas__isnull=False).exists():
+        raise busy
+    try:
+        with transaction.atomic():
+            ext = ExtensionRequest.objects.create(request=req, hours=0, replicas=replicas, reason=reason,
+                                                  requested_by=actor.user)
+    except IntegrityError:  # a concurrent ask won (the partial unique constraint decides)
+        raise busy from None
+    RequestEvent.objects.create(request=req, actor_label=actor.label[:200],
+                                message=f"Asked to scale from {req.replicas} to {replicas} replicas: {reason}"[:1000])
+    audit_record(actor=actor, action="extension_request.create", target=ext, tenant=req.tenant, project=req.project,
+                 after={"request": req.pk, "replicas": replicas, "reason": reason[:500]})
+    pk = ext.pk
+    _after_commit(lambda: notify.extension_waiting_notify(pk))
+    return ext
+
+
 @transaction.atomic
 def extension_request_create(*, actor: Actor, request: WorkloadRequest, hours: int, reason: str) -> ExtensionRequest:
     """The requester asks for ``hours`` more, saying why. One pending extension request per request (409)."""
@@ -69,9 +136,8 @@ def extension_request_create(*, actor: Actor, request: WorkloadRequest, hours: i
     reason = (reason or "").strip()
     if not reason:
         raise Invalid("Say why it needs more time: the approvers decide on it.", field="reason")
-    if len(reason) > 2000:
-        raise Invalid("At most 2000 characters.", field="reason")
-    if ExtensionRequest.objects.filter(request=req, status=X.PENDING).exists():
+    reason = _check_reason(reason)
+    if ExtensionRequest.objects.filter(request=req, status=X.PENDING, replicas__isnull=True).exists():
         raise ConflictError("An extension of this request already waits for a decision; withdraw it to ask again.")
     try:
         with transaction.atomic():
@@ -94,6 +160,11 @@ def _decidable(actor: Actor, extension: ExtensionRequest) -> ExtensionRequest:
     return ext
 
 
+def _what(ext: ExtensionRequest) -> str:
+    """The timeline's words for it: "Extension by 4 h", "Scaling to 3 replicas"."""
+    return f"Scaling to {ext.replicas} replicas" if ext.is_scale else f"Extension by {ext.hours} h"
+
+
 def _already(ext: ExtensionRequest) -> ConflictError:
     return ConflictError(f"The extension request is {current_status(ext.pk)} now: someone already decided on it, "
                          "or it was withdrawn.")
@@ -101,25 +172,33 @@ def _already(ext: ExtensionRequest) -> ConflictError:
 
 @transaction.atomic
 def extension_request_approve(*, actor: Actor, extension: ExtensionRequest, comment: str = "") -> ExtensionRequest:
-    """Grant the hours: the request runs longer at once (its deadline moves). Of two approvers, one wins (409)."""
+    """Grant the hours: the request runs longer at once (its deadline moves); or the replicas: the service is scaled
+    at once (``services.request_scale`` as the approver: quota is checked again). Of two approvers, one wins (409)."""
     ext = _decidable(actor, extension)
     comment = (comment or "").strip()
     if len(comment) > 1000:
         raise Invalid("At most 1000 characters.", field="comment")
-    _require_usable(ext.request.project, "extending a request")
+    _require_usable(ext.request.project, "scaling up" if ext.is_scale else "extending a request")
 
     def extend(locked: ExtensionRequest) -> None:
         req = WorkloadRequest.objects.select_for_update(of=("self",)).select_related(
-            "project__tenant", "tenant", "template").get(pk=locked.request_id)
+            "project__tenant", "tenant", "template", "flavor").get(pk=locked.request_id)
         if req.state in FINAL:
-            raise ConflictError(f"The request is {req.state}: there is nothing left to extend.")
+            raise ConflictError(f"The request is {req.state}: there is nothing left to "
+                                f"{'scale' if locked.is_scale else 'extend'}.")
+        if locked.is_scale:
+            if req.replicas >= locked.replicas:
+                raise ConflictError(f"It has {req.replicas} replicas already: there is nothing to scale up; reject "
+                                    "the scale request instead.")
+            request_scale(actor=actor, request=req, replicas=locked.replicas)  # checks the quota again
+            return
         _check_hours(req, locked.hours)  # another extension may have used the template's maximum meanwhile
         extend_apply(actor=actor, request=req, hours=locked.hours,
                      message=f"Extended by {locked.hours} h to {req.duration_hours + locked.hours} h: "
                              f"{actor.label} approved the extension request.")
 
     moved = move(ext, to=X.APPROVED, actor=actor, effect=extend,
-                 message=f"Extension by {ext.hours} h approved by {actor.label}" + (f": {comment}" if comment else "."),
+                 message=f"{_what(ext)} approved by {actor.label}" + (f": {comment}" if comment else "."),
                  fields={"decided_by": actor.user, "decided_at": timezone.now(), "comment": comment})
     if moved is None:
         raise _already(ext)
@@ -137,7 +216,7 @@ def extension_request_reject(*, actor: Actor, extension: ExtensionRequest, comme
         raise Invalid(REJECT_REASON_MISSING, field="comment")
     if len(comment) > 1000:
         raise Invalid("At most 1000 characters.", field="comment")
-    moved = move(ext, to=X.REJECTED, actor=actor, message=f"Extension by {ext.hours} h rejected by {actor.label}: {comment}",
+    moved = move(ext, to=X.REJECTED, actor=actor, message=f"{_what(ext)} rejected by {actor.label}: {comment}",
                  fields={"decided_by": actor.user, "decided_at": timezone.now(), "comment": comment})
     if moved is None:
         raise _already(ext)
@@ -152,7 +231,7 @@ def extension_request_cancel(*, actor: Actor, extension: ExtensionRequest) -> Ex
     ext = ExtensionRequest.objects.select_related("request__project__tenant").get(pk=extension.pk)
     if actor.user is None or actor.user.pk != ext.requested_by_id:
         raise NotAllowed("Only the requester withdraws an extension request; approvers reject it.")
-    moved = move(ext, to=X.CANCELLED, actor=actor, message=f"Extension by {ext.hours} h withdrawn by {actor.label}.",
+    moved = move(ext, to=X.CANCELLED, actor=actor, message=f"{_what(ext)} withdrawn by {actor.label}.",
                  fields={"decided_at": timezone.now()})
     if moved is None:
         raise _already(ext)

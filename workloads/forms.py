@@ -462,5 +462,13 @@ class ExtensionAskForm(forms.Form):
                              help_text="The project's approvers decide on it; you are told what they decide.")
 
 
+class ScaleAskForm(forms.Form):
+    """Asking the approvers to scale an inference service up, where the approval rule does not grant it."""
+
+    replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas wanted")
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Why",
+                             help_text="The project's approvers decide on it; you are told what they decide.")
+
+
 class ScaleForm(forms.Form):
     replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")

@@ -295,10 +295,12 @@ class Volume(models.Model):
 
 
 class ExtensionRequest(models.Model):
-    """The requester asks the approvers for more hours than the approval rule grants by itself.
+    """The requester asks the approvers for more than the approval rule grants by itself: more hours
+    (``hours``), or, for an inference service, more replicas (``replicas``, the number asked for; ``hours``
+    is 0 then).
 
-    Its ``status`` moves only through ``workloads/extension_states.py``; approving extends the request
-    (``workloads/extensions.py``). At most one is pending per request.
+    Its ``status`` moves only through ``workloads/extension_states.py``; approving extends or scales the
+    request (``workloads/extensions.py``). At most one of each kind is pending per request.
     """
 
     class Status(models.TextChoices):
@@ -309,7 +311,9 @@ class ExtensionRequest(models.Model):
         LAPSED = "lapsed", "Lapsed"  # the request ended before anyone decided
 
     request = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="extension_requests")
-    hours = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    hours = models.PositiveIntegerField(default=0, help_text="More hours asked for (0: a scale request).")
+    # A scale request: the replicas the service should have (null: an extension by ``hours``).
+    replicas = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
     reason = models.TextField(max_length=2000)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
@@ -322,11 +326,30 @@ class ExtensionRequest(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["request"], condition=Q(status="pending"), name="one_pending_extension_per_request"),
+            models.UniqueConstraint(fields=["request"], condition=Q(status="pending", replicas__isnull=True),
+                                    name="one_pending_extension_per_request"),
+            models.UniqueConstraint(fields=["request"], condition=Q(status="pending", replicas__isnull=False),
+                                    name="one_pending_scale_request_per_request"),
+            models.CheckConstraint(condition=Q(replicas__isnull=True, hours__gte=1) | Q(replicas__gte=1, hours=0),
+                                   name="extension_request_hours_or_replicas"),
         ]
 
     def __str__(self) -> str:
-        return f"+{self.hours} h for {self.request_id} ({self.status})"
+        return f"{self.short} for {self.request_id} ({self.status})"
+
+    @property
+    def is_scale(self) -> bool:
+        return self.replicas is not None
+
+    @property
+    def asked(self) -> str:
+        """What is asked for, in words: "4 more hours", "scaling to 3 replicas"."""
+        return f"scaling to {self.replicas} replicas" if self.is_scale else f"{self.hours} more hours"
+
+    @property
+    def short(self) -> str:
+        """For a subject line: "+4 h", "to 3 replicas"."""
+        return f"to {self.replicas} replicas" if self.is_scale else f"+{self.hours} h"
 
 
 class RequestPreset(models.Model):

@@ -173,7 +173,7 @@ def _extension_payload(ext: Any, event: str) -> dict[str, Any]:
     req = ext.request
     return {
         "event": f"extension_request.{event}", "extension_request": ext.pk, "request": req.pk, "name": req.name,
-        "project": req.project.slug, "tenant": req.project.tenant.slug, "hours": ext.hours, "reason": ext.reason,
+        "project": req.project.slug, "tenant": req.project.tenant.slug, "hours": ext.hours, "replicas": ext.replicas, "reason": ext.reason,
         "status": ext.status, "requested_by": ext.requested_by.get_username(),
         "decided_by": ext.decided_by.get_username() if ext.decided_by_id else None, "comment": ext.comment,
     }
@@ -189,12 +189,17 @@ def extension_waiting_notify(extension_id: int, *, reminder: bool = False) -> No
         return
     req = ext.request
     approvers = request_approvers(project=req.project, exclude_user_id=ext.requested_by_id)
-    head = "Still waiting for a decision" if reminder else "Extension asked for"
-    subject = f"[GPU portal] {head}: {req.project.slug}/{req.name} +{ext.hours} h"
+    head = "Still waiting for a decision" if reminder else ("Scaling asked for" if ext.is_scale else "Extension asked for")
+    subject = f"[GPU portal] {head}: {req.project.slug}/{req.name} {ext.short}"
+    if ext.is_scale:
+        asked = (f"{ext.requested_by.get_username()} asks to scale {req.name} ({req.template.name}, {req.gpus} x "
+                 f"{req.flavor} per replica) in project {req.project.slug} from {req.replicas} to {ext.replicas} replicas.")
+    else:
+        asked = (f"{ext.requested_by.get_username()} asks for {ext.hours} more hours for {req.name} ({req.template.name}, "
+                 f"{req.gpus} x {req.flavor}) in project {req.project.slug}: {req.duration_hours} h now, "
+                 f"{req.duration_hours + ext.hours} h with the extension.")
     lines = [
-        f"{ext.requested_by.get_username()} asks for {ext.hours} more hours for {req.name} ({req.template.name}, "
-        f"{req.gpus} x {req.flavor}) in project {req.project.slug}: {req.duration_hours} h now, "
-        f"{req.duration_hours + ext.hours} h with the extension.",
+        asked,
         f"Reason: {ext.reason}",
         f"Decide on the portal's Approvals page ({portal_link('/approvals/')}), or with POST /api/v1/extension-requests/"
         f"{ext.pk}/approve/ or /reject/.",
@@ -214,8 +219,8 @@ def extension_withdrawn_notify(extension_id: int) -> None:
         return
     req = ext.request
     approvers = request_approvers(project=req.project, exclude_user_id=ext.requested_by_id)
-    subject = f"[GPU portal] Withdrawn, no decision needed: {req.project.slug}/{req.name} +{ext.hours} h"
-    lines = [f"{ext.requested_by.get_username()} withdrew the request for {ext.hours} more hours for {req.name} in "
+    subject = f"[GPU portal] Withdrawn, no decision needed: {req.project.slug}/{req.name} {ext.short}"
+    lines = [f"{ext.requested_by.get_username()} withdrew the request for {ext.asked} for {req.name} in "
              f"project {req.project.slug}. Nothing is left to decide; it is no longer in your inbox.",
              f"Your Approvals page: {portal_link('/approvals/')}"]
     _send(subject=subject, body="\n\n".join(lines) + "\n", to=_addresses(approvers),
@@ -230,10 +235,12 @@ def extension_decided_notify(extension_id: int) -> None:
     req = ext.request
     decision = ext.get_status_display().lower()
     by = ext.decided_by.get_username() if ext.decided_by_id else "the portal"
-    subject = f"[GPU portal] Extension of {req.project.slug}/{req.name} {decision}"
-    lines = [f"Your request for {ext.hours} more hours for {req.name} in project {req.project.slug} was {decision} by {by}."]
+    what = "Scaling" if ext.is_scale else "Extension"
+    subject = f"[GPU portal] {what} of {req.project.slug}/{req.name} {decision}"
+    lines = [f"Your request for {ext.asked} for {req.name} in project {req.project.slug} was {decision} by {by}."]
     if ext.status == "approved":
-        lines.append(f"It may now run for {req.duration_hours} hours in all.")
+        lines.append(f"It now has {req.replicas} replicas." if ext.is_scale
+                     else f"It may now run for {req.duration_hours} hours in all.")
     if ext.comment:
         lines.append(("Reason: " if ext.status == "rejected" else "Comment: ") + ext.comment)
     lines.append(f"The request: {portal_link(f'/requests/{req.pk}/')}")
@@ -246,7 +253,6 @@ def quota_request_remind_notify(quota_request_id: int) -> None:
     from quotas.models import QuotaRequest
     from quotas.notify import request_payload
     from quotas.selectors import quota_request_approvers
-    from quotas.services import fmt
 
     qr = (
         QuotaRequest.objects.select_related("project__tenant", "flavor__cluster", "requested_by", "decided_by")
@@ -259,7 +265,7 @@ def quota_request_remind_notify(quota_request_id: int) -> None:
 
     subject = f"[GPU portal] Still waiting for a decision: quota request #{qr.pk}"
     lines = [
-        f"Quota request #{qr.pk}: +{fmt(qr.amount)} {qr.resource} ({qr.flavor.name}) for {qr.project.slug}, "
+        f"Quota request #{qr.pk}: {qr.what} for {qr.project.slug}, "
         f"asked by {qr.requested_by.get_username()} on {qr.created_at:%Y-%m-%d %H:%M} UTC.",
         f"Decided by: {qr.get_approver_display()}.",
         f"Reason: {qr.reason}",

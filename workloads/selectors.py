@@ -190,7 +190,7 @@ def request_extension_rows(request_id: int) -> list[dict[str, Any]]:
     user = get_user_model()
     return list(
         ExtensionRequest.objects.filter(request_id=request_id).order_by("-created_at", "-id").values(
-            "id", "hours", "reason", "status", "decided_at", "comment", "created_at",
+            "id", "hours", "replicas", "reason", "status", "decided_at", "comment", "created_at",
             requested_by_username=_one(user, "username", "requested_by_id", ExtensionRequest),
             decided_by_username=_one(user, "username", "decided_by_id", ExtensionRequest),
             project_tenant_slug=Subquery(

@@ -77,6 +77,11 @@ TOP_LEVEL = kinds.FOLLOWABLE  # every top-level object a kind may follow (worklo
 # The objects that carry our OUTCOME_FINALIZER (manifests.metadata(outcome=True)): the only ones the follower patches.
 OUTCOME_KINDS = (("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"))
 MISSING_GRACE = timedelta(seconds=60)
+# "Why is it pending?" also depends on the ClusterQueue's usage and on who is ahead, which change without any event
+# of the waiting request's own objects: every PENDING_REFRESH_SECONDS the follower reads the ClusterQueues that
+# waiting requests use and rewrites the sentences of those whose queue changed (at most PENDING_REFRESH_MAX requests).
+PENDING_REFRESH_SECONDS = 10
+PENDING_REFRESH_MAX = 2000
 WARNINGS_KEPT = 3
 
 
@@ -321,6 +326,8 @@ class StatusFollower:
         saved = cache.get(self.state_key) or {}
         self.versions: dict[str, str] = dict(saved.get("versions") or {})
         self.resynced_at: float = float(saved.get("resynced_at") or 0)
+        self.pending_at: float = float(saved.get("pending_at") or 0)
+        self.queue_digests: dict[str, str] = dict(saved.get("queue_digests") or {})
         self.unserved: set[str] = set()
 
     # -- one cycle -------------------------------------------------------------------------------------------
@@ -334,9 +341,41 @@ class StatusFollower:
             self._resync(stats)
         else:
             self._follow(stats)
+        if time.time() - self.pending_at >= PENDING_REFRESH_SECONDS:
+            self._refresh_pending(stats)
         stats.cluster_calls = sum(self.kube.calls.values()) - calls_before
-        cache.set(self.state_key, {"versions": self.versions, "resynced_at": self.resynced_at}, None)
+        cache.set(self.state_key, {"versions": self.versions, "resynced_at": self.resynced_at,
+                                   "pending_at": self.pending_at, "queue_digests": self.queue_digests}, None)
         return stats
+
+    def _refresh_pending(self, stats: CycleStats) -> None:
+        """Rewrite the pending sentences of the waiting requests whose ClusterQueue changed since the last look (its
+        usage, its quota): one GET per queue in use, and writes only where the sentence changed."""
+        self.pending_at = time.time()
+        waiting = list(WorkloadRequest.objects.filter(cluster=self.cluster, state__in=[S.QUEUED, S.PREEMPTED])
+                       .select_related("flavor", "template", "project", "cluster").order_by("created_at")
+                       [:PENDING_REFRESH_MAX])
+        by_queue: dict[str, list[WorkloadRequest]] = defaultdict(list)
+        for req in waiting:
+            if not uses_volcano(req, req.cluster.architecture):
+                by_queue[cluster_queue_name(_target_of(req))].append(req)
+        digests: dict[str, str] = {}
+        for name, reqs in by_queue.items():
+            try:
+                cq = self.kube.get(KUEUE, "ClusterQueue", name)
+            except (ClusterUnavailable, ClusterRejected):
+                continue
+            digest = hashlib.sha256(repr(((cq or {}).get("spec"), ((cq or {}).get("status") or {}).get(
+                "flavorsUsage"))).encode()).hexdigest()[:16]
+            digests[name] = digest
+            if self.queue_digests.get(name) == digest:
+                continue
+            for req, ahead in _ahead_of(reqs):
+                sentence = request_pending_reason(req, cluster_queue=cq, volcano=False, ahead=ahead)
+                if sentence != req.pending_reason:
+                    stats.db_writes += WorkloadRequest.objects.filter(pk=req.pk, state=req.state).update(
+                        pending_reason=sentence)
+        self.queue_digests = digests
 
     def _list(self, f: Followed) -> list[dict[str, Any]] | None:
         try:
@@ -667,6 +706,22 @@ class StatusFollower:
             if item.preempted:  # after every Workload UID of the cycle is kept: the email can name the preemptor
                 item.preempted = False
                 after_commit(notify.request_preempted_notify, item.request.pk)
+
+
+def _ahead_of(reqs: list[WorkloadRequest]) -> list[tuple[WorkloadRequest, int]]:
+    """Each waiting request with how many wait before it (``pending.requests_ahead`` for a whole queue at once:
+    the same project and flavor, higher priority first, then older first)."""
+    from .models import Priority
+
+    rank = {Priority.BATCH: 0, Priority.INTERACTIVE: 1, Priority.PRODUCTION: 2}
+    groups: dict[tuple[int, int], list[WorkloadRequest]] = defaultdict(list)
+    for req in reqs:
+        groups[(req.project_id, req.flavor_id)].append(req)
+    out: list[tuple[WorkloadRequest, int]] = []
+    for group in groups.values():
+        group.sort(key=lambda r: (-rank.get(r.priority, 0), r.created_at))
+        out.extend((req, i) for i, req in enumerate(group))
+    return out
 
 
 def _target_of(req: WorkloadRequest) -> Any:

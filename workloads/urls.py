@@ -24,6 +24,7 @@ urlpatterns = [
     path("extension-requests/<int:pk>/decide/", views.extension_decide, name="extension-decide"),
     path("extension-requests/<int:pk>/cancel/", views.extension_cancel, name="extension-cancel"),
     path("requests/<int:pk>/scale/", views.request_scale, name="request-scale"),
+    path("requests/<int:pk>/scale/ask/", views.request_scale_ask, name="request-scale-ask"),
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/bulk/", views.approvals_bulk, name="approvals-bulk"),
     path("approvals/waiting/", views.approvals_waiting, name="approvals-waiting"),

@@ -42,7 +42,7 @@ from tenants.ui import page
 from . import approvals as approvals_flow
 from . import extensions, policy, preemption, selectors, services
 from .filters import RequestFilter
-from .forms import BulkDecisionForm, DecisionForm, ExtendForm, ExtensionAskForm, RequestForm, ScaleForm
+from .forms import BulkDecisionForm, DecisionForm, ExtendForm, ExtensionAskForm, RequestForm, ScaleAskForm, ScaleForm
 from .models import ExtensionRequest, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
 from .pending import request_queue_line
 from .states import ACTIVE, CANCELLABLE, FINAL
@@ -393,6 +393,8 @@ def state_actions(req: WorkloadRequest) -> dict[str, bool]:
         "ask_extension": (state in extensions.EXTENDABLE and writable
                           and req.duration_hours < req.template.max_duration_hours),
         "scale": state not in FINAL and req.template.kind == TemplateKind.INFERENCE,
+        # Asking the approvers for more replicas (a scale request): likewise for the requester, not an approver.
+        "ask_scale": state in extensions.SCALABLE and writable and req.template.kind == TemplateKind.INFERENCE,
         "delete": state not in (S.REJECTED, S.CANCELLED),
     }
 
@@ -490,18 +492,26 @@ def _extension_rows(actor: Actor, req: WorkloadRequest, bound: dict[int, Decisio
 
 def _detail_page(request: HttpRequest, actor: Actor, req: WorkloadRequest, *, status: int = 200,
                  decision_form: DecisionForm | None = None, ask_form: ExtensionAskForm | None = None,
-                 extension_forms: dict[int, DecisionForm] | None = None) -> HttpResponse:
+                 extension_forms: dict[int, DecisionForm] | None = None,
+                 scale_ask_form: ScaleAskForm | None = None) -> HttpResponse:
     context = _detail_context(actor, req)
     extension_rows = _extension_rows(actor, req, extension_forms)
     ask = request.GET.get("ask", "")
+    scale = request.GET.get("scale", "")
     context |= {
         "decision_form": decision_form or DecisionForm(prefix=f"decide-{req.pk}"),
         "extend_form": ExtendForm(prefix="extend"),
         "ask_form": ask_form or ExtensionAskForm(prefix="ask", initial={"hours": int(ask)} if ask.isdecimal() else None),
         "scale_form": ScaleForm(prefix="scale", initial={"replicas": req.replicas}),
+        "scale_ask_form": scale_ask_form or ScaleAskForm(
+            prefix="askscale", initial={"replicas": int(scale) if scale.isdecimal() else req.replicas + 1}),
         "extensions": extension_rows,
-        # One extension request waits at a time: the form to ask comes back once it is decided.
-        "extension_pending": any(row["ext"].status == ExtensionRequest.Status.PENDING for row in extension_rows),
+        # One extension request (and one scale request) waits at a time: the form to ask comes back once it is decided.
+        "extension_pending": any(row["ext"].status == ExtensionRequest.Status.PENDING and not row["ext"].is_scale
+                                 for row in extension_rows),
+        "scale_asked": any(row["ext"].is_scale for row in extension_rows),
+        "scale_pending": any(row["ext"].status == ExtensionRequest.Status.PENDING and row["ext"].is_scale
+                             for row in extension_rows),
     }
     return page(request, "workloads/request_detail.html", context, status=status)
 
@@ -946,6 +956,26 @@ def request_extension_ask(request: HttpRequest, pk: int) -> HttpResponse:
     return _detail_page(request, actor, req, status=400, ask_form=form)
 
 
+@login_required
+@require_POST
+def request_scale_ask(request: HttpRequest, pk: int) -> HttpResponse:
+    """The requester asks the approvers to scale an inference service up (a scale request)."""
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    form = ScaleAskForm(request.POST, prefix="askscale")
+    if form.is_valid():
+        try:
+            ext = extensions.scale_request_create(actor=actor, request=req, replicas=form.cleaned_data["replicas"],
+                                                  reason=form.cleaned_data["reason"])
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc)
+        else:
+            messages.success(request, f"Asked to scale to {ext.replicas} replicas. The project's approvers decide; "
+                                      "you get an email when they do.")
+            return redirect("request-detail", pk=pk)
+    return _detail_page(request, actor, req, status=400, scale_ask_form=form)
+
+
 def _visible_extension(actor: Actor, pk: int) -> ExtensionRequest:
     return get_object_or_404(selectors.extension_requests_for(actor=actor), pk=pk)
 
@@ -969,7 +999,9 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
             error = _error_text(exc)
             if getattr(exc, "field", None) == "comment":
                 form.add_error("comment", error)
-    done = "" if error else f"Extension of {ext.request.name} by {ext.hours} h {ext.get_status_display().lower()}."
+    asked = f"to {ext.replicas} replicas" if ext.is_scale else f"by {ext.hours} h"
+    done = "" if error else (f"{'Scaling' if ext.is_scale else 'Extension'} of {ext.request.name} {asked} "
+                             f"{ext.get_status_display().lower()}.")
     if request.htmx:
         ext = _visible_extension(actor, ext.pk)
         response = render(request, "workloads/_extension_row.html",
@@ -998,7 +1030,7 @@ def extension_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     except (PortalError, ValidationError) as exc:
         messages.error(request, _error_text(exc))
     else:
-        messages.success(request, f"Extension request for {ext.hours} more hours withdrawn.")
+        messages.success(request, f"Your request for {ext.asked} withdrawn.")
     return redirect("request-detail", pk=ext.request_id)
 
 
@@ -1010,8 +1042,19 @@ def request_scale(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Choose between 1 and 64 replicas.")
         return redirect("request-detail", pk=pk)
     replicas = form.cleaned_data["replicas"]
-    return _act(request, pk, lambda a, r: services.request_scale(actor=a, request=r, replicas=replicas),
-                "Request {req.name} now has {req.replicas} replicas.")
+    actor = _actor(request)
+    req = _visible_request(actor, pk)
+    try:
+        req = services.request_scale(actor=actor, request=req, replicas=replicas)
+    except (PortalError, ValidationError) as exc:
+        messages.error(request, _error_text(exc))
+        if (isinstance(exc, NotAllowed) and state_actions(req)["ask_scale"]
+                and policy.may_ask_extension(actor, req) and not policy.may_decide(actor, req.project)):
+            # A scale-up the approval rule does not grant: the form to ask the approvers, with this size filled in.
+            return redirect(f"{reverse('request-detail', args=[pk])}?scale={replicas}#ask-scale")
+    else:
+        messages.success(request, f"Request {req.name} now has {req.replicas} replicas.")
+    return redirect("request-detail", pk=pk)
 
 
 # Approvals --------------------------------------------------------------------------------------
@@ -1030,8 +1073,8 @@ INBOX_COLUMNS = (
     "requested_by__username",
 )
 INBOX_EXTENSION_COLUMNS = (
-    "hours", "status", "reason", "comment", "created_at", "requested_by__username", "request__name", "request__state",
-    "request__gpus", "request__duration_hours", "request__flavor__name", "request__flavor__display_name",
+    "hours", "replicas", "status", "reason", "comment", "created_at", "requested_by__username", "request__name",
+    "request__state", "request__gpus", "request__replicas", "request__duration_hours", "request__flavor__name", "request__flavor__display_name",
     "request__template__name",
     "request__template__max_duration_hours", "request__project__name", "request__project__tenant__name",
 )

@@ -7,9 +7,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api import DateTimeField, IdOrNameField, JSONObjectField, JSONObjectListField, StrictSerializerMixin
+from portal.quantities import fmt
 
 from ..capacity import flavor_enforcement
-from ..models import Architecture, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest
+from ..models import Architecture, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest, gib_words
 
 QUANTITY = {"max_digits": 14, "decimal_places": 3}
 
@@ -162,6 +163,21 @@ class QuotaUpdateSerializer(StrictSerializerMixin, serializers.Serializer):
     lending_limit = serializers.DecimalField(required=False, allow_null=True, min_value=Decimal(0), **QUANTITY)
 
 
+class ShareRowSerializer(serializers.Serializer):
+    resource = serializers.CharField()
+    amount = serializers.CharField()
+
+
+class ShareSerializer(serializers.Serializer):
+    shares = serializers.CharField(help_text="How many shares.")
+    memory_gib = serializers.CharField(help_text="GPU memory of each share, GiB.")
+    memory_mib = serializers.IntegerField(help_text="The same in MiB (HAMi's gpumem unit).")
+    cores_percent = serializers.IntegerField(help_text="Each share's % of a card's cores.")
+    size = serializers.CharField(help_text='Each share for people: "11 GiB, 25 % of the cores".')
+    total = serializers.CharField(help_text="What the shares add up to.")
+    rows = ShareRowSerializer(many=True, help_text="The quota rows approval raises together, in their units.")
+
+
 class QuotaRequestSerializer(serializers.ModelSerializer):
     tenant = serializers.CharField(source="project.tenant.slug", read_only=True)
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -169,14 +185,27 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     flavor_name = serializers.CharField(source="flavor.name", read_only=True)
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True)
+    what = serializers.CharField(read_only=True, help_text="What is asked, for people.")
+    share = serializers.SerializerMethodField(
+        help_text="HAMi flavors: the request in shares (how many, the size of each, and the three quota rows approval "
+                  "raises together); null for other flavors.")
 
     class Meta:
         model = QuotaRequest
         fields = [
-            "id", "tenant", "project", "cluster", "flavor", "flavor_name", "resource", "amount", "until", "reason",
-            "requested_by", "status", "approver", "decided_by", "decided_at", "comment", "applied", "created_at",
+            "id", "tenant", "project", "cluster", "flavor", "flavor_name", "resource", "amount", "what", "share", "until",
+            "reason", "requested_by", "status", "approver", "decided_by", "decided_at", "comment", "applied", "created_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(ShareSerializer(allow_null=True))
+    def get_share(self, request: QuotaRequest) -> dict | None:
+        if not request.is_share:
+            return None
+        return {"shares": fmt(request.amount), "memory_gib": gib_words(request.share_memory_mib),
+                "memory_mib": request.share_memory_mib, "cores_percent": request.share_cores_percent,
+                "size": request.share_size, "total": request.share_totals,
+                "rows": [{"resource": resource, "amount": fmt(amount)} for resource, amount in request.share_rows()]}
 
 
 class QuotaRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -184,9 +213,27 @@ class QuotaRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer
     cluster = serializers.CharField(required=False, max_length=63, help_text="Cluster name, when a flavor name is ambiguous.")
     flavor = IdOrNameField(help_text="Flavor id or name.")
     resource = serializers.CharField(required=False, max_length=100, help_text="Default: the flavor's first resource.")
-    amount = serializers.DecimalField(min_value=Decimal("0.001"), **QUANTITY)
+    amount = serializers.DecimalField(required=False, min_value=Decimal("0.001"), **QUANTITY,
+                                      help_text="How much more; for a HAMi flavor, the number of shares.")
+    shares = serializers.IntegerField(required=False, min_value=1,
+                                      help_text="HAMi flavors: how many shares (instead of amount).")
+    share_memory_gib = serializers.DecimalField(
+        required=False, max_digits=8, decimal_places=3, min_value=Decimal("0.001"),
+        help_text="HAMi flavors: GPU memory of each share in GiB (default: the flavor's preset), at most one card's.")
+    share_cores_percent = serializers.IntegerField(
+        required=False, min_value=1, max_value=100,
+        help_text="HAMi flavors: each share's % of a card's cores (default: the flavor's preset).")
     until = DateTimeField(required=False, allow_null=True, help_text="When the extra quota ends; omit for good.")
     reason = serializers.CharField(max_length=2000)
+
+    def validate(self, attrs: dict) -> dict:
+        if "shares" in attrs and "amount" in attrs and attrs["shares"] != attrs["amount"]:
+            raise serializers.ValidationError({"shares": ["Give shares or amount, not both."]})
+        if "shares" in attrs:
+            attrs["amount"] = Decimal(attrs.pop("shares"))
+        if "amount" not in attrs:
+            raise serializers.ValidationError({"amount": ["How much more: amount (for a HAMi flavor, shares)."]})
+        return attrs
 
 
 class DecisionSerializer(StrictSerializerMixin, serializers.Serializer):

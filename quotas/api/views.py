@@ -319,6 +319,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         created = services.quota_request_create(
             actor=actor, project=project, flavor=flavor, resource=values.get("resource") or flavor.primary_resource,
             amount=values["amount"], until=values.get("until"), reason=values["reason"],
+            share_memory_gib=values.get("share_memory_gib"), share_cores_percent=values.get("share_cores_percent"),
         )
         return Response(QuotaRequestSerializer(created).data, status=status.HTTP_201_CREATED)
 

@@ -13,7 +13,8 @@ from django.utils.timezone import template_localtime
 
 from portal.quantities import fmt, resource_unit
 from quotas import selectors
-from quotas.capacity import flavor_enforcement
+from quotas.capacity import TOTAL_GPUMEM, flavor_enforcement
+from quotas.models import gib_words
 from tenants.templatetags.page_kit import day, stamp, url_kept, written
 from tenants.templatetags.policy import may as policy_may
 
@@ -27,10 +28,21 @@ def qty(value: Any, none: str = "no limit") -> str:
 
 
 @register.filter
-def resource_label(resource: str) -> SafeString:
+def resource_label(resource: str, in_gib: Any = False) -> SafeString:
     """A resource's name with the unit its figures are in: ``memory`` (GiB), ``nvidia.com/total-gpumem`` (MiB of
-    GPU memory), ``nvidia.com/gpu`` (count), for the Resource column of quota and capacity tables."""
-    return format_html('<code>{}</code> <span class="unit muted small">({})</span>', resource, resource_unit(resource))
+    GPU memory), ``nvidia.com/gpu`` (count), for the Resource column of quota and capacity tables. ``in_gib``: the
+    table shows HAMi's GPU memory in GiB (``qty_in``)."""
+    unit = "GiB of GPU memory" if in_gib and resource == TOTAL_GPUMEM else resource_unit(resource)
+    return format_html('<code>{}</code> <span class="unit muted small">({})</span>', resource, unit)
+
+
+@register.filter
+def qty_in(value: Any, resource: str) -> str:
+    """``qty`` for the quota tables people read: HAMi's GPU memory (``nvidia.com/total-gpumem``, counted in MiB) in
+    GiB, ``92136`` -> ``90 GiB``; the rest as ``qty``."""
+    if value is None or value == "":
+        return "no limit"
+    return f"{gib_words(value)} GiB" if resource == TOTAL_GPUMEM else fmt(value)
 
 
 @register.filter
@@ -99,6 +111,30 @@ def node_row(node: Any, flags: list[tuple[str, str]], allocatable: list[tuple[st
 
 
 @register.simple_tag
+def quota_asked(r: Any) -> SafeString:
+    """What a quota request asks, for the request lists, cards and pages: ``+6 <code>nvidia.com/gpu</code> of
+    h100-80gb``; a HAMi request in shares as people think of it, ``+4 shares of L40S shared (HAMi) · 11 GiB, 25 % of
+    the cores`` with what they add up to."""
+    if not r.is_share:
+        return mark_safe(f"+{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}")
+    return mark_safe(f'{_v(r.what)} <span class="muted small share-total">({_v(r.share_totals)} in all)</span>')
+
+
+SHARE_ROW_WORDS = {"nvidia.com/gpu": "vGPU slots +{}", "nvidia.com/total-gpucores": "GPU cores +{} % of a card",
+                   "nvidia.com/total-gpumem": "GPU memory +{} GiB"}
+
+
+@register.simple_tag
+def quota_share_facts(r: Any) -> SafeString:
+    """A HAMi request's card: the three quota rows approval raises together (nothing for other requests)."""
+    if not r.is_share:
+        return mark_safe("")
+    parts = [SHARE_ROW_WORDS[resource].format(gib_words(amount) if resource == TOTAL_GPUMEM else fmt(amount))
+             for resource, amount in r.share_rows()]
+    return mark_safe(f'<div class="share-rows"><dt>Approval raises together</dt><dd>{_v(", ".join(parts))}</dd></div>')
+
+
+@register.simple_tag
 def quota_request_row(r: Any) -> SafeString:
     """``{% include "quotas/_request_row.html" %}`` of the quota request table, written out in Python: the same HTML
     (``tests/quotas/test_request_row_fast.py`` compares both for every kind of row), without the template engine's
@@ -115,7 +151,7 @@ def quota_request_row(r: Any) -> SafeString:
     return mark_safe(
         f'<tr id="quota-request-row-{pk}">\n'
         f'              <td data-label="Request"><a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a> '
-        f'+{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}{until}</td>\n'
+        f'{quota_asked(r)}{until}</td>\n'
         f'              <td data-label="Project"><a href="{_v(url_kept("project-quota", project.slug))}">{_v(project.name)}</a>'
         f'<br><span class="muted small">{_v(project.tenant.name)}</span></td>\n'
         f'              <td data-label="Asked by">{_v(r.requested_by.get_username())}<br>'
@@ -138,7 +174,7 @@ def quota_request_line(r: Any) -> SafeString:
     return mark_safe(
         f'<li class="request-line">\n'
         f'            <a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a>\n'
-        f"            +{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)}\n"
+        f"            {quota_asked(r)}\n"
         f'            <span class="badge badge-request-{_v(r.status)}">{_v(r.get_status_display())}</span>\n\n'
         f'            <span class="muted small">by {_v(r.requested_by.get_username())}, '
         f"{_v(day(template_localtime(r.created_at)))}{decided}</span>\n"
@@ -261,7 +297,7 @@ def quota_request_card(context: template.Context, r: Any, current: Any = None, *
         f'\n<li class="card request-card" id="request-{pk}" aria-labelledby="request-{pk}-h">\n'
         f'  <div class="card-head">\n'
         f'    <h3 class="card-title" id="request-{pk}-h"><a href="{_v(url_kept("quota-request", r.pk))}">#{pk}</a> '
-        f"+{_v(qty(r.amount))} <code>{_v(r.resource)}</code> of {_v(r.flavor.name)} for {_v(project.name)}</h3>\n"
+        f"{quota_asked(r)} for {_v(project.name)}</h3>\n"
         f"    <span>\n"
         f"      {select}\n"
         f'      <span class="badge badge-request-{_v(status)}">{_v(r.get_status_display())}</span>\n\n'
@@ -275,7 +311,7 @@ def quota_request_card(context: template.Context, r: Any, current: Any = None, *
         f"    <div><dt>Why</dt><dd>{linebreaksbr(r.reason, autoescape=True)}</dd></div>\n"
         f"    <div><dt>Decided by</dt><dd>{_v(r.get_approver_display())} "
         f'<span class="muted small">(who owns the headroom)</span></dd></div>\n'
-        f"    <div><dt>Quota now</dt><dd>{now}</dd></div>\n"
+        f"    <div><dt>Quota now</dt><dd>{now}</dd></div>{quota_share_facts(r)}\n"
         f"    {decision}\n"
         f"  </dl>\n"
         f"  {noted}\n"

@@ -41,18 +41,39 @@
     try { document.execCommand("copy"); } catch (e) { /* the text stays selected for Ctrl+C */ }
   }
 
-  // One-time form tokens (portal/forms.py): keep the form's token in the address (?form=...), so that
-  // Back, which often loads the page afresh, shows the same form and sending it again is a replay.
+  // One-time form tokens (portal/forms.py): keep each form's token in the history entry's state, never in the
+  // address (a ?form=... suffix ended up in bookmarks), so that Back or a reload, which often load the page
+  // afresh with a new token, put the form's first token back and sending it again is a replay. A ?form= left in
+  // an old address (the server reads it once) is taken out of the address.
   function keepFormToken() {
     if (!window.history || !window.history.replaceState || !window.URL) return;
-    document.querySelectorAll("input[data-once]").forEach(function (input) {
+    var inputs = document.querySelectorAll("input[data-once]");
+    if (!inputs.length) return;
+    var current = window.history.state;
+    var state = {};
+    if (current && typeof current === "object") Object.keys(current).forEach(function (k) { state[k] = current[k]; });
+    var saved = {};
+    if (state.onceTokens && typeof state.onceTokens === "object") {
+      Object.keys(state.onceTokens).forEach(function (k) { saved[k] = state.onceTokens[k]; });
+    }
+    var url = new URL(window.location.href);
+    var changed = false;
+    inputs.forEach(function (input) {
       var param = input.getAttribute("data-once");
-      if (!param || !input.value) return;
-      var url = new URL(window.location.href);
-      if (url.searchParams.get(param) === input.value) return;
-      url.searchParams.set(param, input.value);
-      window.history.replaceState(window.history.state, "", url.toString());
+      if (saved[input.name]) {
+        input.value = saved[input.name];  // this entry's form, as it was: sending it again is a replay
+      } else if (input.value) {
+        saved[input.name] = input.value;
+        changed = true;
+      }
+      if (param && url.searchParams.has(param)) {
+        url.searchParams.delete(param);
+        changed = true;
+      }
     });
+    if (!changed) return;
+    state.onceTokens = saved;
+    window.history.replaceState(state, "", url.toString());
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", keepFormToken);
   else keepFormToken();

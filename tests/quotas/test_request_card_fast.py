@@ -54,6 +54,8 @@ def _rows(cast) -> list[tuple[QuotaRequest, object]]:
                 amount=next(amounts), until=until, requested_by=next(askers), status=status,
                 approver=next(approvers), decided_by=decider, decided_at=decided_at, comment=comment, created_at=at,
                 reason=next(reasons),
+                # Every fourth a HAMi request in shares (its size, what they add up to, the rows approval raises).
+                share_memory_mib=11264 if pk % 4 == 0 else 0, share_cores_percent=25 if pk % 4 == 0 else 0,
             ), next(currents)))
     return rows
 
@@ -83,9 +85,10 @@ def test_the_cards_are_the_template(cast) -> None:
                     assert written == template.render(context)
                 assert written.count('<li class="card request-card"') == len(rows) == 25
                 seen |= {word for word in ("Withdraw", "Approve", "borrowed", "none yet", "permanent", "<br>", "Select",
-                                           'role="status"', 'role="alert"', "&lt;not&gt;", "&amp;b=", "by ops, 2026")
+                                           'role="status"', 'role="alert"', "&lt;not&gt;", "&amp;b=", "by ops, 2026",
+                                           "shares of", "Approval raises together")
                          if word in written}
-    assert len(seen) == 12, seen
+    assert len(seen) == 14, seen
 
 
 def test_the_inbox_writes_them(as_user, cast) -> None:

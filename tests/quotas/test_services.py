@@ -757,7 +757,8 @@ def test_webhook_receives_json(cast, split, webhook, django_capture_on_commit_ca
     assert submitted["event"] == "quota_request.submitted" and rejected["event"] == "quota_request.rejected"
     assert submitted["request"] | {"until": None} == {
         "id": request.pk, "tenant": "acme", "project": "acme-vision", "cluster": "gpu-test", "flavor": "h100-80gb",
-        "resource": GPU, "amount": "2", "until": None, "reason": "Training run for the paper.", "status": "pending",
+        "resource": GPU, "amount": "2", "what": "+2 nvidia.com/gpu (h100-80gb)", "share": None, "until": None,
+        "reason": "Training run for the paper.", "status": "pending",
         "approver": "project_admin", "requested_by": "carol", "decided_by": None, "comment": "", "applied": {},
     }
     assert rejected["actor"] == "alice" and rejected["request"]["comment"] == "Not this week."

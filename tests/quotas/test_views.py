@@ -395,10 +395,12 @@ def test_quota_tables_say_the_unit_of_each_resource(as_user, cast, split) -> Non
     services.quota_set(actor=ops, project=cast.vision, flavor=split.cpu, resource="memory", nominal=512)
     memory = '<code>memory</code> <span class="unit muted small">(GiB)</span>'
     gpumem = '<code>nvidia.com/total-gpumem</code> <span class="unit muted small">(MiB of GPU memory)</span>'
+    gpumem_gib = '<code>nvidia.com/total-gpumem</code> <span class="unit muted small">(GiB of GPU memory)</span>'
     gpus = '<code>nvidia.com/gpu</code> <span class="unit muted small">(count)</span>'
     tenant_page = text(as_user("alice").get("/tenants/acme/quotas/"))
-    for label in (memory, gpumem, gpus):
+    for label in (memory, gpumem_gib, gpus):  # tenants and projects read HAMi's GPU memory in GiB (90, not 92136)
         assert label in tenant_page, label
+    assert "90 GiB" in tenant_page and "92136" not in tenant_page
     assert memory in text(as_user("carol").get("/projects/acme-vision/quota/"))
     capacity = text(as_user("ops").get("/ops/capacity/"))
     assert memory in capacity and gpumem in capacity

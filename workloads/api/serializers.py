@@ -219,16 +219,28 @@ class ExtensionRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ExtensionRequest
-        fields = ["id", "request", "request_name", "project", "tenant", "hours", "duration_hours", "reason", "status",
-                  "requested_by", "decided_by", "decided_at", "comment", "created_at"]
+        fields = ["id", "request", "request_name", "project", "tenant", "hours", "replicas", "duration_hours", "reason",
+                  "status", "requested_by", "decided_by", "decided_at", "comment", "created_at"]
         read_only_fields = fields
-        extra_kwargs = {"comment": {"help_text": "The approver's words: the reason of a rejection, or an approval's comment."}}
+        extra_kwargs = {"comment": {"help_text": "The approver's words: the reason of a rejection, or an approval's comment."},
+                        "hours": {"help_text": "More hours asked for (0 for a scale request)."},
+                        "replicas": {"help_text": "A scale request: the replicas asked for (null for an extension)."}}
 
 
 class ExtensionRequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
-    request = serializers.IntegerField(min_value=1, help_text="The request (id) to run longer.")
-    hours = serializers.IntegerField(min_value=1, max_value=24 * 366, help_text="How many more hours.")
+    request = serializers.IntegerField(min_value=1, help_text="The request (id) to run longer, or to scale.")
+    hours = serializers.IntegerField(min_value=1, max_value=24 * 366, required=False,
+                                     help_text="How many more hours (an extension). Give this or replicas.")
+    replicas = serializers.IntegerField(min_value=1, max_value=64, required=False,
+                                        help_text="The replicas an inference service should have (a scale request). "
+                                                  "Give this or hours.")
     reason = serializers.CharField(max_length=2000, help_text="Why: the approvers decide on it.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("hours" in attrs) == ("replicas" in attrs):
+            raise serializers.ValidationError(
+                {"hours": ["Give either hours (more time) or replicas (a scale request), not both or neither."]})
+        return attrs
 
 
 class RequestDetailSerializer(RequestSerializer):
@@ -566,7 +578,8 @@ def request_detail_data(row: dict[str, Any]) -> dict[str, Any]:
     ]
     data["extension_requests"] = [
         {"id": ext["id"], "request": row["id"], "request_name": data["name"], "project": row["project_slug"],
-         "tenant": ext["project_tenant_slug"], "hours": ext["hours"], "duration_hours": row["duration_hours"],
+         "tenant": ext["project_tenant_slug"], "hours": ext["hours"], "replicas": ext["replicas"],
+         "duration_hours": row["duration_hours"],
          "reason": ext["reason"], "status": ext["status"], "requested_by": ext["requested_by_username"],
          "decided_by": ext["decided_by_username"], "decided_at": _plain(f, "ext_decided_at", ext["decided_at"]),
          "comment": ext["comment"], "created_at": _plain(f, "ext_created_at", ext["created_at"])}

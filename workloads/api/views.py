@@ -651,7 +651,8 @@ class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
 
 class ExtensionRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Asking the approvers for more hours than the approval rule grants (``POST /requests/{id}/extend/`` applies
-    what it grants at once). The requester creates and withdraws; the project's approvers approve (the request
+    what it grants at once), or for more replicas of an inference service (``replicas``: a scale request, where
+    ``POST /requests/{id}/scale/`` is refused). The requester creates and withdraws; the project's approvers approve (the request
     runs longer at once) or reject (with a reason). Listed: those of the requests you can see;
     ``?inbox=true``: those waiting for your decision."""
 
@@ -673,13 +674,19 @@ class ExtensionRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         req = selectors.requests_for(actor=actor).filter(pk=values["request"]).first()
         if req is None:
             raise Invalid("No such request.", field="request")
-        ext = extensions.extension_request_create(actor=actor, request=req, hours=values["hours"], reason=values["reason"])
+        if "replicas" in values:
+            ext = extensions.scale_request_create(actor=actor, request=req, replicas=values["replicas"],
+                                                  reason=values["reason"])
+        else:
+            ext = extensions.extension_request_create(actor=actor, request=req, hours=values["hours"],
+                                                      reason=values["reason"])
         return Response(ExtensionRequestSerializer(self.get_queryset().get(pk=ext.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CommentSerializer, responses={200: ExtensionRequestSerializer})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
-        """Grant the hours: the request's duration and deadline grow at once (409 when decided already)."""
+        """Grant the hours: the request's duration and deadline grow at once; or the replicas: the service is
+        scaled at once (409 when decided already)."""
         ext = self.get_object()
         data = CommentSerializer(data=request.data)
         data.is_valid(raise_exception=True)
