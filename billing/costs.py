@@ -7,7 +7,9 @@ by binary search over the sorted segment starts, ``width_bucket``, rather than c
 per day is 365 segments); PostgreSQL sums quantity × seconds of overlap per segment and
 group (tenant, unit, key and the grouping asked for); Python then prices the few resulting rows. Open intervals
 accrue up to their cluster's "now" (``selectors.cluster_now``, computed in SQL from ``ClusterClock``), exactly
-as ``selectors.intervals_cost`` does one interval at a time, so both agree.
+as ``selectors.intervals_cost`` does one interval at a time, so both agree. The window and the days are the
+portal's: each run is placed on the portal's clock (``portal_span``: where the cluster says, unless the cluster
+runs ahead of the portal) and its cluster seconds spread over that span, so the amounts are the cluster's.
 
 **SQLite (the laptop demo) sums in Python, PostgreSQL in SQL.** The statement is PostgreSQL's (arrays, ``GREATEST``,
 ``EXTRACT``); on any other database ``_sum_python`` reads the scoped intervals (only the columns needed) and makes

@@ -3,8 +3,9 @@
 ``pending_sentence()`` is pure: the request's state and numbers, the summary the status follower keeps in
 ``request.cluster_status`` (Workload conditions, pods' scheduling messages, Volcano phase), the ClusterQueue's
 status (``flavorsUsage`` against its nominal quota) and how many requests are ahead. The follower calls
-:func:`request_pending_reason` for the requests whose cluster state changed and stores the answer in
-``request.pending_reason``; the approval side can call :func:`awaiting_approval_sentence`.
+:func:`request_pending_reason` for the requests whose cluster state changed, and every few seconds for the waiting
+requests whose ClusterQueue changed (its usage, who is ahead: ``StatusFollower._refresh_pending``), and stores the
+answer in ``request.pending_reason``; the approval side can call :func:`awaiting_approval_sentence`.
 
     waiting for 4 x H100: asks for 4; the project has 8 and may borrow 2 (6 in use now); 2 requests are ahead of you
     awaiting approval by a project admin since 10:42

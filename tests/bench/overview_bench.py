@@ -7,8 +7,9 @@
    migrates it and runs ``manage.py seed_demo`` (no cluster: the demo's three weeks of history, as ``make run``).
    ``--rollups``: then refreshes the request, sample and cost rollups as the beat tasks would.
 2. Gets ``/ops/metrics/`` as ops and ``/tenants/acme/metrics/`` as alice with Django's test client, once to warm
-   up, then ``--repeat`` times each: prints p50 / p95 / max in ms and the queries of one call, then each metric's
-   ``compute`` time on the overview's query (the costliest first).
+   up, then ``--repeat`` times each: prints p50 / p95 / max in ms and the queries of one call (``--compare``: also
+   with the metrics' shared reads off, as before they were shared, interleaved), then each metric's ``compute``
+   time on the overview's query (the costliest first).
 
 The database is dropped at the end unless ``--keep``.
 """
@@ -33,6 +34,9 @@ parser.add_argument("--repeat", type=int, default=10, help="timed calls per page
 parser.add_argument("--rollups", action="store_true", help="refresh the rollups before timing")
 parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
 parser.add_argument("--sql", action="store_true", help="print the SQL of one call of each page")
+parser.add_argument("--compare", action="store_true", help="also time each page with the shared reads off "
+                    "(insights.memo.one_page a no-op: every metric reads for itself, as before they were shared), "
+                    "interleaved with the normal calls")
 ARGS = parser.parse_args()
 VAR = REPO / "var" / "bench"
 VAR.mkdir(parents=True, exist_ok=True)
@@ -90,18 +94,32 @@ def main() -> int:
         users = {u.username: u for u in get_user_model().objects.filter(username__in=["ops", "alice"])}
         pages = [("ops", "/ops/metrics/"), ("alice", "/tenants/acme/metrics/")]
         print(f"\n{'page':<28} {'queries':>7}  latency over {ARGS.repeat} calls")
+        import contextlib
+
+        from insights import memo
+
+        shared = memo.one_page
+        modes = [("", shared)] + ([(" (not shared)", contextlib.nullcontext)] if ARGS.compare else [])
         for username, path in pages:
             client = Client()
             client.force_login(users[username])
             assert client.get(path).status_code == 200, path
-            with CaptureQueriesContext(connection) as queries:
-                client.get(path)
-            times = []
+            counts, times = {}, {label: [] for label, _ in modes}
+            for label, one_page in modes:
+                memo.one_page = one_page
+                with CaptureQueriesContext(connection) as counts[label]:
+                    client.get(path)
             for _ in range(ARGS.repeat):
-                t = time.perf_counter()
-                response = client.get(path)
-                times.append((time.perf_counter() - t) * 1000)
-                assert response.status_code == 200
+                for label, one_page in modes:
+                    memo.one_page = one_page
+                    t = time.perf_counter()
+                    response = client.get(path)
+                    times[label].append((time.perf_counter() - t) * 1000)
+                    assert response.status_code == 200
+            memo.one_page = shared
+            for label, _ in modes[1:]:
+                print(f"{path + label:<28} {len(counts[label]):>7}  {_ms(times[label])}")
+            queries, times = counts[""], times[""]
             if ARGS.sql:
                 for q in queries.captured_queries:
                     print(f"  {float(q['time']) * 1000:6.1f} ms  {q['sql'][:300]}")

@@ -130,7 +130,7 @@ def test_the_pages_ask_show_and_approve_in_shares(cast, hami) -> None:
     bob.force_login(cast.bob)
     page = carol.get("/projects/acme-vision/quota/")
     labels = dict(page.context["form"].fields["target"].choices)
-    assert labels[f"{hami.pk}|{GPU}"] == f"L40S shared (HAMi) — shares of 11 GiB, 25 % of the cores"
+    assert labels[f"{hami.pk}|{GPU}"] == "L40S shared (HAMi) — shares of 11 GiB, 25 % of the cores"
     assert f"{hami.pk}|{MEM}" not in labels and f"{hami.pk}|{CORES}" not in labels  # no raw-unit requests
 
     sent = carol.post("/projects/acme-vision/quota/request/", {

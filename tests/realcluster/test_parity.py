@@ -457,6 +457,11 @@ def test_a_kueue_pod_group_is_admitted_whole_or_waits_whole(cluster_under_test) 
         assert f"insufficient unused quota for cpu in flavor {ns}" in cond["message"] or \
             f"insufficient quota for cpu in flavor {ns}" in cond["message"], cond["message"]
         assert all(gated(p) for p in pods("big"))
+        # The portal's "why is it pending?" reads the resource and the flavor out of this message.
+        from workloads.pending import _INSUFFICIENT
+
+        found = _INSUFFICIENT.search(cond["message"])
+        assert found and (found["resource"], found["flavor"]) == ("cpu", ns), cond["message"]
     finally:
         core.delete_namespace(ns)
         for plural in ("clusterqueues", "resourceflavors"):
