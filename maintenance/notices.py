@@ -12,6 +12,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
@@ -67,9 +68,8 @@ def quota_notices(*, tenant: Any, project: Any = None, now: datetime | None = No
     ``project`` (that project's rows): approved or running changes that will cut its quota, and those that cut it
     within the last two weeks."""
     now = now or timezone.now()
-    changes = (MigChange.objects.filter(Q(status__in=[S.APPROVED, S.RUNNING])
-                                        | Q(status=S.SUCCEEDED, finished_at__gte=now - SHOWN_AFTER))
-               .order_by("-window_start", "-pk"))
+    changes = [c for c in _cutting_changes(now)
+               if c.status != S.SUCCEEDED or (c.finished_at and c.finished_at >= now - SHOWN_AFTER)]
     out = []
     for change in changes:
         rows = cuts_by_tenant(change).get(tenant.slug, [])
@@ -78,6 +78,27 @@ def quota_notices(*, tenant: Any, project: Any = None, now: datetime | None = No
         if rows:
             out.append(_sentence(change, rows))
     return out
+
+
+CACHE_KEY = "maintenance:quota-cutting-changes"
+CACHE_SECONDS = 300
+
+
+def _cutting_changes(now: datetime) -> list[MigChange]:
+    """The changes the quota pages may name (approved, running, or succeeded within ``SHOWN_AFTER``), kept in the
+    shared cache: the quota pages are among the most opened, and these rarely change. Every status move of a change
+    forgets the list (``states.move``)."""
+    found = cache.get(CACHE_KEY)
+    if found is None:
+        found = list(MigChange.objects.filter(Q(status__in=[S.APPROVED, S.RUNNING])
+                                              | Q(status=S.SUCCEEDED, finished_at__gte=now - SHOWN_AFTER))
+                     .order_by("-window_start", "-pk"))
+        cache.set(CACHE_KEY, found, CACHE_SECONDS)
+    return found
+
+
+def cutting_changes_forget() -> None:
+    cache.delete(CACHE_KEY)
 
 
 def _admin_emails(tenant_slugs: list[str]) -> dict[str, list[str]]:

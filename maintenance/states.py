@@ -120,7 +120,14 @@ def move(change: MigChange, *, to: str, actor: Actor, reason: str = "", step: st
         failed = to in (S.FAILED, S.ROLLING_BACK, S.REJECTED)
         log(change, step=change.step, outcome=O.FAILED if failed else O.INFO,
             message=f"{S(to).label}" + (f": {reason}" if reason else "."))
+        transaction.on_commit(notices_forget)  # the quota pages' notices (notices.py) read the new status
     return True
+
+
+def notices_forget() -> None:
+    from .notices import cutting_changes_forget
+
+    cutting_changes_forget()
 
 
 def step_to(change: MigChange, *, step: str, actor: Actor, message: str, expect_step: str,

@@ -446,7 +446,7 @@ def schema_postprocess(result: dict, generator: Any, request: Any, public: bool)
             for code in codes:
                 responses.setdefault(code, {"description": ERROR_RESPONSES[code], "content": error_ref})
             for code, response in responses.items():
-                if code.startswith("4") and "content" not in response:  # e.g. a view's own 422: the error shape
+                if code[0] in "45" and "content" not in response:  # e.g. a view's own 422 or 503: the error shape
                     response["content"] = error_ref
     for name in bodies:
         _strict_body(components["schemas"].get(name))

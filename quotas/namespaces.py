@@ -107,9 +107,9 @@ class NamespaceInfo:
 
 def namespace_inspect(cluster: Cluster, namespace: str, *, kube: Any = None) -> NamespaceInfo:
     """Who owns ``namespace`` on ``cluster`` and what is inside (counts by kind)."""
-    from portal.kube import ClusterRejected, kube_for
+    from portal.kube import ClusterRejected
 
-    kube = kube or kube_for(cluster)
+    kube = kube or _kube(cluster)
     live = kube.get("v1", "Namespace", namespace)
     project = Project.objects.filter(cluster_namespace=namespace).values_list("slug", flat=True).first()
     info = NamespaceInfo(cluster.name, namespace, live is not None, m.ownership(live, installation_id()),
@@ -132,6 +132,18 @@ def namespace_inspect(cluster: Cluster, namespace: str, *, kube: Any = None) -> 
             group = api_version.split("/")[0] if "/" in api_version else "core"
             info.contents[f"{kind} ({group})"] = len(items)
     return info
+
+
+def _kube(cluster: Cluster) -> Any:
+    """The cluster's client; a cluster that cannot be asked (no kubeconfig, an unreadable one) is ClusterUnavailable,
+    which the API answers with 503 naming the reason."""
+    from portal.crypto import InvalidToken
+    from portal.kube import ClusterUnavailable, kube_for
+
+    try:
+        return kube_for(cluster)
+    except (OSError, ValueError, InvalidToken) as exc:
+        raise ClusterUnavailable(str(exc) or type(exc).__name__) from exc
 
 
 def _project_for_ops(actor: Any, project: Project) -> Project:

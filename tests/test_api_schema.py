@@ -18,10 +18,10 @@ from django.test import Client
 from schemathesis.core.transport import Response as CheckedResponse
 from schemathesis.openapi import from_dict
 
-from quotas.models import Quota
+from quotas.models import Architecture, Quota
 from workloads.models import ApprovalRule
 
-from .workloads.factories import make_catalogue
+from .workloads.factories import make_catalogue, make_request
 
 pytestmark = [pytest.mark.django_db]
 
@@ -188,3 +188,57 @@ def test_the_schema_declares_the_bearer_token_and_every_operation_accepts_it(cli
     # The request endpoints CI uses take the token.
     submit = document["paths"]["/api/v1/requests/"]["post"]
     assert {"projectToken": []} in submit["security"]
+
+
+# What schemathesis' coverage phase found (FUZZ_PHASES=examples,coverage,fuzzing) ------------------------------
+
+
+def test_a_cluster_that_cannot_be_asked_is_a_documented_503(api, cast, cat, schema) -> None:
+    """The namespace of a project on a cluster without a kubeconfig was a 500 (ValueError from portal.kube)."""
+    ops = api("ops")
+    response = ops.get(f"{API}/clusters/lab/projects/{cast.vision.slug}/namespace/")
+    assert response.status_code == 503, response.content
+    body = conforms(schema, "GET", "/api/v1/clusters/{cluster}/projects/{slug}/namespace/", response)
+    assert body["error"] == "cluster_unavailable" and "no kubeconfig" in body["detail"]
+    adopt = ops.post(f"{API}/clusters/lab/projects/{cast.vision.slug}/namespace/adopt/", {"confirm": 0}, format="json")
+    assert adopt.status_code == 503, adopt.content
+    conforms(schema, "POST", "/api/v1/clusters/{cluster}/projects/{slug}/namespace/adopt/", adopt)
+    assert ops.get(f"{API}/clusters/lab/projects/no-such-project/namespace/").status_code == 404
+
+
+def test_an_empty_tail_is_the_default_tail(api, cast, cat, schema) -> None:
+    req = make_request(cat, cast.vision, cast.carol, state="running")
+    carol = api("carol")
+    for query in ({"tail": ""}, {}):
+        response = carol.get(f"{API}/requests/{req.pk}/logs/", query)
+        assert response.status_code == 200, response.content
+        conforms(schema, "GET", "/api/v1/requests/{id}/logs/", response)
+    assert carol.get(f"{API}/requests/{req.pk}/logs/", {"tail": "0"}).status_code == 400
+
+
+def test_template_filters_read_as_the_schema_says(api, cast, cat, schema) -> None:
+    """``?versions=`` has one value (anything else was ignored); ``?project=`` naming a project one may not submit
+    in offers no flavor (it was a 400 on a read)."""
+    ops, carol = api("ops"), api("carol")
+    wrong = ops.get(f"{API}/templates/", {"versions": "-58800"})
+    assert wrong.status_code == 400 and "versions" in conforms(schema, "GET", "/api/v1/templates/", wrong)["fields"]
+    assert ops.get(f"{API}/templates/", {"versions": ""}).status_code == 200
+    assert ops.get(f"{API}/templates/", {"versions": "all"}).status_code == 200
+    for slug in ("no-such-project", cast.llm.slug):  # unknown, and another tenant's
+        listed = conforms(schema, "GET", "/api/v1/templates/", carol.get(f"{API}/templates/", {"project": slug}))
+        assert listed["results"] and all(t["allowed_flavors"] == [] for t in listed["results"])
+        one = conforms(schema, "GET", "/api/v1/templates/{id}/", carol.get(f"{API}/templates/training/", {"project": slug}))
+        assert one["allowed_flavors"] == []
+    mine = carol.get(f"{API}/templates/training/", {"project": cast.vision.slug}).json()
+    assert mine["allowed_flavors"]
+
+
+def test_the_architecture_to_plan_for_is_one_of_the_reference_ones(schema) -> None:
+    operation = schema.raw_schema["paths"]["/api/v1/clusters/{id}/architecture/"]["get"]
+    parameter = next(p for p in operation["parameters"] if p["name"] == "architecture")
+    assert set(parameter["schema"]["enum"]) == set(Architecture.values) and len(Architecture.values) >= 4
+    assert "503" in operation["responses"]
+    for path, method in [("/api/v1/requests/", "post"), ("/api/v1/requests/{id}/clone/", "post"),
+                         ("/api/v1/clusters/{cluster}/projects/{slug}/namespace/", "get")]:
+        response = schema.raw_schema["paths"][path][method]["responses"]["503"]
+        assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}

@@ -79,9 +79,10 @@ OUTCOME_KINDS = (("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"))
 MISSING_GRACE = timedelta(seconds=60)
 # "Why is it pending?" also depends on the ClusterQueue's usage and on who is ahead, which change without any event
 # of the waiting request's own objects: every PENDING_REFRESH_SECONDS the follower reads the ClusterQueues that
-# waiting requests use and rewrites the sentences of those whose queue changed (at most PENDING_REFRESH_MAX requests).
+# waiting requests use and rewrites the sentences of those whose queue changed: the PENDING_REFRESH_MAX longest
+# waiting (the heads of the queues, next to run), so that a deep queue never delays the following of the cluster.
 PENDING_REFRESH_SECONDS = 10
-PENDING_REFRESH_MAX = 2000
+PENDING_REFRESH_MAX = 200
 WARNINGS_KEPT = 3
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -44,12 +44,15 @@ def _targets(request: Request, cluster: str, slug: str) -> tuple[Any, Any, Proje
     return actor, found, project
 
 
+UNAVAILABLE = OpenApiResponse(description="The cluster could not be asked (unreachable, or no kubeconfig): `detail` says why.")
+
+
 def _unavailable(exc: ClusterError) -> Response:
     return Response({"error": "cluster_unavailable", "detail": f"The cluster could not be asked: {exc}"}, status=503)
 
 
 class NamespaceView(APIView):
-    @extend_schema(responses={200: InfoSerializer})
+    @extend_schema(responses={200: InfoSerializer, 503: UNAVAILABLE})
     def get(self, request: Request, cluster: str, slug: str) -> Response:
         _, found, project = _targets(request, cluster, slug)
         try:
@@ -61,7 +64,7 @@ class NamespaceView(APIView):
 class _NamespaceAction(APIView):
     service: Any = None
 
-    @extend_schema(request=ConfirmSerializer, responses={200: InfoSerializer})
+    @extend_schema(request=ConfirmSerializer, responses={200: InfoSerializer, 503: UNAVAILABLE})
     def post(self, request: Request, cluster: str, slug: str) -> Response:
         actor, found, project = _targets(request, cluster, slug)
         data = ConfirmSerializer(data=request.data)

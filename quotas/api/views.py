@@ -54,6 +54,9 @@ def _require_ops(request: Request, message: str) -> Actor:
     return actor
 
 
+CLUSTER_UNREADABLE = OpenApiResponse(description="The cluster could not be read for the plan: `detail` says why.")
+
+
 @contextmanager
 def _cluster_unavailable_is_503() -> Iterator[None]:
     """A plan reads the cluster: when it cannot be read, say so (503) instead of failing with a 500."""
@@ -155,9 +158,11 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         services.cluster_sync(actor=_require_ops(request, "Only platform ops sync a cluster's inventory."), cluster=cluster)
         return Response({"detail": "Inventory sync and reconcile queued."}, status=202)
 
-    @extend_schema(methods=["GET"], parameters=[OpenApiParameter("architecture", str, description="Also plan for this architecture.")],
-                   responses={200: ArchitectureStatusSerializer})
-    @extend_schema(methods=["POST"], request=ArchitectureChangeStartSerializer, responses={202: ArchitectureChangeSerializer})
+    @extend_schema(methods=["GET"], parameters=[OpenApiParameter("architecture", str, enum=list(Architecture.values),
+                                                                 description="Also plan for this architecture.")],
+                   responses={200: ArchitectureStatusSerializer, 503: CLUSTER_UNREADABLE})
+    @extend_schema(methods=["POST"], request=ArchitectureChangeStartSerializer,
+                   responses={202: ArchitectureChangeSerializer, 503: CLUSTER_UNREADABLE})
     @action(detail=True, methods=["get", "post"])
     def architecture(self, request: Request, pk: str | None = None) -> Response:
         """Ops: GET the latest architecture change and its progress (with ``?architecture=X``, also the plan

@@ -33,7 +33,7 @@ def test_each_tenant_admin_gets_the_digest_once_per_week(cast, demo_metric, djan
         assert digests.digests_send(now=NOW) == 2
     assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "erin@example.com"]
     acme = next(m for m in mail.outbox if m.to == ["alice@example.com"])
-    assert acme.subject == "Weekly metrics of Acme Research, week of 02 Mar 2026"
+    assert acme.subject == "[GPU portal] Weekly metrics of Acme Research, week of 02 Mar 2026"
     assert f"- {demo_metric.title}: 1\n" in acme.body  # by project: each of acme's projects has one
     assert "https://portal.example/tenants/acme/metrics/report/?start=2026-03-02&end=2026-03-08" in acme.body
     assert "globex" not in acme.body.lower()

@@ -81,6 +81,8 @@ class TemplateSerializer(serializers.ModelSerializer):
             if projects:  # what the form offers in those projects (selectors.template_flavors_for), in its order
                 offered = {f.pk for f in selectors.template_flavors_for(template=template, projects=projects)}
                 flavors = [f for f in flavors if f.pk in offered]
+            elif self.context.get("offer_project"):  # ?project= names none of the caller's: nothing is offered there
+                flavors = []
         return FlavorBriefSerializer(flavors, many=True).data
 
 

@@ -92,10 +92,14 @@ def _by_id_or_slug(queryset, key: str):
     return found
 
 
+# portal.extensions.submission_guard fails closed: when the budget cannot be checked, nothing is submitted.
+BUDGET_UNCHECKED = OpenApiResponse(description="The project's budget could not be checked (`error`: `unavailable`): "
+                                               "nothing was submitted; try again in a few minutes.")
+
 OFFER_PROJECT = OpenApiParameter(
     "project", str, OpenApiParameter.QUERY, required=False,
     description="A project you may submit in (slug): allowed_flavors lists what the new-request form offers there "
-                "(one template without it: in any of your projects).")
+                "(one template without it: in any of your projects; none in a project you may not submit in).")
 
 
 class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -112,7 +116,8 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
 
     def get_serializer_context(self) -> dict:
         """``offer_projects``: where a researcher may submit (``?project=``: that one), so ``allowed_flavors`` says
-        what the form offers there (an unknown project is a 400). One template: always; the list: with ``?project=``."""
+        what the form offers there: nothing in a project one may not submit in (or that does not exist), as a filter
+        that matches nothing. One template: always; the list: with ``?project=``."""
         context = super().get_serializer_context()
         actor = actor_of(self.request)
         slug = self.request.query_params.get("project")
@@ -122,8 +127,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         projects = list(projects_where(actor=actor, perm="submit_project").filter(status="active", tenant__status="active"))
         if slug:
             projects = [p for p in projects if p.slug == slug]
-            if not projects:
-                raise Invalid(f"You may not submit in a project {slug!r}: name one of yours.", field="project")
+            context["offer_project"] = slug
         context["offer_projects"] = projects
         return context
 
@@ -139,6 +143,8 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         description="Ops: list every version, retired ones included (default: one entry per slug, its live version)."),
         OFFER_PROJECT])
     def list(self, request: Request, *args, **kwargs) -> Response:
+        if request.query_params.get("versions", "") not in ("", "all"):
+            raise Invalid("The only value is all (every version, retired ones included).", field="versions")
         return super().list(request, *args, **kwargs)
 
     @extend_schema(parameters=[TEMPLATE_KEY, OFFER_PROJECT])
@@ -424,6 +430,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             201: RequestDetailSerializer, 200: RequestDetailSerializer,
             422: OpenApiResponse(description="The Idempotency-Key was already used with a different body "
                                              "(`error`: `idempotency_key_reused`): send the same body to retry, or use a new key."),
+            503: BUDGET_UNCHECKED,
         },
     )
     def create(self, request: Request, *args, **kwargs) -> Response:
@@ -480,6 +487,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             201: RequestDetailSerializer, 200: RequestDetailSerializer,
             422: OpenApiResponse(description="The Idempotency-Key was already used with a different body "
                                              "(`error`: `idempotency_key_reused`)."),
+            503: BUDGET_UNCHECKED,
         },
     )
     @action(detail=True, methods=["post"])
@@ -571,7 +579,8 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         """The last ``tail`` log lines of each of the request's pods (read-only; 503 when the cluster does not answer)."""
-        query = LogsQuerySerializer(data=request.query_params.dict())
+        # An empty parameter is no parameter (as the schema's allowEmptyValue says): ``?tail=`` is the default.
+        query = LogsQuerySerializer(data={k: v for k, v in request.query_params.dict().items() if v != ""})
         query.is_valid(raise_exception=True)
         return Response({"pods": request_pod_logs(self.get_object(), tail=query.validated_data["tail"])})
 
