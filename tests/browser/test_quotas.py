@@ -40,7 +40,7 @@ def test_quota_request_is_made_approved_and_seen(signed_in, split) -> None:
     ask.get_by_label("How much more").fill("2")
     ask.get_by_label("Reason").fill("Paper deadline next week.")
     ask.get_by_role("button", name="Send request").click()
-    expect(carol.get_by_role("status").first).to_contain_text("sent: +2 × nvidia.com/gpu of h100-80gb")
+    expect(carol.get_by_role("status").first).to_contain_text("sent: +2 nvidia.com/gpu (h100-80gb)")
     request = QuotaRequest.objects.get()
     expect(carol.get_by_role("region", name="Quota requests")).to_contain_text("Pending")
 
