@@ -58,6 +58,12 @@ def main() -> int:
             page = contexts[user].new_page()
             response = page.goto(f"{args.url}{path}")
             page.wait_for_selector(wait_for, state="attached", timeout=30000)
+            if name.startswith("hami"):
+                # The HAMi flavor chosen, so the form shows the share size and its cost.
+                flavor = page.locator("select[name=flavor]")
+                label = next(o for o in flavor.locator("option").all_inner_texts() if "HAMi" in o)
+                flavor.select_option(label=label)
+                page.wait_for_load_state("networkidle")
             took = page.evaluate("(() => { const t = performance.getEntriesByType('navigation')[0];"
                                  " return t ? Math.round(t.loadEventEnd - t.startTime) : -1; })()")
             page.screenshot(path=str(out / name), full_page=True)
