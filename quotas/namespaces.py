@@ -135,15 +135,17 @@ def namespace_inspect(cluster: Cluster, namespace: str, *, kube: Any = None) -> 
 
 
 def _kube(cluster: Cluster) -> Any:
-    """The cluster's client; a cluster that cannot be asked (no kubeconfig, an unreadable one) is ClusterUnavailable,
-    which the API answers with 503 naming the reason."""
+    """The cluster's client. A cluster the portal has no way to ask (no kubeconfig, an unreadable or undecryptable
+    one) is a ConflictError (409, naming the reason): its registration must change first, and retrying will not help
+    (an unreachable cluster is ClusterUnavailable, a 503)."""
     from portal.crypto import InvalidToken
-    from portal.kube import ClusterUnavailable, kube_for
+    from portal.kube import kube_for
 
     try:
         return kube_for(cluster)
     except (OSError, ValueError, InvalidToken) as exc:
-        raise ClusterUnavailable(str(exc) or type(exc).__name__) from exc
+        raise ConflictError(f"The cluster {cluster.name} cannot be asked ({exc or type(exc).__name__}): "
+                            "ops set its kubeconfig first.") from exc
 
 
 def _project_for_ops(actor: Any, project: Project) -> Project:

@@ -193,15 +193,16 @@ def test_the_schema_declares_the_bearer_token_and_every_operation_accepts_it(cli
 # What schemathesis' coverage phase found (FUZZ_PHASES=examples,coverage,fuzzing) ------------------------------
 
 
-def test_a_cluster_that_cannot_be_asked_is_a_documented_503(api, cast, cat, schema) -> None:
-    """The namespace of a project on a cluster without a kubeconfig was a 500 (ValueError from portal.kube)."""
+def test_a_cluster_without_a_kubeconfig_is_a_documented_409(api, cast, cat, schema) -> None:
+    """The namespace of a project on a cluster without a kubeconfig was a 500 (ValueError from portal.kube): it is a
+    409 naming the reason (a 503 would say "retry later", which would not help)."""
     ops = api("ops")
     response = ops.get(f"{API}/clusters/lab/projects/{cast.vision.slug}/namespace/")
-    assert response.status_code == 503, response.content
+    assert response.status_code == 409, response.content
     body = conforms(schema, "GET", "/api/v1/clusters/{cluster}/projects/{slug}/namespace/", response)
-    assert body["error"] == "cluster_unavailable" and "no kubeconfig" in body["detail"]
+    assert body["error"] == "conflict" and "lab" in body["detail"] and "kubeconfig" in body["detail"]
     adopt = ops.post(f"{API}/clusters/lab/projects/{cast.vision.slug}/namespace/adopt/", {"confirm": 0}, format="json")
-    assert adopt.status_code == 503, adopt.content
+    assert adopt.status_code == 409, adopt.content
     conforms(schema, "POST", "/api/v1/clusters/{cluster}/projects/{slug}/namespace/adopt/", adopt)
     assert ops.get(f"{API}/clusters/lab/projects/no-such-project/namespace/").status_code == 404
 

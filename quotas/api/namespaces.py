@@ -44,7 +44,9 @@ def _targets(request: Request, cluster: str, slug: str) -> tuple[Any, Any, Proje
     return actor, found, project
 
 
-UNAVAILABLE = OpenApiResponse(description="The cluster could not be asked (unreachable, or no kubeconfig): `detail` says why.")
+UNAVAILABLE = OpenApiResponse(description="The cluster did not answer: `detail` says why; retry later.")
+UNASKABLE = OpenApiResponse(description="The portal has no way to ask this cluster (no kubeconfig, or one it cannot "
+                                        "read): `detail` says why; ops set its kubeconfig first.")
 
 
 def _unavailable(exc: ClusterError) -> Response:
@@ -52,7 +54,7 @@ def _unavailable(exc: ClusterError) -> Response:
 
 
 class NamespaceView(APIView):
-    @extend_schema(responses={200: InfoSerializer, 503: UNAVAILABLE})
+    @extend_schema(responses={200: InfoSerializer, 409: UNASKABLE, 503: UNAVAILABLE})
     def get(self, request: Request, cluster: str, slug: str) -> Response:
         _, found, project = _targets(request, cluster, slug)
         try:
