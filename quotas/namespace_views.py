@@ -37,6 +37,8 @@ def namespace_detail(request: HttpRequest, name: str, slug: str) -> HttpResponse
         info = namespaces.namespace_inspect(cluster, project.namespace)
     except ClusterError as exc:
         error = f"The cluster could not be asked: {exc}"
+    except PortalError as exc:  # no way to ask it (no kubeconfig): said on the page, not an error page
+        error = getattr(exc, "message", str(exc))
     context = {"tab": "objects", "cluster": cluster, "project": project, "info": info, "error": error,
                "reserved": namespaces.is_reserved(project.namespace), "retention_days": namespaces.retention().days}
     return _ops_page(request, "quotas/namespace.html", context)
