@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from portal.events import after_commit
 from tenants.access import Actor
 from tenants.audit import audit_record
 
@@ -120,7 +121,7 @@ def move(change: MigChange, *, to: str, actor: Actor, reason: str = "", step: st
         failed = to in (S.FAILED, S.ROLLING_BACK, S.REJECTED)
         log(change, step=change.step, outcome=O.FAILED if failed else O.INFO,
             message=f"{S(to).label}" + (f": {reason}" if reason else "."))
-        transaction.on_commit(notices_forget)  # the quota pages' notices (notices.py) read the new status
+        after_commit(notices_forget)  # the quota pages' notices (notices.py) read the new status
     return True
 
 
