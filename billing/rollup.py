@@ -22,8 +22,8 @@ it: every open interval has been seen running past the day's end on its cluster'
 (``ClusterClock.cluster_time``, which only moves forward), so the live computation counts it to the day's end too.
 A day that fails this stays dirty and is read live until a later refresh can roll it up.
 
-``refresh`` (beat, hourly: ``billing.cost_rollup_refresh``) rolls up yesterday, the day before, every dirty day and
-every day of the last ``LOOKBACK_DAYS`` not rolled up yet; ``backfill`` (``manage.py billing_cost_rollup --since``)
+``refresh`` (beat, hourly: ``portal.rollups_refresh``, the ``costs`` rollup) rolls up yesterday, the day before, every dirty day and
+every day of the last ``LOOKBACK_DAYS`` not rolled up yet; ``backfill`` (``manage.py rollups backfill --since``)
 every closed day from a date on. Readers take the clean days wholly inside their period from the rollup and
 compute the rest (today, the period's partial edges, days not rolled up) live.
 """
@@ -40,17 +40,14 @@ from django.db.models import F, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from portal.rollups import day_bounds
+
 from . import costs
 from .models import ClusterClock, CostRollup, CostRollupDay, UsageInterval
 
 LOOKBACK_DAYS = 31
 CHUNK_DAYS = 31  # days summed in one statement
 BY = ("tenant", "project", "cluster", "flavor", "user", "unit", "key", "day")
-
-
-def day_bounds(day: date) -> tuple[datetime, datetime]:
-    start = datetime.combine(day, time(), tzinfo=UTC)
-    return start, start + timedelta(days=1)
 
 
 def today(now: datetime | None = None) -> date:
@@ -158,19 +155,6 @@ def rolled_days(start: datetime, end: datetime, *, now: datetime | None = None) 
         return []
     return sorted(CostRollupDay.objects.filter(day__gte=first_day, day__lt=last_day, dirty=False)
                   .values_list("day", flat=True))
-
-
-def live_ranges(start: datetime, end: datetime, days: list[date]) -> list[tuple[datetime, datetime]]:
-    """``[start, end)`` less the rolled-up ``days``: the parts to compute from the intervals."""
-    out, cursor = [], start
-    for day in days:
-        a, b = day_bounds(day)
-        if a > cursor:
-            out.append((cursor, a))
-        cursor = max(cursor, b)
-    if cursor < end:
-        out.append((cursor, end))
-    return out
 
 
 def in_days(days: list[date]) -> Q:

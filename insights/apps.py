@@ -7,6 +7,7 @@ class InsightsConfig(AppConfig):
     name = "insights"
 
     def ready(self) -> None:
+        from portal import rollups
         from tenants.policy import predicates_install
 
         from . import digests, policy  # noqa: F401 (digests registers the task insights.digests_send)
@@ -14,3 +15,11 @@ class InsightsConfig(AppConfig):
         predicates_install(policy)  # templates ask them by name ({% may "insights.may_view_metrics" tenant as ok %})
         # Each metric family registers its metrics (insights/registry.py: METRICS) when imported.
         from . import cost, efficiency, fairness, reclaim, scheduling  # noqa: F401
+        # The request and sample rollups, refreshed and backfilled through the one rollup seam (portal/rollups.py).
+        from . import rollups as requests, sample_rollups as samples
+        rollups.register(rollups.Rollup(name="requests", owner="insights.rollups", grain="day (and week)",
+                                        refresh=requests.rollups_refresh, backfill=requests.backfill,
+                                        mark=requests.mark_since))
+        rollups.register(rollups.Rollup(name="samples", owner="insights.sample_rollups", grain="hour (and day)",
+                                        refresh=samples.sample_rollups_refresh, backfill=samples.backfill,
+                                        mark=samples.mark_since))

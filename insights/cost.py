@@ -20,6 +20,7 @@ from billing import costs, selectors
 from billing import rollup as cost_rollup
 from billing.models import CostRollup, UsageInterval
 from billing.pricing import HOUR
+from portal import rollups as period
 from quotas.models import Flavor
 
 from . import memo
@@ -65,7 +66,7 @@ def _summed_now(query: Query, *, rollup: bool) -> dict[tuple[Any, ...], dict[dat
         lambda: defaultdict(lambda: {"cost": Decimal(0), "gpu_hours": Decimal(0)}))
     cost_rows: list[dict[str, Any]] = []
     usage_rows: list[dict[str, Any]] = []
-    for since, until in cost_rollup.live_ranges(query.start, query.end, days):
+    for since, until in period.live_ranges(query.start, query.end, days):
         c, u = costs.cost_and_usage(intervals, since=since, until=until, by=(*by, "day"))
         cost_rows += c
         usage_rows += u

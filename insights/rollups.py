@@ -4,9 +4,9 @@
 how many were first admitted within the target, and histograms of the approval → first admission and admission →
 running waits in fixed logarithmic buckets. ``RollupDay`` marks a day as complete.
 
-``rollups_refresh`` (beat, hourly: ``insights.rollups_refresh``) recomputes yesterday and the day before, every day
+``rollups_refresh`` (beat, hourly: ``portal.rollups_refresh``, the ``requests`` rollup) recomputes yesterday and the day before, every day
 marked dirty, and every day of the last ``LOOKBACK_DAYS`` whose requests changed after it was rolled up. Each day
-is replaced whole in one transaction, so running it twice gives the same rows. ``manage.py insights_rollup --since
+is replaced whole in one transaction, so running it twice gives the same rows. ``manage.py rollups backfill --only requests --since
 DAY`` backfills.
 
 The metrics read closed, complete days from the rollup and the rest of the period (today, the period's partial
@@ -28,6 +28,7 @@ from django.db.models import Case, CharField, Count, Max, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest, TruncDate
 from django.utils import timezone
 
+from portal.rollups import day_bounds, day_spans
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
 from . import memo
@@ -147,11 +148,6 @@ def reason_of() -> Case:
 
 
 # ------------------------------------------------------------------------------------------------ refresh
-def day_bounds(day: date) -> tuple[datetime, datetime]:
-    start = datetime.combine(day, time(), tzinfo=UTC)
-    return start, start + timedelta(days=1)
-
-
 def week_of(day: date) -> date:
     """The Monday of ``day``'s ISO week."""
     return day - timedelta(days=day.weekday())
@@ -259,6 +255,12 @@ def mark_dirty(days: list[date]) -> int:
     return RollupDay.objects.filter(day__in=days).update(dirty=True)
 
 
+def mark_since(since: datetime) -> int:
+    """Every rolled-up day from ``since``'s UTC day on is dirty (``portal.rollups.mark``)."""
+    day = since.astimezone(UTC).date()
+    return mark_dirty(list(RollupDay.objects.filter(day__gte=day).values_list("day", flat=True)))
+
+
 def changed_days(today: date) -> set[date]:
     """Days of the last ``LOOKBACK_DAYS`` whose requests changed after the day was rolled up: a later admission,
     start or any write after the day's ``computed_at`` (the follower's stamps do not always touch ``updated_at``)."""
@@ -339,51 +341,12 @@ def whole_weeks(days: list[date], *, target_minutes: int) -> list[date]:
                   .values_list("week", flat=True))
 
 
-def live_ranges(start: datetime, end: datetime, days: list[date]) -> list[tuple[datetime, datetime]]:
-    """``[start, end)`` less the rolled-up ``days``: the parts to compute from the requests."""
-    out, cursor = [], start
-    for day in days:
-        a, b = day_bounds(day)
-        if a > cursor:
-            out.append((cursor, a))
-        cursor = max(cursor, b)
-    if cursor < end:
-        out.append((cursor, end))
-    return out
-
-
-def in_spans(days: list[date], field: str = "day") -> Q:
-    """Rollup rows of the ``days``, as runs of consecutive days (``day_spans``)."""
-    q = Q(pk__in=[])
-    for first, last in day_spans(days):
-        q |= Q(**{f"{field}__gte": first, f"{field}__lte": last})
-    return q
-
-
-def in_ranges(ranges: list[tuple[datetime, datetime]], field: str = "approved_at") -> Q:
-    q = Q(pk__in=[])
-    for a, b in ranges:
-        q |= Q(**{f"{field}__gte": a, f"{field}__lt": b})
-    return q
-
-
 # ------------------------------------------------------------------------------------------------ merging in SQL
 # The rolled-up days of a period are merged by the database: counts summed per breakdown key and chart bucket, the
 # JSON histograms expanded (PostgreSQL ``jsonb_each_text``, SQLite ``json_each``) and summed per key (and bucket) and
 # histogram bucket. For the chart's percentile per key and bucket, a window over the merged histogram keeps only
 # the histogram buckets around the two ranks ``percentile_cont`` interpolates between, so Python reads a few rows
 # per point instead of every histogram bucket of every point.
-
-def day_spans(days: list[date]) -> list[tuple[date, date]]:
-    """Sorted days as runs of consecutive days: ``(first, last)``, both included."""
-    spans: list[tuple[date, date]] = []
-    for day in sorted(days):
-        if spans and spans[-1][1] + timedelta(days=1) == day:
-            spans[-1] = (spans[-1][0], day)
-        else:
-            spans.append((day, day))
-    return spans
-
 
 def _vendor() -> str:
     return connection.vendor

@@ -17,10 +17,10 @@ the rollup as from the samples, with two exceptions that need more than a sum, s
 Ratios of decimals (a queue's given share, a pool's promised / capacity) are rounded to 12 places per sample in SQL
 on both paths and summed as numerics, so the sums are exact and the averages identical.
 
-``sample_rollups_refresh`` (beat, hourly: ``insights.sample_rollups_refresh``) recomputes the last two closed hours,
+``sample_rollups_refresh`` (beat, hourly: ``portal.rollups_refresh``, the ``samples`` rollup) recomputes the last two closed hours,
 every hour marked dirty, and every closed hour of the last ``LOOKBACK_DAYS`` whose sample counts differ from what it
 was rolled up from (late samples) or that was never rolled up. Each range of hours is replaced whole in one
-transaction. ``manage.py insights_sample_rollup --since DAY`` backfills.
+transaction. ``manage.py rollups backfill --only samples --since DAY`` backfills.
 
 A daily level sits on the hourly one: ``QueueSampleDay`` / ``PoolSampleDay`` hold per UTC day the same sums and
 maxima, built from the day's 24 hours (never from the samples), with the masks as 288-bit strings (character ``i``
@@ -46,6 +46,8 @@ from django.db import connection, transaction
 from django.db.models import Aggregate, Count, DecimalField, F, FloatField, Func, IntegerField, Max, Q, QuerySet, Sum
 from django.db.models.functions import Cast, Least
 from django.utils import timezone
+
+from portal.rollups import in_ranges
 
 from . import memo
 from .common import bucket
@@ -175,13 +177,6 @@ def bits_of(mask: int) -> str:
     return format(mask, f"0{SLOTS_PER_DAY}b")[::-1]
 
 
-def in_ranges(ranges: list[tuple[datetime, datetime]], field: str) -> Q:
-    q = Q(pk__in=[])
-    for a, b in ranges:
-        q |= Q(**{f"{field}__gte": a, f"{field}__lt": b})
-    return q
-
-
 # ------------------------------------------------------------------------------------------------ refresh
 def refresh_range(start: datetime, end: datetime) -> int:
     """Replace the rollup of the hours in ``[start, end)`` (whole hours) and mark them complete, in one
@@ -280,6 +275,11 @@ def mark_dirty(hours: Iterable[datetime]) -> int:
     return SampleHour.objects.filter(hour__in=[hour_of(h) for h in hours]).update(dirty=True)
 
 
+def mark_since(since: datetime) -> int:
+    """Every rolled-up hour from ``since``'s hour on is dirty (``portal.rollups.mark``)."""
+    return SampleHour.objects.filter(hour__gte=hour_of(since)).update(dirty=True)
+
+
 def changed_hours(closed: datetime) -> set[datetime]:
     """Closed hours of the last ``LOOKBACK_DAYS`` (before ``closed``) never rolled up, or whose samples are not as
     many as when they were: samples written late, or deleted."""
@@ -304,10 +304,12 @@ def sample_rollups_refresh(now: datetime | None = None) -> dict[str, int]:
     return {"hours": len(hours), "rows": rows}
 
 
-def backfill(since: date | datetime, until: datetime | None = None) -> dict[str, int]:
-    """Roll up every closed hour from ``since`` (a UTC day or an instant) to the current hour (or ``until``), a
-    day at a time, and every whole day among them (``days``: the days rolled up)."""
+def backfill(since: date | datetime, until: date | datetime | None = None) -> dict[str, int]:
+    """Roll up every closed hour from ``since`` (a UTC day or an instant) to the current hour (or ``until``, a UTC
+    day or an instant, excluded), a day at a time, and every whole day among them (``days``: the days rolled up)."""
     start = datetime.combine(since, time(), tzinfo=UTC) if not isinstance(since, datetime) else hour_of(since)
+    if until is not None and not isinstance(until, datetime):
+        until = datetime.combine(until, time(), tzinfo=UTC)
     end = min(hour_of(until) if until else hour_of(timezone.now()), hour_of(timezone.now()))
     hours = rows = 0
     first = start

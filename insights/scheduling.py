@@ -16,6 +16,7 @@ from django.db.models import Count, DateField, F, Min, Q, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
+from portal import rollups as period
 from quotas import architectures
 from quotas.manifests import volcano_owned
 from quotas.models import Flavor
@@ -72,7 +73,7 @@ def _rolled_up(query: Query, days: list[Any], *, histograms: bool = True, in_pyt
     totals: dict[Any, dict[str, Any]] = defaultdict(blank)
     series: dict[Any, dict[Any, dict[str, Any]]] = defaultdict(lambda: defaultdict(blank))
     target = timedelta(minutes=admit_target_minutes())
-    ranges = rollups.live_ranges(query.start, query.end, days)
+    ranges = period.live_ranges(query.start, query.end, days)
 
     def live_requests(a: datetime, b: datetime) -> Any:  # one range each: the index serves it
         return rollups.with_first(narrow(WorkloadRequest.objects.filter(approved_at__gte=a, approved_at__lt=b), query))
@@ -256,7 +257,7 @@ def pending_now(query: Query) -> Result:
                                         narrow(QueueSampleDay.objects.all(), query), parts, by, query.bucket)
     if raw := parts.raw:
         samples = narrow(QueueSample.objects.filter(at__gte=query.start, at__lt=query.end), query)
-        for r in (samples.filter(sample_rollups.in_ranges(raw, "at")).annotate(b=bucket("at", query.bucket)).order_by()
+        for r in (samples.filter(period.in_ranges(raw, "at")).annotate(b=bucket("at", query.bucket)).order_by()
                   .values(*by, "b").annotate(total=Sum("pending_count"), slots=Count("at", distinct=True))):
             s = sums[tuple(r[b] for b in by)][r["b"]]
             s[0] += r["total"] or 0
@@ -282,13 +283,13 @@ def preemptions(query: Query) -> Result:
     days = _rollup_days(query)
     events = narrow(preemption_events(query.start, query.end), query, paths, project="request__project")
     if days:
-        events = events.filter(rollups.in_ranges(rollups.live_ranges(query.start, query.end, days), "at"))
+        events = events.filter(period.in_ranges(period.live_ranges(query.start, query.end, days), "at"))
     counted = [(tuple(r[b] for b in by), r["reason"], r["b"], r["n"])
                for r in events.annotate(reason=reason_of(), b=bucket("at", query.bucket)).order_by()
                .values(*by, "reason", "b").annotate(n=Count("pk"))]
     if days:
         field = PATHS[query.group_by]
-        stored = PreemptionRollup.objects.filter(rollups.in_spans(days), **{
+        stored = PreemptionRollup.objects.filter(period.in_spans(days), **{
             f"{name}_id": getattr(query, f"{name}_id") for name in ("cluster", "flavor", "tenant")
             if getattr(query, f"{name}_id") is not None})
         counted += [((r[field],), r["reason"], datetime.combine(r["b"], time(), tzinfo=UTC), r["n"])

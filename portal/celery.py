@@ -25,6 +25,14 @@ def ping() -> str:
     return "pong"
 
 
+@app.task(name="portal.rollups_refresh")
+def rollups_refresh() -> dict:
+    """Refresh every registered rollup (portal/rollups.py): recent, dirty and missing periods. Idempotent."""
+    from portal.rollups import refresh_all
+
+    return refresh_all()
+
+
 # Logs: a task's records carry its task id where a request's carry the request id (portal/logs.py).
 @signals.task_prerun.connect
 def _log_task_id(task_id: str | None = None, **_: object) -> None:

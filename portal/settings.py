@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "guardian",
     "django_htmx",
+    "portal",  # no models: the rollups command (portal/management) and the seams every app shares
     "tenants",
     "quotas",
     "workloads",
@@ -486,8 +487,8 @@ PORTAL_NAMESPACE_RETENTION_DAYS = int(os.environ.get("PORTAL_NAMESPACE_RETENTION
 CELERY_BEAT_SCHEDULE["quotas-namespace-housekeeping"] = {"task": "quotas.namespace_housekeeping", "schedule": 3600.0}
 # Budget alerts (once per threshold and month; the check is one aggregate query): docs/billing.md.
 CELERY_BEAT_SCHEDULE["billing-budgets-check"] = {"task": "billing.budgets_check", "schedule": 60.0}
-# The daily cost rollup (closed days, priced; each day replaced whole): docs/billing.md, "Cost rollup".
-CELERY_BEAT_SCHEDULE["billing-cost-rollup-refresh"] = {"task": "billing.cost_rollup_refresh", "schedule": 3600.0}
+# Every rollup (costs per day, requests per day, samples per hour; each period replaced whole): portal/rollups.py.
+CELERY_BEAT_SCHEDULE["rollups-refresh"] = {"task": "portal.rollups_refresh", "schedule": 3600.0}
 # The weekly metrics digest to tenant admins (claimed once per tenant and week; hourly so a missed Monday catches up).
 CELERY_BEAT_SCHEDULE["insights-digests-send"] = {"task": "insights.digests_send", "schedule": 3600.0}
 
@@ -521,7 +522,3 @@ if not (_admit_target.isdecimal() and 1 <= int(_admit_target) <= 10080):
     raise ImproperlyConfigured(f"INSIGHTS_ADMIT_TARGET_MINUTES must be a whole number of minutes (1 to 10080), not {_admit_target!r}.")
 INSIGHTS_ADMIT_TARGET_MINUTES = int(_admit_target)
 
-# Daily request rollups for the scheduling metrics over long periods (insights/rollups.py, docs/insights.md "Rollups").
-CELERY_BEAT_SCHEDULE["insights-rollups-refresh"] = {"task": "insights.rollups_refresh", "schedule": 3600.0}
-# Hourly rollups of the queue and pool samples for the sample metrics over long periods (insights/sample_rollups.py).
-CELERY_BEAT_SCHEDULE["insights-sample-rollups-refresh"] = {"task": "insights.sample_rollups_refresh", "schedule": 3600.0}

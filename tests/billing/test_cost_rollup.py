@@ -20,7 +20,7 @@ from django.utils import timezone
 from billing import rollup, services
 from billing.metering import meter_observe
 from billing.models import ClusterClock, CostRollup, CostRollupDay, UsageInterval
-from billing.tasks import cost_rollup_refresh_task
+from portal.celery import rollups_refresh as rollups_refresh_task
 from insights import cost
 from insights.registry import METRICS, Query
 from quotas.models import Flavor
@@ -153,11 +153,11 @@ def test_refresh_is_idempotent(cast, history) -> None:
     assert len(rows) == first["rows"] and rows
     assert rollup.backfill(since()) == first
     assert rollup.refresh()["days"] == 2  # yesterday and the day before
-    assert cost_rollup_refresh_task.apply().get()["days"] == 2  # the beat task, the same
+    assert rollups_refresh_task.apply().get()["costs"]["days"] == 2  # the beat task (every rollup), the same
     assert snapshot() == rows
     assert not CostRollupDay.objects.filter(dirty=True).exists()
     assert not CostRollupDay.objects.filter(day__gte=today_start().date()).exists()  # today is never rolled up
-    assert "billing.cost_rollup_refresh" in {e["task"] for e in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "portal.rollups_refresh" in {e["task"] for e in settings.CELERY_BEAT_SCHEDULE.values()}
 
 
 def test_price_and_discount_changes_are_picked_up(cast, history) -> None:
@@ -248,10 +248,10 @@ def test_days_a_running_interval_can_still_change_are_read_live(cast, cat, histo
 def test_backfill_command(cast, history) -> None:
     since = (today_start() - timedelta(days=DAYS)).date()
     out = io.StringIO()
-    call_command("billing_cost_rollup", since=since.isoformat(), stdout=out)
-    assert out.getvalue().startswith(f"rolled up {DAYS} days")
+    call_command("rollups", "backfill", since=since.isoformat(), only=["costs"], stdout=out)
+    assert f"costs: rolled up {DAYS} days" in out.getvalue()
     assert CostRollupDay.objects.filter(dirty=False).count() == DAYS
-    call_command("billing_cost_rollup", since=since.isoformat(), stdout=out)  # again: the same rows
+    call_command("rollups", "backfill", since=since.isoformat(), only=["costs"], stdout=out)  # again: the same rows
     assert CostRollupDay.objects.filter(dirty=False).count() == DAYS
     with pytest.raises(CommandError):
-        call_command("billing_cost_rollup", since="last week")
+        call_command("rollups", "backfill", since="last week")

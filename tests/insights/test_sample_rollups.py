@@ -21,7 +21,7 @@ from insights.models import (PoolSample, PoolSampleDay, PoolSampleHour, QueueSam
                              SampleDay, SampleHour)
 from insights.registry import METRICS, Query
 from insights.samples import samples_take
-from insights.tasks import sample_rollups_refresh_task
+from portal.celery import rollups_refresh as rollups_refresh_task
 from tenants.access import scope_of
 
 SLOT = timedelta(minutes=5)
@@ -190,7 +190,7 @@ def test_refresh_is_idempotent_and_picks_up_late_samples(cast, cat, history) -> 
     QueueSample.objects.create(at=late + 8 * SLOT, cluster=cat.cluster, tenant=cast.nlp.tenant, project=cast.nlp,
                                flavor=cat.mig, nominal=Decimal(2), admitted=Decimal(2))
     assert sample_rollups.hour_of(late) in sample_rollups.changed_hours(sample_rollups.hour_of(timezone.now()))
-    result = sample_rollups_refresh_task()
+    result = rollups_refresh_task()["samples"]  # the one beat task refreshes every rollup
     assert result["hours"] == 3
     assert SampleHour.objects.get(hour=late).queue_samples == QueueSample.objects.filter(
         at__gte=late, at__lt=late + timedelta(hours=1)).count()
@@ -226,15 +226,15 @@ def test_tenants_see_only_their_own_rows_from_the_rollup(cast, cat, history) -> 
 
 def test_backfill_command(cast, cat, history) -> None:
     out = io.StringIO()
-    call_command("insights_sample_rollup", since=first_hour().date().isoformat(), stdout=out)
-    assert "rolled up" in out.getvalue() and " days (" in out.getvalue()
+    call_command("rollups", "backfill", since=first_hour().date().isoformat(), only=["samples"], stdout=out)
+    assert "samples: rolled up" in out.getvalue() and " days" in out.getvalue() and "costs" not in out.getvalue()
     assert SampleHour.objects.filter(hour__gte=first_hour()).count() == HOURS
     assert QueueSampleHour.objects.exists() and PoolSampleHour.objects.exists()
     before = rollup_rows()
-    call_command("insights_sample_rollup", since=first_hour().date().isoformat(), stdout=out)
+    call_command("rollups", "backfill", since=first_hour().date().isoformat(), only=["samples"], stdout=out)
     assert rollup_rows() == before
     with pytest.raises(CommandError):
-        call_command("insights_sample_rollup", since="yesterday")
+        call_command("rollups", "backfill", since="yesterday")
 
 
 def test_split_reads_only_closed_clean_hours(db) -> None:
