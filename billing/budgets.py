@@ -23,11 +23,11 @@ from portal.events import after_commit
 from portal.exceptions import Invalid
 from portal.notify import notify_send, portal_link
 from portal.quantities import format_money, round_money
-from tenants.access import Actor
+from tenants.access import Actor, ops_role
 from tenants.audit import audit_record, snapshot
 from tenants.guards import require
-from tenants.models import Membership, Project, Role, Tenant
-from tenants.policy import may_change_project, may_change_tenant, may_operate
+from tenants.models import Project, Tenant
+from tenants.policy import holders, may_change_project, may_change_tenant, may_operate, with_holders
 from tenants.selectors import admin_tenants_for, projects_for
 
 from . import costs, selectors
@@ -40,6 +40,12 @@ REFUSING_KEY = "billing:refusing-tenants"
 
 
 # ------------------------------------------------------------------------------------------------ who
+def _budget_holders(tenant: Tenant, project: Project | None = None) -> Any:
+    """``may_set_budget``'s twin."""
+    return holders("change_tenant", tenant) if project is None else holders("change_project", project)
+
+
+@with_holders(_budget_holders)
 def may_set_budget(actor: Actor, tenant: Tenant, project: Project | None = None) -> bool:
     """Tenant budgets: tenant admins and ops. A project's: its project admins too."""
     if project is not None:
@@ -185,10 +191,10 @@ def budget_delete(*, actor: Actor, budget: Budget) -> None:
 
 # ------------------------------------------------------------------------------------------------ alerts
 def _recipients(budget: Budget) -> list[str]:
-    who = Q(tenant_id=budget.tenant_id, project__isnull=True, role=Role.TENANT_ADMIN)
-    if budget.project_id:
-        who |= Q(project_id=budget.project_id, role=Role.PROJECT_ADMIN)
-    return sorted(set(Membership.objects.filter(who).exclude(user__email="").values_list("user__email", flat=True)))
+    """Who may set the budget (``may_set_budget``'s holders: the tenant's admins, a project's admins too), less
+    platform ops, with an email address."""
+    people = holders(may_set_budget, budget.tenant, budget.project).exclude(ops_role()).exclude(email="")
+    return sorted(set(people.values_list("email", flat=True)))
 
 
 def _alert_send(alert_id: int) -> None:

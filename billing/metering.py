@@ -33,7 +33,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from workloads.manifests import uses_volcano
+from workloads.kinds import uses_volcano
 from workloads.models import WorkloadRequest
 
 from . import pricing, rollup
@@ -262,7 +262,8 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
                 continue
             known.add((run.request.pk, run.run_key))
             req = run.request
-            for share in pricing.shares(req.flavor, gpus=req.gpus, cpu=req.cpu, memory_gib=req.memory_gib, pods=run.pods):
+            for share in pricing.shares(req.flavor, gpus=req.gpus, cpu=req.cpu, memory_gib=req.memory_gib, pods=run.pods,
+                                        hami_share=req.hami_share):
                 fresh.append(UsageInterval(
                     request=req, tenant_id=req.tenant_id, project_id=req.project_id, cluster=cluster, run_key=run.run_key,
                     source=run.source, object_uid=run.uid, object_name=run.name[:253], unit=share.unit, key=share.key,

@@ -41,11 +41,13 @@ def _dec(value: Any, default: Decimal = Decimal(0)) -> Decimal:
         return default
 
 
-def shares(flavor: Any, *, gpus: Any, cpu: Any, memory_gib: Any, pods: Any) -> list[Share]:
+def shares(flavor: Any, *, gpus: Any, cpu: Any, memory_gib: Any, pods: Any,
+           hami_share: tuple[int, int] | None = None) -> list[Share]:
     """What ``pods`` pods of this shape hold, per priced unit (zero quantities left out).
 
     Whole GPUs by the flavor's GPU model, MIG slices by profile, HAMi vGPUs by their memory (GiB) and compute
-    (cores % / 100 of a card); every pod's CPU cores and memory GiB on top.
+    (cores % / 100 of a card): each vGPU's ``hami_share`` (MiB, cores %), the request's own, else the flavor's
+    preset; every pod's CPU cores and memory GiB on top.
     """
     pods_n, gpus_n = _dec(pods, Decimal(1)), _dec(gpus)
     out: list[Share] = []
@@ -56,8 +58,10 @@ def shares(flavor: Any, *, gpus: Any, cpu: Any, memory_gib: Any, pods: Any) -> l
         elif kind == "mig":
             out.append(Share(Unit.MIG, flavor.mig_profile, gpus_n * pods_n))
         elif kind == "hami":
-            out.append(Share(Unit.HAMI_MEMORY, "", gpus_n * pods_n * Decimal(flavor.hami_memory_mib or 0) / Decimal(1024)))
-            out.append(Share(Unit.HAMI_CORES, "", gpus_n * pods_n * Decimal(flavor.hami_cores_percent or 0) / Decimal(100)))
+            memory_mib, cores_percent = (hami_share if hami_share and all(hami_share)
+                                         else (flavor.hami_memory_mib, flavor.hami_cores_percent))
+            out.append(Share(Unit.HAMI_MEMORY, "", gpus_n * pods_n * Decimal(memory_mib or 0) / Decimal(1024)))
+            out.append(Share(Unit.HAMI_CORES, "", gpus_n * pods_n * Decimal(cores_percent or 0) / Decimal(100)))
     out.append(Share(Unit.CPU, "", _dec(cpu) * pods_n))
     out.append(Share(Unit.MEMORY, "", _dec(memory_gib) * pods_n))
     return [s for s in out if s.quantity > 0]

@@ -23,6 +23,7 @@ from portal.cache import version_forget, version_key
 from portal.events import after_commit
 from tenants.access import Actor
 from tenants.selectors import tenants_for
+from workloads import kinds
 from workloads.selectors import requests_for
 
 from . import pricing
@@ -204,16 +205,16 @@ def estimate(request_like: Any) -> Decimal | None:
     if flavor is None:
         return None
     template = getattr(request_like, "template", None)
-    kind = getattr(template, "kind", "")
-    pods = getattr(request_like, "replicas", None) or 1
+    kind = kinds.KINDS.get(str(getattr(template, "kind", "")))  # what a request holds is its kind's to say
+    replicas = getattr(request_like, "replicas", None) or 1
     parameters = getattr(request_like, "parameters", None) or {}
-    if kind == "training" and parameters.get("distributed"):
-        pods = parameters.get("workers") or pods
+    pods = kind.billed_pods(replicas, parameters) if kind else replicas
     held = pricing.shares(flavor, gpus=getattr(request_like, "gpus", None), cpu=getattr(request_like, "cpu", None),
-                          memory_gib=getattr(request_like, "memory_gib", None), pods=pods)
-    if kind == "notebook":
-        home = parameters.get("home_size_gib") or 20
-        held.append(pricing.Share(Unit.STORAGE, "", Decimal(str(home))))
+                          memory_gib=getattr(request_like, "memory_gib", None), pods=pods,
+                          hami_share=getattr(request_like, "hami_share", None))
+    storage = kind.storage_gib(parameters) if kind else 0
+    if storage:
+        held.append(pricing.Share(Unit.STORAGE, "", Decimal(storage)))
     per_hour = sum((pricing.hourly(s.unit, prices.get((s.unit, s.key), Decimal(0))) * s.quantity for s in held), Decimal(0))
     tenant = getattr(request_like, "tenant", None)
     off = pricing.rate_at(discount_rates(getattr(tenant, "pk", None)), now) or Decimal(0)

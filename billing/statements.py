@@ -46,7 +46,7 @@ from tenants.models import Project, Tenant
 from tenants.selectors import admin_tenants_for
 from tenants.services import tenant_update
 
-from . import policy, pricing, selectors, services
+from . import policy, pricing, selectors, services, statement_states
 from .models import (
     HOURS_PER_MONTH,
     BillingPeriod,
@@ -362,11 +362,11 @@ def finalise_month(month: date, *, now: datetime | None = None) -> list[Statemen
     drafts = _write(month, rated, list(Tenant.objects.filter(pk__in=tenant_ids).order_by("slug")), now=now)
     StatementCounter.objects.get_or_create(year=month.year)
     counter = StatementCounter.objects.select_for_update().get(year=month.year)
+    numbers = {}
     for statement in drafts:  # all drafts: the month was open, under its lock
         counter.last += 1
-        statement.number = f"{month.year}-{counter.last:06d}"
-        statement.status, statement.finalised_at = Statement.Status.FINAL, now
-    Statement.objects.bulk_update(drafts, ["number", "status", "finalised_at"], batch_size=1000)
+        numbers[statement.pk] = f"{month.year}-{counter.last:06d}"
+    statement_states.finalise(drafts, numbers=numbers, now=now)
     counter.save(update_fields=["last"])
     services.period_finalise(actor=Actor.system(), month=month)
     audit_record(actor=Actor.system(), action="billing.statements_finalise", target=period,

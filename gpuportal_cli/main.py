@@ -191,6 +191,12 @@ def submit(
     project: Annotated[str | None, typer.Option(help="Project slug (default: the token's project).")] = None,
     flavor: Annotated[str | None, typer.Option(help="Flavor name (default: the template's first; see `gpuportal flavors`).")] = None,
     gpus: Annotated[int | None, typer.Option(min=0, help="GPUs (default: the template's).")] = None,
+    share_memory_gib: Annotated[float | None, typer.Option(
+        help="HAMi flavors: each vGPU's GPU memory in GiB, at most one card's (default: the flavor's preset share).",
+        show_default=False)] = None,
+    share_cores_percent: Annotated[int | None, typer.Option(
+        help="HAMi flavors: each vGPU's % of the card's cores, 1 to 100 (default: the preset's).",
+        show_default=False)] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", metavar="NAME=VALUE",
         help="A template parameter (repeat); VALUE is JSON when it parses, else text: "
@@ -199,6 +205,14 @@ def submit(
     image: Annotated[str | None, typer.Option(help="Image reference (default: the first curated one).")] = None,
     duration_hours: Annotated[int | None, typer.Option(min=1, help="How long it may run.")] = None,
     priority: Annotated[str | None, typer.Option(help="interactive, batch or production.")] = None,
+    accept_model: Annotated[list[str] | None, typer.Option(
+        "--accept-model", metavar="MODEL",
+        help="A GPU model the job accepts (repeat, preferred first; the first is the flavor's): "
+             "--accept-model h100-80gb --accept-model a100-80gb")] = None,
+    min_gpu_memory: Annotated[int | None, typer.Option(min=1, help="GiB of GPU memory per GPU the image needs.")] = None,
+    min_compute_capability: Annotated[str | None, typer.Option(help="CUDA compute capability the image needs (8.0, 9.0).")] = None,
+    spill_consent: Annotated[bool, typer.Option(
+        "--spill-consent", help="It may run on a later --accept-model when its first is full (if the project allows).")] = False,
     idempotency_key: Annotated[str | None, typer.Option(
         help="Idempotency-Key (default: from the CI job id and the submission, so a retried step finds its request).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Then wait like `gpuportal wait` (same exit statuses).")] = False,
@@ -214,9 +228,13 @@ def submit(
     parameters = dict(_parse_param(item) for item in param or [])
     body: dict[str, Any] = {"template": template, "parameters": parameters}
     for field, value in (("project", project), ("flavor", flavor), ("gpus", gpus), ("name", name), ("image", image),
-                         ("duration_hours", duration_hours), ("priority", priority)):
+                         ("duration_hours", duration_hours), ("priority", priority), ("accepted_models", accept_model),
+                         ("min_gpu_memory_gib", min_gpu_memory), ("min_compute_capability", min_compute_capability),
+                         ("share_memory_gib", share_memory_gib), ("share_cores_percent", share_cores_percent)):
         if value is not None:
             body[field] = value
+    if spill_consent:
+        body["spill_consent"] = True
     key = idempotency_key or default_key(body)
     with _errors():
         client = _client()

@@ -19,10 +19,11 @@ from django.utils.http import urlencode
 
 from portal.events import after_commit
 from portal.notify import notify_send
-from tenants.access import Actor
-from tenants.models import Membership, Role, Tenant
+from tenants.access import Actor, ops_role
+from tenants.models import Tenant
+from tenants.policy import holders
 
-from . import reports, selectors
+from . import policy, reports, selectors
 from .models import DigestSent
 
 logger = logging.getLogger(__name__)
@@ -35,9 +36,10 @@ def last_week(now: datetime | None = None) -> date:
 
 
 def digest_recipients(tenant: Tenant) -> list[str]:
-    """The tenant's admins (tenant-wide role) with an email address."""
-    rows = Membership.objects.filter(tenant=tenant, project__isnull=True, role=Role.TENANT_ADMIN).exclude(user__email="")
-    return sorted(set(rows.values_list("user__email", flat=True)))
+    """Who may read the tenant's metrics (``policy.may_view_metrics``'s holders: its tenant admins), less platform
+    ops, with an email address."""
+    people = holders(policy.may_view_metrics, tenant).exclude(ops_role()).exclude(email="")
+    return sorted(set(people.values_list("email", flat=True)))
 
 
 def report_link(tenant: Tenant, week: date) -> str:

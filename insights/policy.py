@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from tenants.access import Actor
 from tenants.models import Tenant
-from tenants.policy import may_manage_members, may_manage_some_tenant, may_operate
+from tenants.policy import holders, may_manage_members, may_manage_some_tenant, may_operate, with_holders
 
 
+@with_holders(lambda tenant: holders("manage_members_tenant", tenant))
 def may_view_metrics(actor: Actor, tenant: Tenant) -> bool:
     """A tenant's metric pages, report and API slice: its tenant admins (not through a token) and ops."""
     return may_operate(actor) or (actor.token is None and may_manage_members(actor, tenant))

@@ -20,6 +20,12 @@ from decimal import Decimal
 from typing import Any
 
 from quotas import architectures
+from workloads import kinds
+
+
+def _kinds_words(**traits: Any) -> str:
+    """The registered kinds with these traits, as the review writes them (``training`` or ``training, inference``)."""
+    return ", ".join(kinds.where(**traits)) or "nothing"
 
 UNIT_WORDS = {
     "whole": "whole GPU",
@@ -158,9 +164,9 @@ def _why_unit(pool: PoolRow, cluster: ClusterRow) -> str:
     if kind == "whole":
         extra = ""
         if arch.volcano_pool and pool.pool_label == arch.volcano_pool:
-            extra = f"; Volcano gang-schedules {', '.join(sorted(arch.volcano_kinds))} here"
+            extra = f"; Volcano gang-schedules {_kinds_words(gang=True)} here"
         if arch.online_pool and pool.pool_label == arch.online_pool:
-            extra = f"; kept for {', '.join(sorted(arch.online_kinds))} (the online pool)"
+            extra = f"; kept for {_kinds_words(serving=True)} (the online pool)"
         return f"{label}: whole GPUs are offered everywhere{extra}"
     return f"{label}: CPU-only nodes"
 
@@ -258,7 +264,7 @@ def answer_admission(s: Snapshot) -> Answer:
             line += "; one shared queue: no borrowing or lending"
         if arch.volcano_pool:
             plugin = " with its capacity plugin (deserved/guarantee written)" if c.volcano_capacity_plugin else ""
-            line += (f"; Volcano{plugin} gang-schedules {', '.join(sorted(arch.volcano_kinds))} on the "
+            line += (f"; Volcano{plugin} gang-schedules {_kinds_words(gang=True)} on the "
                      f"'{arch.volcano_pool}' pool (all workers start together or none)")
         details.append(line + ".")
         nominal: dict[tuple[str, str], Decimal] = defaultdict(Decimal)

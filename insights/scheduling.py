@@ -20,6 +20,7 @@ from portal import rollups as period
 from quotas import architectures
 from quotas.manifests import volcano_owned
 from quotas.models import Flavor
+from workloads import kinds
 from workloads.models import RequestState, WorkloadRequest
 
 from . import rollups, sample_rollups
@@ -324,7 +325,7 @@ def gang_start(query: Query, *, in_python: bool | None = None) -> Result:
     from .common import Seconds
 
     by = group_fields(query.group_by)
-    gangs = _approved_in(query).filter(template__kind="training", flavor_id__in=volcano_flavor_ids(),
+    gangs = _approved_in(query).filter(template__kind__in=kinds.where(gang=True), flavor_id__in=volcano_flavor_ids(),
                                        queued_at__isnull=False)
     agg = {"total": Count("pk"), "ok": Count("pk", filter=Q(started_at__isnull=False))}
     counts = {tuple(r[b] for b in by): r for r in gangs.order_by().values(*by).annotate(**agg)}
@@ -388,7 +389,7 @@ def gang_start_over_time(query: Query, *, in_python: bool | None = None) -> Resu
             span &= Q(approved_at__lt=b)
         when |= span
     by = group_fields(query.group_by)
-    gangs = _approved_in(query).filter(when, template__kind="training", queued_at__isnull=False)
+    gangs = _approved_in(query).filter(when, template__kind__in=kinds.where(gang=True), queued_at__isnull=False)
     agg = {"total": Count("pk"), "ok": Count("pk", filter=Q(started_at__isnull=False))}
     counts = {tuple(r[b] for b in by): r for r in gangs.order_by().values(*by).annotate(**agg)}
     assembled = gangs.filter(admitted_at__isnull=False, admitted_at__gte=F("queued_at"))

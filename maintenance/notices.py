@@ -17,7 +17,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.notify import notify_send, portal_link
-from tenants.models import Membership, Role, Tenant
+from tenants.access import ops_role
+from tenants.models import Tenant
+from tenants.policy import holders, may_change_tenant
 
 from .models import MigChange
 
@@ -102,13 +104,12 @@ def cutting_changes_forget() -> None:
 
 
 def _admin_emails(tenant_slugs: list[str]) -> dict[str, list[str]]:
-    rows = (Membership.objects.filter(tenant__slug__in=tenant_slugs, project__isnull=True, role=Role.TENANT_ADMIN,
-                                      user__is_active=True)
-            .exclude(user__email="").values_list("tenant__slug", "user__email"))
-    out: dict[str, set[str]] = defaultdict(set)
-    for slug, email in rows:
-        out[slug].add(email)
-    return {slug: sorted(emails) for slug, emails in out.items()}
+    """Per tenant, the emails of who may split its quota (``tenants.may_change_tenant``'s holders), less ops."""
+    out: dict[str, list[str]] = {}
+    for tenant in Tenant.objects.filter(slug__in=tenant_slugs):
+        people = holders(may_change_tenant, tenant).exclude(ops_role()).exclude(email="")
+        out[tenant.slug] = sorted(set(people.values_list("email", flat=True)))
+    return out
 
 
 def tell_tenants(change_id: int, *, applied: bool) -> int:

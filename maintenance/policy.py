@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from tenants.access import Actor
+from typing import Any
+
+from tenants.access import Actor, ops_users
 from tenants.models import Tenant
-from tenants.policy import may_manage_members, may_manage_some_tenant, may_operate
+from tenants.policy import may_manage_members, may_manage_some_tenant, may_operate, with_holders
 
 from .models import MigChange
 
@@ -41,6 +43,15 @@ def may_propose_mig_change(actor: Actor, tenant: Tenant | None = None) -> bool:
     return tenant is not None and may_manage_members(actor, tenant)
 
 
+def _decide_holders(change: MigChange) -> Any:
+    """``may_decide_mig_change``'s twin: ops, less the proposer unless the installation has one ops person."""
+    people = ops_users()
+    if getattr(settings, "PORTAL_MIG_SINGLE_OPS", False):
+        return people
+    return people.exclude(pk=change.proposed_by_id)
+
+
+@with_holders(_decide_holders)
 def may_decide_mig_change(actor: Actor, change: MigChange) -> bool:
     """Approve or reject: ops, but not the person who proposed it (a second pair of eyes), unless the
     installation has one ops person (``PORTAL_MIG_SINGLE_OPS``)."""

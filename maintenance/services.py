@@ -23,11 +23,11 @@ from portal.events import after_commit, enqueue
 from portal.exceptions import ConflictError, Invalid, NotAllowed
 from portal.notify import notify_send, portal_link
 from quotas.models import Cluster, NodePool
-from quotas.selectors import ops_users
 from tenants.access import Actor
 from tenants.audit import audit_record
 from tenants.guards import require
 from tenants.models import Tenant
+from tenants.policy import holders
 
 from . import cluster as cl
 from . import impact as impact_mod
@@ -174,7 +174,8 @@ def _tell_ops(change_id: int) -> None:
               f"({len(change.nodes)} node(s)) from {change.from_layout} to {change.to_layout}, window from "
               f"{change.window_start:%Y-%m-%d %H:%M} UTC, running work stopped at {change.deadline:%Y-%m-%d %H:%M} UTC.\n"
               f"Review the impact and decide: {portal_link(f'/ops/mig-changes/{change.pk}/')}"),
-        to=[u.email for u in ops_users() if u.email and u.pk != change.proposed_by_id],
+        to=[u.email for u in holders(policy.may_decide_mig_change, change).order_by("username")
+            if u.email and u.pk != change.proposed_by_id],
         payload={"event": "mig_change.proposed", "id": change.pk, "pool": change.pool_name, "to": change.to_layout},
         topic="mig change",
     )

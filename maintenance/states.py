@@ -25,6 +25,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from portal.events import after_commit
+from portal.machine import NOW, Machine, Move
 from tenants.access import Actor
 from tenants.audit import audit_record
 
@@ -34,25 +35,11 @@ S = MigChange.Status
 STEP = MigChange.Step
 O = MigChangeStep.Outcome
 
-ALLOWED: dict[str, set[str]] = {
-    S.PROPOSED: {S.APPROVED, S.REJECTED, S.CANCELLED},
-    S.APPROVED: {S.RUNNING, S.CANCELLED},
-    S.RUNNING: {S.SUCCEEDED, S.ROLLING_BACK, S.FAILED},
-    S.ROLLING_BACK: {S.ROLLED_BACK, S.FAILED},
-}
 FINAL: frozenset[str] = frozenset({S.SUCCEEDED, S.ROLLED_BACK, S.FAILED, S.REJECTED, S.CANCELLED})
 OPEN: frozenset[str] = frozenset({S.PROPOSED, S.APPROVED, S.RUNNING, S.ROLLING_BACK})
 ACTIVE: frozenset[str] = frozenset({S.RUNNING, S.ROLLING_BACK})  # the worker moves these on
 FORWARD: list[str] = [STEP.CORDON, STEP.DRAIN, STEP.RELABEL, STEP.RECONFIGURE, STEP.VERIFY, STEP.QUOTAS, STEP.UNCORDON]
 BACKWARD: list[str] = [STEP.ROLLBACK_RELABEL, STEP.ROLLBACK_WAIT, STEP.ROLLBACK_UNCORDON]
-
-
-def sources_of(to: str) -> list[str]:
-    return sorted(state for state, targets in ALLOWED.items() if to in targets)
-
-
-def can_move(current: str, to: str) -> bool:
-    return to in ALLOWED.get(current, set())
 
 
 def progress_of(step: str) -> int:
@@ -62,14 +49,6 @@ def progress_of(step: str) -> int:
     if step in BACKWARD:
         return BACKWARD.index(step) * 100 // len(BACKWARD)
     return 100 if step == STEP.DONE else 0
-
-
-def _timestamps(to: str, now: Any) -> dict[str, Any]:
-    if to == S.RUNNING:
-        return {"started_at": now}
-    if to in FINAL:
-        return {"finished_at": now}
-    return {}
 
 
 def log(change: MigChange, *, step: str, outcome: str, message: str, detail: dict[str, Any] | None = None) -> MigChangeStep:
@@ -82,47 +61,42 @@ def log(change: MigChange, *, step: str, outcome: str, message: str, detail: dic
                                             detail=detail or {}, seq=last + 1)
 
 
+def _step_log(move: Move) -> None:
+    """The step log's lines of a status move (the finished step first, then the status), and the quota notices."""
+    change, done = move.obj, move.context.get("done")
+    if done is not None:
+        log(change, step=done[0], outcome=O.DONE, message=done[1])
+    failed = move.to in (S.FAILED, S.ROLLING_BACK, S.REJECTED)
+    log(change, step=change.step, outcome=O.FAILED if failed else O.INFO,
+        message=f"{S(move.to).label}" + (f": {move.reason}" if move.reason else "."))
+    after_commit(notices_forget)  # the quota pages' notices (notices.py) read the new status
+
+
+MACHINE = Machine(
+    MigChange, field="status", audit_as="mig_change", record=audit_record,
+    allowed={S.PROPOSED: {S.APPROVED, S.REJECTED, S.CANCELLED}, S.APPROVED: {S.RUNNING, S.CANCELLED},
+             S.RUNNING: {S.SUCCEEDED, S.ROLLING_BACK, S.FAILED}, S.ROLLING_BACK: {S.ROLLED_BACK, S.FAILED}},
+    final=FINAL, stamps={S.RUNNING: {"started_at": NOW}, S.SUCCEEDED: {"finished_at": NOW, "step": STEP.DONE, "progress": 100},
+                         FINAL: {"finished_at": NOW}},
+    reason_field="status_reason", reason_length=2000, effects=[_step_log],
+    scope=lambda change: (change.tenant, None),
+    describe=lambda change: {"pool": change.pool_name, "to_layout": change.to_layout},
+)
+ALLOWED = MACHINE.allowed
+sources_of, can_move = MACHINE.sources_of, MACHINE.can_move
+
+
 def move(change: MigChange, *, to: str, actor: Actor, reason: str = "", step: str | None = None,
          fields: dict[str, Any] | None = None, done: tuple[str, str] | None = None) -> bool:
     """Compare-and-set ``change.status`` to ``to`` (optionally starting ``step``). False: it is no longer in a
     status that may move there; nothing was written. On success: the row, a log line and an audit entry.
     ``done``: (step, message) of the step this move finishes, logged as done before the status line, so the log
     reads "Uncordon · done" and then "Succeeded"."""
-    if to not in S.values:
-        raise ValueError(f"Unknown MIG change status {to!r}.")
-    sources = sources_of(to)
-    if not sources:
-        raise ValueError(f"No status may move to {to!r}.")
-    now = timezone.now()
-    values: dict[str, Any] = {"status": to, "status_reason": reason[:2000], **_timestamps(to, now), **(fields or {})}
+    extra = dict(fields or {})
     if step is not None:
-        values.update(step=step, step_started_at=now, progress=progress_of(step))
-    if to == S.SUCCEEDED:
-        values.update(step=STEP.DONE, progress=100)
-    with transaction.atomic():
-        current = (MigChange.objects.select_for_update().filter(pk=change.pk, status__in=sources)
-                   .values_list("status", flat=True).first())
-        if current is None:
-            return False
-        won = MigChange.objects.filter(pk=change.pk, status=current).update(**values) == 1
-        if not won:  # pragma: no cover - the lock above makes this unreachable on PostgreSQL
-            return False
-        for name, value in values.items():
-            setattr(change, name, value)
-        after: dict[str, Any] = {"status": to, "pool": change.pool_name, "to_layout": change.to_layout}
-        if step is not None:
-            after["step"] = step
-        if reason:
-            after["reason"] = reason[:500]
-        audit_record(actor=actor, action=f"mig_change.{to}", target=change, tenant=change.tenant,
-                     before={"status": current}, after=after)
-        if done is not None:
-            log(change, step=done[0], outcome=O.DONE, message=done[1])
-        failed = to in (S.FAILED, S.ROLLING_BACK, S.REJECTED)
-        log(change, step=change.step, outcome=O.FAILED if failed else O.INFO,
-            message=f"{S(to).label}" + (f": {reason}" if reason else "."))
-        after_commit(notices_forget)  # the quota pages' notices (notices.py) read the new status
-    return True
+        extra.update(step=step, step_started_at=timezone.now(), progress=progress_of(step))
+    return MACHINE.move(change, to=to, actor=actor, reason=reason, fields=extra, context={"done": done},
+                        detail={"step": step} if step is not None else None) is not None
 
 
 def notices_forget() -> None:

@@ -35,6 +35,13 @@ must be cheap when nothing refuses (billing answers from a cached flag, no query
 ``budget_remaining``: ``register(fn)`` where ``fn(request_like) -> str | None`` is what remains of the
 request's project (and tenant) budget this month, as a sentence for the request form; None without a budget.
 
+``reserved_name``: ``register(fn)`` where ``fn(name) -> bool`` says whether ``name`` (a new project's slug) is a
+namespace the platform keeps for itself (Kubernetes, GPU operator, Kueue...). ``namespace_check``:
+``register(fn)`` where ``fn(namespace, *, project_slug=None) -> str | None`` says why a new project may not have
+``namespace`` (it exists on a cluster without our labels), or None. tenants asks both when a project is
+created; quotas, which knows the clusters, answers. Both are enforcing: a check that fails refuses the project
+(a field error on ``slug``) rather than letting it take a namespace nobody checked.
+
 ``quota_notices``: ``register(fn)`` where ``fn(*, tenant, project=None) -> list[str]`` are sentences for a quota
 page about changes to that tenant's (or project's) quota coming from elsewhere: a MIG change that will cut, or
 recently cut, it (maintenance).
@@ -75,6 +82,11 @@ class Slot:
     @property
     def active(self) -> bool:
         return self._fn is not None
+
+    @property
+    def provider(self) -> Callable[..., Any] | None:
+        """The registered function, or None (docs/extending.md names it; tests/test_extending_doc.py checks)."""
+        return self._fn
 
     def register(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Provide ``fn`` (replacing the one before). Returns ``fn``, so it works as a decorator."""
@@ -158,3 +170,11 @@ submission_guard = Slot(
                 "submitted. Try again in a few minutes; if it persists, tell platform ops.")
 budget_remaining = Slot("budget remaining")
 quota_notices = Slot("quota notices")
+reserved_name = Slot(
+    "reserved name check", policy=ENFORCING, field="slug",
+    unavailable="Namespace check unavailable: whether this slug is a reserved namespace could not be checked, so "
+                "the project was not created. Try again in a few minutes; if it persists, tell platform ops.")
+namespace_check = Slot(
+    "namespace check", policy=ENFORCING, field="slug",
+    unavailable="Namespace check unavailable: the clusters could not be asked whether this project's namespace is "
+                "free, so the project was not created. Try again in a few minutes; if it persists, tell platform ops.")

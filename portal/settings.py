@@ -115,6 +115,13 @@ TEMPLATES = [
             ],
         },
     },
+    {
+        # The hot pages' repeated parts (a list's rows): Jinja2, compiled to Python (portal/jinja_env.py).
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "DIRS": [BASE_DIR / "templates" / "jinja2"],
+        "APP_DIRS": False,
+        "OPTIONS": {"environment": "portal.jinja_env.environment", "autoescape": True},
+    },
 ]
 # Django's widget templates, with inputs, text areas and selects written in Python (the same HTML; docs/performance.md).
 FORM_RENDERER = "portal.forms_render.FastTemplates"

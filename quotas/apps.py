@@ -5,15 +5,16 @@ class QuotasConfig(AppConfig):
     name = "quotas"
 
     def ready(self) -> None:
-        # tenants checks a new project's namespace against the clusters through these (it sits below quotas).
+        # tenants checks a new project's namespace against the clusters through these slots (it sits below
+        # quotas); both are enforcing: a check that fails refuses the project.
+        from portal.extensions import namespace_check, reserved_name
         from tenants.policy import predicates_install
-        from tenants.services import namespace_checks
 
         from . import policy
         from .namespaces import is_reserved, namespace_problem
 
-        namespace_checks.reserved = is_reserved  # type: ignore[method-assign]
-        namespace_checks.problem = namespace_problem  # type: ignore[method-assign]
+        reserved_name.register(is_reserved)
+        namespace_check.register(namespace_problem)
         predicates_install(policy)  # templates ask them by name ({% may "quotas.may_decide" ... %})
 
         # A quota request written (created, or any save) changes what waits in the quota inboxes; status moves

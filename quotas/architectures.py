@@ -15,9 +15,9 @@ What an entry says:
 * ``mig`` / ``hami`` — whether the pools get MIG / HAMi flavors: ``NEVER``, ``ALWAYS`` or ``SWITCH`` (as the
   cluster's ``use_mig`` / ``use_hami`` say). Whole-GPU and CPU flavors exist everywhere.
 * ``volcano_pool`` — the node pool whose whole-GPU flavors Volcano owns instead of Kueue (empty: none);
-  ``volcano_kinds`` — the template kinds that may run there (as Volcano Jobs).
-* ``online_pool`` — the pool kept for ``online_kinds`` (they get the ``<project>-online`` LocalQueue and
-  are pinned to that pool); empty: no online/offline split.
+  gang-scheduled template kinds run there as Volcano Jobs (a kind says it is one: ``Kind.gang``, workloads/kinds/).
+* ``online_pool`` — the pool kept for serving kinds (``Kind.serving``: they get the ``<project>-online``
+  LocalQueue and are pinned to that pool); empty: no online/offline split.
 * ``cohorts`` (derived) — whether quotas may set borrowing and lending limits.
 """
 
@@ -39,10 +39,8 @@ class Arch:
     queues: str = COHORT
     mig: str = NEVER
     hami: str = NEVER
-    volcano_pool: str = ""
-    volcano_kinds: frozenset[str] = frozenset({"training"})
-    online_pool: str = ""
-    online_kinds: frozenset[str] = frozenset({"inference"})
+    volcano_pool: str = ""  # the pool Volcano owns: gang-scheduled kinds run there (``Kind.gang``, workloads/kinds/)
+    online_pool: str = ""  # the pool kept for long-running servers (``Kind.serving``)
 
     @property
     def cohorts(self) -> bool:
@@ -74,9 +72,10 @@ class Arch:
     def offered_kinds(self, *, use_mig: bool = False, use_hami: bool = False) -> set[str]:
         return {k for k in (WHOLE, CPU, MIG, HAMI) if self.offers(k, use_mig=use_mig, use_hami=use_hami)}
 
-    def online_for(self, template_kind: str) -> bool:
-        """Does a request of ``template_kind`` go to the online pool (and its ``-online`` queue)?"""
-        return bool(self.online_pool) and template_kind in self.online_kinds
+    def online_for(self, *, serving: bool) -> bool:
+        """Does a request go to the online pool (and its ``-online`` queue)? Those of a serving kind do, where the
+        architecture keeps an online pool (the kind says whether it serves: ``Kind.serving`` in workloads/kinds/)."""
+        return bool(self.online_pool) and serving
 
 
 ARCHITECTURES: dict[str, Arch] = {a.letter: a for a in (

@@ -163,7 +163,7 @@ def flavor_enforcement(cluster: Any, flavor: Any) -> Enforcement:
         if volcano_owned(row, flavor):
             return Enforcement(True, "volcano", f"Enforced by each project's Volcano Queue on cluster {row.name} "
                                                 f"(architecture {arch}, {entry.volcano_pool} pool): "
-                                                f"{' and '.join(sorted(entry.volcano_kinds))} only.")
+                                                "gang-scheduled jobs only.")
         return Enforcement(True, "kueue", f"Enforced by Kueue on cluster {row.name} (architecture {arch}).")
     if entry.may_use(kind):  # the architecture has the kind, the cluster's switch is off
         switch = "MIG" if kind == "mig" else "HAMi"

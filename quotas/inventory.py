@@ -22,6 +22,7 @@ from portal.quantities import parse_quantity
 
 from .mig import MIG_PROFILES, canonical_profile, mig_profiles_for
 from .models import Cluster, Flavor, Node, NodePool
+from .zones import flavor_facts, flavor_facts_refresh
 
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)$")
 
@@ -163,6 +164,7 @@ def inventory_sync(cluster: Cluster, *, kube: Any = None) -> dict[str, int]:
         except ClusterError:
             pass  # the nodes were read; the next sync asks again
         Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now, inventory_error="", **kueue)
+        flavor_facts_refresh(cluster)  # what each flavor's card is (memory, compute capability): docs/federation.md
     return {"seen": len(items), "new": len(new_nodes), "gone": len(gone), "not_ready": not_ready}
 
 
@@ -208,7 +210,10 @@ def flavors_discover(cluster: Cluster, *, taints_by_node: dict[str, list[dict]] 
         if kwargs["name"] in names:
             return
         names.add(kwargs["name"])
-        proposals.append(Flavor(cluster=cluster, **kwargs))
+        flavor = Flavor(cluster=cluster, **kwargs)
+        if flavor.kind != Flavor.Kind.CPU:  # the card of the pool being proposed (``labels`` of the loop below)
+            flavor.gpu_memory_mib, flavor.compute_capability = flavor_facts(flavor, labels)
+        proposals.append(flavor)
 
     for pool in sorted(pools, key=lambda p: p.name):
         nodes = live[pool.pk]

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from portal.labels import (  # noqa: F401 - re-exported: the rest of quotas and the tests read m.POOL_LABEL
     ARCHIVED_LABEL, DEFAULT_INSTALLATION, INSTALLATION_LABEL, MANAGED_BY, MANAGER, OWNER_ANNOTATION, POD_SECURITY,
@@ -75,6 +75,7 @@ BATCH_PRIORITY = 100
 # Apply order: what an object refers to exists before it (flavors before queues, cohorts before the
 # queues that join them, namespaces before what lives in them). Deletes run in the reverse order.
 KIND_ORDER: list[tuple[str, str]] = [
+    (KUEUE, "Topology"),
     (KUEUE, "ResourceFlavor"),
     (KUEUE, "WorkloadPriorityClass"),
     (KUEUE, "Cohort"),
@@ -89,6 +90,26 @@ KIND_ORDER: list[tuple[str, str]] = [
 KIND_RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 POD_GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")  # real pod resources (not Kueue's HAMi totals)
+
+# Kueue Topology Aware Scheduling (docs/cluster-objects.md, "Topology-aware placement"). A cluster with
+# ``topology`` set gets one Topology whose levels are these node labels, highest first (the labels of Kueue's own
+# TAS examples); its whole-GPU flavors name it in ``spec.topologyName``. A multi-pod training request that asks for
+# one rack or block carries the level's label in a pod template annotation.
+TOPOLOGY_NAME = "gpu-portal"
+BLOCK_LABEL = "cloud.provider.com/topology-block"
+RACK_LABEL = "cloud.provider.com/topology-rack"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TOPOLOGY_LEVELS: dict[str, tuple[tuple[str, str], ...]] = {
+    "block-rack-host": (("block", BLOCK_LABEL), ("rack", RACK_LABEL), ("host", HOSTNAME_LABEL)),
+}
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# A request's placement choice -> (annotation, level name). "": anywhere (no annotation).
+PLACEMENTS: dict[str, tuple[str, str]] = {
+    "rack": (REQUIRED_TOPOLOGY, "rack"),
+    "block": (REQUIRED_TOPOLOGY, "block"),
+    "prefer-rack": (PREFERRED_TOPOLOGY, "rack"),
+}
 
 
 # ----------------------------------------------------------------------------------------- the snapshot
@@ -146,6 +167,7 @@ class ClusterRow:
     use_mig: bool = False
     use_hami: bool = False
     volcano_capacity_plugin: bool = False
+    topology: str = ""  # Cluster.topology: a key of TOPOLOGY_LEVELS, or "" (no topology-aware placement)
 
 
 @dataclass(frozen=True)
@@ -208,13 +230,14 @@ def kueue_flavors(cluster: ClusterRow, flavors: Iterable[FlavorRow]) -> list[Fla
     return sorted(chosen, key=lambda f: (f.order, f.name))
 
 
-def local_queue_name(cluster: ClusterRow, project_slug: str, *, inference: bool = False, kind: str = "") -> str:
-    """The LocalQueue a workload of ``project_slug`` names in ``kueue.x-k8s.io/queue-name``.
+def local_queue_name(cluster: ClusterRow, project_slug: str, *, serving: bool = False) -> str:
+    """The LocalQueue a workload of ``project_slug`` names in ``kueue.x-k8s.io/queue-name``: ``<project>-online``
+    for a serving kind (``Kind.serving``, workloads/kinds/) where the architecture keeps an online pool.
 
     Never ``default``: a LocalQueue named ``default`` would make Kueue's pod integration gate every
     unlabelled pod of the namespace, which breaks Volcano gangs in architecture E (docs/cluster-objects.md, "Kueue and Volcano together").
     """
-    if architectures.of(cluster).online_for("inference" if inference else kind):
+    if architectures.of(cluster).online_for(serving=serving):
         return f"{project_slug}-online"
     return project_slug
 
@@ -284,7 +307,34 @@ def _entries(rows: Iterable[QuotaRow]) -> dict[tuple[str, str], _Entry]:
 
 
 # ----------------------------------------------------------------------------------------- objects
-def render_resource_flavor(flavor: FlavorRow) -> dict:
+def topology_flavor(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
+    """Does ``flavor`` take part in ``cluster``'s topology (a whole-GPU flavor Kueue admits, with node labels,
+    on a cluster with a topology)? Only those get ``spec.topologyName`` and only they offer placement by rack."""
+    return (getattr(cluster, "topology", "") in TOPOLOGY_LEVELS and flavor.kind == "whole" and bool(flavor.node_labels)
+            and not volcano_owned(cluster, flavor))
+
+
+def topology_label(cluster: ClusterRow | Cluster, level: str) -> str:
+    """The node label of a topology level ("rack", "block") on ``cluster``; "" when it has no such level."""
+    return dict(TOPOLOGY_LEVELS.get(getattr(cluster, "topology", ""), ())).get(level, "")
+
+
+def placement_annotations(cluster: ClusterRow | Cluster, placement: str) -> dict[str, str]:
+    """The pod template annotation of a placement choice (``PLACEMENTS``): e.g. "rack" ->
+    ``{"kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}``; {} for "" or no topology."""
+    annotation, level = PLACEMENTS.get(placement or "", ("", ""))
+    label = topology_label(cluster, level) if annotation else ""
+    return {annotation: label} if label else {}
+
+
+def render_topology(cluster: ClusterRow) -> dict:
+    """Kueue's Topology: the levels' node labels, highest first (Kueue requires hostname, if present, last)."""
+    levels = [{"nodeLabel": label} for _name, label in TOPOLOGY_LEVELS[cluster.topology]]
+    return {"apiVersion": KUEUE, "kind": "Topology", "metadata": {"name": TOPOLOGY_NAME, "labels": labels()},
+            "spec": {"levels": levels}}
+
+
+def render_resource_flavor(flavor: FlavorRow, *, topology: str = "") -> dict:
     spec: dict[str, Any] = {}
     if flavor.node_labels:
         spec["nodeLabels"] = {str(k): str(v) for k, v in sorted(flavor.node_labels.items())}
@@ -292,6 +342,8 @@ def render_resource_flavor(flavor: FlavorRow) -> dict:
         spec["nodeTaints"] = [dict(t) for t in flavor.taints]
     if flavor.tolerations:
         spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+    if topology:
+        spec["topologyName"] = topology
     return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": flavor.name, "labels": labels()}, "spec": spec}
 
 
@@ -619,14 +671,18 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
     differs per architecture comes from its ``quotas.architectures`` entry.
     """
     if not isinstance(cluster, ClusterRow):
-        cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
+        cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin,
+                             getattr(cluster, "topology", ""))
     arch = architectures.of(cluster)
     flavors = kueue_flavors(cluster, data.flavors)
     flavor_names = {f.name for f in flavors}
     ctx = _Context(cluster, arch, flavors,
                    sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name)),
                    service_account=data.service_account)
-    objects: list[dict] = [render_resource_flavor(f) for f in flavors]
+    objects: list[dict] = [render_resource_flavor(f, topology=TOPOLOGY_NAME if topology_flavor(cluster, f) else "")
+                           for f in flavors]
+    if any(topology_flavor(cluster, f) for f in flavors):
+        objects.append(render_topology(cluster))
     objects += render_priority_classes()
     if arch.shared_queue:
         totals = _a_totals(data)
@@ -713,38 +769,46 @@ class RenderedQueues:
         return most if borrowing is None else min(most, nominal + borrowing)
 
 
-def queue_admits(queues: RenderedQueues, cluster: ClusterRow, project: ProjectRow, kind: str, flavor: FlavorRow) -> bool:
+class KindTraits(Protocol):
+    """What the quota side asks of a template kind (``workloads.kinds.Kind`` has these): it never names one."""
+
+    name: str
+    gang: bool  # gang-scheduled: may run on a Volcano-owned pool
+    serving: bool  # a long-running server: goes to the online pool where there is one
+
+
+def queue_admits(queues: RenderedQueues, cluster: ClusterRow, project: ProjectRow, kind: KindTraits,
+                 flavor: FlavorRow) -> bool:
     """Can a request of template ``kind`` in ``project`` on ``flavor`` ever be admitted by the queues rendered for
     ``cluster``, given enough free capacity? The one rule of what the portal offers (``workloads.selectors``
     asks it for the form, the catalogue, the API and the submission check).
 
     Kueue: the LocalQueue the request names (:func:`local_queue_name`) leads to a ClusterQueue that lists the flavor,
     whose ResourceFlavor exists, with more than 0 of each of the flavor's resources at most (:meth:`RenderedQueues.most`;
-    a HAMi flavor needs vGPU slots, cores and memory). Volcano (architecture E's offline whole GPUs): only the kinds
-    Volcano runs, and the project's Volcano Queue caps the flavor's resource above 0.
+    a HAMi flavor needs vGPU slots, cores and memory). Volcano (architecture E's offline whole GPUs): only gang-scheduled kinds
+    (``Kind.gang``), and the project's Volcano Queue caps the flavor's resource above 0.
     """
-    arch = architectures.of(cluster)
     if volcano_owned(cluster, flavor):
-        if kind not in arch.volcano_kinds:
+        if not kind.gang:
             return False
         capability = ((queues.volcano.get(project.slug) or {}).get("spec") or {}).get("capability") or {}
         return all(parse_quantity(capability.get(r, 0)) > 0 for r in flavor.resource_names)
     if flavor.name not in queues.resource_flavors:
         return False
-    cq_name = queues.local.get((project.ns, local_queue_name(cluster, project.slug, kind=kind)))
+    cq_name = queues.local.get((project.ns, local_queue_name(cluster, project.slug, serving=kind.serving)))
     if cq_name is None or cq_name not in queues.cluster_queues:
         return False
     return all(queues.most(cq_name, flavor.name, r) > 0 for r in flavor.resource_names)
 
 
-def queue_offers(data: Snapshot, kinds: Iterable[str]) -> set[tuple[str, str, str]]:
+def queue_offers(data: Snapshot, kinds: Iterable[KindTraits]) -> set[tuple[str, str, str]]:
     """(project slug, template kind, flavor name) for every active project of ``data`` and every one of ``kinds``
     that :func:`queue_admits` on the queues :func:`desired_state` renders. Pure; a snapshot of some tenants only
     gives the same answer for their projects (a project's queues depend on its tenant alone, A's shared queue
     holds at least its tenant's quota)."""
     queues = RenderedQueues.of(desired_state(data.cluster, data))
     kinds = list(kinds)
-    return {(p.slug, kind, f.name) for p in data.projects if p.active for kind in kinds for f in data.flavors
+    return {(p.slug, kind.name, f.name) for p in data.projects if p.active for kind in kinds for f in data.flavors
             if queue_admits(queues, data.cluster, p, kind, f)}
 
 

@@ -12,6 +12,7 @@ what the materializer last applied, so an unchanged object is not written again.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
@@ -57,6 +58,21 @@ class Cluster(models.Model):
     # Seen by the inventory sync: the Kueue API version the portal speaks there and the versions its Kueue serves.
     kueue_api = models.CharField(max_length=20, blank=True, help_text="Kueue API version in use (empty: no Kueue).")
     kueue_served = models.CharField(max_length=100, blank=True, help_text="Kueue API versions the cluster serves.")
+    # Kueue Topology Aware Scheduling (docs/cluster-objects.md, "Topology-aware placement"): with a topology, the
+    # reconcile writes a Kueue Topology (levels block, rack, hostname) and points the whole-GPU flavors at it, and
+    # multi-pod training may ask to be placed within one rack or block.
+    topology = models.CharField(
+        max_length=20, blank=True, choices=[("", "None"), ("block-rack-host", "Block, rack, host")],
+        help_text="Topology-aware placement: the node labels of blocks and racks (empty: off).",
+    )
+    # Federation (docs/federation.md): the zone this cluster is (one GPU model's pool, as a rule), the failure domain
+    # it shares with other clusters (a site, a power feed: what one outage takes down together), and whether ops
+    # drain it (no new work is routed here; pending work that has not started moves elsewhere once).
+    zone = models.CharField(max_length=63, blank=True, help_text="Zone name (empty: the cluster's name).")
+    failure_domain = models.CharField(max_length=63, blank=True, help_text="What fails together, e.g. a site or a power feed.")
+    draining = models.BooleanField(default=False, help_text="Drained by ops: nothing new is routed here.")
+    drain_reason = models.CharField(max_length=500, blank=True)
+    drained_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -68,6 +84,15 @@ class Cluster(models.Model):
     @property
     def unhealthy(self) -> bool:
         return self.health == "unhealthy"
+
+    @property
+    def zone_name(self) -> str:
+        return self.zone or self.name
+
+    @property
+    def routable(self) -> bool:
+        """New work may be routed here: neither unhealthy nor drained (workloads/routing.py)."""
+        return not (self.unhealthy or self.draining)
 
     def health_record(self, error: str = "") -> None:
         """Record how the last contact went (the status follower each cycle, the reconcile each run):
@@ -151,6 +176,25 @@ def share_words(memory_mib: int, cores_percent: int) -> str:
     return f"{gib_words(memory_mib)} GiB, {cores_percent} % of the cores"
 
 
+# Letters whose name starts with a vowel sound: "an L40S", "an H100", "an A100", but "a T4", "a B200".
+_AN_LETTERS = set("AEFHILMNORSX")
+
+
+def card_words(flavor: Any) -> str:
+    """The card behind a GPU flavor for people, with its article: ``an L40S`` (its ``gpu_model``, else its
+    ``gpu_product``), ``a card`` when neither is known."""
+    name = (getattr(flavor, "gpu_model", "") or getattr(flavor, "gpu_product", "") or "").strip()
+    if not name:
+        return "a card"
+    name = name.upper() if getattr(flavor, "gpu_model", "") else name
+    return f"{'an' if name[0].upper() in _AN_LETTERS else 'a'} {name}"
+
+
+def share_of_card_words(memory_mib: int, cores_percent: int, flavor: Any) -> str:
+    """A HAMi share with its card: ``10 GiB, 25 % of an L40S``."""
+    return f"{gib_words(memory_mib)} GiB, {cores_percent} % of {card_words(flavor)}"
+
+
 class Flavor(models.Model):
     """One GPU offering (or the CPU/memory flavor); a Kueue ResourceFlavor of the same name."""
 
@@ -167,6 +211,10 @@ class Flavor(models.Model):
     gpu_product = models.CharField(max_length=100, blank=True, help_text="nvidia.com/gpu.product of the nodes.")
     gpu_model = models.CharField(max_length=40, blank=True, help_text="Short model key, e.g. a100-80gb, for the MIG profile table.")
     mig_profile = models.CharField(max_length=20, blank=True, help_text="e.g. 1g.10gb")
+    # What an image needs of the card (workloads/routing.py: the compatibility check), from GPU Feature Discovery's
+    # node labels at inventory sync (quotas/zones.py: flavor_facts_refresh); 0 / empty: not known.
+    gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Memory of one card (MiB), nvidia.com/gpu.memory.")
+    compute_capability = models.CharField(max_length=8, blank=True, help_text="CUDA compute capability, e.g. 9.0.")
     hami_memory_mib = models.PositiveIntegerField(default=0, help_text="HAMi: memory per vGPU (MiB).")
     hami_cores_percent = models.PositiveIntegerField(default=0, help_text="HAMi: compute per vGPU (% of a card).")
     pool_label = models.CharField(max_length=30, blank=True, help_text="online / offline: architecture F pool.")
@@ -393,3 +441,21 @@ class ArchitectureChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster} {self.from_architecture} → {self.to_architecture} ({self.state})"
+
+
+class SpillPolicy(models.Model):
+    """Whether a project's work may spill over to another GPU model when its own model's zone is full, to which
+    models, and whether a spilled request waits for an approver. Set by the project's admins and tenant admins
+    (``quotas.zones.spill_policy_set``); no row: spill-over is not allowed (docs/federation.md)."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="spill_policy")
+    allowed = models.BooleanField(default=False, help_text="Work may spill over to another GPU model (with the job's consent).")
+    target_models = models.JSONField(default=list, blank=True, help_text="GPU models it may spill to (empty: any).")
+    needs_approval = models.BooleanField(default=False, help_text="A request that spills waits for an approver.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"spill policy of {self.project}"
+
+    def admits(self, model: str) -> bool:
+        return self.allowed and (not self.target_models or model in self.target_models)

@@ -3,9 +3,12 @@ predicates, views and templates ask them (see ``tenants/policy.py``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tenants.access import Actor
 from tenants.models import Project, Tenant
-from tenants.policy import may_approve, may_change_tenant, may_operate, may_submit
+from tenants.access import ops_users
+from tenants.policy import holders, may_approve, may_change_tenant, may_operate, may_submit, with_holders
 
 from .models import QuotaRequest
 
@@ -34,6 +37,19 @@ def may_request_quota(actor: Actor, project: Project) -> bool:
     return actor.user is not None and may_submit(actor, project)
 
 
+def _decide_holders(request: QuotaRequest, *, tier: str) -> Any:
+    """``may_decide``'s twin: the users who may decide ``request`` at ``tier`` (ops always; never the requester
+    through the project tier alone)."""
+    if tier == Approver.OPS:
+        return ops_users()
+    tenant_admins = holders("change_tenant", request.project.tenant)
+    if tier == Approver.TENANT_ADMIN:
+        return tenant_admins
+    approvers = holders("approve_project", request.project).exclude(pk=request.requested_by_id)
+    return tenant_admins | approvers
+
+
+@with_holders(_decide_holders)
 def may_decide(actor: Actor, request: QuotaRequest, *, tier: str) -> bool:
     """Project tier: the project's approvers (not the requester, unless a tenant admin); tenant tier:
     tenant admins; ops tier: ops. A higher tier may always decide a lower one."""

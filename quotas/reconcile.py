@@ -94,7 +94,8 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
                     tuple(f.tolerations or ()), f.pool_label, f.order, f.pk)
         for f in flavors
     ]
-    cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin)
+    cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin,
+                               cluster.topology)
     return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id(),
                       service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""))
 

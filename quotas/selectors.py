@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import CharField, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, prefetch_related_objects
 
 from portal.compiled import Compiled
-from tenants.access import OPS_GROUP, Actor, is_ops, scope_of
-from tenants.models import Project, Role, Tenant
+from tenants.access import Actor, is_ops, scope_of
+from tenants.models import Project, Tenant
 
 from . import architectures
 from .capacity import Enforcement, capacity_by_flavor, flavor_matches
@@ -614,23 +614,16 @@ def with_shown_related(requests: list[QuotaRequest]) -> list[QuotaRequest]:
     return requests
 
 
-def ops_users() -> QuerySet[Any]:
-    User = get_user_model()
-    return User.objects.filter(is_active=True).filter(Q(is_superuser=True) | Q(is_staff=True, groups__name=OPS_GROUP)).distinct()
-
-
 def quota_request_approvers(*, request: QuotaRequest) -> list[Any]:
-    """The people who may decide ``request`` at the tier it was routed to (ops only for ops requests)."""
-    User = get_user_model()
-    tenant_admins = Q(memberships__tenant_id=request.project.tenant_id, memberships__role=Role.TENANT_ADMIN)
-    if request.approver == Approver.OPS:
-        users = ops_users()
-    elif request.approver == Approver.TENANT_ADMIN:
-        users = User.objects.filter(tenant_admins, is_active=True)
-    else:
-        project_admins = Q(memberships__project_id=request.project_id, memberships__role=Role.PROJECT_ADMIN)
-        users = User.objects.filter(tenant_admins | project_admins, is_active=True)
-    return list(users.distinct().order_by("username"))
+    """Who is told about ``request``: the holders of ``policy.may_decide`` at the tier it was routed to
+    (``tenants.policy.holders``; never the requester through the project tier alone), less platform ops unless
+    nobody else may decide it (ops requests: ops)."""
+    from tenants.access import told
+    from tenants.policy import holders
+
+    from .policy import may_decide
+
+    return told(holders(may_decide, request, tier=request.approver))
 
 
 def architecture_change_latest(cluster: Cluster) -> ArchitectureChange | None:

@@ -971,7 +971,8 @@ def _answer(request: HttpRequest, actor: Actor, item: QuotaRequest, *, error: st
         item = _visible_request(actor, item.pk)
         back = _safe_next(request, reverse("quota-requests"))
         response = render(request, "quotas/_request_card.html",
-                          _item_context(item, error=error, note=None if error else done, form=form, next_url=back))
+                          _item_context(item, error=error, note=None if error else done, form=form, next_url=back),
+                          using="jinja2")
         if not error:
             response["HX-Trigger"] = "approvals-changed"
         return response

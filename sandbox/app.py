@@ -21,6 +21,7 @@ import yaml
 
 from .clock import Clock, format_precise, latest_timestamp, parse_time
 from .controllers import Controllers
+from .dcgm import Dcgm
 from .faults import Faults
 from .profile import load_profile
 from .registry import default_registry
@@ -87,6 +88,7 @@ class Sandbox:
             self.profile = profile
         else:
             self.profile = load_profile(str(profile) if profile is not None else None)
+        self.dcgm = Dcgm(self.store, self.clock, self.profile)  # /dcgm/<node>/metrics and /prometheus/api/v1/*
         self.controllers = None
         if controllers:
             self.controllers = Controllers(self.store, self.clock, self.profile)

@@ -4,6 +4,8 @@ A profile is a YAML file (see ``profiles/demo.yaml``)::
 
     name: demo
     poolLabel: gpuportal.dev/pool        # label key carrying each group's ``pool`` value
+    topologyLabels: {block: cloud.provider.com/topology-block, rack: cloud.provider.com/topology-rack,
+                     nvlinkDomain: nvidia.com/gpu.clique}   # the defaults (the labels of Kueue's TAS examples)
     migReconfigureSeconds: 45            # simulated time a MIG layout change takes
     migConfigs:                          # extra named MIG layouts besides the operator's defaults (optional)
       half-1g: [{devices: [0, 1, 2, 3], mig-enabled: true, mig-devices: {1g.10gb: 7}},
@@ -19,6 +21,10 @@ A profile is a YAML file (see ``profiles/demo.yaml``)::
       pods: 110
       pool: offline
       labels: {}                     # extra node labels
+      topology:                      # racks and blocks (Kueue TAS; optional)
+        block: block-a               # every node of the group
+        racks: [rack-a1, rack-a2, rack-a2]   # one per node, in order (or ``rack: rack-a1`` for all)
+        nvlinkDomain: node           # GPU nodes: node (default: one HGX board each) | rack | a name
       taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
       gpu:
         model: H100-80GB             # key of GPU_MODELS
@@ -52,6 +58,10 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+# Topology labels (Kueue TAS): the block and rack labels of Kueue's own TAS examples, and GPU Feature Discovery's
+# NVLink clique label. A profile's ``topologyLabels`` names others.
+TOPOLOGY_LABELS_DEFAULT = {"block": "cloud.provider.com/topology-block", "rack": "cloud.provider.com/topology-rack",
+                           "nvlinkDomain": "nvidia.com/gpu.clique"}
 SANDBOX_PREFIX = "sandbox.gpuportal.dev/"
 
 DRIVER = ("570", "172", "08")
@@ -129,6 +139,14 @@ def validate_profile(profile: dict) -> None:
         gname = g.get("name") or "?"
         if int(g.get("count", 1)) < 0:
             raise ProfileError(f"node group {gname}: count must be >= 0")
+        topo = g.get("topology")
+        if topo is not None:
+            if not isinstance(topo, dict):
+                raise ProfileError(f"node group {gname}: topology must be a mapping")
+            racks = topo.get("racks")
+            if racks is not None and (not isinstance(racks, list) or len(racks) != int(g.get("count", 1))):
+                raise ProfileError(f"node group {gname}: topology.racks needs one rack per node "
+                                   f"({int(g.get('count', 1))})")
         gpu = g.get("gpu")
         if not gpu:
             continue
@@ -333,6 +351,25 @@ def node_names(profile: dict) -> list[tuple[str, dict]]:
     return out
 
 
+def topology_labels(profile: dict, group: dict, name: str, index: int) -> dict[str, str]:
+    """The block, rack and (GPU nodes) NVLink-domain labels of the ``index``-th node of ``group`` (named ``name``)."""
+    topo = group.get("topology")
+    if not topo:
+        return {}
+    keys = {**TOPOLOGY_LABELS_DEFAULT, **(profile.get("topologyLabels") or {})}
+    out: dict[str, str] = {}
+    racks = topo.get("racks")
+    rack = str(racks[index]) if racks else str(topo.get("rack") or "")
+    if topo.get("block"):
+        out[keys["block"]] = str(topo["block"])
+    if rack:
+        out[keys["rack"]] = rack
+    if group.get("gpu"):
+        domain = str(topo.get("nvlinkDomain") or "node")
+        out[keys["nvlinkDomain"]] = {"node": name, "rack": rack or name}.get(domain, domain)
+    return out
+
+
 def build_nodes(profile: dict | None, now: str = "1970-01-01T00:00:00Z") -> list[dict]:
     """Node objects (metadata + spec + status) for every node of a profile."""
     if not profile:
@@ -340,7 +377,9 @@ def build_nodes(profile: dict | None, now: str = "1970-01-01T00:00:00Z") -> list
     pool_label = profile.get("poolLabel") or POOL_LABEL_DEFAULT
     kubelet = profile.get("kubeletVersion") or "v1.33.4"
     nodes = []
+    in_group: dict[int, int] = {}
     for gi, (name, g) in enumerate(node_names(profile)):
+        index = in_group[id(g)] = in_group.get(id(g), -1) + 1
         labels = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",
@@ -372,6 +411,7 @@ def build_nodes(profile: dict | None, now: str = "1970-01-01T00:00:00Z") -> list
                 annotations[SANDBOX_PREFIX + "mig-config-applied"] = cfg_name
             annotations.update(gann)
             resources.update(gres)
+        labels.update(topology_labels(profile, g, name, index))
         labels.update({str(k): str(v) for k, v in (g.get("labels") or {}).items()})
         capacity = {
             "cpu": str(g.get("cpu", "32")),

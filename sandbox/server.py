@@ -688,6 +688,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             path = self.rawpath
             # token "" or None: no authentication; health and version are public, as with system:public-info-viewer
+            if path.startswith(("/dcgm/", "/prometheus/")) and getattr(owner.hooks, "dcgm", None) is not None:
+                return self._metrics(method, path)  # public, as an exporter and an in-cluster Prometheus are
             if owner.token and path not in PUBLIC_PATHS and not self._authorized():
                 raise _Reply(401, "Unauthorized", "Unauthorized")
             if path.startswith("/sandbox/"):
@@ -742,6 +744,14 @@ class _Handler(BaseHTTPRequestHandler):
         if auth[:7].lower() == "bearer ":
             return hmac.compare_digest(auth[7:].strip().encode(), self.owner.token.encode())
         return False
+
+    def _metrics(self, method: str, path: str):
+        """The simulated DCGM exporters and Prometheus query API (``sandbox/dcgm.py``)."""
+        params = dict(self.query)
+        if method == "POST" and self.body:
+            params.update({k: v[-1] for k, v in parse_qs(self.body.decode("utf-8", "replace")).items()})
+        code, body, ctype = self.owner.hooks.dcgm.handle(method, path, params)
+        return self._send(code, body, ctype)
 
     # -- control endpoints ------------------------------------------------------------------------------------------
     def _control(self, method: str, path: str):

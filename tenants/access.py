@@ -5,10 +5,12 @@ Memberships are the source of truth. ``scope_of(actor)`` reads the actor's membe
 ``ActorScope``: the project and tenant ids per permission, and the actor's role labels. Selectors filter
 by those integer ids and ``has_perm`` answers from them without a query.
 
-``permissions_sync()`` also keeps django-guardian's object permission rows in step (who holds a
-permission on a project: ``workloads.selectors.request_approvers``); every service that changes memberships or
-projects calls it in the same transaction. A remembered scope is dropped whenever memberships or
-projects change (``scope_forget``), so what a user can see changes at once.
+``holders(perm, obj)`` is the same rule read the other way round: the users who hold ``perm`` on ``obj``, as a
+queryset, for everything that tells people (approvers, budget alerts, digests). Every service that changes
+memberships or projects calls ``permissions_sync()`` in the same transaction: a remembered scope is dropped
+whenever memberships or projects change (``scope_forget``), so what a user can see changes at once.
+django-guardian holds only what roles cannot express: one request shared with a named colleague
+(``workloads.sharing``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.contrib.contenttypes.models import ContentType
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, Subquery
 from django.db.models.expressions import RawSQL
-from guardian.models import UserObjectPermission
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 
 from portal.compiled import Compiled
 
@@ -93,22 +93,50 @@ def client_address(request: HttpRequest) -> str | None:
     return request.META.get("REMOTE_ADDR") or None
 
 
+# Platform ops, defined once ------------------------------------------------------------------------------------
+#
+# ``ops_role()`` is the ops role as held (a superuser, or staff in the ops group); ``ops_q()`` adds that the account
+# is active. Every other form asks these: ``is_ops(user)`` (one user), ``ops_users()`` (who is told),
+# ``user_for_session`` (the session's user arrives with the answer), the ops pages' user list (``in_ops_group``).
+
+
+def ops_role() -> Q:
+    """A filter on users: holds the platform ops role (superuser, or staff in the ``ops`` group), active or not."""
+    in_group = Exists(Group.objects.filter(user=OuterRef("pk"), name=OPS_GROUP))
+    return Q(is_superuser=True) | (Q(is_staff=True) & Q(in_group))
+
+
+def ops_q() -> Q:
+    """A filter on users: platform ops, i.e. ``is_ops`` as a queryset filter (active users holding ``ops_role``)."""
+    return Q(is_active=True) & ops_role()
+
+
+def ops_annotation() -> ExpressionWrapper:
+    """``ops_q`` as a boolean column, for a query that reads users (no query of its own per user)."""
+    return ExpressionWrapper(ops_q(), output_field=BooleanField())
+
+
+def ops_users() -> Any:
+    """Every platform ops user (``is_ops`` true), as a queryset: who is told what only ops may decide."""
+    return get_user_model()._default_manager.filter(ops_q())
+
+
 def is_ops(user: AbstractBaseUser | AnonymousUser | None) -> bool:
-    """Platform ops: active staff users in the ops group (or superusers). Cached on the user object (a signed-in
-    request's user arrives with the answer: ``user_for_session``)."""
+    """Platform ops (``ops_q``: active, and a superuser or staff in the ops group). Cached on the user object (a
+    signed-in request's user arrives with the answer: ``user_for_session``)."""
     if user is None or not user.is_authenticated or not user.is_active:
         return False
     cached = getattr(user, "_portal_is_ops", None)
     if cached is None:
-        cached = user.is_superuser or (user.is_staff and user.groups.filter(name=OPS_GROUP).exists())
+        # Neither staff nor superuser: ``ops_q`` cannot hold, so no query is needed to say no.
+        cached = (user.is_staff or user.is_superuser) and ops_users().filter(pk=user.pk).exists()
         user._portal_is_ops = cached
     return cached
 
 
 def _session_user_query(user_id: Any) -> Any:
-    in_ops = Exists(Group.objects.filter(user=OuterRef("pk"), name=OPS_GROUP))
     return (get_user_model()._default_manager.filter(pk=user_id)
-            .annotate(portal_in_ops_group=in_ops, portal_memberships=user_memberships()).order_by("pk"))
+            .annotate(portal_is_ops=ops_annotation(), portal_memberships=user_memberships()).order_by("pk"))
 
 
 _SESSION_USER = Compiled(lambda user_id: _session_user_query(user_id)[:1])
@@ -123,7 +151,7 @@ def user_for_session(user_id: Any) -> Any:
     else:
         user = _session_user_query(user_id).first()
     if user is not None:
-        user._portal_is_ops = user.is_superuser or (user.is_staff and user.portal_in_ops_group)
+        user._portal_is_ops = bool(user.portal_is_ops)
         user._portal_memberships_at = _generation  # the scope takes its rows from the user: no query of its own
     return user
 
@@ -436,35 +464,39 @@ def has_perm(actor: Actor, perm: str, obj: Tenant | Project) -> bool:
     return scope_of(actor).allows(perm, obj)
 
 
-def permissions_sync(*, user: Any, tenant: Tenant) -> None:
-    """Rewrite ``user``'s guardian permissions on ``tenant`` and its projects from their memberships."""
-    scope_forget()
-    tenant_ct = ContentType.objects.get_for_model(Tenant)
-    project_ct = ContentType.objects.get_for_model(Project)
-    project_ids = [str(pk) for pk in Project.objects.filter(tenant=tenant).values_list("pk", flat=True)]
-    UserObjectPermission.objects.filter(user=user, content_type=tenant_ct, object_pk=str(tenant.pk)).delete()
-    UserObjectPermission.objects.filter(user=user, content_type=project_ct, object_pk__in=project_ids).delete()
+# Who holds a permission: the queryset twin of ``has_perm`` ------------------------------------------------------
 
-    wanted: set[tuple[int, str, str]] = set()  # (content type id, object pk, codename)
-    for membership in Membership.objects.filter(user=user, tenant=tenant):
-        for codename in TENANT_PERMS[membership.role]:
-            wanted.add((tenant_ct.pk, str(tenant.pk), codename))
-        scope = project_ids if membership.project_id is None else [str(membership.project_id)]
-        for pk in scope:
-            for codename in PROJECT_PERMS[membership.role]:
-                wanted.add((project_ct.pk, pk, codename))
-    if not wanted:
-        return
-    perms = {
-        (p.content_type_id, p.codename): p
-        for p in Permission.objects.filter(content_type__in=[tenant_ct, project_ct])
-    }
-    UserObjectPermission.objects.bulk_create(
-        [
-            UserObjectPermission(user=user, content_type_id=ct, object_pk=pk, permission=perms[(ct, codename)])
-            for ct, pk, codename in sorted(wanted)
-        ]
-    )
+
+def holders(perm: str, obj: Tenant | Project) -> Any:
+    """The users for whom ``has_perm(Actor(user), perm, obj)`` is true, as a queryset (no duplicates): active users
+    whose memberships grant ``perm`` on ``obj`` (``TENANT_PERMS`` / ``PROJECT_PERMS``, a tenant-wide role on every
+    project of its tenant), and platform ops (``ops_q``), who hold every permission. What ``scope_of`` computes for
+    one user, asked the other way round; ``tests/test_policy_matrix.py`` holds the two equal."""
+    if isinstance(obj, Project):
+        roles = sorted(role for role, perms in PROJECT_PERMS.items() if perm in perms)
+        where = Q(project_id=obj.pk) | Q(project__isnull=True, tenant_id=obj.tenant_id)
+    elif isinstance(obj, Tenant):
+        roles = sorted(role for role, perms in TENANT_PERMS.items() if perm in perms)
+        where = Q(tenant_id=obj.pk)
+    else:
+        raise TypeError(f"holders() asks about a tenant or a project, not {type(obj).__name__}")
+    granted = Exists(Membership.objects.filter(where, user_id=OuterRef("pk"), role__in=roles))
+    return get_user_model()._default_manager.filter(Q(is_active=True) & (Q(granted) | ops_role()))
+
+
+def told(people: Any, *, exclude_user_id: int | None = None) -> list[Any]:
+    """Who is told that something waits for a decision among ``people`` (a ``holders`` queryset): everyone there but
+    platform ops and ``exclude_user_id`` (the one who asked), by username; ops only where nobody else may decide."""
+    if exclude_user_id is not None:
+        people = people.exclude(pk=exclude_user_id)
+    others = list(people.exclude(ops_role()).order_by("username"))
+    return others or list(people.filter(ops_role()).order_by("username"))
+
+
+def permissions_sync(*, user: Any, tenant: Tenant) -> None:
+    """``user``'s memberships in ``tenant`` changed (services call it in the same transaction): every remembered
+    scope is stale. Nothing is mirrored: scopes, predicates and ``holders`` all read the memberships themselves."""
+    scope_forget()
     # Django caches object permissions per user object; drop that cache.
     for attr in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
         if hasattr(user, attr):
@@ -472,7 +504,5 @@ def permissions_sync(*, user: Any, tenant: Tenant) -> None:
 
 
 def permissions_sync_tenant(*, tenant: Tenant) -> None:
-    """Re-sync every member of ``tenant`` (after a project is created, say)."""
-    User = get_user_model()
-    for user in User.objects.filter(memberships__tenant=tenant).distinct():
-        permissions_sync(user=user, tenant=tenant)
+    """The tenant's projects changed (a project created, say): every remembered scope is stale."""
+    scope_forget()

@@ -12,8 +12,42 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .access import Actor, has_perm, scope_of
+from .access import PROJECT_PERMS, TENANT_PERMS, Actor, has_perm, scope_of
+from .access import holders as perm_holders
 from .models import Project, Tenant
+
+
+# Who holds a predicate: its queryset twin -------------------------------------------------------------------------
+#
+# A predicate that decides who is told something (approvers, budget alerts, digests, quota cuts) declares its twin
+# with ``@with_holders(fn)``: ``fn(*objects, **options)`` returns the users (a queryset) for whom the predicate is
+# true of ``Actor(user)`` (no token). ``holders()`` is the one place anything asks who those people are;
+# ``tests/test_policy_matrix.py`` holds every twin equal to its predicate for each user of the cast.
+
+CODENAMES = frozenset().union(*TENANT_PERMS.values(), *PROJECT_PERMS.values())
+
+
+def with_holders(twin: Callable[..., Any]) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
+    """Declare ``twin`` the queryset twin of the decorated predicate (see ``holders``)."""
+    def mark(predicate: Callable[..., bool]) -> Callable[..., bool]:
+        predicate.holders = twin  # type: ignore[attr-defined]
+        return predicate
+    return mark
+
+
+def holders(perm: str | Callable[..., bool], *objects: Any, **options: Any) -> Any:
+    """The users for whom ``perm`` holds on ``objects``, as a queryset of active users (platform ops included where
+    the predicate lets ops do it). ``perm`` is a permission codename asked of a tenant or project
+    (``holders("approve_project", project)``, ``tenants.access.holders``), or a predicate that declares a twin,
+    as the function or by its name (``holders("quotas.may_decide", quota_request, tier=...)``)."""
+    if isinstance(perm, str) and perm in CODENAMES:
+        (obj,) = objects
+        return perm_holders(perm, obj)
+    may = predicate(perm) if isinstance(perm, str) else perm
+    twin = getattr(may, "holders", None)
+    if twin is None:
+        raise LookupError(f"{getattr(may, '__qualname__', perm)} declares no holders twin (tenants.policy.with_holders)")
+    return twin(*objects, **options)
 
 
 def may_operate(actor: Actor) -> bool:
@@ -26,33 +60,40 @@ def may_write_in(actor: Actor, tenant: Tenant) -> bool:
     return tenant.is_active or actor.is_ops
 
 
+@with_holders(lambda tenant: perm_holders("view_tenant", tenant))
 def may_view_tenant(actor: Actor, tenant: Tenant) -> bool:
     return has_perm(actor, "view_tenant", tenant)
 
 
+@with_holders(lambda tenant: perm_holders("change_tenant", tenant))
 def may_change_tenant(actor: Actor, tenant: Tenant) -> bool:
     """Edit the tenant's details, create and archive its projects, split its quota: tenant admins and ops."""
     return has_perm(actor, "change_tenant", tenant)
 
 
+@with_holders(lambda tenant: perm_holders("manage_members_tenant", tenant))
 def may_manage_members(actor: Actor, tenant: Tenant) -> bool:
     """Add, change and remove the tenant's members (and see its admin pages): tenant admins and ops."""
     return has_perm(actor, "manage_members_tenant", tenant)
 
 
+@with_holders(lambda project: perm_holders("view_project", project))
 def may_view_project(actor: Actor, project: Project) -> bool:
     return has_perm(actor, "view_project", project)
 
 
+@with_holders(lambda project: perm_holders("change_project", project))
 def may_change_project(actor: Actor, project: Project) -> bool:
     return has_perm(actor, "change_project", project)
 
 
+@with_holders(lambda project: perm_holders("submit_project", project))
 def may_submit(actor: Actor, project: Project) -> bool:
     """Submit requests, register volumes, ask for quota in the project: members and admins."""
     return has_perm(actor, "submit_project", project)
 
 
+@with_holders(lambda project: perm_holders("approve_project", project))
 def may_approve(actor: Actor, project: Project) -> bool:
     """Decide on the project's requests and set its approval rules: project admins, tenant admins, ops."""
     return has_perm(actor, "approve_project", project)

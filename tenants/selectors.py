@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Prefetch, Q, QuerySet
 
-from .access import Actor, is_ops, scope_of
+from .access import Actor, is_ops, ops_role, scope_of
 from .models import ApiToken, AuditEntry, GroupMapping, Invitation, Membership, OidcIdentity, Project, Role, Tenant
 
 
@@ -64,7 +64,9 @@ def users_for(*, actor: Actor) -> QuerySet[Any]:
 def user_list_for(*, actor: Actor) -> QuerySet[Any]:
     """``users_for`` by username, with each user's memberships and groups (ops' user list)."""
     memberships = Prefetch("memberships", queryset=Membership.objects.select_related("tenant", "project"))
-    return users_for(actor=actor).order_by("username").prefetch_related(memberships, "groups")
+    # ``in_ops_group``: holds the ops role (``access.ops_role``; the page's "ops" badge and its toggle).
+    return (users_for(actor=actor).order_by("username").prefetch_related(memberships)
+            .annotate(in_ops_group=ExpressionWrapper(ops_role(), output_field=BooleanField())))
 
 
 def group_mappings_for(*, actor: Actor) -> QuerySet[GroupMapping]:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from portal.events import after_commit
 from portal.exceptions import ConflictError, Invalid, NotAllowed, ReadOnlyTenant
+from portal.extensions import namespace_check, reserved_name
 from portal.notify import notify_send
 
 from . import invitation_states, policy
@@ -28,11 +29,10 @@ from .authentication import token_generate
 from .guards import require, require_ops
 from .models import ApiToken, Invitation, Membership, Project, Role, SupersededInvitationLink, Tenant
 from .selectors import signup_usernames_for
+from .states import PROJECT_FIELDS, TENANT_FIELDS, project_move, tenant_move
 
 logger = logging.getLogger(__name__)
 
-TENANT_FIELDS = ["name", "slug", "cost_centre", "contact_email", "status"]
-PROJECT_FIELDS = ["name", "slug", "description", "status", "notebooks_open_to_approvers"]
 MEMBERSHIP_FIELDS = ["user", "tenant", "project", "role"]
 TOKEN_FIELDS = ["name", "project", "scope", "expires_at", "revoked_at"]
 MAX_TOKEN_DAYS = 366
@@ -73,15 +73,19 @@ def tenant_update(*, actor: Actor, tenant: Tenant, **changes: Any) -> Tenant:
         _require_writable(actor, tenant)
     if "slug" in changes and changes["slug"] != tenant.slug:
         raise Invalid("The slug cannot change: it names cluster objects.", field="slug")
-    before = snapshot(tenant, TENANT_FIELDS)
-    for field, value in changes.items():
-        setattr(tenant, field, value)
-    tenant.full_clean()
-    tenant.save()
-    action = "tenant.update"
-    if before and before["status"] != tenant.status:
-        action = "tenant.suspend" if tenant.status == Tenant.Status.SUSPENDED else "tenant.activate"
-    audit_record(actor=actor, action=action, target=tenant, tenant=tenant, before=before, after=snapshot(tenant, TENANT_FIELDS))
+    status = changes.pop("status", tenant.status)
+    if status not in Tenant.Status.values:
+        raise Invalid(f"Unknown tenant status {status!r}.", field="status")
+    if changes or status == tenant.status:
+        before = snapshot(tenant, TENANT_FIELDS)
+        for field, value in changes.items():
+            setattr(tenant, field, value)
+        tenant.full_clean()
+        tenant.save()
+        audit_record(actor=actor, action="tenant.update", target=tenant, tenant=tenant, before=before,
+                     after=snapshot(tenant, TENANT_FIELDS))
+    if status != tenant.status:  # suspend or reactivate: through the state machine (tenants/states.py)
+        tenant_move(tenant, to=status, actor=actor)
     return tenant
 
 
@@ -95,28 +99,14 @@ def project_namespace(tenant_slug: str, slug: str) -> str:
     return slug if slug.startswith(f"{tenant_slug}-") else f"{tenant_slug}-{slug}"
 
 
-class NamespaceChecks:
-    """What only the app that knows the clusters can say about a namespace. tenants sits below quotas
-    and does not import it: quotas installs its checks here when it is ready (``QuotasConfig.ready``)."""
-
-    @staticmethod
-    def reserved(name: str) -> bool:
-        return False
-
-    @staticmethod
-    def problem(namespace: str, *, project_slug: str | None = None) -> str | None:
-        return None
-
-
-namespace_checks = NamespaceChecks()
-
-
 def _check_namespace(tenant: Tenant, slug: str) -> str:
     """The namespace for a new project, or Invalid (field ``slug``): reserved, too long, taken, or it
-    exists on a registered cluster without our labels (never adopted silently; ops may adopt it)."""
+    exists on a registered cluster without our labels (never adopted silently; ops may adopt it). quotas
+    answers the cluster questions through two enforcing slots (``portal.extensions``): if one fails, the project
+    is refused with the slot's sentence (``ExtensionUnavailable``, field ``slug``)."""
     if not slug:
         return slug
-    if namespace_checks.reserved(slug):
+    if reserved_name.call(slug):
         raise Invalid(f"{slug} is a reserved name (Kubernetes, GPU operator, Kueue, Volcano, HAMi...): choose another slug.",
                       field="slug")
     namespace = project_namespace(tenant.slug, slug)
@@ -124,7 +114,7 @@ def _check_namespace(tenant: Tenant, slug: str) -> str:
         raise Invalid(f"The namespace {namespace} would be longer than 63 characters: choose a shorter slug.", field="slug")
     if Project.objects.filter(cluster_namespace=namespace).exists():
         raise Invalid(f"The namespace {namespace} is not available: choose another slug.", field="slug")
-    problem = namespace_checks.problem(namespace, project_slug=slug)
+    problem = namespace_check.call(namespace, project_slug=slug)
     if problem:
         raise Invalid(problem, field="slug")
     return namespace
@@ -173,23 +163,19 @@ def project_update(*, actor: Actor, project: Project, **changes: Any) -> Project
     if changes.get("notebooks_open_to_approvers", project.notebooks_open_to_approvers) != project.notebooks_open_to_approvers:
         # Approvers would grant themselves access to other people's notebooks: the tenant admins decide.
         require(policy.may_change_tenant(actor, project.tenant), "Only tenant admins and ops let approvers open members' notebooks.")
-    before = snapshot(project, PROJECT_FIELDS)
-    for field, value in changes.items():
-        setattr(project, field, value)
-    if before and before["status"] != project.status:
-        # Archiving keeps the namespace for the retention period (quotas/namespaces.py); restoring cancels it.
-        archived = project.status == Project.Status.ARCHIVED
-        project.archived_at = timezone.now() if archived else None
-        project.namespace_released_at = None
-    project.full_clean()
-    project.save()
-    action = "project.update"
-    if before and before["status"] != project.status:
-        action = "project.archive" if project.status == Project.Status.ARCHIVED else "project.restore"
-    audit_record(
-        actor=actor, action=action, target=project, tenant=project.tenant, project=project,
-        before=before, after=snapshot(project, PROJECT_FIELDS),
-    )
+    status = changes.pop("status", project.status)
+    if status not in Project.Status.values:
+        raise Invalid(f"Unknown project status {status!r}.", field="status")
+    if changes or status == project.status:
+        before = snapshot(project, PROJECT_FIELDS)
+        for field, value in changes.items():
+            setattr(project, field, value)
+        project.full_clean()
+        project.save()
+        audit_record(actor=actor, action="project.update", target=project, tenant=project.tenant, project=project,
+                     before=before, after=snapshot(project, PROJECT_FIELDS))
+    if status != project.status:  # archive (the namespace's retention starts) or restore: tenants/states.py
+        project_move(project, to=status, actor=actor)
     return project
 
 

@@ -35,7 +35,7 @@ from portal.forms import once_claim, once_initial, once_replay
 from portal.ui import Pager, filtered
 
 from . import identity, oidc, policy, selectors, services
-from .access import OPS_GROUP, Actor
+from .access import Actor
 from .filters import (
     TENANT_SEARCH_LIMIT,
     AuditEntryFilter,
@@ -707,10 +707,7 @@ def ops_users(request: HttpRequest) -> HttpResponse:
     actor = _ops_only(request)
     users = selectors.user_list_for(actor=actor)
     filterset = filtered(UserFilter, request, users, selects={"tenant": tenant_choices()})
-    pager = Pager(request, filterset.qs)
-    for user in pager:
-        # Ops through the ops group (from the prefetched groups); superusers are ops regardless.
-        user.in_ops_group = user.is_staff and any(g.name == OPS_GROUP for g in user.groups.all())
+    pager = Pager(request, filterset.qs)  # each user with ``in_ops_group`` (selectors.user_list_for)
     return page(request, "ops/users.html", {"tab": "users", "filterset": filterset, "pager": pager})
 
 

@@ -84,6 +84,9 @@ def module_graph() -> dict[str, set[str]]:
                 targets |= {base} | {f"{base}.{a.name}" for a in node.names}
             elif isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names}
+        if path.name == "__init__.py" and "iter_modules(__path__)" in path.read_text():
+            # A registry that discovers its modules (``workloads/kinds/``) imports every one of them.
+            targets |= {other for other in files if other.rpartition(".")[0] == name}
         graph[name] = {t for t in targets if t in files and t != name}
     return graph
 
@@ -120,6 +123,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_cycle_finder_finds_a_loop() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_counts_a_registry_discovering_its_modules() -> None:
+    graph = module_graph()
+    assert {"workloads.kinds.notebook", "workloads.kinds.batch_inference"} <= graph["workloads.kinds"]
+    # The kinds render with the building blocks of workloads.manifests, which never asks the registry back.
+    assert "workloads.manifests" in graph["workloads.kinds.training"]
+    assert not {m for m in graph["workloads.manifests"] if m.startswith("workloads.kinds")}
 
 
 def test_no_module_import_cycles_even_through_imports_inside_functions() -> None:

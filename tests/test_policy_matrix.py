@@ -121,6 +121,11 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("workloads.may_decide_somewhere", lambda a, w, x: workloads_policy.may_decide_somewhere(a), APPROVERS, APPROVERS),
     ("workloads.may_act_on", lambda a, w, x: workloads_policy.may_act_on(a, w.request[x]), SUBMITTERS, OPS),
     ("workloads.may_ask_extension", lambda a, w, x: workloads_policy.may_ask_extension(a, w.request[x]), {"carol"}, NONE),
+    ("workloads.may_view_request", lambda a, w, x: workloads_policy.may_view_request(a, w.request[x]),
+     EVERY_MEMBER, OPS),
+    ("workloads.may_read_logs", lambda a, w, x: workloads_policy.may_read_logs(a, w.request[x]), EVERY_MEMBER, OPS),
+    ("workloads.may_share_request", lambda a, w, x: workloads_policy.may_share_request(a, w.request[x]),
+     SUBMITTERS, OPS),
     ("workloads.may_manage_catalogue", lambda a, w, x: workloads_policy.may_manage_catalogue(a), OPS, OPS),
     ("workloads.may_set_rules (project)", lambda a, w, x: workloads_policy.may_set_rules(a, w.project[x]),
      APPROVERS, OPS),
@@ -180,3 +185,129 @@ def test_every_predicate_templates_may_ask_is_in_the_matrix() -> None:
     from tenants.policy import PREDICATES
 
     assert set(PREDICATES) == {name.split(" ")[0] for name, *_ in MATRIX}
+
+
+# Queryset twins: who holds a predicate ----------------------------------------------------------------------------
+#
+# Every predicate that decides who is told something declares its twin (``tenants.policy.with_holders``);
+# ``tenants.policy.holders`` asks it. For each user of the cast (and a superuser, a disabled tenant admin, an ops
+# member whose staff flag was taken away) and each object, the twin's queryset holds the user exactly when the
+# predicate says yes. Quota requests include one asked by bob, a project admin: he may not decide his own.
+
+def _twins() -> list[tuple[str, Callable[[World], list[tuple[tuple, dict]]], Callable[..., bool]]]:
+    from billing.budgets import may_set_budget
+
+    tier = QuotaRequest.Approver
+    return [
+        ("tenants.may_view_tenant", lambda w: [((t,), {}) for t in w.tenant.values()], tenants_policy.may_view_tenant),
+        ("tenants.may_change_tenant", lambda w: [((t,), {}) for t in w.tenant.values()], tenants_policy.may_change_tenant),
+        ("tenants.may_manage_members", lambda w: [((t,), {}) for t in w.tenant.values()],
+         tenants_policy.may_manage_members),
+        ("tenants.may_view_project", lambda w: [((p,), {}) for p in w.projects()], tenants_policy.may_view_project),
+        ("tenants.may_change_project", lambda w: [((p,), {}) for p in w.projects()], tenants_policy.may_change_project),
+        ("tenants.may_submit", lambda w: [((p,), {}) for p in w.projects()], tenants_policy.may_submit),
+        ("tenants.may_approve", lambda w: [((p,), {}) for p in w.projects()], tenants_policy.may_approve),
+        ("workloads.may_decide", lambda w: [((p,), {}) for p in w.projects()], workloads_policy.may_decide),
+        ("quotas.may_decide", lambda w: [((q,), {"tier": t}) for q in w.quota_requests() for t in tier.values],
+         quotas_policy.may_decide),
+        ("insights.may_view_metrics", lambda w: [((t,), {}) for t in w.tenant.values()], insights_policy.may_view_metrics),
+        ("maintenance.may_decide_mig_change", lambda w: [((c,), {}) for c in w.mig_change.values()],
+         maintenance_policy.may_decide_mig_change),
+        ("billing.may_set_budget", lambda w: [((t, None), {}) for t in w.tenant.values()]
+         + [((p.tenant, p), {}) for p in w.projects()], may_set_budget),
+    ]
+
+
+def _twin_world(cast: Any) -> World:
+    from django.contrib.auth.models import Group
+
+    from tenants.models import Role
+
+    from .factories import UserFactory, make_member
+
+    world = World(cast)
+    world.quota_request["own"] = QuotaRequest.objects.create(
+        project=cast.vision, flavor=world.quota_request["home"].flavor, resource="nvidia.com/gpu", amount=Decimal(1),
+        reason="mine", requested_by=cast.bob, approver=QuotaRequest.Approver.PROJECT_ADMIN)
+    world.quota_request["by_admin"] = QuotaRequest.objects.create(
+        project=cast.vision, flavor=world.quota_request["home"].flavor, resource="nvidia.com/gpu", amount=Decimal(1),
+        reason="mine too", requested_by=cast.alice, approver=QuotaRequest.Approver.PROJECT_ADMIN)
+    world.extra = {
+        "root": UserFactory(username="root", is_superuser=True),
+        "gone": UserFactory(username="gone", is_active=False),
+        "unstaffed": UserFactory(username="unstaffed"),
+    }
+    make_member(world.extra["gone"], cast.acme, Role.TENANT_ADMIN)
+    group, _ = Group.objects.get_or_create(name="ops")
+    world.extra["unstaffed"].groups.add(group)  # in the ops group but not staff: not ops
+    world.projects = lambda: [cast.vision, cast.nlp, cast.llm]
+    world.quota_requests = lambda: list(world.quota_request.values())
+    return world
+
+
+@pytest.mark.parametrize("row", range(12), ids=lambda i: ["tenants.may_view_tenant", "tenants.may_change_tenant",
+                         "tenants.may_manage_members", "tenants.may_view_project", "tenants.may_change_project",
+                         "tenants.may_submit", "tenants.may_approve", "workloads.may_decide", "quotas.may_decide",
+                         "insights.may_view_metrics", "maintenance.may_decide_mig_change", "billing.may_set_budget"][i])
+def test_holders_twin_agrees_with_its_predicate(cast, row: int) -> None:
+    from tenants.access import Actor
+    from tenants.policy import holders
+
+    name, objects_of, may = _twins()[row]
+    world = _twin_world(cast)
+    users = [getattr(cast, who) for who in ("ops", "alice", "bob", "carol", "dave", "erin", "frank", "nobody")]
+    users += list(world.extra.values())
+    asked = 0
+    for objects, options in objects_of(world):
+        held = set(holders(may, *objects, **options).values_list("pk", flat=True))
+        by_name = set(holders(name, *objects, **options).values_list("pk", flat=True)) if "budget" not in name else held
+        assert by_name == held
+        for user in users:
+            user.__dict__.pop("_portal_is_ops", None)
+            allowed = may(Actor(user=user), *objects, **options)
+            assert allowed == (user.pk in held), f"{name}{objects}{options}: {user.username} predicate={allowed}"
+            asked += 1
+    assert asked >= 22
+
+
+def test_the_requester_is_not_told_to_decide_their_own_quota_request(cast) -> None:
+    """``quotas.may_decide`` refuses bob on his own request (project tier); so do its holders and who is told."""
+    from quotas.selectors import quota_request_approvers
+    from tenants.access import Actor
+    from tenants.policy import holders
+
+    world = _twin_world(cast)
+    own = world.quota_request["own"]
+    tier = QuotaRequest.Approver.PROJECT_ADMIN
+    assert not quotas_policy.may_decide(Actor(user=cast.bob), own, tier=tier)
+    assert not holders(quotas_policy.may_decide, own, tier=tier).filter(pk=cast.bob.pk).exists()
+    assert [u.username for u in quota_request_approvers(request=own)] == ["alice"]
+    # carol's request: bob and alice decide and are told; ops only where nobody else may.
+    assert [u.username for u in quota_request_approvers(request=world.quota_request["home"])] == ["alice", "bob"]
+    ops_tier = QuotaRequest.objects.create(project=cast.vision, flavor=own.flavor, resource="nvidia.com/gpu",
+                                           amount=Decimal(1), reason="ops", requested_by=cast.carol,
+                                           approver=QuotaRequest.Approver.OPS)
+    assert [u.username for u in quota_request_approvers(request=ops_tier)] == ["ops", "root"]
+
+
+def test_ops_is_one_rule_for_one_user_a_queryset_and_the_session(cast) -> None:
+    """``is_ops``, ``ops_users()``, the session's user query and the ops user list (``in_ops_group``) all come from
+    ``tenants.access.ops_q``: they agree for ops, a superuser, a disabled ops user and a non-staff group member."""
+    from tenants.access import Actor, is_ops, ops_users, user_for_session
+    from tenants.selectors import user_list_for
+
+    world = _twin_world(cast)
+    gone_ops = world.extra["gone"]
+    gone_ops.is_staff = True
+    gone_ops.save(update_fields=["is_staff"])
+    gone_ops.groups.add(*world.extra["unstaffed"].groups.all())
+    users = [cast.ops, cast.alice, cast.nobody, *world.extra.values()]
+    listed = {u.pk: u.in_ops_group for u in user_list_for(actor=Actor(user=cast.ops))}
+    held = set(ops_users().values_list("pk", flat=True))
+    for user in users:
+        user.__dict__.pop("_portal_is_ops", None)
+        session = user_for_session(user.pk)
+        assert is_ops(user) == (user.pk in held) == is_ops(session), user.username
+    assert {u.username for u in users if u.pk in held} == {"ops", "root"}
+    # The users page's toggle: the ops role as held, whether or not the account is active now.
+    assert {u.username for u in users if listed[u.pk]} == {"ops", "root", "gone"}

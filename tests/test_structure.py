@@ -2,12 +2,14 @@
 
 * views read through selectors: no view module (pages, ops pages, API views) queries a model's manager
   itself, so the pages and the API cannot disagree about who sees what;
+* nothing outside ``workloads/kinds/`` names a template kind: it asks the kind's traits through the registry;
 * templates ask predicates by name (``{% may "app.may_x" ... %}``): every name they use is one an app
   installed, so a typo fails here rather than on the page.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -98,6 +100,62 @@ def test_views_hand_templates_no_permission_flags() -> None:
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in modules
              for number, line in enumerate(path.read_text().splitlines(), start=1) if FLAG.search(line)]
     assert found == [], "Ask {% may %} in the template instead:\n" + "\n".join(found)
+
+
+# Kinds are asked, never named ----------------------------------------------------------------------------------------
+
+# Where a template kind's name may be written, and why. Everywhere else asks the registry (``workloads.kinds``) for a
+# trait (``gang``, ``serving``, ``proxied``, ``scalable``, ``billed_pods``, ``storage_gib``, ...).
+KIND_NAMES_ALLOWED = {
+    "workloads/kinds/": "the kinds themselves: each module declares its own name and default template slug",
+    "workloads/demo.py": "demo data: it submits one request of each built-in template by slug",
+    "insights/demo.py": "demo history: a made-up mix of notebooks, training and inference runs",
+}
+KIND_ON_A_PAGE = re.compile(r"""[=!]=\s*["'](%s)["']|["'](%s)["']\s*[=!]=""")
+
+
+def kind_literals(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, what) for each place ``source`` names a kind: a string equal to a kind's name, or ``TemplateKind.X``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append((node.lineno, repr(node.value)))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "TemplateKind"
+              and node.attr.lower() in names):
+            found.append((node.lineno, f"TemplateKind.{node.attr}"))
+    return sorted(found)
+
+
+def test_the_kind_finder_sees_literals_and_choices() -> None:
+    source = ('if req.template.kind == "training":\n    pass\n'
+              'qs.filter(template__kind="notebook")\n'
+              'ok = kind is TemplateKind.INFERENCE\n'
+              'text = "a training job"  # words, not a kind\n'
+              'ask = kinds.get(req.template.kind).gang\n')
+    assert kind_literals(source, {"training", "notebook", "inference"}) == [
+        (1, "'training'"), (3, "'notebook'"), (4, "TemplateKind.INFERENCE")]
+
+
+def test_only_the_kinds_modules_name_a_kind() -> None:
+    """A new kind is one module (docs/extending.md, "Template kinds"): nothing outside ``workloads/kinds/`` (and
+    the allow-list, each with its reason) compares, filters or branches on a kind's name; pages neither."""
+    from workloads import kinds
+
+    names = set(kinds.names())
+    assert {"notebook", "training", "inference", "batchinfer"} <= names
+    found = []
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            relative = str(path.relative_to(ROOT))
+            if "migrations" in path.parts or any(relative.startswith(a) for a in KIND_NAMES_ALLOWED):
+                continue
+            found += [f"{relative}:{line}: {what}" for line, what in kind_literals(path.read_text(), names)]
+    alternatives = "|".join(sorted(names))
+    on_a_page = re.compile(KIND_ON_A_PAGE.pattern % (alternatives, alternatives))
+    for path in sorted((ROOT / "templates").rglob("*.html")):
+        found += [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+                  for number, line in enumerate(path.read_text().splitlines(), start=1) if on_a_page.search(line)]
+    assert found == [], "Ask the kind (workloads.kinds) for a trait instead of naming it:\n" + "\n".join(found)
 
 
 # The tag ---------------------------------------------------------------------------------------------------------

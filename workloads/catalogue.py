@@ -14,7 +14,7 @@ from django.db import transaction
 from quotas.models import Cluster, Flavor
 
 from . import kinds
-from .models import ApprovalRule, Image, ServiceTemplate, TemplateKind
+from .models import ApprovalRule, Image, ServiceTemplate
 
 @dataclass(frozen=True)
 class TemplateSpec:
@@ -46,11 +46,15 @@ def template_specs() -> list[TemplateSpec]:
     ]
 
 
-IMAGES = [
-    ("PyTorch notebook", "jupyter/pytorch-notebook:2026.10", "Jupyter's PyTorch stack with CUDA.", [TemplateKind.NOTEBOOK]),
-    ("NVIDIA PyTorch", "nvcr.io/nvidia/pytorch:26.10-py3", "NGC PyTorch container.", [TemplateKind.TRAINING, TemplateKind.NOTEBOOK]),
-    ("vLLM", "vllm/vllm-openai:v0.12.0", "OpenAI-compatible LLM server.", [TemplateKind.INFERENCE]),
-]
+def curated_images() -> list[tuple[str, str, str, list[str]]]:
+    """(name, reference, description, kinds) of every image a registered kind declares (``Kind.images``); an image
+    several kinds declare is one row listing them all."""
+    out: dict[str, tuple[str, str, str, list[str]]] = {}
+    for kind in kinds.KINDS.values():
+        for name, reference, description in kind.images:
+            out.setdefault(reference, (name, reference, description, []))[3].append(kind.name)
+    return list(out.values())
+
 
 # Global rule: small, short requests go ahead on their own; inference always needs a project admin.
 GLOBAL_RULE = {"auto_approve_max_gpus": 2, "auto_approve_max_hours": 8, "require_admin_for_inference": True}
@@ -83,7 +87,7 @@ def seed_catalogue() -> dict[str, int]:
         created["templates"] += made
         if flavors and not template.allowed_flavors.exists():
             template.allowed_flavors.set(flavors)
-    for name, reference, description, image_kinds in IMAGES:
+    for name, reference, description, image_kinds in curated_images():
         _, made = Image.objects.get_or_create(
             reference=reference, defaults={"name": name, "description": description, "kinds": [str(k) for k in image_kinds]}
         )

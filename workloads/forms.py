@@ -21,12 +21,13 @@ from django.core.exceptions import ValidationError
 from portal.exceptions import IdempotencyKeyReused, PortalError
 from portal.quantities import fmt
 from portal.forms import DecimalField, FloatField, IntegerField, OneTimeFormMixin
+from quotas import manifests as quota_manifests
 from quotas.capacity import flavor_enforcement
-from quotas.models import Flavor
+from quotas.models import Flavor, SpillPolicy
 from tenants.forms import add_service_error
 from tenants.models import Project
 
-from . import kinds
+from . import kinds, routing
 from .models import Image, Priority, ServiceTemplate
 from .schema import PREFIX, form_fields
 from .services import DEFAULT_DURATION_HOURS, MAX_REPLICAS
@@ -193,6 +194,18 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         help_text="Optional. Lower-case letters, digits and '-'; a name is made up when empty.",
     )
     flavor = forms.ChoiceField(label="GPU flavor")
+    # HAMi flavors only (the page shows them for those): the flavor's preset share of a card, or a size of one's own.
+    share_preset = forms.TypedChoiceField(
+        label="HAMi share of a card", required=False, coerce=lambda value: value == "true", empty_value=None,
+        choices=[("true", "The flavor's preset"), ("false", "A size of my own")], initial="true",
+        widget=forms.RadioSelect(attrs={"data-hami-only": ""}))
+    share_memory_gib = DecimalField(
+        label="Share: GPU memory (GiB)", required=False, max_digits=8, decimal_places=3,
+        widget=forms.NumberInput(attrs={"data-hami-only": "own", "step": "any"}))
+    share_cores_percent = IntegerField(
+        label="Share: % of the card's cores", required=False,
+        widget=forms.NumberInput(attrs={"data-hami-only": "own"}),
+        help_text="1 to 100. Either one alone: the preset's other half.")
     gpus = IntegerField(label="GPUs", min_value=0, help_text="Per replica or worker.")
     replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=1, help_text="Copies of the service behind its address.")
     image = forms.ChoiceField()
@@ -202,6 +215,23 @@ class RequestForm(OneTimeFormMixin, forms.Form):
     )
     duration_hours = IntegerField(label="Duration (hours)", min_value=1)
     priority = forms.ChoiceField(choices=Priority.choices)
+    # Distributed training on a flavor placed by topology only (``_topology_field``): Kueue TAS's rack or block.
+    topology = forms.ChoiceField(
+        label="Placement", required=False,
+        choices=[("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
+                 ("prefer-rack", "Prefer one rack")])
+    # Federation (``_model_fields``; docs/federation.md): what the image needs, the models it accepts after the
+    # flavor's own, in order, and consent to spill over (offered only where a project's policy allows it).
+    min_gpu_memory_gib = IntegerField(
+        label="Minimum GPU memory (GiB)", required=False, min_value=1, max_value=4096,
+        help_text="Per GPU, what the image needs. Models with less are not offered, and not run on.")
+    min_compute_capability = forms.CharField(
+        label="Minimum CUDA compute capability", required=False, max_length=5,
+        help_text="What the image is built for, such as 8.0 (A100) or 9.0 (H100).")
+    accept_model_2 = forms.ChoiceField(label="Also accepts (2nd choice)", required=False)
+    accept_model_3 = forms.ChoiceField(label="Also accepts (3rd choice)", required=False)
+    spill_consent = forms.BooleanField(
+        label="It may spill over to an accepted model when its own is full", required=False)
     cpu = DecimalField(label="CPUs", max_digits=6, decimal_places=2, min_value=Decimal("0.01"))
     memory_gib = IntegerField(label="Memory (GiB)", min_value=1)
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
@@ -213,7 +243,10 @@ class RequestForm(OneTimeFormMixin, forms.Form):
 
     # Fields grouped for the page: what, resources, then the generated parameters.
     GENERAL = ("project", "name", "image", "custom_image")
-    RESOURCES = ("flavor", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority")
+    RESOURCES = ("flavor", "share_preset", "share_memory_gib", "share_cores_percent", "gpus", "replicas", "cpu",
+                 "memory_gib", "duration_hours", "priority", "topology")
+    MODELS = ("min_gpu_memory_gib", "min_compute_capability", "accept_model_2", "accept_model_3", "spill_consent")
+    ACCEPTED = ("accept_model_2", "accept_model_3")
 
     def __init__(
         self,
@@ -246,6 +279,9 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         fields = self.fields
         fields["project"].choices = [(slug, f"{p.name} ({p.tenant.name})") for slug, p in self.projects.items()]
         fields["flavor"].choices = [(pk, f.offered_label) for pk, f in self.flavors.items()]  # HAMi: with its share
+        self._share_fields(fields)
+        self._topology_field(fields)
+        self._model_fields(fields, flavors)
         curated = [i for i in images if template.kind in (i.kinds or [])]
         fields["image"].choices = [(i.reference, f"{i.name} — {i.reference}") for i in curated] + [
             (CUSTOM_IMAGE, "Custom image…")
@@ -277,6 +313,75 @@ class RequestForm(OneTimeFormMixin, forms.Form):
             fields[name] = parameter_field(spec)
             self.parameter_names.append(name)
 
+    def _share_fields(self, fields: dict[str, forms.Field]) -> None:
+        """The HAMi share fields, when a HAMi flavor is offered (else none). The flavor select names the HAMi
+        choices (``data-hami-flavors``): the page's script shows the share fields for those only, and the size
+        fields for "a size of my own" only (portal.js)."""
+        hami = [pk for pk, f in self.flavors.items() if f.kind == Flavor.Kind.HAMI]
+        if not hami:
+            for name in ("share_preset", "share_memory_gib", "share_cores_percent"):
+                del fields[name]
+            return
+        fields["flavor"].widget.attrs["data-hami-flavors"] = " ".join(hami)
+        presets = "; ".join(f"{self.flavors[pk]}: {self.flavors[pk].share}" for pk in hami)
+        fields["share_preset"].help_text = f"Each vGPU gets this much of one card. Presets: {presets}."
+        fields["share_memory_gib"].help_text = "More than 0, at most one card's memory."
+
+    def _topology_field(self, fields: dict[str, forms.Field]) -> None:
+        """Placement by rack or block, offered only where it can work (the service's ``_check_topology`` says the
+        same): a distributed training template and a flavor of a cluster with racks and blocks among the offered."""
+        kind = kinds.get(self.template.kind)
+        placed = [f for f in self.flavors.values() if quota_manifests.topology_flavor(f.cluster, f)]
+        if not (kind.gang and kind.replicas == "workers" and placed):
+            del fields["topology"]
+            return
+        names = ", ".join(str(f) for f in placed)
+        fields["topology"].help_text = (f"Distributed jobs of 2 or more workers on {names}: every worker in one rack "
+                                        f"or block (it waits until one has room), or one rack if there is room.")
+
+    def _model_fields(self, fields: dict[str, forms.Field], flavors: Iterable[Flavor]) -> None:
+        """The GPU models a job accepts after its flavor's own, offered only where they run an image with the
+        needs declared so far (``routing.models_satisfying``; a bound form reads them from its data), and consent
+        to spill over, offered only when a project of the form has a spill-over policy that allows it."""
+        # Whole GPUs only: routing spills between flavors of one kind, and MIG slices and HAMi shares go where asked.
+        self.gpu_flavors = [f for f in flavors if f.gpu_model and f.kind == Flavor.Kind.WHOLE]
+        if len({f.gpu_model for f in self.gpu_flavors}) < 2:
+            for name in self.MODELS:
+                del fields[name]
+            return
+        self.models_offered = routing.models_satisfying(self.gpu_flavors, self._declared_needs())
+        cards = {}
+        for f in self.gpu_flavors:
+            facts = [f"{fmt(Decimal(f.gpu_memory_mib) / 1024)} GiB" if f.gpu_memory_mib else "",
+                     f"cc {f.compute_capability}" if f.compute_capability else ""]
+            cards.setdefault(f.gpu_model, ", ".join(x for x in facts if x))
+        choices = [("", "None")] + [(m, f"{m} ({cards[m]})" if cards.get(m) else m) for m in self.models_offered]
+        for name in self.ACCEPTED:
+            fields[name].choices = choices
+        fields["accept_model_2"].help_text = ("If its flavor's model is full, it may run on these, in this order (only "
+                                              "with consent below). Only models that run the image's needs are offered.")
+        self.spill_policies = {p.project_id: p for p in SpillPolicy.objects.filter(
+            project__in=[p.pk for p in self.projects.values()], allowed=True)}
+        if not self.spill_policies:
+            del fields["spill_consent"]
+            return
+        allowed = [f"{p.slug}: {', '.join(self.spill_policies[p.pk].target_models) or 'any model'}"
+                   + (" (needs approval)" if self.spill_policies[p.pk].needs_approval else "")
+                   for p in self.projects.values() if p.pk in self.spill_policies]
+        fields["spill_consent"].help_text = ("Spill-over is an extra, not the normal path: without it the job waits "
+                                             "for its own model. Allowed in " + "; ".join(allowed) + ".")
+
+    def _declared_needs(self) -> routing.Needs:
+        """What the image needs as sent so far (a bound form's data; nothing on a fresh form), leniently: a
+        malformed value filters nothing here (``clean`` says what is wrong with it)."""
+        if not self.is_bound:
+            return routing.Needs()
+        try:
+            return routing.needs_parse(min_gpu_memory_gib=self.data.get(self.add_prefix("min_gpu_memory_gib")),
+                                       min_compute_capability=self.data.get(self.add_prefix("min_compute_capability")))
+        except ValidationError:
+            return routing.Needs()
+
     # -- groups for the template -------------------------------------------------------------------
     def _group(self, names: Iterable[str]) -> list[forms.BoundField]:
         return [self[name] for name in names if name in self.fields]
@@ -292,6 +397,10 @@ class RequestForm(OneTimeFormMixin, forms.Form):
     @property
     def parameter_fields(self) -> list[forms.BoundField]:
         return self._group(self.parameter_names)
+
+    @property
+    def model_fields(self) -> list[forms.BoundField]:
+        return self._group(self.MODELS)
 
     def asked_for(self) -> SimpleNamespace:
         """What the form asks for so far, shaped like a request (for a cost estimate): the valid values
@@ -316,8 +425,23 @@ class RequestForm(OneTimeFormMixin, forms.Form):
             tenant=project.tenant if project is not None else None, project=project, template=self.template,
             flavor=flavor, gpus=value("gpus"), replicas=value("replicas") or 1, cpu=value("cpu"),
             memory_gib=value("memory_gib"), duration_hours=value("duration_hours"), priority=value("priority"),
-            parameters=parameters,
+            parameters=parameters, hami_share=self._asked_share(flavor, value),
         )
+
+    @staticmethod
+    def _asked_share(flavor: Flavor | None, value: Any) -> tuple[int, int] | None:
+        """The HAMi share asked so far as (MiB, cores %), as the service takes it: the preset, or the size given
+        (either half alone: the preset's other half); None for other kinds."""
+        if flavor is None or flavor.kind != Flavor.Kind.HAMI:
+            return None
+        memory_mib, cores_percent = flavor.hami_memory_mib, flavor.hami_cores_percent
+        if value("share_preset") is not True:
+            gib, cores = value("share_memory_gib"), value("share_cores_percent")
+            if gib not in (None, ""):
+                memory_mib = int(Decimal(str(gib)) * 1024)
+            if cores not in (None, ""):
+                cores_percent = int(cores)
+        return memory_mib, cores_percent
 
     # -- cleaned data for the service --------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
@@ -328,7 +452,41 @@ class RequestForm(OneTimeFormMixin, forms.Form):
             self.add_error("flavor", refused)
         if data.get("image") == CUSTOM_IMAGE and not (data.get("custom_image") or "").strip():
             self.add_error("custom_image", "Name the image, or pick one from the list.")
+        if "accept_model_2" in self.fields:
+            self._clean_models(data)
         return data
+
+    def _clean_models(self, data: dict[str, Any]) -> None:
+        """The accepted models and consent: a model that cannot run the image is refused with why (not "select a
+        valid choice"); consent needs a model to spill to and a project whose policy allows it."""
+        try:
+            self.needs = routing.needs_parse(min_gpu_memory_gib=data.get("min_gpu_memory_gib"),
+                                             min_compute_capability=data.get("min_compute_capability"))
+        except ValidationError as exc:
+            add_service_error(self, exc)
+            return
+        for name in self.ACCEPTED:
+            sent = (self.data.get(self.add_prefix(name)) or "").strip()
+            if sent and sent not in self.models_offered:
+                refused = [routing.incompatibility(f, self.needs) for f in self.gpu_flavors if f.gpu_model == sent]
+                if refused and all(refused):
+                    self._errors.pop(name, None)
+                    self.add_error(name, f"Not offered: {refused[0]}")
+        flavor = self.flavors.get(str(data.get("flavor") or ""))
+        later = [m for m in (data.get(n) for n in self.ACCEPTED) if m and (flavor is None or m != flavor.gpu_model)]
+        if not data.get("spill_consent"):
+            return
+        if not later:
+            self.add_error("accept_model_2", "Name a model it may spill over to, or leave spill-over unticked.")
+            return
+        project = self.projects.get(str(data.get("project") or ""))
+        spill = self.spill_policies.get(project.pk) if project is not None else None
+        if project is not None and spill is None:
+            self.add_error("spill_consent", f"Project {project.slug} does not allow spill-over: its work waits for "
+                                            f"its own model. Its admins can allow it.")
+        elif spill is not None and not any(spill.admits(m) for m in later):
+            self.add_error("accept_model_2", f"Project {project.slug} allows spill-over only to "
+                                             f"{', '.join(spill.target_models)}.")
 
     def parameters(self) -> dict[str, Any]:
         """The parameters as the API takes them: empty optional fields left out, so defaults apply."""
@@ -360,6 +518,22 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         }
         if "replicas" in self.fields:
             values["replicas"] = data["replicas"]
+        if data.get("topology"):
+            values["topology"] = data["topology"]
+        if "accept_model_2" in self.fields:
+            needs = getattr(self, "needs", routing.Needs())
+            later = [data.get(n) for n in self.ACCEPTED if data.get(n)]
+            first = values["flavor"].gpu_model
+            accepted = tuple(dict.fromkeys([first, *later])) if later and first else ()
+            values["needs"] = routing.Needs(accepted, needs.min_gpu_memory_gib, needs.min_compute_capability,
+                                            bool(data.get("spill_consent")) and bool(accepted))
+        # A share size goes with any flavor (the service refuses one for a flavor that is not HAMi); the preset
+        # choice only with a HAMi flavor (without the page's script the radio is sent whatever the flavor).
+        for key in ("share_memory_gib", "share_cores_percent"):
+            if data.get(key) is not None:
+                values[key] = data[key]
+        if data.get("share_preset") is not None and values["flavor"].kind == Flavor.Kind.HAMI:
+            values["share_preset"] = data["share_preset"]
         return values
 
     def preset_values(self) -> dict[str, Any]:
@@ -413,6 +587,8 @@ class RequestForm(OneTimeFormMixin, forms.Form):
             return name if name in self.fields else None
         if key == "image" and self.data.get("image") == CUSTOM_IMAGE:
             return "custom_image"
+        if key == "accepted_models" and "accept_model_2" in self.fields:
+            return "accept_model_2"
         return key if key in self.fields else None
 
     def add_service_error(self, exc: PortalError | ValidationError) -> None:
@@ -472,3 +648,13 @@ class ScaleAskForm(forms.Form):
 
 class ScaleForm(forms.Form):
     replicas = IntegerField(min_value=1, max_value=MAX_REPLICAS, label="Replicas")
+
+
+class ShareForm(forms.Form):
+    """The request page's "Share" section (``workloads/share_views.py``)."""
+
+    user = forms.CharField(label="Colleague", max_length=254,
+                           help_text="Their username or email address; they must belong to this request's tenant.")
+    level = forms.ChoiceField(label="They may", choices=[("view", "View"),
+                                                         ("operate", "View and operate (logs, notebook)")],
+                              initial="view")

@@ -1,6 +1,7 @@
 """A request's Kubernetes objects, as plain dicts: our rows in, manifests out. No I/O, no queries, no settings.
 
-``request_manifests(request)`` reads the request and the rows it points at (template, flavor, cluster,
+``workloads.kinds.request_manifests(request)`` renders a request through its kind (``workloads/kinds/``), whose
+modules build their objects from the building blocks here. It reads the request and the rows it points at (template, flavor, cluster,
 project, tenant — load them with ``select_related``) and returns every object the request needs, in the
 order they are applied:
 
@@ -100,7 +101,7 @@ def local_queue_name(t: Target) -> str:
 
     The names are the quota side's (``quotas.manifests.local_queue_name``), so both always agree.
     """
-    return quota_manifests.local_queue_name(t, t.project, kind=t.kind)
+    return quota_manifests.local_queue_name(t, t.project, serving=t.serving)
 
 
 def cluster_queue_name(t: Target) -> str:
@@ -126,32 +127,15 @@ class Target:
     architecture: str
     priority: str
     installation: str = quota_manifests.DEFAULT_INSTALLATION
+    # What the kind declares (workloads/kinds/): the pods' group, gang-scheduled, a long-running server.
+    pod_group: int = 1000
+    gang: bool = False
+    serving: bool = False
 
 
 def notebook_home_claim(statefulset_name: str) -> str:
     """The PersistentVolumeClaim the StatefulSet controller makes from the ``home`` claim template."""
     return f"home-{statefulset_name}-0"
-
-
-def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
-                      job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
-    """Every object of ``request``, in apply order. ``notebook_token`` is the notebook's access token;
-    ``job_ttl_seconds``: finished Jobs are deleted by the cluster after this long (None: kept)."""
-    target = Target(
-        name=request.k8s_name,
-        namespace=request.project.namespace,
-        tenant=request.tenant.slug,
-        project=request.project.slug,
-        request_id=int(request.pk),
-        kind=request.template.kind,
-        architecture=request.cluster.architecture,
-        priority=request.priority,
-        installation=_installation_id(),
-    )
-    from . import kinds  # the kind modules import this one's building blocks
-
-    options = kinds.RenderOptions(notebook_token=notebook_token, job_ttl_seconds=job_ttl_seconds)
-    return kinds.get(target.kind).render(request, target, options)
 
 
 def manifests_hash(objects: list[Manifest]) -> str:
@@ -160,7 +144,8 @@ def manifests_hash(objects: list[Manifest]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- building blocks
-def _installation_id() -> str:
+def installation_id() -> str:
+    """The installation this portal labels its objects with (setting ``PORTAL_INSTALLATION_ID``)."""
     from django.conf import settings
 
     return getattr(settings, "PORTAL_INSTALLATION_ID", "") or quota_manifests.DEFAULT_INSTALLATION
@@ -198,8 +183,9 @@ def metadata(t: Target, name: str | None = None, *, labels: dict[str, str] | Non
     return meta
 
 
-def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
-    """The flavor's extended resources for ``gpus`` GPUs (slices, vGPUs); always explicit for HAMi (docs/cluster-objects.md)."""
+def gpu_resources(flavor: Flavor, gpus: int, share: tuple[int, int] | None = None) -> dict[str, str]:
+    """The flavor's extended resources for ``gpus`` GPUs (slices, vGPUs); always explicit for HAMi (docs/cluster-objects.md):
+    each vGPU's ``share`` (GPU memory MiB, % of a card's cores; default: the flavor's preset)."""
     if gpus <= 0 or flavor.kind == "cpu":
         return {}
     if flavor.kind == "whole":
@@ -207,17 +193,18 @@ def gpu_resources(flavor: Flavor, gpus: int) -> dict[str, str]:
     if flavor.kind == "mig":
         return {f"nvidia.com/mig-{flavor.mig_profile}": str(gpus)}
     if flavor.kind == "hami":
+        memory_mib, cores_percent = share or (flavor.hami_memory_mib, flavor.hami_cores_percent)
         return {
             "nvidia.com/gpu": str(gpus),
-            "nvidia.com/gpumem": str(flavor.hami_memory_mib),
-            "nvidia.com/gpucores": str(flavor.hami_cores_percent),
+            "nvidia.com/gpumem": str(memory_mib),
+            "nvidia.com/gpucores": str(cores_percent),
         }
     raise ValueError(f"Unknown flavor kind {flavor.kind!r}.")
 
 
 def container_resources(request: WorkloadRequest) -> dict[str, dict[str, str]]:
     amounts = {"cpu": kube_quantity("cpu", request.cpu), "memory": kube_quantity("memory", request.memory_gib),
-               **gpu_resources(request.flavor, int(request.gpus))}
+               **gpu_resources(request.flavor, int(request.gpus), request.hami_share)}
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
@@ -228,7 +215,7 @@ def placement(request: WorkloadRequest, t: Target) -> dict[str, Any]:
     tolerations = [dict(tol) for tol in (flavor.tolerations or [])]
     pool = flavor.pool_label
     arch = architectures.of(t)
-    if arch.online_for(t.kind):
+    if arch.online_for(serving=t.serving):
         pool = pool or arch.online_pool
     if pool and arch.online_pool:
         selector.setdefault(POOL_LABEL, pool)
@@ -281,9 +268,7 @@ def main_container(request: WorkloadRequest, *, command: list[str] | None = None
 
 def pod_security_context(t: Target) -> dict[str, Any]:
     """The pod's: non-root with a fixed uid, RuntimeDefault seccomp; volumes group-owned by the user's group."""
-    from . import kinds
-
-    group = kinds.get(t.kind).pod_group
+    group = t.pod_group
     return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": group, "fsGroup": group,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -340,20 +325,9 @@ def notebook_access_url(*, request_id: int, ide: str, base_url: str = "") -> str
 
 
 # ---------------------------------------------------------------------------------------------- Volcano or Kueue
-def uses_volcano(request: WorkloadRequest, architecture: str) -> bool:
-    """Under E, training on a Volcano-owned flavor (the offline pool's whole GPUs, ``quotas.manifests.volcano_owned``)
-    is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those nodes. Training on any other flavor
-    (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``, docs/cluster-objects.md) stays with Kueue."""
-    return (bool(architectures.get(architecture).volcano_pool)
-            and quota_manifests.volcano_owned(request.cluster, request.flavor))
-
-
-def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
-    """Would a request of template ``kind`` on ``flavor`` render to Kueue objects that Kueue can never admit?
-
-    True for notebooks and inference on a Volcano-owned flavor (architecture E, offline whole GPUs): they
-    always render to Kueue-managed objects, and Kueue has no ResourceFlavor for those nodes. Training there
-    is a Volcano Job (:func:`uses_volcano`), single-node too, so it is never stranded.
-    """
-    return (kind not in architectures.of(flavor.cluster).volcano_kinds
-            and quota_manifests.volcano_owned(flavor.cluster, flavor))
+def on_volcano(request: WorkloadRequest, t: Target) -> bool:
+    """Under E, a gang-scheduled kind on a Volcano-owned flavor (the offline pool's whole GPUs,
+    ``quotas.manifests.volcano_owned``) is a Volcano Job — single-node too: Kueue has no ResourceFlavor for those
+    nodes. On any other flavor (online GPUs, MIG, HAMi — Volcano would know HAMi only as ``volcano.sh/vgpu-*``,
+    docs/cluster-objects.md) it stays with Kueue. The same rule for rows: ``workloads.kinds.uses_volcano``."""
+    return t.gang and quota_manifests.volcano_owned(request.cluster, request.flavor)

@@ -34,7 +34,8 @@ from portal.kube import ClusterRejected, ClusterUnavailable, Kube, kube_for
 from portal.notify import notify_send, portal_link
 
 from . import hooks, kinds
-from .manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
+from .kinds import request_manifests
+from .manifests import DEFAULT_JOB_TTL_SECONDS
 from .manifests import manifests_hash as objects_hash
 from .models import RequestEvent, RequestState, WorkloadRequest
 from .states import ACTIVE, FINAL, move, move_many

@@ -11,8 +11,9 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from guardian.models import UserObjectPermissionBase
 
-from quotas.models import Cluster, Flavor
+from quotas.models import Cluster, Flavor, share_of_card_words
 from tenants.models import ApiToken, DNS1123_LABEL, Project, Tenant
 
 from . import kinds
@@ -147,6 +148,10 @@ class WorkloadRequest(models.Model):
     replicas = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(64)], help_text="Inference replicas or training workers.")
     cpu = models.DecimalField(max_digits=6, decimal_places=2, default=4)
     memory_gib = models.PositiveIntegerField(default=32)
+    # A HAMi flavor's share of a card per vGPU, as submitted (the flavor's preset, or a size of the requester's own):
+    # what the pod asks as nvidia.com/gpumem (MiB) and nvidia.com/gpucores. 0 for other kinds.
+    share_memory_mib = models.PositiveIntegerField(default=0, help_text="HAMi: GPU memory per vGPU (MiB).")
+    share_cores_percent = models.PositiveIntegerField(default=0, help_text="HAMi: % of a card's cores per vGPU.")
     parameters = models.JSONField(default=dict)
     duration_hours = models.PositiveIntegerField(default=8)
     priority = models.CharField(max_length=12, choices=Priority.choices, default=Priority.BATCH)
@@ -188,6 +193,28 @@ class WorkloadRequest(models.Model):
     # its Workload UID ("Preempted to accommodate a workload (UID: ...)"), so a reclaim links to the lender by it.
     workload_uid = models.CharField(max_length=64, blank=True, default="", db_index=True,
                                     help_text="UID of its current Kueue Workload (empty: none seen).")
+    # Federation (workloads/routing.py, docs/federation.md). What the job declares: the GPU models it accepts in order of
+    # preference, what its image needs of a card, and whether it consents to run on another model than its first.
+    accepted_models = models.JSONField(default=list, blank=True, help_text="GPU models it accepts, preferred first.")
+    min_gpu_memory_gib = models.PositiveIntegerField(null=True, blank=True, help_text="Memory per card the image needs.")
+    min_compute_capability = models.CharField(max_length=8, blank=True, default="", help_text="CUDA compute capability the image needs.")
+    spill_consent = models.BooleanField(default=False, help_text="May run on another GPU model than its first choice.")
+    # What routing decided (``cluster`` and ``flavor`` say where it runs): whether it spilled, from which model, and why.
+    spilled = models.BooleanField(default=False)
+    spilled_from_model = models.CharField(max_length=40, blank=True, default="")
+    route_reason = models.CharField(max_length=500, blank=True, default="")
+    # Moved off a drained or unhealthy cluster before it started (at most once); its objects there are removed when
+    # that cluster answers (``leftovers_removed_at``).
+    redispatched_from = models.ForeignKey(Cluster, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    leftovers_removed_at = models.DateTimeField(null=True, blank=True)
+    # Topology-aware placement (docs/cluster-objects.md, "Topology-aware placement"): multi-pod training on a
+    # flavor of a cluster with a topology may ask for all its pods within one rack or block (Kueue TAS).
+    topology = models.CharField(
+        max_length=12, blank=True, default="",
+        choices=[("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
+                 ("prefer-rack", "Prefer one rack")],
+        help_text="Placement of its pods (multi-pod training on a topology-aware flavor).",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -213,6 +240,9 @@ class WorkloadRequest(models.Model):
             # The acceptance metrics read requests by approval time (insights: queue wait, success rate).
             models.Index(fields=["approved_at"], name="request_approved"),
         ]
+        # Shared with a named colleague (``RequestShare``): ``view_workloadrequest`` (Django's own) to see it,
+        # ``operate_workloadrequest`` also to read its logs and open its notebook.
+        permissions = [("operate_workloadrequest", "Read the logs and open the notebook of a shared request")]
 
     def __str__(self) -> str:
         return f"{self.project.slug}/{self.name} ({self.state})"
@@ -221,6 +251,26 @@ class WorkloadRequest(models.Model):
     def k8s_name(self) -> str:
         """Cluster object names derive from our key, so a retry can never create a second copy."""
         return f"req-{self.pk}"
+
+    @property
+    def hami_share(self) -> tuple[int, int]:
+        """A HAMi request's share per vGPU as (GPU memory MiB, % of a card's cores): the size it was submitted
+        with, else (rows from before sizes were recorded) the flavor's preset; (0, 0) for other kinds."""
+        if self.flavor.kind != Flavor.Kind.HAMI:
+            return 0, 0
+        return (self.share_memory_mib or self.flavor.hami_memory_mib,
+                self.share_cores_percent or self.flavor.hami_cores_percent)
+
+    @property
+    def share(self) -> str:
+        """The HAMi share as people say it, ``10 GiB, 25 % of an L40S``; "" for other kinds."""
+        memory_mib, cores_percent = self.hami_share
+        return share_of_card_words(memory_mib, cores_percent, self.flavor) if memory_mib and cores_percent else ""
+
+    @property
+    def share_is_preset(self) -> bool:
+        """A HAMi request with its flavor's preset share (not a size of the requester's own)."""
+        return bool(self.share) and self.hami_share == (self.flavor.hami_memory_mib, self.flavor.hami_cores_percent)
 
 
 class RequestEvent(models.Model):
@@ -372,3 +422,14 @@ class RequestPreset(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.template_slug} in {self.project.slug})"
+
+
+class RequestShare(UserObjectPermissionBase):
+    """One request shared with one named colleague of its tenant: django-guardian's per-object permission with a
+    direct foreign key (an integer column, indexed, unlike guardian's generic text-keyed table), written by
+    ``workloads.sharing`` and read by the same predicates and selectors as roles (docs/security.md, "Sharing one
+    request")."""
+
+    content_object = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="shares")
+    shared_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -27,6 +27,10 @@ from .models import RequestState, WorkloadRequest
 
 S = RequestState
 _INSUFFICIENT = re.compile(r"insufficient (?:unused )?quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+)")
+# Kueue TAS (pkg/cache/scheduler/tas_flavor_snapshot.go, notFitMessage): no domain of the asked level has room.
+_TOPOLOGY = re.compile(r'topology "[^"]*" (?:allows to fit only (?P<fit>\d+) out of|doesn\'t allow to fit any of) '
+                       r'(?P<count>\d+) pod\(s\)')
+TOPOLOGY_LEVEL = {"rack": "rack", "prefer-rack": "rack", "block": "block"}  # WorkloadRequest.topology -> level word
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,66 @@ def _ahead(n: int) -> str:
     return "1 request is ahead of you" if n == 1 else f"{n} requests are ahead of you"
 
 
+def topology_sentence(message: str, *, gpus_per_pod: int, flavor_label: str, topology: str) -> str:
+    """Kueue's TAS not-fit message in plain words, or "" when ``message`` is not one:
+    "waiting for 24 x H100 free in one rack (3 workers of 8); the emptiest rack has room for 16 now (2 workers)"."""
+    found = _TOPOLOGY.search(message or "")
+    if found is None:
+        return ""
+    count, fit = int(found.group("count")), int(found.group("fit") or 0)
+    level = TOPOLOGY_LEVEL.get(topology, "topology domain")
+    per = max(int(gpus_per_pod), 0)
+    if per:
+        return (f"waiting for {count * per} x {flavor_label} free in one {level} ({count} workers of {per}); the "
+                f"emptiest {level} has room for {fit * per} now ({fit} worker{'' if fit == 1 else 's'})")
+    return (f"waiting for room for {count} workers in one {level}; the emptiest {level} has room for {fit} now")
+
+
+def topology_hosts(assignment: dict[str, Any] | None) -> dict[str, int]:
+    """Host -> pods of a Kueue v1beta2 ``topologyAssignment`` whose lowest level is the hostname (the compact
+    encoding: one or more slices, each level's values ``universal`` or ``individual`` prefix + roots + suffix)."""
+    out: dict[str, int] = {}
+    levels = (assignment or {}).get("levels") or []
+    if not levels or levels[-1] != "kubernetes.io/hostname":
+        return out
+    for sl in (assignment or {}).get("slices") or []:
+        n = int(sl.get("domainCount") or 0)
+        host_values = (sl.get("valuesPerLevel") or [{}] * len(levels))[len(levels) - 1] or {}
+        if host_values.get("universal") is not None:
+            hosts = [str(host_values["universal"])] * n
+        else:
+            ind = host_values.get("individual") or {}
+            hosts = [f"{ind.get('prefix') or ''}{root}{ind.get('suffix') or ''}" for root in ind.get("roots") or []]
+        counts = sl.get("podCounts") or {}
+        per = [int(counts["universal"])] * n if counts.get("universal") is not None else \
+            [int(c) for c in counts.get("individual") or []]
+        for host, pods in zip(hosts, per):
+            out[host] = out.get(host, 0) + pods
+    return out
+
+
+def placement_sentence(hosts: dict[str, int], node_labels: dict[str, dict[str, str]], *, rack_label: str,
+                       block_label: str) -> str:
+    """Where Kueue placed it, by rack and block: "in rack rack-a2 (block block-a): gpu-h100-2, gpu-h100-3"; "" when
+    it was not placed by topology. ``node_labels``: the hosts' labels as the inventory read them."""
+    if not hosts:
+        return ""
+    racks = sorted({(node_labels.get(h) or {}).get(rack_label, "") for h in hosts})
+    blocks = sorted({(node_labels.get(h) or {}).get(block_label, "") for h in hosts})
+    names = ", ".join(f"{h}" + (f" ({n} pods)" if n > 1 else "") for h, n in sorted(hosts.items()))
+    if len(racks) == 1 and racks[0]:
+        where = f"in rack {racks[0]}" + (f" (block {blocks[0]})" if len(blocks) == 1 and blocks[0] else "")
+    elif len(blocks) == 1 and blocks[0]:
+        where = f"in block {blocks[0]}, across racks {', '.join(r for r in racks if r)}"
+    else:
+        where = "across racks " + ", ".join(r for r in racks if r) if any(racks) else "on"
+    return f"{where}: {names}"
+
+
 def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str, flavor_label: str, resource: str,
                      cluster_status: dict[str, Any], cluster_queue: dict[str, Any] | None = None, ahead: int = 0,
-                     since: datetime | None = None, volcano: bool = False) -> str:
+                     since: datetime | None = None, volcano: bool = False, gpus_per_pod: int = 0,
+                     topology: str = "") -> str:
     """The plain answer for a waiting request; "" when it is not waiting."""
     if state == S.SUBMITTED:
         return "being checked"
@@ -125,6 +186,9 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
         return f"{prefix}quota reserved; waiting for admission checks"
     if reason == "Inadmissible":
         return f"{prefix}the project's queue cannot take it: {message}"
+    placed = topology_sentence(message, gpus_per_pod=gpus_per_pod, flavor_label=flavor_label, topology=topology)
+    if placed:
+        return f"{prefix}{placed}; {_ahead(ahead)}"
     match = _INSUFFICIENT.search(message or "")
     usage = queue_usage(cluster_queue, match.group("flavor") if match else flavor_name,
                         match.group("resource") if match else resource)
@@ -195,6 +259,24 @@ def awaiting_approval_sentence(since: datetime | None) -> str:
     return f"awaiting approval by a project admin since {when}"
 
 
+def request_placement(request: WorkloadRequest) -> str:
+    """Where Kueue placed a request by topology, in racks and blocks (the hosts its Workload's admission names, with
+    the labels the inventory read off those nodes); "" when it was not placed by topology."""
+    from quotas import manifests as quota_manifests
+    from quotas.models import Node
+
+    hosts: dict[str, int] = {}
+    for key, value in ((request.cluster_status or {}).get("objects") or {}).items():
+        if key.startswith("workload/") and (_cond(value, "Admitted") or [None])[0] == "True":
+            for host, pods in (value.get("topo") or {}).items():
+                hosts[str(host)] = hosts.get(str(host), 0) + int(pods)
+    if not hosts:
+        return ""
+    labels = dict(Node.objects.filter(cluster_id=request.cluster_id, name__in=list(hosts)).values_list("name", "labels"))
+    return placement_sentence(hosts, labels, rack_label=quota_manifests.RACK_LABEL,
+                              block_label=quota_manifests.BLOCK_LABEL)
+
+
 def requests_ahead(request: WorkloadRequest) -> int:
     """Requests of the same project and flavor that Kueue orders before this one and that still wait."""
     from .models import Priority
@@ -226,4 +308,6 @@ def request_pending_reason(request: WorkloadRequest, *, cluster_queue: dict[str,
         ahead=requests_ahead(request) if ahead is None else ahead,
         since=request.updated_at,
         volcano=volcano,
+        gpus_per_pod=int(request.gpus),
+        topology=request.topology,
     )[:500]

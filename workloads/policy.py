@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from tenants.access import Actor, scope_of
 from tenants.models import Project
-from tenants.policy import may_approve, may_operate, may_submit
+from tenants.policy import holders, may_approve, may_operate, may_submit, with_holders
 
 from . import kinds
 from .models import WorkloadRequest
+from .shared import OPERATE, VIEW, shares_held
 
 
 def may_submit_request(actor: Actor, project: Project) -> bool:
     return may_submit(actor, project)
 
 
+@with_holders(lambda project: holders("approve_project", project))
 def may_decide(actor: Actor, project: Project) -> bool:
     """Approve or reject the project's requests: project admins, tenant admins, ops."""
     return may_approve(actor, project)
@@ -30,6 +32,32 @@ def may_act_on(actor: Actor, req: WorkloadRequest) -> bool:
     if may_approve(actor, req.project):
         return True
     return is_requester(actor, req) and may_submit(actor, req.project)
+
+
+def _shared(actor: Actor, req: WorkloadRequest, codename: str) -> bool:
+    """``req`` was shared with the actor with ``codename`` (``workloads.sharing``; never through a token)."""
+    return codename in shares_held(actor).get(req.pk, frozenset())
+
+
+def may_view_request(actor: Actor, req: WorkloadRequest) -> bool:
+    """See the request (lists, its page, the API): whoever sees its project, and a colleague it was shared with.
+    ``selectors.request_scope_for`` is the same rule as a query."""
+    return scope_of(actor).allows("view_project", req.project) or _shared(actor, req, VIEW)
+
+
+def may_read_logs(actor: Actor, req: WorkloadRequest) -> bool:
+    """Read the request's pod logs: whoever sees its project; of the colleagues it was shared with, those who may
+    operate it (a view-only share shows the request, not its logs)."""
+    return scope_of(actor).allows("view_project", req.project) or _shared(actor, req, OPERATE)
+
+
+def may_share_request(actor: Actor, req: WorkloadRequest) -> bool:
+    """Share the request with a named colleague of its tenant, or stop sharing it: its requester (while they may
+    submit in the project) and the project's approvers; not through an API token (a token acts for a pipeline),
+    and never a colleague it was shared with (a share does not pass on)."""
+    if actor.token is not None or actor.user is None:
+        return actor.user is None
+    return may_act_on(actor, req)
 
 
 def may_ask_extension(actor: Actor, req: WorkloadRequest) -> bool:
@@ -50,14 +78,15 @@ def may_set_rules(actor: Actor, project: Project | None) -> bool:
 
 def may_open_notebook(actor: Actor, req: WorkloadRequest) -> bool:
     """Who may open a notebook (through the portal's proxy or the ingress that asks ``/notebooks/auth/``):
-    its requester, and the project's approvers only where the project allows it
-    (``Project.notebooks_open_to_approvers``, off by default). An API token never opens a notebook."""
+    its requester, a colleague it was shared with to operate (``workloads.sharing``), and the project's approvers
+    only where the project allows it (``Project.notebooks_open_to_approvers``, off by default). An API token never
+    opens a notebook."""
     user = actor.user
     if actor.token is not None or user is None or not user.is_authenticated:
         return False
     if not kinds.get(req.template.kind).interactive:
         return False
-    if req.requested_by_id == user.pk:
+    if req.requested_by_id == user.pk or _shared(actor, req, OPERATE):
         return True
     return bool(req.project.notebooks_open_to_approvers) and may_approve(actor, req.project)
 

@@ -17,7 +17,7 @@ from portal import labels
 from portal.cache import Versioned, shared
 from portal.compiled import Compiled
 from portal.extensions import cost_estimator
-from quotas.models import Flavor, Quota
+from quotas.models import Cluster, Flavor, Quota
 from tenants.access import APPROVALS, Actor, is_ops, scope_of
 from tenants.models import Project
 
@@ -34,6 +34,7 @@ from .models import (
     WorkloadRequest,
 )
 from .pending import awaiting_approval_sentence
+from .shared import shares_held
 
 S = RequestState
 # Waiting for capacity in the project's queue (ahead of a request that gets approved now).
@@ -45,8 +46,11 @@ def _is_ops(actor: Actor) -> bool:
 
 
 def request_scope_for(*, actor: Actor) -> QuerySet[WorkloadRequest]:
-    """The requests ``actor`` can see (a token: its project only; ops: all), with no related rows joined."""
-    return WorkloadRequest.objects.filter(scope_of(actor).in_projects("project"))
+    """The requests ``actor`` can see (a token: its project only; ops: all), with no related rows joined: those of
+    the projects they see, and those shared with them (``policy.may_view_request``, ``sharing.shares_held``)."""
+    visible = scope_of(actor).in_projects("project")
+    shared = sorted(shares_held(actor))
+    return WorkloadRequest.objects.filter(visible | Q(pk__in=shared) if shared else visible)
 
 
 def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, request: Any = None) -> QuerySet[WorkloadRequest]:
@@ -63,10 +67,15 @@ def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, requ
 # scalar subqueries (one index probe each), never joins. PostgreSQL plans a six-table join in 17-90 ms and
 # runs it in 1-6 (docs/performance.md); each subquery is planned on its own, in microseconds.
 REQUEST_ROW_COLUMNS = (
-    "id", "name", "image", "gpus", "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority",
-    "state", "state_reason", "pending_reason", "decision_comment", "created_at", "updated_at", "approved_at",
+    "id", "name", "image", "gpus", "replicas", "cpu", "memory_gib", "share_memory_mib", "share_cores_percent",
+    "parameters", "duration_hours", "priority", "state", "state_reason", "pending_reason", "decision_comment", "created_at", "updated_at", "approved_at",
     "queued_at", "started_at", "finished_at", "expires_at", "template_id", "tenant_id", "flavor_id",
 )
+
+
+# Where a request runs and why (federation, workloads/routing.py): the API detail's ``placement``.
+PLACEMENT_COLUMNS = ("spilled", "spilled_from_model", "route_reason", "spill_consent", "accepted_models",
+                     "min_gpu_memory_gib", "min_compute_capability")
 
 
 def _one(model: Any, column: str, key: str, outer: Any = WorkloadRequest) -> RawSQL:
@@ -91,6 +100,8 @@ def request_page(*, actor: Actor, keys: list[tuple[str, bool]], values: list | N
     from portal.api import keyset_page
 
     scope = scope_of(actor)
+    if shares_held(actor):  # requests shared with the actor: planned with them each time (few people have any)
+        return list(keyset_page(request_rows(request_scope_for(actor=actor)), keys, values, backwards)[:limit])
     everything = scope.everything
     ids = () if everything else tuple(sorted(scope.visible_projects))
     # Prepared (planned once) for everything or one project, where one index gives the order whatever the values;
@@ -135,7 +146,10 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
     }
     columns = REQUEST_ROW_COLUMNS
     if detail:
-        columns = (*columns, "cluster_status", "project_id")
+        columns = (*columns, "cluster_status", "project_id", *PLACEMENT_COLUMNS)
+        related.update(cluster_name=_one(Cluster, "name", "cluster_id"), cluster_zone=_one(Cluster, "zone", "cluster_id"),
+                       flavor_gpu_model=_one(Flavor, "gpu_model", "flavor_id"),
+                       redispatched_from_name=_one(Cluster, "name", "redispatched_from_id"))
         qn = connection.ops.quote_name
         if connection.vendor == "postgresql":  # the timeline in the same round trip (else request_timeline_rows)
             related["timeline_json"] = RawSQL(
@@ -167,6 +181,8 @@ def request_detail_row(*, actor: Actor, pk: int) -> dict[str, Any] | None:
         rows = _DETAIL_ROW_ANYWHERE.rows(pk)
     else:
         rows = _DETAIL_ROW_IN.rows(pk, tuple(sorted(scope.visible_projects)))
+        if not rows and pk in shares_held(actor):  # shared with the actor (workloads.sharing)
+            rows = _DETAIL_ROW_ANYWHERE.rows(pk)
     return rows[0] if rows else None
 
 
@@ -343,27 +359,15 @@ def approvals_waiting_counts_kept(*, actor: Actor) -> dict[str, int]:
 
 
 def request_approvers(*, project: Any, exclude_user_id: int | None = None) -> list[Any]:
-    """Who is told that a request of ``project`` waits for a decision: the people ``policy.may_decide`` lets
-    decide through their role (project admins, the tenant's admins), active and with an email address or not.
-    Platform ops may decide everywhere but are told only where nobody else could decide."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.contenttypes.models import ContentType
-    from guardian.models import UserObjectPermission
+    """Who is told that a request of ``project`` waits for a decision: the holders of ``policy.may_decide`` on the
+    project (``tenants.policy.holders``: project admins, the tenant's admins, active), less ``exclude_user_id`` (the
+    requester). Platform ops may decide everywhere but are told only where nobody else could decide."""
+    from tenants.access import told
+    from tenants.policy import holders
 
-    from quotas.selectors import ops_users
-    from tenants.models import Project
+    from .policy import may_decide
 
-    holders = UserObjectPermission.objects.filter(
-        content_type=ContentType.objects.get_for_model(Project), object_pk=str(project.pk),
-        permission__codename="approve_project",
-    ).values("user_id")
-    users = get_user_model().objects.filter(is_active=True, pk__in=holders)
-    if exclude_user_id is not None:
-        users = users.exclude(pk=exclude_user_id)
-    people = list(users.order_by("username"))
-    if not people:
-        people = [u for u in ops_users().order_by("username") if u.pk != exclude_user_id]
-    return people
+    return told(holders(may_decide, project), exclude_user_id=exclude_user_id)
 
 
 def _number(value: Decimal | None) -> float | None:
@@ -452,13 +456,13 @@ def catalogue_for(*, actor: Actor, projects: Iterable[Project] | None = None) ->
 def template_flavors_for(*, template: ServiceTemplate, projects: Iterable[Project] | None = None) -> list[Flavor]:
     """The flavors a request from ``template`` may ask for: allowed by the template, active, enforced by their
     cluster's architecture (``quotas.selectors.enforced_flavor_q``), schedulable for the template's kind
-    (``manifests.kueue_cannot_admit``), and, with ``projects``, where one of them has quota (a ceiling above
+    (``kinds.kueue_cannot_admit``), and, with ``projects``, where one of them has quota (a ceiling above
     0: ``quota_ceiling``) and the queues rendered for it can admit the template's kind on the flavor given enough
     free capacity (``quotas.selectors.queue_offers``: ``quotas.manifests.queue_admits``). The submission service
     refuses the others with the reason; the form, the catalogue, the API and the CLI never offer them."""
     from quotas.selectors import enforced_flavor_q
 
-    from .manifests import kueue_cannot_admit
+    from .kinds import kueue_cannot_admit
 
     flavors = [
         f for f in template.allowed_flavors.filter(enforced_flavor_q()).select_related("cluster").order_by("order", "name")
@@ -476,8 +480,10 @@ def queue_offered_flavors(*, projects: Iterable[Project], kind: str) -> dict[int
     """Per project id, the ids of the flavors its queues admit ``kind`` on (``quotas.selectors.queue_offers``)."""
     from quotas.selectors import queue_offers
 
+    from . import kinds
+
     out: dict[int, set[int]] = {}
-    for project, _kind, flavor in queue_offers(projects=list(projects), kinds=[kind]):
+    for project, _kind, flavor in queue_offers(projects=list(projects), kinds=[kinds.get(kind)]):
         out.setdefault(project, set()).add(flavor)
     return out
 
@@ -542,9 +548,10 @@ _PROJECT_QUOTA_ROW = Compiled(  # compiled once per process (portal.compiled)
 )
 
 
-def quota_ceiling(*, project: Project, flavor: Flavor) -> Ceiling:
-    """Nominal quota plus what the project may borrow, for ``flavor``'s primary resource (see ``_ceiling``)."""
-    resource = flavor.primary_resource
+def quota_ceiling(*, project: Project, flavor: Flavor, resource: str = "") -> Ceiling:
+    """Nominal quota plus what the project may borrow, for ``flavor``'s ``resource`` (default: its primary one;
+    see ``_ceiling``)."""
+    resource = resource or flavor.primary_resource
     found = _PROJECT_QUOTA_ROW.rows(project.pk, flavor.pk, resource)
     row = found[0] if found else None
     if row is None or row.borrowing_limit is not None:

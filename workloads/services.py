@@ -31,15 +31,16 @@ from portal.exceptions import (
     ReadOnlyTenant,
 )
 from portal.quantities import fmt
-from quotas.capacity import flavor_enforcement, is_enforced
+from quotas import services as quota_services
+from quotas.capacity import TOTAL_GPUCORES, TOTAL_GPUMEM, flavor_enforcement, is_enforced
 from quotas import manifests as quota_manifests
-from quotas.models import Flavor
+from quotas.models import Flavor, gib_words
 from tenants.access import Actor
 from tenants.audit import audit_append, audit_entry, audit_record, snapshot
 from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project
 
-from . import hooks, kinds, manifests, notify, policy, selectors
+from . import hooks, kinds, manifests, notify, policy, routing, selectors
 from .models import (
     APPROVER_ONLY_PRIORITIES,
     LIVE_STATES,
@@ -130,12 +131,51 @@ def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, fi
     raise Invalid(message, field=field)
 
 
+def _check_share_fits_quota(*, project: Project, flavor: Flavor, vgpus: int, share: tuple[int, int],
+                            field: str = "") -> None:
+    """A HAMi request's vGPUs count against the project's GPU memory and cores quota too (Kueue's resource
+    transformations: ``total-gpumem`` = vGPUs x the share's MiB, ``total-gpucores`` = vGPUs x its %): refuse a share
+    size that could never fit, in GiB and % as it was asked."""
+    memory_mib, cores_percent = share
+    checks = ((TOTAL_GPUMEM, memory_mib, "share_memory_gib"), (TOTAL_GPUCORES, cores_percent, "share_cores_percent"))
+    for resource, per_vgpu, share_field in checks:
+        need = Decimal(per_vgpu) * vgpus
+        ceiling = quota_ceiling(project=project, flavor=flavor, resource=resource)
+        if need <= ceiling.total:
+            continue
+        if resource == TOTAL_GPUMEM:
+            each, total, room = f"{gib_words(per_vgpu)} GiB", f"{gib_words(need)} GiB of GPU memory", f"{gib_words(ceiling.total)} GiB"
+        else:
+            each, total, room = f"{per_vgpu} %", f"{fmt(need)} % of a card's cores", f"{fmt(ceiling.total)} %"
+        raise Invalid(f"This can never run: {vgpus} vGPU(s) of {each} need {total}, more than project {project.slug} "
+                      f"can ever get on {flavor} ({room}). Ask for more quota or choose a smaller share.", field=field or share_field)
+
+
+def _routable_here(project: Project, template: ServiceTemplate, flavor: Flavor, demand: Decimal) -> bool:
+    """Whether the submission's own rules let the request run on ``flavor`` (a routing candidate): enforced, sized,
+    the project's quota enough, its queues admit the kind."""
+    if not is_enforced(flavor) or not flavor.hami_sized or kinds.kueue_cannot_admit(kind=template.kind, flavor=flavor):
+        return False
+    try:
+        _check_can_ever_run(project=project, flavor=flavor, demand=demand)
+        _check_queue_admits(project=project, template=template, flavor=flavor)
+    except Invalid:
+        return False
+    return True
+
+
+def redispatch_usable(req: WorkloadRequest, flavor: Flavor) -> bool:
+    """``_routable_here`` for a request being moved off a drained or unhealthy cluster (workloads/routing.py)."""
+    demand = request_demand(flavor=flavor, gpus=req.gpus, replicas=req.replicas, cpu=req.cpu)
+    return _routable_here(req.project, req.template, flavor, demand)
+
+
 def _check_queue_admits(*, project: Project, template: ServiceTemplate, flavor: Flavor) -> None:
     """Refuse what the project's queues could never admit, whatever the free capacity (``quotas.manifests.queue_admits``,
     the rule the form and the API offer by): say which queue it would wait in, and what would let it run."""
     if flavor.pk in selectors.queue_offered_flavors(projects=[project], kind=template.kind).get(project.pk, set()):
         return
-    queue = quota_manifests.local_queue_name(flavor.cluster, project.slug, kind=template.kind)
+    queue = quota_manifests.local_queue_name(flavor.cluster, project.slug, serving=kinds.get(template.kind).serving)
     raise Invalid(
         f"This can never run: a {template.get_kind_display().lower()} on {flavor} in project {project.slug} goes to "
         f"queue {queue}, which has no quota for {flavor} on cluster {flavor.cluster.name}. Choose a flavor the form "
@@ -241,8 +281,10 @@ def _submission_fingerprint(
     *, project: Project, template: ServiceTemplate, image: str, flavor: Flavor | None, gpus: int | None,
     replicas: int | None, cpu: Decimal | int | float | None, memory_gib: int | None,
     parameters: dict[str, Any] | None, duration_hours: int | None, priority: str, name: str,
+    share: dict[str, Any] | None = None,
 ) -> str:
-    """sha256 of the submission as sent (canonical JSON; an omitted value is null, not its default)."""
+    """sha256 of the submission as sent (canonical JSON; an omitted value is null, not its default). A HAMi share
+    size counts only when one was sent (fingerprints of submissions without one are as before)."""
     body = {
         "project": project.pk, "template": template.slug, "flavor": flavor.name if flavor is not None else None,
         "image": (image or "").strip(), "gpus": gpus, "replicas": replicas,
@@ -250,6 +292,8 @@ def _submission_fingerprint(
         "parameters": parameters, "duration_hours": duration_hours, "priority": priority or "",
         "name": (name or "").strip(),
     }
+    if share and any(value is not None for value in share.values()):
+        body |= {key: None if value is None else str(value) for key, value in share.items()}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -405,8 +449,20 @@ def request_submit(
     name: str = "",
     idempotency_key: str = "",
     project_is_fresh: bool = False,
+    needs: routing.Needs | None = None,
+    share_memory_gib: Any = None,
+    share_cores_percent: Any = None,
+    share_preset: bool | None = None,
+    topology: str = "",
 ) -> WorkloadRequest:
     """Validate and record a request, then approve it by rule or leave it pending approval.
+
+    ``topology`` (multi-pod training on a flavor of a cluster with a topology only): "rack" or "block" (all pods within
+    one), "prefer-rack", or "" (anywhere); see :func:`_check_topology`.
+
+    A HAMi flavor's vGPUs get the flavor's preset share, or a size of the requester's own: ``share_memory_gib``
+    GiB of GPU memory and ``share_cores_percent`` % of the card's cores (either one alone: the preset's other half).
+    ``share_preset`` True asks for the preset explicitly (a size given as well is refused), False for an own size.
 
     Refused at once (nothing created) when it is invalid or can never run. With an
     ``idempotency_key``, a retry by the same user returns the request the first call made and
@@ -426,6 +482,8 @@ def request_submit(
     fingerprint = _submission_fingerprint(
         project=project, template=template, image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu,
         memory_gib=memory_gib, parameters=parameters, duration_hours=duration_hours, priority=priority, name=name,
+        share={"share_memory_gib": share_memory_gib, "share_cores_percent": share_cores_percent,
+               "share_preset": share_preset},
     ) if idempotency_key else ""
     given_name = (name or "").strip()
     found, name_taken = _replay_and_name(actor, idempotency_key, project, given_name)
@@ -443,6 +501,8 @@ def request_submit(
                 replicas=replicas, cpu=cpu, memory_gib=memory_gib, parameters=parameters,
                 duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
                 idempotency_fingerprint=fingerprint, name_taken=name_taken, images=images, rule=rule,
+                share=(share_memory_gib, share_cores_percent, share_preset), needs=needs or routing.Needs(),
+                topology=topology,
             )
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
@@ -537,12 +597,44 @@ def _check_flavor(template: ServiceTemplate, flavor: Flavor | None, errors: _Err
         errors.add("flavor", f"HAMi flavor {flavor.name} has no share size yet (memory and cores per vGPU): platform ops "
                              f"set it on the flavor's page. Choose another flavor meanwhile.")
         return flavor
-    if manifests.kueue_cannot_admit(kind=template.kind, flavor=flavor):
+    if kinds.kueue_cannot_admit(kind=template.kind, flavor=flavor):
         # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
         errors.add("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "
                              f"{flavor.cluster.name}: {template.name} ({template.get_kind_display().lower()}) could "
                              f"never start there. Choose another flavor; training jobs may use this one.")
     return flavor
+
+
+def _check_share(flavor: Flavor | None, memory_gib: Any, cores_percent: Any, preset: bool | None,
+                 errors: _Errors) -> tuple[int, int]:
+    """A HAMi flavor's share per vGPU as (GPU memory MiB, % of a card's cores): its preset, or a size of the
+    requester's own within what the card allows (``quotas.services.share_size``: more than 0 GiB and at most one
+    card's memory, 1 to 100 % of its cores; the same rule as a quota request's shares). (0, 0) for other kinds,
+    which take no share size."""
+    given = [name for name, value in (("share_memory_gib", memory_gib), ("share_cores_percent", cores_percent))
+             if value not in (None, "")]
+    if flavor is None:
+        return 0, 0
+    if flavor.kind != Flavor.Kind.HAMI:
+        for name in given:
+            errors.add(name, f"Only HAMi flavors take a share size; {flavor} is not one.")
+        if preset:
+            errors.add("share_preset", f"Only HAMi flavors have a preset share; {flavor} is not one.")
+        return 0, 0
+    if not flavor.hami_sized:
+        return 0, 0  # refused with the reason by _check_flavor
+    if preset and given:
+        errors.add("share_preset", f"Give the preset share ({flavor.share}) or a size of your own, not both.")
+        return 0, 0
+    if not given:
+        if preset is False:
+            errors.add("share_memory_gib", "Give your share's GPU memory (GiB) and % of the cores, or take the preset.")
+        return flavor.hami_memory_mib, flavor.hami_cores_percent
+    try:
+        return quota_services.share_size(flavor, memory_gib=memory_gib, cores_percent=cores_percent)
+    except Invalid as exc:
+        errors.add(exc.field or "share_memory_gib", exc.message)
+        return 0, 0
 
 
 def _check_submitted_image(project: Project, template: ServiceTemplate, image: str, errors: _Errors,
@@ -634,6 +726,29 @@ def _check_size(template: ServiceTemplate, flavor: Flavor | None, parameters: di
     return _Size(gpus, replicas, cpu, memory_gib, duration_hours, priority)
 
 
+TOPOLOGY_CHOICES = ("", "rack", "block", "prefer-rack")
+
+
+def _check_topology(template: ServiceTemplate, flavor: Flavor | None, replicas: int, topology: Any,
+                    errors: _Errors) -> str:
+    """Placement by rack or block (Kueue TAS) is offered only where it can work: multi-pod training through Kueue on a
+    whole-GPU flavor of a cluster with a topology (``quotas.manifests.topology_flavor``). The form offers the same."""
+    topology = "" if topology is None else topology
+    if not isinstance(topology, str) or topology not in TOPOLOGY_CHOICES:
+        errors.add("topology", f"One of {', '.join(repr(c) for c in TOPOLOGY_CHOICES)}.")
+        return ""
+    if not topology or flavor is None:
+        return topology
+    if not kinds.get(template.kind).gang or kinds.get(template.kind).replicas != "workers":
+        errors.add("topology", f"Only distributed training is placed by rack or block, not a {template.kind}.")
+    elif replicas < 2:
+        errors.add("topology", "Only a job of 2 or more workers is placed by rack or block.")
+    elif not quota_manifests.topology_flavor(flavor.cluster, flavor):
+        errors.add("topology", f"Flavor {flavor} is not placed by topology: its cluster has no racks and blocks "
+                               f"configured, or the flavor is not a whole-GPU flavor Kueue admits.")
+    return topology
+
+
 def _check_name(project: Project, template: ServiceTemplate, name: str, taken: bool | None, errors: _Errors) -> str:
     """A DNS label of at most 40 characters not used by a live request of the project; default: made up.
     ``taken``: already looked up (``_replay_and_name``), else None."""
@@ -653,27 +768,35 @@ def _check_name(project: Project, template: ServiceTemplate, name: str, taken: b
 
 def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor: Flavor, image: str, name: str,
             parameters: dict[str, Any], size: _Size, decision: Decision, idempotency_key: str,
-            idempotency_fingerprint: str) -> WorkloadRequest:
+            idempotency_fingerprint: str, share: tuple[int, int] = (0, 0), needs: routing.Needs = routing.Needs(),
+            where: routing.Route | None = None, topology: str = "") -> WorkloadRequest:
     """Write the request in the state the decision gives it, its two timeline entries (submitted, then approved or
     pending approval), a notebook's home volume and the two audit entries: one INSERT each, plus the audit chain's
     lock and head (``tenants.audit.audit_append``)."""
     req = WorkloadRequest(
         tenant=project.tenant, project=project, cluster=flavor.cluster, template=template, name=name,
         image=image, flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu, memory_gib=size.memory_gib,
+        share_memory_mib=share[0], share_cores_percent=share[1],
         parameters=parameters, duration_hours=size.duration_hours, priority=size.priority, state=S.SUBMITTED,
         requested_by=actor.user, token=actor.token, idempotency_key=idempotency_key,
-        idempotency_fingerprint=idempotency_fingerprint,
+        idempotency_fingerprint=idempotency_fingerprint, accepted_models=list(needs.accepted_models),
+        min_gpu_memory_gib=needs.min_gpu_memory_gib, min_compute_capability=needs.min_compute_capability,
+        spill_consent=needs.spill_consent, spilled=bool(where and where.spilled),
+        spilled_from_model=where.from_model if where else "", route_reason=(where.reason if where else "")[:500],
+        topology=topology,
     )
     to = S.APPROVED if decision.auto else S.PENDING_APPROVAL
     first_state(req, to=to, reason=decision.reason, fields=None if decision.auto else {"pending_reason": decision.reason})
     req.save(force_insert=True)
     submitted_event = RequestEvent(
         request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
-        message=(f"Submitted: {template.name} v{template.version}, {size.gpus} x {flavor} x {size.replicas}, "
-                 f"{size.duration_hours} h.")[:1000],
+        message=(f"Submitted: {template.name} v{template.version}, {size.gpus} x {flavor} x {size.replicas}"
+                 f"{f' (each {req.share})' if req.share else ''}, {size.duration_hours} h.")[:1000],
     )
     decided_event, decided_entry = move_records(req, from_state=S.SUBMITTED, to=to, actor_label=RULE_LABEL,
                                                 reason=decision.reason)
+    if where is not None and where.reason:
+        submitted_event.message = f"{submitted_event.message} {where.reason}"[:1000]  # where it runs, and why
     # Kept on the row for the API's answer (no read-back of what was just written).
     req.written_timeline = RequestEvent.objects.bulk_create([submitted_event, decided_event])  # type: ignore[attr-defined]
     if kinds.get(template.kind).interactive:
@@ -707,6 +830,9 @@ def _submit(
     name_taken: bool | None = None,
     images: list[Image] | None = None,
     rule: Any = _ASK,
+    share: tuple[Any, Any, bool | None] = (None, None, None),
+    needs: routing.Needs = routing.Needs(),
+    topology: str = "",
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
@@ -715,26 +841,41 @@ def _submit(
         raise Invalid(refused, field="project")
     errors = _Errors()
     flavor = _check_flavor(template, flavor, errors)
+    hami_share = _check_share(flavor, *share, errors)
     image = _check_submitted_image(project, template, image, errors, images)
     parameters = _check_parameters(actor, project, template, parameters, errors)
     size = _check_size(template, flavor, parameters, gpus=gpus, replicas=replicas, cpu=cpu, memory_gib=memory_gib,
                        duration_hours=duration_hours, priority=priority, errors=errors)
     name = _check_name(project, template, name, name_taken, errors)
+    topology = _check_topology(template, flavor, size.replicas, topology, errors)
     errors.raise_any()
     assert flavor is not None
 
     # The request could never be admitted: refuse now rather than queue it forever.
     demand = request_demand(flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu)
     _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if size.replicas > 1 else "gpus")
+    if flavor.kind == Flavor.Kind.HAMI:
+        _check_share_fits_quota(project=project, flavor=flavor, vgpus=size.gpus * size.replicas, share=hami_share)
     _check_queue_admits(project=project, template=template, flavor=flavor)
+    # Federation: the model check, then which cluster and flavor (workloads/routing.py; docs/federation.md).
+    where = routing.route(project=project, flavor=flavor, needs=needs, demand=demand, candidates=_allowed_flavors(template),
+                          usable=lambda f: _routable_here(project, template, f, demand))
+    flavor = where.flavor
+    if topology and not quota_manifests.topology_flavor(flavor.cluster, flavor):
+        raise Invalid(f"It would run on {flavor}, whose cluster places nothing by rack or block: submit it without "
+                      f"a placement, or without spill-over.", field="topology")
 
     decision = approval_decide(
         actor=actor, project=project, template=template, hours=size.duration_hours, priority=size.priority,
         gpus_total=_gpus_total(flavor=flavor, gpus=size.gpus, replicas=size.replicas), rule=rule,
     )
+    if where.spilled and where.needs_approval and decision.auto:
+        decision = Decision(False, f"Waits for an approver: project {project.slug} approves spill-over by hand, and "
+                                   f"this request spilled from {where.from_model} to {flavor.gpu_model}.")
     req = _record(actor=actor, project=project, template=template, flavor=flavor, image=image, name=name,
                   parameters=parameters, size=size, decision=decision, idempotency_key=idempotency_key,
-                  idempotency_fingerprint=idempotency_fingerprint)
+                  idempotency_fingerprint=idempotency_fingerprint, share=hami_share, needs=needs, where=where,
+                  topology=topology)
     if decision.auto:
         _on_commit_approved(req, notify_requester=False)
     else:
@@ -836,6 +977,8 @@ def request_restart(*, actor: Actor, request: WorkloadRequest) -> WorkloadReques
     # Quotas may have shrunk since it was submitted.
     demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=req.replicas, cpu=req.cpu)
     _check_can_ever_run(project=req.project, flavor=req.flavor, demand=demand)
+    if req.flavor.kind == Flavor.Kind.HAMI:
+        _check_share_fits_quota(project=req.project, flavor=req.flavor, vgpus=req.gpus * req.replicas, share=req.hami_share)
     # A new run: what the cluster said about the last one, and what was applied then, no longer hold.
     fields = {
         "pending_reason": "", "started_at": None, "queued_at": None, "expires_at": None, "attempts": 0,
@@ -953,6 +1096,9 @@ def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> W
         _require_usable(req.project, "scaling up")
         demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=replicas, cpu=req.cpu)
         _check_can_ever_run(project=req.project, flavor=req.flavor, demand=demand, field="replicas")
+        if req.flavor.kind == Flavor.Kind.HAMI:
+            _check_share_fits_quota(project=req.project, flavor=req.flavor, vgpus=req.gpus * replicas, share=req.hami_share,
+                                    field="replicas")
         if req.state not in (S.SUBMITTED, S.PENDING_APPROVAL):
             decision = approval_decide(
                 actor=actor, project=req.project, template=req.template,

@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from django.db import transaction
-from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
+from portal.machine import NOW, Machine, Move
 from tenants.access import Actor, approvals_changed
-from tenants.audit import audit_append, audit_entry
+from tenants.audit import audit_append, audit_entry, audit_record
 
 from .models import RequestEvent, RequestState, WorkloadRequest
 
@@ -33,7 +32,8 @@ ALLOWED: dict[str, set[str]] = {
     # approved: the portal is creating the cluster objects. The watcher may see it running (or even
     # finished) before it ever saw it queued, so those edges exist too.
     S.APPROVED: {S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.STOPPED, S.EXPIRED},
-    S.QUEUED: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.STOPPED, S.CANCELLED, S.EXPIRED, S.PREEMPTED},
+    # queued -> approved: re-dispatched to another cluster before it started (workloads/routing.py), at most once.
+    S.QUEUED: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.STOPPED, S.CANCELLED, S.EXPIRED, S.PREEMPTED, S.APPROVED},
     S.RUNNING: {S.SUCCEEDED, S.FAILED, S.STOPPED, S.EXPIRED, S.PREEMPTED},
     S.PREEMPTED: {S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.STOPPED, S.EXPIRED},
     # restart: the objects are created again from the same (already approved) request.
@@ -51,15 +51,6 @@ CANCELLABLE: frozenset[str] = frozenset({S.SUBMITTED, S.PENDING_APPROVAL, S.APPR
 WAITING: frozenset[str] = frozenset({S.SUBMITTED, S.PENDING_APPROVAL, S.APPROVED, S.QUEUED, S.PREEMPTED})
 
 
-def sources_of(to: str) -> list[str]:
-    """The states from which ``to`` may be reached."""
-    return sorted(state for state, targets in ALLOWED.items() if to in targets)
-
-
-def can_move(current: str, to: str) -> bool:
-    return to in ALLOWED.get(current, set())
-
-
 @dataclass(frozen=True)
 class LabelledActor(Actor):
     """A non-user cause (an approval rule, the cluster watcher) that still has a name in the audit log."""
@@ -71,20 +62,29 @@ class LabelledActor(Actor):
         return self.name
 
 
-def _timestamps(to: str, now: Any) -> dict[str, Any]:
-    if to == S.APPROVED:
+def _timeline(move: Move) -> None:
+    """The request's timeline entry; the approvers' counts when it entered or left pending approval."""
+    RequestEvent.objects.create(request_id=move.obj.pk, from_state=move.source, to_state=move.to,
+                                actor_label=move.context["actor_label"][:200],
+                                message=(move.reason or f"{move.source} → {move.to}")[:1000])
+    if S.PENDING_APPROVAL in (move.source, move.to):
+        approvals_changed()
+
+
+MACHINE = Machine(
+    WorkloadRequest, field="state", allowed=ALLOWED, final=FINAL, audit_as="request", record=audit_record,
+    stamps={
         # Also a restart: the request starts a new run, so the old end (and admissions) no longer apply.
-        return {"approved_at": now, "finished_at": None, "admitted_at": None, "first_admitted_at": None}
-    if to == S.QUEUED:
-        return {"queued_at": now}
-    if to == S.RUNNING:
-        return {"started_at": now}
-    if to == S.PREEMPTED:
+        S.APPROVED: {"approved_at": NOW, "finished_at": None, "admitted_at": None, "first_admitted_at": None},
+        S.QUEUED: {"queued_at": NOW}, S.RUNNING: {"started_at": NOW},
         # The run lost its admission; the follower stamps the next one (``first_admitted_at`` stays).
-        return {"admitted_at": None}
-    if to in FINAL:
-        return {"finished_at": now}
-    return {}
+        S.PREEMPTED: {"admitted_at": None}, FINAL: {"finished_at": NOW},
+    },
+    # A pending reason describes the state it was written for; a move clears it unless it brings one.
+    reason_field="state_reason", every={"pending_reason": "", "updated_at": NOW},
+    scope=lambda req: (req.tenant, req.project), effects=[_timeline],
+)
+sources_of, can_move = MACHINE.sources_of, MACHINE.can_move
 
 
 def move_records(
@@ -119,10 +119,7 @@ def first_state(request: WorkloadRequest, *, to: str, reason: str, fields: dict[
     """
     if not can_move(S.SUBMITTED, to):
         raise ValueError(f"A new request cannot move to {to!r}.")
-    now = timezone.now()
-    values: dict[str, Any] = {"state": to, "state_reason": reason[:500], "pending_reason": "", **_timestamps(to, now)}
-    values.update(fields or {})
-    for name, value in values.items():
+    for name, value in MACHINE.values(to, reason=reason, fields=fields, now=timezone.now()).items():
         setattr(request, name, value)
 
 
@@ -146,42 +143,9 @@ def move(
     ``actor`` is the user behind the move, if any; ``actor_label`` says who or what caused it
     ("alice", "approval rule", "cluster").
     """
-    if to not in RequestState.values:
-        raise ValueError(f"Unknown request state {to!r}.")
-    sources = sources_of(to)
-    if only_from is not None:
-        sources = [state for state in sources if state in set(only_from)]
-    if not sources:
-        raise ValueError(f"No state may move to {to!r}" + (f" from {sorted(only_from)}." if only_from is not None else "."))
-    now = timezone.now()
-    # A pending reason describes the state it was written for; a move clears it unless it brings one.
-    values: dict[str, Any] = {
-        "state": to, "state_reason": reason[:500], "pending_reason": "", "updated_at": now, **_timestamps(to, now),
-    }
-    values.update(fields or {})
-    with transaction.atomic():
-        # The row's current state, read under the same lock the UPDATE takes, is the "from" of the
-        # timeline entry; the filter on state is what makes this a compare-and-set.
-        current = (
-            WorkloadRequest.objects.select_for_update(of=("self",))
-            .filter(pk=request.pk, state__in=sources)
-            .values_list("state", flat=True)
-            .first()
-        )
-        if current is None:
-            return False
-        won = WorkloadRequest.objects.filter(pk=request.pk, state__in=sources).update(**values) == 1
-        if not won:  # pragma: no cover - the lock above makes this unreachable on PostgreSQL
-            return False
-        event, entry = move_records(request, from_state=current, to=to, actor_label=actor_label, reason=reason,
-                                    actor=actor)
-        event.save(force_insert=True)
-        audit_append([entry])
-        if S.PENDING_APPROVAL in (current, to):
-            approvals_changed()
-    for name, value in values.items():
-        setattr(request, name, value)
-    return True
+    who = actor if actor is not None else LabelledActor(user=None, name=actor_label[:200])
+    return MACHINE.move(request, to=to, actor=who, reason=reason, fields=fields, only_from=only_from,
+                        context={"actor_label": actor_label}) is not None
 
 
 def move_many(
@@ -200,42 +164,13 @@ def move_many(
 
     ``fields_each``: per request id, further columns that differ by row (``applied_hash``).
     """
-    if not requests:
-        return []
-    sources = sources_of(to)
-    if only_from is not None:
-        sources = [state for state in sources if state in set(only_from)]
-    if not sources:
-        raise ValueError(f"No state may move to {to!r}.")
-    now = timezone.now()
-    values: dict[str, Any] = {
-        "state": to, "state_reason": reason[:500], "pending_reason": "", "updated_at": now, **_timestamps(to, now),
-    }
-    values.update(fields or {})
-    by_pk = {r.pk: r for r in requests}
-    with transaction.atomic():
-        current = dict(
-            WorkloadRequest.objects.select_for_update(of=("self",))
-            .filter(pk__in=list(by_pk), state__in=sources)
-            .order_by("pk")  # one lock order for every batch: two batches never deadlock
-            .values_list("pk", "state")
-        )
-        if not current:
-            return []
-        update = dict(values)
-        for name in {n for each in (fields_each or {}).values() for n in each}:
-            whens = [When(pk=pk, then=Value(each[name])) for pk, each in (fields_each or {}).items()
-                     if pk in current and name in each]
-            update[name] = Case(*whens, default=F(name))
-        WorkloadRequest.objects.filter(pk__in=list(current), state__in=sources).update(**update)
-        moved = [by_pk[pk] for pk in current]
-        records = [move_records(r, from_state=current[r.pk], to=to, actor_label=actor_label, reason=reason)
-                   for r in moved]
-        RequestEvent.objects.bulk_create([event for event, _ in records])
-        audit_append([entry for _, entry in records])
-        if to == S.PENDING_APPROVAL or S.PENDING_APPROVAL in current.values():
+    def records(moved: list[tuple[WorkloadRequest, str]]) -> None:
+        pairs = [move_records(r, from_state=source, to=to, actor_label=actor_label, reason=reason)
+                 for r, source in moved]
+        RequestEvent.objects.bulk_create([event for event, _ in pairs])
+        audit_append([entry for _, entry in pairs])
+        if to == S.PENDING_APPROVAL or any(source == S.PENDING_APPROVAL for _, source in moved):
             approvals_changed()
-    for req in moved:
-        for name, value in {**values, **(fields_each or {}).get(req.pk, {})}.items():
-            setattr(req, name, value)
-    return moved
+
+    return MACHINE.move_many(requests, to=to, reason=reason, fields=fields, fields_each=fields_each,
+                             only_from=only_from, then=records)

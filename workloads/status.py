@@ -58,9 +58,10 @@ from portal.labels import INSTALLATION_LABEL, OUTCOME_FINALIZER, REQUEST_LABEL
 from portal.leases import Lease
 
 from . import kinds, notify
-from .manifests import _installation_id, cluster_queue_name, uses_volcano
+from .kinds import uses_volcano
+from .manifests import cluster_queue_name, installation_id
 from .models import Reclaim, RequestState, WorkloadRequest
-from .pending import request_pending_reason
+from .pending import request_pending_reason, topology_hosts
 from .preemption import preemption_of
 from .states import ACTIVE, move
 
@@ -139,9 +140,17 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     if key == "workload":
         evictions = sum(int(e.get("count") or 0) for e in (status.get("schedulingStats") or {}).get("evictions") or [])
-        return {"c": _conditions(status, WORKLOAD_CONDITIONS), "ev": evictions,
-                "cq": (status.get("admission") or {}).get("clusterQueue", ""),
-                "uid": str((obj.get("metadata") or {}).get("uid") or "")}
+        out = {"c": _conditions(status, WORKLOAD_CONDITIONS), "ev": evictions,
+               "cq": (status.get("admission") or {}).get("clusterQueue", ""),
+               "uid": str((obj.get("metadata") or {}).get("uid") or "")}
+        # Kueue TAS: the hosts it placed the pods on (host -> pods; the page says which rack and block).
+        hosts: dict[str, int] = {}
+        for psa in (status.get("admission") or {}).get("podSetAssignments") or []:
+            for host, pods in topology_hosts(psa.get("topologyAssignment")).items():
+                hosts[host] = hosts.get(host, 0) + pods
+        if hosts:
+            out["topo"] = dict(sorted(hosts.items())[:50])
+        return out
     if key == "job":
         return {"c": _conditions(status, JOB_CONDITIONS), "active": status.get("active", 0), "ready": status.get("ready", 0),
                 "succeeded": status.get("succeeded", 0), "failed": status.get("failed", 0), "suspend": bool(spec.get("suspend"))}
@@ -504,7 +513,7 @@ class StatusFollower:
         A request still active whose object is being deleted gets its outcome here: the object's own end when it
         finished (a Job the TTL controller removes), else failed ("deleted outside the portal"). Objects of another
         installation are left alone; an unchanged cluster has no such object, so this costs nothing then."""
-        installation = _installation_id()
+        installation = installation_id()
         doomed: dict[int, list[tuple[Followed, dict[str, Any]]]] = defaultdict(list)
         for f, obj in seen:
             meta = obj.get("metadata") or {}
@@ -755,7 +764,8 @@ def _target_of(req: WorkloadRequest) -> Any:
     from .manifests import Target
 
     return Target(name=req.k8s_name, namespace=req.project.namespace, tenant="", project=req.project.slug,
-                  request_id=int(req.pk), kind=req.template.kind, architecture=req.cluster.architecture, priority=req.priority)
+                  request_id=int(req.pk), kind=req.template.kind, architecture=req.cluster.architecture, priority=req.priority,
+                  serving=kinds.get(req.template.kind).serving)
 
 
 def requests_sync(*, cluster: Any | None = None, watch_seconds: int = 1) -> dict[str, CycleStats]:

@@ -61,7 +61,19 @@ def requests_housekeeping_task() -> dict[str, int]:
     from .extensions import extension_requests_lapse
 
     lapsed = extension_requests_lapse()
-    return {"expired": expired, "culled": culled, "extensions_lapsed": lapsed}
+    from . import routing, services
+
+    moved = routing.zones_redispatch(usable=services.redispatch_usable)  # drained or long-unhealthy clusters
+    return {"expired": expired, "culled": culled, "extensions_lapsed": lapsed,
+            "redispatched": sum(c.get("moved", 0) for c in moved.values())}
+
+
+@shared_task(ignore_result=True)
+def requests_redispatch_task(cluster_id: int) -> dict[str, int]:
+    """A drained cluster: its pending work that has not started moves elsewhere, once (``routing.requests_redispatch``)."""
+    from . import routing, services
+
+    return routing.requests_redispatch(cluster_id=cluster_id, usable=services.redispatch_usable)
 
 
 @shared_task(ignore_result=True)

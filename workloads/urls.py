@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import ops_views, views
+from . import ops_views, share_views, views, zone_views
 
 urlpatterns = [
     path("requests/", views.request_list, name="request-list"),
@@ -9,6 +9,8 @@ urlpatterns = [
     path("requests/presets/<int:pk>/delete/", views.request_preset_delete, name="request-preset-delete"),
     path("requests/<int:pk>/", views.request_detail, name="request-detail"),
     path("requests/<int:pk>/logs/", views.request_logs, name="request-logs"),
+    path("requests/<int:pk>/shares/", share_views.request_share, name="request-share"),
+    path("requests/<int:pk>/shares/<str:username>/stop/", share_views.request_unshare, name="request-unshare"),
     path("requests/<int:pk>/logs/follow/", views.request_logs_follow, name="request-logs-follow"),
     path("requests/<int:pk>/logs/download/", views.request_logs_download, name="request-logs-download"),
     path("notebooks/auth/", views.notebook_auth, name="notebook-auth"),
@@ -29,6 +31,8 @@ urlpatterns = [
     path("approvals/bulk/", views.approvals_bulk, name="approvals-bulk"),
     path("approvals/waiting/", views.approvals_waiting, name="approvals-waiting"),
     path("ops/requests/", views.ops_requests, name="ops-requests"),
+    path("ops/zones/", zone_views.zones, name="ops-zones"),
+    path("ops/zones/<str:name>/drain/", zone_views.zone_drain, name="ops-zone-drain"),
     path("ops/templates/", ops_views.template_list, name="ops-templates"),
     path("ops/templates/new/", ops_views.template_new, name="ops-template-new"),
     path("ops/templates/<int:pk>/", ops_views.template_detail, name="ops-template"),

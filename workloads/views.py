@@ -18,7 +18,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -40,11 +40,13 @@ from tenants.selectors import projects_for, projects_where
 from tenants.ui import page
 
 from . import approvals as approvals_flow
-from . import extensions, policy, preemption, selectors, services
+from . import extensions, kinds, policy, preemption, selectors, services, sharing
 from .filters import RequestFilter
-from .forms import BulkDecisionForm, DecisionForm, ExtendForm, ExtensionAskForm, RequestForm, ScaleAskForm, ScaleForm
-from .models import ExtensionRequest, RequestState, ServiceTemplate, TemplateKind, WorkloadRequest
-from .pending import request_queue_line
+from .forms import (BulkDecisionForm, DecisionForm, ExtendForm, ExtensionAskForm, RequestForm, ScaleAskForm, ScaleForm,
+                    ShareForm)
+from .models import ExtensionRequest, RequestState, ServiceTemplate, WorkloadRequest
+from .pending import request_placement, request_queue_line
+from .shared import shares_held
 from .states import ACTIVE, CANCELLABLE, FINAL
 
 S = RequestState
@@ -112,7 +114,7 @@ def _polling(rows: Any) -> bool:
 # My requests ------------------------------------------------------------------------------------
 
 
-SCOPES = {"mine": "Mine", "projects": "All in my projects"}
+SCOPES = {"mine": "Mine", "projects": "All in my projects", "shared": "Shared with me"}
 COUNT_MOST = 1000
 
 
@@ -124,6 +126,8 @@ def request_list(request: HttpRequest) -> HttpResponse:
     visible = selectors.requests_for(actor=actor).order_by("-created_at", "-id")
     if scope == "mine":
         visible = _rows(visible.filter(requested_by=request.user))
+    elif scope == "shared":  # shared with the user by a colleague (workloads/sharing.py)
+        visible = _rows(visible.filter(pk__in=sorted(shares_held(actor))), "requested_by")
     else:
         visible = _rows(visible, "requested_by")
     projects = list(projects_for(actor=actor).order_by("name").values_list("slug", "name"))
@@ -375,6 +379,14 @@ def _visible_request(actor: Actor, pk: int) -> WorkloadRequest:
     return get_object_or_404(selectors.requests_for(actor=actor), pk=pk)
 
 
+def _logs_request(actor: Actor, pk: int) -> WorkloadRequest:
+    """A request whose logs ``actor`` may read (``policy.may_read_logs``): 404 unseen, 403 shared to view only."""
+    req = _visible_request(actor, pk)
+    if not policy.may_read_logs(actor, req):
+        raise PermissionDenied("This request was shared with you to view, not to read its logs.")
+    return req
+
+
 def state_actions(req: WorkloadRequest) -> dict[str, bool]:
     """Which lifecycle buttons the request's state allows. Who may press them the page asks the predicates
     (``workloads.may_decide``, ``workloads.may_act_on``); the services decide again on POST."""
@@ -392,9 +404,9 @@ def state_actions(req: WorkloadRequest) -> dict[str, bool]:
         # (an approver extends directly).
         "ask_extension": (state in extensions.EXTENDABLE and writable
                           and req.duration_hours < req.template.max_duration_hours),
-        "scale": state not in FINAL and req.template.kind == TemplateKind.INFERENCE,
+        "scale": state not in FINAL and kinds.get(req.template.kind).scalable,
         # Asking the approvers for more replicas (a scale request): likewise for the requester, not an approver.
-        "ask_scale": state in extensions.SCALABLE and writable and req.template.kind == TemplateKind.INFERENCE,
+        "ask_scale": state in extensions.SCALABLE and writable and kinds.get(req.template.kind).scalable,
         "delete": state not in (S.REJECTED, S.CANCELLED),
     }
 
@@ -427,8 +439,9 @@ def cluster_facts(req: WorkloadRequest) -> dict[str, Any]:
 
 
 def notebook_access(actor: Actor, req: WorkloadRequest) -> dict[str, Any] | None:
-    """What the page says about opening a notebook: None for other kinds and for people who may not open it."""
-    if req.template.kind != TemplateKind.NOTEBOOK or not selectors.notebook_may_open(actor=actor, request=req):
+    """What the page says about opening a notebook (a kind served through the portal's proxy: ``Kind.proxied``):
+    None for other kinds and for people who may not open it."""
+    if not kinds.get(req.template.kind).proxied or not selectors.notebook_may_open(actor=actor, request=req):
         return None
     from django.conf import settings
 
@@ -464,12 +477,14 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
     return {
         "req": req,
         "pending": selectors.request_pending_reason(req),
+        "placed": request_placement(req),  # Kueue TAS: which rack or block its pods were placed in
         "queue_line": request_queue_line(req, queue=_queue_name(req)),
         "timeline": timeline,
         "preemption": notice,
         "actions": state_actions(req),
         "cluster": cluster,
-        "notebook": notebook_access(actor, req),
+        "proxy": notebook_access(actor, req),
+        "stop_note": kinds.get(req.template.kind).stop_note,
         "poll": req.state not in FINAL,
         "poll_seconds": POLL_SECONDS,
         "final": req.state in FINAL,
@@ -493,8 +508,10 @@ def _extension_rows(actor: Actor, req: WorkloadRequest, bound: dict[int, Decisio
 def _detail_page(request: HttpRequest, actor: Actor, req: WorkloadRequest, *, status: int = 200,
                  decision_form: DecisionForm | None = None, ask_form: ExtensionAskForm | None = None,
                  extension_forms: dict[int, DecisionForm] | None = None,
-                 scale_ask_form: ScaleAskForm | None = None) -> HttpResponse:
+                 scale_ask_form: ScaleAskForm | None = None, share_form: Any = None) -> HttpResponse:
     context = _detail_context(actor, req)
+    if asked(request, policy.may_share_request, req):  # the "Share" section (share_views.py)
+        context |= {"shares": sharing.shares_of(req), "share_form": share_form or ShareForm(prefix="share")}
     extension_rows = _extension_rows(actor, req, extension_forms)
     ask = request.GET.get("ask", "")
     scale = request.GET.get("scale", "")
@@ -592,7 +609,7 @@ def request_logs(request: HttpRequest, pk: int) -> HttpResponse:
     The full page follows running pods: a poller asks ``request-logs-follow`` every few seconds for the lines
     after the last one shown and appends them. ``?tail=N`` picks how many lines to start with."""
     actor = _actor(request)
-    req = _visible_request(actor, pk)
+    req = _logs_request(actor, pk)
     context = _logs_context(req, _tail(request))
     if request.htmx:
         return render(request, "workloads/_request_logs.html", context)
@@ -605,7 +622,7 @@ def request_logs_follow(request: HttpRequest, pk: int) -> HttpResponse:
     poller. When the pods with a log are no longer those on the page (``?pods=``), the whole log section is sent
     again."""
     actor = _actor(request)
-    req = _visible_request(actor, pk)
+    req = _logs_request(actor, pk)
     cursors = {}
     for value in request.GET.getlist("c"):
         name, _, rest = value.partition("|")
@@ -646,7 +663,7 @@ def request_logs_download(request: HttpRequest, pk: int) -> HttpResponse:
     """The whole log of one pod (``?pod=``) or of every pod of the request, as a plain-text attachment.
     Each line starts with the cluster's timestamp (cluster time, UTC)."""
     actor = _actor(request)
-    req = _visible_request(actor, pk)
+    req = _logs_request(actor, pk)
     wanted = request.GET.get("pod") or None
     try:
         pods = selectors.logs_for(req, tail=None, pod=wanted)
@@ -750,7 +767,7 @@ def notebook_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpRespons
         return HttpResponse("Sign in to the portal first.", status=401, content_type="text/plain; charset=utf-8")
     actor = _actor(request)
     req = _visible_request(actor, pk)
-    if req.template.kind != TemplateKind.NOTEBOOK:
+    if not kinds.get(req.template.kind).proxied:
         raise Http404("No such notebook.")
     if not selectors.notebook_may_open(actor=actor, request=req):
         return _notebook_page(request, req, 403, "Not your notebook",
@@ -1064,12 +1081,12 @@ def request_scale(request: HttpRequest, pk: int) -> HttpResponse:
 # tolerations (JSON, decoded per row) nor its pool, order and cluster.
 FLAVOR_SHOWN = tuple(f"flavor__{name}" for name in ("name", "display_name", "kind", "mig_profile", "gpu_model", "gpu_product",
                                                    "hami_memory_mib", "hami_cores_percent"))
-# The columns the inbox's rows read (``{% approval_row %}``, ``approval_context``, the cost estimate;
+# The columns the inbox's rows read (``workloads/_approval_row.html``, ``approval_context``, the cost estimate;
 # ``_extension_row.html``), not the 115-126 of the joined tables: the ORM compiled and built every one of them per call.
 # A column left out would be read one query per row: tests/workloads/test_inbox_columns.py counts them.
 INBOX_COLUMNS = (
-    "name", "state", "created_at", "gpus", "replicas", "cpu", "memory_gib", "parameters", "duration_hours",
-    "pending_reason", "project__name", "tenant__name", "template__name", "template__kind", *FLAVOR_SHOWN,
+    "name", "state", "created_at", "gpus", "replicas", "cpu", "memory_gib", "share_memory_mib", "share_cores_percent",
+    "parameters", "duration_hours", "pending_reason", "project__name", "tenant__name", "template__name", "template__kind", *FLAVOR_SHOWN,
     "requested_by__username",
 )
 INBOX_EXTENSION_COLUMNS = (
@@ -1080,10 +1097,10 @@ INBOX_EXTENSION_COLUMNS = (
 )
 
 
-def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None, *, built: bool = True) -> dict[str, Any]:
-    """A row of the inbox: the request, its context, its decision form. ``built=False`` (the page's list) leaves an
-    unbound form unbuilt (``None``): ``{% approval_row %}`` writes its fresh form's HTML without building one."""
-    if form is None and built:
+def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None) -> dict[str, Any]:
+    """A row of the inbox (the Jinja2 template ``workloads/_approval_row.html``): the request, its context, its
+    decision form."""
+    if form is None:
         form = DecisionForm(prefix=f"decide-{req.pk}")
     return {"req": req, "info": selectors.approval_context(req), "form": form}
 
@@ -1105,7 +1122,7 @@ def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisi
         selects={"project": [(slug, name) for _, slug, name in approvable]},
     )
     pager = Pager(request, filterset.qs)
-    rows = [_inbox_row(req, built=False) for req in selectors.with_approval_context(list(pager))]
+    rows = [_inbox_row(req) for req in selectors.with_approval_context(list(pager))]
     extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True).only(*INBOX_EXTENSION_COLUMNS),
                             param="extensions_page")
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
@@ -1196,7 +1213,7 @@ def request_decide(request: HttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         row = _inbox_row(req, form if error else None) | {"error": "" if form.has_error("comment") else error,
                                                            "done": done}
-        response = render(request, "workloads/_approval_row.html", row)
+        response = render(request, "workloads/_approval_row.html", row, using="jinja2")
         return _changed(response) if done else response
     if form.has_error("comment"):
         req = _visible_request(actor, pk)

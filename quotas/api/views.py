@@ -120,7 +120,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
 
     @extend_schema(request=ClusterSerializer, responses={201: ClusterSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
-        actor = _require_ops(request, "Only platform ops register clusters.")
+        actor = actor_of(request)  # the service refuses who may not (403)
         data = ClusterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         cluster = services.cluster_create(actor=actor, **data.validated_data)
@@ -129,7 +129,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
     @extend_schema(request=ClusterSerializer, responses={200: ClusterSerializer}, parameters=[CLUSTER_KEY])
     def partial_update(self, request: Request, *args, **kwargs) -> Response:
         cluster = self.get_object()
-        actor = _require_ops(request, "Only platform ops change clusters.")
+        actor = actor_of(request)  # the service refuses who may not (403)
         data = ClusterSerializer(cluster, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         cluster = services.cluster_update(actor=actor, cluster=cluster, **data.validated_data)
@@ -155,7 +155,7 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
     def sync(self, request: Request, pk: str | None = None) -> Response:
         """Read the cluster's nodes now (inventory sync), then reconcile its queues. Ops only; queued."""
         cluster = self.get_object()
-        services.cluster_sync(actor=_require_ops(request, "Only platform ops sync a cluster's inventory."), cluster=cluster)
+        services.cluster_sync(actor=actor_of(request), cluster=cluster)  # the service refuses who may not (403)
         return Response({"detail": "Inventory sync and reconcile queued."}, status=202)
 
     @extend_schema(methods=["GET"], parameters=[OpenApiParameter("architecture", str, enum=list(Architecture.values),
@@ -209,7 +209,7 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
 
     @extend_schema(request=FlavorSerializer, responses={201: FlavorSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
-        actor = _require_ops(request, "Only platform ops define flavors.")
+        actor = actor_of(request)  # the service refuses who may not (403)
         data = FlavorSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         flavor = services.flavor_create(actor=actor, **data.validated_data)
@@ -218,7 +218,7 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
     @extend_schema(request=FlavorUpdateSerializer, responses={200: FlavorSerializer})
     def partial_update(self, request: Request, *args, **kwargs) -> Response:
         flavor = self.get_object()
-        actor = _require_ops(request, "Only platform ops change flavors.")
+        actor = actor_of(request)  # the service refuses who may not (403)
         data = FlavorUpdateSerializer(flavor, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         changes = dict(data.validated_data)
@@ -235,7 +235,7 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
     @action(detail=True, methods=["post"])
     def deactivate(self, request: Request, pk: str | None = None) -> Response:
         flavor = self.get_object()
-        actor = _require_ops(request, "Only platform ops deactivate flavors.")
+        actor = actor_of(request)  # the service refuses who may not (403)
         return Response(FlavorSerializer(services.flavor_deactivate(actor=actor, flavor=flavor)).data)
 
 

@@ -47,7 +47,12 @@ Quota is computed from the pod template's requests (limits when requests are mis
 ``resources.transformations`` of the HAMi recipe (``nvidia.com/gpumem`` x ``nvidia.com/gpu`` ->
 ``nvidia.com/total-gpumem``, same for ``gpucores``; override with the profile key ``kueue.transformations``).
 
-Not simulated: admission checks (treated as Ready), partial admission (``minCount``), topology-aware scheduling,
+Topology Aware Scheduling: a pod set whose flavor names a ``Topology`` is placed by ``sandbox/controllers/tas.py``
+(one rack or block when its template asks ``kueue.x-k8s.io/podset-required-topology``, else waits with Kueue's
+``topology "..." allows to fit only n out of m pod(s)``); the admission carries ``topologyAssignment`` and the Job's
+pods are gated (``kueue.x-k8s.io/topology``) until each is given its host.
+
+Not simulated: admission checks (treated as Ready), partial admission (``minCount``),
 fair sharing, ``borrowWithinCohort`` preemption, flavor fungibility ``whenCanPreempt``/``preference``,
 ``waitForPodsReady``, LimitRanges/RuntimeClass overhead, MultiKueue, the visibility API,
 Cohort borrowing/lending limits (a Cohort object's own ``nominalQuota`` simply adds to the shared pool).
@@ -62,12 +67,14 @@ from collections import defaultdict
 from decimal import Decimal
 
 from sandbox.controllers import resources as R
+from sandbox.controllers import tas
 from sandbox.controllers.common import (
     CLUSTER_QUEUE,
     COHORT,
     JOB,
     LOCAL_QUEUE,
     NAMESPACE,
+    NODE,
     POD,
     PRIORITY_CLASS,
     RESOURCE_FLAVOR,
@@ -462,6 +469,9 @@ class Kueue:
         # they finish; they admit nothing new (``_cq_problem``) and go once empty (``_finalizers``).
         self.cqs = {k[1]: q for k, q in inf.objs[CLUSTER_QUEUE].items()}
         self.flavors = {f["metadata"]["name"]: f for f in ctx.list_items(RESOURCE_FLAVOR)}
+        self.topologies = ({t["metadata"]["name"]: t for t in ctx.list_items(tas.TOPOLOGY)}
+                           if any((f.get("spec") or {}).get("topologyName") for f in self.flavors.values()) else {})
+        self._tas = None  # TAS node state of this pass, built when a pod set needs it (``_tas_state``)
         self.cohorts = {c["metadata"]["name"]: c for c in ctx.list_items(COHORT)}
         self.wpcs = {w["metadata"]["name"]: w for w in ctx.list_items(WPC)}
         self.pcs = {p["metadata"]["name"]: p for p in ctx.list_items(PRIORITY_CLASS)}
@@ -928,9 +938,33 @@ class Kueue:
                 for r, v in greq.items():
                     flavors_for[r] = fname
                     total_usage[(fname, r)] += v
-            podsets_out.append({"name": ps.get("name", "main"), "flavors": flavors_for,
-                                "resourceUsage": R.fmt_list(req), "count": count})
+            out = {"name": ps.get("name", "main"), "flavors": flavors_for, "resourceUsage": R.fmt_list(req),
+                   "count": count}
+            tas_flavor = next((self.flavors[f] for f in dict.fromkeys(flavors_for.values())
+                               if ((self.flavors.get(f) or {}).get("spec") or {}).get("topologyName")), None)
+            if tas_flavor is not None:
+                topology = self.topologies.get(tas_flavor["spec"]["topologyName"])
+                if topology is None:
+                    return None, None, (f"couldn't assign flavors to pod set {ps.get('name', 'main')}: flavor "
+                                        f"{tas_flavor['metadata']['name']} information missing in TAS cache"), []
+                assignment, why = tas.assign(topology=topology, flavor=tas_flavor, template=ps.get("template") or {},
+                                             count=count, per_pod=per_pod, state=self._tas_state())
+                if assignment is None:
+                    return None, None, f"couldn't assign flavors to pod set {ps.get('name', 'main')}: {why}", []
+                out["topologyAssignment"] = assignment
+            podsets_out.append(out)
         return {"podsets": podsets_out, "usage": dict(total_usage)}, overall_mode, "", []
+
+    def _tas_state(self) -> tas.NodeState:
+        if self._tas is None:
+            reserved = [w for w in self.wls if is_reserved(w) and not is_finished(w)]
+            self._tas = tas.NodeState(self.ctx.list_items(NODE), self.ctx.list_items(POD), reserved, self._requests)
+        return self._tas
+
+    def _is_tas(self, wl: dict) -> bool:
+        """Might be placed by topology (its pod sets may land on a flavor with a Topology): node capacity, which no
+        quota group tracks, decides, so it is looked at on every pass."""
+        return bool(self.topologies)
 
     def _assign_memo(self, wl: dict, cqn: str, quota: Quota, memo: dict):
         """:meth:`_assign`, shared by the workloads of one shape (pod sets) while the quota usage does not change
@@ -1080,7 +1114,8 @@ class Kueue:
             if reason:
                 self._set_pending(wl, reason, msg)
                 continue
-            if dirty is not None and _group(quota, cqn) not in dirty and wl["metadata"]["namespace"] not in dirty_ns:
+            if dirty is not None and _group(quota, cqn) not in dirty and wl["metadata"]["namespace"] not in dirty_ns \
+                    and not self._is_tas(wl):
                 continue  # nothing this group's admission depends on changed since the last pass
             if cqn in blocked_cqs:
                 continue
@@ -1097,6 +1132,8 @@ class Kueue:
                         self._evict(victim, "Preempted", message, preason)
                         quota.add(vcq, usage_of(victim), -1)
                         admitted = [a for a in admitted if uid_of(a) != uid_of(victim)]
+                        if self._tas is not None:
+                            self._tas.add_workload(victim, -1)
                     assignment, mode, msg, options = self._assign(wl, cqn, quota)
             if assignment is None:
                 self._set_pending(wl, "Pending", msg)
@@ -1107,6 +1144,8 @@ class Kueue:
             if admitted_wl is not None:
                 quota.add(cqn, assignment["usage"])
                 admitted.append(admitted_wl)
+                if self._tas is not None:
+                    self._tas.add_workload(admitted_wl)
 
     def _path(self, cqn: str | None) -> str:
         cq = self.cqs.get(cqn or "")
@@ -1259,7 +1298,7 @@ class Kueue:
             new["spec"]["suspend"] = True
             orig = ((wl.get("spec") or {}).get("podSets") or [{}])[0].get("template") or {}
             tspec = new["spec"].setdefault("template", {}).setdefault("spec", {})
-            for k in ("nodeSelector", "tolerations"):
+            for k in ("nodeSelector", "tolerations", "schedulingGates"):
                 if (orig.get("spec") or {}).get(k) is not None:
                     tspec[k] = deep_copy(orig["spec"][k])
                 else:
@@ -1293,11 +1332,17 @@ class Kueue:
             cqn = adm.get("clusterQueue")
             if owner.get("kind") == "Job":
                 if not (owner.get("spec") or {}).get("suspend"):
+                    if psa.get("topologyAssignment"):
+                        self._tas_ungate(wl, owner, psa["topologyAssignment"])
                     continue
                 new = deep_copy(owner)
                 tmpl = new["spec"].setdefault("template", {})
                 tspec = tmpl.setdefault("spec", {})
                 _inject(tspec, node_labels, tolerations)
+                if psa.get("topologyAssignment"):  # Kueue's TAS: pods wait for their host (``_tas_ungate``)
+                    gates = tspec.setdefault("schedulingGates", [])
+                    if not any(g.get("name") == tas.GATE for g in gates):
+                        gates.append({"name": tas.GATE})
                 tl = tmpl.setdefault("metadata", {}).setdefault("labels", {})
                 tl[CQ_LABEL] = cqn
                 tl[LQ_LABEL] = (wl.get("spec") or {}).get("queueName")
@@ -1319,6 +1364,33 @@ class Kueue:
                     pl[CQ_LABEL] = cqn
                     pl[LQ_LABEL] = (wl.get("spec") or {}).get("queueName")
                     ctx.update(new)
+
+    def _tas_ungate(self, wl: dict, job: dict, assignment: dict) -> None:
+        """Kueue's topology ungater: each gated pod of the Job gets the next host of the assignment that has room
+        left (a ``kubernetes.io/hostname`` node selector), the ``kueue.x-k8s.io/tas`` label, and loses the gate."""
+        ctx = self.ctx
+        pods = [p for p in ctx.list_items(POD, job["metadata"]["namespace"])
+                if (controller_ref(p) or {}).get("uid") == uid_of(job) and not is_deleting(p)]
+        gated = [p for p in pods if any(g.get("name") == tas.GATE for g in (p.get("spec") or {}).get("schedulingGates") or [])]
+        if not gated:
+            return
+        room = {values[-1]: count for values, count in tas.decode(assignment)}
+        for p in pods:
+            host = ((p.get("spec") or {}).get("nodeSelector") or {}).get(tas.HOSTNAME)
+            if p not in gated and host in room and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                room[host] -= 1
+        for p in sorted(gated, key=lambda x: x["metadata"]["name"]):
+            host = next((h for h in sorted(room) if room[h] > 0), None)
+            if host is None:
+                return
+            room[host] -= 1
+            new = deep_copy(p)
+            new["spec"]["schedulingGates"] = [g for g in new["spec"]["schedulingGates"] if g.get("name") != tas.GATE]
+            if not new["spec"]["schedulingGates"]:
+                del new["spec"]["schedulingGates"]
+            new["spec"].setdefault("nodeSelector", {})[tas.HOSTNAME] = host
+            new["metadata"].setdefault("labels", {})[tas.TAS_LABEL] = "true"
+            ctx.update(new)
 
     # 4b. finalizers ----------------------------------------------------------------------------------
     def _finalizers(self) -> None:

@@ -78,6 +78,32 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", keepFormToken);
   else keepFormToken();
 
+  // HAMi share fields (workloads/forms.py): shown for a HAMi flavor only (the flavor select lists those in
+  // data-hami-flavors), the size fields for "a size of my own" only. Hidden ones are disabled, so neither the
+  // submission nor the cost estimate (htmx) sends them. Without this script every field shows, and the service says
+  // what does not fit. Capture phase: the fields are set before htmx reads the form for the estimate.
+  function showShareFields() {
+    document.querySelectorAll("select[data-hami-flavors]").forEach(function (select) {
+      var form = select.form;
+      if (!form) return;
+      var hami = select.getAttribute("data-hami-flavors").split(" ").indexOf(select.value) >= 0;
+      var own = form.querySelector("input[type=radio][data-hami-only][value=false]");
+      var ownSize = own ? own.checked : true;
+      form.querySelectorAll("[data-hami-only]").forEach(function (input) {
+        var show = hami && (input.getAttribute("data-hami-only") !== "own" || ownSize);
+        var box = input.closest(".field") || input;
+        box.style.display = show ? "" : "none";
+        input.disabled = !show;
+      });
+    });
+  }
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target && target.matches && target.matches("select[data-hami-flavors], [data-hami-only]")) showShareFields();
+  }, true);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", showShareFields);
+  else showShareFields();
+
   // Close the user menu when clicking elsewhere.
   document.addEventListener("click", function (event) {
     document.querySelectorAll("details.usermenu[open]").forEach(function (menu) {

@@ -1,5 +1,8 @@
 """What pages write many times, cheaper than Django's own tags and filters, with the same output.
 
+``{% jinja "name.html" key=value %}``: a list's rows (or one row) written by a Jinja2 template of templates/jinja2/
+(``portal/jinja_env.py``): the page's request, CSRF token and the values named; nothing else of the page's context.
+
 ``{% url_kept %}`` and ``{% url_if %}``: ``{% url %}`` for the URLs a page writes many times (the navigation's, a
 link per row of a list). ``|stamp`` and ``|day``: ``|date:"Y-m-d H:i"`` and ``|date:"Y-m-d"``. ``written``:
 ``{{ value }}`` for the rows that tags write out in Python.
@@ -21,10 +24,11 @@ from typing import Any
 
 from django import template
 from django.conf import settings
+from django.template import engines
 from django.template.base import render_value_in_context
 from django.template.defaultfilters import date as date_filter
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -103,6 +107,13 @@ def day(value: Any) -> str:
     if type(value) is datetime:
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     return date_filter(value, "Y-m-d")
+
+
+@register.simple_tag(takes_context=True)
+def jinja(context: template.Context, name: str, **values: Any) -> SafeString:
+    """The Jinja2 template ``name`` (templates/jinja2/) with ``values``, the request and its CSRF token: a list's rows
+    in a Django page (docs/performance.md). An htmx answer of one row renders the same template."""
+    return mark_safe(engines["jinja2"].get_template(name).render(values, context.get("request")))
 
 
 class _Values:

@@ -605,7 +605,7 @@ def bench_submit_http(n: int, tmp: Path, *, clients: int, servers: int, concurre
 def bench_follow(active_counts: list[int], change_counts: list[int], tmp: Path) -> None:
     from portal.kube import kube_cache_clear
     from sandbox.app import Sandbox
-    from workloads.manifests import request_manifests
+    from workloads.kinds import request_manifests
     from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
     from workloads.status import StatusFollower
 
@@ -672,7 +672,7 @@ def bench_follow_real(active: int, samples: int, tmp: Path) -> None:
     from portal.kube import kube_cache_clear, kube_for
     from quotas.models import Flavor, Quota
     from quotas.reconcile import reconcile
-    from workloads.manifests import request_manifests
+    from workloads.kinds import request_manifests
     from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
     from workloads.status import StatusFollower
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from billing import budgets, costs, services
 from billing.models import Budget, BudgetAlert, UsageInterval
 from tenants.models import AuditEntry
+from workloads.models import WorkloadRequest
 
 from ..workloads.factories import make_request
 
@@ -180,9 +181,12 @@ def test_a_spent_budget_refuses_submissions_only_when_ops_say_so(api, token_clie
         budgets.budget_update(actor=cast.actor("ops"), budget=budget, refuse_when_spent=True)
     refused = client.post(f"{API}/requests/", TRAIN | {"name": "refused"}, format="json")
     assert refused.status_code == 400
-    message = str(refused.json())
-    assert "project" in refused.json() or "project" in message
-    assert "budget" in message and cast.vision.slug in message and "spent" in message
+    # The refusal is the project field's one error, and names the spent budget with its figures.
+    assert list(refused.json()["fields"]) == ["project"], refused.json()
+    [reason] = refused.json()["fields"]["project"]
+    assert reason.startswith(f"The monthly budget of project {cast.vision.slug} is spent ("), reason
+    assert " of 1.00 EUR): new requests are refused" in reason, reason
+    assert not WorkloadRequest.objects.filter(name="refused").exists()  # nothing was made
     # The other tenant is not refused, and a raised budget lets submissions through again.
     frank, _ = token_client("frank", cast.llm, "read+submit")
     assert frank.post(f"{API}/requests/", TRAIN | {"name": "other"}, format="json").status_code == 201

@@ -199,7 +199,8 @@ def test_list_status_cancel_templates_flavors(gp, cast, cat) -> None:
 
     templates = gp("templates")
     assert templates.returncode == 0 and templates.stdout.split()[:6] == ["SLUG", "VERSION", "KIND", "NAME", "GPUS", "FLAVORS"]
-    assert {t["slug"] for t in json.loads(gp("templates", "-o", "json").stdout)} == {"notebook", "training", "inference"}
+    assert {t["slug"] for t in json.loads(gp("templates", "-o", "json").stdout)} == {"notebook", "training", "inference",
+                                                                                     "batch-inference"}
     flavors = gp("flavors")
     assert flavors.returncode == 0 and "h100" in flavors.stdout.split()
     assert {f["name"] for f in json.loads(gp("flavors", "-o", "json").stdout)} == {"h100", "a100-1g.10gb", "cpu"}

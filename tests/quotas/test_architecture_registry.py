@@ -16,7 +16,8 @@ from quotas.models import Architecture, Cluster, Flavor
 from quotas.selectors import enforced_flavor_q
 from sandbox.store import ApiError, Store
 from tests.workloads.test_render import dry_run, make_request, top_level
-from workloads.manifests import QUEUE_LABEL, request_manifests
+from workloads.kinds import request_manifests
+from workloads.manifests import QUEUE_LABEL
 
 from .test_render import crd_schema, render
 

@@ -38,7 +38,7 @@ from tenants.demo import seed_demo
 from tenants.models import ApiToken, Project
 from tenants.selectors import projects_where
 from tenants.services import token_create
-from workloads import manifests as wm
+from workloads import kinds
 from workloads.catalogue import seed_catalogue
 from workloads.models import ServiceTemplate, WorkloadRequest
 
@@ -119,7 +119,7 @@ def _requests(pod: dict[str, Any]) -> dict[str, Decimal]:
 
 def _why_not_admitted(objects: list[dict[str, Any]], request: WorkloadRequest) -> str | None:
     """None when the rendered queues can admit the rendered request given enough free capacity, else why not."""
-    rendered = wm.request_manifests(request)
+    rendered = kinds.request_manifests(request)
     top = [o for o in rendered if _pod_templates(o)]
     assert len(top) == 1, [o["kind"] for o in rendered]
     obj = top[0]

@@ -310,7 +310,7 @@ def test_reserved_namespaces_are_never_adopted(demo, api) -> None:
 @pytest.mark.parametrize("kind", ["notebook", "training", "inference"])
 def test_request_objects_carry_our_labels_and_owner_annotation(kind: str, settings) -> None:
     from tests.workloads.test_render import make_request, pod_templates
-    from workloads import manifests as wm
+    from workloads import kinds as wm
 
     settings.PORTAL_INSTALLATION_ID = "portal-eu-1"
     objects = wm.request_manifests(make_request(kind, replicas=2 if kind == "training" else 1), notebook_token="t")

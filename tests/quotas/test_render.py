@@ -272,7 +272,7 @@ def test_f_separates_pools_and_lends_offline_to_online_explicitly() -> None:
               and o["metadata"]["namespace"] == "acme-vision"}
     assert queues == {"acme-vision": "acme-vision", "acme-vision-online": "acme-vision-online"}
     cluster = snapshot("F").cluster
-    assert m.local_queue_name(cluster, "acme-vision", inference=True) == "acme-vision-online"
+    assert m.local_queue_name(cluster, "acme-vision", serving=True) == "acme-vision-online"
     assert m.local_queue_name(cluster, "acme-vision") == "acme-vision"
     # Without any lending, the online queue cannot reach offline GPUs at all.
     no_lending = Snapshot(cluster, FLAVORS, (ACME,), (ProjectRow("acme-vision", "acme", quotas=(QuotaRow("h100-80gb", GPU, D(6)),)),))

@@ -8,6 +8,7 @@ frank (member of globex-llm); ops is platform ops; nobody has no role. The fleet
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import timedelta
@@ -548,7 +549,7 @@ def test_htmx_decision_answers_with_the_card(as_user, cast, split) -> None:
     assert response.status_code == 200
     body = text(response)
     assert f'<li class="card request-card" id="request-{request.pk}"' in body and "<html" not in body
-    assert "Rejected" in body and "Use NLP&#x27;s." in body and "Approve" not in body
+    assert "Rejected" in body and "Use NLP's." in html.unescape(body) and "Use NLP's." not in body and "Approve" not in body
     assert QuotaRequest.objects.get().status == "rejected" and vision_h100() == 4
 
 

@@ -33,7 +33,7 @@ def post(client, path: str, body: dict | None = None, **headers):
 def test_templates_are_readable_with_their_form(api, cat) -> None:
     response = api("carol").get(f"{API}/templates/")
     assert response.status_code == 200
-    assert {row["slug"] for row in response.json()["results"]} == {"notebook", "training", "inference"}
+    assert {row["slug"] for row in response.json()["results"]} == {"notebook", "training", "inference", "batch-inference"}
     training = api("carol").get(f"{API}/templates/training/").json()
     assert training["id"] == cat.training.pk and training["max_gpus"] == 8
     assert {f["name"] for f in training["form_fields"]} >= {"command", "args", "env", "retries", "workers"}

@@ -1,23 +1,23 @@
-"""The request list and detail as the API serves them (rows, cursor pages) against the serializers' JSON; the
-cursor walk; the token's last use written at most once a minute."""
+"""The request list, detail and inbox as the API serves them (rows, cursor pages): the documented shape and the
+values users see; the cursor walk; the token's last use written at most once a minute."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.test import APIRequestFactory
+from schemathesis.openapi import from_dict
 
 from tenants.models import ApiToken
-from workloads import selectors
-from workloads.api.serializers import RequestDetailSerializer, RequestSerializer
 from workloads.extensions import extension_request_create
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
 
+from ..test_api_schema import conforms
 from .factories import make_request
 
 pytestmark = [pytest.mark.django_db]
@@ -47,41 +47,65 @@ def _variety(cast, cat) -> list[WorkloadRequest]:
     return reqs
 
 
-def test_list_and_detail_json_are_the_serializers(api, cast, cat) -> None:
+@pytest.fixture
+def schema(client) -> Any:
+    return from_dict(client.get("/api/schema/?format=json").json())
+
+
+def test_list_detail_and_inbox_show_each_request_as_documented(api, cast, cat, schema) -> None:
+    """Every path of the JSON (waiting and running states, an approver, nulls, decimals, a MIG flavor, another
+    template, events, an extension request) in the shape the OpenAPI schema documents, with the values users see."""
     reqs = _variety(cast, cat)
     client = api("carol")
-    listed = client.get(f"{API}/requests/").json()["results"]
-    context = {"request": APIRequestFactory().get("/")}
-    expected = RequestSerializer(selectors.requests_for(actor=cast.actor("carol")).order_by("-created_at", "-id"),
-                                 many=True, context=context).data
-    assert [row["id"] for row in listed] == [row["id"] for row in expected]
-    for row, reference in zip(listed, expected, strict=True):
-        assert list(row) == list(reference)
-        assert {k: v for k, v in row.items() if reference[k] != v} == {}, {k: reference[k] for k in row if reference[k] != row[k]}
-    for req in reqs:
-        detail = client.get(f"{API}/requests/{req.pk}/").json()
-        reference = RequestDetailSerializer(selectors.requests_for(actor=cast.actor("carol")).get(pk=req.pk)).data
-        assert detail == reference, req.state
-    assert client.get(f"{API}/requests/{reqs[2].pk}/").json()["extension_requests"][0]["hours"] == 2
+    listed = conforms(schema, "GET", "/api/v1/requests/", client.get(f"{API}/requests/"))["results"]
+    assert [row["id"] for row in listed] == [req.pk for req in reversed(reqs)]
+    documented = schema.raw_schema["components"]["schemas"]
+    assert all(set(row) == set(documented["Request"]["properties"]) for row in listed)
+    details = {req.pk: conforms(schema, "GET", "/api/v1/requests/{id}/", client.get(f"{API}/requests/{req.pk}/"))
+               for req in reqs}
+    assert all(set(d) == set(documented["RequestDetail"]["properties"]) for d in details.values())
+    for row in listed:  # the list's row is the detail's, less the detail's own fields
+        assert row == {k: v for k, v in details[row["id"]].items() if k in row}
+    pending, queued, running, approved, notebook, failed = (details[req.pk] for req in reqs)
+    assert pending["pending_reason"].startswith("Awaiting approval") and pending["pending_reason"].endswith(
+        ": 4 GPUs is more than 2")
+    assert queued["pending_reason"] == f"Waiting in project acme-vision's queue for 1 x {cat.mig} x 3."
+    assert (queued["flavor"], queued["replicas"], queued["cpu"]) == (cat.mig.name, 3, "2.50")
+    assert (running["approved_by"], running["decision_comment"], running["cluster_status"]) == ("bob", "ok", {"phase": "Running"})
+    assert running["pending_reason"] == "" and running["expires_at"].endswith("Z") and pending["approved_by"] is None
+    assert {"started", "Asked for 2 more hours: a longer run"} <= {e["message"] for e in running["timeline"]}
+    extension = running["extension_requests"][0]
+    assert (extension["hours"], extension["request"], extension["request_name"], extension["requested_by"],
+            extension["tenant"], extension["status"]) == (2, reqs[2].pk, reqs[2].name, "carol", "acme", "pending")
+    assert approved["template"]["kind"] == cat.inference.kind and approved["requested_by"] == "bob"
+    assert notebook["parameters"] == {} and failed["state_reason"] == "OOMKilled" and failed["finished_at"]
+    assert all(d["k8s_name"] == f"req-{d['id']}" and d["namespace"] == cast.vision.namespace for d in details.values())
+    assert pending["placement"]["cluster"] == cat.cluster.name and pending["cost_so_far"] is None
+    # The approver's inbox writes the same request (read as a model instance) as the list does, with its context.
+    inbox = conforms(schema, "GET", "/api/v1/approvals/", api("bob").get(f"{API}/approvals/"))["results"]
+    mine = next(row for row in inbox if row["id"] == reqs[0].pk)
+    assert {k: v for k, v in mine.items() if k != "context"} == next(r for r in listed if r["id"] == reqs[0].pk)
+    assert set(mine["context"]) >= {"quota", "in_use", "waiting_ahead", "cost_estimate"}
     assert client.get(f"{API}/requests/{reqs[0].pk}/?state=running").status_code == 404  # filters apply, as before
     assert client.get(f"{API}/requests/abc/").status_code == 404
 
 
-def test_list_dates_are_the_serializers_in_another_time_zone(api, cast, cat, settings) -> None:
+def test_dates_are_written_in_the_current_time_zone(api, cast, cat, settings) -> None:
     settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: the dates are written in the current time zone, not as UTC
-    _variety(cast, cat)
-    listed = api("carol").get(f"{API}/requests/").json()["results"]
-    expected = RequestSerializer(selectors.requests_for(actor=cast.actor("carol")).order_by("-created_at", "-id"),
-                                 many=True, context={"request": APIRequestFactory().get("/")}).data
-    assert [row["created_at"] for row in listed] == [row["created_at"] for row in expected]
-    assert all(row["created_at"].endswith("+05:30") for row in listed)
-    assert [row["expires_at"] for row in listed] == [row["expires_at"] for row in expected]
+    reqs = _variety(cast, cat)
+    client = api("carol")
+    listed = {row["id"]: row for row in client.get(f"{API}/requests/").json()["results"]}
+    for req in reqs:
+        row, detail = listed[req.pk], client.get(f"{API}/requests/{req.pk}/").json()
+        assert row["created_at"].endswith("+05:30") and datetime.fromisoformat(row["created_at"]) == req.created_at
+        assert detail["created_at"] == row["created_at"] and detail["expires_at"] == row["expires_at"]
+        assert all(event["at"].endswith("+05:30") for event in detail["timeline"])
+    assert listed[reqs[2].pk]["expires_at"].endswith("+05:30")
 
 
-def test_rows_carry_the_cost_estimate_and_cost_so_far_of_the_price_list(api, cast, cat) -> None:
-    """With a price list the rows price each request as the serializers do (one flavor query per page)."""
-    from datetime import UTC, datetime
-
+def test_a_price_list_prices_the_list_the_detail_and_the_inbox_alike(api, cast, cat) -> None:
+    """With a price list every request has a cost estimate (one flavor query per page), the same in the list,
+    its detail and the approver's inbox; nothing is metered yet, so its cost so far is 0.00."""
     from billing import services as billing
 
     jan = datetime(2026, 1, 1, tzinfo=UTC)
@@ -91,16 +115,14 @@ def test_rows_carry_the_cost_estimate_and_cost_so_far_of_the_price_list(api, cas
         billing.price_create(actor=cast.actor("ops"), unit=unit, key=key, amount=Decimal(amount), effective_from=jan)
     reqs = _variety(cast, cat)
     client = api("carol")
-    listed = client.get(f"{API}/requests/").json()["results"]
-    context = {"request": APIRequestFactory().get("/")}
-    expected = RequestSerializer(selectors.requests_for(actor=cast.actor("carol")).order_by("-created_at", "-id"),
-                                 many=True, context=context).data
-    assert [row["cost_estimate"] for row in listed] == [row["cost_estimate"] for row in expected]
-    assert all(row["cost_estimate"] not in (None, "0.00") for row in listed)
+    listed = {row["id"]: row["cost_estimate"] for row in client.get(f"{API}/requests/").json()["results"]}
+    assert all(value not in (None, "0.00") for value in listed.values())
+    assert listed[reqs[0].pk] != listed[reqs[1].pk]  # 4 H100s, and 3 replicas of a MIG slice
     for req in reqs:
         detail = client.get(f"{API}/requests/{req.pk}/").json()
-        assert detail == RequestDetailSerializer(selectors.requests_for(actor=cast.actor("carol")).get(pk=req.pk)).data
-        assert detail["cost_so_far"] == "0.00"  # nothing metered yet
+        assert (detail["cost_estimate"], detail["cost_so_far"]) == (listed[req.pk], "0.00")
+    inbox = {row["id"]: row for row in api("bob").get(f"{API}/approvals/").json()["results"]}
+    assert inbox[reqs[0].pk]["cost_estimate"] == listed[reqs[0].pk] == inbox[reqs[0].pk]["context"]["cost_estimate"]
 
 
 def test_cursor_walks_every_row_once_while_new_rows_arrive(api, cast, cat) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.manifests import DEFAULT_JOB_TTL_SECONDS, request_manifests
+from workloads.kinds import request_manifests
+from workloads.manifests import DEFAULT_JOB_TTL_SECONDS
 
 from .test_render import CASES, dry_run, make_request, pod_templates
 

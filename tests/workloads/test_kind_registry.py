@@ -49,15 +49,16 @@ def evaluation():
 
 
 def test_the_registry_restores_itself(evaluation) -> None:
-    assert kinds.names() == ["notebook", "training", "inference", "evaluation"]
+    assert kinds.names() == ["notebook", "training", "inference", "batchinfer", "evaluation"]
     assert not kinds.allows("evaluation", "extend") and kinds.allows("evaluation", "stop")
-    assert [spec.slug for spec in template_specs()] == ["notebook", "training", "inference", "evaluation"]
+    assert [spec.slug for spec in template_specs()] == ["notebook", "training", "inference", "batch-inference",
+                                                        "evaluation"]
 
 
 def test_after_the_block_only_the_built_in_kinds_are_left() -> None:
     with kinds.registered(EVALUATION):
         pass
-    assert kinds.names() == ["notebook", "training", "inference"] == TemplateKind.values
+    assert kinds.names() == ["notebook", "training", "inference", "batchinfer"] == TemplateKind.values
     with pytest.raises(ValueError, match="Unknown template kind 'evaluation'"):
         kinds.get("evaluation")
 
@@ -74,7 +75,7 @@ def test_a_kind_must_follow_objects_the_follower_knows() -> None:
 def test_a_new_kind_renders_valid_manifests(evaluation, architecture: str, flavor_kind: str) -> None:
     request = make_request("evaluation", architecture=architecture, flavor_kind=flavor_kind,
                            parameters={"command": "python eval.py"})
-    objects = m.request_manifests(request, job_ttl_seconds=600)
+    objects = kinds.request_manifests(request, job_ttl_seconds=600)
     stored = dry_run(objects)
     job = top_level(stored)
     assert job["metadata"]["labels"][m.KIND_LABEL] == "evaluation"

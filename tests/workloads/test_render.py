@@ -21,8 +21,8 @@ from workloads.manifests import (
     REQUEST_LABEL,
     SANDBOX_DURATION,
     manifests_hash,
-    request_manifests,
 )
+from workloads.kinds import request_manifests
 from workloads.models import ServiceTemplate, WorkloadRequest
 
 NAMESPACE = "acme-vision"

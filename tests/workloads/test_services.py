@@ -186,7 +186,7 @@ def test_kueue_workloads_on_volcano_owned_gpus_are_refused(cast, cat, slug) -> N
 
 @pytest.mark.parametrize("parameters", [TRAIN, TRAIN | {"distributed": True, "workers": 2}])
 def test_training_on_volcano_owned_gpus_goes_ahead(cast, cat, parameters) -> None:
-    # Training there renders to a Volcano Job, single-node too (workloads.manifests.uses_volcano).
+    # Training there renders to a Volcano Job, single-node too (workloads.kinds.uses_volcano).
     volcano_owned_h100(cat)
     req = submit(cast, cat, gpus=1, parameters=parameters)
     assert req.flavor == cat.h100 and req.state == S.APPROVED
@@ -473,7 +473,8 @@ def test_seed_catalogue_is_idempotent_and_links_gpu_flavors(cast, cat) -> None:
     assert Image.objects.count() == 3 and ApprovalRule.objects.get().project is None
     for template in ServiceTemplate.objects.all():
         assert parameter_errors(template.parameters_schema, {**({"command": "x"} if template.slug == "training" else {}),
-                                                             **({"model_uri": "m"} if template.slug == "inference" else {})}) == {}
+                                                             **({"model_uri": "m"} if template.slug in ("inference", "batch-inference")
+                                                                else {})}) == {}
 
 
 def test_form_fields_describe_the_schema(cat) -> None:

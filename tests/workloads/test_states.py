@@ -24,7 +24,8 @@ def test_every_state_is_known_to_the_machine() -> None:
     # Nothing leaves a terminal state except a restart of a stopped or failed request.
     for state in FINAL:
         assert ALLOWED.get(state, set()) <= {S.APPROVED}
-    assert sources_of(S.APPROVED) == sorted([S.SUBMITTED, S.PENDING_APPROVAL, S.STOPPED, S.FAILED])
+    # queued -> approved: a re-dispatch off a drained or unhealthy cluster (workloads/routing.py).
+    assert sources_of(S.APPROVED) == sorted([S.SUBMITTED, S.PENDING_APPROVAL, S.QUEUED, S.STOPPED, S.FAILED])
     assert can_move(S.PREEMPTED, S.QUEUED) and can_move(S.RUNNING, S.PREEMPTED)
     assert not can_move(S.SUCCEEDED, S.RUNNING) and not can_move(S.REJECTED, S.APPROVED)
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
@@ -14,7 +14,7 @@ from rest_framework.settings import api_settings
 from portal.api import IdOrNameField, JSONObjectField, StrictSerializerMixin
 from portal.extensions import cost_estimator, cost_so_far
 from quotas.capacity import flavor_enforcement
-from quotas.models import Flavor
+from quotas.models import Flavor, gib_words, share_of_card_words
 from tenants.access import Actor
 
 from .. import selectors
@@ -177,6 +177,35 @@ class RequestEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class RequestShareSerializer(serializers.Serializer):
+    memory_gib = serializers.CharField(help_text="GPU memory of each vGPU, GiB.")
+    memory_mib = serializers.IntegerField(help_text="The same in MiB: what the pod asks as nvidia.com/gpumem.")
+    cores_percent = serializers.IntegerField(help_text="Each vGPU's % of a card's cores (nvidia.com/gpucores).")
+    size = serializers.CharField(help_text='For people: "10 GiB, 25 % of an L40S".')
+    preset = serializers.BooleanField(help_text="Is it the flavor's preset share (else a size of the requester's own)?")
+
+
+def share_data(memory_mib: int, cores_percent: int, flavor: Flavor | None) -> dict[str, Any] | None:
+    """A HAMi request's ``share`` as the API shows it; None for other kinds."""
+    if flavor is None or flavor.kind != Flavor.Kind.HAMI or not (memory_mib and cores_percent):
+        return None
+    return {"memory_gib": gib_words(memory_mib), "memory_mib": memory_mib, "cores_percent": cores_percent,
+            "size": share_of_card_words(memory_mib, cores_percent, flavor),
+            "preset": (memory_mib, cores_percent) == (flavor.hami_memory_mib, flavor.hami_cores_percent)}
+
+
+class RequestRowsSerializer(serializers.ListSerializer):
+    """A page of requests: the flavors a cost estimate or a share reads come in one query for the page."""
+
+    def to_representation(self, data: Any) -> list[dict[str, Any]]:
+        rows = list(data.all() if hasattr(data, "all") else data)
+        child: RequestSerializer = self.child  # type: ignore[assignment]
+        if rows and isinstance(rows[0], dict):
+            flavors = RowFlavors(rows)
+            return [child.row_json(row, flavors) for row in rows]
+        return [child.to_representation(row) for row in rows]
+
+
 class RequestSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -186,27 +215,61 @@ class RequestSerializer(serializers.ModelSerializer):
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     approved_by = serializers.CharField(source="approved_by.username", read_only=True, allow_null=True, default=None)
-    pending_reason = serializers.SerializerMethodField(help_text="Why it is not running yet; empty when not waiting.")
-    cost_estimate = serializers.SerializerMethodField(help_text="What it would cost over its duration at today's prices; null without a price list.")
+    pending_reason = serializers.CharField(read_only=True, help_text="Why it is not running yet; empty when not waiting.")
+    cost_estimate = serializers.DecimalField(
+        max_digits=12, decimal_places=2, allow_null=True, read_only=True,
+        help_text="What it would cost over its duration at today's prices; null without a price list.")
+    share = RequestShareSerializer(allow_null=True, read_only=True,
+                                   help_text="HAMi flavors: each vGPU's share of a card (the flavor's preset "
+                                             "or the requester's own size); null for other kinds.")
 
     class Meta:
         model = WorkloadRequest
         fields = [
             "id", "name", "k8s_name", "namespace", "tenant", "project", "template", "image", "flavor", "gpus",
-            "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority", "state", "state_reason",
+            "share", "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority", "state", "state_reason",
             "pending_reason", "cost_estimate", "requested_by", "approved_by", "decision_comment", "created_at",
             "updated_at", "approved_at", "queued_at", "started_at", "finished_at", "expires_at",
         ]
         read_only_fields = fields
         extra_kwargs = {"decision_comment": {"help_text": "The approver's words: the reason of a rejection "
                                                           "(always given), or an approval's comment."}}
+        list_serializer_class = RequestRowsSerializer
 
-    def get_pending_reason(self, req: WorkloadRequest) -> str:
-        return selectors.request_pending_reason(req)
+    detail = False  # RequestDetailSerializer: a detail row (request_rows(detail=True)), with its extra fields
 
-    @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True))
-    def get_cost_estimate(self, req: WorkloadRequest) -> str | None:
-        return selectors.request_cost_estimate(req)
+    def to_representation(self, instance: dict[str, Any] | WorkloadRequest) -> dict[str, Any]:
+        """The JSON of a row of ``selectors.request_rows`` (the list's and the detail's), or of a request in memory
+        (the inbox's, a submission's: made a row first, ``request_row``). Written here once, not field by field:
+        the declared fields above are the schema and give the columns' formats (dates, decimals)."""
+        if isinstance(instance, WorkloadRequest):
+            return self.row_json(request_row(instance, detail=self.detail), _KnownFlavor(instance.flavor))
+        return self.row_json(instance, RowFlavors([instance]))
+
+    def row_json(self, row: dict[str, Any], flavors: RowFlavors | _KnownFlavor) -> dict[str, Any]:
+        f = _row_fields()
+        estimate = None
+        if cost_estimator.active:
+            estimate = selectors.request_cost_estimate(_EstimateView(row, flavors))
+        # A HAMi request's share (rows of other kinds have none): its flavor read with the page's, only then.
+        share = share_data(row["share_memory_mib"], row["share_cores_percent"], flavors.get(row["flavor_id"])) \
+            if row["share_memory_mib"] else None
+        return {
+            "id": row["id"], "name": f["name"].to_representation(row["name"]), "k8s_name": f"req-{row['id']}",
+            "namespace": row["project_cluster_namespace"] or row["project_slug"],  # Project.namespace
+            "tenant": row["tenant_slug"], "project": row["project_slug"],
+            "template": {"id": row["template_id"], "kind": row["template_kind"], "slug": row["template_slug"],
+                         "version": row["template_version"], "name": row["template_name"]},
+            "image": row["image"], "flavor": row["flavor_name"], "gpus": row["gpus"], "share": share,
+            "replicas": row["replicas"],
+            "cpu": _plain(f, "cpu", row["cpu"]), "memory_gib": row["memory_gib"],
+            "parameters": _plain(f, "parameters", row["parameters"]), "duration_hours": row["duration_hours"],
+            "priority": row["priority"], "state": row["state"], "state_reason": row["state_reason"],
+            "pending_reason": selectors.request_pending_reason(_PendingView(row)),  # type: ignore[arg-type]
+            "cost_estimate": estimate, "requested_by": row["requested_by_username"],
+            "approved_by": row["approved_by_username"], "decision_comment": row["decision_comment"],
+            **_iso_dates(f, row, _DATE_COLUMNS),
+        }
 
 
 class ExtensionRequestSerializer(serializers.ModelSerializer):
@@ -245,33 +308,82 @@ class ExtensionRequestCreateSerializer(StrictSerializerMixin, serializers.Serial
         return attrs
 
 
+class PlacementSerializer(serializers.Serializer):
+    """Where the request runs, and why (docs/federation.md)."""
+
+    cluster = serializers.CharField()
+    zone = serializers.CharField()
+    gpu_model = serializers.CharField()
+    spilled = serializers.BooleanField(help_text="It runs on another GPU model than its first choice (with its consent).")
+    spilled_from_model = serializers.CharField(help_text="Its first choice, when it spilled over.")
+    reason = serializers.CharField(help_text="Why it runs there (empty: where it was asked, no choice made).")
+    redispatched_from = serializers.CharField(allow_null=True, help_text="The drained or unhealthy cluster it left.")
+    accepted_models = serializers.ListField(child=serializers.CharField())
+    min_gpu_memory_gib = serializers.IntegerField(allow_null=True)
+    min_compute_capability = serializers.CharField()
+    spill_consent = serializers.BooleanField()
+
+
+def placement_data(*, cluster: str, zone: str, model: str, redispatched_from: str | None, spilled: bool,
+                   spilled_from_model: str, route_reason: str, spill_consent: bool, accepted_models: Any,
+                   min_gpu_memory_gib: int | None, min_compute_capability: str) -> dict[str, Any]:
+    return {"cluster": cluster, "zone": zone or cluster, "gpu_model": model or "", "spilled": spilled,
+            "spilled_from_model": spilled_from_model, "reason": route_reason, "redispatched_from": redispatched_from,
+            "accepted_models": list(accepted_models or []), "min_gpu_memory_gib": min_gpu_memory_gib,
+            "min_compute_capability": min_compute_capability, "spill_consent": spill_consent}
+
+
 class RequestDetailSerializer(RequestSerializer):
-    timeline = serializers.SerializerMethodField()
-    extension_requests = serializers.SerializerMethodField(help_text="Extensions asked for, newest first.")
-    cost_so_far = serializers.SerializerMethodField(
+    timeline = RequestEventSerializer(many=True, read_only=True)
+    extension_requests = ExtensionRequestSerializer(many=True, read_only=True,
+                                                    help_text="Extensions asked for, newest first.")
+    cost_so_far = serializers.DecimalField(
+        max_digits=12, decimal_places=2, allow_null=True, read_only=True,
         help_text="What its usage cost until now (finished runs, and running ones up to now); null without a price list.")
+    placement = PlacementSerializer(read_only=True, help_text="Where it runs (cluster, zone, GPU model), whether it "
+                                                              "spilled over, and why.")
 
     class Meta(RequestSerializer.Meta):
-        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline", "extension_requests", "cost_so_far"]
+        fields = RequestSerializer.Meta.fields + ["cluster_status", "timeline", "extension_requests", "cost_so_far",
+                                                  "placement"]
         read_only_fields = fields
 
-    @extend_schema_field(serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True))
-    def get_cost_so_far(self, req: WorkloadRequest) -> str | None:
-        value = cost_so_far.estimate(req)  # billing's, through portal.extensions
-        return None if value is None else str(value)
+    detail = True
 
-    @extend_schema_field(RequestEventSerializer(many=True))
-    def get_timeline(self, req: WorkloadRequest) -> list[dict[str, Any]]:
-        # A request just submitted carries the entries the service wrote (``written_timeline``): not read again.
-        written = getattr(req, "written_timeline", None)
-        return RequestEventSerializer(selectors.request_timeline(req) if written is None else written, many=True).data
-
-    @extend_schema_field(ExtensionRequestSerializer(many=True))
-    def get_extension_requests(self, req: WorkloadRequest) -> list[dict[str, Any]]:
-        if getattr(req, "written_timeline", None) is not None:
-            return []  # just submitted: nothing asked yet
-        rows = req.extension_requests.select_related("request__project__tenant", "requested_by", "decided_by")
-        return ExtensionRequestSerializer(rows.order_by("-created_at", "-id"), many=True).data
+    def row_json(self, row: dict[str, Any], flavors: RowFlavors | _KnownFlavor) -> dict[str, Any]:
+        """A row of ``selectors.request_rows(detail=True)``: the timeline comes with the row on PostgreSQL (else
+        one query), the extension requests in one query when there are any."""
+        f = _row_fields()
+        data = super().row_json(row, flavors)
+        data["cluster_status"] = _plain(f, "cluster_status", row["cluster_status"])
+        data["placement"] = placement_data(
+            cluster=row["cluster_name"], zone=row["cluster_zone"], model=row["flavor_gpu_model"],
+            redispatched_from=row["redispatched_from_name"], **{k: row[k] for k in selectors.PLACEMENT_COLUMNS})
+        if "timeline" in row:  # a request in memory (``request_row``)
+            events = row["timeline"]
+        elif "timeline_json" in row:
+            events = [{"at": datetime.fromisoformat(at), "from_state": from_state, "to_state": to_state,
+                       "actor_label": actor_label, "message": message}
+                      for at, from_state, to_state, actor_label, message in json.loads(row["timeline_json"])]
+        else:
+            events = list(selectors.request_timeline_rows(row["id"]))
+        data["timeline"] = [
+            {"at": _plain(f, "event_at", event["at"]), "from_state": event["from_state"], "to_state": event["to_state"],
+             "actor_label": event["actor_label"], "message": event["message"]}
+            for event in events
+        ]
+        data["extension_requests"] = [
+            {"id": ext["id"], "request": row["id"], "request_name": data["name"], "project": row["project_slug"],
+             "tenant": ext["project_tenant_slug"], "hours": ext["hours"], "replicas": ext["replicas"],
+             "duration_hours": row["duration_hours"],
+             "reason": ext["reason"], "status": ext["status"], "requested_by": ext["requested_by_username"],
+             "decided_by": ext["decided_by_username"], "decided_at": _plain(f, "ext_decided_at", ext["decided_at"]),
+             "comment": ext["comment"], "created_at": _plain(f, "ext_created_at", ext["created_at"])}
+            for ext in (selectors.request_extension_rows(row["id"]) if row["has_extension_requests"] else [])
+        ]
+        so_far = cost_so_far.estimate(_Keyed(row["id"]))  # billing's, through portal.extensions
+        data["cost_so_far"] = None if so_far is None else str(so_far)
+        return data
 
 
 class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -283,10 +395,38 @@ class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     replicas = serializers.IntegerField(min_value=1, required=False)
     cpu = serializers.DecimalField(max_digits=6, decimal_places=2, min_value=0, required=False)
     memory_gib = serializers.IntegerField(min_value=1, required=False)
+    share_memory_gib = serializers.DecimalField(
+        required=False, max_digits=8, decimal_places=3, min_value=Decimal("0.001"),
+        help_text="HAMi flavors: GPU memory of each vGPU in GiB, at most one card's (default: the flavor's preset).")
+    share_cores_percent = serializers.IntegerField(
+        required=False, min_value=1, max_value=100,
+        help_text="HAMi flavors: each vGPU's % of a card's cores, 1 to 100 (default: the flavor's preset).")
+    share_preset = serializers.BooleanField(
+        required=False, help_text="HAMi flavors: true for the flavor's preset share (then give no size), false for a "
+                                  "size of your own. Default: the preset unless a size is given.")
     parameters = JSONObjectField(required=False, help_text="Checked against the template's parameters_schema.")
     duration_hours = serializers.IntegerField(min_value=1, required=False)
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     name = serializers.CharField(max_length=40, required=False, allow_blank=True)
+    # Federation (docs/federation.md): what the job accepts and needs; checked before anything is dispatched.
+    accepted_models = serializers.ListField(
+        child=serializers.CharField(max_length=40), required=False, max_length=8,
+        help_text="GPU models the job accepts, preferred first (e.g. [\"h100-80gb\", \"a100-80gb\"]); the first is "
+                  "the flavor's model. Default: the flavor's model only.")
+    min_gpu_memory_gib = serializers.IntegerField(required=False, min_value=1, max_value=4096,
+                                                  help_text="GPU memory per card the image needs, in GiB.")
+    min_compute_capability = serializers.RegexField(
+        r"^\d{1,2}\.\d$", required=False, allow_blank=True, help_text="CUDA compute capability the image needs, e.g. 8.0.",
+        error_messages={"invalid": "A CUDA compute capability such as 8.0 or 9.0."})
+    spill_consent = serializers.BooleanField(
+        required=False, help_text="The job may run on a later accepted model when its first is full (and the "
+                                  "project allows it). Default: false: it waits for its first model.")
+    topology = serializers.ChoiceField(
+        choices=[("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
+                 ("prefer-rack", "Prefer one rack")], required=False, allow_blank=True,
+        help_text="Distributed training (2 or more workers) on a flavor of a cluster with racks and blocks: place "
+                  "every pod within one rack or block (it waits until one has room), or prefer one rack. Default: "
+                  "anywhere.")
 
 
 class CloneSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -398,7 +538,8 @@ class ScaleSerializer(StrictSerializerMixin, serializers.Serializer):
 
 
 class InboxSerializer(RequestSerializer):
-    context = serializers.SerializerMethodField(
+    context = serializers.DictField(
+        read_only=True,
         help_text="quota (the project's rows for this flavor), in_use, waiting_ahead, cost_estimate (null without a price list)."
     )
 
@@ -406,9 +547,11 @@ class InboxSerializer(RequestSerializer):
         fields = RequestSerializer.Meta.fields + ["context"]
         read_only_fields = fields
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
-    def get_context(self, req: WorkloadRequest) -> dict[str, Any]:
-        return selectors.approval_context(req)
+    def to_representation(self, instance: WorkloadRequest) -> dict[str, Any]:  # type: ignore[override]
+        """A request of ``selectors.with_approval_context`` (its context put on it)."""
+        data = super().to_representation(instance)
+        data["context"] = selectors.approval_context(instance)
+        return data
 
 
 class LogsQuerySerializer(serializers.Serializer):
@@ -427,10 +570,8 @@ class RequestLogsSerializer(serializers.Serializer):
     pods = PodLogSerializer(many=True)
 
 
-# The request list and detail from rows (``selectors.request_rows``) --------------------------------------------
-# The same JSON as RequestSerializer / RequestDetailSerializer (which stay the schema and the reference:
-# tests/workloads/test_api_rows.py compares the two), without a model instance or a serializer per row. The
-# model's own columns go through the very DRF fields the serializers would use (dates, decimals).
+# What RequestSerializer / RequestDetailSerializer write a row with (``selectors.request_rows``): no model instance
+# per row. The model's own columns go through the serializers' own declared fields (dates, decimals).
 
 _ROW_FIELDS: dict[str, serializers.Field] = {}
 
@@ -499,7 +640,7 @@ class _EstimateView:
     whole page at once, see ``RowFlavors``) only when the estimator asks for it."""
 
     __slots__ = ("pk", "tenant", "project", "template", "gpus", "replicas", "cpu", "memory_gib",
-                 "duration_hours", "priority", "parameters", "kind", "_flavor_id", "_flavors")
+                 "duration_hours", "priority", "parameters", "kind", "hami_share", "_flavor_id", "_flavors")
 
     def __init__(self, row: dict[str, Any], flavors: RowFlavors) -> None:
         self.pk = row["id"]
@@ -511,6 +652,7 @@ class _EstimateView:
         self.gpus, self.replicas, self.cpu = row["gpus"], row["replicas"], row["cpu"]
         self.memory_gib, self.duration_hours = row["memory_gib"], row["duration_hours"]
         self.priority, self.parameters = row["priority"], row["parameters"]
+        self.hami_share = (row["share_memory_mib"], row["share_cores_percent"])
 
     @property
     def flavor(self) -> Flavor | None:
@@ -538,60 +680,6 @@ class RowFlavors:
         return self._flavors.get(flavor_id)
 
 
-def request_row_data(row: dict[str, Any], flavors: RowFlavors | None = None) -> dict[str, Any]:
-    """One row as ``RequestSerializer`` shows the request; ``flavors`` (the page's) price its cost estimate."""
-    f = _row_fields()
-    estimate = None
-    if cost_estimator.active:
-        estimate = selectors.request_cost_estimate(_EstimateView(row, flavors or RowFlavors([row])))
-    return {
-        "id": row["id"], "name": f["name"].to_representation(row["name"]), "k8s_name": f"req-{row['id']}",
-        "namespace": row["project_cluster_namespace"] or row["project_slug"],  # Project.namespace
-        "tenant": row["tenant_slug"], "project": row["project_slug"],
-        "template": {"id": row["template_id"], "kind": row["template_kind"], "slug": row["template_slug"],
-                     "version": row["template_version"], "name": row["template_name"]},
-        "image": row["image"], "flavor": row["flavor_name"], "gpus": row["gpus"], "replicas": row["replicas"],
-        "cpu": _plain(f, "cpu", row["cpu"]), "memory_gib": row["memory_gib"],
-        "parameters": _plain(f, "parameters", row["parameters"]), "duration_hours": row["duration_hours"],
-        "priority": row["priority"], "state": row["state"], "state_reason": row["state_reason"],
-        "pending_reason": selectors.request_pending_reason(_PendingView(row)),  # type: ignore[arg-type]
-        "cost_estimate": estimate, "requested_by": row["requested_by_username"],
-        "approved_by": row["approved_by_username"], "decision_comment": row["decision_comment"],
-        **_iso_dates(f, row, _DATE_COLUMNS),
-    }
-
-
-def request_detail_data(row: dict[str, Any]) -> dict[str, Any]:
-    """``RequestDetailSerializer``'s JSON for a row of ``selectors.request_rows(detail=True)``: the timeline and the
-    extension requests come from one query each (the latter only when there are any)."""
-    f = _row_fields()
-    data = request_row_data(row)
-    data["cluster_status"] = _plain(f, "cluster_status", row["cluster_status"])
-    if "timeline_json" in row:
-        events = [{"at": datetime.fromisoformat(at), "from_state": from_state, "to_state": to_state,
-                   "actor_label": actor_label, "message": message}
-                  for at, from_state, to_state, actor_label, message in json.loads(row["timeline_json"])]
-    else:
-        events = list(selectors.request_timeline_rows(row["id"]))
-    data["timeline"] = [
-        {"at": _plain(f, "event_at", event["at"]), "from_state": event["from_state"], "to_state": event["to_state"],
-         "actor_label": event["actor_label"], "message": event["message"]}
-        for event in events
-    ]
-    data["extension_requests"] = [
-        {"id": ext["id"], "request": row["id"], "request_name": data["name"], "project": row["project_slug"],
-         "tenant": ext["project_tenant_slug"], "hours": ext["hours"], "replicas": ext["replicas"],
-         "duration_hours": row["duration_hours"],
-         "reason": ext["reason"], "status": ext["status"], "requested_by": ext["requested_by_username"],
-         "decided_by": ext["decided_by_username"], "decided_at": _plain(f, "ext_decided_at", ext["decided_at"]),
-         "comment": ext["comment"], "created_at": _plain(f, "ext_created_at", ext["created_at"])}
-        for ext in (selectors.request_extension_rows(row["id"]) if row["has_extension_requests"] else [])
-    ]
-    so_far = cost_so_far.estimate(_Keyed(row["id"]))  # billing's, through portal.extensions
-    data["cost_so_far"] = None if so_far is None else str(so_far)
-    return data
-
-
 class _KnownFlavor:
     """``RowFlavors`` for one request whose flavor is in memory already: no query."""
 
@@ -606,11 +694,10 @@ def _related(obj: Any, name: str) -> Any:
     return None if obj is None else getattr(obj, name)
 
 
-def submitted_request_data(req: WorkloadRequest) -> dict[str, Any]:
-    """``request_detail_data`` of a request just submitted, from the instance the service wrote (its project,
-    tenant, template, flavor and people in memory, its timeline in ``written_timeline``): no query, and no
-    serializer per call. The same JSON as reading it back (tests/workloads/test_submit_cost.py)."""
-    f = _row_fields()
+def request_row(req: WorkloadRequest, *, detail: bool = False) -> dict[str, Any]:
+    """A request in memory as a row of ``selectors.request_rows`` (``detail``: of ``detail=True``), from its related
+    objects as they are (a submission's, written by the service, or the inbox's, read with them). A request just
+    submitted carries the entries the service wrote (``written_timeline``): not read again, and no extension yet."""
     row = {name: getattr(req, name) for name in selectors.REQUEST_ROW_COLUMNS}
     project, template, flavor = req.project, req.template, req.flavor
     approved_by = req.approved_by if req.approved_by_id is not None else None
@@ -622,15 +709,19 @@ def submitted_request_data(req: WorkloadRequest) -> dict[str, Any]:
         requested_by_username=_related(req.requested_by, "username"),
         approved_by_username=_related(approved_by, "username"),
     )
-    data = request_row_data(row, _KnownFlavor(flavor))  # type: ignore[arg-type]
-    data["cluster_status"] = _plain(f, "cluster_status", req.cluster_status)
-    data["timeline"] = [
-        {"at": _plain(f, "event_at", event.at), "from_state": event.from_state, "to_state": event.to_state,
-         "actor_label": event.actor_label, "message": event.message}
-        for event in req.written_timeline  # type: ignore[attr-defined]
-    ]
-    data["extension_requests"] = []  # just submitted: nothing asked yet
-    so_far = cost_so_far.estimate(_Keyed(req.pk))  # billing's, through portal.extensions
-    data["cost_so_far"] = None if so_far is None else str(so_far)
-    return data
-
+    if not detail:
+        return row
+    # The flavor's cluster when it is the request's (a submission's, in memory), else the request's own.
+    cluster = flavor.cluster if flavor is not None and flavor.cluster_id == req.cluster_id else req.cluster
+    written = getattr(req, "written_timeline", None)
+    events = selectors.request_timeline_rows(req.pk) if written is None else [
+        {"at": e.at, "from_state": e.from_state, "to_state": e.to_state, "actor_label": e.actor_label,
+         "message": e.message} for e in written]
+    row.update(
+        cluster_status=req.cluster_status, project_id=req.project_id, cluster_name=cluster.name,
+        cluster_zone=cluster.zone, flavor_gpu_model=_related(flavor, "gpu_model"),
+        redispatched_from_name=req.redispatched_from.name if req.redispatched_from_id else None,
+        timeline=list(events), has_extension_requests=written is None,
+        **{k: getattr(req, k) for k in selectors.PLACEMENT_COLUMNS},
+    )
+    return row

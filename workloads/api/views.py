@@ -24,10 +24,10 @@ from tenants.access import Actor
 from tenants.guards import actor_of, require
 from tenants.selectors import projects_for, projects_where
 
-from .. import approvals, extensions, policy, selectors, services
+from .. import approvals, extensions, policy, routing, selectors, services
 from ..filters import ExtensionRequestFilter, ImageFilter, PresetFilter, RequestFilter, TemplateFilter
 from ..models import ApprovalRule, ExtensionRequest, Image, RequestPreset, ServiceTemplate, Volume, WorkloadRequest
-from . import serializers
+from .sharing import RequestSharesMixin
 from .serializers import (
     ApprovalRuleSerializer,
     ApprovalRuleWriteSerializer,
@@ -157,7 +157,6 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     @extend_schema(request=TemplateWriteSerializer, responses={201: TemplateSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
-        require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         template = services.template_create(actor=actor, **data.validated_data)
@@ -167,7 +166,6 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     def partial_update(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         template = self.get_object()
-        require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
         data = TemplateWriteSerializer(template, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         template = services.template_update(actor=actor, template=template, **data.validated_data)
@@ -193,7 +191,6 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
 
     def create(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
-        require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         image = services.image_create(actor=actor, **data.validated_data)
@@ -202,7 +199,6 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     def partial_update(self, request: Request, *args, **kwargs) -> Response:
         actor = actor_of(request)
         image = self.get_object()
-        require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
         data = ImageSerializer(image, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         image = services.image_update(actor=actor, image=image, **data.validated_data)
@@ -333,7 +329,8 @@ def _etag(body: object) -> str:
     return f'"{hashlib.sha256(raw).hexdigest()[:32]}"'
 
 
-class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+class RequestViewSet(RequestSharesMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+                     viewsets.ReadOnlyModelViewSet):
     """Requests in the projects you can see. POST submits (honouring ``Idempotency-Key``); the
     detail carries the timeline and "why is it pending?" and an ETag for cheap polling
     (``If-None-Match`` → 304). Actions: approve, reject, cancel, stop, restart, extend, scale;
@@ -375,7 +372,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             row = selectors.request_detail_row(actor=actor_of(self.request), pk=pk)
         if row is None:
             raise Http404
-        return serializers.request_detail_data(row)
+        return RequestDetailSerializer(row).data
 
     def _filtered(self, queryset):
         """``filter_queryset``, skipped when no query parameter filters, searches or orders: building the FilterSet
@@ -407,8 +404,7 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         # else the page is read by ``read_page`` (the same rows, from a compiled query): ``queryset`` only gives
         # the pagination its order
         page = list(self.paginate_queryset(queryset))
-        flavors = serializers.RowFlavors(page)
-        return self.get_paginated_response([serializers.request_row_data(row, flavors) for row in page])
+        return self.get_paginated_response(RequestSerializer(page, many=True).data)
 
     @extend_schema(
         parameters=[IF_NONE_MATCH_HEADER, ETAG_HEADER],
@@ -469,15 +465,16 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         idempotency_key = request.headers.get("Idempotency-Key", "")
         if NUL in idempotency_key:
             raise Invalid(NUL_MESSAGE, field="Idempotency-Key")
+        needs = routing.needs_parse(**{k: values.pop(k) for k in ("accepted_models", "min_gpu_memory_gib",
+                                                                   "min_compute_capability", "spill_consent") if k in values})
         req = services.request_submit(
             actor=actor, project=project, template=template, flavor=flavor,
-            idempotency_key=idempotency_key, project_is_fresh=True, **values,
+            idempotency_key=idempotency_key, project_is_fresh=True, needs=needs, **values,
         )
         if getattr(req, "replayed", False):
             return self._detail(req, headers={"Idempotent-Replayed": "true"})
-        # The new row as written, with its relations in memory: not read back, and written out as the detail's
-        # rows are (``RequestDetailSerializer`` stays the schema).
-        body = serializers.submitted_request_data(req)
+        # The new row as written, with its relations in memory: not read back (``serializers.request_row``).
+        body = RequestDetailSerializer(req).data
         return Response(body, status=status.HTTP_201_CREATED,
                         headers={"ETag": _etag(body), "Location": f"{request.path}{req.pk}/"})
 
@@ -582,7 +579,10 @@ class RequestViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         # An empty parameter is no parameter (as the schema's allowEmptyValue says): ``?tail=`` is the default.
         query = LogsQuerySerializer(data={k: v for k, v in request.query_params.dict().items() if v != ""})
         query.is_valid(raise_exception=True)
-        return Response({"pods": request_pod_logs(self.get_object(), tail=query.validated_data["tail"])})
+        req = self.get_object()
+        # A request shared to view only shows no logs (``policy.may_read_logs``).
+        require(policy.may_read_logs(actor_of(request), req), "This request was shared with you to view, not to read its logs.")
+        return Response({"pods": request_pod_logs(req, tail=query.validated_data["tail"])})
 
 
 class ClusterUnavailable(exceptions.APIException):

@@ -1,12 +1,13 @@
-"""Template kinds as a registry: one module per kind (``notebook.py``, ``training.py``, ``inference.py``).
+"""Template kinds as a registry: one module per kind (``notebook.py``, ``training.py``, ``inference.py``,
+``batch_inference.py``).
 
-A :class:`Kind` holds everything that differs per kind: its catalogue defaults and parameter schema, its
-default priority, the render function that turns a request into Kubernetes objects, the top-level objects the
-status follower reads its state from (and how), and the actions it allows. The renderer
-(``workloads/manifests.py:request_manifests``), the catalogue, the services, the status follower and the
-``TemplateKind`` choices of ``workloads/models.py`` read it. Adding a kind means adding one module here that calls
-:func:`register` (modules are discovered; ``Kind.order`` sets the catalogue order), plus the migration Django writes
-for the new choice.
+A :class:`Kind` (``registry.py``) holds everything that differs per kind: its catalogue defaults, parameter schema
+and curated images, its default priority, the render function that turns a request into Kubernetes objects, the
+top-level objects the status follower reads its state from (and how), the actions it allows, and the traits the
+other apps ask instead of naming a kind (``gang``, ``serving``, ``proxied``, ``interactive``, ``scalable``, the pods
+and extra volumes billing prices). :func:`request_manifests` renders a request through its kind. Adding a kind means
+adding one module here that calls :func:`register` (modules are discovered; ``Kind.order`` sets the catalogue
+order), plus the migration Django writes for the new choice (docs/extending.md, "Template kinds").
 
 Nothing here imports the models at import time: ``workloads/models.py`` builds ``TemplateKind`` from this registry.
 """
@@ -15,124 +16,83 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from quotas import manifests as quota_manifests
+
+from ..manifests import DEFAULT_JOB_TTL_SECONDS, Manifest, Target, installation_id
+from .registry import (
+    BASE_ACTIONS,
+    FOLLOWABLE,
+    KINDS,
+    Derive,
+    Kind,
+    RenderOptions,
+    TemplateDefaults,
+    allows,
+    choices,
+    get,
+    names,
+    register,
+    registered,
+    top_level_keys,
+    where,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..manifests import Manifest, Target
+    from quotas.models import Flavor
+
     from ..models import WorkloadRequest
 
-# What a user (or ops) may do to a request of any kind; a kind adds to it (e.g. ``scale``).
-BASE_ACTIONS = frozenset({"cancel", "stop", "restart", "extend", "delete"})
-# The top-level objects the status follower knows how to summarise (workloads/status.py:FOLLOWED).
-FOLLOWABLE = frozenset({"job", "vcjob", "deployment", "statefulset"})
+__all__ = [
+    "BASE_ACTIONS", "FOLLOWABLE", "KINDS", "Derive", "Kind", "RenderOptions", "TemplateDefaults", "allows", "choices",
+    "get", "kueue_cannot_admit", "names", "register", "registered", "request_manifests", "target", "top_level_keys",
+    "uses_volcano", "where",
+]
 
 
-@dataclass(frozen=True)
-class RenderOptions:
-    notebook_token: str = ""
-    job_ttl_seconds: int | None = None
+def target(request: WorkloadRequest) -> Target:
+    """Where and as what ``request`` lands, with what its kind declares (pod group, gang, serving)."""
+    kind = get(request.template.kind)
+    return Target(
+        name=request.k8s_name,
+        namespace=request.project.namespace,
+        tenant=request.tenant.slug,
+        project=request.project.slug,
+        request_id=int(request.pk),
+        kind=kind.name,
+        architecture=request.cluster.architecture,
+        priority=request.priority,
+        installation=installation_id(),
+        pod_group=kind.pod_group,
+        gang=kind.gang,
+        serving=kind.serving,
+    )
 
 
-@dataclass(frozen=True)
-class TemplateDefaults:
-    """The catalogue's default template of a kind (``workloads/catalogue.py:seed_catalogue``)."""
-
-    slug: str
-    name: str
-    description: str
-    default_gpus: int = 1
-    max_gpus: int = 8
-    max_duration_hours: int = 72
-    idle_timeout_minutes: int | None = None
-    default_cpu: int = 4
-    max_cpu: int = 64
-    default_memory_gib: int = 32
-    max_memory_gib: int = 512
+def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
+                      job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
+    """Every object of ``request``, in apply order, rendered by its kind. ``notebook_token`` is an interactive kind's
+    access token; ``job_ttl_seconds``: finished Jobs are deleted by the cluster after this long (None: kept)."""
+    t = target(request)
+    options = RenderOptions(notebook_token=notebook_token, job_ttl_seconds=job_ttl_seconds)
+    return get(t.kind).render(request, t, options)
 
 
-# derive(objects, admitted, running) -> (state, reason) or None: the kind's reading of its top-level object.
-Derive = Callable[[dict[str, dict[str, Any]], bool, int], "tuple[str, str] | None"]
+def uses_volcano(request: WorkloadRequest, architecture: str | None = None) -> bool:
+    """Does ``request`` run as a Volcano Job? Under E, a gang-scheduled kind on a Volcano-owned flavor (the offline
+    pool's whole GPUs, ``quotas.manifests.volcano_owned``) does, single-node too: Kueue has no ResourceFlavor for
+    those nodes. On any other flavor (online GPUs, MIG, HAMi) it stays with Kueue."""
+    return get(request.template.kind).gang and quota_manifests.volcano_owned(request.cluster, request.flavor)
 
 
-@dataclass(frozen=True)
-class Kind:
-    name: str  # the TemplateKind value (at most 10 characters)
-    label: str  # the TemplateKind label
-    render: Callable[[WorkloadRequest, Target, RenderOptions], list[Manifest]]
-    schema: dict[str, Any]  # the default template's parameter JSON Schema
-    defaults: TemplateDefaults
-    default_priority: str  # Priority value when the request names none
-    follows: tuple[str, ...]  # top-level objects (FOLLOWABLE keys) whose status the follower reads
-    derive: Derive | None = None  # kind-specific state from those objects (None: the generic Job/Workload rule)
-    actions: frozenset[str] = BASE_ACTIONS
-    replicas: str = "free"  # "one" (always 1), "workers" (parameters.workers when distributed) or "free"
-    pod_group: int = 1000  # the pods' runAsGroup/fsGroup
-    interactive: bool = False  # has an access token, a home volume, is culled when idle
-    needs_admin_rule: bool = False  # ApprovalRule.require_admin_for_inference applies to it
-    gone_message: str = "Its objects are gone from the cluster (deleted outside the portal)."
-    order: int = 100  # position in the catalogue and in TemplateKind's choices
+def kueue_cannot_admit(*, kind: str, flavor: Flavor) -> bool:
+    """Would a request of template ``kind`` on ``flavor`` render to Kueue objects that Kueue can never admit?
 
-    def allows(self, action: str) -> bool:
-        return action in self.actions
-
-
-KINDS: dict[str, Kind] = {}
-
-
-def register(kind: Kind) -> Kind:
-    if len(kind.name) > 10:
-        raise ValueError(f"Kind name {kind.name!r} is longer than the 10 characters TemplateKind stores.")
-    unknown = set(kind.follows) - FOLLOWABLE
-    if unknown:
-        raise ValueError(f"Kind {kind.name!r} follows {sorted(unknown)}; the status follower knows {sorted(FOLLOWABLE)}.")
-    KINDS[kind.name] = kind
-    ordered = sorted(KINDS.values(), key=lambda k: k.order)  # stable: equal orders keep registration order
-    KINDS.clear()
-    KINDS.update({k.name: k for k in ordered})
-    return kind
-
-
-def get(name: str) -> Kind:
-    try:
-        return KINDS[str(name)]
-    except KeyError:
-        raise ValueError(f"Unknown template kind {name!r}.") from None
-
-
-def names() -> list[str]:
-    return list(KINDS)
-
-
-def choices() -> list[tuple[str, str]]:
-    return [(k.name, k.label) for k in KINDS.values()]
-
-
-def allows(kind: str, action: str) -> bool:
-    """May a request of template ``kind`` take ``action`` (stop, restart, extend, scale, ...)?"""
-    return get(kind).allows(action)
-
-
-def top_level_keys() -> tuple[str, ...]:
-    """Every top-level object key any kind follows (the follower's "are its objects still there" check)."""
-    out: list[str] = []
-    for kind in KINDS.values():
-        out += [k for k in kind.follows if k not in out]
-    return tuple(out)
-
-
-@contextmanager
-def registered(kind: Kind) -> Iterator[Kind]:
-    """Register ``kind`` for the duration of the block (tests: a new kind as data), then restore the registry."""
-    before = dict(KINDS)
-    register(kind)
-    try:
-        yield kind
-    finally:
-        KINDS.clear()
-        KINDS.update(before)
+    True for a kind that is not gang-scheduled on a Volcano-owned flavor (architecture E, offline whole GPUs): it
+    renders to Kueue-managed objects, and Kueue has no ResourceFlavor for those nodes. A gang-scheduled kind there is a
+    Volcano Job (:func:`uses_volcano`), single-node too, so it is never stranded."""
+    return not get(kind).gang and quota_manifests.volcano_owned(flavor.cluster, flavor)
 
 
 def _discover() -> None:

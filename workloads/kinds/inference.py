@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import manifests as m
 from ..manifests import Manifest, Target, main_container, metadata, pod_template, service
-from . import BASE_ACTIONS, Kind, RenderOptions, TemplateDefaults, register
+from .registry import BASE_ACTIONS, Kind, RenderOptions, TemplateDefaults, register
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models import WorkloadRequest
@@ -85,4 +85,6 @@ KIND = register(Kind(
     derive=_derive,
     actions=BASE_ACTIONS | {"scale"},
     needs_admin_rule=True,
+    serving=True,
+    images=(("vLLM", "vllm/vllm-openai:v0.12.0", "OpenAI-compatible LLM server."),),
 ))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import manifests as m
 from ..manifests import Manifest, Target, main_container, metadata, pod_template, service
-from . import Kind, RenderOptions, TemplateDefaults, register
+from .registry import Kind, RenderOptions, TemplateDefaults, register
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models import WorkloadRequest
@@ -111,4 +111,11 @@ KIND = register(Kind(
     replicas="one",
     pod_group=m.NOTEBOOK_GROUP,
     interactive=True,
+    proxied=True,
+    extra_volumes_gib=lambda params: int(params.get("home_size_gib") or m.DEFAULT_HOME_GIB),
+    stop_note="the home volume stays",
+    images=(
+        ("PyTorch notebook", "jupyter/pytorch-notebook:2026.10", "Jupyter's PyTorch stack with CUDA."),
+        ("NVIDIA PyTorch", "nvcr.io/nvidia/pytorch:26.10-py3", "NGC PyTorch container."),
+    ),
 ))

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from portal.labels import TASK_LABEL
+from quotas import manifests as quota_manifests
 
 from .. import manifests as m
 from ..manifests import Manifest, Target, main_container, metadata, pod_template, service
-from . import Kind, RenderOptions, TemplateDefaults, register
+from .registry import Kind, RenderOptions, TemplateDefaults, register
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models import WorkloadRequest
@@ -68,6 +69,16 @@ def timed(template: dict[str, Any], request: WorkloadRequest) -> dict[str, Any]:
     return template
 
 
+def topology_placed(template: dict[str, Any], request: WorkloadRequest) -> dict[str, Any]:
+    """The pod template with Kueue's TAS annotation when the request asks for one rack or block (only a multi-pod
+    Job through Kueue gets here; the submission checked the flavor takes part in its cluster's topology):
+    ``kueue.x-k8s.io/podset-required-topology`` (or ``-preferred-``) naming the level's node label."""
+    extra = quota_manifests.placement_annotations(request.flavor.cluster, request.topology)
+    if extra and quota_manifests.topology_flavor(request.flavor.cluster, request.flavor):
+        template["metadata"].setdefault("annotations", {}).update(extra)
+    return template
+
+
 def retries(request: WorkloadRequest) -> int:
     return max(0, int((request.parameters or {}).get("retries") or 0))
 
@@ -78,7 +89,7 @@ def ttl_spec(job_ttl_seconds: int | None) -> dict[str, int]:
 
 def render_training(request: WorkloadRequest, t: Target, *,
                     job_ttl_seconds: int | None = m.DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
-    if m.uses_volcano(request, t.architecture):
+    if m.on_volcano(request, t):
         return [render_volcano_job(request, t, job_ttl_seconds=job_ttl_seconds)]
     if int(request.replicas) > 1:
         return render_indexed_job(request, t, job_ttl_seconds=job_ttl_seconds)
@@ -128,8 +139,9 @@ def render_indexed_job(request: WorkloadRequest, t: Target, *,
             "completions": n,
             "backoffLimit": retries(request),
             **ttl_spec(job_ttl_seconds),
-            "template": timed(pod_template(request, t, [container], restart_policy="Never", volumes=volumes,
-                                           spec_extra={"subdomain": t.name}), request),
+            "template": topology_placed(timed(pod_template(request, t, [container], restart_policy="Never",
+                                                           volumes=volumes, spec_extra={"subdomain": t.name}), request),
+                                        request),
         },
     }
     # The headless Service gives the pods their <job>-<index>.<job> names; it comes first so DNS is there.
@@ -189,6 +201,8 @@ KIND = register(Kind(
     default_priority="batch",
     follows=("job", "vcjob"),
     replicas="workers",
+    gang=True,
+    images=(("NVIDIA PyTorch", "nvcr.io/nvidia/pytorch:26.10-py3", "NGC PyTorch container."),),
     gone_message=("Its Job is gone from the cluster and its outcome was not seen: deleted outside the portal, "
                   "or removed after it finished (ttlSecondsAfterFinished) while its status was not followed."),
 ))

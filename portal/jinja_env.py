@@ -1,0 +1,81 @@
+"""The Jinja2 environment of the hot pages' repeated parts (``TEMPLATES``' second engine, templates/jinja2/).
+
+A list's rows (the approvals inbox, the quota request cards and rows, the capacity page's node rows) are Jinja2
+templates: compiled to Python once, a row costs a fraction of what Django's engine spends walking its nodes
+(docs/performance.md). The page around them stays a Django template and writes the rows with
+``{% jinja "name.html" key=value %}`` (``tenants/templatetags/page_kit.py``); an htmx answer of one row renders the
+same template (``render(request, name, context, using="jinja2")``). One template per output, nothing written twice.
+
+What the templates may call, with the same names as in Django templates:
+
+- every filter of the project's template libraries (``{% load %}`` names: ``stamp``, ``day``, ``qty``, ``money``,
+  ``state_badge``, …) and Django's built-in ones (``floatformat``, ``pluralize``, ``linebreaksbr``, ``lower``…),
+  given local time where Django's engine would convert (``expects_localtime``) and autoescaping where they ask;
+- every simple tag of those libraries as a function (``url_kept('quota-request', r.pk)``, ``quota_asked(r)``,
+  ``may('quotas.may_decide', r, tier=r.approver)``); a tag that takes the context gets Jinja2's, which answers
+  ``get("request")`` as Django's does;
+- ``url(name, *args)`` (Django's ``reverse``), ``static(path)``; the backend adds ``request``, ``csrf_input`` and
+  ``csrf_token``.
+
+The libraries are read from the Django engine when the environment is made, so this module imports no app.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.template import engines
+from django.template.defaultfilters import register as builtin_filters
+from django.templatetags.static import static
+from django.urls import reverse
+from django.utils.timezone import template_localtime
+from jinja2 import Environment, pass_context
+
+
+def url(name: str, *args: Any) -> str:
+    return reverse(name, args=args or None)
+
+
+def _filter(func: Any) -> Any:
+    """A Django filter as Jinja2 calls it: local time first where Django's engine converts; autoescaping on."""
+    if getattr(func, "expects_localtime", False):
+        inner = func
+
+        def func(value: Any, *args: Any, _inner: Any = inner) -> Any:
+            return _inner(template_localtime(value), *args)
+    if getattr(func, "needs_autoescape", False):
+        inner = func
+
+        def func(value: Any, *args: Any, _inner: Any = inner) -> Any:
+            return _inner(value, *args, autoescape=True)
+    return func
+
+
+def _tag(compiled: Any) -> Any:
+    """A simple tag's own function (``None`` for an inclusion tag or a tag of another kind)."""
+    func = getattr(compiled, "__wrapped__", None)
+    if func is None or "filename" in compiled.__code__.co_freevars:
+        return None
+    params = list(inspect.signature(func).parameters)
+    return pass_context(func) if params and params[0] == "context" else func
+
+
+def environment(**options: Any) -> Environment:
+    env = Environment(**options)
+    env.filters.update({name: _filter(f) for name, f in builtin_filters.filters.items() if name not in env.filters})
+    django_engine = engines["django"].engine
+    ours = {config.name for config in apps.get_app_configs() if Path(config.path).is_relative_to(settings.BASE_DIR)}
+    for label, library in django_engine.template_libraries.items():
+        if django_engine.libraries[label].split(".", 1)[0] not in ours:
+            continue  # Django's, DRF's, the admin's: not the pages'
+        env.filters.update({name: _filter(f) for name, f in library.filters.items()})
+        for name, compiled in library.tags.items():
+            func = _tag(compiled)
+            if func is not None:
+                env.globals[name] = func
+    env.globals.update(url=url, static=static)
+    return env

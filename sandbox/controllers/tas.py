@@ -1,0 +1,292 @@
+"""Kueue Topology Aware Scheduling (TAS), simulated minimally but with Kueue's own rules and words.
+
+A pod set is placed by topology when its flavor names a ``Topology`` (``ResourceFlavor.spec.topologyName``). Its pod
+template may ask ``kueue.x-k8s.io/podset-required-topology: <level label>`` (all pods in one domain of that level,
+else it waits) or ``kueue.x-k8s.io/podset-preferred-topology: <level label>`` (one domain of that level if one has
+room, else the level above, else spread); without either it is placed anywhere (spread). What follows Kueue v0.17's
+``pkg/cache/scheduler/tas_flavor_snapshot.go``:
+
+* the leaves are the Ready, schedulable nodes that carry every level's label and match the flavor's ``nodeLabels``;
+  a leaf is excluded for an untolerated ``NoSchedule``/``NoExecute`` taint (the pod's tolerations and the flavor's),
+  for the pod's ``nodeSelector``; its free capacity is its allocatable less the requests of the non-TAS pods bound
+  to it and the TAS usage of admitted Workloads' ``topologyAssignment``; its "state" is how many pods fit;
+* a domain's state is the sum of its leaves'; at the asked level the domains are sorted by state (most first, then
+  by their values) and the best fit is taken: the fitting domain with the least room; below it, domains are taken
+  greedily, the last by best fit;
+* no fit: ``topology "<name>" allows to fit only <n> out of <count> pod(s)`` (``doesn't allow to fit any of``), with
+  ``. Total nodes: <n>; excluded: resource "nvidia.com/gpu": 2, taint "...": 1`` when leaves were excluded;
+* the assignment lists the hostname level only (the lowest level is ``kubernetes.io/hostname``), in the v1beta2
+  compact encoding: one slice, ``universal`` where every value (or pod count) is the same, else ``individual``
+  with the common prefix and suffix.
+
+Enforcement (``Kueue._enforce``): the admitted Job's pod template gets the scheduling gate
+``kueue.x-k8s.io/topology``; each pod created is un-gated with a ``kubernetes.io/hostname`` node selector for the
+next host of the assignment that still has room, and the label ``kueue.x-k8s.io/tas: "true"`` (so it is counted by
+the assignment, not again as a non-TAS pod).
+
+Not simulated: slices (``podset-slice-*``), leader/worker pod sets, the LeastFreeCapacity profile, topologies whose
+lowest level is not the hostname, node replacement on failure, preemption for fragmented capacity.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sandbox.controllers import resources as R
+from sandbox.controllers.scheduler import node_ready, pod_is_active, tolerates
+from sandbox.selectors import match_labels
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+TOPOLOGY = (KUEUE, "Topology")
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+GATE = "kueue.x-k8s.io/topology"
+TAS_LABEL = "kueue.x-k8s.io/tas"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def taint_str(t: dict) -> str:
+    """corev1.Taint.ToString(): ``key=value:Effect`` (``key:Effect`` without a value)."""
+    value = t.get("value") or ""
+    return f"{t.get('key')}{'=' + value if value else ''}:{t.get('effect')}"
+
+
+def request_of(template: dict | None) -> tuple[str, bool] | None:
+    """(level label, required) a pod template asks for; ("", False) when it asks nothing (placed anywhere)."""
+    ann = ((template or {}).get("metadata") or {}).get("annotations") or {}
+    if ann.get(REQUIRED):
+        return str(ann[REQUIRED]), True
+    if ann.get(PREFERRED):
+        return str(ann[PREFERRED]), False
+    return "", False
+
+
+def count_in(req: dict[str, Decimal], free: dict[str, Decimal]) -> tuple[int, str]:
+    """How many pods of ``req`` fit in ``free``, and the limiting resource (Requests.CountInWithLimitingResource)."""
+    best, limiting = None, ""
+    for r, v in sorted(req.items()):
+        if v <= 0:
+            continue
+        n = int(max(free.get(r, Decimal(0)), Decimal(0)) // v)
+        if best is None or n < best:
+            best, limiting = n, r
+    return (best if best is not None else 1 << 30), limiting
+
+
+class NodeState:
+    """Free capacity per node for TAS: allocatable less non-TAS pods, less admitted TAS assignments."""
+
+    def __init__(self, nodes: list[dict], pods: list[dict], reserved: list[dict], requests):
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.free: dict[str, dict[str, Decimal]] = {
+            name: R.parse_list((n.get("status") or {}).get("allocatable")) for name, n in self.nodes.items()}
+        self._requests = requests  # pod spec -> Kueue's per-pod requests
+        for p in pods:
+            if not pod_is_active(p) or ((p.get("metadata") or {}).get("labels") or {}).get(TAS_LABEL) == "true":
+                continue
+            name = p["spec"]["nodeName"]
+            if name in self.free:
+                self.free[name] = R.sub(self.free[name], R.pod_requests(p.get("spec")))
+        for wl in reserved:
+            self.add_workload(wl)
+
+    def add_workload(self, wl: dict, sign: int = 1) -> None:
+        adm = (wl.get("status") or {}).get("admission") or {}
+        podsets = {ps.get("name", "main"): ps for ps in (wl.get("spec") or {}).get("podSets") or []}
+        for psa in adm.get("podSetAssignments") or []:
+            ta = psa.get("topologyAssignment")
+            if not ta or (ta.get("levels") or [None])[-1] != HOSTNAME:
+                continue
+            per_pod = self._requests(((podsets.get(psa.get("name", "main")) or {}).get("template") or {}).get("spec"))
+            for values, count in decode(ta):
+                host = values[-1]
+                if host in self.free:
+                    self.free[host] = R.sub(self.free[host], R.scale(per_pod, count * sign))
+
+
+def decode(ta: dict) -> list[tuple[list[str], int]]:
+    """A v1beta2 TopologyAssignment as [(values per level, pod count)]."""
+    out = []
+    nlevels = len(ta.get("levels") or [])
+    for sl in ta.get("slices") or []:
+        n = int(sl.get("domainCount") or 0)
+        cols = []
+        for lv in (sl.get("valuesPerLevel") or [])[:nlevels]:
+            if lv.get("universal") is not None:
+                cols.append([str(lv["universal"])] * n)
+            else:
+                ind = lv.get("individual") or {}
+                cols.append([f"{ind.get('prefix') or ''}{root}{ind.get('suffix') or ''}" for root in ind.get("roots") or []])
+        pc = sl.get("podCounts") or {}
+        counts = [int(pc["universal"])] * n if pc.get("universal") is not None else [int(c) for c in pc.get("individual") or []]
+        for i in range(n):
+            out.append(([c[i] for c in cols], counts[i] if i < len(counts) else 0))
+    return out
+
+
+def _compact(values: list[str]) -> dict:
+    """fillSingleCompactSliceValues: universal when all equal, else individual with common prefix/suffix."""
+    prefix = suffix = values[0]
+    min_len = max_len = len(values[0])
+    for s in values[1:]:
+        n = len(s)
+        min_len, max_len = min(min_len, n), max(max_len, n)
+        prefix, suffix = prefix[:n], suffix[len(suffix) - n:] if n < len(suffix) else suffix
+        for i in range(len(prefix)):
+            if s[i] != prefix[i]:
+                prefix = prefix[:i]
+                break
+        for i in range(len(suffix)):
+            if s[len(s) - 1 - i] != suffix[len(suffix) - 1 - i]:
+                suffix = suffix[len(suffix) - i:]
+                break
+    if len(prefix) == max_len:
+        return {"universal": prefix}
+    if len(prefix) + len(suffix) > min_len:
+        prefix = prefix[:min_len - len(suffix)]
+    ind: dict = {}
+    if prefix:
+        ind["prefix"] = prefix
+    if suffix:
+        ind["suffix"] = suffix
+    ind["roots"] = [s[len(prefix):len(s) - len(suffix)] for s in values]
+    return {"individual": ind}
+
+
+def encode(levels: list[str], domains: list[tuple[list[str], int]]) -> dict:
+    """Kueue's v1beta2 single compact slice encoding of [(values, count)] (sorted by values)."""
+    domains = sorted(domains)
+    if not domains:
+        return {"levels": levels, "slices": []}
+    counts = [c for _, c in domains]
+    sl = {"domainCount": len(domains),
+          "valuesPerLevel": [_compact([v[i] for v, _ in domains]) for i in range(len(levels))],
+          "podCounts": {"universal": counts[0]} if len(set(counts)) == 1 else {"individual": counts}}
+    return {"levels": levels, "slices": [sl]}
+
+
+class _Domain:
+    __slots__ = ("values", "state", "children")
+
+    def __init__(self, values: tuple[str, ...]):
+        self.values = values
+        self.state = 0
+        self.children: list[_Domain] = []
+
+
+def _sorted(domains: list[_Domain]) -> list[_Domain]:
+    return sorted(domains, key=lambda d: (-d.state, d.values))
+
+
+def _best_fit(domains: list[_Domain], needed: int) -> _Domain:
+    best = domains[0]
+    for d in domains:
+        if needed <= d.state < best.state:
+            best = d
+    return best
+
+
+def _take(domains: list[_Domain], count: int) -> list[tuple[_Domain, int]]:
+    """Greedy over ``domains`` (most room first), the last one by best fit: [(domain, pods)]."""
+    out = []
+    remaining = count
+    rest = _sorted(domains)
+    while remaining > 0 and rest:
+        d = rest[0]
+        if d.state >= remaining:
+            d = _best_fit(rest, remaining)
+        if d.state <= 0:
+            break
+        n = min(d.state, remaining)
+        out.append((d, n))
+        remaining -= n
+        rest = [x for x in rest if x is not d]
+    return out
+
+
+def _leaves_of(picked: list[tuple[_Domain, int]]) -> list[tuple[_Domain, int]]:
+    out = []
+    for d, n in picked:
+        if not d.children:
+            out.append((d, n))
+        else:
+            out += _leaves_of(_take(d.children, n))
+    return out
+
+
+def assign(*, topology: dict, flavor: dict, template: dict, count: int, per_pod: dict[str, Decimal],
+           state: NodeState) -> tuple[dict | None, str]:
+    """(topologyAssignment, "") or (None, Kueue's not-fit message) for ``count`` pods of ``template``."""
+    name = topology["metadata"]["name"]
+    levels = [lv.get("nodeLabel") for lv in (topology.get("spec") or {}).get("levels") or []]
+    level_label, required = request_of(template)
+    fspec = flavor.get("spec") or {}
+    pspec = (template or {}).get("spec") or {}
+    tolerations = list(pspec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
+    selector = {str(k): str(v) for k, v in (pspec.get("nodeSelector") or {}).items()}
+    if level_label and level_label not in levels:
+        return None, f"no requested topology level: {level_label}"
+    total = 0
+    excluded: dict[str, int] = {}
+    by_values: dict[tuple[str, ...], _Domain] = {}
+    roots: list[_Domain] = []
+    for nname, node in sorted(state.nodes.items()):
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
+            continue
+        if not match_labels({"matchLabels": fspec.get("nodeLabels") or {}}, labels):
+            continue
+        if any(lv not in labels for lv in levels):
+            continue
+        total += 1
+        taint = next((t for t in (node.get("spec") or {}).get("taints") or []
+                      if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)), None)
+        fits, limiting = 0, ""
+        if taint is not None:
+            key = f"taint {taint_str(taint)!r}".replace("'", '"')
+            excluded[key] = excluded.get(key, 0) + 1
+        elif any(labels.get(k) != v for k, v in selector.items()):
+            excluded["nodeSelector"] = excluded.get("nodeSelector", 0) + 1
+        else:
+            fits, limiting = count_in(per_pod, state.free.get(nname, {}))
+            if fits == 0 and limiting:
+                key = f'resource "{limiting}"'
+                excluded[key] = excluded.get(key, 0) + 1
+        values = tuple(str(labels[lv]) for lv in levels)
+        parent = None
+        for i in range(1, len(values) + 1):
+            d = by_values.get(values[:i])
+            if d is None:
+                d = by_values[values[:i]] = _Domain(values[:i])
+                (parent.children if parent is not None else roots).append(d)
+            d.state += fits
+            parent = d
+
+    def not_fit(fit: int) -> str:
+        msg = (f'topology "{name}" allows to fit only {fit} out of {count} pod(s)' if fit
+               else f'topology "{name}" doesn\'t allow to fit any of {count} pod(s)')
+        if excluded:
+            msg += f". Total nodes: {total}; excluded: " + ", ".join(f"{k}: {v}" for k, v in sorted(excluded.items()))
+        return msg
+
+    if not roots:
+        return None, f"no topology domains at level: {level_label or levels[0]}"
+    level = levels.index(level_label) if level_label else 0
+    picked = None
+    while picked is None:
+        at_level = [d for v, d in by_values.items() if len(v) == level + 1]
+        top = _sorted(at_level)[0]
+        if top.state >= count and level_label:
+            picked = [(_best_fit(_sorted(at_level), count), count)]
+        elif required:
+            return None, not_fit(top.state)
+        elif level > 0 and level_label:
+            level -= 1  # preferred: the level above
+        else:  # spread over the top level
+            picked = _take(at_level, count)
+            placed = sum(n for _, n in picked)
+            if placed < count:
+                return None, not_fit(placed)
+    hosts = _leaves_of(picked)
+    lowest = len(levels) - 1 if levels[-1] == HOSTNAME else 0
+    return encode(levels[lowest:], [(list(d.values[lowest:]), n) for d, n in hosts]), ""

@@ -1,0 +1,119 @@
+"""Parity for topology-aware placement (Kueue TAS, issue 26): the same required-rack training job on the sandbox and
+on the real control plane (real Kueue v0.17 placing kwok nodes that carry the demo profile's block and rack labels).
+
+The demo profile's offline H100 nodes: gpu-h100-1 in rack-a1, gpu-h100-2 and gpu-h100-3 in rack-a2 (block-a), 8 GPUs
+each. Two workers of 8 GPUs fit only rack-a2; a second such job then fits no single rack (rack-a1 has room for one
+worker) though 8 GPUs are free in all, and waits with Kueue's own message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from portal.kube import kube_for
+from quotas import manifests as m
+from quotas.models import Cluster
+from quotas.reconcile import reconcile
+from workloads.models import RequestState
+from workloads.pending import topology_hosts
+
+from ..workloads.test_lifecycle import celery_worker_thread, worker  # noqa: F401 - fixtures
+from .test_parity import _api, _cond, _custom, _eventually, _kind, _same_on_both, _world_on
+
+S = RequestState
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("realcluster"),
+              pytest.mark.timeout(400)]
+DISTRIBUTED = {"command": "python train.py", "distributed": True, "workers": 2}
+
+
+def _workload_of(kube: Any, req) -> dict:
+    """The request's Workload (Kueue names it after the Job)."""
+    return next(w for w in _custom(kube, "workloads", req.project.namespace)
+                if w["metadata"]["name"].startswith(f"job-{req.k8s_name}") or
+                any(o.get("name") == req.k8s_name for o in w["metadata"].get("ownerReferences") or []))
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_training_job_within_one_rack_is_placed_alike_or_waits_alike(cluster_under_test, cast) -> None:
+    world = _world_on(cluster_under_test, cast, "B", gpus=32)
+    kube = kube_for(world.cluster)
+    # Ops switch topology on: a Topology, and spec.topologyName added to the whole-GPU flavors (Kueue allows adding).
+    Cluster.objects.filter(pk=world.cluster.pk).update(topology="block-rack-host")
+    world.cluster.refresh_from_db()
+    result = reconcile(world.cluster, kube=kube)
+    assert result.ok, result
+    topology = kube.get(m.KUEUE, "Topology", m.TOPOLOGY_NAME)
+    assert [lv["nodeLabel"] for lv in topology["spec"]["levels"]] == [
+        m.BLOCK_LABEL, m.RACK_LABEL, "kubernetes.io/hostname"]
+    assert kube.get(m.KUEUE, "ResourceFlavor", "h100-80gb-offline")["spec"]["topologyName"] == m.TOPOLOGY_NAME
+    # The nodes carry the profile's topology labels on both clusters.
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.list("v1", "Node")[0]}
+    assert {n: (nodes[n].get(m.BLOCK_LABEL), nodes[n].get(m.RACK_LABEL)) for n in
+            ("gpu-h100-1", "gpu-h100-2", "gpu-h100-3")} == {
+        "gpu-h100-1": ("block-a", "rack-a1"), "gpu-h100-2": ("block-a", "rack-a2"), "gpu-h100-3": ("block-a", "rack-a2")}
+    second = reconcile(world.cluster, kube=kube)
+    assert second.ok and not second.applied, second
+
+    # Fits one rack: admitted there, its pods run on that rack's hosts.
+    fits = world.submit("carol", "training", "h100-80gb-offline", gpus=8, duration_hours=2, parameters=DISTRIBUTED,
+                        topology="rack")
+    fits = world.approve(fits)  # 16 GPUs: over the automatic approval
+    fits = world.wait(fits, lambda r: r.state == S.RUNNING, advance=5, timeout=180)
+    wl = _workload_of(kube, fits)
+    psa = wl["status"]["admission"]["podSetAssignments"][0]
+    assignment = psa["topologyAssignment"]
+    hosts = topology_hosts(assignment)
+    from kubernetes import client
+
+    api_client = _api(cluster_under_test)
+    core = client.CoreV1Api(api_client)
+
+    def running_pods() -> list:
+        pods = [p for p in core.list_namespaced_pod(fits.project.namespace).items
+                if p.metadata.name.startswith(fits.k8s_name) and p.status.phase == "Running"]
+        return pods if len(pods) == 2 else []
+
+    pods = _eventually(running_pods, "both workers running", 90, cluster_under_test)
+    page = next(v for k, v in fits.cluster_status["objects"].items() if k.startswith("workload/"))
+    observed_fit = {
+        "flavor": psa["flavors"]["nvidia.com/gpu"], "levels": assignment["levels"], "hosts": hosts,
+        "pod nodes": sorted(p.spec.node_name for p in pods),
+        "pods tas-labelled": sorted((p.metadata.labels or {}).get("kueue.x-k8s.io/tas", "") for p in pods),
+        "gated": sorted(g.name for p in pods for g in (p.spec.scheduling_gates or [])),
+        "portal topo": page.get("topo"),
+    }
+    assert observed_fit["hosts"] == {"gpu-h100-2": 1, "gpu-h100-3": 1}, (_kind(cluster_under_test), observed_fit)
+    assert observed_fit["pod nodes"] == ["gpu-h100-2", "gpu-h100-3"], observed_fit
+    _same_on_both("topology: fits one rack", cluster_under_test, observed_fit)
+
+    # Fits no single rack: 8 GPUs are free (gpu-h100-1, rack-a1), and the job needs 2 x 8 in one rack.
+    waits = world.submit("carol", "training", "h100-80gb-offline", gpus=8, duration_hours=2, parameters=DISTRIBUTED,
+                         topology="rack", name="waits")
+    waits = world.approve(waits)
+    waits = world.wait(waits, lambda r: r.state == S.QUEUED and "rack" in r.pending_reason, advance=5, timeout=180,
+                       also=fits)
+
+    def pending() -> dict | None:
+        cond = _cond(_workload_of(kube, waits), "QuotaReserved")
+        return cond if cond and cond["status"] == "False" and "topology" in cond.get("message", "") else None
+
+    cond = _eventually(pending, "the second job pending for topology", 60, cluster_under_test)
+    observed_wait = {"reason": cond["reason"], "message": cond["message"], "pending": waits.pending_reason,
+                     "suspended": _suspended(api_client, waits)}
+    assert observed_wait["message"] == (
+        'couldn\'t assign flavors to pod set main: topology "gpu-portal" allows to fit only 1 out of 2 pod(s). '
+        'Total nodes: 3; excluded: resource "nvidia.com/gpu": 2'), (_kind(cluster_under_test), observed_wait)
+    assert observed_wait["pending"].startswith("waiting for 16 x "), observed_wait
+    assert "the emptiest rack has room for 8 now (1 worker)" in observed_wait["pending"], observed_wait
+    _same_on_both("topology: fits no single rack", cluster_under_test, observed_wait)
+    api_client.close()
+    connections.close_all()
+
+
+def _suspended(api_client: Any, req) -> bool:
+    from kubernetes import client
+
+    return bool(client.BatchV1Api(api_client).read_namespaced_job(req.k8s_name, req.project.namespace).spec.suspend)
