@@ -327,6 +327,8 @@ def main() -> int:
     database_prepare()
 
     sandbox_port = os.environ.get("SANDBOX_PORT") or str(free_port())
+    if not real:  # the sandbox's simulated DCGM exporters and Prometheus query API (docs/measured-use.md)
+        os.environ.setdefault("PROMETHEUS_URL", f"http://127.0.0.1:{sandbox_port}/prometheus")
 
     def sandbox_ready() -> None:
         """Wait for the kubeconfig the sandbox writes once it listens (the real control plane: once it is up,

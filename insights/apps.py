@@ -14,7 +14,11 @@ class InsightsConfig(AppConfig):
 
         predicates_install(policy)  # templates ask them by name ({% may "insights.may_view_metrics" tenant as ok %})
         # Each metric family registers its metrics (insights/registry.py: METRICS) when imported.
-        from . import cost, efficiency, fairness, reclaim, scheduling  # noqa: F401
+        from . import cost, efficiency, fairness, measured, reclaim, scheduling  # noqa: F401
+        # "Clone with the suggestion" on a request's page (workloads asks; docs/measured-use.md).
+        from portal.extensions import rightsizing
+
+        rightsizing.register(measured.suggestion)
         # The request and sample rollups, refreshed and backfilled through the one rollup seam (portal/rollups.py).
         from . import rollups as requests, sample_rollups as samples
         rollups.register(rollups.Rollup(name="requests", owner="insights.rollups", grain="day (and week)",

@@ -356,3 +356,32 @@ class SampleDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} at {self.computed_at}"
+
+
+class MeasuredSample(models.Model):
+    """One running request's measured GPU use over one 5-minute slot, from Prometheus (DCGM exporter), written by
+    ``insights.measured_take`` (insights/measured.py). ``gpus`` is what it held (allocated devices: GPUs, MIG slices
+    or vGPUs); ``memory_mib`` what one of them offers; the rest is measured. Kept per request so rightsizing reads a
+    finished request's history whatever Prometheus still retains, and the metrics sum it in the database."""
+
+    at = models.DateTimeField(help_text="The slot's end.")
+    request = models.ForeignKey("workloads.WorkloadRequest", on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    seconds = models.PositiveIntegerField(default=300)
+    gpus = models.PositiveIntegerField(help_text="Allocated devices in the slot.")
+    memory_mib = models.PositiveIntegerField(help_text="GPU memory one allocated device offers (MiB).")
+    util_avg = models.FloatField(help_text="Measured: mean DCGM_FI_DEV_GPU_UTIL over the devices (%).")
+    sm_active_avg = models.FloatField(help_text="Measured: mean DCGM_FI_PROF_SM_ACTIVE (ratio 0-1).")
+    fb_used_max = models.FloatField(help_text="Measured: peak DCGM_FI_DEV_FB_USED of one device (MiB).")
+    xid = models.PositiveIntegerField(default=0, help_text="Measured: the last XID error any of its GPUs raised.")
+    seeded = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["at", "tenant"], name="measured_at_tenant")]
+        constraints = [models.UniqueConstraint(fields=["request", "at"], name="one_measured_sample_per_slot")]
+
+    def __str__(self) -> str:
+        return f"request {self.request_id} at {self.at}: {self.util_avg:.0f} %"

@@ -24,7 +24,7 @@ from . import memo, policy
 from .models import PoolSample, QueueSample
 from .registry import METRICS, Metric, Query
 
-FAMILIES = ("scheduling", "fairness", "efficiency", "cost")
+FAMILIES = ("scheduling", "fairness", "efficiency", "cost", "measured")
 DEFAULT_DAYS = 7
 PRESETS = (7, 30, 90)
 MAX_DAYS = 400

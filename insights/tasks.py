@@ -15,3 +15,10 @@ def samples_take_task() -> dict[str, int]:
     from .samples import samples_take
 
     return samples_take()
+
+
+@shared_task(name="insights.measured_take")
+def measured_take_task() -> dict:
+    from .measured import measured_take
+
+    return measured_take()

@@ -26,7 +26,7 @@ from . import memo, policy, presentation, reports, selectors
 from .forms import MetricFilterForm
 from .registry import Metric
 
-FAMILIES = ["scheduling", "fairness", "efficiency", "cost"]
+FAMILIES = ["scheduling", "fairness", "efficiency", "cost", "measured"]
 ROWS_PER_PAGE = 50
 
 

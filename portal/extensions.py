@@ -169,6 +169,7 @@ submission_guard = Slot(
     unavailable="Budget check unavailable: the project's budget could not be checked, so the request was not "
                 "submitted. Try again in a few minutes; if it persists, tell platform ops.")
 budget_remaining = Slot("budget remaining")
+rightsizing = Slot("rightsizing")  # a request -> its measured rightsizing suggestion (insights) or None
 quota_notices = Slot("quota notices")
 reserved_name = Slot(
     "reserved name check", policy=ENFORCING, field="slug",

@@ -522,6 +522,13 @@ PORTAL_MIG_RECONFIGURE_TIMEOUT = _duration_seconds("PORTAL_MIG_RECONFIGURE_TIMEO
 CELERY_BEAT_SCHEDULE["maintenance-mig-changes-sweep"] = {"task": "maintenance.mig_changes_sweep", "schedule": 60.0}
 # Samples of queues and GPU pools for the acceptance metrics, one per 5-minute slot (docs/insights.md).
 CELERY_BEAT_SCHEDULE["insights-samples-take"] = {"task": "insights.samples_take", "schedule": 300.0}
+# Measured GPU use (docs/measured-use.md): a Prometheus-compatible query API that scrapes NVIDIA's DCGM exporter
+# ("" = none: the measured figures say so); `make run` points it at the sandbox. One sample per running request and
+# 5-minute slot (insights/measured.py). A sample below MEASURED_IDLE_PERCENT GPU utilisation counts as idle.
+PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "").strip()
+PROMETHEUS_TOKEN = os.environ.get("PROMETHEUS_TOKEN", "")
+MEASURED_IDLE_PERCENT = float(os.environ.get("MEASURED_IDLE_PERCENT", "5"))
+CELERY_BEAT_SCHEDULE["insights-measured-take"] = {"task": "insights.measured_take", "schedule": 300.0}
 # Scheduling success (insights): a request counts as scheduled in time when admitted within this many minutes of
 # its approval (docs/insights.md).
 _admit_target = os.environ.get("INSIGHTS_ADMIT_TARGET_MINUTES", "10").strip()

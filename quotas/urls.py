@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import namespace_views, views
+from . import namespace_views, spill_views, views
 
 urlpatterns = [
     # Platform ops
@@ -29,6 +29,7 @@ urlpatterns = [
     # Project members: the project's quota, and asking for more
     path("projects/<slug:slug>/quota/", views.project_quota, name="project-quota"),
     path("projects/<slug:slug>/quota/request/", views.quota_request_create, name="project-quota-request"),
+    path("projects/<slug:slug>/spill-over/", spill_views.spill_policy, name="project-spill-policy"),
     # Quota requests: mine and the approver's inbox
     path("quota-requests/", views.quota_requests, name="quota-requests"),
     path("quota-requests/bulk/", views.quota_requests_bulk, name="quota-requests-bulk"),

@@ -28,7 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import NotAllowed, PortalError
-from portal.extensions import budget_remaining, cost_estimator, cost_so_far
+from portal.extensions import budget_remaining, cost_estimator, cost_so_far, rightsizing
 from portal.forms import once_claim, once_initial, once_replay, once_sent
 from portal.inputs import is_id
 from portal.ui import Pager, filtered
@@ -318,7 +318,11 @@ def _start_from(request: HttpRequest, actor: Actor, template: ServiceTemplate, f
         if not is_id(clone):
             raise Http404("No such request.")
         req = _visible_request(actor, int(clone))
-        dropped = form.prefill(selectors.request_values(req), project=req.project.slug)
+        values = selectors.request_values(req)
+        suggested = rightsizing.call(req) if request.GET.get("suggest") == "1" else None
+        if suggested is not None and suggested.values:  # "Clone with the suggestion": the measured size instead
+            values.update(suggested.values)
+        dropped = form.prefill(values, project=req.project.slug)
         changed = f" The template changed since (v{req.template.version} → v{template.version}): check the settings." \
             if req.template_id != template.pk else ""
         return f"Starting from request {req.name}: change what you need, then submit.{changed}", dropped
@@ -489,6 +493,7 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
         "poll_seconds": POLL_SECONDS,
         "final": req.state in FINAL,
         "cost_so_far": cost_so_far.display(req),  # billing's, through portal.extensions (None: no price list)
+        "rightsizing": rightsizing.call(req),  # measured use (insights), None without samples
     }
 
 

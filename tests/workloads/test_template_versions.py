@@ -52,7 +52,7 @@ def test_catalogue_shows_one_entry_per_slug_after_an_edit(as_user, api, cast, ca
     v2 = _edit_notebook_via_ops_page(as_user, cat)
     for who in ("carol", "ops"):
         rows = api(who).get(f"{API}/templates/").json()["results"]
-        assert Counter(row["slug"] for row in rows) == {"notebook": 1, "training": 1, "inference": 1}, who
+        assert Counter(row["slug"] for row in rows) == {"notebook": 1, "training": 1, "inference": 1, "batch-inference": 1}, who
         assert [row["id"] for row in rows if row["slug"] == "notebook"] == [v2.pk]
         page = as_user(who).get("/requests/new/")
         assert [t.pk for t in page.context["templates"] if t.slug == "notebook"] == [v2.pk], who
