@@ -22,9 +22,11 @@ run-sso: venv
 test: venv
 	$(VPY) deploy/run_tests.py $(ARGS)
 
-# Ruff with the small rule set in pyproject.toml (CI runs it before the tests).
+# Ruff with the rule set in pyproject.toml, then mypy over every app's services and selectors (CI runs both
+# before the tests).
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(VPY) tests/bench/sandbox_bench.py

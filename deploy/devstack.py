@@ -34,6 +34,7 @@ default 8400) and points the portal's single sign-on at it (README "Single sign-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -72,10 +73,8 @@ def describe(returncode: int) -> str:
 
 
 def kill_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def group_alive(pgid: int) -> bool:
@@ -139,7 +138,10 @@ class Child:
                 self.restart_at = time.monotonic() + delay
 
 
-CLUSTER_CHILDREN = ("sandbox", "cluster")  # stopped last
+# The demo's two more zones (docs/federation.md): sandbox clusters of their own, each with its own endpoint and
+# kubeconfig next to the main one's (quotas/demo.py registers them: A100 inference, L40S development).
+ZONES = (("zone-a100", "zone-a100.yaml", "zone-a100.kubeconfig"), ("zone-l40s", "zone-l40s.yaml", "zone-l40s.kubeconfig"))
+CLUSTER_CHILDREN = ("sandbox", "cluster", *(name for name, _, _ in ZONES))  # stopped last
 
 
 def stop_all(children: list[Child]) -> None:
@@ -178,10 +180,8 @@ def stop_all(children: list[Child]) -> None:
             gone[name] = time.monotonic() - started
     for child in children:
         if child.proc is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
     timings = ", ".join(f"{name} {at:.1f}s" for name, at in sorted(gone.items(), key=lambda kv: kv[1]))
     say(f"stopped: web server, worker, beat, sandbox cluster ({timings})")
 
@@ -365,6 +365,10 @@ def main() -> int:
         [PY, "-m", "realcluster", "--kubeconfig", str(kubeconfig), "--state-dir", str(VAR / "realcluster")],
         before_start=sandbox_before,
     )
+    zones = [] if real else [Child(
+        name, [PY, "-m", "sandbox", "--kubeconfig", str(VAR / config), "--port", str(free_port()), "--speed", SPEED,
+               "--profile", str(ROOT / "sandbox" / "profiles" / profile), "--state-file", str(VAR / f"{name}-state.json")],
+        before_start=lambda config=config: (VAR / config).unlink(missing_ok=True)) for name, profile, config in ZONES]
     worker = Child(
         "worker",
         [PY, "-m", "celery", "-A", "portal", "worker", "--loglevel", "warning",
@@ -375,13 +379,19 @@ def main() -> int:
     beat = Child("beat", [PY, "-m", "celery", "-A", "portal", "beat", "--loglevel", "warning"])
     web = Child("web", [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"])
     sso = dev_sso()
-    children = [sandbox, worker, beat, web] + ([sso] if sso else [])
+    children = [sandbox, *zones, worker, beat, web] + ([sso] if sso else [])
     try:
         if sso is not None:
             sso.start()
             dev_sso_client()
         sandbox.start()
+        for zone in zones:  # started together; each writes its kubeconfig while the main one does
+            zone.start()
         sandbox_ready()
+        zones_deadline = time.monotonic() + 15
+        while zones and not _stopping and time.monotonic() < zones_deadline and not all(
+                (VAR / config).exists() for _, _, config in ZONES):
+            time.sleep(0.05)
         if not _stopping:
             step("seed_demo")
         for child in (worker, beat, web):

@@ -249,7 +249,7 @@ def await_migrations(cmd: list[str], env: dict[str, str]) -> int:
     interval = float(env.get("PORTAL_AWAIT_MIGRATIONS_INTERVAL", "5"))
     deadline = time.monotonic() + float(env.get("PORTAL_AWAIT_MIGRATIONS_TIMEOUT", "1800"))
     while True:
-        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
         if done:
             say("entrypoint: every migration is applied", env)
             return 0
@@ -285,7 +285,7 @@ def main(argv: list[str]) -> int:
         metrics_dir_reset(env)
     for cmd in cmds[:-1]:
         say(f"entrypoint: {shlex.join(cmd)}", env)
-        code = subprocess.run(cmd, env=env).returncode
+        code = subprocess.run(cmd, env=env, check=False).returncode
         if code:
             return code
     say(f"entrypoint: {shlex.join(cmds[-1])}", env)

@@ -4,6 +4,8 @@
 # Needs root (or password-less sudo) only when something must be installed or started.
 #   deploy/services.sh            PostgreSQL + Redis
 #   deploy/services.sh chromium   ... and Debian's Chromium for the browser tests
+#   deploy/services.sh promtool   ... and promtool (from Debian's prometheus package, without the server), so
+#                                 tests/deploy/test_alerts.py also runs `promtool check rules` on the alerting rules
 set -euo pipefail
 
 SUDO=""
@@ -19,6 +21,17 @@ if [ ${#want[@]} -gt 0 ]; then
   echo "services: installing ${want[*]} (apt-get)"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
+fi
+
+# promtool alone: the package's .deb is fetched and only /usr/bin/promtool taken out of it (no server, no service).
+if [ "${1:-}" = promtool ] && ! command -v promtool >/dev/null 2>&1; then
+  echo "services: installing promtool (from Debian's prometheus package)"
+  tmp="$(mktemp -d)"
+  $SUDO apt-get update -qq
+  (cd "$tmp" && $SUDO apt-get download -qq prometheus && dpkg-deb --fsys-tarfile prometheus_*.deb \
+    | tar -xf - -C "$tmp" ./usr/bin/promtool)
+  $SUDO install -m 0755 "$tmp/usr/bin/promtool" /usr/local/bin/promtool
+  $SUDO rm -rf "$tmp"
 fi
 
 up() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

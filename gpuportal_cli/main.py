@@ -52,7 +52,7 @@ app = typer.Typer(
 MAX_INTERVAL = 60.0
 
 
-class Output(str, enum.Enum):
+class Output(enum.StrEnum):
     table = "table"
     json = "json"
 

@@ -14,7 +14,7 @@ class InsightsConfig(AppConfig):
 
         predicates_install(policy)  # templates ask them by name ({% may "insights.may_view_metrics" tenant as ok %})
         # Each metric family registers its metrics (insights/registry.py: METRICS) when imported.
-        from . import cost, efficiency, fairness, measured, reclaim, scheduling  # noqa: F401
+        from . import cost, efficiency, fairness, federation, forecast, measured, reclaim, scheduling  # noqa: F401
         # "Clone with the suggestion" on a request's page (workloads asks; docs/measured-use.md).
         from portal.extensions import rightsizing
 

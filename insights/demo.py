@@ -407,8 +407,9 @@ def _seed_samples(cluster: Cluster, streams: list[Stream], start: datetime, end:
             pool[0] += admitted
             pool[1] += v["pending"][i]
             pool[2] += v["idle"][i]
-        for fid, (allocated, pending, idle) in pools.items():
+        for fid, (allocated, queued, idle) in pools.items():
             flavor = flavors[fid]
+            pending = queued
             cap = capacity.get((fid, flavor.primary_resource)) or tenant_nominal.get(fid) or Decimal(max(allocated, 1))
             cap = max(cap, Decimal(allocated))
             per_unit = profile_memory_gib(flavor.mig_profile) if flavor.mig_profile else Decimal(80)
@@ -478,7 +479,47 @@ def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = 
             summary["requests"] = len(_seed_requests(cluster, streams, now, switch))
         if not (QueueSample.objects.filter(seeded=True).exists() or PoolSample.objects.filter(seeded=True).exists()):
             summary["samples"] = _seed_samples(cluster, streams, start, end, rng)
+        if not WorkloadRequest.objects.filter(seeded=True, spilled=True).exists():
+            summary["spills"] = _seed_spills(end, random.Random(RANDOM_SEED + 1))
     return summary
+
+
+SPILLS = 14  # over the last week: acme-vision's training spilled from the full H100 zone to A100
+
+
+def _seed_spills(end: datetime, rng: random.Random) -> int:
+    """Spill-overs in the history (docs/federation.md): acme-vision training that consented to A100 and spilled from
+    the H100 training zone while it was full, each with the wait the router estimated there (the source of the
+    "queue wait saved" figure) and the short wait it had on A100. Needs the demo's A100 zone (quotas/demo.py)."""
+    target = Flavor.objects.filter(cluster__name="a100-inference", gpu_model="a100-80gb", kind=Flavor.Kind.WHOLE).first()
+    template = ServiceTemplate.objects.filter(slug="training", active=True).order_by("-version").first()
+    member = Membership.objects.filter(project__slug="acme-vision", role=Role.MEMBER).select_related("project", "user").first()
+    if target is None or template is None or member is None:
+        return 0
+    project = member.project
+    rows = []
+    for i in range(SPILLS):
+        created = end - timedelta(days=7) + timedelta(hours=6 + i * 11 + rng.randint(0, 5), minutes=rng.randint(0, 59))
+        waited = timedelta(seconds=rng.randint(20, 300))
+        hours = rng.choice([1, 2, 3, 4])
+        admitted = created + timedelta(seconds=5) + waited
+        estimate = rng.randint(45, 240) * 60
+        gpus = rng.choice([1, 2, 4])
+        rows.append(WorkloadRequest(
+            tenant=project.tenant, project=project, cluster=target.cluster, template=template,
+            name=f"spill-{i + 1:02d}", image=IMAGES["training"], flavor=target, gpus=gpus, cpu=Decimal(4 * gpus),
+            memory_gib=32 * gpus, parameters={"command": "python train.py"}, duration_hours=hours + 1,
+            priority=Priority.BATCH, state=S.SUCCEEDED, state_reason="Completed.", requested_by=member.user,
+            idempotency_key=f"{IDEMPOTENCY_PREFIX}spill-{i + 1}", created_at=created, approved_at=created + timedelta(seconds=2),
+            queued_at=created + timedelta(seconds=5), admitted_at=admitted, first_admitted_at=admitted,
+            started_at=admitted + timedelta(seconds=40), finished_at=admitted + timedelta(hours=hours), seeded=True,
+            accepted_models=["h100-80gb", "a100-80gb"], spill_consent=True, spilled=True, spilled_from_model="h100-80gb",
+            spill_source_pending=rng.randint(2, 9), spill_source_wait_seconds=estimate,
+            route_reason=("Spilled over from h100-80gb to a100-80gb in zone a100-inference: h100-80gb is full in every "
+                          "zone that offers it to the project; the job consented and the project allows a100-80gb.")))
+    with _past_timestamps(WorkloadRequest._meta.get_field("created_at")):
+        WorkloadRequest.objects.bulk_create(rows)
+    return len(rows)
 
 
 def _seed_switch(cluster: Cluster, switch: datetime) -> None:

@@ -32,6 +32,7 @@ from portal import prometheus_api
 from quotas.models import Flavor
 from workloads.models import RequestState, WorkloadRequest
 
+from . import memo
 from .common import bucket, group_fields, hours, make_points, make_rows, narrow, ratio
 from .models import MeasuredSample
 from .registry import Metric, Query, Result, register
@@ -120,7 +121,14 @@ def measured_take(now: datetime | None = None) -> dict[str, Any]:
 
 # -- metrics -------------------------------------------------------------------------------------------------------
 def _sums(query: Query) -> tuple[dict[tuple, dict[str, float]], dict[tuple, dict[datetime, dict[str, float]]]]:
-    """Per group, and per group and chart bucket: device-seconds allocated, utilisation-weighted, idle, memory."""
+    """Per group, and per group and chart bucket: device-seconds allocated, utilisation-weighted, idle, memory.
+    The three measured metrics of one overview or report share it (``memo.one_page``); the result is only read."""
+    key = ("measured-sums", id(query.scope), *(getattr(query, f) for f in (
+        "start", "end", "group_by", "bucket", "cluster_id", "flavor_id", "tenant_id", "project_id")))
+    return memo.remembered(key, lambda: (query.scope, _sums_now(query)))[1]
+
+
+def _sums_now(query: Query) -> tuple[dict[tuple, dict[str, float]], dict[tuple, dict[datetime, dict[str, float]]]]:
     qs = narrow(MeasuredSample.objects.filter(at__gt=query.start, at__lte=query.end), query)
     by = group_fields(query.group_by)
     weight = F("gpus") * F("seconds")
@@ -132,11 +140,13 @@ def _sums(query: Query) -> tuple[dict[tuple, dict[str, float]], dict[tuple, dict
         "mem_total": Sum(Cast(F("memory_mib") * weight, FloatField())),
     }
     totals: dict[tuple, dict[str, float]] = {}
-    for row in qs.order_by().values(*by).annotate(**figures):
-        totals[tuple(row[b] for b in by)] = {k: float(row[k] or 0) for k in figures}
     series: dict[tuple, dict[datetime, dict[str, float]]] = defaultdict(dict)
     for row in qs.order_by().annotate(_b=bucket("at", query.bucket)).values(*by, "_b").annotate(**figures):
-        series[tuple(row[b] for b in by)][row["_b"]] = {k: float(row[k] or 0) for k in figures}
+        key = tuple(row[b] for b in by)
+        series[key][row["_b"]] = {k: float(row[k] or 0) for k in figures}
+        total = totals.setdefault(key, dict.fromkeys(figures, 0.0))
+        for k in figures:  # every figure is a sum: the period's is the sum of its buckets'
+            total[k] += float(row[k] or 0)
     return totals, series
 
 

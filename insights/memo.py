@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
 _memo: ContextVar[dict[Any, Any] | None] = ContextVar("insights_memo", default=None)
 
 
@@ -26,7 +25,7 @@ def one_page() -> Iterator[None]:
         _memo.reset(token)
 
 
-def remembered(key: Any, compute: Callable[[], T]) -> T:
+def remembered[T](key: Any, compute: Callable[[], T]) -> T:
     """``compute()``, once per ``key`` inside ``one_page()``; every time outside it."""
     memo = _memo.get()
     if memo is None:

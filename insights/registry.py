@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tenants.access import ActorScope
 
 # What a metric can be broken down by, and the time buckets of its chart.
 GROUPS = ("cluster", "flavor", "tenant", "project", "queue")
@@ -22,7 +26,7 @@ BUCKETS = ("hour", "day", "week")
 class Query:
     """What is asked: a period [start, end), a breakdown, a time bucket and optional filters (ids)."""
 
-    scope: object  # tenants.access.ActorScope of who asks
+    scope: ActorScope  # of who asks
     start: datetime
     end: datetime
     group_by: str = "tenant"
@@ -66,7 +70,7 @@ class Result:
 @dataclass(frozen=True)
 class Metric:
     key: str  # URL-safe: queue-wait, scheduling-success, quota-fulfilment, ...
-    family: str  # scheduling | fairness | efficiency | cost
+    family: str  # scheduling | fairness | efficiency | cost | measured | capacity
     title: str
     definition: str  # one line, shown on the page and in the API
     compute: Callable[[Query], Result]

@@ -490,8 +490,8 @@ def _slots_sampled(out: dict[tuple[Any, ...], dict[datetime, list[int]]], qs: Qu
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {columns}, {trunc}, SUM(total), SUM({count}) FROM ({sql}) t "
                        f"GROUP BY {columns}, {trunc}", params)
-        for *key, b, total, slots in cursor.fetchall():
-            b = b if b.tzinfo else b.replace(tzinfo=UTC)  # DATE_TRUNC(... AT TIME ZONE 'UTC') is naive
+        for *key, truncated, total, slots in cursor.fetchall():
+            b = truncated if truncated.tzinfo else truncated.replace(tzinfo=UTC)  # DATE_TRUNC(... AT TIME ZONE 'UTC') is naive
             s = out[tuple(key)][b]
             s[0] += int(total or 0)
             s[1] += int(slots or 0)

@@ -117,7 +117,7 @@ def metrics_scope(*, actor: Actor, tenants: list[Tenant] | None) -> ActorScope:
         return ActorScope(visible_projects=projects, visible_tenants=ids, grants=lambda: scope.grants)
 
     # One per page for an overview or a report (memo.one_page): every metric's query shares it.
-    return memo.remembered(("metrics-scope", id(scope), ids), lambda: narrowed())
+    return memo.remembered(("metrics-scope", id(scope), ids), narrowed)
 
 
 def group_for(metric: Metric, wanted: str) -> str:

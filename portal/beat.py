@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +98,10 @@ class SingletonScheduler(Scheduler):
         sent (a fresh start: an empty cache, a new entry) is due now, not one interval after the start (the ended
         month's statement would wait an hour)."""
         sent = self._sent()
-        never = datetime.now(timezone.utc) - NEVER_SENT_AGE
+        never = datetime.now(UTC) - NEVER_SENT_AGE
         for name, entry in self.schedule.items():
             at = sent.get(name)
-            entry.last_run_at = datetime.fromtimestamp(at, tz=timezone.utc) if isinstance(at, (int, float)) else never
+            entry.last_run_at = datetime.fromtimestamp(at, tz=UTC) if isinstance(at, (int, float)) else never
         self._heap = None  # rebuilt from the entries on the next tick
         self.catching_up = True
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 import uuid
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.cache import cache
 from django.core.signals import request_started
@@ -131,7 +132,7 @@ def _new_version(key: str) -> None:
     version_forget(key)
 
 
-def shared(name: str, key: str, load: Callable[[], T], timeout: int = 120) -> T:
+def shared[V](name: str, key: str, load: Callable[[], V], timeout: int = 120) -> V:
     """``load()``, kept in the shared cache under ``key`` for the current version of ``name`` (``changed(name)``
     sets a new one after every write that can change it): one round trip (``get_many`` of the version and the
     value) when it is there, so a value per user costs one cache read instead of a query. ``timeout`` bounds how

@@ -35,7 +35,8 @@ runs every ``Compiled`` of the portal on PostgreSQL and fails on such a one.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
@@ -186,7 +187,7 @@ class Compiled:
             return list(self._build(*values))
         queryset, compiler, sql, params, slots, converters = kept
         params = list(params)
-        for slot, value in zip(slots, _flat(values)):
+        for slot, value in zip(slots, _flat(values), strict=True):
             for position in slot:
                 params[position] = value
         wrapper = connections[alias]

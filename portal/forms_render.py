@@ -48,7 +48,7 @@ def _s(value: Any) -> str:
     """``{{ value|stringformat:'s' }}``: the filter is ``is_safe``, so safe data stays unescaped."""
     formatted = str(value) if isinstance(value, tuple) else value
     try:
-        out = "%s" % (formatted,)
+        out = "%s" % (formatted,)  # noqa: UP031 exactly what Django's stringformat filter does
     except (ValueError, TypeError):
         out = ""
     if isinstance(value, SafeData):

@@ -52,7 +52,7 @@ def _broker() -> None:
 
 
 def _migrations() -> None:
-    global _migrations_applied
+    global _migrations_applied  # noqa: PLW0603 a per-process memo: once applied, migrations stay applied
     if _migrations_applied:
         return
     from django.db.migrations.executor import MigrationExecutor

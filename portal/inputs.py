@@ -81,8 +81,8 @@ def json_problem(value: Any) -> JsonRefused | None:
             return JsonRefused(path, DEPTH_MESSAGE)
         children: list[tuple[Any, tuple[str, ...], int]] = []
         if isinstance(item, dict):
-            for key, child in item.items():
-                key = str(key)
+            for given, child in item.items():
+                key = str(given)
                 if NUL in key:
                     return JsonRefused((*path, _printable(key)), NUL_MESSAGE)
                 if _SURROGATE.search(key):

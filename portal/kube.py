@@ -257,6 +257,12 @@ class Kube:
                                   body=obj, content_type="application/apply-patch+yaml")
         return kueue_compat.up(stored) if convert and isinstance(stored, dict) else stored
 
+    def sandbox_faults(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The sandbox cluster's fault injection (``PUT /sandbox/faults``; sandbox/faults.py), for the demo's "take a
+        zone down" (``manage.py zone_fault``). A real cluster has no such endpoint: ClusterRejected (404)."""
+        _, payload = self._request("sandbox", "PUT", "/sandbox/faults", body=values, content_type="application/json")
+        return payload if isinstance(payload, dict) else {}
+
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         wire, convert = self._wire(api_version)
         res = self.resource(wire, kind)

@@ -302,6 +302,9 @@ PORTAL_BEAT_LEASE_SECONDS = float(os.environ.get("PORTAL_BEAT_LEASE_SECONDS", "1
 PORTAL_BEAT_STALE_SECONDS = float(os.environ.get("PORTAL_BEAT_STALE_SECONDS", "60"))
 # One status follower per cluster (workloads/status.py): a dead holder's lease lapses after this many seconds.
 PORTAL_FOLLOW_LEASE_SECONDS = float(os.environ.get("PORTAL_FOLLOW_LEASE_SECONDS", "30"))
+# Federation (docs/federation.md): a cluster unhealthy for longer than this has its pending work re-dispatched
+# elsewhere by housekeeping (once per request); a shorter blip moves nothing.
+PORTAL_REDISPATCH_AFTER_SECONDS = float(os.environ.get("PORTAL_REDISPATCH_AFTER_SECONDS", "120"))
 # Worker and beat processes touch $TMPDIR/portal-<role>.alive this often; `entrypoint.py healthcheck worker|beat`
 # fails when the file is older than PORTAL_HEARTBEAT_MAX_AGE seconds (its own environment variable, default 120).
 PORTAL_HEARTBEAT_SECONDS = float(os.environ.get("PORTAL_HEARTBEAT_SECONDS", "10"))
@@ -383,6 +386,13 @@ PORTAL_ENCRYPTION_KEY = os.environ.get("PORTAL_ENCRYPTION_KEY", "")
 # Where notebooks are reachable from browsers: the host of the ingress route that asks /notebooks/auth/ first
 # (docs/notebooks.md); empty: the portal itself (its /notebooks/<id>/ proxy). Links never carry a token.
 PORTAL_NOTEBOOK_BASE_URL = os.environ.get("PORTAL_NOTEBOOK_BASE_URL", "")
+
+# Inference services (docs/inference.md): the domain their routes live under (an Ingress per service at
+# req-<id>-<namespace>.<domain>, checked by /inference/auth/<id>/ first; empty: no route, the portal's own
+# /inference/<id>/v1/... proxy only), the ingress class, and the rate each API key may call at.
+PORTAL_INFERENCE_DOMAIN = os.environ.get("PORTAL_INFERENCE_DOMAIN", "").strip().strip(".")
+PORTAL_INFERENCE_INGRESS_CLASS = os.environ.get("PORTAL_INFERENCE_INGRESS_CLASS", "")
+INFERENCE_RATE_KEY = os.environ.get("INFERENCE_RATE_KEY", "600/min")
 
 # Finished training Jobs (batch/v1 and Volcano) are deleted by the cluster this many seconds after they end
 # (ttlSecondsAfterFinished); the portal keeps the request's record. Empty: never.

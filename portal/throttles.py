@@ -73,7 +73,7 @@ def _redis_backend(cache: Any) -> Any:
 
 def _window(backend: Any, key: str, args: list[Any]) -> list[Any]:
     """Run the script (by its sha, sent again only when the server lost it) on ``backend``'s Redis."""
-    global _script
+    global _script  # noqa: PLW0603 the Lua script object, registered once per process
     client = backend._cache.get_client(key, write=True)
     if _script is None:
         _script = client.register_script(_WINDOW_SCRIPT)

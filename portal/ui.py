@@ -51,8 +51,7 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
         wanted = int(number)
     except (TypeError, ValueError):
         wanted = 1
-    if wanted < 1:
-        wanted = 1
+    wanted = max(wanted, 1)
     start = (wanted - 1) * per_page
     if most is not None and count is None and not window:
         paginator: Paginator = BoundedPaginator(queryset, per_page, bound=start + most)

@@ -99,7 +99,7 @@ def get(letter: str) -> Arch:
 
 def of(cluster: object) -> Arch:
     """The entry for anything with an ``architecture`` attribute (a Cluster, a ClusterRow, a Target)."""
-    return get(getattr(cluster, "architecture"))
+    return get(cluster.architecture)
 
 
 def letters() -> list[str]:

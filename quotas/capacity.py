@@ -45,9 +45,7 @@ def flavor_matches(flavor: Flavor, node: Node) -> bool:
     labels = node.labels or {}
     if any(labels.get(key) != str(value) for key, value in (flavor.node_labels or {}).items()):
         return False
-    if flavor.pool_label and node_pool_label(node) != flavor.pool_label:
-        return False
-    return True
+    return not (flavor.pool_label and node_pool_label(node) != flavor.pool_label)
 
 
 def node_offers(flavor: Flavor, node: Node) -> dict[str, Decimal]:

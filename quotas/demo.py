@@ -149,3 +149,91 @@ def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: boo
         except ClusterError as exc:
             summary["reconcile"] = f"unavailable: {exc}"
     return summary
+
+
+# ----------------------------------------------------------------------------------------- three zones (federation)
+# The demo's zones (docs/federation.md): the H100 training cluster above, and two more sandbox clusters that
+# ``make run`` starts with their own endpoint and kubeconfig (sandbox/profiles/zone-*.yaml), their kubeconfig files
+# next to ``settings.KUBECONFIG``. Facts as GPU Feature Discovery gives them, used as is when a zone is not running.
+ZONE_OF_DEMO_CLUSTER = ("h100-training", "site-a")
+DEMO_ZONES: list[dict[str, Any]] = [
+    {"name": "a100-inference", "zone": "a100-inference", "failure_domain": "site-b", "kubeconfig": "zone-a100.kubeconfig",
+     "profile": "zone-a100.yaml",
+     "flavor": {"name": "a100-80gb", "kind": "whole", "gpu_model": "a100-80gb", "gpu_product": "NVIDIA-A100-SXM4-80GB",
+                "gpu_memory_mib": 81920, "compute_capability": "8.0", "order": 10,
+                "node_labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
+     "quotas": {"acme": 8, "acme-vision": 4, "acme-nlp": 4}},
+    {"name": "l40s-dev", "zone": "l40s-dev", "failure_domain": "site-c", "kubeconfig": "zone-l40s.kubeconfig",
+     "profile": "zone-l40s.yaml",
+     "flavor": {"name": "l40s", "kind": "whole", "gpu_model": "l40s", "gpu_product": "NVIDIA-L40S",
+                "gpu_memory_mib": 46068, "compute_capability": "8.9", "order": 10,
+                "node_labels": {"nvidia.com/gpu.product": "NVIDIA-L40S"}},
+     "quotas": {"acme": 4, "acme-vision": 2, "acme-nlp": 2}},
+]
+GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def zone_kubeconfig(spec: dict[str, Any]) -> str:
+    from pathlib import Path
+
+    return str(Path(str(settings.KUBECONFIG)).with_name(spec["kubeconfig"]))
+
+
+def seed_zone_demo(*, reconcile_now: bool = True) -> dict[str, Any]:
+    """The demo's three zones: the demo cluster becomes the H100 training zone (site-a) and the A100 inference
+    (site-b) and L40S development (site-c) clusters are registered, their whole-GPU flavor discovered (else the
+    facts above), with Acme's quota; acme-vision may spill over to A100. Create-only, like the rest of the seed."""
+    from portal.kube import ClusterError, kube_for
+
+    from .inventory import flavors_discover, inventory_sync, node_taints
+    from .models import SpillPolicy
+    from .zones import flavor_facts_refresh
+
+    summary: dict[str, Any] = {}
+    Cluster.objects.filter(name=DEMO_CLUSTER, zone="").update(zone=ZONE_OF_DEMO_CLUSTER[0],
+                                                               failure_domain=ZONE_OF_DEMO_CLUSTER[1])
+    for spec in DEMO_ZONES:
+        cluster, _ = Cluster.objects.get_or_create(name=spec["name"], defaults={
+            "architecture": Architecture.B, "kubeconfig_path": zone_kubeconfig(spec), "zone": spec["zone"],
+            "failure_domain": spec["failure_domain"]})
+        kube = None
+        proposals: list[Flavor] = []
+        try:
+            kube = kube_for(cluster)
+            inventory_sync(cluster, kube=kube)
+            proposals = [f for f in flavors_discover(cluster, taints_by_node=node_taints(kube)) if f.kind in ("whole", "cpu")]
+        except (ClusterError, OSError, ValueError) as exc:
+            log.warning("demo: zone %s not reachable (%s); using its known flavor", cluster.name, exc)
+            kube = None
+            if not cluster.flavors.exists():
+                proposals = [Flavor(cluster=cluster, taints=GPU_TAINT, tolerations=GPU_TOLERATION, **spec["flavor"])]
+        with transaction.atomic():
+            existing = set(cluster.flavors.values_list("name", flat=True))
+            fresh = [f for f in proposals if f.name not in existing]
+            Flavor.objects.bulk_create(fresh)
+            cache_changed("catalogue")
+            if kube is not None:
+                flavor_facts_refresh(cluster)
+            zone_flavors = list(cluster.flavors.filter(kind__in=["whole", "cpu"]))
+            for owner, amount in spec["quotas"].items():
+                project = Project.objects.filter(slug=owner).select_related("tenant").first()
+                tenant = project.tenant if project else Tenant.objects.filter(slug=owner).first()
+                for flavor in zone_flavors if tenant is not None else []:
+                    for resource in flavor.resource_names:  # GPUs, and 12 CPUs and 96 GiB per GPU
+                        nominal = {"cpu": amount * 12, "memory": amount * 96}.get(resource, amount)
+                        Quota.objects.get_or_create(tenant=tenant, project=project, flavor=flavor, resource=resource,
+                                                    defaults={"nominal": Decimal(nominal)})
+        summary[cluster.name] = {"flavors_created": len(fresh), "reachable": kube is not None}
+        if reconcile_now and kube is not None:
+            from .reconcile import reconcile
+
+            try:
+                reconcile(cluster, kube=kube)
+            except ClusterError as exc:
+                summary[cluster.name]["reconcile"] = f"unavailable: {exc}"
+    vision = Project.objects.filter(slug="acme-vision").first()
+    if vision is not None:
+        SpillPolicy.objects.get_or_create(project=vision, defaults={"allowed": True, "target_models": ["a100-80gb"]})
+    return summary
+

@@ -104,6 +104,10 @@ TOPOLOGY_LEVELS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# A pod set on a placed flavor that asks for no rack or block still asks Kueue for TAS explicitly: in a ClusterQueue
+# that also holds flavors without a topology, Kueue refuses a placed flavor to a pod set that does not ask for TAS
+# ("Flavor ... supports only TopologyAwareScheduling", its tas_flavorassigner.go).
+UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 # A request's placement choice -> (annotation, level name). "": anywhere (no annotation).
 PLACEMENTS: dict[str, tuple[str, str]] = {
     "rack": (REQUIRED_TOPOLOGY, "rack"),
@@ -230,7 +234,7 @@ def kueue_flavors(cluster: ClusterRow, flavors: Iterable[FlavorRow]) -> list[Fla
     return sorted(chosen, key=lambda f: (f.order, f.name))
 
 
-def local_queue_name(cluster: ClusterRow, project_slug: str, *, serving: bool = False) -> str:
+def local_queue_name(cluster: ClusterRow | Cluster, project_slug: str, *, serving: bool = False) -> str:
     """The LocalQueue a workload of ``project_slug`` names in ``kueue.x-k8s.io/queue-name``: ``<project>-online``
     for a serving kind (``Kind.serving``, workloads/kinds/) where the architecture keeps an online pool.
 
@@ -312,6 +316,33 @@ def topology_flavor(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -
     on a cluster with a topology)? Only those get ``spec.topologyName`` and only they offer placement by rack."""
     return (getattr(cluster, "topology", "") in TOPOLOGY_LEVELS and flavor.kind == "whole" and bool(flavor.node_labels)
             and not volcano_owned(cluster, flavor))
+
+
+def tas_cpu_and_memory(cluster: ClusterRow, data: Snapshot, flavors: list[FlavorRow]) -> tuple[Snapshot, list[FlavorRow]]:
+    """On a cluster with a topology, each placed flavor covers ``cpu`` and ``memory`` as well, with the quota each
+    owner has on the CPU-and-memory flavor. Kueue's TAS takes every resource a placed pod asks for from its one TAS
+    flavor: a flavor without a topology that covers a resource the pod requests is refused ("Flavor "cpu" does not
+    support TopologyAwareScheduling", found on the real control plane, tests/realcluster/test_topology_parity.py).
+    The placed flavor and the CPU flavor then share one resource group (they share ``cpu``); a pod that asks for no
+    placement skips the placed flavor (Kueue: "supports only TopologyAwareScheduling") and takes the CPU flavor."""
+    placed = [f.name for f in flavors if topology_flavor(cluster, f)]
+    if not placed:
+        return data, flavors
+    extra = ("cpu", "memory")
+    cpu = next((f.name for f in flavors if f.kind == "cpu"), None)
+
+    def widen(f: FlavorRow) -> FlavorRow:
+        return replace(f, resource_names=f.resource_names + tuple(r for r in extra if r not in f.resource_names)) \
+            if f.name in placed else f
+
+    def copied(rows: tuple[QuotaRow, ...]) -> tuple[QuotaRow, ...]:
+        return rows + tuple(replace(r, flavor=name) for r in rows if cpu and r.flavor == cpu and r.resource in extra
+                            for name in placed)
+
+    data = replace(data, flavors=tuple(widen(f) for f in data.flavors),
+                   tenants=tuple(replace(t, quotas=copied(t.quotas)) for t in data.tenants),
+                   projects=tuple(replace(p, quotas=copied(p.quotas)) for p in data.projects))
+    return data, [widen(f) for f in flavors]
 
 
 def topology_label(cluster: ClusterRow | Cluster, level: str) -> str:
@@ -675,6 +706,7 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
                              getattr(cluster, "topology", ""))
     arch = architectures.of(cluster)
     flavors = kueue_flavors(cluster, data.flavors)
+    data, flavors = tas_cpu_and_memory(cluster, data, flavors)
     flavor_names = {f.name for f in flavors}
     ctx = _Context(cluster, arch, flavors,
                    sorted((f for f in data.flavors if volcano_owned(cluster, f)), key=lambda f: (f.order, f.name)),
@@ -872,8 +904,8 @@ def ownership(obj: Mapping[str, Any] | None, installation: str) -> str:
 
 def reserved_namespace(name: str, extra: Iterable[str] = ()) -> bool:
     """Is ``name`` a namespace no project may use (the built-in list plus ``extra``; ``x-*`` is a prefix)?"""
-    for pattern in (*RESERVED_NAMESPACES, *extra):
-        pattern = pattern.strip()
+    for given in (*RESERVED_NAMESPACES, *extra):
+        pattern = given.strip()
         if not pattern:
             continue
         if pattern.endswith("*") and name.startswith(pattern[:-1]):

@@ -124,7 +124,7 @@ def contains(live: Any, want: Any) -> bool:
         return isinstance(live, dict) and all(
             contains(live[k], v) if k in live else v in ({}, [], None) for k, v in want.items())
     if isinstance(want, list):
-        return isinstance(live, list) and len(live) == len(want) and all(contains(a, b) for a, b in zip(live, want))
+        return isinstance(live, list) and len(live) == len(want) and all(contains(a, b) for a, b in zip(live, want, strict=True))
     return _same(live, want)
 
 

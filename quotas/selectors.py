@@ -22,7 +22,7 @@ from .models import AppliedObject, ArchitectureChange, Cluster, Flavor, Node, No
 ZERO = Decimal(0)
 MILLI = Decimal("0.001")
 Approver = QuotaRequest.Approver
-TIER_RANK = {Approver.PROJECT_ADMIN: 0, Approver.TENANT_ADMIN: 1, Approver.OPS: 2}
+TIER_RANK: dict[str, int] = {Approver.PROJECT_ADMIN: 0, Approver.TENANT_ADMIN: 1, Approver.OPS: 2}
 
 
 def _ops(actor: Actor) -> bool:
@@ -197,10 +197,10 @@ def with_quota_now(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
 
 def quota_now(request: QuotaRequest) -> Any:
     """The row ``with_quota_now`` read for ``request`` (its ``nominal``, ``used``, ``borrowed``), or None."""
-    if request.quota_now_nominal is None:
+    row: Any = request  # annotated by with_quota_now (django-stubs types only the model's fields)
+    if row.quota_now_nominal is None:
         return None
-    return SimpleNamespace(nominal=request.quota_now_nominal, used=request.quota_now_used,
-                           borrowed=request.quota_now_borrowed)
+    return SimpleNamespace(nominal=row.quota_now_nominal, used=row.quota_now_used, borrowed=row.quota_now_borrowed)
 
 
 def projects_promised(*, tenant: Tenant, flavor: Flavor, resource: str, exclude_project_id: int | None = None) -> Decimal:
@@ -319,7 +319,7 @@ def quota_confirmations(rows: list[Quota]) -> dict[int, dict[str, Any]]:
         if r.project_id is None:
             continue
         if Quota.project.is_cached(r):
-            if r.project.status == Project.Status.ACTIVE:
+            if r.project is not None and r.project.status == Project.Status.ACTIVE:
                 active_projects.add(r.project_id)
             else:
                 active_projects.discard(r.project_id)
@@ -472,7 +472,7 @@ def project_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any
     return {key: row for key, row in quota_sums_for(cluster=cluster).items() if row["project_rows"]}
 
 
-def _quota_sums_query(cluster_id: int) -> QuerySet[Quota]:
+def _quota_sums_query(cluster_id: int) -> QuerySet[Quota, Any]:  # rows: values() dicts
     tenants, projects = Q(project__isnull=True), Q(project__isnull=False)
     return (
         Quota.objects.filter(flavor__cluster_id=cluster_id).order_by()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from django.core.exceptions import ValidationError
@@ -46,6 +46,8 @@ MILLI = Decimal("0.001")
 MAX_QUANTITY = Decimal("99999999999")  # fits Quota's DecimalField(max_digits=14, decimal_places=3)
 Approver = QuotaRequest.Approver
 Status = QuotaRequest.Status
+# RegexValidator compiles its pattern; the stubs type the attribute as ``str | Pattern``.
+_LABEL_RE = cast("re.Pattern[str]", DNS1123_LABEL.regex)
 
 CLUSTER_FIELDS = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path"]
 FLAVOR_FIELDS = [
@@ -226,7 +228,7 @@ def _check_label_key(key: Any, field: str) -> None:
     if not isinstance(key, str) or not key:
         raise Invalid("Label and taint keys are non-empty strings.", field=field)
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not all(DNS1123_LABEL.regex.match(part) for part in prefix.split("."))):
+    if prefix and (len(prefix) > 253 or not all(_LABEL_RE.match(part) for part in prefix.split("."))):
         raise Invalid(f"{key!r}: the prefix must be a DNS subdomain.", field=field)
     if len(name) > 63 or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", name):
         raise Invalid(f"{key!r} is not a valid Kubernetes label key.", field=field)
@@ -248,7 +250,7 @@ def _flavor_check(flavor: Flavor, cluster: Cluster) -> None:
     else:
         if flavor.mig_profile:
             raise Invalid("Only MIG flavors have a MIG profile.", field="mig_profile")
-        if flavor.gpu_model and flavor.gpu_model.lower() not in MIG_PROFILES and not DNS1123_LABEL.regex.match(flavor.gpu_model):
+        if flavor.gpu_model and flavor.gpu_model.lower() not in MIG_PROFILES and not _LABEL_RE.match(flavor.gpu_model):
             raise Invalid("Use a short model key like h100-80gb.", field="gpu_model")
     if flavor.kind == Flavor.Kind.HAMI:
         if not cluster.use_hami:
@@ -451,10 +453,16 @@ def _row(*, tenant: Tenant, project: Project | None, flavor: Flavor, resource: s
     return Quota.objects.select_for_update().get(pk=row.pk)
 
 
+def _project_of(locked: _Locked) -> Project:
+    if locked.project is None:
+        raise RuntimeError("a project row's check needs the project")
+    return locked.project
+
+
 def _raise_tenant_fit(locked: _Locked, *, new: Decimal) -> None:
     """Invariant 1, for a project row growing to ``new``."""
     others = selectors.projects_promised(
-        tenant=locked.tenant, flavor=locked.flavor, resource=locked.resource, exclude_project_id=locked.project.pk
+        tenant=locked.tenant, flavor=locked.flavor, resource=locked.resource, exclude_project_id=_project_of(locked).pk
     )
     total, has = others + new, locked.tenant_row.nominal
     if total > has:
@@ -504,13 +512,12 @@ def _write(locked: _Locked, row: Quota, *, actor: Actor, action: str, nominal: D
     if project is not None:
         if nominal > row.nominal:
             _raise_tenant_fit(locked, new=nominal)
-    else:
-        if nominal < row.nominal:
-            _raise_projects_fit(locked, new=nominal)
-        elif nominal > row.nominal:
-            if not locked.cluster_locked:
-                raise RuntimeError("a tenant quota may only grow under the cluster lock")
-            _raise_cluster_fit(locked, new=nominal)
+    elif nominal < row.nominal:
+        _raise_projects_fit(locked, new=nominal)
+    elif nominal > row.nominal:
+        if not locked.cluster_locked:
+            raise RuntimeError("a tenant quota may only grow under the cluster lock")
+        _raise_cluster_fit(locked, new=nominal)
     before = _quota_snapshot(row, locked.tenant, project, locked.flavor)
     row.nominal = nominal
     if borrowing_limit is not _KEEP:
@@ -577,6 +584,8 @@ def quota_set(
     locked = _lock(tenant=tenant, project=project, flavor=flavor, resource=resource, with_cluster=project is None)
     _require_writable(actor, locked.tenant)
     row = locked.project_row if project is not None else locked.tenant_row
+    if row is None:  # _lock reads the project's row whenever a project is given
+        raise RuntimeError("the project's quota row was not locked")
     return _write(locked, row, actor=actor, action="quota.set", nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
 
 
@@ -594,7 +603,7 @@ def _request_snapshot(request: QuotaRequest) -> dict[str, Any]:
         "until": request.until.isoformat() if request.until else None,
         "status": request.status,
         "approver": request.approver,
-        "decided_by": request.decided_by.get_username() if request.decided_by_id else None,
+        "decided_by": request.decided_by.get_username() if request.decided_by is not None else None,
         "comment": request.comment,
         "applied": request.applied or {},
     }
@@ -783,7 +792,7 @@ def quota_request_create(
     return request
 
 
-_TIER_WHO = {
+_TIER_WHO: dict[str, str] = {
     Approver.PROJECT_ADMIN: "a project admin (not the requester), a tenant admin or ops",
     Approver.TENANT_ADMIN: "a tenant admin or ops",
     Approver.OPS: "platform ops",

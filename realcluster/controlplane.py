@@ -118,7 +118,7 @@ def build(names: list[str] | None = None, *, force: bool = False) -> dict[str, f
         started = time.monotonic()
         log(f"building {name} ({BINARIES[name]}) ...")
         out = subprocess.run(["go", "build", "-trimpath", f"-ldflags={ldflags(name)}", "-o", str(BIN / name), BINARIES[name]],
-                             cwd=HERE, env=go_env(), capture_output=True, text=True)
+                             cwd=HERE, env=go_env(), capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"go build {BINARIES[name]} failed:\n{out.stderr[-4000:]}")
         took[name] = time.monotonic() - started
@@ -156,7 +156,7 @@ def make_certs(folder: Path) -> None:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     folder.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(hours=1)
+    now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(hours=1)
     until = now + _dt.timedelta(days=365)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-portal-realcluster-ca")])
@@ -294,7 +294,7 @@ class ControlPlane:
 
     # helpers
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        logf = open(self.state_dir / "logs" / f"{name}.log", "ab")  # kept open for the child
+        logf = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 kept open for the child
         self.procs[name] = subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=logf, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
 
@@ -519,9 +519,8 @@ class ControlPlane:
                     env={"POD_NAMESPACE": "kueue-system"})
 
         def webhook_up() -> bool:
-            with socket.create_connection(("127.0.0.1", p["webhook"]), timeout=1) as raw:
-                with self._ssl().wrap_socket(raw, server_hostname="127.0.0.1"):
-                    return True
+            with socket.create_connection(("127.0.0.1", p["webhook"]), timeout=1) as raw, self._ssl().wrap_socket(raw, server_hostname="127.0.0.1"):
+                return True
 
         self._wait(webhook_up, "Kueue's webhook server", 90)
 

@@ -10,6 +10,7 @@ where the sandbox's profile says 45 simulated seconds).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import sys
 import threading
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def _stamp(at: _dt.datetime) -> str:
@@ -41,7 +42,7 @@ class ApiContext:
         if not stamp:
             return None
         try:
-            at = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+            at = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC)
         except ValueError:
             return None
         return (_now() - at).total_seconds()
@@ -99,10 +100,9 @@ def start_mig_manager(cp: Any, profile_path: Path | None = None, *, seconds: flo
 
     def loop() -> None:
         while not stop.wait(interval):
-            try:
+            # The API server restarting, or a node changed under us: the next pass reads again.
+            with contextlib.suppress(OSError, KeyError, ValueError):
                 controller.reconcile()
-            except (OSError, KeyError, ValueError):
-                pass  # the API server restarting, or a node changed under us: the next pass reads again
 
     threading.Thread(target=loop, name="realcluster-mig-manager", daemon=True).start()
     return stop

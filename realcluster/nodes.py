@@ -28,7 +28,7 @@ def profile_nodes(profile_path: Path | None = None) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from sandbox.profile import build_nodes, load_profile
 
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     nodes = build_nodes(load_profile(profile_path or ROOT / "sandbox" / "profiles" / "demo.yaml"), now)
     for node in nodes:
         node["metadata"].setdefault("annotations", {})[KWOK_ANNOTATION] = "fake"
@@ -66,10 +66,10 @@ def kwok_stages() -> list[dict]:
              stage_root / "pod" / "general" / "pod-delete.yaml"]
     stages = []
     for path in files:
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc:
+        for loaded in yaml.safe_load_all(path.read_text()):
+            if not loaded:
                 continue
-            doc = copy.deepcopy(doc)
+            doc = copy.deepcopy(loaded)
             if doc["metadata"]["name"] == "pod-complete":
                 doc["spec"]["delay"] = {
                     "durationMilliseconds": 1000,

@@ -8,6 +8,7 @@ access modes (a ``hostPath`` under the state folder; kwok's pods never mount it)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 
@@ -41,10 +42,8 @@ def start_provisioner(cp, interval: float = 2.0) -> threading.Event:
 
     def loop() -> None:
         while not stop.wait(interval):
-            try:
+            with contextlib.suppress(OSError):
                 provision_once(cp)
-            except OSError:
-                pass
 
     threading.Thread(target=loop, name="realcluster-volumes", daemon=True).start()
     return stop

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -116,7 +117,7 @@ class Sandbox:
     def port(self) -> int:
         return self.server.port
 
-    def start(self) -> "Sandbox":
+    def start(self) -> Sandbox:
         if self._started:
             return self
         if self.state_file and os.path.exists(self.state_file) and os.path.getsize(self.state_file) > 0:
@@ -140,10 +141,8 @@ class Sandbox:
             return
         self._started = False
         if self.controllers is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.controllers.stop()
-            except Exception:
-                pass
         self.server.stop()
         if self.state_file:
             self.save_state()
@@ -187,7 +186,7 @@ class Sandbox:
             json.dump(data, fh)
         os.replace(tmp, path)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -208,7 +207,7 @@ class Sandbox:
             if hasattr(self.controllers, "settle"):
                 return int(self.controllers.settle(max_ticks))
             n = 0
-            for n in range(1, max_ticks + 1):
+            for n in range(1, max_ticks + 1):  # noqa: B007 the count of ticks is returned after the loop
                 before = self.store.resource_version()
                 self.controllers.tick()
                 if self.store.resource_version() == before:

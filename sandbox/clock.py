@@ -105,8 +105,7 @@ class Clock:
         with self._lock:
             self._reanchor()
             at = at.astimezone(UTC)
-            if at > self._base:
-                self._base = at
+            self._base = max(self._base, at)
 
     def timestamp(self) -> str:
         """``now()`` as a Kubernetes timestamp string."""

@@ -253,7 +253,7 @@ class Dcgm:
     def _xid_before(self, node: str, key: str, t: float, past: list[dict]) -> int:
         """The last XID a device raised by ``t`` (dcgm-exporter keeps reporting it): a configured fault, or a pod
         of the ``xid`` profile that had run long enough on it."""
-        gpu = key.split("/")[0]
+        gpu = key.split("/", maxsplit=1)[0]
         for f in self.xid_faults:
             if f.get("node") == node and str(f.get("gpu")) == gpu and t >= self.t0 + float(f.get("afterSeconds") or 0):
                 return int(f.get("code") or 79)
@@ -564,8 +564,8 @@ def evaluate(node: tuple, t: float, scraped_at) -> list[tuple[dict, float]]:
         first = math.floor((t - width) / SCRAPE_SECONDS) * SCRAPE_SECONDS + SCRAPE_SECONDS
         s = first
         while s <= t:
-            for lab, v in _select(sel[1], scraped_at(s)):
-                lab = {k: x for k, x in lab.items() if k != "__name__"}
+            for scraped, v in _select(sel[1], scraped_at(s)):
+                lab = {k: x for k, x in scraped.items() if k != "__name__"}
                 key = tuple(sorted(lab.items()))
                 points.setdefault(key, (lab, []))[1].append(v)
             s += SCRAPE_SECONDS

@@ -85,7 +85,8 @@ class Faults:
         if unknown:
             raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}")
         new = self.get()
-        for key, val in values.items():
+        for key, given in values.items():
+            val = given  # checked and converted below
             if key == "error_rate":
                 val = float(val)
                 if not 0.0 <= val <= 1.0:
@@ -107,11 +108,10 @@ class Faults:
             elif key == "drop_watches_mode":
                 if val not in ("clean", "reset"):
                     raise ValueError('drop_watches_mode must be "clean" or "reset"')
-            elif key == "drop_watches_after_s":
-                if val is not None:
-                    val = float(val)
-                    if val < 0:
-                        raise ValueError("drop_watches_after_s must be >= 0 or null")
+            elif key == "drop_watches_after_s" and val is not None:
+                val = float(val)
+                if val < 0:
+                    raise ValueError("drop_watches_after_s must be >= 0 or null")
             new[key] = val
         with self._lock:
             self._cfg = new

@@ -99,7 +99,7 @@ def _reverse_group(group: str) -> str:
         return "io.k8s.api.core"
     if group.endswith(".k8s.io") or "." not in group:
         # built-in groups: io.k8s.api.<first label>
-        return "io.k8s.api." + group.split(".")[0]
+        return "io.k8s.api." + group.split(".", maxsplit=1)[0]
     return ".".join(reversed(group.split(".")))
 
 
@@ -126,7 +126,7 @@ _builtin_lock = threading.Lock()
 
 def _load_builtin_defs() -> dict:
     """{definition name: JSON schema} for Kubernetes built-in types, {} if kubernetes-validate is unavailable."""
-    global _builtin_defs
+    global _builtin_defs  # noqa: PLW0603 the schemas, parsed once per process (under the lock)
     with _builtin_lock:
         if _builtin_defs is None:
             defs: dict = {}

@@ -654,7 +654,7 @@ def server_side_apply(live: dict | None, applied: dict, manager: str, node, *, f
         elif k in applied:
             new[k] = applied[k]
     meta = dict(live.get("metadata") or {})
-    meta.update((new.get("metadata") or {}))
+    meta.update(new.get("metadata") or {})
     for k in ("name", "namespace", "generateName"):
         if k not in meta and k in (applied.get("metadata") or {}):
             meta[k] = applied["metadata"][k]

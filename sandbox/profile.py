@@ -219,10 +219,10 @@ def mig_layout(model: str, config, ngpu: int, profile: dict | None = None) -> li
         if dev is None:
             continue
         g = m = 0
-        for prof, count in dev.items():
+        for prof, given in dev.items():
             if prof not in table:
                 return None
-            count = int(count)
+            count = int(given)
             if count < 0 or count > table[prof][4]:
                 return None
             g += table[prof][0] * count

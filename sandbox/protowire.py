@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 from .protowire_schema import KINDS, MESSAGES
 
@@ -27,7 +27,7 @@ MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 VARINT, FIXED64, LEN, GROUP_START, GROUP_END, FIXED32 = 0, 1, 2, 3, 4, 5
 REPEATED, POINTER, OMITEMPTY, INLINE = 1, 2, 4, 8
 MAX_DEPTH = 64
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GO_ZERO_TIME = -62135596800  # seconds of Go's zero time.Time (0001-01-01T00:00:00Z)
 _NUMERIC = {"int32", "int64", "uint32", "uint64", "bool", "double", "float"}
 
@@ -299,7 +299,7 @@ def decode_message(buf: bytes, message: str, depth: int = 0, where: str = "") ->
                 items.append(_value(typ, wire, value, f"{here}[{len(items)}]", depth))
         else:
             out[name] = _value(typ, wire, value, here, depth)
-    for number, (name, typ, flags) in table.items():
+    for name, typ, flags in table.values():
         if name not in out or flags & REPEATED or typ.startswith("map:"):
             continue
         v = out[name]

@@ -192,7 +192,7 @@ _default_lock = threading.Lock()
 
 def default_registry() -> Registry:
     """A new Registry with the built-in kinds and the vendored CRDs (CRD files are parsed once per process)."""
-    global _default_types
+    global _default_types  # noqa: PLW0603 the CRD files, parsed once per process (under the lock)
     with _default_lock:
         if _default_types is None:
             _default_types = list(BUILTIN_TYPES) + load_crd_types()

@@ -59,10 +59,7 @@ class LabelSelector:
         if self.nothing:
             return False
         labels = labels or {}
-        for r in self.requirements:
-            if not r.matches(labels):
-                return False
-        return True
+        return all(r.matches(labels) for r in self.requirements)
 
     @property
     def empty(self) -> bool:
@@ -73,7 +70,7 @@ class LabelSelector:
 
 
 def _check_key(key: str) -> None:
-    if not key or len(key.split("/")[-1]) > 63 or not _KEY_RE.match(key):
+    if not key or len(key.rsplit("/", maxsplit=1)[-1]) > 63 or not _KEY_RE.match(key):
         raise ValueError(f"invalid label key {key!r}")
 
 
@@ -84,7 +81,9 @@ def _check_value(v: str) -> None:
 
 def _split_top(s: str) -> list[str]:
     """Split on commas that are not inside parentheses."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch == "(":
             depth += 1
@@ -110,8 +109,8 @@ def parse_label_selector(s: str | None) -> LabelSelector:
     if s is None or not s.strip():
         return LabelSelector([])
     reqs: list[Requirement] = []
-    for part in _split_top(s):
-        part = part.strip()
+    for raw in _split_top(s):
+        part = raw.strip()
         if not part:
             raise ValueError(f"unable to parse requirement: empty requirement in {s!r}")
         m = _SET_RE.match(part)
@@ -208,8 +207,8 @@ def parse_field_selector(s: str | None) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     if s is None or not s.strip():
         return out
-    for part in s.split(","):
-        part = part.strip()
+    for raw in s.split(","):
+        part = raw.strip()
         if not part:
             continue
         if "!=" in part:

@@ -8,6 +8,7 @@ Watches are streamed with chunked transfer encoding, one JSON event per line.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hmac
 import json
 import re
@@ -15,7 +16,7 @@ import select
 import socket
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -203,11 +204,10 @@ def jsonpath(obj, path: str):
                             val = val.get(part) if isinstance(val, dict) else None
                         if val is not None and str(val) == m.group(4):
                             nxt.append(item)
-            else:
-                if isinstance(c, list):
-                    nxt.extend(c)
-                elif isinstance(c, dict):
-                    nxt.extend(c.values())
+            elif isinstance(c, list):
+                nxt.extend(c)
+            elif isinstance(c, dict):
+                nxt.extend(c.values())
         cur = nxt
     return cur
 
@@ -350,7 +350,7 @@ def make_tls_material(hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> tu
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(hours=1)
+    now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(hours=1)
     until = now + _dt.timedelta(days=3650)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sandbox-ca")])
@@ -416,7 +416,7 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, addr, handler, owner: "SandboxServer"):
+    def __init__(self, addr, handler, owner: SandboxServer):
         self.owner = owner
         super().__init__(addr, handler)
 
@@ -490,7 +490,7 @@ class SandboxServer:
     def now(self) -> datetime:
         if self.clock is not None:
             return self.clock.now()
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def start(self) -> None:
         self._stopping = threading.Event()
@@ -530,10 +530,8 @@ class SandboxServer:
             conns = list(self._conns)
             self._conns.clear()
         for s in conns:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _track(self, sock: socket.socket, add: bool) -> None:
         with self._conns_lock:
@@ -579,10 +577,8 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing -------------------------------------------------------------------------------------------------
     def setup(self):
         super().setup()
-        try:
+        with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
         self.owner = self.server.owner
         self.owner._track(self.connection, True)
 
@@ -863,8 +859,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _warning_headers(self) -> list[tuple[str, str]]:
         warns = getattr(self, "warnings", None) or []
         out = []
-        for w in warns:
-            w = str(w).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+        for warning in warns:
+            w = str(warning).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
             out.append(("Warning", f'299 - "{w}"'))
         return out
 
@@ -1020,7 +1016,7 @@ class _Handler(BaseHTTPRequestHandler):
             meta.pop("namespace")
         if name is not None:
             if meta.get("name") and meta["name"] != name:
-                raise _Reply(400, "the name of the object (%s) does not match the name on the URL (%s)" % (meta["name"], name))
+                raise _Reply(400, f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
             meta["name"] = name
         return obj
 
@@ -1168,7 +1164,7 @@ class _Handler(BaseHTTPRequestHandler):
             if seconds < 1:
                 raise _Reply(422, "PodLogOptions.sinceSeconds: Invalid value: must be greater than 0", "Invalid")
             since = self.owner.now().timestamp() - seconds
-            since = datetime.fromtimestamp(since, timezone.utc)
+            since = datetime.fromtimestamp(since, UTC)
         if since is not None:
             stamped = [(t, line) for t, line in stamped if t >= since]
         tail = q.get("tailLines")
@@ -1184,10 +1180,8 @@ class _Handler(BaseHTTPRequestHandler):
             out = [_log_text(line) for _, line in stamped]
         data = "".join(line if line.endswith("\n") else line + "\n" for line in out).encode()
         if q.get("limitBytes"):
-            try:
+            with contextlib.suppress(ValueError):
                 data = data[: max(0, int(q["limitBytes"]))]
-            except ValueError:
-                pass
         return self._send(200, data, "text/plain")
 
     # -- service proxy -----------------------------------------------------------------------------------------------
@@ -1225,6 +1219,16 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(403, b"<!doctype html><title>403 Forbidden</title><h1>403 Forbidden</h1>"
                                        b"<p>Invalid credentials: the notebook wants its token.</p>", "text/html; charset=utf-8")
         pod = sorted(ready, key=lambda p: p["metadata"]["name"])[0]
+        from .inference import answer, model_of, owner_deployment
+
+        model = model_of(pod)
+        if model is not None:  # a model server: an OpenAI-compatible answer, counted as load (sandbox/inference.py)
+            controllers = getattr(self.owner.hooks, "controllers", None)
+            deployment = owner_deployment(pod)
+            if controllers is not None and deployment and "/v1/" in "/" + path:
+                controllers.inference_load.record(namespace, deployment)
+            code, payload = answer(method, path, self.body, model, self.owner.now())
+            return self._send_json(code, payload)
         if method in ("GET", "HEAD"):
             return self._send(200, _stand_in_page(namespace, name, pod["metadata"]["name"], "/" + path),
                               "text/html; charset=utf-8")
@@ -1251,8 +1255,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- watch -------------------------------------------------------------------------------------------------------------
     def _start_stream(self):
-        head = ("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n").encode()
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
         self.wfile.write(head)
 
     def _chunk(self, data: bytes):
@@ -1384,8 +1388,6 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 watcher.close()
-            except Exception:
-                pass
         return None

@@ -7,14 +7,15 @@ watchers' queues and the store itself can share references; callers always get c
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import queue
 import random
 import threading
 import uuid
 from collections import deque
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import datetime, UTC
+from collections.abc import Callable
 
 from . import validation as V
 from . import webhooks as W
@@ -111,7 +112,7 @@ SMP_UNSUPPORTED = ("the body of the request was in an unknown format - accepted 
 class Watcher:
     """One watch stream. ``next(timeout)`` -> (type, object copy) or None on timeout / when closed."""
 
-    def __init__(self, store: "Store", rt: ResourceType, match: Callable[[dict], bool], namespace: str | None,
+    def __init__(self, store: Store, rt: ResourceType, match: Callable[[dict], bool], namespace: str | None,
                  allow_bookmarks: bool):
         self._store = store
         self.rt = rt
@@ -173,6 +174,10 @@ class Watcher:
 
 
 # ================================================================================================ field selectors
+def _involved(field: str) -> Callable[[dict], object]:
+    return lambda o: str((o.get("involvedObject") or {}).get(field, ""))
+
+
 _FIELD_GETTERS: dict[tuple[str, str], dict[str, Callable[[dict], object]]] = {
     ("", "Pod"): {
         "spec.nodeName": lambda o: (o.get("spec") or {}).get("nodeName", ""),
@@ -189,7 +194,7 @@ _FIELD_GETTERS: dict[tuple[str, str], dict[str, Callable[[dict], object]]] = {
     ("", "Secret"): {"type": lambda o: o.get("type", "")},
     ("batch", "Job"): {"status.successful": lambda o: str((o.get("status") or {}).get("succeeded", 0))},
     ("", "Event"): {
-        **{f"involvedObject.{f}": (lambda f: lambda o: str((o.get("involvedObject") or {}).get(f, "")))(f)
+        **{f"involvedObject.{f}": _involved(f)
            for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
         "reason": lambda o: o.get("reason", ""),
         "reportingComponent": lambda o: o.get("reportingComponent", ""),
@@ -271,8 +276,8 @@ class Store:
 
     # ------------------------------------------------------------------ basics
     def _now(self) -> str:
-        now = self.clock.now() if self.clock is not None else datetime.now(timezone.utc)
-        return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = self.clock.now() if self.clock is not None else datetime.now(UTC)
+        return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def resource_version(self) -> str:
         return str(self._rv)
@@ -341,10 +346,8 @@ class Store:
             except IndexError:
                 break
             for fn in list(self._subs):
-                try:
+                with contextlib.suppress(Exception):
                     fn(etype, copy_obj(obj))
-                except Exception:
-                    pass
 
     def drain_notifications(self) -> None:
         """Deliver now the change notifications still in flight (a writer that has committed and released the lock
@@ -521,7 +524,7 @@ class Store:
                 msgs = [f'unknown field "{p}"' for p in res.unknown]
                 raise ApiError(400, "BadRequest",
                                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: ' + ", ".join(msgs),
-                               causes=[{"reason": "FieldValueInvalid", "message": m, "field": p} for m, p in zip(msgs, res.unknown)])
+                               causes=[{"reason": "FieldValueInvalid", "message": m, "field": p} for m, p in zip(msgs, res.unknown, strict=True)])
             if fv == "Warn" and warnings is not None:
                 for p in res.unknown:
                     warnings.append(f'unknown field "{p}"')
@@ -792,7 +795,7 @@ class Store:
                               if applied.get("apiVersion") != rt.api_version else f"the kind in the data ({applied.get('kind')}) does not match the expected kind ({rt.kind})")
         ameta = applied.get("metadata") or {}
         if ameta.get("name") and ameta["name"] != name:
-            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)" % (ameta["name"], name))
+            raise bad_request(f"the name of the object ({ameta['name']}) does not match the name on the URL ({name})")
         if rt.namespaced and ameta.get("namespace") and namespace and ameta["namespace"] != namespace:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
         applied = copy_obj(applied)
@@ -910,10 +913,7 @@ class Store:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         with self._locked():
             cur = self.get_scale(rt.api_version, rt.kind, name, namespace)
-            if pt == "json":
-                new = json_patch(cur, patch)
-            else:
-                new = merge_patch(cur, patch)
+            new = json_patch(cur, patch) if pt == "json" else merge_patch(cur, patch)
             return self.update_scale(rt.api_version, rt.kind, name, namespace, new, dry_run=dry_run, field_manager=field_manager)
 
     # ------------------------------------------------------------------ delete
@@ -1112,7 +1112,7 @@ class Store:
         with self._locked():
             targets = sorted(((ns, n, o) for ns, n, o in self._iter(rt, namespace) if match(o)), key=lambda e: (e[0], e[1]))
             items = []
-            for ns, n, o in targets:
+            for ns, n, _ in targets:
                 cur = self._lookup(rt, n, ns or None)
                 if cur is None:
                     continue
@@ -1167,7 +1167,7 @@ class Store:
     def dump(self) -> dict:
         with self.lock:
             objs = []
-            for rt, table in self._data.items():
+            for table in self._data.values():
                 for ns in sorted(table):
                     for name in sorted(table[ns]):
                         objs.append(table[ns][name])
@@ -1193,10 +1193,8 @@ class Store:
                 self._index_owners(rt, ns, meta["name"], None, obj)
                 if rt.group == "" and rt.kind == "Service" and (obj.get("spec") or {}).get("clusterIP"):
                     self._cluster_ips.add(obj["spec"]["clusterIP"])
-                try:
+                with contextlib.suppress(ValueError):
                     maxrv = max(maxrv, int(meta.get("resourceVersion") or 0))
-                except ValueError:
-                    pass
             self._rv = maxrv
             self._evicted_rv = maxrv
 

@@ -67,7 +67,7 @@ def kubectl(sb: Sandbox, *args: str, input: str | None = None, check: bool = Tru
     if exe is None:  # pragma: no cover
         pytest.skip("kubectl is not installed")
     proc = subprocess.run([exe, "--kubeconfig", str(sb.kubeconfig), *args], input=input, capture_output=True, text=True,
-                          env=kubectl_env(sb), timeout=timeout)
+                          env=kubectl_env(sb), timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

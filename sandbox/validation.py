@@ -405,7 +405,7 @@ _CEL_RAW = {
         lambda x: not _has(x, "operator") or x["operator"] in ("Equal", "Exists")
     ),
     "self.all(x, has(x.operator) && x.operator == 'Exists' ? !has(x.value) : true)": _tolerations_ok(
-        lambda x: not (x.get("operator") == "Exists") or not _has(x, "value")
+        lambda x: x.get("operator") != "Exists" or not _has(x, "value")
     ),
     "self.all(x, !has(x.effect) || x.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])": _tolerations_ok(
         lambda x: not _has(x, "effect") or x["effect"] in _EFFECTS
@@ -675,7 +675,7 @@ def _kv_dir() -> Path | None:
 
 
 def _load_builtin_defs() -> dict:
-    global _builtin_defs
+    global _builtin_defs  # noqa: PLW0603 the schemas, loaded once per process
     if _builtin_defs is None:
         d = _kv_dir()
         defs: dict = {}
@@ -789,9 +789,8 @@ def check_name(name, *, label: bool = False, path: str = "metadata.name") -> lis
     if label:
         if len(name) > 63 or not _DNS1123_LABEL.match(name):
             return [err_invalid(path, name, DNS1123_LABEL_MSG if len(name) <= 63 else "must be no more than 63 characters")]
-    else:
-        if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
-            return [err_invalid(path, name, DNS1123_SUBDOMAIN_MSG if len(name) <= 253 else "must be no more than 253 characters")]
+    elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        return [err_invalid(path, name, DNS1123_SUBDOMAIN_MSG if len(name) <= 253 else "must be no more than 253 characters")]
     return []
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Callable
+from collections.abc import Callable
 
 VCJOB_GROUP = "batch.volcano.sh"
 QUEUE_API = ("scheduling.volcano.sh/v1beta1", "Queue")

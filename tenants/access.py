@@ -283,7 +283,7 @@ _generation = object()
 
 def scope_forget() -> None:
     """Forget every remembered scope (memberships or projects changed)."""
-    global _generation
+    global _generation  # noqa: PLW0603 a new token makes every remembered scope stale at once
     _generation = object()
 
 

@@ -19,6 +19,7 @@ it is a few entries behind, which still pins everything up to it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import logging
@@ -167,7 +168,7 @@ _files_lock = threading.Lock()
 
 def _files_forget() -> None:
     """In a forked child: its copies of the parent's descriptors share the parent's file locks, so open its own."""
-    global _files_lock
+    global _files_lock  # noqa: PLW0603 a forked child needs its own lock, not the parent's copy
     for fd, _, _ in _files.values():
         os.close(fd)
     _files.clear()
@@ -242,10 +243,8 @@ def anchors_read() -> list[Anchor]:
     found: list[Anchor] = []
     path = anchor_file()
     if path is not None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             found.append(_parse(_file_read(path), f"the file {path}"))
-        except FileNotFoundError:
-            pass
     key = _redis_key()
     if key:
         anchor_flush()  # this process's own latest heads first

@@ -24,7 +24,7 @@ import json
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, models, transaction
@@ -73,6 +73,12 @@ def _as_stored(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
 
+@overload
+def snapshot(obj: models.Model, fields: list[str]) -> dict[str, Any]: ...
+@overload
+def snapshot(obj: None, fields: list[str]) -> None: ...
+@overload
+def snapshot(obj: models.Model | None, fields: list[str]) -> dict[str, Any] | None: ...
 def snapshot(obj: models.Model | None, fields: list[str]) -> dict[str, Any] | None:
     """A small before/after summary of ``obj``: the named fields, as JSON-friendly values."""
     if obj is None:

@@ -51,7 +51,7 @@ def seed_demo() -> list[tuple[str, str]]:
     def ensure_user(username: str, full_name: str) -> object:
         user, created = User.objects.get_or_create(
             username=username,
-            defaults={"first_name": full_name.split()[0], "last_name": full_name.split()[-1], "email": f"{username}@example.com"},
+            defaults={"first_name": full_name.split(maxsplit=1)[0], "last_name": full_name.rsplit(maxsplit=1)[-1], "email": f"{username}@example.com"},
         )
         if created:
             user.set_password(DEMO_PASSWORD)

@@ -315,7 +315,8 @@ def _invitation_expiry() -> datetime:
 def _invitation_send(invitation: Invitation, *, secret: str, base_url: str, inviter: str) -> None:
     """Email the link once the transaction commits (a rolled-back invitation mails nobody); a mail
     failure is logged, never raised: the invitation exists and can be sent again."""
-    where = f"project {invitation.project.name} ({invitation.project.slug}) of {invitation.tenant.name}" if invitation.project_id \
+    project = invitation.project  # None for a tenant-wide invitation (no query then)
+    where = f"project {project.name} ({project.slug}) of {invitation.tenant.name}" if project is not None \
         else invitation.tenant.name
     link = invitation_link(secret, base_url)
     subject = f"[GPU portal] {inviter} invites you to {invitation.tenant.name}"

@@ -156,7 +156,7 @@ def _schema_public(**env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k not in {"PORTAL_ENV", "PORTAL_SCHEMA_PUBLIC", "DEBUG", "SECRET_KEY"}}
     code = "import django; django.setup(); from django.conf import settings; print(settings.PORTAL_SCHEMA_PUBLIC)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean | env | {"DJANGO_SETTINGS_MODULE": "portal.settings"},
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

@@ -133,9 +133,8 @@ def test_a_statement_the_server_will_not_prepare_runs_unprepared_from_then_on(ca
     # "$1 IS NULL": the server cannot infer the parameter's type, so it refuses to prepare the statement.
     compiled = Compiled(lambda slug: Project.objects.extra(where=["%s IS NULL OR TRUE"], params=[slug])
                         .filter(slug=cast.vision.slug).values_list("slug", flat=True))
-    with pytest.raises(DatabaseError):
-        with transaction.atomic():  # inside a transaction the refusal stands (the transaction is lost)
-            compiled.rows("x")
+    with pytest.raises(DatabaseError), transaction.atomic():  # inside a transaction the refusal stands (the transaction is lost)
+        compiled.rows("x")
     assert compiled.rows("y") == [cast.vision.slug]  # never prepared again: bound on the client
     assert compiled._unpreparable
 

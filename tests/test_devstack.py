@@ -8,6 +8,7 @@ a subprocess on free ports with its own runtime folder, no DATABASE_URL / REDIS_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -129,10 +130,8 @@ class Devstack:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         for pgid in self.started().values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.fixture

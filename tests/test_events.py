@@ -90,11 +90,9 @@ def on_commit_uses(source: str) -> list[int]:
     ``from django.db.transaction import on_commit``)."""
     lines = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute) and node.attr == "on_commit":
-            lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and any(alias.name == "on_commit" for alias in node.names):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Name) and node.id == "on_commit":
+        if ((isinstance(node, ast.Attribute) and node.attr == "on_commit")
+                or (isinstance(node, ast.ImportFrom) and any(alias.name == "on_commit" for alias in node.names))
+                or (isinstance(node, ast.Name) and node.id == "on_commit")):
             lines.append(node.lineno)
     return sorted(set(lines))
 

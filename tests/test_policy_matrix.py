@@ -120,6 +120,8 @@ MATRIX: list[tuple[str, Ask, set[str], set[str]]] = [
     ("workloads.may_submit_somewhere", lambda a, w, x: workloads_policy.may_submit_somewhere(a), SUBMITTERS, SUBMITTERS),
     ("workloads.may_decide_somewhere", lambda a, w, x: workloads_policy.may_decide_somewhere(a), APPROVERS, APPROVERS),
     ("workloads.may_act_on", lambda a, w, x: workloads_policy.may_act_on(a, w.request[x]), SUBMITTERS, OPS),
+    ("workloads.may_manage_inference_keys",
+     lambda a, w, x: workloads_policy.may_manage_inference_keys(a, w.request[x]), SUBMITTERS, OPS),
     ("workloads.may_ask_extension", lambda a, w, x: workloads_policy.may_ask_extension(a, w.request[x]), {"carol"}, NONE),
     ("workloads.may_view_request", lambda a, w, x: workloads_policy.may_view_request(a, w.request[x]),
      EVERY_MEMBER, OPS),

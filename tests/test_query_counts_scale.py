@@ -50,20 +50,19 @@ def counts(django_db_setup, django_db_blocker, tmp_path_factory) -> dict[str, li
     cache = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "query-counts"}}
     result: dict[str, list[tuple[int, list[str]]]] = {name: [] for name, _, _ in MEASURED}
     with django_db_blocker.unblock(), override_settings(KUBECONFIG=str(kubeconfig), CACHES=cache,
-                                                       PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
-        with transaction.atomic():
-            world = seed_base()
-            clients = make_clients(world)
-            grown = 0
-            for size in SIZES:
-                more = size - grown
-                seed_rows(world, requests=more, projects=more, acme_projects=more, members=more, tokens=more,
-                          quota_requests=more, nodes=more, hot=0.5)
-                grown = size
-                for name, who, path in MEASURED:
-                    sql = count_queries(clients[who], world.path(path))
-                    result[name].append((len(sql), sql))
-            transaction.set_rollback(True)
+                                                       PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]), transaction.atomic():
+        world = seed_base()
+        clients = make_clients(world)
+        grown = 0
+        for size in SIZES:
+            more = size - grown
+            seed_rows(world, requests=more, projects=more, acme_projects=more, members=more, tokens=more,
+                      quota_requests=more, nodes=more, hot=0.5)
+            grown = size
+            for name, who, path in MEASURED:
+                sql = count_queries(clients[who], world.path(path))
+                result[name].append((len(sql), sql))
+        transaction.set_rollback(True)
     return result
 
 
@@ -85,5 +84,5 @@ def test_query_count_does_not_grow_with_rows(counts, name: str) -> None:
     for name in CEILING_PAGES
 ])
 def test_page_makes_at_most_ten_queries(counts, name: str) -> None:
-    for size, (n, sql) in zip(SIZES, counts[name]):
+    for size, (n, sql) in zip(SIZES, counts[name], strict=True):
         assert n <= CEILING, f"{name}: {n} queries with {size} rows:\n" + "\n".join(s[:200] for s in sql)

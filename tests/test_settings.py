@@ -14,7 +14,7 @@ def load_settings(**env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY", "PORTAL_ENV"}}
     clean.update(env)
     code = "import django; django.setup(); from django.conf import settings; print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL, settings.DEBUG)"
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean | {"DJANGO_SETTINGS_MODULE": "portal.settings"}, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean | {"DJANGO_SETTINGS_MODULE": "portal.settings"}, capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_production_refuses_debug() -> None:
@@ -59,7 +59,7 @@ def test_each_test_run_names_its_own_databases_and_keys(tmp_path) -> None:
         env |= {"DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_VAR_DIR": str(tmp_path), "PORTAL_TEST_RUN_ID": run_id,
                 "PYTEST_XDIST_WORKER": "gw0", "DATABASE_URL": "postgres://u@db:5432/portal",
                 "REDIS_URL": "redis://cache:6379/15"}
-        result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0, result.stderr
         seen.append(result.stdout.split())
     assert seen == [["test_portal_run1", "test-run1-gw0:"], ["test_portal_run2", "test-run2-gw0:"]]
@@ -72,7 +72,7 @@ def test_make_test_gives_each_run_its_own_id_and_runtime_folder() -> None:
         env = {k: v for k, v in os.environ.items() if k not in {"PORTAL_TEST_RUN_ID", "PORTAL_VAR_DIR", "PYTEST_XDIST_WORKER"}}
         env["PYTEST_WORKERS"] = "0"
         result = subprocess.run([sys.executable, "deploy/run_tests.py", "--co", "-q", "tests/test_settings.py::test_production_refuses_debug"],
-                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
         run_id = result.stdout.splitlines()[0].rsplit("run ", 1)[1]
         assert not (ROOT / "var" / "test" / run_id).exists()

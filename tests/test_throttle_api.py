@@ -75,7 +75,7 @@ def _rates(**env: str) -> subprocess.CompletedProcess:
     code = ("import django; django.setup(); from django.conf import settings; "
             "print(repr(settings.API_RATE_USER), repr(settings.API_RATE_SUBMIT))")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean | {"DJANGO_SETTINGS_MODULE": "portal.settings"},
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_rates_come_from_the_environment() -> None:
@@ -202,7 +202,7 @@ def test_the_windows_of_both_rates_decide_like_drfs(cast, settings, redis_cache)
             verdicts = allow_each(throttles, request, None)
             if verdicts is None:  # another cache: one by one, as DRF asks them
                 verdicts = [t.allow_request(request, None) for t in throttles]
-            out.append(tuple((v, None if v else round(t.wait(), 9)) for t, v in zip(throttles, verdicts)))
+            out.append(tuple((v, None if v else round(t.wait(), 9)) for t, v in zip(throttles, verdicts, strict=True)))
         return out
 
     on_redis = run()

@@ -41,7 +41,7 @@ def two_zones(tmp_path: Path, cast: Any) -> Iterator[dict[str, Any]]:
     try:
         clusters = []
         for sb, (name, zone, domain) in zip(sandboxes, [("zone-h100", "h100-training", "site-a"),
-                                                        ("zone-a100", "a100-inference", "site-b")]):
+                                                        ("zone-a100", "a100-inference", "site-b")], strict=True):
             cluster = Cluster.objects.create(name=name, architecture="B", kubeconfig_path=str(sb.kubeconfig), zone=zone,
                                              failure_domain=domain)
             kube = kube_for(cluster)
@@ -61,7 +61,7 @@ def two_zones(tmp_path: Path, cast: Any) -> Iterator[dict[str, Any]]:
             template.allowed_flavors.set(flavors)
         for cluster in clusters:
             assert reconcile(cluster, kube=kube_for(cluster)).ok
-        yield {"h100": clusters[0], "a100": clusters[1], "sandboxes": dict(zip(("h100", "a100"), sandboxes))}
+        yield {"h100": clusters[0], "a100": clusters[1], "sandboxes": dict(zip(("h100", "a100"), sandboxes, strict=True))}
     finally:
         for sb in sandboxes:
             sb.stop()

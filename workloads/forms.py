@@ -162,7 +162,7 @@ def parameter_field(spec: dict[str, Any]) -> forms.Field:
         return forms.TypedChoiceField(choices=choices, coerce=lambda text: by_text.get(text, text), empty_value=None, **common)
     if widget == "checkbox":
         return forms.BooleanField(**common)
-    if widget == "integer" or widget == "number":
+    if widget in {"integer", "number"}:
         field = IntegerField(**common) if widget == "integer" else FloatField(**common)
         # The schema's maximum, for "too large (at most ...)"; the schema itself is checked by the service.
         field.max_value = spec.get("maximum")
@@ -491,7 +491,7 @@ class RequestForm(OneTimeFormMixin, forms.Form):
     def parameters(self) -> dict[str, Any]:
         """The parameters as the API takes them: empty optional fields left out, so defaults apply."""
         out: dict[str, Any] = {}
-        for spec, name in zip(self.parameter_specs, self.parameter_names):
+        for spec, name in zip(self.parameter_specs, self.parameter_names, strict=True):
             value = self.cleaned_data.get(name)
             if spec["widget"] == "checkbox":
                 out[spec["name"]] = bool(value)
@@ -541,7 +541,7 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         the request's name and key."""
         values = self.submit_values()
         kept = {key: values[key] for key in ("image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours",
-                                             "priority", "parameters") if key in values}
+                                             "priority", "parameters", "topology") if key in values}
         kept["flavor"] = values["flavor"].name
         return kept
 
@@ -564,7 +564,7 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         if image:
             curated = {value for value, _label in self.fields["image"].choices}
             initial |= {"image": image} if image in curated else {"image": CUSTOM_IMAGE, "custom_image": image}
-        for key in ("gpus", "cpu", "memory_gib", "duration_hours", "priority", "replicas"):
+        for key in ("gpus", "cpu", "memory_gib", "duration_hours", "priority", "replicas", "topology"):
             if key in values and key in self.fields:
                 initial[key] = values[key]
         specs = {spec["name"]: spec for spec in self.parameter_specs}

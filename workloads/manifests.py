@@ -287,7 +287,12 @@ def pod_template(request: WorkloadRequest, t: Target, containers: list[dict[str,
     if volumes:
         spec["volumes"] = volumes
     spec.update(spec_extra or {})
-    return {"metadata": {"labels": {**owner_labels(t), **(extra_labels or {})}}, "spec": spec}
+    template: dict[str, Any] = {"metadata": {"labels": {**owner_labels(t), **(extra_labels or {})}}, "spec": spec}
+    if request.flavor is not None and quota_manifests.topology_flavor(request.flavor.cluster, request.flavor):
+        # A placed flavor admits only pod sets that ask Kueue for TAS (quota_manifests.UNCONSTRAINED_TOPOLOGY);
+        # kinds/training.topology_placed swaps this for one rack or block when the request asks for it.
+        template["metadata"]["annotations"] = {quota_manifests.UNCONSTRAINED_TOPOLOGY: "true"}
+    return template
 
 
 def selector_labels(t: Target) -> dict[str, str]:

@@ -71,7 +71,10 @@ def notebook_token(request: WorkloadRequest) -> str:
 
 def request_objects(request: WorkloadRequest) -> list[dict[str, Any]]:
     ttl = getattr(settings, "WORKLOADS_JOB_TTL_SECONDS", DEFAULT_JOB_TTL_SECONDS)
-    return request_manifests(request, notebook_token=notebook_token(request), job_ttl_seconds=ttl)
+    return request_manifests(request, notebook_token=notebook_token(request), job_ttl_seconds=ttl,
+                             inference_domain=getattr(settings, "PORTAL_INFERENCE_DOMAIN", ""),
+                             ingress_class=getattr(settings, "PORTAL_INFERENCE_INGRESS_CLASS", ""),
+                             portal_url=getattr(settings, "PORTAL_LINK_BASE_URL", ""))
 
 
 def _pause_after_apply() -> None:
@@ -178,7 +181,7 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     outcomes = _apply_side_by_side(rendered)
     applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]] = []
     unavailable: WorkloadRequest | None = None
-    for (req, objects), (outcome, current, exc) in zip(rendered, outcomes):
+    for (req, objects), (outcome, current, exc) in zip(rendered, outcomes, strict=True):
         if outcome == "applied":
             applied.append((req, objects))
         elif outcome == "rejected":
@@ -193,7 +196,7 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     if unavailable is not None:
         prometheus.materialize_error(cluster=unavailable.cluster.name, reason="unavailable")
         applied_pks = {a.pk for a, _ in applied}
-        _release([r for r, (outcome, _, _) in zip(claimed, outcomes) if outcome != "rejected" and r.pk not in applied_pks])
+        _release([r for r, (outcome, _, _) in zip(claimed, outcomes, strict=True) if outcome != "rejected" and r.pk not in applied_pks])
         _record_queued(applied, out)
         raise next(exc for outcome, _, exc in outcomes if outcome == "unavailable")
     if applied:
@@ -278,7 +281,7 @@ _pool_lock = threading.Lock()
 def _apply_pool() -> ThreadPoolExecutor:
     """This process's apply threads, made on first use and kept (a batch of a few requests would otherwise pay for
     starting and joining its threads). A forked child (a prefork worker) makes its own."""
-    global _pool
+    global _pool  # noqa: PLW0603 this process's thread pool, made once on first use
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
             _pool = (os.getpid(), ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="apply"))

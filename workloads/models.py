@@ -203,6 +203,11 @@ class WorkloadRequest(models.Model):
     spilled = models.BooleanField(default=False)
     spilled_from_model = models.CharField(max_length=40, blank=True, default="")
     route_reason = models.CharField(max_length=500, blank=True, default="")
+    # A spill's source at routing time (``routing.source_wait_estimate``): the workloads waiting in its first model's
+    # zones, and the estimated wait there, from what runs and waits there and their time limits (the queue wait
+    # saved by spilling is that estimate less the wait it had on the target; insights "spill-over").
+    spill_source_pending = models.PositiveIntegerField(null=True, blank=True)
+    spill_source_wait_seconds = models.PositiveIntegerField(null=True, blank=True)
     # Moved off a drained or unhealthy cluster before it started (at most once); its objects there are removed when
     # that cluster answers (``leftovers_removed_at``).
     redispatched_from = models.ForeignKey(Cluster, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
@@ -433,3 +438,39 @@ class RequestShare(UserObjectPermissionBase):
     content_object = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="shares")
     shared_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+class InferenceKey(models.Model):
+    """An API key of one inference service (docs/inference.md): clients send it as ``Authorization: Bearer <key>`` to
+    the service's route or the portal's proxy. Only its SHA-256 is kept (the key is shown once, when made); a
+    revoked key stays for the record. Written by ``workloads.endpoints``."""
+
+    request = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="inference_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The key's first characters, to tell keys apart.")
+    digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the key (hex).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name}) of request {self.request_id}"
+
+
+class ReplicaSample(models.Model):
+    """An inference service's replica count when the status follower saw it change (the request page's chart)."""
+
+    request = models.ForeignKey(WorkloadRequest, on_delete=models.CASCADE, related_name="replica_samples")
+    at = models.DateTimeField()
+    replicas = models.PositiveIntegerField()
+    ready = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["request", "at"], name="replica_sample_request_at")]

@@ -121,7 +121,7 @@ def topology_hosts(assignment: dict[str, Any] | None) -> dict[str, int]:
         counts = sl.get("podCounts") or {}
         per = [int(counts["universal"])] * n if counts.get("universal") is not None else \
             [int(c) for c in counts.get("individual") or []]
-        for host, pods in zip(hosts, per):
+        for host, pods in zip(hosts, per, strict=False):  # the cluster's lists, as Kueue reads them
             out[host] = out.get(host, 0) + pods
     return out
 

@@ -60,6 +60,12 @@ def may_share_request(actor: Actor, req: WorkloadRequest) -> bool:
     return may_act_on(actor, req)
 
 
+def may_manage_inference_keys(actor: Actor, req: WorkloadRequest) -> bool:
+    """Create or revoke an inference service's API keys (``workloads.endpoints``), and list them: its requester
+    (while they may still submit in the project) and the project's approvers (project and tenant admins, ops)."""
+    return may_act_on(actor, req)
+
+
 def may_ask_extension(actor: Actor, req: WorkloadRequest) -> bool:
     """Ask the approvers for more hours than the approval rule grants: the requester, while they may still
     submit in the project (approvers extend directly; they need not ask)."""

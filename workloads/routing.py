@@ -216,10 +216,13 @@ class Route:
     from_model: str = ""
     reason: str = ""
     needs_approval: bool = False
+    source_pending: int | None = None  # a spill: workloads waiting in its first model's zones then
+    source_wait_seconds: int | None = None  # a spill: the estimated wait there then (``source_wait_estimate``)
 
     def fields(self) -> dict[str, Any]:
         return {"flavor": self.flavor, "cluster": self.flavor.cluster, "spilled": self.spilled,
-                "spilled_from_model": self.from_model, "route_reason": self.reason[:500]}
+                "spilled_from_model": self.from_model, "route_reason": self.reason[:500],
+                "spill_source_pending": self.source_pending, "spill_source_wait_seconds": self.source_wait_seconds}
 
 
 def _model(flavor: Flavor) -> str:
@@ -295,6 +298,8 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
     why_home = (f"{first} is full in every zone that offers it to the project ("
                 + "; ".join(f"{f.cluster.zone_name}: {loads[f.pk].words()}" for f in home) + ")") if home else \
         f"no zone offering {first} answers or takes new work"
+    source = {"source_pending": sum(loads[f.pk].zone_pending for f in home) if home else None,
+              "source_wait_seconds": source_wait_estimate(home, loads, demand) if home and may_spill else None}
     for model in order[1:]:
         if model not in may_spill:
             continue
@@ -302,7 +307,7 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
                          key=lambda f: (-loads[f.pk].free, f.order, f.cluster.name))
         if targets:
             chosen = targets[0]
-            return Route(chosen, spilled=True, from_model=first, needs_approval=policy.needs_approval,
+            return Route(chosen, spilled=True, from_model=first, needs_approval=policy.needs_approval, **source,
                          reason=(f"Spilled over from {first} to {model} in zone {chosen.cluster.zone_name}: {why_home}; "
                                  f"the job consented and the project allows {model}.")[:500])
     if not home:
@@ -310,7 +315,7 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
         waiting = [f for f in answered if _model(f) in may_spill]
         if waiting:
             chosen = min(waiting, key=lambda f: (order.index(_model(f)), loads[f.pk].zone_pending, -loads[f.pk].free))
-            return Route(chosen, spilled=True, from_model=first, needs_approval=policy.needs_approval,
+            return Route(chosen, spilled=True, from_model=first, needs_approval=policy.needs_approval, **source,
                          reason=(f"Spilled over from {first} to {_model(chosen)} in zone {chosen.cluster.zone_name}: "
                                  f"{why_home}; the job consented and the project allows {_model(chosen)}. It waits "
                                  f"there ({loads[chosen.pk].words()}).")[:500])
@@ -330,6 +335,50 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
 
 class NoRoute(Exception):
     """Re-dispatch found nowhere else to go."""
+
+
+def source_wait_estimate(home: list[Flavor], loads: dict[int, Load], demand: Decimal, now: Any = None) -> int | None:
+    """Seconds a job of ``demand`` would wait for the first free place among ``home`` (its first model's flavors),
+    estimated now from what the portal knows runs and waits there: each admitted run frees its GPUs at its time limit
+    (``expires_at``, else its admission plus its duration), the work queued ahead (first come, first served) takes
+    freed GPUs first and runs its full duration, and the cluster's free capacity now (``loads``) counts at once.
+    Time limits are upper bounds (work may end earlier), so this is an estimate, not a promise. None when nothing
+    known would ever free enough (an unknown wait). One query."""
+    now = now or timezone.now()
+    rows = list(WorkloadRequest.objects.filter(flavor__in=[f.pk for f in home], finished_at__isnull=True,
+                                               state__in=[S.QUEUED, S.RUNNING, S.APPROVED, S.PREEMPTED])
+                .order_by("created_at").values_list("flavor_id", "state", "admitted_at", "expires_at", "duration_hours",
+                                                    "gpus", "replicas"))
+    best = None
+    for flavor in home:
+        free = loads[flavor.pk].free
+        ends: list[tuple[Any, Decimal]] = []
+        ahead: list[tuple[Decimal, int]] = []
+        for flavor_id, state, admitted, expires, hours, gpus, replicas in rows:
+            if flavor_id != flavor.pk:
+                continue
+            size = Decimal(gpus) * replicas
+            if admitted is not None and state in (S.QUEUED, S.RUNNING):
+                ends.append((expires or admitted + timedelta(hours=hours), size))
+            else:
+                ahead.append((size, hours))
+        at = now
+        waited = None
+        for size, hours in [*ahead, (demand, 0)]:
+            while free < size and ends:
+                ends.sort(key=lambda e: e[0])
+                end, freed = ends.pop(0)
+                at, free = max(at, end), free + freed
+            if free < size:
+                break
+            free -= size
+            ends.append((at + timedelta(hours=hours), size))
+            waited = at
+        else:
+            seconds = int(max(0.0, (waited - now).total_seconds())) if waited is not None else None
+            if seconds is not None and (best is None or seconds < best):
+                best = seconds
+    return best
 
 
 # ----------------------------------------------------------------------------------------- drained or unhealthy clusters
@@ -453,19 +502,28 @@ class SpillRow:
     target: str
     requests: int = 0
     gpu_hours: Decimal = Decimal(0)
+    measured: int = 0  # admitted, with the source's estimated wait recorded at routing
+    wait_saved_hours: Decimal = Decimal(0)
 
 
 def spill_summary(*, now: Any = None) -> list[SpillRow]:
-    """Spill-overs by source and target model: how many requests, and the GPU-hours they ran (their runs from the
-    first admission to their end, or now; ops only, every tenant). One query."""
+    """Spill-overs by source and target model: how many requests, the GPU-hours they ran (their runs from the
+    first admission to their end, or now) and the queue wait spilling saved them (the wait estimated on the source
+    at routing, ``spill_source_wait_seconds``, less the wait they had on the target from approval to first admission,
+    at least 0 each; docs/federation.md). Ops only, every tenant. One query."""
     now = now or timezone.now()
     rows: dict[tuple[str, str], SpillRow] = {}
-    for source, target, gpus, replicas, admitted, finished in (
+    for source, target, gpus, replicas, admitted, finished, created, approved, estimate in (
             WorkloadRequest.objects.filter(spilled=True).values_list(
-                "spilled_from_model", "flavor__gpu_model", "gpus", "replicas", "first_admitted_at", "finished_at")):
+                "spilled_from_model", "flavor__gpu_model", "gpus", "replicas", "first_admitted_at", "finished_at",
+                "created_at", "approved_at", "spill_source_wait_seconds")):
         row = rows.setdefault((source, target), SpillRow(source, target))
         row.requests += 1
         if admitted:
             seconds = Decimal(max(0.0, ((finished or now) - admitted).total_seconds()))
             row.gpu_hours += (seconds / 3600 * gpus * replicas).quantize(Decimal("0.01"))
+            if estimate is not None:
+                waited = max(0.0, (admitted - (approved or created)).total_seconds())
+                row.measured += 1
+                row.wait_saved_hours += (Decimal(max(0.0, estimate - waited)) / 3600).quantize(Decimal("0.01"))
     return sorted(rows.values(), key=lambda r: (r.source, r.target))

@@ -118,8 +118,8 @@ def form_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
     """
     required = set((schema or {}).get("required", []))
     fields = []
-    for name, spec in (schema or {}).get("properties", {}).items():
-        spec = spec if isinstance(spec, dict) else {}
+    for name, given in (schema or {}).get("properties", {}).items():
+        spec = given if isinstance(given, dict) else {}
         kind = spec.get("type", "string")
         if isinstance(kind, list):  # ["string", "null"]: the first real type decides the widget
             kind = next((k for k in kind if k != "null"), "string")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import BooleanField, Count, TextField, Exists, ExpressionWrapper, F, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
@@ -69,7 +70,7 @@ def requests_for(*, actor: Actor, filters: Mapping[str, Any] | None = None, requ
 REQUEST_ROW_COLUMNS = (
     "id", "name", "image", "gpus", "replicas", "cpu", "memory_gib", "share_memory_mib", "share_cores_percent",
     "parameters", "duration_hours", "priority", "state", "state_reason", "pending_reason", "decision_comment", "created_at", "updated_at", "approved_at",
-    "queued_at", "started_at", "finished_at", "expires_at", "template_id", "tenant_id", "flavor_id",
+    "queued_at", "started_at", "finished_at", "expires_at", "template_id", "tenant_id", "flavor_id", "topology",
 )
 
 
@@ -144,7 +145,7 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
         "requested_by_username": _one(user, "username", "requested_by_id"),
         "approved_by_username": _one(user, "username", "approved_by_id"),
     }
-    columns = REQUEST_ROW_COLUMNS
+    columns: tuple[str, ...] = REQUEST_ROW_COLUMNS
     if detail:
         columns = (*columns, "cluster_status", "project_id", *PLACEMENT_COLUMNS)
         related.update(cluster_name=_one(Cluster, "name", "cluster_id"), cluster_zone=_one(Cluster, "zone", "cluster_id"),
@@ -170,8 +171,8 @@ def _detail_row_query(pk: int, ids: tuple[int, ...] | None = None) -> QuerySet[W
 
 # The API detail's row, compiled once per process and shape (portal.compiled): Django took longer to build and compile
 # its fourteen subqueries than PostgreSQL took to run them.
-_DETAIL_ROW_ANYWHERE = Compiled(lambda pk: _detail_row_query(pk))
-_DETAIL_ROW_IN = Compiled(lambda pk, ids: _detail_row_query(pk, ids))
+_DETAIL_ROW_ANYWHERE = Compiled(lambda pk: _detail_row_query(pk))  # noqa: PLW0108 fixes the arity: pk only
+_DETAIL_ROW_IN = Compiled(lambda pk, ids: _detail_row_query(pk, ids))  # noqa: PLW0108 fixes the arity: both
 
 
 def request_detail_row(*, actor: Actor, pk: int) -> dict[str, Any] | None:
@@ -191,7 +192,7 @@ def flavors_by_id(ids: Iterable[int]) -> dict[int, Flavor]:
     return Flavor.objects.in_bulk(set(ids))
 
 
-def request_timeline_rows(request_id: int) -> QuerySet[RequestEvent]:
+def request_timeline_rows(request_id: int) -> QuerySet[RequestEvent, Any]:  # rows: values() dicts
     """``request_timeline`` as dicts (the API's detail)."""
     return RequestEvent.objects.filter(request_id=request_id).order_by("at", "id").values(
         "at", "from_state", "to_state", "actor_label", "message"
@@ -204,7 +205,7 @@ def request_extension_rows(request_id: int) -> list[dict[str, Any]]:
     from django.contrib.auth import get_user_model
 
     user = get_user_model()
-    return list(
+    return cast(list[dict[str, Any]], list(  # values() rows: the stubs type them as a TypedDict
         ExtensionRequest.objects.filter(request_id=request_id).order_by("-created_at", "-id").values(
             "id", "hours", "replicas", "reason", "status", "decided_at", "comment", "created_at",
             requested_by_username=_one(user, "username", "requested_by_id", ExtensionRequest),
@@ -212,7 +213,7 @@ def request_extension_rows(request_id: int) -> list[dict[str, Any]]:
             project_tenant_slug=Subquery(
                 Project.objects.filter(pk=OuterRef("request__project_id")).order_by().values("tenant__slug")[:1]),
         )
-    )
+    ))
 
 
 def request_timeline(request: WorkloadRequest) -> QuerySet[RequestEvent]:
@@ -283,9 +284,10 @@ def with_approval_context(requests: list[WorkloadRequest]) -> list[WorkloadReque
     queue = {(q["project_id"], q["flavor_id"]): q for q in _QUEUE_OF.rows(projects, flavors)}
     for r in requests:
         found = queue.get((r.project_id, r.flavor_id), {})
-        r.waiting_ahead = found.get("waiting_ahead") or 0
-        r.in_use = found.get("in_use") or 0
-        r.project.quota_rows = quota_rows[r.project_id]
+        # Attributes the page reads, set on the instances (django-stubs types only the model's fields).
+        r.waiting_ahead = found.get("waiting_ahead") or 0  # type: ignore[attr-defined]
+        r.in_use = found.get("in_use") or 0  # type: ignore[attr-defined]
+        r.project.quota_rows = quota_rows[r.project_id]  # type: ignore[attr-defined]
     return requests
 
 
@@ -491,7 +493,8 @@ def queue_offered_flavors(*, projects: Iterable[Project], kind: str) -> dict[int
 # Submitting again: a request's values, saved presets ------------------------------------------------------
 
 # The values a preset keeps and a clone copies: what the new-request form submits, but the request's name.
-PRESET_KEYS = ("flavor", "image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "parameters")
+PRESET_KEYS = ("flavor", "image", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "parameters",
+               "topology")
 
 
 def request_values(request: WorkloadRequest) -> dict[str, Any]:
@@ -506,6 +509,8 @@ def request_values(request: WorkloadRequest) -> dict[str, Any]:
     }
     if kinds.get(request.template.kind).replicas == "free":
         values["replicas"] = request.replicas
+    if request.topology:  # placement by rack or block (issue 26)
+        values["topology"] = request.topology
     return values
 
 
@@ -677,7 +682,8 @@ def flavor_and_template_choices(*, actor: Actor) -> tuple[list[tuple[str, str]],
     templates = ServiceTemplate.objects.all() if _is_ops(actor) else live_templates()
     both = (flavors_for(actor=actor).order_by().values_list("name", Value("flavor"))
             .union(templates.order_by().values_list("slug", Value("template"))))
-    flavors, slugs = set(), set()
+    flavors: set[str] = set()
+    slugs: set[str] = set()
     for value, what in both:
         (flavors if what == "flavor" else slugs).add(value)
     return [(n, n) for n in sorted(flavors)], [(n, n) for n in sorted(slugs)]

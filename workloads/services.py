@@ -14,7 +14,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -281,10 +282,11 @@ def _submission_fingerprint(
     *, project: Project, template: ServiceTemplate, image: str, flavor: Flavor | None, gpus: int | None,
     replicas: int | None, cpu: Decimal | int | float | None, memory_gib: int | None,
     parameters: dict[str, Any] | None, duration_hours: int | None, priority: str, name: str,
-    share: dict[str, Any] | None = None,
+    share: dict[str, Any] | None = None, topology: Any = "",
 ) -> str:
     """sha256 of the submission as sent (canonical JSON; an omitted value is null, not its default). A HAMi share
-    size counts only when one was sent (fingerprints of submissions without one are as before)."""
+    size and a placement (``topology``) count only when one was sent (fingerprints of submissions without one are
+    as before)."""
     body = {
         "project": project.pk, "template": template.slug, "flavor": flavor.name if flavor is not None else None,
         "image": (image or "").strip(), "gpus": gpus, "replicas": replicas,
@@ -294,6 +296,8 @@ def _submission_fingerprint(
     }
     if share and any(value is not None for value in share.values()):
         body |= {key: None if value is None else str(value) for key, value in share.items()}
+    if topology:
+        body["topology"] = str(topology)
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -365,7 +369,7 @@ def request_clone(*, actor: Actor, request: WorkloadRequest, name: str = "", ide
         actor=actor, project=request.project, template=template, image=values["image"], flavor=flavor,
         gpus=values["gpus"], replicas=values.get("replicas"), cpu=request.cpu, memory_gib=values["memory_gib"],
         parameters=values["parameters"], duration_hours=values["duration_hours"], priority=values["priority"],
-        name=name, idempotency_key=idempotency_key,
+        name=name, idempotency_key=idempotency_key, topology=values.get("topology", ""),
     )
 
 
@@ -483,7 +487,7 @@ def request_submit(
         project=project, template=template, image=image, flavor=flavor, gpus=gpus, replicas=replicas, cpu=cpu,
         memory_gib=memory_gib, parameters=parameters, duration_hours=duration_hours, priority=priority, name=name,
         share={"share_memory_gib": share_memory_gib, "share_cores_percent": share_cores_percent,
-               "share_preset": share_preset},
+               "share_preset": share_preset}, topology=topology,
     ) if idempotency_key else ""
     given_name = (name or "").strip()
     found, name_taken = _replay_and_name(actor, idempotency_key, project, given_name)
@@ -533,7 +537,7 @@ _REPLAY_COLUMNS = ("id", "requested_by_id", "idempotency_key", "project_id", "na
 # Compiled once per process (portal.compiled): the select_related's columns took longer to compile than to read.
 # Not prepared: its indexes are partial (a key that is not empty, a name among live requests), so only a plan made
 # with the values can use them; PostgreSQL's generic plan for a prepared statement scanned every request.
-_REPLAY = Compiled(lambda user_id, key: _replay_query(user_id, key), prepare=False)
+_REPLAY = Compiled(lambda user_id, key: _replay_query(user_id, key), prepare=False)  # noqa: PLW0108 no name: 2 values
 _REPLAY_OR_NAME = Compiled(_replay_query, prepare=False)
 
 
@@ -766,9 +770,12 @@ def _check_name(project: Project, template: ServiceTemplate, name: str, taken: b
     return name
 
 
+_NO_NEEDS = routing.Needs()  # the default: frozen, so one shared instance is safe
+
+
 def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor: Flavor, image: str, name: str,
             parameters: dict[str, Any], size: _Size, decision: Decision, idempotency_key: str,
-            idempotency_fingerprint: str, share: tuple[int, int] = (0, 0), needs: routing.Needs = routing.Needs(),
+            idempotency_fingerprint: str, share: tuple[int, int] = (0, 0), needs: routing.Needs = _NO_NEEDS,
             where: routing.Route | None = None, topology: str = "") -> WorkloadRequest:
     """Write the request in the state the decision gives it, its two timeline entries (submitted, then approved or
     pending approval), a notebook's home volume and the two audit entries: one INSERT each, plus the audit chain's
@@ -783,6 +790,8 @@ def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor
         min_gpu_memory_gib=needs.min_gpu_memory_gib, min_compute_capability=needs.min_compute_capability,
         spill_consent=needs.spill_consent, spilled=bool(where and where.spilled),
         spilled_from_model=where.from_model if where else "", route_reason=(where.reason if where else "")[:500],
+        spill_source_pending=where.source_pending if where else None,
+        spill_source_wait_seconds=where.source_wait_seconds if where else None,
         topology=topology,
     )
     to = S.APPROVED if decision.auto else S.PENDING_APPROVAL
@@ -831,7 +840,7 @@ def _submit(
     images: list[Image] | None = None,
     rule: Any = _ASK,
     share: tuple[Any, Any, bool | None] = (None, None, None),
-    needs: routing.Needs = routing.Needs(),
+    needs: routing.Needs = _NO_NEEDS,
     topology: str = "",
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
@@ -980,7 +989,7 @@ def request_restart(*, actor: Actor, request: WorkloadRequest) -> WorkloadReques
     if req.flavor.kind == Flavor.Kind.HAMI:
         _check_share_fits_quota(project=req.project, flavor=req.flavor, vgpus=req.gpus * req.replicas, share=req.hami_share)
     # A new run: what the cluster said about the last one, and what was applied then, no longer hold.
-    fields = {
+    fields: dict[str, Any] = {
         "pending_reason": "", "started_at": None, "queued_at": None, "expires_at": None, "attempts": 0,
         "cluster_status": {}, "applied_hash": "",
     }
@@ -1204,9 +1213,9 @@ def template_update(
         if fixed in changes and changes[fixed] != getattr(template, fixed):
             raise Invalid(f"{fixed} cannot change; create a new template or version.", field=fixed)
     meaningful = {k for k, v in changes.items() if getattr(template, k) != v} - TEMPLATE_COSMETIC
-    if allowed_flavors is not None:
-        if {f.pk for f in allowed_flavors} != set(template.allowed_flavors.values_list("pk", flat=True)):
-            meaningful.add("allowed_flavors")
+    if allowed_flavors is not None and (
+            {f.pk for f in allowed_flavors} != set(template.allowed_flavors.values_list("pk", flat=True))):
+        meaningful.add("allowed_flavors")
     if meaningful and template.requests.exists():
         raise ConflictError(
             f"Requests use {template.slug} v{template.version}; changing {', '.join(sorted(meaningful))} needs a new version."

@@ -14,7 +14,8 @@ and a user's cancel) can never both move one request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.utils import timezone
 

@@ -323,6 +323,18 @@ def _state_key(cluster: Any, kube: Kube) -> str:
     return f"workloads:follow:{cluster.pk}:{host}"
 
 
+def followed_key(cluster_id: int) -> str:
+    """Where a cycle leaves when it last completed (epoch seconds): ``gpuportal_follower_lag_seconds`` reads it."""
+    return f"workloads:followed:{cluster_id}"
+
+
+def followed_at(cluster_ids: list[int]) -> dict[int, float]:
+    """When the follower of each cluster last completed a cycle (epoch seconds); a cluster never followed since the
+    cache was emptied is left out. One read of the cache for them all."""
+    found = cache.get_many([followed_key(pk) for pk in cluster_ids])
+    return {pk: float(found[followed_key(pk)]) for pk in cluster_ids if found.get(followed_key(pk)) is not None}
+
+
 class StatusFollower:
     """Follows one cluster. Keep one per process (``follow_cluster``), or rebuild it each cycle: the
     resourceVersions it resumes from are kept in the cache (a lost cache only costs one re-list)."""
@@ -339,6 +351,7 @@ class StatusFollower:
         self.pending_at: float = float(saved.get("pending_at") or 0)
         self.queue_digests: dict[str, str] = dict(saved.get("queue_digests") or {})
         self.unserved: set[str] = set()
+        self.broken: set[str] = set()  # the kinds whose watch broke in this cycle (``_follow``)
 
     # -- one cycle -------------------------------------------------------------------------------------------
     def cycle(self, *, resync: bool | None = None) -> CycleStats:
@@ -356,6 +369,7 @@ class StatusFollower:
         stats.cluster_calls = sum(self.kube.calls.values()) - calls_before
         cache.set(self.state_key, {"versions": self.versions, "resynced_at": self.resynced_at,
                                    "pending_at": self.pending_at, "queue_digests": self.queue_digests}, None)
+        cache.set(followed_key(self.cluster.pk), time.time(), None)
         return stats
 
     def _refresh_pending(self, stats: CycleStats) -> None:
@@ -416,12 +430,18 @@ class StatusFollower:
         except ClusterUnavailable as exc:
             # A dropped stream: keep what arrived; the next cycle resumes from the last version we saw.
             logger.info("watch %s on %s broke: %s", f.kind, self.cluster, exc)
+            self.broken.add(f.key)
         return events
 
     def _follow(self, stats: CycleStats) -> None:
         kinds = [f for f in FOLLOWED if f.key not in self.unserved]
+        self.broken = set()
         with ThreadPoolExecutor(max_workers=len(kinds)) as pool:
             results = dict(zip([f.key for f in kinds], pool.map(self._watch_safely, kinds), strict=True))
+        if kinds and all(f.key in self.broken and not results[f.key] for f in kinds):
+            # Every watch broke with nothing: is the cluster there at all? One list answers (else ClusterUnavailable
+            # reaches ``follow_one``, which records the cluster unhealthy, as for a refused connection).
+            self.kube.list(kinds[0].api_version, kinds[0].kind, label_selector=kinds[0].selector)
         expired = [f for f in kinds if results[f.key] is None]
         if expired:
             # Too far behind for a watch: a full resync is the simple, correct answer (rare).
@@ -449,6 +469,7 @@ class StatusFollower:
             return self._watch(f)
         except ClusterUnavailable as exc:
             logger.info("watch %s on %s failed: %s", f.kind, self.cluster, exc)
+            self.broken.add(f.key)
             return []
 
     def _resync(self, stats: CycleStats) -> None:
@@ -718,6 +739,14 @@ class StatusFollower:
         for req, values in writes:
             if values:
                 stats.db_writes += WorkloadRequest.objects.filter(pk=req.pk).update(**values)
+        # Inference services: their size over time, for the request page's chart (workloads/endpoints.py).
+        resized = [(item.request, (item.original.get("objects") or {}).get("deployment"),
+                    (item.status.get("objects") or {}).get("deployment"))
+                   for item in items if item.status != item.original]
+        if resized:
+            from .endpoints import replicas_observe
+
+            stats.db_writes += replicas_observe(resized)
         if uids or admitted:
             stats.db_writes += reclaims_link(uids=uids, admitted=admitted)
         for item in items:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import ops_views, share_views, views, zone_views
+from . import endpoint_views, ops_views, share_views, views, zone_views
 
 urlpatterns = [
     path("requests/", views.request_list, name="request-list"),
@@ -13,6 +13,12 @@ urlpatterns = [
     path("requests/<int:pk>/shares/<str:username>/stop/", share_views.request_unshare, name="request-unshare"),
     path("requests/<int:pk>/logs/follow/", views.request_logs_follow, name="request-logs-follow"),
     path("requests/<int:pk>/logs/download/", views.request_logs_download, name="request-logs-download"),
+    path("requests/<int:pk>/endpoint/", endpoint_views.inference_endpoint, name="inference-endpoint"),
+    path("requests/<int:pk>/endpoint/keys/", endpoint_views.inference_key_create, name="inference-key-create"),
+    path("requests/<int:pk>/endpoint/keys/<int:key_id>/revoke/", endpoint_views.inference_key_revoke,
+         name="inference-key-revoke"),
+    path("inference/auth/<int:pk>/", endpoint_views.inference_auth, name="inference-auth"),
+    path("inference/<int:pk>/<path:rest>", endpoint_views.inference_proxy, name="inference-proxy"),
     path("notebooks/auth/", views.notebook_auth, name="notebook-auth"),
     path("notebooks/<int:pk>/", views.notebook_proxy, name="notebook-proxy"),
     path("notebooks/<int:pk>/<path:rest>", views.notebook_proxy, name="notebook-proxy-path"),

@@ -67,9 +67,8 @@ def usage_as_of(rows: Any) -> Any:
     ``flavor.cluster``), ``project_quota_summary`` dicts (``usage_read_at``), ``(row, check)`` pairs,
     or ``values("flavor__cluster__reconciled_at")`` dicts."""
     stamps = []
-    for item in rows or []:
-        if isinstance(item, tuple):
-            item = item[0]
+    for given in rows or []:
+        item = given[0] if isinstance(given, tuple) else given
         if isinstance(item, dict):
             item = item.get("row", item)
         if isinstance(item, dict):

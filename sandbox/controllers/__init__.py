@@ -6,12 +6,13 @@
 1. ``nodes``        — NVIDIA MIG manager (``nvidia.com/mig.config`` label flow), :mod:`.nodes`
 2. ``kueue``        — webhooks, Workloads, admission/preemption, Job un-suspend/pod un-gating, queue status, :mod:`.kueue`
 3. ``jobs``         — batch/v1 Job controller, :mod:`.workloads`
-4. ``deployments``  — Deployment controller (pods owned directly, no ReplicaSet)
-5. ``statefulsets`` — StatefulSet controller (+ PVCs)
-6. ``volcano``      — Volcano Commands, Job controller, gang scheduler, Queue status, :mod:`.volcano`
-7. ``scheduler``    — kube-scheduler + HAMi extender, :mod:`.scheduler`
-8. ``kubelet``      — pod lifecycle in simulated time, pod logs
-9. ``gc``           — orphans, stale logs, old Events
+4. ``hpa``          — HorizontalPodAutoscaler on the model servers' request rate, :mod:`sandbox.inference`
+5. ``deployments``  — Deployment controller (pods owned directly, no ReplicaSet; ``maxUnavailable: 0`` rolls)
+6. ``statefulsets`` — StatefulSet controller (+ PVCs)
+7. ``volcano``      — Volcano Commands, Job controller, gang scheduler, Queue status, :mod:`.volcano`
+8. ``scheduler``    — kube-scheduler + HAMi extender, :mod:`.scheduler`
+9. ``kubelet``      — pod lifecycle in simulated time, pod logs
+10. ``gc``          — orphans, stale logs, old Events
 
 Each controller object has a ``reconcile()`` method; a failing controller is recorded in ``errors`` and does not stop
 the others. :meth:`Controllers.settle` ticks until a pass writes nothing. :meth:`Controllers.start` runs ticks in a
@@ -46,6 +47,7 @@ from sandbox.controllers.workloads import (
     Kubelet,
     StatefulSetController,
 )
+from sandbox.inference import HorizontalPodAutoscalerController, InferenceLoad
 
 __all__ = ["Controllers"]
 
@@ -71,13 +73,16 @@ class Controllers:
         self.kueue = Kueue(self.ctx)
         self.jobs = JobController(self.ctx)
         self.deployments = DeploymentController(self.ctx)
+        # Model servers' request load (written by the service proxy) and the HPA that follows it (sandbox/inference.py).
+        self.inference_load = InferenceLoad(clock)
+        self.hpa = HorizontalPodAutoscalerController(self.ctx, self.inference_load)
         self.statefulsets = StatefulSetController(self.ctx)
         self.volcano = Volcano(self.ctx)
         self.scheduler = Scheduler(self.ctx)
         self.kubelet = Kubelet(self.ctx) if start_delay is None else Kubelet(self.ctx, start_delay)
         self.gc = GarbageCollector(self.ctx)
         self.ctx.pod_mutators = [self.kueue.mutate_pod]
-        self.order = [self.nodes, self.kueue, self.jobs, self.deployments, self.statefulsets, self.volcano,
+        self.order = [self.nodes, self.kueue, self.jobs, self.hpa, self.deployments, self.statefulsets, self.volcano,
                       self.scheduler, self.kubelet, self.gc, _EventGC(self.ctx)]
         self._dirty = threading.Event()
         self._stop = threading.Event()

@@ -11,6 +11,7 @@ Every controller gets one :class:`Ctx`. It wraps the :class:`sandbox.store.Store
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import re
@@ -270,10 +271,8 @@ class Informer:
             for k in [k for k in self._sorted_ns if k[0] == gvk]:
                 del self._sorted_ns[k]
             self.version[gvk] += 1
-            try:
+            with contextlib.suppress(ValueError):
                 self.seen_rv = max(self.seen_rv, int(res["metadata"].get("resourceVersion") or 0))
-            except ValueError:
-                pass
         return bucket
 
     def _stale(self) -> tuple[bool, int]:

@@ -390,9 +390,7 @@ class Kueue:
             if gvk == CLUSTER_QUEUE:
                 name = (new.get("metadata") or {}).get("name")
                 self._s_cqs.add(name)
-                if etype != "ADDED" and (old is None or old.get("spec") != new.get("spec") or etype == "DELETED"):
-                    self._s_lq_cqs.add(name)
-                elif etype == "ADDED":
+                if etype == "ADDED" or old is None or old.get("spec") != new.get("spec") or etype == "DELETED":
                     self._s_lq_cqs.add(name)
             elif gvk == LOCAL_QUEUE:
                 m = new.get("metadata") or {}
@@ -873,14 +871,14 @@ class Kueue:
         preempt_options = []  # (podset index, group index, flavor) where preemption might help
         for ps in spec.get("podSets") or []:
             count = int(ps.get("count", 1))
-            per_pod = self._requests(((ps.get("template") or {}).get("spec")))
+            per_pod = self._requests((ps.get("template") or {}).get("spec"))
             req = R.scale(per_pod, count)
             flavors_for: dict[str, str] = {}
             for r in sorted(req):
                 if not any(r in (g.get("coveredResources") or []) for g in groups):
                     return None, None, f"couldn't assign flavors to pod set {ps.get('name', 'main')}: resource {r} unavailable in ClusterQueue", []
             reasons = []
-            for gi, g in enumerate(groups):
+            for g in groups:
                 greq = {r: v for r, v in req.items() if r in (g.get("coveredResources") or [])}
                 if not greq:
                     continue
@@ -891,7 +889,12 @@ class Kueue:
                     fobj = self.flavors.get(fname)
                     if fobj is None:
                         continue
-                    why = self._flavor_compatible(fobj, ps.get("template"))
+                    why = tas.flavor_match(
+                        template=ps.get("template"), flavor=fobj, topologies=self.topologies,
+                        covered=list(g.get("coveredResources") or []), requested=per_pod,
+                        tas_only=all(((self.flavors.get(x.get("name")) or {}).get("spec") or {}).get("topologyName")
+                                     for gg in groups for x in gg.get("flavors") or [])) \
+                        or self._flavor_compatible(fobj, ps.get("template"))
                     if why:
                         reasons.append(why)
                         continue
@@ -1003,16 +1006,15 @@ class Kueue:
                     continue
                 vp = wl_priority(v)
                 if vcq == cqn:
-                    if within == "LowerPriority" and vp < prio:
+                    if (within == "LowerPriority" and vp < prio) or (
+                            within == "LowerOrNewerEqualPriority" and (vp < prio or (vp == prio and creation_key(v) > wl_key))):
                         cands.append((v, "InClusterQueue"))
-                    elif within == "LowerOrNewerEqualPriority" and (vp < prio or (vp == prio and creation_key(v) > wl_key)):
-                        cands.append((v, "InClusterQueue"))
-                elif root and quota.root.get(vcq) == root and reclaim != "Never":
+                elif root and quota.root.get(vcq) == root and reclaim != "Never":  # noqa: SIM102 the inner test has its own comment
                     # the preemptor must fit its own nominal quota; the victim's queue must be borrowing
-                    if all(quota.u(cqn, fr) + greq[fr[1]] <= quota.n(cqn, fr) for fr in frs) and \
-                            any(quota.borrowed(vcq, fr) > 0 for fr in frs if fr in vuse):
-                        if reclaim == "Any" or vp < prio:
-                            cands.append((v, "InCohortReclamation"))
+                    if (all(quota.u(cqn, fr) + greq[fr[1]] <= quota.n(cqn, fr) for fr in frs)
+                            and any(quota.borrowed(vcq, fr) > 0 for fr in frs if fr in vuse)
+                            and (reclaim == "Any" or vp < prio)):
+                        cands.append((v, "InCohortReclamation"))
             if not cands:
                 continue
 
@@ -1026,7 +1028,7 @@ class Kueue:
             cands.sort(key=order)
             snap = quota.snapshot()
 
-            def fits() -> bool:
+            def fits(greq=greq, fname=fname) -> bool:  # bound now: called only in this iteration
                 return all(greq[r] <= quota.available(cqn, (fname, r)) for r in greq)
 
             chosen = []
@@ -1389,7 +1391,6 @@ class Kueue:
             if not new["spec"]["schedulingGates"]:
                 del new["spec"]["schedulingGates"]
             new["spec"].setdefault("nodeSelector", {})[tas.HOSTNAME] = host
-            new["metadata"].setdefault("labels", {})[tas.TAS_LABEL] = "true"
             ctx.update(new)
 
     # 4b. finalizers ----------------------------------------------------------------------------------

@@ -231,10 +231,8 @@ def matches_affinity(pod_spec: dict, ni: NodeInfo) -> bool:
             return False
     req = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
            .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if req and req.get("nodeSelectorTerms") is not None:
-        if not matches_node_selector_terms(req.get("nodeSelectorTerms"), ni.labels, ni.name):
-            return False
-    return True
+    return not (req and req.get("nodeSelectorTerms") is not None
+                and not matches_node_selector_terms(req.get("nodeSelectorTerms"), ni.labels, ni.name))
 
 
 def _gputype_ok(pod: dict, dev: Device) -> bool:
@@ -250,9 +248,7 @@ def _gputype_ok(pod: dict, dev: Device) -> bool:
     nouuids = [s.strip() for s in (ann.get("nvidia.com/nouse-gpuuuid") or "").split(",") if s.strip()]
     if uuids and dev.id not in uuids:
         return False
-    if nouuids and dev.id in nouuids:
-        return False
-    return True
+    return not (nouuids and dev.id in nouuids)
 
 
 def hami_fit(pod: dict, ni: NodeInfo) -> tuple[list | None, str]:
@@ -278,9 +274,7 @@ def hami_fit(pod: dict, ni: NodeInfo) -> tuple[list | None, str]:
                 reasons["CardTypeMismatch"] += 1
             elif d.used >= d.count:
                 reasons["NodeInsufficientDevice"] += 1
-            elif ask["cores"] >= 100 and d.used > 0:
-                reasons["ExclusiveDeviceAllocateConflict"] += 1
-            elif d.usedcores >= d.devcore and d.used > 0:
+            elif d.used > 0 and (ask["cores"] >= 100 or d.usedcores >= d.devcore):
                 reasons["ExclusiveDeviceAllocateConflict"] += 1
             elif d.usedmem + mem > d.devmem:
                 reasons["CardInsufficientMemory"] += 1

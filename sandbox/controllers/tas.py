@@ -21,8 +21,8 @@ room, else the level above, else spread); without either it is placed anywhere (
 
 Enforcement (``Kueue._enforce``): the admitted Job's pod template gets the scheduling gate
 ``kueue.x-k8s.io/topology``; each pod created is un-gated with a ``kubernetes.io/hostname`` node selector for the
-next host of the assignment that still has room, and the label ``kueue.x-k8s.io/tas: "true"`` (so it is counted by
-the assignment, not again as a non-TAS pod).
+next host of the assignment that still has room. A pod with a topology annotation is counted by the assignment, not
+again as a non-TAS pod (Kueue's ``utiltas.IsTAS``; Kueue v0.17 puts no label on it: the real control plane showed it).
 
 Not simulated: slices (``podset-slice-*``), leader/worker pod sets, the LeastFreeCapacity profile, topologies whose
 lowest level is not the hostname, node replacement on failure, preemption for fragmented capacity.
@@ -40,8 +40,8 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 TOPOLOGY = (KUEUE, "Topology")
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 GATE = "kueue.x-k8s.io/topology"
-TAS_LABEL = "kueue.x-k8s.io/tas"
 HOSTNAME = "kubernetes.io/hostname"
 
 
@@ -59,6 +59,48 @@ def request_of(template: dict | None) -> tuple[str, bool] | None:
     if ann.get(PREFERRED):
         return str(ann[PREFERRED]), False
     return "", False
+
+
+def explicit(template: dict | None) -> bool:
+    """Does the pod template ask for TAS itself (workload.IsExplicitlyRequestingTAS: a required, preferred or
+    unconstrained topology annotation)?"""
+    ann = ((template or {}).get("metadata") or {}).get("annotations") or {}
+    return bool(ann.get(REQUIRED) or ann.get(PREFERRED) or str(ann.get(UNCONSTRAINED) or "").lower() == "true")
+
+
+def flavor_match(*, template: dict | None, flavor: dict, topologies: dict[str, dict], covered: list[str],
+                 requested: dict, tas_only: bool) -> str | None:
+    """Kueue's checkPodSetAndFlavorMatchForTAS (v0.17 tas_flavorassigner.go): why ``flavor`` cannot serve this pod
+    set, or None. A pod set asking for TAS takes no flavor without a topology for a resource it requests; one that
+    does not ask (in a ClusterQueue that also holds flavors without one) takes no flavor with a topology. In a
+    ClusterQueue of TAS flavors only, TAS is implied."""
+    name = flavor["metadata"]["name"]
+    topology_name = (flavor.get("spec") or {}).get("topologyName")
+    asks = explicit(template)
+    if asks or tas_only:
+        if not asks:
+            return None
+        if not topology_name:
+            if not set(covered) & {r for r in requested}:
+                return None
+            return f'Flavor "{name}" does not support TopologyAwareScheduling'
+        topology = topologies.get(topology_name)
+        if topology is None:
+            return f'Flavor "{name}" information missing in TAS cache'
+        level, _required = request_of(template)
+        if level and level not in [lv.get("nodeLabel") for lv in (topology.get("spec") or {}).get("levels") or []]:
+            return f'Flavor "{name}" does not contain the requested level'
+        return None
+    if topology_name:
+        return f'Flavor "{name}" supports only TopologyAwareScheduling'
+    return None
+
+
+def is_tas(pod: dict) -> bool:
+    """utiltas.IsTAS: a pod placed by TAS carries a topology annotation (required, preferred or unconstrained); its
+    room is counted by its Workload's assignment, not again as a pod on the node."""
+    ann = ((pod.get("metadata") or {}).get("annotations") or {})
+    return REQUIRED in ann or PREFERRED in ann or UNCONSTRAINED in ann
 
 
 def count_in(req: dict[str, Decimal], free: dict[str, Decimal]) -> tuple[int, str]:
@@ -82,7 +124,7 @@ class NodeState:
             name: R.parse_list((n.get("status") or {}).get("allocatable")) for name, n in self.nodes.items()}
         self._requests = requests  # pod spec -> Kueue's per-pod requests
         for p in pods:
-            if not pod_is_active(p) or ((p.get("metadata") or {}).get("labels") or {}).get(TAS_LABEL) == "true":
+            if not pod_is_active(p) or is_tas(p):
                 continue
             name = p["spec"]["nodeName"]
             if name in self.free:

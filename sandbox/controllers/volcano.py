@@ -454,7 +454,8 @@ class Volcano:
     # ------------------------------------------------------------------------------------------ scheduler
     def _queues(self) -> dict[str, dict]:
         out = {}
-        for q in self.ctx.list_items(VC_QUEUE):
+        for listed in self.ctx.list_items(VC_QUEUE):
+            q = listed
             if not (q.get("status") or {}).get("state"):
                 st = deep_copy(q.get("status") or {})
                 st["state"] = "Open"
@@ -552,10 +553,9 @@ class Volcano:
                     if why:
                         for r in why:
                             reasons[r] += 1
-                    else:
-                        # binpack-ish: fill the fullest feasible node first (Volcano's binpack plugin)
-                        if chosen is None or _fill(ni) > _fill(chosen):
-                            chosen = ni
+                    # binpack-ish: fill the fullest feasible node first (Volcano's binpack plugin)
+                    elif chosen is None or _fill(ni) > _fill(chosen):
+                        chosen = ni
                 if chosen is None:
                     if first_fail is None:
                         parts = sorted(f"{n} {r}" for r, n in reasons.items())
@@ -583,7 +583,7 @@ class Volcano:
         running = sum(1 for p in members if pod_phase(p) == "Running")
         st = deep_copy(pg.get("status") or {})
         phase = st.get("phase") or "Pending"
-        if len(bound) + len(done) >= min_member and min_member > 0:
+        if len(bound) + len(done) >= min_member > 0:
             phase = "Running"
             conds = st.setdefault("conditions", [])
             c = find_condition(conds, "Unschedulable")

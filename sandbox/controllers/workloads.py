@@ -461,7 +461,12 @@ class DeploymentController:
             live = [p for p in live if not is_terminal(p)]
         old = [p for p in live if (p["metadata"].get("labels") or {}).get("pod-template-hash") != h]
         cur = [p for p in live if (p["metadata"].get("labels") or {}).get("pod-template-hash") == h]
-        if old and not spec.get("paused"):
+        # A rolling update with maxUnavailable 0 keeps the old pods until as many new ones are ready.
+        rolling = spec.get("strategy") or {}
+        keep_old = (rolling.get("type", "RollingUpdate") == "RollingUpdate"
+                    and str((rolling.get("rollingUpdate") or {}).get("maxUnavailable", "25%")) in ("0", "0%")
+                    and sum(1 for p in cur if is_ready(p)) < replicas)
+        if old and not spec.get("paused") and not keep_old:
             for p in old:
                 ctx.delete(POD, p["metadata"]["name"], p["metadata"]["namespace"])
             ctx.event(d, "Normal", "ScalingReplicaSet",
@@ -574,7 +579,7 @@ class StatefulSetController:
                               self.name)
                 del live[pname]
         # scale down: highest ordinal first
-        for pname, p in sorted(live.items(), key=lambda kv: -_ordinal(kv[0])):
+        for pname in sorted(live, key=lambda name: -_ordinal(name)):
             if _ordinal(pname) >= replicas:
                 if ctx.delete(POD, pname, ns):
                     ctx.event(s, "Normal", "SuccessfulDelete", f"delete Pod {pname} in StatefulSet {name} successful",

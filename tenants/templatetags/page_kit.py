@@ -102,6 +102,15 @@ def stamp(value: Any) -> str:
 
 
 @register.filter(expects_localtime=True, is_safe=False)
+def iso(value: Any) -> str:
+    """``|date:"c"`` (ISO 8601 in local time, a ``<time datetime>``), as ``stamp``: the datetime's own ``isoformat``,
+    which is what Django's "c" format writes."""
+    if type(value) is datetime:
+        return value.isoformat()
+    return date_filter(value, "c")
+
+
+@register.filter(expects_localtime=True, is_safe=False)
 def day(value: Any) -> str:
     """``|date:"Y-m-d"``, as ``stamp``."""
     if type(value) is datetime:

@@ -203,7 +203,7 @@ def time_cost_pages(admin_pk: int) -> None:
             times.append((time.perf_counter() - started) * 1000)
             assert response.status_code == 200, (path, response.status_code)
         times.sort()
-        p = lambda q: times[min(len(times) - 1, int(round(q * (len(times) - 1))))]
+        p = lambda q, times=times: times[min(len(times) - 1, int(round(q * (len(times) - 1))))]
         print(f"{label:<42} n={len(times)}  p50 {p(0.5):7.1f} ms   p95 {p(0.95):7.1f} ms   max {times[-1]:7.1f} ms")
 
 

@@ -17,7 +17,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 # (method, path, headers, body) of the i-th call; i counts over all clients, from 0.
 Call = Callable[[int], tuple[str, str, dict[str, str], bytes | None]]

@@ -139,7 +139,7 @@ class User(threading.Thread):
         return answer
 
     def run(self) -> None:
-        kinds, weights = zip(*MIX)
+        kinds, weights = zip(*MIX, strict=True)
         while not self.stop.is_set():
             kind = self.rng.choices(kinds, weights)[0]
             try:

@@ -23,6 +23,7 @@ anything crashed, was lost or duplicated, or answered 5xx.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -130,10 +131,8 @@ class Stack:
                 self.proc.wait()
         for match in (re.match(r"devstack: started \w+ \(pid (\d+)\)", line) for line in self.lines):
             if match:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(int(match[1]), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         return time.monotonic() - started
 
 

@@ -727,7 +727,7 @@ def main() -> int:
         floor95 = {"list": pct(samples["floor list"], 95), "detail": pct(samples["floor detail"], 95)}
         print(f"\nlatency: {how}; {ARGS.rounds} rounds x {ARGS.per_round} calls per endpoint, interleaved")
         print(f"{'endpoint':<34} {'p50 ms':>8} {'p95 ms':>8} {'x floor p50':>12} {'x floor p95':>12} {'queries':>8}")
-        for name, kind, _, path in ENDPOINTS:
+        for name, kind, _, _ in ENDPOINTS:
             base = floor_of(name, kind)
             p50, p95 = statistics.median(samples[name]), pct(samples[name], 95)
             print(f"{name:<34} {p50:8.1f} {p95:8.1f} {p50 / floor[base]:12.2f} {p95 / floor95[base]:12.2f} {queries[name]:8d}")

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction

@@ -106,7 +106,7 @@ def test_logs_page_follows_downloads_and_shows_cluster_time_in_the_readers_zone(
             page.get_by_role("link", name="Download full log").first.click()
         download = download_info.value
         assert re.fullmatch(rf"req-{req.pk}-.+\.log", download.suggested_filename)
-        text = open(download.path(), encoding="utf-8").read()
+        text = download.path().read_text(encoding="utf-8")
         assert "step 300" in text and len(text.splitlines()) >= lines.count()
 
         # The request page's timeline is portal time, labelled so.

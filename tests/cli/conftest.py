@@ -57,7 +57,7 @@ def gp(cli_env) -> Callable[..., Any]:
         command = [str(BIN), *args]
         if background:
             return subprocess.Popen(command, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
-        return subprocess.run(command, env=full, capture_output=True, text=True, timeout=timeout, input=input, cwd="/")
+        return subprocess.run(command, env=full, capture_output=True, text=True, timeout=timeout, input=input, cwd="/", check=False)
 
     return run
 

@@ -115,7 +115,7 @@ def _rendered(patterns: str) -> set[tuple[str, str]]:
             module = _module_name(path)
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Dict):
-                    keys = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+                    keys = {k.value: v for k, v in zip(node.keys, node.values, strict=True) if isinstance(k, ast.Constant)}
                     if "apiVersion" in keys and "kind" in keys:
                         a, k = _constant(keys["apiVersion"], module), _constant(keys["kind"], module)
                         assert a and k, f"{path}: a rendered object whose apiVersion/kind is not a constant"
@@ -159,7 +159,7 @@ def required_rules() -> set[tuple[str, str, str]]:
 
     for site in call_sites():
         verb = site["verb"]
-        if verb == "pod_log" or verb == "pod_log_read":
+        if verb in {"pod_log", "pod_log_read"}:
             triples.add(("", "pods/log", "get"))
             continue
         if verb == "service_proxy":

@@ -25,8 +25,8 @@ def instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     text = re.sub(r"\\\n", " ", CONTAINERFILE.read_text())
     out = []
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             word, _, rest = line.partition(" ")
             out.append((word.upper(), rest.strip()))
@@ -38,8 +38,8 @@ def test_containerfile_follows_the_rules():
     args = {a.split("=", 1)[0]: a.split("=", 1)[1] for w, a in steps if w == "ARG" and "=" in a}
     froms = [a.split()[0] for w, a in steps if w == "FROM"]
     assert froms, "no FROM"
-    for image in froms:
-        image = args.get(image.strip("${}"), image)
+    for ref in froms:
+        image = args.get(ref.strip("${}"), ref)
         # A Debian base, pinned: a digest or a dated tag, never latest or a bare name.
         assert "debian" in image
         assert "@sha256:" in image or re.search(r":[a-z]+-\d{8}(-slim)?$", image), image
@@ -110,7 +110,7 @@ def _context_files(base: Path, patterns: list[str]) -> list[Path]:
     found = []
     for folder, dirs, files in os.walk(base):
         rel = Path(folder).relative_to(ROOT).as_posix()
-        inside = (lambda name: name) if rel == "." else (lambda name: f"{rel}/{name}")
+        inside = (lambda name: name) if rel == "." else (lambda name, rel=rel: f"{rel}/{name}")
         # A folder ignored whole is skipped unless a "!" pattern may take back something inside it.
         dirs[:] = [d for d in dirs if not _ignored(inside(d), patterns)
                    or any(p.startswith("!") and p[1:].startswith(inside(d) + "/") for p in patterns)]
@@ -156,7 +156,7 @@ def test_every_installed_app_is_copied_into_the_image():
 
 def dry_run(*argv: str, env: dict | None = None) -> dict:
     out = subprocess.run([sys.executable, str(ENTRYPOINT), "--dry-run", *argv], capture_output=True, text=True,
-                         env={**os.environ, **(env or {})}, timeout=30)
+                         env={**os.environ, **(env or {})}, timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -184,14 +184,14 @@ def test_each_role_builds_its_command_line():
 
 
 def test_unknown_role_is_refused():
-    out = subprocess.run([sys.executable, str(ENTRYPOINT), "serve"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([sys.executable, str(ENTRYPOINT), "serve"], capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "usage" in out.stderr
 
 
 def test_gunicorn_settings_come_from_the_environment():
     code = "import runpy,json; c=runpy.run_path('deploy/gunicorn.conf.py'); print(json.dumps({k: c[k] for k in ('workers','threads','bind','graceful_timeout','worker_tmp_dir')}))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30,
-                         env={**os.environ, "WEB_WORKERS": "5", "WEB_THREADS": "2", "PORT": "9000", "TMPDIR": "/tmp"})
+                         env={**os.environ, "WEB_WORKERS": "5", "WEB_THREADS": "2", "PORT": "9000", "TMPDIR": "/tmp"}, check=True)
     assert json.loads(out.stdout) == {"workers": 5, "threads": 2, "bind": "0.0.0.0:9000", "graceful_timeout": 30, "worker_tmp_dir": "/tmp"}
 
 
@@ -219,11 +219,11 @@ def production_env(tmp_path: Path, **extra: str) -> dict:
 @pytest.mark.django_db(transaction=True)
 def test_migrate_and_check_deploy_run_against_the_test_database(tmp_path):
     env = production_env(tmp_path)
-    migrate = subprocess.run([sys.executable, str(ENTRYPOINT), "migrate"], env=env, capture_output=True, text=True, timeout=240)
+    migrate = subprocess.run([sys.executable, str(ENTRYPOINT), "migrate"], env=env, capture_output=True, text=True, timeout=240, check=False)
     assert migrate.returncode == 0, migrate.stderr + migrate.stdout
     assert "No migrations to apply" in migrate.stdout
     check = subprocess.run([sys.executable, str(ENTRYPOINT), "manage", "check", "--deploy", "--fail-level", "WARNING"],
-                           env=env, capture_output=True, text=True, timeout=120)
+                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert check.returncode == 0, check.stderr + check.stdout
     assert "no issues" in check.stdout
 

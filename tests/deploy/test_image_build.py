@@ -35,7 +35,7 @@ if not shutil.which("buildah") and os.environ.get("PORTAL_REQUIRE_SERVICES") != 
 @pytest.fixture(scope="module")
 def image() -> dict:
     out = subprocess.run([sys.executable, str(SCRIPT), "--tag", TAG], cwd=ROOT, capture_output=True, text=True,
-                         timeout=3600)
+                         timeout=3600, check=False)
     assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-5000:]
     built = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"image built: {built}")
@@ -47,7 +47,7 @@ def in_image(script: str, env: dict[str, str], timeout: int = 300) -> subprocess
     argv = [sys.executable, str(SCRIPT), "run", TAG]
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
-    return subprocess.run([*argv, "--", "/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*argv, "--", "/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def role_env(tmp_path: Path) -> dict[str, str]:

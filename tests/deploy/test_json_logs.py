@@ -7,6 +7,7 @@ person does (Ctrl+C twice)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -116,11 +117,9 @@ def test_web_role_writes_only_json_lines(tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline, "gunicorn did not start"
                 time.sleep(0.3)
         for path, host in (("/nope/", "gpu.example.org"), ("/", "evil.example.com"), ("/healthz/ready", "x")):
-            try:
+            with contextlib.suppress(urllib.error.HTTPError):
                 urllib.request.urlopen(urllib.request.Request(base + path, headers={
                     "Host": host, "X-Forwarded-Proto": "https"}), timeout=10).read()
-            except urllib.error.HTTPError:
-                pass
 
     out = run_for(["web"], env, 6, poke)
     assert "portal.access" in out and "gunicorn.error" in out, out

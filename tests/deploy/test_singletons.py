@@ -49,7 +49,7 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
 
 def _healthcheck(role: str, env: dict[str, str]) -> int:
     return subprocess.run([sys.executable, str(ENTRYPOINT), "healthcheck", role], env=env, capture_output=True,
-                          timeout=30).returncode
+                          timeout=30, check=False).returncode
 
 
 def _sent(r: redis.Redis, prefix: str, queue: str = "celery") -> int:
@@ -96,7 +96,7 @@ def test_two_beats_send_each_schedule_once_and_the_standby_takes_over(tmp_path):
     r = redis.Redis.from_url(settings.REDIS_URL)
     logs = [tmp_path / "beat-a.log", tmp_path / "beat-b.log"]
     alive = [tmp_path / name / "portal-beat.alive" for name in ("a", "b")]
-    beats = [_start("beat", _env(tmp_path / name, prefix), log) for name, log in zip(("a", "b"), logs)]
+    beats = [_start("beat", _env(tmp_path / name, prefix), log) for name, log in zip(("a", "b"), logs, strict=True)]
     try:
         # Both up: one says it is active, the other stands by.
         _wait_for(lambda: all("standing by" in log.read_text() or "active" in log.read_text() for log in logs), 90,

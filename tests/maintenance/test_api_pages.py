@@ -112,7 +112,7 @@ def test_pages_show_the_impact_before_approval_and_the_progress(as_user, client,
     detail = as_ops2().get(made["Location"])
     text = detail.content.decode()
     assert "Capacity per flavor" in text and "Quotas that no longer fit" in text and "globex" in text
-    assert 'formaction="/ops/mig-changes/%d/reject/"' % change.pk in text  # ops2 may decide
+    assert f'formaction="/ops/mig-changes/{change.pk}/reject/"' in text  # ops2 may decide
     assert "Approve</button>" not in as_user("ops").get(made["Location"]).content.decode()  # the proposer may not
     assert as_user("erin").get(made["Location"]).status_code == 404
     assert as_user("alice").get("/ops/mig-changes/").status_code == 200

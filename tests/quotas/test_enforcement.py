@@ -110,7 +110,7 @@ def test_capacity_page_says_offered_but_not_enforced_and_does_not_chart_it(as_us
     assert "architecture C" in banner and "architecture D" in banner
     labels = " ".join(_chart(body, "flavor-chart")["labels"])
     assert "h100-80gb" in labels and "mig" not in labels and "hami" not in labels
-    row = re.search(r'<a href="/ops/flavors/%d/">a100-80gb-mig-1g.10gb</a>.*?</tr>' % on_b.mig.pk, body, re.S).group(0)
+    row = re.search(rf'<a href="/ops/flavors/{on_b.mig.pk}/">a100-80gb-mig-1g.10gb</a>.*?</tr>', body, re.S).group(0)
     assert "offered but not enforced" in row and "none" not in row.split("<td>")[-1]
     # Ops may not promise it from this page either.
     assert f'value="{on_b.mig.pk}:' not in body.split('id="set-tenant-quota"')[1]

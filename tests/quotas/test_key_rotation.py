@@ -4,6 +4,8 @@ encrypted with the derived key stay readable). The sandbox cluster answers throu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def test_fernet_key_rotation_reencrypts_every_kubeconfig(settings, sandbox_cluster) -> None:
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     settings.PORTAL_ENCRYPTION_KEY = old
-    text = open(sandbox_cluster.kubeconfig).read()
+    text = Path(sandbox_cluster.kubeconfig).read_text()
     cluster = Cluster.objects.create(name="rotated", architecture="B", kubeconfig_encrypted=encrypt(text))
     before = cluster.kubeconfig_encrypted
 

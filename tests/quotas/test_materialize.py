@@ -10,7 +10,7 @@ from decimal import Decimal as D
 import pytest
 from django.utils import timezone
 
-from portal.kube import Kube
+from portal.kube import ClusterUnavailable, Kube
 from quotas import manifests as m
 from quotas.demo import seed_quota_demo
 from quotas.models import AppliedObject, Cluster, Flavor, Quota
@@ -176,7 +176,7 @@ def test_faults_still_converge_without_duplicates(demo) -> None:
     # A run against a cluster that answers nothing but errors fails (it never half-converges by luck).
     status, _, _ = control(sb, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [503], "retry_after": 0})
     assert status == 200
-    with pytest.raises(Exception):
+    with pytest.raises(ClusterUnavailable):
         reconcile(cluster, kube=kube)
     failed_runs = 1
     status, _, _ = control(sb, "PUT", "/sandbox/faults", {"error_rate": 0.15, "error_codes": [503, 429, 500], "retry_after": 0})
@@ -299,5 +299,5 @@ def test_task_and_command(demo, capsys) -> None:
     assert "a100-80gb-mig-1g.10gb" in names(kube, KUEUE, "ResourceFlavor")
     with pytest.MonkeyPatch.context() as mp:
         calls = []
-        mp.setattr(reconcile_cluster_task, "delay", lambda cid: calls.append(cid))
+        mp.setattr(reconcile_cluster_task, "delay", calls.append)
         assert reconcile_all_task.apply().get() == 1 and calls == [cluster.pk]

@@ -700,7 +700,7 @@ def test_everyone_involved_is_emailed(cast, split, mailoutbox, django_capture_on
         request = ask(cast, split, 2)
     assert sorted(m.to[0] for m in mailoutbox) == ["alice@example.com", "bob@example.com", "carol@example.com"]
     assert all(len(m.to) == 1 for m in mailoutbox)  # nobody sees the others' addresses
-    assert "Quota request #%d" % request.pk in mailoutbox[0].subject and "+2 nvidia.com/gpu" in mailoutbox[0].body
+    assert f"Quota request #{request.pk}" in mailoutbox[0].subject and "+2 nvidia.com/gpu" in mailoutbox[0].body
     mailoutbox.clear()
     with django_capture_on_commit_callbacks(execute=True):
         services.quota_request_approve(actor=cast.actor("bob"), request=request, comment="Enjoy.")

@@ -8,6 +8,7 @@ listed in sandbox/README.md ("Known differences from a real cluster").
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from typing import Any
@@ -262,7 +263,7 @@ def test_kubectl_imperative_commands(cluster_under_test) -> None:
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([exe, "--kubeconfig", str(cluster_under_test.kubeconfig), *args],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, check=False)
 
     made = run("create", "namespace", name)
     assert made.returncode == 0, made.stderr
@@ -465,10 +466,8 @@ def test_a_kueue_pod_group_is_admitted_whole_or_waits_whole(cluster_under_test) 
     finally:
         core.delete_namespace(ns)
         for plural in ("clusterqueues", "resourceflavors"):
-            try:
+            with contextlib.suppress(client.ApiException):
                 co.delete_cluster_custom_object(*KUEUE, plural, ns)
-            except client.ApiException:
-                pass
         api_client.close()
 
 

@@ -44,9 +44,8 @@ def test_requests_without_token_get_401(sandbox_cluster, tmp_path):
     cfg.host = sandbox_cluster.url
     cfg.ssl_ca_cert = str(tmp_path / "ca.pem")
     (tmp_path / "ca.pem").write_bytes(sandbox_cluster.ca_pem)
-    with client.ApiClient(cfg) as api:
-        with pytest.raises(ApiException) as exc:
-            client.CoreV1Api(api).list_namespace()
+    with client.ApiClient(cfg) as api, pytest.raises(ApiException) as exc:
+        client.CoreV1Api(api).list_namespace()
     assert exc.value.status == 401
     assert _reason(exc.value) == "Unauthorized"
 

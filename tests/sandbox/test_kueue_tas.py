@@ -59,7 +59,7 @@ def test_a_job_that_fits_one_rack_is_admitted_there_and_its_pods_run_on_that_rac
     sim.advance(5)
     pods = sim.pods("t")
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["gpu-h100-2", "gpu-h100-3"]
-    assert all(not p["spec"].get("schedulingGates") and p["metadata"]["labels"]["kueue.x-k8s.io/tas"] == "true"
+    assert all(not p["spec"].get("schedulingGates") and "kueue.x-k8s.io/tas" not in p["metadata"].get("labels", {})
                for p in pods)
 
 
@@ -91,3 +91,58 @@ def test_a_required_block_admits_what_no_rack_holds(sim):
     tas_job(sim, "block", pods=3, gpus=8, level=BLOCK)
     sim.settle()
     assert cond(workload(sim, "block"), "Admitted")["status"] == "True"
+
+
+def _mixed_queue(sim: Sim, name: str, groups: list[tuple[list[str], dict[str, dict]]]) -> None:
+    """A ClusterQueue of several resource groups: [(covered resources, {flavor: {resource: nominal}})]."""
+    rgs = [{"coveredResources": covered, "flavors": [
+        {"name": f, "resources": [{"name": r, "nominalQuota": str(quotas.get(r, 0))} for r in covered]}
+        for f, quotas in flavors.items()]} for covered, flavors in groups]
+    sim.create({"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name},
+                "spec": {"namespaceSelector": {}, "resourceGroups": rgs}})
+    sim.create(sim.local_queue(f"lq-{name}", "t", name))
+
+
+def test_a_placed_pod_set_takes_cpu_and_memory_from_its_tas_flavor_only(sim):
+    """Kueue v0.17 (tas_flavorassigner.go, checkPodSetAndFlavorMatchForTAS), as the real control plane showed: a pod
+    set asking for a rack cannot take its cpu and memory from a flavor without a topology."""
+    sim.create(sim.flavor("cpu"))
+    _mixed_queue(sim, "split", [(["nvidia.com/gpu"], {"h100": {"nvidia.com/gpu": 64}}),
+                                (["cpu", "memory"], {"cpu": {"cpu": 500, "memory": "4Ti"}})])
+    job = sim.job("split", "t", requests={"nvidia.com/gpu": 8, "cpu": 1, "memory": "1Gi"}, parallelism=2,
+                  queue="lq-split", tolerations=[GPU_TOLERATION], indexed=True, duration="3600")
+    job["spec"]["template"]["spec"]["nodeSelector"] = dict(OFFLINE)
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": RACK}
+    sim.create(job)
+    sim.settle()
+    reserved = cond(workload(sim, "split"), "QuotaReserved")
+    assert reserved["status"] == "False"
+    assert reserved["message"] == ('couldn\'t assign flavors to pod set main: Flavor "cpu" does not support '
+                                   'TopologyAwareScheduling')
+
+
+def test_a_pod_set_that_asks_for_no_topology_skips_a_tas_flavor_in_a_mixed_queue(sim):
+    sim.create(sim.flavor("cpu"))
+    covered = ["nvidia.com/gpu", "cpu", "memory"]
+    _mixed_queue(sim, "mixed", [(covered, {"h100": {"nvidia.com/gpu": 64, "cpu": 500, "memory": "4Ti"},
+                                           "cpu": {"cpu": 500, "memory": "4Ti"}})])
+    plain = sim.job("plain", "t", requests={"nvidia.com/gpu": 8, "cpu": 1, "memory": "1Gi"}, queue="lq-mixed",
+                    tolerations=[GPU_TOLERATION], duration="3600")
+    plain["spec"]["template"]["spec"]["nodeSelector"] = dict(OFFLINE)
+    sim.create(plain)
+    sim.settle()
+    reserved = cond(workload(sim, "plain"), "QuotaReserved")
+    assert reserved["status"] == "False"
+    assert 'Flavor "h100" supports only TopologyAwareScheduling' in reserved["message"], reserved
+    # Asking for TAS without a constraint (what the portal renders for a request on a placed flavor) is admitted.
+    asks = sim.job("asks", "t", requests={"nvidia.com/gpu": 8, "cpu": 1, "memory": "1Gi"}, queue="lq-mixed",
+                   tolerations=[GPU_TOLERATION], duration="3600")
+    asks["spec"]["template"]["spec"]["nodeSelector"] = dict(OFFLINE)
+    asks["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+        "kueue.x-k8s.io/podset-unconstrained-topology": "true"}
+    sim.create(asks)
+    sim.settle()
+    wl = workload(sim, "asks")
+    assert cond(wl, "Admitted")["status"] == "True"
+    assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"] == "h100"

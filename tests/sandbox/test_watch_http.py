@@ -150,25 +150,24 @@ def test_idle_watch_gets_bookmarks_when_allowed(fresh_sandbox):
 
 def test_too_old_resource_version_is_410(tmp_path):
     store = Store(default_registry(), history=10)
-    with Sandbox(kubeconfig=tmp_path / "kc", store=store, tick_interval=0) as sb:
-        with api_client(sb) as api:
-            v1 = client.CoreV1Api(api)
-            v1.create_namespace({"metadata": {"name": "old"}})
-            first_rv = v1.create_namespaced_config_map("old", {"metadata": {"name": "c"}, "data": {}}).metadata.resource_version
-            for i in range(40):
-                v1.patch_namespaced_config_map("c", "old", {"data": {"n": str(i)}})
-            # the raw wire: HTTP 200 and one ERROR event carrying a 410 Expired Status
-            _, lines = _raw_stream(sb, f"/api/v1/namespaces/old/configmaps?watch=true&resourceVersion={first_rv}")
-            events = list(lines)
-            assert len(events) == 1 and events[0]["type"] == "ERROR"
-            status = events[0]["object"]
-            assert status["kind"] == "Status" and status["code"] == 410 and status["reason"] == "Expired"
-            assert "too old resource version" in status["message"]
-            # the official client raises ApiException(410) after its single retry
-            with pytest.raises(ApiException) as exc:
-                for _ in watch.Watch().stream(v1.list_namespaced_config_map, "old", resource_version=first_rv):
-                    pass
-            assert exc.value.status == 410
+    with Sandbox(kubeconfig=tmp_path / "kc", store=store, tick_interval=0) as sb, api_client(sb) as api:
+        v1 = client.CoreV1Api(api)
+        v1.create_namespace({"metadata": {"name": "old"}})
+        first_rv = v1.create_namespaced_config_map("old", {"metadata": {"name": "c"}, "data": {}}).metadata.resource_version
+        for i in range(40):
+            v1.patch_namespaced_config_map("c", "old", {"data": {"n": str(i)}})
+        # the raw wire: HTTP 200 and one ERROR event carrying a 410 Expired Status
+        _, lines = _raw_stream(sb, f"/api/v1/namespaces/old/configmaps?watch=true&resourceVersion={first_rv}")
+        events = list(lines)
+        assert len(events) == 1 and events[0]["type"] == "ERROR"
+        status = events[0]["object"]
+        assert status["kind"] == "Status" and status["code"] == 410 and status["reason"] == "Expired"
+        assert "too old resource version" in status["message"]
+        # the official client raises ApiException(410) after its single retry
+        with pytest.raises(ApiException) as exc:
+            for _ in watch.Watch().stream(v1.list_namespaced_config_map, "old", resource_version=first_rv):
+                pass
+        assert exc.value.status == 410
 
 
 def test_dropped_watch_is_resumed_by_the_client(fresh_sandbox):

@@ -81,7 +81,7 @@ def log(cast, django_capture_on_commit_callbacks):
 
 def test_an_untouched_log_verifies(log) -> None:
     assert [entry.seq for entry in log] == list(range(1, len(log) + 1))
-    assert log[0].prev_hash == "" and all(b.prev_hash == a.entry_hash for a, b in zip(log, log[1:]))
+    assert log[0].prev_hash == "" and all(b.prev_hash == a.entry_hash for a, b in zip(log, log[1:], strict=False))
     assert f"audit log intact: {len(log)} entries, head #{len(log)} {log[-1].entry_hash}" in verify()
 
 

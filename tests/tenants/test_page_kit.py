@@ -3,7 +3,7 @@ what ``|date:"Y-m-d H:i"`` and ``|date:"Y-m-d"`` write, for every kind of value 
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import date, datetime, UTC
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -40,9 +40,9 @@ def test_a_missing_name() -> None:
 
 
 @pytest.mark.parametrize("value", [
-    datetime(2026, 11, 30, 23, 57, 3, tzinfo=timezone.utc),
+    datetime(2026, 11, 30, 23, 57, 3, tzinfo=UTC),
     datetime(2026, 1, 2, 3, 4, tzinfo=ZoneInfo("America/New_York")),
-    datetime(987, 6, 5, 4, 3, tzinfo=timezone.utc),
+    datetime(987, 6, 5, 4, 3, tzinfo=UTC),
     datetime(2026, 3, 4, 5, 6),  # naive
     date(2026, 3, 4), None, "", "text",
 ])

@@ -71,10 +71,9 @@ def test_suspended_tenant_blocks_writes_not_reads(cast) -> None:
 def test_audit_is_written_in_the_same_transaction(cast) -> None:
     """A change that fails leaves no audit entry; one that commits always has one."""
     before = AuditEntry.objects.count()
-    with pytest.raises(PortalError):
-        with transaction.atomic():
-            services.project_update(actor=cast.actor("alice"), project=cast.vision, description="kept?")
-            raise NotAllowed("something later in the same transaction fails")
+    with pytest.raises(PortalError), transaction.atomic():
+        services.project_update(actor=cast.actor("alice"), project=cast.vision, description="kept?")
+        raise NotAllowed("something later in the same transaction fails")
     assert AuditEntry.objects.count() == before
     assert Project.objects.get(pk=cast.vision.pk).description == ""
 
@@ -87,9 +86,8 @@ def test_database_refuses_to_change_audit_rows(cast) -> None:
     if connection.vendor == "postgresql":
         statements.append(f"DELETE FROM {table} WHERE id = %s")
     for sql in statements:
-        with pytest.raises(DatabaseError, match="append-only"):
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(sql, [entry.pk])
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [entry.pk])
     assert AuditEntry.objects.get(pk=entry.pk).action == entry.action
 
 

@@ -28,7 +28,7 @@ def _sign_in(username: str) -> Client:
 
 def test_engine_is_server_side() -> None:
     assert settings.SESSION_ENGINE in ("django.contrib.sessions.backends.db", "django.contrib.sessions.backends.cached_db")
-    assert CACHED == bool(settings.REDIS_URL)
+    assert bool(settings.REDIS_URL) == CACHED
 
 
 def test_sign_in_pages_sign_out_and_the_old_cookie_is_dead(cast) -> None:

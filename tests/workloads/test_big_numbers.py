@@ -55,9 +55,9 @@ def test_number_fields_are_text_inputs_so_the_browser_sends_what_was_typed(as_us
     ('"parameters": {"command": "x", "retries": 1e309}', "parameters", "This number is too large (at retries)."),
 ])
 def test_the_api_says_too_large(api, cat, raw, field, message) -> None:
-    body = '{"template": "training", "project": "acme-vision", "flavor": "h100", "parameters": {"command": "x"}, %s}' % raw
+    body = '{"template": "training", "project": "acme-vision", "flavor": "h100", "parameters": {"command": "x"}, ' + raw + '}'
     if raw.startswith('"parameters"'):
-        body = '{"template": "training", "project": "acme-vision", "flavor": "h100", %s}' % raw
+        body = '{"template": "training", "project": "acme-vision", "flavor": "h100", ' + raw + '}'
     response = api("carol").post(API, body, content_type="application/json")
     assert response.status_code == 400, response.content
     assert response.json()["fields"].get(field) == [message], response.json()

@@ -9,15 +9,20 @@ tenants see none of it. Materialization and the follower run in the test (no wor
 
 from __future__ import annotations
 
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.utils import timezone
 
 from billing.models import UsageInterval
-from quotas.models import Flavor
+from insights.registry import METRICS, Query
+from quotas.models import Cluster, Flavor
 from quotas.zones import cluster_drain, spill_policy_set
-from tenants.access import Actor
+from tenants.access import Actor, scope_of
 from tenants.models import AuditEntry
 from workloads import routing, services
 from workloads.manifests import REQUEST_LABEL
@@ -91,6 +96,18 @@ def test_spill_over_only_with_consent_and_a_drained_zone_moves_pending_work_once
     intervals = list(UsageInterval.objects.filter(request_id=spilled_id, unit="gpu"))
     assert intervals and {(i.key, i.cluster_id) for i in intervals} == {("a100-80gb", a100.pk)}
 
+    # The queue wait saved: at routing, the H100 zone's wait was estimated from what runs and waits there (the
+    # running job's hour, then the queued job's hour ahead of it); on A100 it waited seconds.
+    assert spilled.spill_source_pending is not None
+    assert 6600 <= spilled.spill_source_wait_seconds <= 7200, spilled.spill_source_wait_seconds
+    now = timezone.now()
+    period = {"start": now - timedelta(hours=1), "end": now + timedelta(hours=1), "group_by": "flavor"}
+    result = METRICS["spill-over"].compute(Query(scope=scope_of(cast.actor("ops")), **period))
+    (row,) = result.rows
+    assert (row.group, row.values["spilled"], row.values["measured"]) == ("a100-80gb@zone-a100", 1, 1)
+    assert 1.7 <= row.values["saved_hours"] <= 2.0 and row.values["target_wait"] < 5, row.values
+    assert METRICS["spill-over"].compute(Query(scope=scope_of(cast.actor("erin")), **period)).rows == []
+
     # An image that needs more than a model has is refused before dispatch (nothing written).
     before = WorkloadRequest.objects.count()
     refused = _submit(api, "carol", "too-new", accepted_models=["h100-80gb", "a100-80gb"], spill_consent=True,
@@ -135,7 +152,68 @@ def test_spill_over_only_with_consent_and_a_drained_zone_moves_pending_work_once
     zones_page = as_user("ops").get("/ops/zones/").content.decode()
     assert "h100-training" in zones_page and "a100-inference" in zones_page and "site-b" in zones_page
     assert "draining" in zones_page and "rack power work" in zones_page
-    assert "h100-80gb → a100-80gb" in zones_page
+    assert "h100-80gb → a100-80gb" in zones_page and "Queue wait saved" in zones_page
+    (summary,) = routing.spill_summary()
+    assert summary.requests == 2 and summary.measured == 1 and summary.wait_saved_hours >= Decimal("1.7")
     assert as_user("erin").get("/ops/zones/").status_code == 404
     assert api("erin").get("/api/v1/requests/").json()["results"] == []
     assert api("frank").get(f"/api/v1/requests/{spilled_id}/").status_code == 404
+
+
+def test_a_zone_down_longer_than_the_grace_moves_pending_work_once_and_is_cleaned_when_back(zones, api, cast) -> None:
+    """The H100 zone's API goes down (sandbox fault injection). A blip moves nothing; once it has been unhealthy for
+    longer than PORTAL_REDISPATCH_AFTER_SECONDS, housekeeping moves its pending consenting job to A100 once; the
+    running job and the one that did not consent stay; the A100 zone is untouched. When H100 answers again the
+    moved job's leftovers there are deleted."""
+    from sandbox.testing import control
+    from workloads.tasks import requests_housekeeping_task
+
+    h100, a100 = zones["h100"], zones["a100"]
+    running = _submit(api, "carol", "runs-on-h100").json()["id"]
+    assert request_materialize(request_id=running) == "queued"
+    _wait(zones, running, {S.RUNNING})
+    # The policy allows nothing yet: the consenting job waits on H100 (so does the one that did not consent).
+    consenting = _submit(api, "carol", "consents", accepted_models=["h100-80gb", "a100-80gb"], spill_consent=True).json()
+    stays = _submit(api, "carol", "no-consent", accepted_models=["h100-80gb", "a100-80gb"]).json()
+    assert consenting["placement"]["cluster"] == stays["placement"]["cluster"] == "zone-h100"
+    for pk in (consenting["id"], stays["id"]):
+        assert request_materialize(request_id=pk) == "queued"
+    spill_policy_set(actor=Actor(user=cast.bob), project=cast.vision, allowed=True, target_models=["a100-80gb"])
+
+    sb = zones["sandboxes"]["h100"]
+    status, _, _ = control(sb, "PUT", "/sandbox/faults", {"error_rate": 1.0, "error_codes": [500]})
+    assert status == 200
+    try:
+        _sync(zones)
+        down = Cluster.objects.get(pk=h100.pk)
+        assert down.health == "unhealthy" and Cluster.objects.get(pk=a100.pk).health == "healthy"
+        # A blip (unhealthy for less than the grace): nothing moves.
+        requests_housekeeping_task()
+        assert WorkloadRequest.objects.get(pk=consenting["id"]).cluster_id == h100.pk
+        # Longer than the grace: the consenting pending job moves, once; its old objects wait for H100 to answer.
+        later = timezone.now() + timedelta(seconds=settings.PORTAL_REDISPATCH_AFTER_SECONDS + 1)
+        out = routing.zones_redispatch(usable=services.redispatch_usable, now=later)
+        assert out == {"zone-h100": {"moved": 1, "stayed": 1}}
+        moved = WorkloadRequest.objects.get(pk=consenting["id"])
+        assert (moved.cluster_id, moved.state, moved.redispatched_from_id, moved.leftovers_removed_at) == (
+            a100.pk, S.APPROVED, h100.pk, None)
+        assert "because cluster zone-h100 is unhealthy" in moved.events.last().message
+        assert WorkloadRequest.objects.get(pk=running).state == S.RUNNING  # never duplicated, never moved
+        assert WorkloadRequest.objects.get(pk=running).cluster_id == h100.pk
+        assert "Not moved off zone-h100" in WorkloadRequest.objects.get(pk=stays["id"]).events.last().message
+        assert routing.zones_redispatch(usable=services.redispatch_usable, now=later)["zone-h100"]["moved"] == 0
+        assert AuditEntry.objects.filter(action="request.redispatch").count() == 1
+        assert request_materialize(request_id=moved.pk) == "queued"
+        assert zones["sandboxes"]["a100"].store.list("batch/v1", "Job", cast.vision.namespace,
+                                                     label_selector=f"{REQUEST_LABEL}={moved.pk}")["items"]
+        assert sb.store.list("batch/v1", "Job", cast.vision.namespace,
+                             label_selector=f"{REQUEST_LABEL}={moved.pk}")["items"]  # still there: unreachable
+    finally:
+        control(sb, "PUT", "/sandbox/faults", {})
+    # H100 answers again: healthy, and the moved job's leftovers there are deleted by housekeeping.
+    _sync(zones)
+    assert Cluster.objects.get(pk=h100.pk).health == "healthy"
+    requests_housekeeping_task()
+    assert WorkloadRequest.objects.get(pk=moved.pk).leftovers_removed_at is not None
+    assert not sb.store.list("batch/v1", "Job", cast.vision.namespace, label_selector=f"{REQUEST_LABEL}={moved.pk}")["items"]
+    assert WorkloadRequest.objects.get(pk=running).state == S.RUNNING

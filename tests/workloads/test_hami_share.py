@@ -183,7 +183,7 @@ def test_a_share_size_that_does_not_fit_is_a_field_error(demo, sent, field, word
 def _form_data(form) -> dict[str, str]:
     """What the generated form posts when sent as it came (its initial values)."""
     data = {}
-    for name, field in form.fields.items():
+    for name in form.fields:
         value = form[name].value()
         if value is None or value is False:
             continue

@@ -52,7 +52,7 @@ def test_same_body_replays_the_first_request(api, cat) -> None:
         {"project": "acme-nlp"},
         {"template": "notebook", "parameters": {}},
     ],
-    ids=lambda change: "+".join(change),
+    ids="+".join,
 )
 def test_the_key_with_a_different_body_is_422(api, cat, change) -> None:
     client = api("carol")

@@ -114,7 +114,7 @@ def _world(sandbox: Any, cast: Any, *, architecture: str, gpus: int = 8) -> Worl
     for flavor in flavors_discover(cluster, taints_by_node=node_taints(kube)):
         flavor.save()
     flavors = {f.name: f for f in Flavor.objects.filter(cluster=cluster)}
-    for name, flavor in flavors.items():
+    for flavor in flavors.values():
         for resource in flavor.resource_names:
             amount = {"cpu": 400, "memory": 4000}.get(resource, gpus)
             if resource.startswith("nvidia.com/total-gpu"):

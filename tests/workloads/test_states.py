@@ -108,7 +108,7 @@ def test_two_concurrent_moves_exactly_one_wins(cast, cat, source, targets) -> No
         barrier = threading.Barrier(2)
         results: list[tuple[str, bool]] = []
 
-        def attempt(to: str) -> None:
+        def attempt(to: str, req=req, barrier=barrier, results=results) -> None:  # this iteration's
             try:
                 fresh = WorkloadRequest.objects.get(pk=req.pk)
                 barrier.wait()

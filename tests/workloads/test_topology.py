@@ -161,3 +161,35 @@ def test_the_request_page_says_why_it_waits_and_where_it_was_placed(demo) -> Non
     req.save()
     page = web.get(f"/requests/{req.pk}/").content.decode()
     assert "placed in rack rack-a2 (block block-a): gpu-h100-2, gpu-h100-3" in page
+
+
+def test_placement_counts_in_the_idempotency_key_and_carries_over_to_a_clone_a_preset_and_the_api(demo) -> None:
+    _racks()
+    api = _api()
+    first = api.post("/api/v1/requests/", TRAIN | {"topology": "rack"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == 201, first.content
+    # The same key with another placement is another request body: refused, nothing made.
+    other = api.post("/api/v1/requests/", TRAIN | {"topology": "block"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert other.status_code == 422, other.content
+    assert WorkloadRequest.objects.count() == 1
+    again = api.post("/api/v1/requests/", TRAIN | {"topology": "rack"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert again.json()["id"] == first.json()["id"]
+    # The API says it, in the list and in the detail.
+    detail = api.get(f"/api/v1/requests/{first.json()['id']}/").json()
+    assert detail["topology"] == "rack"
+    rows = api.get("/api/v1/requests/").json()
+    rows = rows.get("results", rows)
+    assert [r["topology"] for r in rows] == ["rack"]
+    # Submitting again keeps the placement.
+    from tenants.access import Actor
+    from workloads import services
+
+    original = WorkloadRequest.objects.get(pk=first.json()["id"])
+    clone = services.request_clone(actor=Actor(user=_carol()), request=original, name="again")
+    assert clone.topology == "rack"
+    # A preset keeps it too.
+    saved = api.post("/api/v1/presets/", {"name": "one rack", "project": "acme-vision", "template": "training",
+                                          "flavor": "h100-80gb-offline", "gpus": 4, "topology": "rack",
+                                          "parameters": TRAIN["parameters"]}, format="json")
+    assert saved.status_code == 201, saved.content
+    assert saved.json()["values"]["topology"] == "rack"

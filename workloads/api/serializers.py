@@ -227,7 +227,8 @@ class RequestSerializer(serializers.ModelSerializer):
         model = WorkloadRequest
         fields = [
             "id", "name", "k8s_name", "namespace", "tenant", "project", "template", "image", "flavor", "gpus",
-            "share", "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority", "state", "state_reason",
+            "share", "replicas", "cpu", "memory_gib", "parameters", "duration_hours", "priority", "topology", "state",
+            "state_reason",
             "pending_reason", "cost_estimate", "requested_by", "approved_by", "decision_comment", "created_at",
             "updated_at", "approved_at", "queued_at", "started_at", "finished_at", "expires_at",
         ]
@@ -264,7 +265,8 @@ class RequestSerializer(serializers.ModelSerializer):
             "replicas": row["replicas"],
             "cpu": _plain(f, "cpu", row["cpu"]), "memory_gib": row["memory_gib"],
             "parameters": _plain(f, "parameters", row["parameters"]), "duration_hours": row["duration_hours"],
-            "priority": row["priority"], "state": row["state"], "state_reason": row["state_reason"],
+            "priority": row["priority"], "topology": row["topology"], "state": row["state"],
+            "state_reason": row["state_reason"],
             "pending_reason": selectors.request_pending_reason(_PendingView(row)),  # type: ignore[arg-type]
             "cost_estimate": estimate, "requested_by": row["requested_by_username"],
             "approved_by": row["approved_by_username"], "decision_comment": row["decision_comment"],
@@ -462,6 +464,9 @@ class PresetWriteSerializer(StrictSerializerMixin, serializers.Serializer):
     parameters = JSONObjectField(required=False)
     duration_hours = serializers.IntegerField(min_value=1, required=False)
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+    topology = serializers.ChoiceField(choices=["rack", "block", "prefer-rack"], required=False,
+                                       help_text="Placement of distributed training: within one rack or block, or "
+                                                 "prefer one rack.")
 
 
 class CommentSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -27,6 +27,7 @@ from tenants.selectors import projects_for, projects_where
 from .. import approvals, extensions, policy, routing, selectors, services
 from ..filters import ExtensionRequestFilter, ImageFilter, PresetFilter, RequestFilter, TemplateFilter
 from ..models import ApprovalRule, ExtensionRequest, Image, RequestPreset, ServiceTemplate, Volume, WorkloadRequest
+from .endpoints import RequestKeysMixin
 from .sharing import RequestSharesMixin
 from .serializers import (
     ApprovalRuleSerializer,
@@ -329,7 +330,7 @@ def _etag(body: object) -> str:
     return f'"{hashlib.sha256(raw).hexdigest()[:32]}"'
 
 
-class RequestViewSet(RequestSharesMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+class RequestViewSet(RequestKeysMixin, RequestSharesMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
                      viewsets.ReadOnlyModelViewSet):
     """Requests in the projects you can see. POST submits (honouring ``Idempotency-Key``); the
     detail carries the timeline and "why is it pending?" and an ETag for cheap polling
@@ -358,7 +359,7 @@ class RequestViewSet(RequestSharesMixin, mixins.CreateModelMixin, mixins.Destroy
         verdicts = allow_each(throttles, request, self)
         if verdicts is None:
             return super().check_throttles(request)
-        waits = [t.wait() for t, allowed in zip(throttles, verdicts) if not allowed]
+        waits = [t.wait() for t, allowed in zip(throttles, verdicts, strict=True) if not allowed]
         if waits:
             self.throttled(request, max((w for w in waits if w is not None), default=None))
 

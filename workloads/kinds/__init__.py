@@ -71,11 +71,14 @@ def target(request: WorkloadRequest) -> Target:
 
 
 def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
-                      job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS) -> list[Manifest]:
+                      job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS, inference_domain: str = "",
+                      ingress_class: str = "", portal_url: str = "") -> list[Manifest]:
     """Every object of ``request``, in apply order, rendered by its kind. ``notebook_token`` is an interactive kind's
-    access token; ``job_ttl_seconds``: finished Jobs are deleted by the cluster after this long (None: kept)."""
+    access token; ``job_ttl_seconds``: finished Jobs are deleted by the cluster after this long (None: kept);
+    ``inference_domain`` (with ``ingress_class`` and ``portal_url``): where a serving kind's route lives (empty: none)."""
     t = target(request)
-    options = RenderOptions(notebook_token=notebook_token, job_ttl_seconds=job_ttl_seconds)
+    options = RenderOptions(notebook_token=notebook_token, job_ttl_seconds=job_ttl_seconds,
+                            inference_domain=inference_domain, ingress_class=ingress_class, portal_url=portal_url)
     return get(t.kind).render(request, t, options)
 
 

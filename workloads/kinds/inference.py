@@ -2,7 +2,11 @@
 
 Objects: a Service and a Deployment (each pod is its own Kueue Workload); under an architecture with an online
 pool (F) it is pinned to that pool and its ``<project>-online`` LocalQueue. The follower reads the Deployment:
-running once a replica is ready.
+running once a replica is ready. The Deployment rolls updates with ``maxUnavailable: 0`` (a new replica is ready
+before an old one goes). With ``min_replicas`` below the approved replicas, a HorizontalPodAutoscaler (autoscaling/v2)
+moves it between the two on the pods' request rate (:func:`render_autoscaler`); with ``RenderOptions.inference_domain``
+set, an Ingress gives it an address under the portal's domain whose every request the portal checks first
+(:func:`render_route`, forward auth with the service's API keys; docs/inference.md).
 """
 
 from __future__ import annotations
@@ -29,11 +33,97 @@ INFERENCE_SCHEMA = {
         "readiness_path": {
             "type": "string", "title": "Readiness path", "pattern": "^/", "maxLength": 200, "default": "/health",
         },
+        "min_replicas": {
+            "type": "integer", "title": "Minimum replicas", "minimum": 1, "maximum": 64,
+            "description": "Scale between this and the approved replicas on the request rate (empty: a fixed size).",
+        },
+        "target_requests_per_second": {
+            "type": "number", "title": "Requests per second per replica", "exclusiveMinimum": 0, "maximum": 10000,
+            "default": 5, "description": "The autoscaler adds a replica when the replicas average more than this.",
+        },
     },
 }
 
+# The pods metric the autoscaler reads (a Prometheus adapter serves it from the model server's request counter; the
+# sandbox computes it from the requests its service proxy answered): requests per second, averaged over the pods.
+REQUEST_RATE_METRIC = "http_requests_per_second"
+DEFAULT_TARGET_RPS = 5
+# The OpenAI-compatible paths a client may call through the route or the portal's proxy: nothing else is forwarded.
+MODEL_PATHS = ("v1/models", "v1/completions", "v1/chat/completions", "v1/embeddings")
 
-def render_inference(request: WorkloadRequest, t: Target) -> list[Manifest]:
+
+def replica_bounds(request: WorkloadRequest) -> tuple[int, int]:
+    """(minimum, maximum) replicas: the maximum is the approved ``replicas`` (what the quota and the approval
+    cover); the minimum is ``parameters.min_replicas`` (the template's schema bounds it), never above the maximum.
+    Equal: a fixed size, no autoscaler."""
+    top = max(1, int(request.replicas or 1))
+    low = (request.parameters or {}).get("min_replicas")
+    return (min(top, max(1, int(low))) if low not in (None, "") else top), top
+
+
+def autoscaled(request: WorkloadRequest) -> bool:
+    low, top = replica_bounds(request)
+    return low < top
+
+
+def _milli(value: float) -> str:
+    """A quantity for ``averageValue``: ``5`` or ``250m``."""
+    milli = max(1, round(float(value) * 1000))
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def render_autoscaler(request: WorkloadRequest, t: Target) -> Manifest:
+    """The HorizontalPodAutoscaler between :func:`replica_bounds`, on :data:`REQUEST_RATE_METRIC` per pod."""
+    low, top = replica_bounds(request)
+    target = (request.parameters or {}).get("target_requests_per_second") or DEFAULT_TARGET_RPS
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(t),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": t.name},
+            "minReplicas": low,
+            "maxReplicas": top,
+            "metrics": [{"type": "Pods", "pods": {
+                "metric": {"name": REQUEST_RATE_METRIC},
+                "target": {"type": "AverageValue", "averageValue": _milli(float(target))},
+            }}],
+            # Up at once, down after five quiet minutes (a model server is slow to start again).
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
+
+
+def route_host(t: Target, domain: str) -> str:
+    """The service's host name under the portal's inference domain: ``req-<id>-<namespace>.<domain>``."""
+    return f"{t.name}-{t.namespace}.{domain.strip('.').lower()}"
+
+
+def render_route(t: Target, *, domain: str, auth_url: str, ingress_class: str = "") -> Manifest:
+    """An Ingress (networking.k8s.io/v1) for the model paths only, at :func:`route_host`, whose every request the
+    ingress controller first asks ``auth_url`` about (ingress-nginx's ``auth-url``: the portal's
+    ``/inference/auth/<id>/``, which checks the API key and the path); TLS from the ``<host>-tls`` Secret."""
+    host = route_host(t, domain)
+    annotations = {
+        "nginx.ingress.kubernetes.io/auth-url": auth_url,
+        "nginx.ingress.kubernetes.io/auth-method": "GET",
+        "nginx.ingress.kubernetes.io/proxy-body-size": "8m",
+    }
+    spec: dict[str, Any] = {
+        "tls": [{"hosts": [host], "secretName": f"{t.name}-tls"}],
+        "rules": [{"host": host, "http": {"paths": [
+            {"path": "/" + path, "pathType": "Exact",
+             "backend": {"service": {"name": t.name, "port": {"name": "http"}}}}
+            for path in MODEL_PATHS
+        ]}}],
+    }
+    if ingress_class:
+        spec["ingressClassName"] = ingress_class
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata(t, annotations=annotations),
+            "spec": spec}
+
+
+def render_inference(request: WorkloadRequest, t: Target, options: RenderOptions | None = None) -> list[Manifest]:
     params = request.parameters or {}
     port = int(params.get("port") or m.DEFAULT_INFERENCE_PORT)
     env = []
@@ -45,21 +135,30 @@ def render_inference(request: WorkloadRequest, t: Target) -> list[Manifest]:
         "initialDelaySeconds": 5,
         "periodSeconds": 10,
     }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(t, labels=m.kueue_labels(t)),
-        "spec": {
-            "replicas": int(request.replicas),
-            "selector": {"matchLabels": m.selector_labels(t)},
-            "template": pod_template(request, t, [container], restart_policy="Always"),
-        },
+    spec: dict[str, Any] = {
+        "replicas": int(request.replicas),
+        "selector": {"matchLabels": m.selector_labels(t)},
+        # Rolling updates of the model or image keep every ready replica until its successor is ready.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": pod_template(request, t, [container], restart_policy="Always"),
     }
-    return [service(t, port=80, target_port="http"), deployment]
+    objects: list[Manifest] = [service(t, port=80, target_port="http")]
+    if autoscaled(request):
+        # The autoscaler owns the size: applying a replica count would undo its decisions at each apply.
+        spec.pop("replicas")
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(t, labels=m.kueue_labels(t)),
+                  "spec": spec}
+    objects.append(deployment)
+    if autoscaled(request):
+        objects.append(render_autoscaler(request, t))
+    if options is not None and options.inference_domain:
+        objects.append(render_route(t, domain=options.inference_domain, auth_url=options.inference_auth_url(t.request_id),
+                                    ingress_class=options.ingress_class))
+    return objects
 
 
 def _render(request: WorkloadRequest, t: Target, options: RenderOptions) -> list[Manifest]:
-    return render_inference(request, t)
+    return render_inference(request, t, options)
 
 
 def _derive(objects: dict[str, dict[str, Any]], admitted: bool, running: int) -> tuple[str, str]:

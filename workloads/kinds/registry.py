@@ -26,6 +26,14 @@ FOLLOWABLE = frozenset({"job", "vcjob", "deployment", "statefulset"})
 class RenderOptions:
     notebook_token: str = ""
     job_ttl_seconds: int | None = None
+    # Serving kinds: the domain their routes live under (empty: no route), the ingress class, and the portal's own
+    # address (the route's forward-auth check is ``<portal_url>/inference/auth/<request id>/``).
+    inference_domain: str = ""
+    ingress_class: str = ""
+    portal_url: str = ""
+
+    def inference_auth_url(self, request_id: int) -> str:
+        return f"{self.portal_url.rstrip('/')}/inference/auth/{int(request_id)}/"
 
 
 @dataclass(frozen=True)

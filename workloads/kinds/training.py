@@ -75,7 +75,9 @@ def topology_placed(template: dict[str, Any], request: WorkloadRequest) -> dict[
     ``kueue.x-k8s.io/podset-required-topology`` (or ``-preferred-``) naming the level's node label."""
     extra = quota_manifests.placement_annotations(request.flavor.cluster, request.topology)
     if extra and quota_manifests.topology_flavor(request.flavor.cluster, request.flavor):
-        template["metadata"].setdefault("annotations", {}).update(extra)
+        annotations = template["metadata"].setdefault("annotations", {})
+        annotations.pop(quota_manifests.UNCONSTRAINED_TOPOLOGY, None)  # Kueue takes one topology request per pod set
+        annotations.update(extra)
     return template
 
 

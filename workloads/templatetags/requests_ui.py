@@ -70,7 +70,7 @@ def state_badge(state: str) -> str:
 def parameter_text(value: Any, key: str = "") -> str:
     """A request parameter as a person writes it: a list as a shell command line (``--epochs 3``), env as
     ``KEY=value`` lines, booleans as yes/no; "" for an empty value (the page shows "—")."""
-    if value is None or value == "" or value == [] or value == {}:
+    if value is None or value in ("", [], {}):
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"

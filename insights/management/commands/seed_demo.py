@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 
 from billing.demo import seed_billing_demo
 from insights.demo import seed_insights_demo
-from quotas.demo import seed_quota_demo
+from quotas.demo import seed_quota_demo, seed_zone_demo
 from tenants.demo import DEMO_PASSWORD, seed_demo
 from workloads.catalogue import seed_catalogue
 from workloads.demo import seed_request_demo
@@ -18,10 +18,11 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         logins = seed_demo()
         seed_quota_demo()
+        seed_zone_demo()  # the A100 and L40S zones next to the H100 one (docs/federation.md)
         seed_catalogue()
         seed_billing_demo()
         seed_request_demo()
         seed_insights_demo()  # three weeks of past requests, samples and usage (insights/demo.py)
-        self.stdout.write(self.style.SUCCESS("Demo logins (password for all: %s):" % DEMO_PASSWORD))
+        self.stdout.write(self.style.SUCCESS(f"Demo logins (password for all: {DEMO_PASSWORD}):"))
         for username, what in logins:
             self.stdout.write(f"  {username:<7} {what}")
