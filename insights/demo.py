@@ -480,7 +480,7 @@ def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = 
         if not (QueueSample.objects.filter(seeded=True).exists() or PoolSample.objects.filter(seeded=True).exists()):
             summary["samples"] = _seed_samples(cluster, streams, start, end, rng)
         if not WorkloadRequest.objects.filter(seeded=True, spilled=True).exists():
-            summary["spills"] = _seed_spills(end, random.Random(RANDOM_SEED + 1))
+            summary["requests"] += _seed_spills(end, random.Random(RANDOM_SEED + 1))
     return summary
 
 

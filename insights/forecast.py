@@ -19,9 +19,10 @@ pools added up):
 the growth. The pool **runs short** where the demand line reaches today's capacity: ``(capacity - a) / b`` days,
 when the slope ``b`` is positive (0: already short); the same for the promised and the measured lines.
 
-Tenant admins (and ops filtering on a tenant or a project) see their own share instead of the pools: their queues'
-nominal quota is the capacity, admitted + waiting their demand (``QueueSample``), so "runs short" is the day their
-demand outgrows their guarantee and relies on borrowing.
+Tenant admins (and ops filtering on a tenant or a project, or breaking down by project) see shares instead of the
+pools: the queues' nominal quota is the capacity, admitted + waiting the demand (``QueueSample``), so "runs short" is
+the day that demand outgrows its guarantee and relies on borrowing; per flavor, or per project (a tenant's pages
+default to it).
 
 Limits (said on the page too): a straight line, so no seasonality or step changes (a new project, a planned
 purchase); waiting demand may be counted again by a resubmission; the units are the flavor's (GPUs, MIG slices or
@@ -48,7 +49,7 @@ from .registry import Metric, Point, Query, Result, Row, register
 from .sample_rollups import HAS_CAPACITY, PROMISED_SHARE
 
 POOL_PATHS = {"cluster": "cluster_id", "flavor": "flavor_id"}
-GROUPS = ("flavor", "cluster")
+GROUPS = ("flavor", "cluster", "project")  # the pools first: what ops look at
 DAY = timedelta(days=1)
 MIN_DAYS = 14  # fewer daily figures than two weeks: no trend
 HORIZON_DAYS = 730  # a crossing further out than two years is not given
@@ -151,31 +152,33 @@ def _pool_days(query: Query, start: datetime, end: datetime) -> Daily:
     return out
 
 
-def _share_days(query: Query, start: datetime, end: datetime) -> Daily:
-    """A tenant's (or a project's) share per flavor and day, from its queue samples: nominal quota as capacity."""
+def _share_days(query: Query, start: datetime, end: datetime, field: str = "flavor_id") -> Daily:
+    """A tenant's (or a project's) share per flavor (or ``field``) and day, from its queue samples: nominal quota as
+    capacity."""
     qs = narrow(QueueSample.objects.filter(at__gte=start, at__lt=end), query)
     out: Daily = defaultdict(dict)
-    for r in (qs.annotate(b=bucket("at", "day")).order_by().values("flavor_id", "b")
+    for r in (qs.annotate(b=bucket("at", "day")).order_by().values(field, "b")
               .annotate(slots=Count("at", distinct=True), s_nominal=Sum("nominal"), s_admitted=Sum("admitted"),
                         s_pending=Sum("pending"))):
         slots = r["slots"]
         if not slots:
             continue
         nominal = _f(r["s_nominal"]) / slots
-        out[r["flavor_id"]][r["b"]] = {"capacity": nominal, "promised": nominal,
+        out[r[field]][r["b"]] = {"capacity": nominal, "promised": nominal,
                                        "allocated": _f(r["s_admitted"]) / slots, "pending": _f(r["s_pending"]) / slots,
                                        "queued_hours": _f(r["s_pending"]) * float(SAMPLE_HOURS)}
     return out
 
 
-def _measured_days(query: Query, start: datetime, end: datetime) -> Daily:
-    """Per flavor and day: mean busy devices measured (DCGM utilisation x allocated devices, over the day)."""
+def _measured_days(query: Query, start: datetime, end: datetime, field: str = "flavor_id") -> Daily:
+    """Per flavor (or ``field``) and day: mean busy devices measured (DCGM utilisation x allocated devices, over the
+    day)."""
     qs = narrow(MeasuredSample.objects.filter(at__gt=start, at__lte=end), query)
     busy = Sum(F("util_avg") * F("gpus") * F("seconds"), output_field=FloatField())
     out: Daily = defaultdict(dict)
-    for r in qs.annotate(b=bucket("at", "day")).order_by().values("flavor_id", "b").annotate(busy=busy):
+    for r in qs.annotate(b=bucket("at", "day")).order_by().values(field, "b").annotate(busy=busy):
         if r["b"] < end:
-            out[r["flavor_id"]][r["b"]] = {"measured": _f(r["busy"]) / 100 / 86400}
+            out[r[field]][r["b"]] = {"measured": _f(r["busy"]) / 100 / 86400}
     return out
 
 
@@ -210,7 +213,8 @@ def _date(start: datetime, today: float, days: float | None) -> date | None:
 
 
 def capacity_forecast(query: Query, *, now: datetime | None = None) -> Result:
-    share = not is_ops(query) or query.tenant_id is not None or query.project_id is not None
+    by = query.group_by if query.group_by in GROUPS else "flavor"
+    share = not is_ops(query) or query.tenant_id is not None or query.project_id is not None or by == "project"
     columns = {
         "capacity": ("Your nominal quota" if share else "Capacity", "GPUs"),
         **({} if share else {"promised": ("Promised (nominal quotas)", "GPUs")}),
@@ -229,14 +233,14 @@ def capacity_forecast(query: Query, *, now: datetime | None = None) -> Result:
     if share:
         method = ("Your share: your queues' nominal quota stands for the capacity, their admitted + waiting units for "
                   "the demand. ") + method
-    daily = _share_days(query, start, end) if share else _pool_days(query, start, end)
-    measured = _measured_days(query, start, end)
-    flavors = set(daily) | set(measured)
-    by = "cluster" if query.group_by == "cluster" else "flavor"  # the pool metrics' breakdowns; flavor by default
+    field = "project_id" if by == "project" else "flavor_id"
+    daily = _share_days(query, start, end, field) if share else _pool_days(query, start, end)
+    measured = _measured_days(query, start, end, field)
+    ids = set(daily) | set(measured)  # flavors, or projects
     if by == "cluster":
-        group_of = {pk: (cluster,) for pk, cluster in Flavor.objects.filter(pk__in=flavors).values_list("pk", "cluster_id")}
+        group_of = {pk: (cluster,) for pk, cluster in Flavor.objects.filter(pk__in=ids).values_list("pk", "cluster_id")}
     else:
-        group_of = {pk: (pk,) for pk in flavors}
+        group_of = {pk: (pk,) for pk in ids}
     groups, busy = _grouped(daily, group_of), _grouped(measured, group_of)
     today = _x(end, start)
     named = labels(by, set(groups) | set(busy))

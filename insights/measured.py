@@ -115,8 +115,12 @@ def measured_take(now: datetime | None = None) -> dict[str, Any]:
             util_avg=sum(got["util"]) / len(got["util"]),
             sm_active_avg=(sum(got["sm"]) / len(got["sm"])) if got.get("sm") else 0.0,
             fb_used_max=max(got.get("fb") or [0.0]), xid=int(max(got.get("xid") or [0.0]))))
-    written = MeasuredSample.objects.bulk_create(rows, ignore_conflicts=True)
-    return {"at": at.isoformat(), "requests": len(running), "written": len(written)}
+    # bulk_create(ignore_conflicts=True) hands back every row it was given, written or not: leave out the slot's
+    # rows already there so "written" says what this run added (the constraint still guards a concurrent run)
+    have = set(MeasuredSample.objects.filter(at=at).values_list("request_id", flat=True))
+    rows = [row for row in rows if row.request_id not in have]
+    MeasuredSample.objects.bulk_create(rows, ignore_conflicts=True)
+    return {"at": at.isoformat(), "requests": len(running), "written": len(rows)}
 
 
 # -- metrics -------------------------------------------------------------------------------------------------------

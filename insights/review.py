@@ -56,6 +56,10 @@ class ClusterRow:
     health: str = "unknown"
     last_error: str = ""
     last_seen_at: datetime | None = None
+    zone: str = ""  # federation (docs/federation.md): the zone it is, its failure domain, drained or not
+    failure_domain: str = ""
+    draining: bool = False
+    drain_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,16 @@ class FlavorRow:
     kind: str
     mig_profile: str = ""
     pool_label: str = ""
+    gpu_model: str = ""
+
+
+@dataclass(frozen=True)
+class SpillPolicyRow:
+    tenant: str
+    project: str
+    allowed: bool
+    target_models: tuple[str, ...] = ()
+    needs_approval: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,8 @@ class Snapshot:
     tenant: str = ""
     mig_changes_url: str = ""
     usage_days: int = 30
+    spill_policies: list[SpillPolicyRow] = field(default_factory=list)
+    spills: list[tuple[str, str, int]] = field(default_factory=list)  # (from model, to model, requests) in usage_days
 
 
 @dataclass
@@ -131,6 +147,9 @@ QUESTIONS = {
     "reconfiguration": "Can the GPU layout be reconfigured, and by whom?",
     "usage": "How is usage measured and attributed?",
     "failure": "What are the failure domains?",
+    "zones": "Which zones are there, and what does each offer?",
+    "routing": "How is work routed among zones?",
+    "spill": "When may work spill over to another GPU model?",
 }
 
 
@@ -335,15 +354,74 @@ def answer_failure(s: Snapshot) -> Answer:
             if p.nodes_ready < p.nodes:
                 details.append(f"  {c.name} / {p.name}: {p.nodes - p.nodes_ready} of {_plural(p.nodes, 'node')} not "
                                "ready (their capacity does not count)")
+    domains: dict[str, list[str]] = defaultdict(list)
+    for c in s.clusters:
+        if c.failure_domain:
+            domains[c.failure_domain].append(c.name)
+    if domains:
+        details.extend(f"Failure domain {d}: {', '.join(names)}" for d, names in sorted(domains.items()))
     text = (f"{_plural(len(s.clusters), 'cluster')}, each its own control plane: the portal follows each one on its "
             "own, so one that fails stops only its own work. Inside a cluster, a node pool is a failure domain per "
             "GPU kind, and a node that is not ready leaves the capacity."
+            + (f" Across clusters: {_plural(len(domains), 'failure domain')} ({', '.join(sorted(domains))}); a cluster "
+               "unhealthy for longer than the re-dispatch delay has its pending work moved to another zone once, "
+               "and its running work is never duplicated." if domains else "")
             + (f" Now: {_plural(unhealthy, 'cluster')} unhealthy." if unhealthy else ""))
     return Answer("failure", QUESTIONS["failure"], text, details)
 
 
+def _models_by_zone(s: Snapshot) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for f in s.flavors:
+        if f.gpu_model and f.kind == "whole" and f.gpu_model not in out[f.cluster]:
+            out[f.cluster].append(f.gpu_model)
+    return out
+
+
+def answer_zones(s: Snapshot) -> Answer:
+    models = _models_by_zone(s)
+    details = []
+    for c in s.clusters:
+        state = "draining" + (f" ({c.drain_reason})" if c.drain_reason else "") if c.draining else c.health
+        details.append(f"{c.zone or c.name} (cluster {c.name}, failure domain {c.failure_domain or 'not set'}): "
+                       f"{', '.join(models.get(c.name, [])) or 'no whole-GPU model'}; {state}.")
+    offered = sorted({m for ms in models.values() for m in ms})
+    text = (f"{_plural(len(s.clusters), 'zone')}: each cluster is one zone, as a rule one GPU model's pool"
+            + (f"; the GPU models are {', '.join(offered)}." if offered else "."))
+    return Answer("zones", QUESTIONS["zones"], text, details)
+
+
+def answer_routing(s: Snapshot) -> Answer:
+    models = _models_by_zone(s)
+    zones_of: dict[str, list[str]] = defaultdict(list)
+    names = {c.name: c.zone or c.name for c in s.clusters}
+    for cluster, ms in models.items():
+        for m in ms:
+            zones_of[m].append(names.get(cluster, cluster))
+    details = [f"{m}: {', '.join(sorted(z))}" + (" (the least loaded that fits now is taken)" if len(z) > 1 else "")
+               for m, z in sorted(zones_of.items())]
+    text = ("The portal routes by itself (no MultiKueue manager cluster): the image's needs are checked against each "
+            "accepted model's card first (memory and compute capability from GPU Feature Discovery; a refusal is "
+            "shown, never retried), then the job's own model is tried in every zone that offers it to the project, "
+            "the least loaded one that fits now by the clusters' own ClusterQueues (free capacity, queue depth); a "
+            "drained or unhealthy zone takes nothing new.")
+    return Answer("routing", QUESTIONS["routing"], text, details)
+
+
+def answer_spill(s: Snapshot) -> Answer:
+    allowed = [p for p in s.spill_policies if p.allowed]
+    details = [f"{p.tenant} / {p.project}: to {', '.join(p.target_models) or 'any model'}"
+               + ("; a spilled request waits for an approver" if p.needs_approval else "") for p in allowed]
+    details += [f"Spilled in the last {s.usage_days} days: {src} → {dst}, {_plural(n, 'request')}" for src, dst, n in s.spills]
+    text = ("Only when the job consented and its project's policy allows the target model, and only when every zone of "
+            "its own model is full; otherwise it waits for its own model. "
+            f"{_plural(len(allowed), 'project')} allow spill-over"
+            + (f"; {sum(n for _, _, n in s.spills)} requests spilled in the last {s.usage_days} days." if s.spills else "."))
+    return Answer("spill", QUESTIONS["spill"], text, details)
+
+
 ANSWERS = (answer_unit, answer_isolation, answer_governed, answer_admission, answer_reconfiguration, answer_usage,
-           answer_failure)
+           answer_failure, answer_zones, answer_routing, answer_spill)
 
 
 def review(snapshot: Snapshot) -> list[Answer]:

@@ -15,12 +15,13 @@ from django.utils import timezone
 
 from billing.models import UsageInterval
 from portal.exceptions import NotAllowed
-from quotas.models import Cluster, Flavor, NodePool, Quota
+from quotas.models import Cluster, Flavor, NodePool, Quota, SpillPolicy
 from tenants import policy
 from tenants.access import Actor
 from tenants.models import Project, Tenant
+from workloads.models import WorkloadRequest
 
-from .review import ClusterRow, FlavorRow, PoolRow, QuotaRow, Snapshot, UsageRow
+from .review import ClusterRow, FlavorRow, PoolRow, QuotaRow, Snapshot, SpillPolicyRow, UsageRow
 
 USAGE_DAYS = 30
 
@@ -35,15 +36,22 @@ def review_snapshot_for(*, actor: Actor, tenant: Tenant | None = None, mig_chang
     clusters = Cluster.objects.all()
     tenants = Tenant.objects.all()
     usage = UsageInterval.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=timezone.now() - timedelta(days=USAGE_DAYS)))
+    policies = SpillPolicy.objects.all()
+    spilled = WorkloadRequest.objects.filter(spilled=True, created_at__gte=timezone.now() - timedelta(days=USAGE_DAYS))
     if tenant is not None:
+        policies = policies.filter(project__tenant=tenant)
+        spilled = spilled.filter(tenant=tenant)
         quotas = quotas.filter(tenant=tenant)
         clusters = clusters.filter(pk__in=quotas.values("flavor__cluster_id"))
         tenants = tenants.filter(pk=tenant.pk)
         usage = usage.filter(tenant=tenant)
+    spilled = (spilled.order_by().values("spilled_from_model", "flavor__gpu_model").annotate(n=Count("pk"))
+               .order_by("spilled_from_model", "flavor__gpu_model"))
     cluster_rows = [
         ClusterRow(name=c.name, architecture=c.architecture, use_mig=c.use_mig, use_hami=c.use_hami,
                    overcommit_percent=c.overcommit_percent, volcano_capacity_plugin=c.volcano_capacity_plugin,
-                   health=c.health, last_error=c.last_error, last_seen_at=c.last_seen_at)
+                   health=c.health, last_error=c.last_error, last_seen_at=c.last_seen_at, zone=c.zone,
+                   failure_domain=c.failure_domain, draining=c.draining, drain_reason=c.drain_reason)
         for c in clusters.order_by("name")
     ]
     names = [c.name for c in cluster_rows]
@@ -63,7 +71,7 @@ def review_snapshot_for(*, actor: Actor, tenant: Tenant | None = None, mig_chang
         pools=[PoolRow(cluster=p.cluster.name, name=p.name, sharing=p.sharing, gpu_product=p.gpu_product,
                        mig_config=p.mig_config, pool_label=p.pool_label, nodes=p.n, nodes_ready=p.ready) for p in pools],
         flavors=[FlavorRow(cluster=f.cluster.name, name=f.name, kind=f.kind, mig_profile=f.mig_profile,
-                           pool_label=f.pool_label) for f in flavors],
+                           pool_label=f.pool_label, gpu_model=f.gpu_model) for f in flavors],
         quotas=[QuotaRow(cluster=q.flavor.cluster.name, flavor=q.flavor.name, kind=q.flavor.kind, resource=q.resource,
                          tenant=q.tenant.slug, project=q.project.slug if q.project_id else "", nominal=q.nominal,
                          borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit)
@@ -74,4 +82,8 @@ def review_snapshot_for(*, actor: Actor, tenant: Tenant | None = None, mig_chang
         tenant=tenant.slug if tenant is not None else "",
         mig_changes_url=mig_changes_url,
         usage_days=USAGE_DAYS,
+        spill_policies=[SpillPolicyRow(tenant=p.project.tenant.slug, project=p.project.slug, allowed=p.allowed,
+                                       target_models=tuple(p.target_models or ()), needs_approval=p.needs_approval)
+                        for p in policies.select_related("project__tenant").order_by("project__slug")],
+        spills=[(r["spilled_from_model"], r["flavor__gpu_model"], r["n"]) for r in spilled],
     )

@@ -70,6 +70,12 @@ def node_ready(obj: dict[str, Any]) -> bool:
     return False
 
 
+def node_conditions(obj: dict[str, Any]) -> list[dict[str, str]]:
+    """The node's ``status.conditions`` as the health view shows them (type, status, reason, message)."""
+    return [{k: str(c.get(k) or "")[:500] for k in ("type", "status", "reason", "message")}
+            for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type")]
+
+
 @dataclass(frozen=True)
 class PoolKey:
     model: str
@@ -140,6 +146,7 @@ def inventory_sync(cluster: Cluster, *, kube: Any = None) -> dict[str, int]:
             ready = node_ready(obj)
             not_ready += 0 if ready else 1
             values = {"pool_id": pool.pk, "ready": ready, "present": True, "labels": labels, "allocatable": allocatable,
+                      "conditions": node_conditions(obj), "unschedulable": bool((obj.get("spec") or {}).get("unschedulable")),
                       "mig_config_state": labels.get(MIG_STATE_LABEL, "") if key.sharing == NodePool.Sharing.MIG or
                       MIG_CONFIG_LABEL in labels else "", "last_seen_at": now}
             seen.add(name)
@@ -153,7 +160,10 @@ def inventory_sync(cluster: Cluster, *, kube: Any = None) -> dict[str, int]:
         Node.objects.bulk_create(new_nodes)
         if changed:
             Node.objects.bulk_update(changed, ["pool_id", "ready", "present", "labels", "allocatable", "mig_config_state",
-                                               "last_seen_at"])
+                                               "last_seen_at", "conditions", "unschedulable"])
+            # uncordoned outside the portal (kubectl, a finished MIG change): the reason given no longer holds
+            Node.objects.filter(pk__in=[n.pk for n in changed if not n.unschedulable]).exclude(cordon_reason="").update(
+                cordon_reason="")
         gone = [n.pk for name, n in existing.items() if name not in seen and n.present]
         if gone:
             Node.objects.filter(pk__in=gone).update(present=False)

@@ -150,6 +150,11 @@ class Node(models.Model):
     allocatable = models.JSONField(default=dict)
     mig_config_state = models.CharField(max_length=20, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # The health view (docs/measured-use.md, "Health"): as inventory sync last read them, and the reason ops gave
+    # when they cordoned the node from the portal (kept while it stays cordoned).
+    conditions = models.JSONField(default=list, blank=True, help_text="status.conditions: type, status, reason, message.")
+    unschedulable = models.BooleanField(default=False, help_text="spec.unschedulable (cordoned).")
+    cordon_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["cluster", "name"]

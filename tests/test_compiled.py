@@ -148,11 +148,14 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
 
     from portal import compiled as module
     from quotas import selectors as quota_selectors
-    from quotas.models import Quota
+    from quotas.models import Quota, QuotaRequest
     from tests.workloads.factories import make_catalogue
     from workloads import selectors as wl_selectors
 
     cat = make_catalogue(cast)
+    # A quota request, so the quota pages below show a card and a row (their related names: one compiled query).
+    QuotaRequest.objects.create(project=cast.vision, flavor=cat.h100, resource="nvidia.com/gpu", amount=1,
+                                reason="a second run", requested_by=cast.carol, approver=QuotaRequest.Approver.PROJECT_ADMIN)
     rows = list(Quota.objects.select_related("flavor__cluster", "project"))
     assert set(quota_selectors.quota_confirmations(rows)) == {r.pk for r in rows}
     assert quota_selectors.quota_sums_for(cluster=cat.cluster)
@@ -183,7 +186,7 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
         assert browser.get(path).status_code == 200, (who, path)
     portal = [c for c in module.ALL if not c._build.__module__.startswith("tests")]
     # Every Compiled of the portal ran here: a new one must add the page or call that uses it above.
-    assert all(c._kept for c in portal), [c._build.__module__ for c in portal if not c._kept]
+    assert all(c._kept for c in portal), [f"{c._build.__module__}.{c._build.__qualname__}" for c in portal if not c._kept]
     assert all(not c._unpreparable for c in portal), [c._build.__module__ for c in portal if c._unpreparable]
     assert len(_prepared_statements()) >= 5
     # The replay check is kept unprepared (its partial indexes need a plan made with the values).

@@ -78,3 +78,22 @@ def seed_request_demo() -> list[WorkloadRequest]:
     submit(member, "training-approval", "training", image=TRAINING_IMAGE, gpus=min(4, max(3, nominal)), duration_hours=24,
            parameters={"command": "python sweep.py"}, name="hparam-sweep")
     return made
+
+
+def seed_zone_templates() -> int:
+    """The demo's other zones (quotas.demo.seed_zone_demo) in the catalogue: each template that allows none of a
+    zone's whole-GPU flavors yet is allowed them (``seed_catalogue`` allows the first cluster's flavors only), so
+    routing may send work there. Returns the flavors allowed."""
+    from quotas.demo import DEMO_ZONES
+
+    added = 0
+    flavors = list(Flavor.objects.filter(cluster__name__in=[z["name"] for z in DEMO_ZONES], kind=Flavor.Kind.WHOLE,
+                                         active=True))
+    for template in ServiceTemplate.objects.filter(active=True):
+        allowed = set(template.allowed_flavors.values_list("cluster_id", flat=True))
+        fresh = [f for f in flavors if f.cluster_id not in allowed]
+        if fresh:
+            template.allowed_flavors.add(*fresh)
+            added += len(fresh)
+    return added
+

@@ -121,7 +121,7 @@ def key_check(request_id: int, presented: str) -> InferenceKey | None:
 class KeyRateThrottle(_SettingsRateThrottle):
     """Calls per API key (``INFERENCE_RATE_KEY``, e.g. ``600/min``; empty: no limit), counted in the shared cache."""
 
-    scope = "inference"
+    scope = "endpoint_key"
     setting = "INFERENCE_RATE_KEY"
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:

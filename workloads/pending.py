@@ -187,6 +187,14 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
     if reason == "Inadmissible":
         return f"{prefix}the project's queue cannot take it: {message}"
     placed = topology_sentence(message, gpus_per_pod=gpus_per_pod, flavor_label=flavor_label, topology=topology)
+    if not placed and topology:
+        # Kueue's flavor fungibility: after the placed flavor's not-fit it tries the queue's next flavors, and the
+        # condition then says only why those do not serve ("Flavor "cpu" does not support TopologyAwareScheduling",
+        # seen on the real control plane); the topology wait is in its latest Pending event.
+        for _reason, text in reversed((cluster_status or {}).get("warnings") or []):
+            placed = topology_sentence(text, gpus_per_pod=gpus_per_pod, flavor_label=flavor_label, topology=topology)
+            if placed:
+                break
     if placed:
         return f"{prefix}{placed}; {_ahead(ahead)}"
     match = _INSUFFICIENT.search(message or "")

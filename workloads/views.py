@@ -488,6 +488,7 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
         "actions": state_actions(req),
         "cluster": cluster,
         "proxy": notebook_access(actor, req),
+        "serving": kinds.get(req.template.kind).serving,  # its endpoint page (workloads/endpoint_views.py)
         "stop_note": kinds.get(req.template.kind).stop_note,
         "poll": req.state not in FINAL,
         "poll_seconds": POLL_SECONDS,

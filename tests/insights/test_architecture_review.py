@@ -44,7 +44,8 @@ def text(answer: dict) -> str:
 def test_answers_follow_the_configuration(cast, api, lab) -> None:
     ops = api("ops")
     before = answers(ops.get(URL))
-    assert set(before) == {"unit", "isolation", "governed", "admission", "reconfiguration", "usage", "failure"}
+    assert set(before) == {"unit", "isolation", "governed", "admission", "reconfiguration", "usage", "failure", "zones",
+                           "routing", "spill"}
     assert "whole GPU in 1 pool" in before["unit"]["answer"] and "MIG" not in text(before["unit"])
     assert "B · cohort per tenant" in text(before["unit"])  # the why comes from the architecture's description
     assert before["isolation"]["answer"] == "Isolation targets: whole card."

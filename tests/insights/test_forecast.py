@@ -141,6 +141,11 @@ def test_a_tenant_admin_sees_only_their_share_against_their_nominal_quota(cast, 
     assert rows(METRICS["capacity-forecast"].compute(q(cast, "ops", tenant_id=cast.acme.pk)))["h100@lab"] == row
     assert rows(METRICS["capacity-forecast"].compute(q(cast, "ops")))["h100@lab"]["capacity"] == 40
 
+    # By project: each project's own demand against its own nominal quota; a tenant admin sees only theirs.
+    projects = rows(METRICS["capacity-forecast"].compute(q(cast, "ops", group_by="project")))
+    assert projects["acme-vision"]["days_to_short"] == 14.0 and projects["globex-llm"]["days_to_short"] == 0.0
+    assert set(rows(METRICS["capacity-forecast"].compute(q(cast, "alice", group_by="project")))) == {"acme-vision"}
+
     page = as_user("alice").get("/tenants/acme/metrics/capacity-forecast/")
     assert page.status_code == 200
     text = page.content.decode()

@@ -56,7 +56,7 @@ def test_the_overviews_share_their_reads(demo, rolled_up) -> None:
         rollups.rollups_refresh()
         sample_rollups.sample_rollups_refresh()
         cost_rollup.refresh()
-    for username, path, most in (("ops", "/ops/metrics/", 70), ("alice", "/tenants/acme/metrics/", 50)):
+    for username, path, most in (("ops", "/ops/metrics/", 80), ("alice", "/tenants/acme/metrics/", 50)):
         client = signed_in(username)
         assert client.get(path).status_code == 200
         with CaptureQueriesContext(connection) as queries:

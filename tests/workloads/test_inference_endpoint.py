@@ -95,6 +95,7 @@ def test_keys_are_made_by_requester_or_approvers_shown_once_stored_hashed_and_au
 def test_the_endpoint_page_makes_and_revokes_keys(as_user, cast, cat) -> None:
     svc = make_request(cat, cast.vision, cast.carol, template=cat.inference, state=S.RUNNING)
     carol = as_user("carol")
+    assert f"/requests/{svc.pk}/endpoint/" in carol.get(f"/requests/{svc.pk}/").content.decode()  # linked
     page = carol.get(f"/requests/{svc.pk}/endpoint/")
     assert page.status_code == 200 and "No key yet" in page.content.decode()
     assert f"/inference/{svc.pk}/" in page.content.decode()

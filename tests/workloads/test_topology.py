@@ -193,3 +193,18 @@ def test_placement_counts_in_the_idempotency_key_and_carries_over_to_a_clone_a_p
                                           "parameters": TRAIN["parameters"]}, format="json")
     assert saved.status_code == 201, saved.content
     assert saved.json()["values"]["topology"] == "rack"
+
+
+def test_a_topology_wait_is_said_when_kueue_has_moved_on_to_the_next_flavors() -> None:
+    """Real Kueue (flavor fungibility) tries the queue's next flavors after the placed one's not-fit, and its
+    condition then names only those; the topology wait is in the Workload's Pending event (the real control plane)."""
+    status = {"objects": {"workload/w": {"c": {"QuotaReserved": [
+        "False", "Pending", 'couldn\'t assign flavors to pod set main: Flavor "cpu" does not support '
+                            'TopologyAwareScheduling, flavor h100-online doesn\'t match node affinity']}}},
+        "warnings": [["Pending", TAS_MESSAGE], ["Pending", "couldn't assign flavors to pod set main: Flavor \"cpu\" "
+                                                           "does not support TopologyAwareScheduling"]]}
+    sentence = pending_sentence(state="queued", kind="training", gpus_total=24, flavor_name="h100",
+                                flavor_label="H100", resource=GPU, cluster_status=status, gpus_per_pod=8,
+                                topology="rack")
+    assert sentence.startswith("waiting for 24 x H100 free in one rack (3 workers of 8); the emptiest rack has room "
+                               "for 16 now (2 workers)"), sentence

@@ -9,7 +9,7 @@ from insights.demo import seed_insights_demo
 from quotas.demo import seed_quota_demo, seed_zone_demo
 from tenants.demo import DEMO_PASSWORD, seed_demo
 from workloads.catalogue import seed_catalogue
-from workloads.demo import seed_request_demo
+from workloads.demo import seed_request_demo, seed_zone_templates
 
 
 class Command(BaseCommand):
@@ -20,6 +20,7 @@ class Command(BaseCommand):
         seed_quota_demo()
         seed_zone_demo()  # the A100 and L40S zones next to the H100 one (docs/federation.md)
         seed_catalogue()
+        seed_zone_templates()
         seed_billing_demo()
         seed_request_demo()
         seed_insights_demo()  # three weeks of past requests, samples and usage (insights/demo.py)
