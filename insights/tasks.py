@@ -19,6 +19,8 @@ def samples_take_task() -> dict[str, int]:
 
 @shared_task(name="insights.measured_take")
 def measured_take_task() -> dict:
+    from .idle import idle_detect
     from .measured import measured_take
 
-    return measured_take()
+    taken = measured_take()
+    return {**taken, "idle": idle_detect()}  # the samples just written decide who is idle

@@ -55,6 +55,11 @@ class Project(models.Model):
     description = models.TextField(blank=True, max_length=2000)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
     allow_custom_images = models.BooleanField(default=False, help_text="Requests may use images outside the curated list.")
+    # Measured idleness (docs/measured-use.md, "Idle detection"): what may be stopped for it, by the project's word.
+    cull_idle_notebooks_by_gpu = models.BooleanField(
+        default=False, help_text="Cull idle notebooks by measured GPU use, as well as by portal activity.")
+    stop_idle_batch_jobs = models.BooleanField(
+        default=False, help_text="Stop training and batch inference jobs whose GPUs are measured idle.")
     notebooks_open_to_approvers = models.BooleanField(
         default=False, help_text="The project's approvers may open its members' running notebooks (off: only the requester)."
     )

@@ -419,6 +419,29 @@ def notebooks_cull_idle(now: datetime | None = None) -> int:
     return count
 
 
+def requests_stop_measured_idle() -> int:
+    """Stop running requests flagged idle by measured GPU use (``measured_idle_since``, set by insights' idle
+    detection), where their project's policy says so: notebooks when it culls idle notebooks by measured GPU use,
+    training and batch inference when it stops idle batch jobs. Inference services are never stopped for it."""
+    interactive = [k.name for k in kinds.KINDS.values() if k.interactive]
+    batch = [k.name for k in kinds.KINDS.values() if not k.interactive and not k.serving]
+    due = _select_active().filter(state=S.RUNNING, measured_idle_since__isnull=False).filter(
+        Q(template__kind__in=interactive, project__cull_idle_notebooks_by_gpu=True)
+        | Q(template__kind__in=batch, project__stop_idle_batch_jobs=True))
+    count = 0
+    for req in due:
+        threshold = req.template.idle_gpu_percent
+        threshold = threshold if threshold is not None else float(getattr(settings, "MEASURED_IDLE_PERCENT", 5.0))
+        minutes = int((timezone.now() - req.measured_idle_since).total_seconds() // 60)
+        reason = (f"Stopped: its GPUs were measured below {threshold:g} % utilisation for {minutes} minutes, and the "
+                  f"project {req.project.slug} stops idle {'notebooks' if req.template.kind in interactive else 'batch jobs'}."
+                  + (" Its home volume is kept: restart it to continue." if req.template.kind in interactive else ""))
+        if _end(req, to=S.STOPPED, reason=reason, action="cull"):
+            _notice(req, reason)
+            count += 1
+    return count
+
+
 def requests_sweep_approved(now: datetime | None = None) -> list[int]:
     """Approved requests that should have been queued by now and that no live run holds (a lost task, a killed
     worker whose claim lapsed after ``CLAIM_LEASE``): their ids. A request a live run claimed is left to it."""

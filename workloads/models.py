@@ -58,6 +58,8 @@ class ServiceTemplate(models.Model):
     max_memory_gib = models.PositiveIntegerField(default=512)
     max_duration_hours = models.PositiveIntegerField(default=24)
     idle_timeout_minutes = models.PositiveIntegerField(null=True, blank=True, help_text="Notebooks: stop after this long idle.")
+    idle_gpu_percent = models.FloatField(null=True, blank=True, help_text=(
+        "Measured GPU utilisation below which a running request counts as idle (empty: MEASURED_IDLE_PERCENT)."))
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -176,6 +178,9 @@ class WorkloadRequest(models.Model):
     # request once (docs/insights.md, "Queue wait"); a restart (a new approval) clears it with ``admitted_at``.
     first_admitted_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster first admitted it since its approval (kept across preemptions).")
     started_at = models.DateTimeField(null=True, blank=True)
+    # Set by insights' idle detection when its measured GPU use stayed below the template's threshold (one idle
+    # episode: flagged, and the requester told, once); cleared when the use rises again.
+    measured_idle_since = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_active_at = models.DateTimeField(null=True, blank=True, help_text="Notebooks: last activity seen.")

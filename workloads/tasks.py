@@ -57,7 +57,7 @@ def requests_housekeeping_task() -> dict[str, int]:
     """Deadlines and idle notebooks; approved requests whose materialization got lost are queued again; extension
     requests of requests that ended lapse."""
     expired = materialize.requests_expire()
-    culled = materialize.notebooks_cull_idle()
+    culled = materialize.notebooks_cull_idle() + materialize.requests_stop_measured_idle()
     from .extensions import extension_requests_lapse
 
     lapsed = extension_requests_lapse()

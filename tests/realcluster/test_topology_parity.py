@@ -99,7 +99,9 @@ def test_a_training_job_within_one_rack_is_placed_alike_or_waits_alike(cluster_u
     # The Workload's Pending event carries Kueue's topology message on both clusters. (Its QuotaReserved condition
     # may say, on real Kueue, why the queue's next flavors do not serve either: flavor fungibility tries them after
     # the placed flavor's not-fit; the portal's sentence reads the event then, workloads/pending.py.)
-    said = [text for _reason, text in waits.cluster_status.get("warnings") or [] if "topology" in text]
+    condition = next(v for k, v in waits.cluster_status["objects"].items() if k.startswith("workload/"))["c"]
+    said = [text for _reason, text in [*(waits.cluster_status.get("warnings") or []), condition["QuotaReserved"][1:]]
+            if "topology" in text]
     observed_wait = {"message": said[-1] if said else "", "pending": waits.pending_reason,
                      "suspended": _suspended(api_client, waits)}
     assert observed_wait["message"] == (
