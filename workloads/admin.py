@@ -17,7 +17,7 @@ from portal.exceptions import PortalError
 from tenants.access import Actor, is_ops
 from tenants.admin import OpsReadOnlyAdmin
 
-from . import services
+from . import catalogue_services, services
 from .models import ApprovalRule, Image, RequestEvent, ServiceTemplate, WorkloadRequest
 
 
@@ -89,8 +89,8 @@ class TemplateForm(ServiceForm):
         flavors = data.pop("allowed_flavors", None)
         if self.instance.pk is None:
             data.pop("version", None)  # the service numbers versions: last of the slug + 1
-            return services.template_create(actor=actor, allowed_flavors=flavors or (), **data)
-        return services.template_update(actor=actor, template=self.instance,
+            return catalogue_services.template_create(actor=actor, allowed_flavors=flavors or (), **data)
+        return catalogue_services.template_update(actor=actor, template=self.instance,
                                         allowed_flavors=flavors if "allowed_flavors" in changed else None,
                                         **_fields(data, changed - {"allowed_flavors"}))
 
@@ -111,8 +111,8 @@ class ImageForm(ServiceForm):
 
     def service_save(self, actor: Actor, data: dict[str, Any], changed: set[str]) -> Any:
         if self.instance.pk is None:
-            return services.image_create(actor=actor, **data)
-        return services.image_update(actor=actor, image=self.instance, **_fields(data, changed))
+            return catalogue_services.image_create(actor=actor, **data)
+        return catalogue_services.image_update(actor=actor, image=self.instance, **_fields(data, changed))
 
 
 @admin.register(Image)
@@ -130,8 +130,8 @@ class ApprovalRuleForm(ServiceForm):
 
     def service_save(self, actor: Actor, data: dict[str, Any], changed: set[str]) -> Any:
         if self.instance.pk is None:
-            return services.approval_rule_create(actor=actor, **data)
-        return services.approval_rule_update(actor=actor, rule=self.instance, **_fields(data, changed))
+            return catalogue_services.approval_rule_create(actor=actor, **data)
+        return catalogue_services.approval_rule_update(actor=actor, rule=self.instance, **_fields(data, changed))
 
 
 @admin.register(ApprovalRule)

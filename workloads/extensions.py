@@ -26,7 +26,6 @@ from . import kinds, notify, policy
 from .extension_states import current_status, move
 from .models import ExtensionRequest, RequestEvent, RequestState, WorkloadRequest
 from .services import (
-    MAX_REPLICAS,
     REJECT_REASON_MISSING,
     _check_can_ever_run,
     _require_usable,
@@ -35,6 +34,7 @@ from .services import (
     request_scale,
 )
 from .states import FINAL
+from .submission_checks import MAX_REPLICAS
 
 S = RequestState
 X = ExtensionRequest.Status

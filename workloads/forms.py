@@ -19,8 +19,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from portal.exceptions import IdempotencyKeyReused, PortalError
-from portal.quantities import fmt
 from portal.forms import DecimalField, FloatField, IntegerField, OneTimeFormMixin
+from portal.quantities import fmt
 from quotas import manifests as quota_manifests
 from quotas.capacity import flavor_enforcement
 from quotas.models import Flavor, SpillPolicy
@@ -30,7 +30,7 @@ from tenants.models import Project
 from . import kinds, routing
 from .models import Image, Priority, ServiceTemplate
 from .schema import PREFIX, form_fields
-from .services import DEFAULT_DURATION_HOURS, MAX_REPLICAS
+from .submission_checks import DEFAULT_DURATION_HOURS, MAX_REPLICAS
 
 PARAM = "param_"
 CUSTOM_IMAGE = "__custom__"

@@ -26,7 +26,7 @@ from tenants.forms import add_service_error
 from tenants.guards import ops_only as _ops_only
 from tenants.ui import page
 
-from . import selectors, services
+from . import catalogue_services, selectors
 from .filters import ImageFilter, TemplateFilter
 from .models import Image
 from .ops_forms import ImageForm, TemplateForm
@@ -53,7 +53,7 @@ def template_new(request: HttpRequest) -> HttpResponse:
     form = TemplateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            template = services.template_create(actor=actor, **form.service_kwargs())
+            template = catalogue_services.template_create(actor=actor, **form.service_kwargs())
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc)
         else:
@@ -71,11 +71,11 @@ def template_detail(request: HttpRequest, pk: int) -> HttpResponse:
         values = form.service_kwargs()
         try:
             try:
-                saved = services.template_update(actor=actor, template=template, **values)
+                saved = catalogue_services.template_update(actor=actor, template=template, **values)
                 done = f"Template {saved.slug} v{saved.version} saved."
             except ConflictError:
                 # Requests use this version: the change becomes the next version, as in the API.
-                saved = services.template_create(actor=actor, kind=template.kind, slug=template.slug, **values)
+                saved = catalogue_services.template_create(actor=actor, kind=template.kind, slug=template.slug, **values)
                 done = (f"Requests use {template.slug} v{template.version}, so the change is saved as v{saved.version}; "
                         f"v{template.version} stays as it was.")
         except (PortalError, ValidationError) as exc:
@@ -106,9 +106,9 @@ def _image_form_page(request: HttpRequest, actor: Actor, image: Image | None) ->
     if request.method == "POST" and form.is_valid():
         try:
             if image is None:
-                saved = services.image_create(actor=actor, **form.cleaned_data)
+                saved = catalogue_services.image_create(actor=actor, **form.cleaned_data)
             else:
-                saved = services.image_update(actor=actor, image=image, **form.cleaned_data)
+                saved = catalogue_services.image_update(actor=actor, image=image, **form.cleaned_data)
         except (PortalError, ValidationError) as exc:
             add_service_error(form, exc)
         else:

@@ -1,7 +1,9 @@
-"""Every write to the catalogue and to requests: check the rules, write, audit, schedule side effects.
+"""Every write to requests: check the rules, write, audit, schedule side effects.
 
 The request lifecycle up to "approved" lives here (submit, the approval rules, approve, reject) plus
-the user's actions on a request (cancel, stop, restart, delete, extend, scale). What happens in the
+the user's actions on a request (cancel, stop, restart, delete, extend, scale). The checks a submission passes
+before anything is written are in ``workloads.submission_checks``; writes to the catalogue (templates, images),
+approval rules and volumes are in ``workloads.catalogue_services``. What happens in the
 cluster afterwards is scheduled through ``workloads.hooks`` on commit; this module never talks to
 the cluster. State changes go through ``states.move()`` only.
 """
@@ -10,11 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -23,7 +23,6 @@ from django.db.models import F, Q
 
 from portal.compiled import Compiled
 from portal.events import after_commit
-from portal.extensions import submission_guard
 from portal.exceptions import (
     ConflictError,
     IdempotencyKeyReused,
@@ -31,15 +30,15 @@ from portal.exceptions import (
     NotAllowed,
     ReadOnlyTenant,
 )
+from portal.extensions import submission_guard
 from portal.quantities import fmt
-from quotas import services as quota_services
-from quotas.capacity import TOTAL_GPUCORES, TOTAL_GPUMEM, flavor_enforcement, is_enforced
 from quotas import manifests as quota_manifests
+from quotas.capacity import TOTAL_GPUCORES, TOTAL_GPUMEM, is_enforced
 from quotas.models import Flavor, gib_words
 from tenants.access import Actor
 from tenants.audit import audit_append, audit_entry, audit_record, snapshot
 from tenants.guards import require
-from tenants.models import DNS1123_LABEL, Project
+from tenants.models import Project
 
 from . import hooks, kinds, manifests, notify, policy, routing, selectors
 from .models import (
@@ -56,14 +55,26 @@ from .models import (
     WorkloadRequest,
     default_self_service_priorities,
 )
-from .schema import parameters_validate, schema_errors
 from .states import ACTIVE, CANCELLABLE, FINAL, first_state, move, move_records
+from .submission_checks import (
+    MAX_REPLICAS,
+    _allowed_flavors,
+    _check_flavor,
+    _check_name,
+    _check_parameters,
+    _check_share,
+    _check_size,
+    _check_submitted_image,
+    _check_topology,
+    _Errors,
+    _name_taken,
+    _name_taken_message,
+    _Size,
+)
 
 S = RequestState
 RULE_LABEL = "approval rule"
 REQUEST_FIELDS = ["name", "image", "flavor", "gpus", "replicas", "cpu", "memory_gib", "duration_hours", "priority", "state"]
-DEFAULT_DURATION_HOURS = 8
-MAX_REPLICAS = 64
 
 
 # Small checks shared by the services -----------------------------------------------------------
@@ -321,36 +332,6 @@ def _request_snapshot(req: WorkloadRequest) -> dict[str, Any]:
     return out | {"cpu": str(req.cpu)}
 
 
-def _name_taken(project: Project, name: str, *, other_than: int | None = None) -> bool:
-    live = WorkloadRequest.objects.filter(project=project, name=name, state__in=LIVE_STATES)
-    if other_than is not None:
-        live = live.exclude(pk=other_than)
-    return live.exists()
-
-
-def _name_taken_message(project: Project, name: str) -> str:
-    return f"{name} is already in use by an active request in {project.slug}."
-
-
-def _check_data_volume(actor: Actor, project: Project, parameters: dict[str, Any]) -> str | None:
-    """Why ``parameters.data_volume`` may not be mounted by ``actor``'s request, or None when it may.
-
-    Only the requester's own volumes and the project's shared ones (``Volume`` rows) may be mounted: a
-    name in the namespace is not enough (another user's notebook home lives there too).
-    """
-    claim = str(parameters.get("data_volume") or "").strip()
-    if not claim:
-        return None
-    usable = Volume.objects.filter(project=project).filter(Q(owner__isnull=True) | Q(owner=actor.user))
-    if usable.filter(name=claim).exists():
-        return None
-    names = list(usable.order_by("name").values_list("name", flat=True)[:20])
-    allowed = (f"You may mount: {', '.join(names)}." if names else
-               "You have none there yet: a notebook's home volume is yours, and a project admin can share one.")
-    return (f"Volume {claim} is not one you may mount in {project.slug}: only your own volumes and the project's "
-            f"shared volumes may be mounted. {allowed}")
-
-
 # Submitting again: clones and presets --------------------------------------------------------------------
 
 
@@ -430,10 +411,6 @@ def preset_delete(*, actor: Actor, preset: RequestPreset) -> None:
         audit_record(actor=actor, action="preset.delete", target=preset, tenant=preset.project.tenant,
                      project=preset.project, before=snapshot(preset, ["name", "template_slug", "values"]))
         preset.delete()
-
-
-def _default_name(template: ServiceTemplate) -> str:
-    return f"{template.slug[:33].rstrip('-')}-{secrets.token_hex(3)}"
 
 
 def request_submit(
@@ -557,219 +534,6 @@ def _replay_and_name(actor: Actor, key: str, project: Project, name: str) -> tup
     return found, taken
 
 
-class _Errors(dict):
-    """Field errors collected across the checks, raised together as one ValidationError."""
-
-    def add(self, field: str, message: str) -> None:
-        self.setdefault(field, []).append(message)
-
-    def raise_any(self) -> None:
-        if self:
-            raise ValidationError(dict(self))
-
-
-def _allowed_flavors(template: ServiceTemplate) -> list[Flavor]:
-    """The template's active flavors with their clusters, in order; from the prefetch when the caller made one
-    (``selectors.template_to_submit``)."""
-    prefetched = getattr(template, "_prefetched_objects_cache", {}).get("allowed_flavors")
-    if prefetched is not None and all(Flavor.cluster.is_cached(f) for f in prefetched):
-        return sorted((f for f in prefetched if f.active), key=lambda f: (f.order, f.name))
-    return list(template.allowed_flavors.filter(active=True).select_related("cluster").order_by("order", "name"))
-
-
-def _check_flavor(template: ServiceTemplate, flavor: Flavor | None, errors: _Errors) -> Flavor | None:
-    """One the template allows, active and enforced by its cluster; default: the first allowed one."""
-    allowed = _allowed_flavors(template)
-    if flavor is None:
-        flavor = next((f for f in allowed if is_enforced(f)), None)  # never default to one nothing enforces
-        if flavor is None:
-            errors.add("flavor", f"Template {template.slug} allows no flavor at the moment.")
-            return None
-    else:
-        by_pk = {f.pk: f for f in allowed}
-        if flavor.pk not in by_pk:
-            names = ", ".join(f.name for f in allowed) or "none"
-            errors.add("flavor", f"Flavor {flavor.name} is not allowed for {template.name} (allowed: {names}).")
-            return flavor
-        flavor = by_pk[flavor.pk]  # the allowed row, with its cluster loaded
-        enforcement = flavor_enforcement(flavor.cluster, flavor)
-        if not enforcement.enforced:
-            # Offered but not enforced by the cluster's architecture: it would be admitted by nothing, ever.
-            errors.add("flavor", enforcement.reason)
-            return flavor
-    if not flavor.hami_sized:
-        errors.add("flavor", f"HAMi flavor {flavor.name} has no share size yet (memory and cores per vGPU): platform ops "
-                             f"set it on the flavor's page. Choose another flavor meanwhile.")
-        return flavor
-    if kinds.kueue_cannot_admit(kind=template.kind, flavor=flavor):
-        # Architecture E: Volcano alone schedules these GPUs; a Kueue workload on them would queue forever.
-        errors.add("flavor", f"Flavor {flavor.name} is the offline pool's whole GPUs, which only Volcano schedules on "
-                             f"{flavor.cluster.name}: {template.name} ({template.get_kind_display().lower()}) could "
-                             f"never start there. Choose another flavor; training jobs may use this one.")
-    return flavor
-
-
-def _check_share(flavor: Flavor | None, memory_gib: Any, cores_percent: Any, preset: bool | None,
-                 errors: _Errors) -> tuple[int, int]:
-    """A HAMi flavor's share per vGPU as (GPU memory MiB, % of a card's cores): its preset, or a size of the
-    requester's own within what the card allows (``quotas.services.share_size``: more than 0 GiB and at most one
-    card's memory, 1 to 100 % of its cores; the same rule as a quota request's shares). (0, 0) for other kinds,
-    which take no share size."""
-    given = [name for name, value in (("share_memory_gib", memory_gib), ("share_cores_percent", cores_percent))
-             if value not in (None, "")]
-    if flavor is None:
-        return 0, 0
-    if flavor.kind != Flavor.Kind.HAMI:
-        for name in given:
-            errors.add(name, f"Only HAMi flavors take a share size; {flavor} is not one.")
-        if preset:
-            errors.add("share_preset", f"Only HAMi flavors have a preset share; {flavor} is not one.")
-        return 0, 0
-    if not flavor.hami_sized:
-        return 0, 0  # refused with the reason by _check_flavor
-    if preset and given:
-        errors.add("share_preset", f"Give the preset share ({flavor.share}) or a size of your own, not both.")
-        return 0, 0
-    if not given:
-        if preset is False:
-            errors.add("share_memory_gib", "Give your share's GPU memory (GiB) and % of the cores, or take the preset.")
-        return flavor.hami_memory_mib, flavor.hami_cores_percent
-    try:
-        return quota_services.share_size(flavor, memory_gib=memory_gib, cores_percent=cores_percent)
-    except Invalid as exc:
-        errors.add(exc.field or "share_memory_gib", exc.message)
-        return 0, 0
-
-
-def _check_submitted_image(project: Project, template: ServiceTemplate, image: str, errors: _Errors,
-                           images: list[Image] | None = None) -> str:
-    """Curated for this kind of template, unless the project may use its own; default: the first curated one.
-    ``images``: the active images, already read."""
-    image = (image or "").strip()
-    active = Image.objects.filter(active=True) if images is None else images
-    curated = [i for i in active if template.kind in (i.kinds or [])]
-    kind_name = template.get_kind_display().lower()
-    if not image:
-        if curated:
-            image = curated[0].reference
-        else:
-            errors.add("image", f"No curated image for {kind_name}s; name one.")
-    elif image not in {i.reference for i in curated} and not project.allow_custom_images:
-        errors.add("image", f"Image {image} is not in the curated list for {kind_name}s.")
-    if len(image) > 300:
-        errors.add("image", "At most 300 characters.")
-    return image
-
-
-def _check_parameters(actor: Actor, project: Project, template: ServiceTemplate, parameters: dict[str, Any] | None,
-                      errors: _Errors) -> dict[str, Any]:
-    """The template's JSON Schema, defaults filled in; a data volume the actor may mount."""
-    try:
-        parameters = parameters_validate(template.parameters_schema, parameters)
-    except ValidationError as exc:
-        for field, messages in exc.message_dict.items():
-            for message in messages:
-                errors.add(field, message)
-        return {}
-    refused = _check_data_volume(actor, project, parameters)
-    if refused:
-        errors.add("parameters.data_volume", refused)
-    return parameters
-
-
-@dataclass
-class _Size:
-    gpus: int
-    replicas: int
-    cpu: Decimal
-    memory_gib: int
-    duration_hours: int
-    priority: str
-
-
-def _check_size(template: ServiceTemplate, flavor: Flavor | None, parameters: dict[str, Any], *, gpus: int | None,
-                replicas: int | None, cpu: Decimal | int | float | None, memory_gib: int | None,
-                duration_hours: int | None, priority: str, errors: _Errors) -> _Size:
-    """Resources (defaults from the template, within its maxima), replicas, duration and priority."""
-    is_cpu = flavor is not None and flavor.kind == Flavor.Kind.CPU
-    gpus = (0 if is_cpu else template.default_gpus) if gpus is None else gpus
-    if gpus < (0 if is_cpu else 1):
-        errors.add("gpus", "At least 1 GPU (or slice) for a GPU flavor.")
-    elif gpus > template.max_gpus:
-        errors.add("gpus", f"At most {template.max_gpus} per replica for {template.name}.")
-    cpu = template.default_cpu if cpu is None else Decimal(str(cpu))
-    if cpu <= 0 or cpu > template.max_cpu:
-        errors.add("cpu", f"Between 0 and {fmt(template.max_cpu)} CPUs for {template.name}.")
-    memory_gib = template.default_memory_gib if memory_gib is None else memory_gib
-    if memory_gib < 1 or memory_gib > template.max_memory_gib:
-        errors.add("memory_gib", f"Between 1 and {template.max_memory_gib} GiB for {template.name}.")
-    duration_hours = min(DEFAULT_DURATION_HOURS, template.max_duration_hours) if duration_hours is None else duration_hours
-    if duration_hours < 1:
-        errors.add("duration_hours", "At least 1 hour.")
-    elif duration_hours > template.max_duration_hours:
-        errors.add("duration_hours", f"At most {template.max_duration_hours} hours for {template.name}.")
-
-    # Replicas: inference replicas, or distributed training's workers (one source: the parameters).
-    kind = kinds.get(template.kind)
-    if kind.replicas == "workers":
-        derived = int(parameters.get("workers", 1)) if parameters.get("distributed") else 1
-        if replicas is not None and replicas != derived:
-            errors.add("replicas", f"For {kind.name}, set parameters.workers (with parameters.distributed) instead.")
-        replicas = derived
-    elif kind.replicas == "one":
-        if replicas not in (None, 1):
-            errors.add("replicas", f"A {kind.name} has one replica.")
-        replicas = 1
-    replicas = 1 if replicas is None else replicas
-    if not 1 <= replicas <= MAX_REPLICAS:
-        errors.add("replicas", f"Between 1 and {MAX_REPLICAS}.")
-
-    priority = priority or kind.default_priority
-    if priority not in Priority.values:
-        errors.add("priority", f"One of {', '.join(Priority.values)}.")
-    return _Size(gpus, replicas, cpu, memory_gib, duration_hours, priority)
-
-
-TOPOLOGY_CHOICES = ("", "rack", "block", "prefer-rack")
-
-
-def _check_topology(template: ServiceTemplate, flavor: Flavor | None, replicas: int, topology: Any,
-                    errors: _Errors) -> str:
-    """Placement by rack or block (Kueue TAS) is offered only where it can work: multi-pod training through Kueue on a
-    whole-GPU flavor of a cluster with a topology (``quotas.manifests.topology_flavor``). The form offers the same."""
-    topology = "" if topology is None else topology
-    if not isinstance(topology, str) or topology not in TOPOLOGY_CHOICES:
-        errors.add("topology", f"One of {', '.join(repr(c) for c in TOPOLOGY_CHOICES)}.")
-        return ""
-    if not topology or flavor is None:
-        return topology
-    if not kinds.get(template.kind).gang or kinds.get(template.kind).replicas != "workers":
-        errors.add("topology", f"Only distributed training is placed by rack or block, not a {template.kind}.")
-    elif replicas < 2:
-        errors.add("topology", "Only a job of 2 or more workers is placed by rack or block.")
-    elif not quota_manifests.topology_flavor(flavor.cluster, flavor):
-        errors.add("topology", f"Flavor {flavor} is not placed by topology: its cluster has no racks and blocks "
-                               f"configured, or the flavor is not a whole-GPU flavor Kueue admits.")
-    return topology
-
-
-def _check_name(project: Project, template: ServiceTemplate, name: str, taken: bool | None, errors: _Errors) -> str:
-    """A DNS label of at most 40 characters not used by a live request of the project; default: made up.
-    ``taken``: already looked up (``_replay_and_name``), else None."""
-    name = (name or "").strip() or _default_name(template)
-    try:
-        DNS1123_LABEL(name)
-        if len(name) > 40:
-            raise ValidationError("At most 40 characters.")
-    except ValidationError as exc:
-        for message in exc.messages:
-            errors.add("name", message)
-        return name
-    if taken if taken is not None else _name_taken(project, name):
-        errors.add("name", _name_taken_message(project, name))
-    return name
-
-
 _NO_NEEDS = routing.Needs()  # the default: frozen, so one shared instance is safe
 
 
@@ -890,7 +654,6 @@ def _submit(
     else:
         after_commit(notify.request_waiting_notify, req.pk)
     return req
-
 
 
 # Deciding --------------------------------------------------------------------------------------
@@ -1136,17 +899,6 @@ def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> W
 
 # The catalogue (ops) and approval rules (project admins, ops) -----------------------------------
 
-TEMPLATE_FIELDS = [
-    "kind", "slug", "version", "name", "active", "default_gpus", "max_gpus", "max_duration_hours", "idle_timeout_minutes",
-]
-# What may change on a template version that requests already use: nothing that changes meaning.
-TEMPLATE_COSMETIC = {"name", "description", "active"}
-IMAGE_FIELDS = ["name", "reference", "kinds", "active"]
-RULE_FIELDS = [
-    "project", "template_slug", "auto_approve_max_gpus", "auto_approve_max_hours", "require_admin_for_inference",
-    "member_priorities", "admin_priorities",
-]
-
 
 def _require_live(template: ServiceTemplate) -> None:
     """New requests use the live version of a template: older versions are retired, and say which one replaced them.
@@ -1164,215 +916,9 @@ def _require_live(template: ServiceTemplate) -> None:
     raise Invalid(f"Template {template.slug} v{template.version} is no longer offered.", field="template")
 
 
-def _retire_others(actor: Actor, template: ServiceTemplate) -> None:
-    """One live version per slug: activating a version (a new one, or an old one again) retires the others."""
-    if not template.active:
-        return
-    others = ServiceTemplate.objects.select_for_update().filter(slug=template.slug, active=True).exclude(pk=template.pk)
-    for other in others:
-        before = snapshot(other, TEMPLATE_FIELDS)
-        other.active = False
-        other.save(update_fields=["active"])
-        audit_record(actor=actor, action="template.retire", target=other, before=before,
-                     after=snapshot(other, TEMPLATE_FIELDS) | {"replaced_by": f"{template.slug} v{template.version}"})
-
-
-def _check_template(template: ServiceTemplate) -> None:
-    problems = schema_errors(template.parameters_schema)
-    if problems:
-        raise ValidationError({"parameters_schema": problems})
-    if template.default_gpus > template.max_gpus:
-        raise ValidationError({"default_gpus": [f"At most max_gpus ({template.max_gpus})."]})
-    template.full_clean(exclude=["allowed_flavors"])
-
-
-@transaction.atomic
-def template_create(*, actor: Actor, allowed_flavors: Iterable[Flavor] = (), **values: Any) -> ServiceTemplate:
-    """A new template, or a new version of an existing slug (version = last + 1)."""
-    require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
-    last = ServiceTemplate.objects.select_for_update().filter(slug=values.get("slug", "")).order_by("-version").first()
-    values["version"] = (last.version + 1) if last else 1
-    template = ServiceTemplate(**values)
-    _check_template(template)
-    template.save()
-    template.allowed_flavors.set(list(allowed_flavors))
-    audit_record(actor=actor, action="template.create", target=template, after=snapshot(template, TEMPLATE_FIELDS))
-    _retire_others(actor, template)
-    return template
-
-
-@transaction.atomic
-def template_update(
-    *, actor: Actor, template: ServiceTemplate, allowed_flavors: Iterable[Flavor] | None = None, **changes: Any
-) -> ServiceTemplate:
-    """Edit a version in place. Once requests use it, only name, description and active may change:
-    anything else makes a new version (POST with the same slug), so old requests keep their meaning."""
-    require(policy.may_manage_catalogue(actor), "Only platform ops manage templates.")
-    template = ServiceTemplate.objects.select_for_update().get(pk=template.pk)
-    for fixed in ("kind", "slug", "version"):
-        if fixed in changes and changes[fixed] != getattr(template, fixed):
-            raise Invalid(f"{fixed} cannot change; create a new template or version.", field=fixed)
-    meaningful = {k for k, v in changes.items() if getattr(template, k) != v} - TEMPLATE_COSMETIC
-    if allowed_flavors is not None and (
-            {f.pk for f in allowed_flavors} != set(template.allowed_flavors.values_list("pk", flat=True))):
-        meaningful.add("allowed_flavors")
-    if meaningful and template.requests.exists():
-        raise ConflictError(
-            f"Requests use {template.slug} v{template.version}; changing {', '.join(sorted(meaningful))} needs a new version."
-        )
-    before = snapshot(template, TEMPLATE_FIELDS)
-    for field, value in changes.items():
-        setattr(template, field, value)
-    _check_template(template)
-    template.save()
-    if allowed_flavors is not None:
-        template.allowed_flavors.set(list(allowed_flavors))
-    audit_record(actor=actor, action="template.update", target=template, before=before, after=snapshot(template, TEMPLATE_FIELDS))
-    if changes.get("active") and not before["active"]:
-        _retire_others(actor, template)
-    return template
-
-
-@transaction.atomic
-def image_create(*, actor: Actor, **values: Any) -> Image:
-    require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
-    image = Image(**values)
-    _check_image(image)
-    image.save()
-    audit_record(actor=actor, action="image.create", target=image, after=snapshot(image, IMAGE_FIELDS))
-    return image
-
-
-@transaction.atomic
-def image_update(*, actor: Actor, image: Image, **changes: Any) -> Image:
-    require(policy.may_manage_catalogue(actor), "Only platform ops manage the image list.")
-    image = Image.objects.select_for_update().get(pk=image.pk)
-    before = snapshot(image, IMAGE_FIELDS)
-    for field, value in changes.items():
-        setattr(image, field, value)
-    _check_image(image)
-    image.save()
-    audit_record(actor=actor, action="image.update", target=image, before=before, after=snapshot(image, IMAGE_FIELDS))
-    return image
-
-
-def _check_image_kinds(image: Image) -> None:
-    listed = image.kinds if isinstance(image.kinds, list) else None
-    if not listed or any(kind not in kinds.names() for kind in listed):
-        raise ValidationError({"kinds": [f"A list of template kinds: {', '.join(kinds.names())}."]})
-
-
-def _check_image(image: Image) -> None:
-    _check_image_kinds(image)
-    image.full_clean()
-
-
-def _require_rule_scope(actor: Actor, project: Project | None) -> None:
-    if project is None:
-        require(policy.may_manage_catalogue(actor), "Only platform ops set global approval rules.")
-    else:
-        require(policy.may_decide(actor, project), "Only project admins, tenant admins and ops set the project's approval rules.")
-        if not project.tenant.is_active and not actor.is_ops:
-            raise ReadOnlyTenant(f"Tenant {project.tenant.slug} is suspended: its data can be read but not changed.")
-
-
-def _check_rule(rule: ApprovalRule) -> None:
-    for field in ("member_priorities", "admin_priorities"):
-        value = getattr(rule, field)
-        if not isinstance(value, list) or any(p not in Priority.values for p in value):
-            raise ValidationError({field: [f"A list of priorities: {', '.join(Priority.values)}."]})
-        if any(p in APPROVER_ONLY_PRIORITIES for p in value):
-            raise ValidationError({field: ["production always needs an approver's decision; it cannot be approved automatically."]})
-        setattr(rule, field, [p for p in Priority.values if p in value])  # stable order, no duplicates
-    rule.full_clean(validate_unique=False, validate_constraints=False)
-
-
-@transaction.atomic
-def approval_rule_create(*, actor: Actor, project: Project | None, **values: Any) -> ApprovalRule:
-    if actor.token is not None:
-        raise NotAllowed("API tokens cannot change approval rules.")
-    _require_rule_scope(actor, project)
-    if ApprovalRule.objects.filter(project=project, template_slug=values.get("template_slug", "")).exists():
-        raise ConflictError("A rule for this project and template exists already; change it instead.", field="template_slug")
-    rule = ApprovalRule(project=project, **values)
-    _check_rule(rule)
-    rule.save()
-    audit_record(
-        actor=actor, action="approval_rule.create", target=rule, tenant=project.tenant if project else None,
-        project=project, after=snapshot(rule, RULE_FIELDS),
-    )
-    return rule
-
-
-@transaction.atomic
-def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **changes: Any) -> ApprovalRule:
-    if actor.token is not None:
-        raise NotAllowed("API tokens cannot change approval rules.")
-    rule = ApprovalRule.objects.select_for_update(of=("self",)).select_related("project__tenant").get(pk=rule.pk)
-    _require_rule_scope(actor, rule.project)
-    if "template_slug" in changes and changes["template_slug"] != rule.template_slug:
-        raise Invalid("The template of a rule cannot change; create another rule.", field="template_slug")
-    before = snapshot(rule, RULE_FIELDS)
-    for field, value in changes.items():
-        setattr(rule, field, value)
-    _check_rule(rule)
-    rule.save()
-    audit_record(
-        actor=actor, action="approval_rule.update", target=rule, tenant=rule.project.tenant if rule.project else None,
-        project=rule.project, before=before, after=snapshot(rule, RULE_FIELDS),
-    )
-    return rule
-
-
-@transaction.atomic
-def approval_rule_delete(*, actor: Actor, rule: ApprovalRule) -> None:
-    if actor.token is not None:
-        raise NotAllowed("API tokens cannot change approval rules.")
-    rule = ApprovalRule.objects.select_for_update(of=("self",)).select_related("project__tenant").get(pk=rule.pk)
-    _require_rule_scope(actor, rule.project)
-    audit_record(
-        actor=actor, action="approval_rule.delete", target=rule, tenant=rule.project.tenant if rule.project else None,
-        project=rule.project, before=snapshot(rule, RULE_FIELDS),
-    )
-    rule.delete()
-
-
 # Volumes ---------------------------------------------------------------------------------------
 
 VOLUME_FIELDS = ["project", "name", "owner", "description"]
-
-
-@transaction.atomic
-def volume_register(*, actor: Actor, project: Project, name: str, shared: bool = False, description: str = "") -> Volume:
-    """Record an existing PersistentVolumeClaim of the project's namespace as mountable.
-
-    ``shared``: every member's requests may mount it (project admins, tenant admins and ops register those);
-    otherwise it is the registering user's own. Notebook home names (``home-req-…``) are the portal's.
-    """
-    if actor.user is None:
-        raise NotAllowed("Volumes are registered by users.")
-    project = Project.objects.select_related("tenant").get(pk=project.pk)
-    if shared:
-        require(policy.may_decide(actor, project), "Only project admins, tenant admins and ops share volumes with a project.")
-    else:
-        require(policy.may_submit_request(actor, project), "You may not register volumes in this project.")
-    _require_usable(project, "registering a volume")
-    name = (name or "").strip()
-    if not name or len(name) > 253 or not manifests.DNS1123_SUBDOMAIN.match(name):
-        raise Invalid("A PersistentVolumeClaim name: lower-case letters, digits, '-' and '.'.", field="name")
-    if name.startswith(manifests.NOTEBOOK_HOME_PREFIX):
-        raise Invalid("Names starting with home-req- are notebook home volumes; the portal registers those.", field="name")
-    if Volume.objects.filter(project=project, name=name).exists():
-        raise ConflictError(f"Volume {name} is registered in {project.slug} already.", field="name")
-    try:
-        with transaction.atomic():
-            volume = Volume.objects.create(project=project, name=name, owner=None if shared else actor.user,
-                                           description=(description or "")[:200])
-    except IntegrityError:
-        raise ConflictError(f"Volume {name} is registered in {project.slug} already.", field="name") from None
-    audit_record(actor=actor, action="volume.register", target=volume, tenant=project.tenant, project=project,
-                 after={"name": name, "shared": shared})
-    return volume
 
 
 # Notebook activity ------------------------------------------------------------------------------------------------

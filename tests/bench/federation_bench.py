@@ -151,6 +151,8 @@ def run(sandboxes: list, *, spill: bool) -> dict:
             rounds_after += 1
         sync()
         clock += ARGS.round_seconds
+        if int(clock / ARGS.round_seconds) % 10 == 0:
+            print(f"  round {int(clock / ARGS.round_seconds)}: {n} submitted, {len(admitted_at)} admitted", flush=True)
         for pk in WorkloadRequest.objects.filter(pk__in=[p for p in submitted if p not in admitted_at],
                                                  first_admitted_at__isnull=False).values_list("pk", flat=True):
             admitted_at[pk] = clock
@@ -179,7 +181,9 @@ def main() -> int:
         from workloads.models import WorkloadRequest
 
         sandboxes = start_sandboxes()
+        started = time.monotonic()
         call_command("seed_demo", stdout=io.StringIO())
+        print(f"seeded the three-zone demo in {time.monotonic() - started:.0f} s", flush=True)
         for label, spill in (("with spill-over", True), ("without spill-over", False)):
             WorkloadRequest.objects.filter(seeded=False).delete()  # the demo's own and the last run's requests
             if label.startswith("without"):

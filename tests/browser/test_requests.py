@@ -184,9 +184,9 @@ def test_clone_a_request_and_keep_its_values_as_a_preset(signed_in, cast, cat) -
 def test_one_catalogue_card_per_template_after_an_edit(signed_in, cast, cat) -> None:
     """Ops edit the notebook (a new version, which retires the old one): the catalogue shows one Notebook card,
     and it opens the new version's form."""
-    from workloads import services
+    from workloads import catalogue_services
 
-    v2 = services.template_create(actor=cast.actor("ops"), kind=cat.notebook.kind, slug="notebook", name="Notebook",
+    v2 = catalogue_services.template_create(actor=cast.actor("ops"), kind=cat.notebook.kind, slug="notebook", name="Notebook",
                                   max_gpus=1, allowed_flavors=list(cat.notebook.allowed_flavors.all()),
                                   parameters_schema={"type": "object", "properties": {}})
     page = signed_in("carol")

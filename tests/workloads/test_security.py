@@ -14,8 +14,14 @@ from rest_framework.test import APIClient
 
 from portal.exceptions import ConflictError, NotAllowed
 from tenants.models import AuditEntry
-from workloads import services
-from workloads.models import LIVE_STATES, ApprovalRule, RequestState, Volume, WorkloadRequest
+from workloads import catalogue_services, services
+from workloads.models import (
+    LIVE_STATES,
+    ApprovalRule,
+    RequestState,
+    Volume,
+    WorkloadRequest,
+)
 from workloads.states import FINAL
 
 from .factories import make_request
@@ -126,7 +132,7 @@ def test_production_is_never_approved_on_submission_not_even_for_an_approver(cas
 
 
 def test_rule_narrows_members_priorities_per_project_and_template(cast, cat) -> None:
-    services.approval_rule_create(actor=cast.actor("bob"), project=cast.vision, template_slug="notebook",
+    catalogue_services.approval_rule_create(actor=cast.actor("bob"), project=cast.vision, template_slug="notebook",
                                   auto_approve_max_gpus=2, auto_approve_max_hours=8, member_priorities=["batch"])
     notebook = submit(cast, cat, "carol", template=cat.notebook, gpus=1)  # interactive by default
     assert notebook.state == S.PENDING_APPROVAL and "Priority interactive" in notebook.pending_reason
@@ -145,7 +151,7 @@ def test_a_rule_cannot_auto_approve_production(api, cast, cat) -> None:
     assert ok.status_code == 201 and ok.json()["member_priorities"] == ["interactive", "batch"]
     assert ok.json()["admin_priorities"] == ["interactive", "batch"]
     with pytest.raises(ValidationError):
-        services.approval_rule_update(actor=cast.actor("bob"), rule=ApprovalRule.objects.get(pk=ok.json()["id"]),
+        catalogue_services.approval_rule_update(actor=cast.actor("bob"), rule=ApprovalRule.objects.get(pk=ok.json()["id"]),
                                       admin_priorities=["production"])
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from portal.exceptions import Invalid
 from tenants.models import AuditEntry
-from workloads import services
+from workloads import catalogue_services, services
 from workloads.models import RequestState as S
 from workloads.models import ServiceTemplate
 
@@ -35,13 +35,13 @@ def _edit_notebook_via_ops_page(as_user, cat) -> ServiceTemplate:
 
 
 def test_a_new_version_retires_the_previous_one(cast, cat) -> None:
-    v2 = services.template_create(actor=cast.actor("ops"), kind=cat.training.kind, slug="training", name="Training",
+    v2 = catalogue_services.template_create(actor=cast.actor("ops"), kind=cat.training.kind, slug="training", name="Training",
                                   max_gpus=2, allowed_flavors=[cat.h100], parameters_schema=SCHEMA)
     cat.training.refresh_from_db()
     assert v2.version == 2 and v2.active and not cat.training.active
     assert AuditEntry.objects.filter(action="template.retire", target_id=str(cat.training.pk)).count() == 1
     # A draft (inactive) version retires nothing.
-    services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Draft", active=False,
+    catalogue_services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Draft", active=False,
                              parameters_schema=SCHEMA)
     v2.refresh_from_db()
     assert v2.active
@@ -96,13 +96,13 @@ def test_a_request_on_the_old_version_keeps_it_and_may_stop_and_restart(as_user,
 
 def test_restart_refused_when_the_template_is_withdrawn(cast, cat) -> None:
     req = make_request(cat, cast.vision, cast.carol, template=cat.notebook, state=S.STOPPED, parameters={})
-    services.template_update(actor=cast.actor("ops"), template=cat.notebook, active=False)
+    catalogue_services.template_update(actor=cast.actor("ops"), template=cat.notebook, active=False)
     with pytest.raises(Invalid, match="no longer offered"):
         services.request_restart(actor=cast.actor("carol"), request=req)
 
 
 def test_reactivating_an_old_version_makes_it_the_live_one(api, cast, cat) -> None:
-    v2 = services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Training", max_gpus=2,
+    v2 = catalogue_services.template_create(actor=cast.actor("ops"), kind="training", slug="training", name="Training", max_gpus=2,
                                   parameters_schema=SCHEMA)
     response = api("ops").patch(f"{API}/templates/{cat.training.pk}/", {"active": True}, format="json")
     assert response.status_code == 200, response.content

@@ -16,19 +16,40 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from portal.api import CursorPagination
-from portal.throttles import SubmitRateThrottle, allow_each
 from portal.exceptions import Invalid
 from portal.inputs import NUL, NUL_MESSAGE, is_id
+from portal.throttles import SubmitRateThrottle, allow_each
 from quotas.selectors import flavors_for
 from tenants.access import Actor
 from tenants.guards import actor_of, require
 from tenants.selectors import projects_for, projects_where
 
-from .. import approvals, extensions, policy, routing, selectors, services
-from ..filters import ExtensionRequestFilter, ImageFilter, PresetFilter, RequestFilter, TemplateFilter
-from ..models import ApprovalRule, ExtensionRequest, Image, RequestPreset, ServiceTemplate, Volume, WorkloadRequest
+from .. import (
+    approvals,
+    catalogue_services,
+    extensions,
+    policy,
+    routing,
+    selectors,
+    services,
+)
+from ..filters import (
+    ExtensionRequestFilter,
+    ImageFilter,
+    PresetFilter,
+    RequestFilter,
+    TemplateFilter,
+)
+from ..models import (
+    ApprovalRule,
+    ExtensionRequest,
+    Image,
+    RequestPreset,
+    ServiceTemplate,
+    Volume,
+    WorkloadRequest,
+)
 from .endpoints import RequestKeysMixin
-from .sharing import RequestSharesMixin
 from .serializers import (
     ApprovalRuleSerializer,
     ApprovalRuleWriteSerializer,
@@ -57,6 +78,7 @@ from .serializers import (
     VolumeWriteSerializer,
     WaitingSerializer,
 )
+from .sharing import RequestSharesMixin
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
@@ -160,7 +182,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         actor = actor_of(request)
         data = TemplateWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        template = services.template_create(actor=actor, **data.validated_data)
+        template = catalogue_services.template_create(actor=actor, **data.validated_data)
         return Response(TemplateSerializer(template).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=TemplateWriteSerializer, responses={200: TemplateSerializer}, parameters=[TEMPLATE_KEY])
@@ -169,7 +191,7 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         template = self.get_object()
         data = TemplateWriteSerializer(template, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        template = services.template_update(actor=actor, template=template, **data.validated_data)
+        template = catalogue_services.template_update(actor=actor, template=template, **data.validated_data)
         return Response(TemplateSerializer(template).data)
 
     @extend_schema(exclude=True)
@@ -194,7 +216,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
         actor = actor_of(request)
         data = ImageSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        image = services.image_create(actor=actor, **data.validated_data)
+        image = catalogue_services.image_create(actor=actor, **data.validated_data)
         return Response(ImageSerializer(image).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args, **kwargs) -> Response:
@@ -202,7 +224,7 @@ class ImageViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
         image = self.get_object()
         data = ImageSerializer(image, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        image = services.image_update(actor=actor, image=image, **data.validated_data)
+        image = catalogue_services.image_update(actor=actor, image=image, **data.validated_data)
         return Response(ImageSerializer(image).data)
 
     @extend_schema(exclude=True)
@@ -239,7 +261,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
         project = self._project(actor, values.pop("project", None))
-        rule = services.approval_rule_create(actor=actor, project=project, **values)
+        rule = catalogue_services.approval_rule_create(actor=actor, project=project, **values)
         return Response(ApprovalRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ApprovalRuleWriteSerializer, responses={200: ApprovalRuleSerializer})
@@ -250,7 +272,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
         values = dict(data.validated_data)
         if "project" in values and values.pop("project") != (rule.project.slug if rule.project else None):
             raise Invalid("The project of a rule cannot change; create another rule.", field="project")
-        rule = services.approval_rule_update(actor=actor_of(request), rule=rule, **values)
+        rule = catalogue_services.approval_rule_update(actor=actor_of(request), rule=rule, **values)
         return Response(ApprovalRuleSerializer(rule).data)
 
     @extend_schema(exclude=True)
@@ -258,7 +280,7 @@ class ApprovalRuleViewSet(viewsets.ModelViewSet):
         return self.partial_update(request, *args, **kwargs)
 
     def destroy(self, request: Request, *args, **kwargs) -> Response:
-        services.approval_rule_delete(actor=actor_of(request), rule=self.get_object())
+        catalogue_services.approval_rule_delete(actor=actor_of(request), rule=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -283,7 +305,7 @@ class VolumeViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         project = projects_for(actor=actor).filter(slug=values.pop("project")).first()
         if project is None:
             raise Invalid("No such project.", field="project")
-        volume = services.volume_register(actor=actor, project=project, **values)
+        volume = catalogue_services.volume_register(actor=actor, project=project, **values)
         return Response(VolumeSerializer(volume).data, status=status.HTTP_201_CREATED)
 
 
