@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import random
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,7 +53,8 @@ from quotas.models import ArchitectureChange, Cluster, Flavor, Quota
 from tenants.models import Membership, Role
 from workloads.models import Priority, Reclaim, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
 
-from .models import PoolSample, QueueSample
+from .measured import SLOT_SECONDS, device_memory_mib, slot_end
+from .models import MeasuredSample, PoolSample, QueueSample
 from .samples import fill_lent, profile_memory_gib
 
 log = logging.getLogger(__name__)
@@ -481,6 +484,10 @@ def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = 
             summary["samples"] = _seed_samples(cluster, streams, start, end, rng)
         if not WorkloadRequest.objects.filter(seeded=True, spilled=True).exists():
             summary["requests"] += _seed_spills(end, random.Random(RANDOM_SEED + 1))
+        if not WorkloadRequest.objects.filter(idempotency_key=OVERSIZED_KEY).exists():
+            summary["requests"] += _seed_oversized(cluster, end)
+        if not MeasuredSample.objects.filter(seeded=True).exists():
+            _seed_measured(end)
     return summary
 
 
@@ -522,6 +529,98 @@ def _seed_spills(end: datetime, rng: random.Random) -> int:
     return len(rows)
 
 
+OVERSIZED_KEY = f"{IDEMPOTENCY_PREFIX}oversized"
+OVERSIZED_NAME = "resnet18-finetune"
+
+
+def _seed_oversized(cluster: Cluster, end: datetime) -> int:
+    """The rightsizing story (docs/measured-use.md): acme-vision's memory-light training job that held a whole H100
+    for six hours, finished yesterday; its measured samples (``_seed_measured``) peak at 8.2 GiB with SM active
+    ~11 %, so its page suggests a 1g.10gb MIG slice (which the project has quota for) and "Clone with the
+    suggestion" pre-fills it."""
+    flavor = Flavor.objects.filter(cluster=cluster, kind=Flavor.Kind.WHOLE, gpu_model="h100-80gb", active=True).order_by("order", "name").first()
+    template = ServiceTemplate.objects.filter(slug="training", active=True).order_by("-version").first()
+    member = Membership.objects.filter(project__slug="acme-vision", role=Role.MEMBER).select_related("project", "user").first()
+    if flavor is None or template is None or member is None:
+        return 0
+    started = (end - timedelta(days=1)).replace(minute=0, second=0, microsecond=0) - timedelta(hours=8)
+    created = started - timedelta(minutes=2)
+    req = WorkloadRequest(
+        tenant=member.project.tenant, project=member.project, cluster=cluster, template=template, name=OVERSIZED_NAME,
+        image=IMAGES["training"], flavor=flavor, gpus=1, cpu=Decimal(4), memory_gib=32,
+        parameters={"command": "python train.py --model resnet18 --batch-size 64"}, duration_hours=8,
+        priority=Priority.BATCH, state=S.SUCCEEDED, state_reason="Completed.", requested_by=member.user,
+        idempotency_key=OVERSIZED_KEY, created_at=created, approved_at=created + timedelta(seconds=1),
+        queued_at=created + timedelta(seconds=4), admitted_at=created + timedelta(seconds=30),
+        first_admitted_at=created + timedelta(seconds=30), started_at=started, finished_at=started + timedelta(hours=6),
+        workload_uid=str(uuid.uuid5(uuid.NAMESPACE_URL, "seeded-workload-oversized")), seeded=True)
+    with _past_timestamps(WorkloadRequest._meta.get_field("created_at")):
+        WorkloadRequest.objects.bulk_create([req])
+    return 1
+
+
+MEASURED_COLUMNS = ("at", "request_id", "cluster_id", "tenant_id", "project_id", "flavor_id", "seconds", "gpus",
+                    "memory_mib", "util_avg", "sm_active_avg", "fb_used_max", "xid", "seeded")
+
+
+def _memory_mib(req: WorkloadRequest) -> int:
+    """What one device offers; a flavor the demo made without the sandbox has no ``gpu_memory_mib``: its model's
+    name says it (``h100-80gb``), else a 48 GiB card."""
+    mib = device_memory_mib(req.flavor, req.share_memory_mib)
+    if mib:
+        return mib
+    m = re.search(r"(\d+)gb", req.flavor.gpu_model or "")
+    return int(m.group(1)) * 1024 if m else 48 * 1024
+
+
+def _profile(req: WorkloadRequest, rng: random.Random) -> Any:
+    """A request's measured use per 5-minute slot, as (util %, SM active ratio, peak memory MiB) from a function of
+    the slot's index: saturated training, bursty notebooks mostly left idle, inference following the day, and a
+    few memory-light training jobs (the oversized one is the demo's rightsizing example)."""
+    if req.idempotency_key == OVERSIZED_KEY:
+        return lambda i: (rng.uniform(30, 50), rng.uniform(0.10, 0.118), rng.uniform(8000, 8400))
+    kind = req.template.kind
+    mem = _memory_mib(req)
+    if kind == "notebook":
+        base = rng.uniform(0.03, 0.08) * mem
+        return lambda i: ((rng.uniform(20, 70), rng.uniform(0.1, 0.5), base * 4) if rng.random() < 0.2
+                          else (rng.uniform(0, 3), rng.uniform(0, 0.02), base))
+    if kind == "inference":
+        def served(i: int) -> tuple[float, float, float]:
+            load = min(100.0, max(2.0, 40 + 30 * math.sin(i / 288 * 2 * math.pi) + rng.uniform(-10, 10)))
+            return load, load / 130, mem * rng.uniform(0.85, 0.9)
+        return served
+    if rng.random() < 0.1:  # memory-light training on big devices
+        return lambda i: (rng.uniform(30, 50), rng.uniform(0.1, 0.15), mem * rng.uniform(0.1, 0.15))
+    util, share = rng.uniform(60, 95), rng.uniform(0.45, 0.9)
+    return lambda i: (min(100.0, util + rng.uniform(-8, 5)), min(1.0, util / 110 + rng.uniform(-0.05, 0.05)),
+                      mem * min(0.98, share + rng.uniform(-0.03, 0.03)))
+
+
+def _seed_measured(end: datetime) -> int:
+    """Measured samples (what ``insights.measured_take`` writes from DCGM) for every slot of every seeded run: the
+    measured metrics and rightsizing have history without the sandbox. One ``COPY`` (tens of thousands of rows)."""
+    rows: list[tuple[Any, ...]] = []
+    history = (WorkloadRequest.objects.filter(seeded=True, started_at__isnull=False, finished_at__isnull=False)
+               .select_related("flavor", "template").order_by("pk"))
+    for req in history:
+        rng = random.Random(f"{RANDOM_SEED}-measured-{req.idempotency_key}")
+        use = _profile(req, rng)
+        memory = _memory_mib(req)
+        at = slot_end(req.started_at) + timedelta(seconds=SLOT_SECONDS)
+        last = min(req.finished_at, end)
+        i = 0
+        while at <= last:
+            util, sm, fb = use(i)
+            rows.append((connection.ops.adapt_datetimefield_value(at), req.pk, req.cluster_id, req.tenant_id,
+                         req.project_id, req.flavor_id, SLOT_SECONDS, req.gpus * req.replicas, memory, round(util, 2),
+                         round(max(0.0, sm), 4), round(min(fb, memory), 1), 0, True))
+            at += timedelta(seconds=SLOT_SECONDS)
+            i += 1
+    _insert(MeasuredSample, MEASURED_COLUMNS, rows)
+    return len(rows)
+
+
 def _seed_switch(cluster: Cluster, switch: datetime) -> None:
     """The history's architecture change: the cluster ran E until ``switch`` and F since (only when it runs F now,
     so the change's record and the live configuration agree)."""
@@ -544,4 +643,5 @@ def seeded_counts() -> dict[str, int]:
         "queue_samples": QueueSample.objects.filter(seeded=True).count(),
         "pool_samples": PoolSample.objects.filter(seeded=True).count(),
         "reclaims": Reclaim.objects.filter(seeded=True).count(),
+        "measured_samples": MeasuredSample.objects.filter(seeded=True).count(),
     }

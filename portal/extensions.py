@@ -45,6 +45,10 @@ created; quotas, which knows the clusters, answers. Both are enforcing: a check 
 ``quota_notices``: ``register(fn)`` where ``fn(*, tenant, project=None) -> list[str]`` are sentences for a quota
 page about changes to that tenant's (or project's) quota coming from elsewhere: a MIG change that will cut, or
 recently cut, it (maintenance).
+
+``gpus_in_use_by_node``: ``register(fn)`` where ``fn(cluster) -> dict[str, Decimal]`` is how many whole GPUs the
+work admitted on ``cluster`` holds on each node (by node name), as far as the portal knows where it runs (Kueue's
+topology assignment). The capacity page's per-rack free GPUs subtract it (workloads answers).
 """
 
 from __future__ import annotations
@@ -171,6 +175,7 @@ submission_guard = Slot(
 budget_remaining = Slot("budget remaining")
 rightsizing = Slot("rightsizing")  # a request -> its measured rightsizing suggestion (insights) or None
 quota_notices = Slot("quota notices")
+gpus_in_use_by_node = Slot("GPUs in use by node")
 reserved_name = Slot(
     "reserved name check", policy=ENFORCING, field="slug",
     unavailable="Namespace check unavailable: whether this slug is a reserved namespace could not be checked, so "

@@ -460,6 +460,8 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "workloads.models.RequestState",
         "ArchitectureChangeStateEnum": "quotas.models.ArchitectureChange.State",
         "ArchitectureEnum": "quotas.models.Architecture",
+        # Two "topology" choice sets: a cluster's (ops) and a request's placement.
+        "ClusterTopologyEnum": "quotas.models.CLUSTER_TOPOLOGIES",
         "StatementStatusEnum": "billing.models.Statement.Status",
         "BillingModeEnum": "billing.models.BillingProfile.Mode",
         "MigChangeStatusEnum": "maintenance.models.MigChange.Status",

@@ -26,7 +26,7 @@ from portal.quantities import in_portal_units, parse_quantity
 
 from . import architectures
 
-from .manifests import ClusterRow, offered_kinds, volcano_owned
+from .manifests import RACK_LABEL, ClusterRow, offered_kinds, topology_flavor, volcano_owned
 from .models import Cluster, Flavor, Node
 
 GPU = "nvidia.com/gpu"
@@ -95,6 +95,69 @@ def capacity_by_flavor(cluster: Cluster, *, flavors: Iterable[Flavor] | None = N
             for resource, amount in node_offers(flavor, node).items():
                 totals[(flavor.pk, resource)] += amount
     return {key: value.quantize(Decimal("0.001")) for key, value in totals.items()}
+
+
+# ----------------------------------------------------------------------------------------- free GPUs per rack
+@dataclass(frozen=True)
+class RackFree:
+    """One placed flavor's free whole GPUs: in total, and the most within one rack (what a job that asks for one
+    rack can get). ``racks``: (rack, free, capacity), emptiest first."""
+
+    flavor: Flavor
+    free: Decimal
+    largest: Decimal
+    racks: list[tuple[str, Decimal, Decimal]]
+    unlabelled: int  # nodes of the flavor without a rack label: Kueue places no pod there by topology
+
+    @property
+    def fragmented(self) -> bool:
+        return self.largest < self.free
+
+    @property
+    def sentence(self) -> str:
+        free, largest = fmt_gpus(self.free), fmt_gpus(self.largest)
+        if not self.racks:
+            return "no node of this flavor carries a rack label"
+        if not self.fragmented:
+            return f"{free} free, all in one rack"
+        return (f"{free} free, at most {largest} in one rack: a job of {fmt_gpus(self.largest + 1)} GPUs or more "
+                f"that asks for one rack fits nowhere now")
+
+
+def fmt_gpus(value: Decimal) -> str:
+    return str(value.quantize(Decimal(1)) if value == value.to_integral_value() else value.normalize())
+
+
+def rack_fragmentation(cluster: Cluster, flavors: Iterable[Flavor], nodes: Iterable[Node],
+                       in_use: dict[str, Decimal] | None) -> list[RackFree]:
+    """For each flavor placed by topology (``manifests.topology_flavor``): the free whole GPUs of its nodes (the
+    inventory's allocatable, less ``in_use``: GPUs held per node name) in total and per rack (the nodes'
+    ``cloud.provider.com/topology-rack`` label). Nodes that do not count (not ready, gone) or are cordoned offer
+    nothing. No query: the caller hands in what it read."""
+    in_use = in_use or {}
+    nodes = [n for n in nodes if n.counts_capacity and not n.unschedulable]
+    out = []
+    for flavor in flavors:
+        if not (flavor.active and topology_flavor(cluster, flavor)):
+            continue
+        racks: dict[str, list[Decimal]] = {}
+        unlabelled = 0
+        for node in nodes:
+            if not flavor_matches(flavor, node):
+                continue
+            rack = str((node.labels or {}).get(RACK_LABEL) or "")
+            if not rack:
+                unlabelled += 1
+                continue
+            gpus = node_offers(flavor, node).get(GPU, Decimal(0))
+            free = max(Decimal(0), gpus - in_use.get(node.name, Decimal(0)))
+            totals = racks.setdefault(rack, [Decimal(0), Decimal(0)])
+            totals[0] += free
+            totals[1] += gpus
+        rows = sorted(((r, f, c) for r, (f, c) in racks.items()), key=lambda row: (-row[1], row[0]))
+        out.append(RackFree(flavor, sum((f for _r, f, _c in rows), Decimal(0)), rows[0][1] if rows else Decimal(0),
+                            rows, unlabelled))
+    return out
 
 
 # ----------------------------------------------------------------------------------------- offered vs enforced

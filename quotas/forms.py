@@ -187,6 +187,12 @@ class ClusterSettingsForm(forms.Form):
     use_mig = forms.BooleanField(required=False, label="Offer MIG flavors (C, E, F)")
     use_hami = forms.BooleanField(required=False, label="Offer HAMi flavors (D, E, F)")
     volcano_capacity_plugin = forms.BooleanField(required=False, label="Volcano runs the capacity plugin")
+    topology = forms.ChoiceField(
+        choices=Cluster._meta.get_field("topology").choices, required=False, label="Topology-aware placement",
+        help_text="Block, rack, host: Kueue places distributed training within one rack or block, from the nodes' "
+                  "cloud.provider.com/topology-block and -rack labels. Applied through the plan below; switching it "
+                  "off needs the placed flavors deleted first (Kueue cannot take a flavor's topology off).",
+    )
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, data: Any = None) -> ClusterSettingsForm:

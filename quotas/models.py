@@ -33,6 +33,10 @@ FLAVOR_NAME = RegexValidator(
 Architecture = models.TextChoices("Architecture", [(letter, (letter, label)) for letter, label in architectures.choices()])
 
 
+# Cluster.topology's choices (a key of quotas.manifests.TOPOLOGY_LEVELS, or "" for off).
+CLUSTER_TOPOLOGIES = [("", "None"), ("block-rack-host", "Block, rack, host")]
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster the portal drives. The kubeconfig is encrypted at rest or read from a file."""
 
@@ -62,7 +66,7 @@ class Cluster(models.Model):
     # reconcile writes a Kueue Topology (levels block, rack, hostname) and points the whole-GPU flavors at it, and
     # multi-pod training may ask to be placed within one rack or block.
     topology = models.CharField(
-        max_length=20, blank=True, choices=[("", "None"), ("block-rack-host", "Block, rack, host")],
+        max_length=20, blank=True, choices=CLUSTER_TOPOLOGIES,
         help_text="Topology-aware placement: the node labels of blocks and racks (empty: off).",
     )
     # Federation (docs/federation.md): the zone this cluster is (one GPU model's pool, as a rule), the failure domain

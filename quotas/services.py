@@ -37,8 +37,9 @@ from tenants.models import DNS1123_LABEL, Project, Tenant
 from . import architectures, policy, selectors, states
 from .events import schedule_reconcile
 from .exceptions import AlreadyDecided, QuotaExceeded
+from .manifests import topology_flavor
 from .mig import MIG_PROFILES, validate_mig_profile
-from .models import Architecture, Cluster, Flavor, Quota, QuotaRequest, gib_words
+from .models import AppliedObject, Architecture, Cluster, Flavor, Quota, QuotaRequest, gib_words
 from .notify import quota_request_notify
 
 ZERO = Decimal(0)
@@ -49,7 +50,8 @@ Status = QuotaRequest.Status
 # RegexValidator compiles its pattern; the stubs type the attribute as ``str | Pattern``.
 _LABEL_RE = cast("re.Pattern[str]", DNS1123_LABEL.regex)
 
-CLUSTER_FIELDS = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path"]
+CLUSTER_FIELDS = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path",
+                  "topology"]
 FLAVOR_FIELDS = [
     "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile", "hami_memory_mib",
     "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order", "active",
@@ -120,12 +122,13 @@ def cluster_create(
     overcommit_percent: int = 0,
     kubeconfig: str = "",
     kubeconfig_path: str = "",
+    topology: str = "",
 ) -> Cluster:
     require(policy.may_manage_capacity(actor), "Only platform ops register clusters.")
     cluster = Cluster(
         name=name, architecture=architecture, use_mig=use_mig, use_hami=use_hami,
         volcano_capacity_plugin=volcano_capacity_plugin, overcommit_percent=overcommit_percent,
-        kubeconfig_path=kubeconfig_path,
+        kubeconfig_path=kubeconfig_path, topology=topology,
     )
     _cluster_check(cluster)
     if kubeconfig:
@@ -158,6 +161,8 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
             raise Invalid("This field cannot be changed.", field=key)
     before = snapshot(cluster, CLUSTER_FIELDS)
     old_overcommit = cluster.overcommit_percent
+    switching_off = cluster.topology and not changes.get("topology", cluster.topology)
+    carrying = _flavors_carrying_topology(cluster) if switching_off else []
     kubeconfig = changes.pop("kubeconfig", None)
     for field, value in changes.items():
         setattr(cluster, field, value)
@@ -175,6 +180,15 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
             raise Invalid(f"Deactivate the cluster's {kind} flavors first.", field=flag)
     if cluster.overcommit_percent < old_overcommit:
         _check_promises_fit(cluster)
+    if carrying:
+        names = ", ".join(carrying)
+        raise Invalid(
+            f"Topology cannot be switched off while flavors {names} carry it: Kueue does not allow removing a flavor's "
+            "topology, and keeps a deleted flavor as long as a queue names it. Drain the queues using them, deactivate "
+            f"{names} and apply the plan (the reconcile takes them off the queues and deletes them), then switch "
+            "topology off and activate them again: they are recreated without it.",
+            field="topology",
+        )
     extra = {}
     if kubeconfig is not None:
         cluster.kubeconfig_encrypted = _kubeconfig_encrypted(kubeconfig) if kubeconfig else ""
@@ -183,6 +197,17 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
     audit_record(actor=actor, action="cluster.update", target=cluster, before=before, after=snapshot(cluster, CLUSTER_FIELDS) | extra)
     schedule_reconcile(cluster.pk)
     return cluster
+
+
+def _flavors_carrying_topology(cluster: Cluster) -> list[str]:
+    """The flavors of ``cluster`` whose ResourceFlavor on the cluster names its Topology: placed flavors
+    (``topology_flavor``) that were applied, once the Topology itself was. Kueue refuses to take
+    ``spec.topologyName`` off them (docs/cluster-objects.md, "Topology-aware placement")."""
+    applied = AppliedObject.objects.filter(cluster=cluster)
+    if not applied.filter(kind="Topology", applied_at__isnull=False).exists():
+        return []
+    written = set(applied.filter(kind="ResourceFlavor", applied_at__isnull=False).values_list("name", flat=True))
+    return [f.name for f in cluster.flavors.order_by("order", "name") if f.name in written and topology_flavor(cluster, f)]
 
 
 def cluster_set_kubeconfig(*, actor: Actor, cluster: Cluster, kubeconfig: str) -> Cluster:

@@ -35,6 +35,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
+from portal.extensions import gpus_in_use_by_node
 from portal.quantities import fmt
 from portal.ui import Pager, filtered
 from tenants import selectors as tenancy
@@ -46,7 +47,7 @@ from tenants.models import Project
 from tenants.ui import page
 
 from . import selectors, services
-from .capacity import flavor_enforcement, flavor_matches, node_offers
+from .capacity import flavor_enforcement, flavor_matches, node_offers, rack_fragmentation
 from .exceptions import QuotaExceeded
 from .filters import QuotaFilter
 from .forms import (
@@ -331,6 +332,9 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
         "flavor_chart": _flavor_chart(cluster, flavor_rows),
         "pools": pools,
         "pool_chart": _pool_chart(cluster, pools),
+        # Placed flavors only (a cluster with a topology): free GPUs in total vs. within one rack.
+        "rack_free": rack_fragmentation(cluster, flavors.values(), all_nodes, gpus_in_use_by_node.call(cluster))
+                     if cluster.topology else [],
         "node_filter": node_filter,
         "node_pager": node_pager,
         "node_rows": node_rows,

@@ -106,6 +106,25 @@ class ProjectCreateForm(forms.Form):
         super().__init__(*args, **kwargs)
 
 
+class ProjectIdleForm(forms.Form):
+    """What may be stopped when its GPUs are measured idle (docs/measured-use.md, "Idle detection")."""
+
+    cull_idle_notebooks_by_gpu = forms.BooleanField(
+        required=False, label="Cull notebooks whose GPUs are measured idle",
+        help_text="As well as by portal activity; the home volume is kept.")
+    stop_idle_batch_jobs = forms.BooleanField(
+        required=False, label="Stop training and batch jobs whose GPUs are measured idle",
+        help_text="Inference services are never stopped for idling.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "idle")
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def for_project(cls, project: Project, data: Mapping[str, Any] | None = None) -> ProjectIdleForm:
+        return cls(data, initial={name: getattr(project, name) for name in cls.base_fields})
+
+
 TENANT_WIDE = ""
 
 

@@ -19,7 +19,8 @@ from .audit import audit_record, snapshot
 from .models import Project, Tenant
 
 TENANT_FIELDS = ["name", "slug", "cost_centre", "contact_email", "status"]
-PROJECT_FIELDS = ["name", "slug", "description", "status", "notebooks_open_to_approvers"]
+PROJECT_FIELDS = ["name", "slug", "description", "status", "notebooks_open_to_approvers", "cull_idle_notebooks_by_gpu",
+                  "stop_idle_batch_jobs"]
 T, P = Tenant.Status, Project.Status
 
 TENANT = Machine(

@@ -18,6 +18,7 @@ urlpatterns = [
     path("projects/<slug:slug>/tokens/", views.token_create, name="token-create"),
     path("projects/<slug:slug>/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("projects/<slug:slug>/status/", views.project_status, name="project-status"),
+    path("projects/<slug:slug>/idle/", views.project_idle, name="project-idle"),
     # Tenant admin
     path("search/tenants/", views.tenant_search, name="tenant-search"),
     path("tenants/", views.tenant_list, name="tenant-list"),

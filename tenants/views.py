@@ -50,6 +50,7 @@ from .forms import (
     LoginSettingsForm,
     MemberAddForm,
     ProjectCreateForm,
+    ProjectIdleForm,
     RoleForm,
     SignupForm,
     TenantCreateForm,
@@ -144,6 +145,7 @@ def _project_page(
     project: Project,
     *,
     token_form: TokenCreateForm | None = None,
+    idle_form: ProjectIdleForm | None = None,
 ) -> HttpResponse:
     new_token, new_secret = _new_token_flash(request, actor, project) if token_form is None else (None, None)
     tenant = project.tenant
@@ -172,6 +174,7 @@ def _project_page(
         "new_token": new_token,
         "new_secret": new_secret,
         "now": timezone.now(),
+        "idle_form": idle_form or ProjectIdleForm.for_project(project),
     }
     response = page(request, "tenants/project_detail.html", context)
     if new_secret:
@@ -255,6 +258,26 @@ def project_status(request: HttpRequest, slug: str) -> HttpResponse:
     else:
         messages.success(request, f"Project {project.name} is now {project.get_status_display().lower()}.")
     return redirect("project-detail", slug=project.slug)
+
+
+@login_required
+@require_POST
+def project_idle(request: HttpRequest, slug: str) -> HttpResponse:
+    """The project's idle policies (project and tenant admins, ops): through ``project_update``, audited."""
+    actor = Actor.from_request(request)
+    project = _visible_project(actor, slug)
+    if not policy.may_change_project(actor, project):
+        raise PermissionDenied("Only project admins, tenant admins and ops change a project's idle policies.")
+    form = ProjectIdleForm.for_project(project, request.POST)
+    if form.is_valid():
+        try:
+            project = services.project_update(actor=actor, project=project, **form.cleaned_data)
+        except (PortalError, ValidationError) as exc:
+            add_service_error(form, exc, {})
+        else:
+            messages.success(request, f"Idle policies of {project.name} saved.")
+            return redirect(reverse("project-detail", kwargs={"slug": project.slug}) + "#idle")
+    return _project_page(request, actor, project, idle_form=form)
 
 
 # Tenant admin ----------------------------------------------------------------------------------

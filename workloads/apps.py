@@ -15,6 +15,10 @@ class WorkloadsConfig(AppConfig):
 
         predicates_install(policy)  # templates ask them by name ({% may "workloads.may_act_on" req as ok %})
 
+        from portal.extensions import gpus_in_use_by_node
+
+        gpus_in_use_by_node.register(selectors.gpus_in_use_by_node)  # the capacity page's per-rack free GPUs
+
         # Every write to what the submission catalogue holds forgets it (workloads.selectors.CATALOGUE).
         def catalogue_changed(**kwargs) -> None:
             selectors.CATALOGUE.changed()

@@ -41,6 +41,7 @@ TEMPLATE_COSMETIC = {"name", "description", "active"}
 
 TEMPLATE_FIELDS = [
     "kind", "slug", "version", "name", "active", "default_gpus", "max_gpus", "max_duration_hours", "idle_timeout_minutes",
+    "idle_gpu_percent",
 ]
 
 
@@ -63,6 +64,8 @@ def _check_template(template: ServiceTemplate) -> None:
         raise ValidationError({"parameters_schema": problems})
     if template.default_gpus > template.max_gpus:
         raise ValidationError({"default_gpus": [f"At most max_gpus ({template.max_gpus})."]})
+    if template.idle_gpu_percent is not None and not 0 <= template.idle_gpu_percent <= 100:
+        raise ValidationError({"idle_gpu_percent": ["A percentage: between 0 and 100, or empty for the default."]})
     template.full_clean(exclude=["allowed_flavors"])
 
 

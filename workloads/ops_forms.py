@@ -58,11 +58,15 @@ class TemplateForm(forms.Form):
     max_memory_gib = _count("Max memory (GiB)")
     max_duration_hours = _count("Max duration (hours)")
     idle_timeout_minutes = _count("Idle timeout (minutes)", required=False, help_text="Notebooks: stop after this long idle. Empty: never.")
+    idle_gpu_percent = forms.FloatField(
+        label="Idle below (% GPU utilisation)", required=False, min_value=0, max_value=100,
+        help_text="A running request whose measured GPU utilisation stays below this counts as idle. Empty: the "
+                  "platform's default (MEASURED_IDLE_PERCENT).")
     active = forms.BooleanField(required=False, initial=True, label="Active (offered in the catalogue)")
 
     FIXED = ("kind", "slug")
     VALUES = ("name", "description", "default_gpus", "max_gpus", "default_cpu", "max_cpu", "default_memory_gib",
-              "max_memory_gib", "max_duration_hours", "idle_timeout_minutes", "active")
+              "max_memory_gib", "max_duration_hours", "idle_timeout_minutes", "idle_gpu_percent", "active")
 
     def __init__(self, *args: Any, template: ServiceTemplate | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "template")

@@ -24,6 +24,7 @@ from tenants.models import Project
 
 from .filters import RequestFilter
 from .models import (
+    LIVE_STATES,
     ApprovalRule,
     ExtensionRequest,
     Image,
@@ -792,3 +793,19 @@ def logs_for(request: WorkloadRequest, *, tail: int | None = 200, since: str | M
         out.append(PodLog(name=name, phase=(item.get("status") or {}).get("phase", ""),
                           node=(item.get("spec") or {}).get("nodeName", ""), lines=lines))
     return out
+
+
+def gpus_in_use_by_node(cluster: Cluster) -> dict[str, Decimal]:
+    """Whole GPUs the live requests on ``cluster`` hold on each node: for each admitted Workload whose Kueue topology
+    assignment the status follower kept (``topo``: host -> pods), pods x GPUs per pod. On a cluster with a topology
+    every pod set of a placed flavor gets such an assignment, so this covers the work on placed flavors (the
+    per-rack free GPUs of the capacity page, ``quotas.capacity.rack_fragmentation``). One query."""
+    used: dict[str, Decimal] = {}
+    rows = WorkloadRequest.objects.filter(cluster=cluster, state__in=LIVE_STATES, flavor__kind=Flavor.Kind.WHOLE)
+    for gpus, status in rows.values_list("gpus", "cluster_status"):
+        for key, value in ((status or {}).get("objects") or {}).items():
+            if not key.startswith("workload/") or ((value.get("c") or {}).get("Admitted") or [None])[0] != "True":
+                continue
+            for host, pods in (value.get("topo") or {}).items():
+                used[str(host)] = used.get(str(host), Decimal(0)) + Decimal(int(pods) * gpus)
+    return used

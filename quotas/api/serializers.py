@@ -27,7 +27,7 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
         model = Cluster
         fields = [
             "id", "name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent",
-            "kubeconfig", "kubeconfig_path", "has_kubeconfig", "inventory_synced_at", "inventory_error",
+            "topology", "kubeconfig", "kubeconfig_path", "has_kubeconfig", "inventory_synced_at", "inventory_error",
             "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
         ]
         read_only_fields = ["id", "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at",
@@ -42,7 +42,7 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
 
 # What only ops read about a cluster; everyone else gets these keys with null (one shape for everyone).
 CLUSTER_OPS_ONLY = [
-    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path", "has_kubeconfig",
+    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "kubeconfig_path", "has_kubeconfig",
     "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
 ]
 OPS_ONLY = "Ops only: null for everyone else."
@@ -58,6 +58,8 @@ class ClusterReadSerializer(serializers.ModelSerializer):
     use_hami = serializers.BooleanField(read_only=True, allow_null=True, help_text=OPS_ONLY)
     volcano_capacity_plugin = serializers.BooleanField(read_only=True, allow_null=True, help_text=OPS_ONLY)
     overcommit_percent = serializers.IntegerField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    topology = serializers.ChoiceField(choices=Cluster._meta.get_field("topology").choices, read_only=True, allow_null=True,
+                                       help_text=OPS_ONLY)
     kubeconfig_path = serializers.CharField(read_only=True, allow_null=True, help_text=OPS_ONLY)
     has_kubeconfig = serializers.SerializerMethodField(help_text=OPS_ONLY)
     inventory_synced_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)

@@ -28,7 +28,7 @@ class ProjectSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     class Meta:
         model = Project
         fields = ["id", "tenant", "name", "slug", "namespace", "description", "status", "notebooks_open_to_approvers",
-                  "created_at"]
+                  "cull_idle_notebooks_by_gpu", "stop_idle_batch_jobs", "created_at"]
         read_only_fields = ["id", "tenant", "namespace", "created_at"]
 
 

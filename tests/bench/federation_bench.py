@@ -7,14 +7,16 @@ this process, each with its own endpoint and kubeconfig, seeded as ``make run`` 
 the H100 training zone, the A100 inference zone, the L40S development zone; acme-vision may spill to A100). acme-vision
 (8 H100 it may use at once, 4 A100, 2 L40S) then submits ``--requests`` one-GPU training jobs through
 ``services.request_submit`` (the same path as the form and the API): 90 % H100 first, accepting A100 second, of which
-``--consent`` consent to spill over; 10 % on L40S. The H100 zone is full from the start (four 2-GPU jobs hold the
-project's 8 H100) and stays oversubscribed: the jobs run the sandbox's default 180 simulated seconds.
+``--consent`` consent to spill over; 10 % on L40S. The H100 zone is full from the start (four 2-GPU, 2-hour jobs hold
+the project's 8 H100) and stays oversubscribed: the jobs run their duration (1 hour) in the sandbox's simulated time
+(its duration annotation).
 
 Time is the sandboxes' simulated clock: requests arrive ``--per-round`` at a time, each round every sandbox's clock
 moves on ``--round-seconds`` and the status follower runs a cycle on each cluster; each approved request is
 materialized right after its submission, so the routing of the next one reads the load the clusters really have.
-A request's queue wait is the simulated time from the round it was submitted in to the round after which its first
-admission was seen (a resolution of one round). After the last submission, rounds go on until everything was
+A request's queue wait is the simulated time from the start of the round it was submitted in to the end of the round in
+which its first admission was seen: whole rounds, rounded up (a job admitted in the round it arrived in shows one
+round, 60 minutes by default). After the last submission, rounds go on until everything was
 admitted. It runs twice, on fresh sandboxes: with spill-over (the project's policy allows A100) and without (the
 policy off: every job waits for its own model).
 
@@ -41,8 +43,9 @@ if str(REPO) not in sys.path:
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--requests", type=int, default=1000)
 parser.add_argument("--per-round", type=int, default=20, help="submissions per round of simulated time")
-parser.add_argument("--round-seconds", type=float, default=60, help="simulated seconds per round")
+parser.add_argument("--round-seconds", type=float, default=3600, help="simulated seconds per round")
 parser.add_argument("--consent", type=float, default=0.7, help="share of H100-first jobs that consent")
+parser.add_argument("--only", choices=["with", "without"], help="run one of the two (each on its own database)")
 ARGS = parser.parse_args()
 
 WORK = Path(tempfile.mkdtemp(prefix="federation-bench-"))
@@ -118,7 +121,7 @@ def run(sandboxes: list, *, spill: bool) -> dict:
     # The H100 zone full: four 2-GPU jobs hold the project's 8 H100 (6 nominal + 2 borrowed).
     for i in range(4):
         req = services.request_submit(actor=carol, project=project, template=training, flavor=h100, gpus=2,
-                                      duration_hours=8, parameters={"command": "python train.py"}, name=f"fill-{i}")
+                                      duration_hours=2, parameters={"command": "python train.py"}, name=f"fill-{i}")
         request_materialize(request_id=req.pk)
     sync()
 
@@ -129,8 +132,8 @@ def run(sandboxes: list, *, spill: bool) -> dict:
     latency: list[float] = []
     clock = 0.0
     n = 0
-    rounds_after = 0
-    while n < ARGS.requests or (len(admitted_at) < len(submitted) and rounds_after < 400):
+    rounds_after = idle = 0
+    while n < ARGS.requests or (len(admitted_at) < len(submitted) and idle < 6):
         for _ in range(min(ARGS.per_round, ARGS.requests - n)):
             n += 1
             on_l40s = n % 10 == 0
@@ -153,14 +156,20 @@ def run(sandboxes: list, *, spill: bool) -> dict:
         clock += ARGS.round_seconds
         if int(clock / ARGS.round_seconds) % 10 == 0:
             print(f"  round {int(clock / ARGS.round_seconds)}: {n} submitted, {len(admitted_at)} admitted", flush=True)
+        before = len(admitted_at)
         for pk in WorkloadRequest.objects.filter(pk__in=[p for p in submitted if p not in admitted_at],
                                                  first_admitted_at__isnull=False).values_list("pk", flat=True):
             admitted_at[pk] = clock
+        idle = idle + 1 if n >= ARGS.requests and len(admitted_at) == before else 0
     rows = {r.pk: r for r in WorkloadRequest.objects.filter(pk__in=list(submitted)).select_related("flavor")}
+    never = [r for pk, r in rows.items() if pk not in admitted_at]
+    if never:  # what was never admitted, and why (its state and reason)
+        for r in never[:5]:
+            print(f"  not admitted: {r.name} {r.state} on {r.flavor}: {r.state_reason or r.pending_reason}"[:300], flush=True)
     spilled = [pk for pk, r in rows.items() if r.spilled]
     waits = {pk: admitted_at[pk] - submitted[pk] for pk in admitted_at}
     h100_first = [w for pk, w in waits.items() if first_model[pk] == "h100-80gb"]
-    return {"requests": len(submitted), "spilled": len(spilled), "consented": len(consented),
+    return {"requests": len(submitted), "spilled": len(spilled), "never": len(never), "consented": len(consented),
             "spilled_of_consented": len([pk for pk in spilled if pk in consented]),
             "admitted": len(admitted_at), "waits": list(waits.values()), "h100_first": h100_first,
             "latency": latency, "rounds": int(clock / ARGS.round_seconds)}
@@ -184,9 +193,11 @@ def main() -> int:
         started = time.monotonic()
         call_command("seed_demo", stdout=io.StringIO())
         print(f"seeded the three-zone demo in {time.monotonic() - started:.0f} s", flush=True)
-        for label, spill in (("with spill-over", True), ("without spill-over", False)):
+        phases = [(label, spill) for label, spill in (("with spill-over", True), ("without spill-over", False))
+                  if ARGS.only is None or label.split()[0] == ARGS.only]
+        for i, (label, spill) in enumerate(phases):
             WorkloadRequest.objects.filter(seeded=False).delete()  # the demo's own and the last run's requests
-            if label.startswith("without"):
+            if i:
                 for sb in sandboxes:
                     sb.stop()
                 sandboxes = start_sandboxes()  # fresh clusters at the same kubeconfig paths
@@ -199,7 +210,7 @@ def main() -> int:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     for label, r in results.items():
         w, h = [x / 60 for x in r["waits"]], [x / 60 for x in r["h100_first"]]
-        print(f"\n{label}: {r['requests']} requests, {r['admitted']} admitted")
+        print(f"\n{label}: {r['requests']} requests, {r['admitted']} admitted ({r['never']} never: see above)")
         print(f"  spilled: {r['spilled']} ({100 * r['spilled'] / r['requests']:.1f} % of all; "
               f"{r['spilled_of_consented']} of {r['consented']} that consented)")
         print(f"  queue wait, all (simulated minutes): mean {statistics.fmean(w):.1f}, P50 {pct(w, .5):.1f}, "

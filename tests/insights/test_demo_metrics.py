@@ -11,14 +11,20 @@ its note:
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db.models import F
 
+from insights.demo import OVERSIZED_KEY
+from insights.models import MeasuredSample
 from insights.registry import METRICS
 from insights.selectors import Filters, group_for, last_days, metric_tenants_for, query_for
+from quotas.models import Flavor
 from tenants.access import Actor
+from workloads.models import RequestState, WorkloadRequest
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(180)]
 EMPTY_ROWS_NOTES = {"pending-now": "The table is now"}
@@ -67,3 +73,25 @@ def test_every_tenant_metric_has_rows_and_points_for_acme_admin(demo) -> None:
         labels = {r.group for r in result.rows} | {p.series for p in result.points}
         assert labels and all(label.startswith("acme") for label in labels), (metric.key, labels)
     assert {"quota-fulfilment", "gang-start", "reclaim-latency"} <= set(keys) and "overcommit" not in keys
+
+
+def test_demo_oversized_job_suggests_a_mig_slice_and_clone_prefills_it(demo, client) -> None:
+    """The demo's rightsizing story: a memory-light training job on a whole H100 (measured peak ~8 GiB, SM ~11 %)."""
+    req = WorkloadRequest.objects.get(idempotency_key=OVERSIZED_KEY)
+    assert (req.flavor.kind, req.gpus, req.state) == (Flavor.Kind.WHOLE, 1, RequestState.SUCCEEDED)
+    assert MeasuredSample.objects.filter(request=req, seeded=True).count() == 72  # six hours of 5-minute slots
+    client.force_login(req.requested_by)
+    response = client.get(f"/requests/{req.pk}/")
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "peak 8.2 GiB of 80 GiB GPU memory, SM active 11 %" in page, page[page.find("Measured use") - 50:][:600]
+    assert "a MIG slice 1g.10gb" in page and "Clone with the suggestion" in page
+    assert f"clone={req.pk}&amp;suggest=1" in page
+    form = client.get(f"/requests/new/?template={req.template.slug}&project={req.project.slug}&clone={req.pk}&suggest=1")
+    assert form.status_code == 200
+    mig = Flavor.objects.get(pk=int(form.context["form"].initial["flavor"]))
+    assert (mig.kind, mig.mig_profile) == (Flavor.Kind.MIG, "1g.10gb") and form.context["form"].initial["gpus"] == 1
+    # every seeded run has measured samples, and the demo's notebooks were mostly measured idle
+    assert not WorkloadRequest.objects.filter(seeded=True).exclude(
+        pk__in=MeasuredSample.objects.filter(seeded=True).values("request_id")).filter(finished_at__gt=F("started_at") + timedelta(minutes=10)).exists()
+    assert MeasuredSample.objects.filter(seeded=True, util_avg__lt=5).exists()

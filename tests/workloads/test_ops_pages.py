@@ -213,3 +213,22 @@ def test_edit_to_a_duplicate_reference_is_refused(as_user, cat) -> None:
     assert response.status_code == 200 and "reference" in response.context["form"].errors
     second.refresh_from_db()
     assert second.reference != first.reference and written() == before
+
+
+def test_ops_sets_the_idle_threshold_of_a_template(as_user, cat) -> None:
+    """The template's ``idle_gpu_percent`` (docs/measured-use.md, "Idle detection") on the edit page, audited."""
+    client = as_user("ops")
+    assert 'name="template-idle_gpu_percent"' in text(client.get(f"/ops/templates/{cat.inference.pk}/"))
+    before = written()
+    bad = client.post(f"/ops/templates/{cat.inference.pk}/", template_form(cat, idle_gpu_percent="150"))
+    assert bad.status_code == 200 and "idle_gpu_percent" in bad.context["form"].errors and written() == before
+    response = client.post(f"/ops/templates/{cat.inference.pk}/", template_form(cat, idle_gpu_percent="12.5"))
+    assert response.status_code == 302
+    cat.inference.refresh_from_db()
+    assert cat.inference.idle_gpu_percent == 12.5
+    entry = AuditEntry.objects.get(action="template.update")
+    assert entry.after["idle_gpu_percent"] == 12.5 and entry.before["idle_gpu_percent"] is None
+    # empty again: the platform's default
+    assert client.post(f"/ops/templates/{cat.inference.pk}/", template_form(cat, idle_gpu_percent="")).status_code == 302
+    cat.inference.refresh_from_db()
+    assert cat.inference.idle_gpu_percent is None

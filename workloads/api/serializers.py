@@ -63,7 +63,7 @@ class TemplateSerializer(serializers.ModelSerializer):
         fields = [
             "id", "kind", "slug", "version", "name", "description", "parameters_schema", "form_fields",
             "allowed_flavors", "default_gpus", "max_gpus", "default_cpu", "max_cpu", "default_memory_gib",
-            "max_memory_gib", "max_duration_hours", "idle_timeout_minutes", "active", "created_at",
+            "max_memory_gib", "max_duration_hours", "idle_timeout_minutes", "idle_gpu_percent", "active", "created_at",
         ]
         read_only_fields = fields
 
@@ -97,7 +97,7 @@ class TemplateWriteSerializer(StrictSerializerMixin, serializers.ModelSerializer
         fields = [
             "kind", "slug", "name", "description", "parameters_schema", "allowed_flavors", "default_gpus", "max_gpus",
             "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib", "max_duration_hours",
-            "idle_timeout_minutes", "active",
+            "idle_timeout_minutes", "idle_gpu_percent", "active",
         ]
         validators: list = []  # slug+version uniqueness: the service picks the next version
 

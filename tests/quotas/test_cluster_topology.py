@@ -1,0 +1,116 @@
+"""Ops switch topology-aware placement on and off (issue 26): through the API and the cluster's settings page, against
+the sandbox. On goes through the plan (a Topology to create, the whole-GPU flavors gaining ``topologyName``); off is
+refused while flavors on the cluster carry it (Kueue forbids removing it), and works once those flavors are gone."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from portal.kube import kube_for
+from quotas import manifests as m
+from quotas import reconcile
+from quotas.models import Cluster, Flavor
+from tenants.models import AuditEntry
+
+pytestmark = pytest.mark.django_db
+RACKS = "block-rack-host"
+
+
+@pytest.fixture
+def sandbox_demo(cast, fresh_sandbox, settings) -> Cluster:
+    """The demo cluster (its default architecture) on a fresh sandbox, applied once without topology."""
+    from quotas.demo import seed_quota_demo
+
+    settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
+    seed_quota_demo(reconcile_now=False)
+    cluster = Cluster.objects.get(name="sandbox")
+    assert reconcile.reconcile(cluster).ok
+    return cluster
+
+
+def _placed(cluster: Cluster) -> list[str]:
+    cluster.refresh_from_db()
+    return [f.name for f in cluster.flavors.filter(active=True).order_by("order", "name") if m.topology_flavor(cluster, f)]
+
+
+def _live_topology_names(cluster: Cluster) -> dict[str, str | None]:
+    flavors, _ = kube_for(cluster).list(m.KUEUE, "ResourceFlavor")
+    return {f["metadata"]["name"]: (f.get("spec") or {}).get("topologyName") for f in flavors}
+
+
+def test_ops_switch_topology_on_through_the_api_and_off_only_once_no_flavor_carries_it(api, sandbox_demo) -> None:
+    ops = api("ops")
+    url = f"/api/v1/clusters/{sandbox_demo.pk}/"
+    assert ops.get(url).json()["topology"] == ""
+    assert api("carol").get(url).json()["topology"] is None  # an ops setting
+
+    bad = ops.patch(url, {"topology": "one-big-rack"}, format="json")
+    assert bad.status_code == 400 and "topology" in bad.json()["fields"], bad.content
+
+    on = ops.patch(url, {"topology": RACKS}, format="json")
+    assert on.status_code == 200 and on.json()["topology"] == RACKS, on.content
+    entry = AuditEntry.objects.filter(action="cluster.update").latest("pk")
+    assert entry.before["topology"] == "" and entry.after["topology"] == RACKS
+    placed = _placed(sandbox_demo)
+    assert placed, "the demo has whole-GPU flavors to place"
+
+    plan = reconcile.plan_build(sandbox_demo)
+    topology = [i for i in plan.items if i.key[1] == "Topology"]
+    assert [(i.action, i.key[3]) for i in topology] == [("create", m.TOPOLOGY_NAME)]
+    gaining = {i.key[3] for i in plan.items if i.key[1] == "ResourceFlavor" and i.action == "change"
+               and "+  topologyName: gpu-portal" in i.diff}
+    assert gaining == set(placed)
+    assert reconcile.plan_apply(plan).ok
+    live = _live_topology_names(sandbox_demo)
+    assert all(live[name] == m.TOPOLOGY_NAME for name in placed)
+
+    # Off is refused while the flavors carry it, and nothing changes.
+    off = ops.patch(url, {"topology": ""}, format="json")
+    assert off.status_code == 400, off.content
+    words = " ".join(off.json()["fields"]["topology"])
+    assert f"flavors {', '.join(placed)} carry it" in words and "Kueue does not allow removing" in words
+    assert "deactivate" in words and "activate them again" in words
+    sandbox_demo.refresh_from_db()
+    assert sandbox_demo.topology == RACKS
+
+    # What the message says: deactivate them, apply, switch off, activate them again.
+    for name in placed:
+        assert ops.post(f"/api/v1/flavors/{Flavor.objects.get(cluster=sandbox_demo, name=name).pk}/deactivate/").status_code == 200
+    assert reconcile.reconcile(sandbox_demo).ok
+    assert not set(placed) & set(_live_topology_names(sandbox_demo))
+    off = ops.patch(url, {"topology": ""}, format="json")
+    assert off.status_code == 200 and off.json()["topology"] == "", off.content
+    Flavor.objects.filter(cluster=sandbox_demo, name__in=placed).update(active=True)
+    sandbox_demo.refresh_from_db()
+    assert reconcile.reconcile(sandbox_demo).ok
+    live = _live_topology_names(sandbox_demo)
+    assert all(name in live and live[name] is None for name in placed)
+
+
+def _text(response) -> str:
+    return html.unescape(response.content.decode())
+
+
+def test_ops_switch_topology_on_the_settings_page_and_see_why_off_is_refused(as_user, sandbox_demo) -> None:
+    client = as_user("ops")
+    page = _text(client.get("/ops/clusters/sandbox/"))
+    assert 'name="settings-topology"' in page and "Topology-aware placement" in page
+    keep = {"settings-overcommit_percent": str(sandbox_demo.overcommit_percent)} | {
+        f"settings-{flag}": "on" for flag in ("use_mig", "use_hami", "volcano_capacity_plugin") if getattr(sandbox_demo, flag)}
+    response = client.post("/ops/clusters/sandbox/settings/", keep | {"settings-topology": RACKS}, follow=True)
+    body = _text(response)
+    assert "Settings of sandbox saved." in body
+    assert "+kind: Topology" in body and "+  topologyName: gpu-portal" in body  # the plan to review
+    sandbox_demo.refresh_from_db()
+    assert sandbox_demo.topology == RACKS
+    assert reconcile.reconcile(sandbox_demo).ok
+
+    response = client.post("/ops/clusters/sandbox/settings/", keep | {"settings-topology": ""})
+    body = _text(response)
+    assert response.status_code == 200 and 'id="id_settings-topology_error"' in body
+    assert re.search(r"Topology cannot be switched off while flavors [\w.-]+(, [\w.-]+)* carry it", body)
+    sandbox_demo.refresh_from_db()
+    assert sandbox_demo.topology == RACKS
