@@ -22,6 +22,8 @@ PAGES = [
     ("tenant-overview.png", "alice", "/tenants/acme/metrics/", "main"),
     ("capacity-kueue-api.png", "ops", "/ops/capacity/", "#kueue-api"),
     ("requests.png", "carol", "/requests/", "main"),
+    ("zones.png", "ops", "/ops/zones/", "main"),
+    ("gpu-health.png", "ops", "/ops/health/", "main"),
 ]
 
 
