@@ -94,6 +94,7 @@ def run(sandboxes: list, *, spill: bool) -> dict:
     from tenants.access import Actor
     from tenants.models import Project
     from django.contrib.auth import get_user_model
+    from django.db.models import Q
     from workloads import routing, services
     from workloads.materialize import request_materialize
     from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
@@ -157,8 +158,11 @@ def run(sandboxes: list, *, spill: bool) -> dict:
         if int(clock / ARGS.round_seconds) % 10 == 0:
             print(f"  round {int(clock / ARGS.round_seconds)}: {n} submitted, {len(admitted_at)} admitted", flush=True)
         before = len(admitted_at)
-        for pk in WorkloadRequest.objects.filter(pk__in=[p for p in submitted if p not in admitted_at],
-                                                 first_admitted_at__isnull=False).values_list("pk", flat=True):
+        # Admitted, or already finished (a job that ran its whole hour between two follower cycles has no admission
+        # stamp: the follower saw it only as finished).
+        seen = Q(first_admitted_at__isnull=False) | Q(started_at__isnull=False) | Q(finished_at__isnull=False)
+        for pk in WorkloadRequest.objects.filter(seen, pk__in=[p for p in submitted if p not in admitted_at]
+                                                 ).values_list("pk", flat=True):
             admitted_at[pk] = clock
         idle = idle + 1 if n >= ARGS.requests and len(admitted_at) == before else 0
     rows = {r.pk: r for r in WorkloadRequest.objects.filter(pk__in=list(submitted)).select_related("flavor")}
