@@ -462,6 +462,7 @@ SPECTACULAR_SETTINGS = {
         "ArchitectureEnum": "quotas.models.Architecture",
         # Two "topology" choice sets: a cluster's (ops) and a request's placement.
         "ClusterTopologyEnum": "quotas.models.CLUSTER_TOPOLOGIES",
+        "RequestTopologyEnum": "workloads.models.REQUEST_TOPOLOGIES",
         "StatementStatusEnum": "billing.models.Statement.Status",
         "BillingModeEnum": "billing.models.BillingProfile.Mode",
         "MigChangeStatusEnum": "maintenance.models.MigChange.Status",

@@ -136,6 +136,11 @@ class Priority(models.TextChoices):
 LIVE_STATES = ["submitted", "pending_approval", "approved", "queued", "running", "preempted"]
 
 
+# A request's placement choices (WorkloadRequest.topology; the API names them RequestTopologyEnum).
+REQUEST_TOPOLOGIES = [("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
+                      ("prefer-rack", "Prefer one rack")]
+
+
 class WorkloadRequest(models.Model):
     """One notebook, training job or inference service, from submission to its end."""
 
@@ -220,9 +225,7 @@ class WorkloadRequest(models.Model):
     # Topology-aware placement (docs/cluster-objects.md, "Topology-aware placement"): multi-pod training on a
     # flavor of a cluster with a topology may ask for all its pods within one rack or block (Kueue TAS).
     topology = models.CharField(
-        max_length=12, blank=True, default="",
-        choices=[("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
-                 ("prefer-rack", "Prefer one rack")],
+        max_length=12, blank=True, default="", choices=REQUEST_TOPOLOGIES,
         help_text="Placement of its pods (multi-pod training on a topology-aware flavor).",
     )
 

@@ -22,6 +22,7 @@ from ..models import (
     ApprovalRule,
     ExtensionRequest,
     Image,
+    REQUEST_TOPOLOGIES,
     Priority,
     RequestEvent,
     RequestPreset,
@@ -424,8 +425,7 @@ class RequestCreateSerializer(StrictSerializerMixin, serializers.Serializer):
         required=False, help_text="The job may run on a later accepted model when its first is full (and the "
                                   "project allows it). Default: false: it waits for its first model.")
     topology = serializers.ChoiceField(
-        choices=[("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
-                 ("prefer-rack", "Prefer one rack")], required=False, allow_blank=True,
+        choices=REQUEST_TOPOLOGIES, required=False, allow_blank=True,
         help_text="Distributed training (2 or more workers) on a flavor of a cluster with racks and blocks: place "
                   "every pod within one rack or block (it waits until one has room), or prefer one rack. Default: "
                   "anywhere.")
@@ -464,7 +464,7 @@ class PresetWriteSerializer(StrictSerializerMixin, serializers.Serializer):
     parameters = JSONObjectField(required=False)
     duration_hours = serializers.IntegerField(min_value=1, required=False)
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
-    topology = serializers.ChoiceField(choices=["rack", "block", "prefer-rack"], required=False,
+    topology = serializers.ChoiceField(choices=REQUEST_TOPOLOGIES, required=False, allow_blank=True,
                                        help_text="Placement of distributed training: within one rack or block, or "
                                                  "prefer one rack.")
 
