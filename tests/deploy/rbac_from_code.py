@@ -47,6 +47,7 @@ SOURCES: dict[tuple[str, str], str] = {
     ("workloads/status.py", "_list"): "workloads.status:FOLLOWED",
     ("workloads/status.py", "_watch"): "workloads.status:FOLLOWED",
     ("workloads/status.py", "_deleted_outside"): "workloads.status:FOLLOWED",
+    ("workloads/status.py", "_follow"): "workloads.status:FOLLOWED",  # one list when every watch broke
     ("workloads/status.py", "_release_outcomes"): "workloads.status:OUTCOME_KINDS",
 }
 
