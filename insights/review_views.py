@@ -25,7 +25,7 @@ from tenants.guards import actor_of, ops_only, tenant_to_manage_members
 from tenants.selectors import admin_tenants_for
 from tenants.ui import page
 
-from .review import as_data, review
+from .review import QUESTIONS, as_data, review
 from .review_selectors import review_snapshot_for
 
 # The maintenance app's MIG changes page, when it is installed (another app's URL: looked up, not assumed).
@@ -69,8 +69,7 @@ class ReviewQuery(StrictSerializerMixin, serializers.Serializer):
 
 
 class AnswerSerializer(serializers.Serializer):
-    key = serializers.ChoiceField(choices=["unit", "isolation", "governed", "admission", "reconfiguration", "usage",
-                                           "failure"])
+    key = serializers.ChoiceField(choices=list(QUESTIONS))
     question = serializers.CharField()
     answer = serializers.CharField()
     details = serializers.ListField(child=serializers.CharField())

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = [
     ("billing/api/views.py", "billing.services", ["price_create", "price_update", "price_delete", "discount_create",
                                                   "discount_delete"], "may_manage_prices"),
-    ("workloads/api/views.py", "workloads.services", ["template_create", "template_update", "image_create",
+    ("workloads/api/views.py", "workloads.catalogue_services", ["template_create", "template_update", "image_create",
                                                       "image_update"], "may_manage_catalogue"),
     ("quotas/api/views.py", "quotas.services", ["cluster_create", "cluster_update", "cluster_sync", "flavor_create",
                                                 "flavor_update"], "may_manage_capacity"),

@@ -25,7 +25,7 @@ class SpillPolicySerializer(serializers.Serializer):
     project = serializers.CharField(read_only=True, help_text="The project's slug.")
     allowed = serializers.BooleanField(help_text="Work may spill over to another GPU model, with the job's consent.")
     target_models = serializers.ListField(
-        child=serializers.CharField(max_length=60), required=False, max_length=16,
+        child=serializers.CharField(min_length=1, max_length=60, trim_whitespace=False), required=False, max_length=16,
         help_text="GPU models it may spill to (empty: any model a cluster offers).")
     needs_approval = serializers.BooleanField(required=False, default=False,
                                               help_text="A request that spilled waits for an approver.")

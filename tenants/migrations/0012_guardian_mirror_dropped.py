@@ -7,8 +7,9 @@ from django.db import migrations
 def drop_mirror(apps, schema_editor):
     ContentType = apps.get_model("contenttypes", "ContentType")
     UserObjectPermission = apps.get_model("guardian", "UserObjectPermission")
-    mirrored = ContentType.objects.filter(app_label="tenants", model__in=["tenant", "project"])
-    UserObjectPermission.objects.filter(content_type__in=mirrored).delete()
+    db = schema_editor.connection.alias  # the migrating connection (the migrate role), not the default one
+    mirrored = ContentType.objects.using(db).filter(app_label="tenants", model__in=["tenant", "project"])
+    UserObjectPermission.objects.using(db).filter(content_type__in=mirrored).delete()
 
 
 class Migration(migrations.Migration):

@@ -49,7 +49,7 @@ class RequestKeysMixin:
 
     @extend_schema(request=InferenceKeyWriteSerializer,
                    responses={200: InferenceKeySerializer(many=True), 201: InferenceKeyMadeSerializer})
-    @action(detail=True, methods=["get", "post"], url_path="keys")
+    @action(detail=True, methods=["get", "post"], url_path="keys", pagination_class=None)  # a short list, whole
     def keys(self, request: Request, pk: str | None = None) -> Response:
         """The inference service's API keys (GET), or a new one (POST; the key is in the answer, once)."""
         req = self.get_object()

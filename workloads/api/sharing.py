@@ -42,7 +42,7 @@ class RequestSharesMixin:
     """The shares actions of ``RequestViewSet``."""
 
     @extend_schema(request=ColleagueShareWriteSerializer, responses={200: ColleagueShareSerializer(many=True), 201: ColleagueShareSerializer})
-    @action(detail=True, methods=["get", "post"], url_path="shares")
+    @action(detail=True, methods=["get", "post"], url_path="shares", pagination_class=None)  # a short list, whole
     def shares(self, request: Request, pk: str | None = None) -> Response:
         """Who the request is shared with (GET), or share it with a colleague of its tenant (POST)."""
         req = self.get_object()

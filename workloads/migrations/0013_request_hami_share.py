@@ -7,8 +7,9 @@ from django.db import migrations, models
 def preset_sizes(apps, schema_editor):
     WorkloadRequest = apps.get_model("workloads", "WorkloadRequest")
     Flavor = apps.get_model("quotas", "Flavor")
-    for flavor in Flavor.objects.filter(kind="hami"):
-        WorkloadRequest.objects.filter(flavor=flavor, share_memory_mib=0).update(
+    db = schema_editor.connection.alias  # the migrating connection (the migrate role), not the default one
+    for flavor in Flavor.objects.using(db).filter(kind="hami"):
+        WorkloadRequest.objects.using(db).filter(flavor=flavor, share_memory_mib=0).update(
             share_memory_mib=flavor.hami_memory_mib, share_cores_percent=flavor.hami_cores_percent)
 
 
