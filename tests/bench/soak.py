@@ -223,9 +223,10 @@ def browser(base: str, stop: threading.Event, stats: Stats, pause: float, proble
         problems.append(f"browser: {exc!r}")
 
 
-def check_requests(base: str, token: str, ids: list[int], kubeconfig: Path, settle: float,
+def check_requests(base: str, token: str, ids: list[int], kubeconfig: Path | list[Path], settle: float,
                    api: requests.Session | None = None) -> dict[str, list]:
-    """Wait for every request to leave submitted/approved, then count its objects in the cluster."""
+    """Wait for every request to leave submitted/approved, then count its objects in the clusters (every zone's
+    kubeconfig: routing may place a request in any zone, and a request in two zones is duplicated)."""
     from kubernetes import client, config
 
     api = api or requests.Session()
@@ -241,9 +242,11 @@ def check_requests(base: str, token: str, ids: list[int], kubeconfig: Path, sett
         if not any(s in WAITING for s in states.values()) or time.monotonic() > deadline:
             break
         time.sleep(3)
-    kube = config.new_client_from_config(config_file=str(kubeconfig))
-    jobs = client.BatchV1Api(kube).list_job_for_all_namespaces(label_selector=REQUEST_LABEL).items
-    workloads = client.CustomObjectsApi(kube).list_cluster_custom_object(*KUEUE)["items"]
+    jobs, workloads = [], []
+    for path in (kubeconfig if isinstance(kubeconfig, list) else [kubeconfig]):
+        kube = config.new_client_from_config(config_file=str(path))
+        jobs += client.BatchV1Api(kube).list_job_for_all_namespaces(label_selector=REQUEST_LABEL).items
+        workloads += client.CustomObjectsApi(kube).list_cluster_custom_object(*KUEUE)["items"]
     jobs_by_request = Counter(j.metadata.labels[REQUEST_LABEL] for j in jobs)
     job_uids = {j.metadata.uid: j.metadata.labels[REQUEST_LABEL] for j in jobs}
     workloads_by_request: Counter = Counter()
@@ -308,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"devstack exited with {stack.proc.returncode}")
         else:
             try:
-                result = check_requests(stack.base, token, list(submitted), var_dir / "sandbox.kubeconfig", args.settle)
+                result = check_requests(stack.base, token, list(submitted),
+                                        sorted(var_dir.glob("*.kubeconfig")), args.settle)
             except Exception as exc:
                 problems.append(f"checking the requests: {exc!r}")
     finally:
