@@ -3,6 +3,8 @@ paginated); a "draft this month" button; a print-friendly statement page and its
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -11,6 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
+from portal.extensions import measured_idle_share
 from portal.ui import Pager, filtered
 from tenants.guards import actor_of, ops_only
 from tenants.models import Tenant
@@ -62,8 +65,12 @@ def _statement(request: HttpRequest, pk: int):
 @login_required
 def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
     statement = _statement(request, pk)
+    start = datetime(statement.month.year, statement.month.month, 1, tzinfo=UTC)
+    end = datetime(start.year + start.month // 12, start.month % 12 + 1, 1, tzinfo=UTC)
     return page(request, "billing/statement.html", {
         "statement": statement, "groups": statements.lines_by_project(statement),
+        # information only: what the tenant's GPUs were measured doing (insights answers; charges are allocation)
+        "measured_idle": measured_idle_share.call(statement.tenant, start, end),
     })
 
 

@@ -141,6 +141,10 @@ class Child:
 # The demo's two more zones (docs/federation.md): sandbox clusters of their own, each with its own endpoint and
 # kubeconfig next to the main one's (quotas/demo.py registers them: A100 inference, L40S development).
 ZONES = (("zone-a100", "zone-a100.yaml", "zone-a100.kubeconfig"), ("zone-l40s", "zone-l40s.yaml", "zone-l40s.kubeconfig"))
+# One Prometheus over the three clusters (docs/measured-use.md): the main sandbox's query API also answers for the
+# zones' exporters, each cluster's series labelled cluster="<its demo cluster name>" (quotas/demo.py).
+CLUSTER_LABEL = "cluster"
+DEMO_CLUSTER_OF = {"sandbox": "sandbox", "zone-a100": "a100-inference", "zone-l40s": "l40s-dev"}
 CLUSTER_CHILDREN = ("sandbox", "cluster", *(name for name, _, _ in ZONES))  # stopped last
 
 
@@ -327,8 +331,11 @@ def main() -> int:
     database_prepare()
 
     sandbox_port = os.environ.get("SANDBOX_PORT") or str(free_port())
-    if not real:  # the sandbox's simulated DCGM exporters and Prometheus query API (docs/measured-use.md)
-        os.environ.setdefault("PROMETHEUS_URL", f"http://127.0.0.1:{sandbox_port}/prometheus")
+    zone_ports = {name: str(free_port()) for name, _, _ in ZONES}
+    if not real and "PROMETHEUS_URL" not in os.environ:  # the sandbox's simulated DCGM exporters and Prometheus
+        os.environ["PROMETHEUS_URL"] = f"http://127.0.0.1:{sandbox_port}/prometheus"  # query API (measured-use.md)
+        os.environ.setdefault("PROMETHEUS_CLUSTER_LABEL", CLUSTER_LABEL)
+    peers = [arg for name, _, _ in ZONES for arg in ("--prometheus-peer", f"http://127.0.0.1:{zone_ports[name]}")]
 
     def sandbox_ready() -> None:
         """Wait for the kubeconfig the sandbox writes once it listens (the real control plane: once it is up,
@@ -358,7 +365,8 @@ def main() -> int:
     sandbox = Child(
         "sandbox",
         [PY, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--port", sandbox_port, "--speed", SPEED,
-         "--state-file", str(VAR / "sandbox-state.json")],
+         "--state-file", str(VAR / "sandbox-state.json"),
+         "--prometheus-label", f"{CLUSTER_LABEL}={DEMO_CLUSTER_OF['sandbox']}", *peers],
         before_start=sandbox_before,
     ) if not real else Child(
         "cluster",
@@ -366,8 +374,9 @@ def main() -> int:
         before_start=sandbox_before,
     )
     zones = [] if real else [Child(
-        name, [PY, "-m", "sandbox", "--kubeconfig", str(VAR / config), "--port", str(free_port()), "--speed", SPEED,
-               "--profile", str(ROOT / "sandbox" / "profiles" / profile), "--state-file", str(VAR / f"{name}-state.json")],
+        name, [PY, "-m", "sandbox", "--kubeconfig", str(VAR / config), "--port", zone_ports[name], "--speed", SPEED,
+               "--profile", str(ROOT / "sandbox" / "profiles" / profile), "--state-file", str(VAR / f"{name}-state.json"),
+               "--prometheus-label", f"{CLUSTER_LABEL}={DEMO_CLUSTER_OF[name]}"],
         before_start=lambda config=config: (VAR / config).unlink(missing_ok=True)) for name, profile, config in ZONES]
     worker = Child(
         "worker",

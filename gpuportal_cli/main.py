@@ -204,7 +204,10 @@ def submit(
     name: Annotated[str | None, typer.Option(help="Request name (default: made up).")] = None,
     image: Annotated[str | None, typer.Option(help="Image reference (default: the first curated one).")] = None,
     duration_hours: Annotated[int | None, typer.Option(min=1, help="How long it may run.")] = None,
-    priority: Annotated[str | None, typer.Option(help="interactive, batch or production.")] = None,
+    priority: Annotated[str | None, typer.Option(
+        help="interactive, batch or production (inference: production only, its default).")] = None,
+    replicas: Annotated[int | None, typer.Option(
+        min=1, help="Inference: replicas, the autoscaler's maximum with -p min_replicas=N (N at most this).")] = None,
     accept_model: Annotated[list[str] | None, typer.Option(
         "--accept-model", metavar="MODEL",
         help="A GPU model the job accepts (repeat, preferred first; the first is the flavor's): "
@@ -228,7 +231,8 @@ def submit(
     parameters = dict(_parse_param(item) for item in param or [])
     body: dict[str, Any] = {"template": template, "parameters": parameters}
     for field, value in (("project", project), ("flavor", flavor), ("gpus", gpus), ("name", name), ("image", image),
-                         ("duration_hours", duration_hours), ("priority", priority), ("accepted_models", accept_model),
+                         ("duration_hours", duration_hours), ("priority", priority), ("replicas", replicas),
+                         ("accepted_models", accept_model),
                          ("min_gpu_memory_gib", min_gpu_memory), ("min_compute_capability", min_compute_capability),
                          ("share_memory_gib", share_memory_gib), ("share_cores_percent", share_cores_percent)):
         if value is not None:

@@ -53,6 +53,7 @@ from quotas.models import ArchitectureChange, Cluster, Flavor, Quota
 from tenants.models import Membership, Role
 from workloads.models import Priority, Reclaim, RequestEvent, RequestState, ServiceTemplate, WorkloadRequest
 
+from . import measured_rollup
 from .measured import SLOT_SECONDS, device_memory_mib, slot_end
 from .models import MeasuredSample, PoolSample, QueueSample
 from .samples import fill_lent, profile_memory_gib
@@ -601,6 +602,7 @@ def _seed_measured(end: datetime) -> int:
     """Measured samples (what ``insights.measured_take`` writes from DCGM) for every slot of every seeded run: the
     measured metrics and rightsizing have history without the sandbox. One ``COPY`` (tens of thousands of rows)."""
     rows: list[tuple[Any, ...]] = []
+    earliest: datetime | None = None
     history = (WorkloadRequest.objects.filter(seeded=True, started_at__isnull=False, finished_at__isnull=False)
                .select_related("flavor", "template").order_by("pk"))
     for req in history:
@@ -609,6 +611,7 @@ def _seed_measured(end: datetime) -> int:
         memory = _memory_mib(req)
         at = slot_end(req.started_at) + timedelta(seconds=SLOT_SECONDS)
         last = min(req.finished_at, end)
+        earliest = at if earliest is None or at < earliest else earliest
         i = 0
         while at <= last:
             util, sm, fb = use(i)
@@ -618,6 +621,8 @@ def _seed_measured(end: datetime) -> int:
             at += timedelta(seconds=SLOT_SECONDS)
             i += 1
     _insert(MeasuredSample, MEASURED_COLUMNS, rows)
+    if rows and earliest is not None:  # days already rolled up are read from the samples until refreshed
+        measured_rollup.mark_since(earliest)
     return len(rows)
 
 

@@ -3,7 +3,9 @@
 * **Sampling** (``measured_take``, beat task ``insights.measured_take`` every 5 minutes): four instant queries to
   Prometheus (``portal/prometheus_api.py``) over NVIDIA's DCGM exporter series, grouped by ``namespace`` and
   ``pod``; a pod is a request's when it lives in the request's project namespace and its name starts with the
-  request's object name (``req-<id>-``). One :class:`~insights.models.MeasuredSample` per running request and
+  request's object name (``req-<id>-``); where one Prometheus answers for several clusters
+  (``PROMETHEUS_CLUSTER_LABEL``), also grouped by that label and matched to the request's cluster's value
+  (``Cluster.prometheus_cluster_value``). One :class:`~insights.models.MeasuredSample` per running request and
   5-minute slot; a second run in the same slot writes nothing (the unique constraint), so retries are harmless.
   Stored, not queried on demand: a year of a tenant's figures is one grouped sum over an indexed table, and a
   finished request keeps its evidence whatever Prometheus still retains.
@@ -21,20 +23,20 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal, localcontext
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, FloatField, Max, Q, Sum
-from django.db.models.functions import Cast
+from django.db.models import Avg, Count, Max
 from django.utils import timezone
 
 from portal import prometheus_api
 from quotas.models import Flavor
 from workloads.models import RequestState, WorkloadRequest
 
-from . import memo
-from .common import bucket, group_fields, hours, make_points, make_rows, narrow, ratio
-from .models import MeasuredSample
+from . import measured_rollup, memo
+from .common import group_fields, hours, make_points, make_rows, narrow, ratio
+from .models import MeasuredRollup, MeasuredSample
 from .registry import Metric, Query, Result, register
 
 SLOT_SECONDS = 300
@@ -49,6 +51,18 @@ QUERIES = {
     "fb": "max by (namespace, pod) (max_over_time(DCGM_FI_DEV_FB_USED[5m]))",
     "xid": "max by (namespace, pod) (max_over_time(DCGM_FI_DEV_XID_ERRORS[5m]))",
 }
+
+
+def cluster_label() -> str:
+    """The label naming the cluster when one Prometheus answers for several (``PROMETHEUS_CLUSTER_LABEL``; "" none)."""
+    return str(getattr(settings, "PROMETHEUS_CLUSTER_LABEL", "") or "")
+
+
+def queries(label: str = "") -> dict[str, str]:
+    """The sampling queries; with a cluster ``label``, grouped ``by (<label>, namespace, pod)``. Pure."""
+    if not label:
+        return dict(QUERIES)
+    return {k: q.replace("by (namespace, pod)", f"by ({label}, namespace, pod)") for k, q in QUERIES.items()}
 
 
 def idle_percent() -> float:
@@ -86,21 +100,25 @@ def measured_take(now: datetime | None = None) -> dict[str, Any]:
     """One sample per running request for the slot ending at ``now`` (rounded down to 5 minutes). Idempotent."""
     at = slot_end(now or timezone.now())
     running = list(WorkloadRequest.objects.filter(state=RequestState.RUNNING, seeded=False)
-                   .select_related("project", "flavor"))
+                   .select_related("project", "flavor", "cluster"))
     if not running or not prometheus_api.configured():
         return {"at": at.isoformat(), "requests": len(running), "written": 0}
+    label = cluster_label()
     per_pod: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for key, expr in QUERIES.items():
+    for key, expr in queries(label).items():
         per_pod[key] = prometheus_api.query(expr)  # PrometheusUnavailable: the task fails, the next slot retries
     by_request: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    namespaces = {r.pk: (r.project.cluster_namespace or r.project.slug) for r in running}
+    # where a request's pods are: its project namespace, and with one Prometheus over several clusters, the value
+    # of the cluster label its cluster's series carry (a namespace and a pod name may exist in every cluster)
+    where = {r.pk: (r.cluster.prometheus_cluster_value if label else "", r.project.cluster_namespace or r.project.slug)
+             for r in running}
     for key, rows in per_pod.items():
         for labels, value in rows:
             m = POD_OF_REQUEST.match(labels.get("pod", ""))
             if not m:
                 continue
             rid = int(m.group(1))
-            if namespaces.get(rid) != labels.get("namespace"):
+            if where.get(rid) != (labels.get(label, "") if label else "", labels.get("namespace")):
                 continue
             by_request[rid][key].append(value)
     rows = []
@@ -120,6 +138,8 @@ def measured_take(now: datetime | None = None) -> dict[str, Any]:
     have = set(MeasuredSample.objects.filter(at=at).values_list("request_id", flat=True))
     rows = [row for row in rows if row.request_id not in have]
     MeasuredSample.objects.bulk_create(rows, ignore_conflicts=True)
+    if rows:  # a day already rolled up (a late or replayed slot) is read from the samples until refreshed
+        measured_rollup.mark_since(at)
     return {"at": at.isoformat(), "requests": len(running), "written": len(rows)}
 
 
@@ -133,24 +153,25 @@ def _sums(query: Query) -> tuple[dict[tuple, dict[str, float]], dict[tuple, dict
 
 
 def _sums_now(query: Query) -> tuple[dict[tuple, dict[str, float]], dict[tuple, dict[datetime, dict[str, float]]]]:
-    qs = narrow(MeasuredSample.objects.filter(at__gt=query.start, at__lte=query.end), query)
-    by = group_fields(query.group_by)
-    weight = F("gpus") * F("seconds")
-    figures = {
-        "alloc": Sum(Cast(weight, FloatField())),
-        "util": Sum(F("util_avg") * weight, output_field=FloatField()),
-        "idle": Sum(Cast(weight, FloatField()), filter=Q(util_avg__lt=idle_percent())),
-        "mem_used": Sum(F("fb_used_max") * weight, output_field=FloatField()),
-        "mem_total": Sum(Cast(F("memory_mib") * weight, FloatField())),
-    }
+    """Whole days from the ``measured`` rollup, the rest of ``(start, end]`` from the samples (measured_rollup.py),
+    summed exactly (numerics, Decimal) and made floats only per bucket and per total."""
+    threshold = idle_percent()
+    parts = measured_rollup.plan(query.start, query.end, query.bucket, threshold)
+    samples = narrow(MeasuredSample.objects.all(), query)
+    rolled = narrow(MeasuredRollup.objects.all(), query)
+    exact = measured_rollup.sums(samples, rolled, parts, group_fields(query.group_by), query.bucket, threshold)
+    figures = ("alloc", "util", "idle", "mem_used", "mem_total")
     totals: dict[tuple, dict[str, float]] = {}
     series: dict[tuple, dict[datetime, dict[str, float]]] = defaultdict(dict)
-    for row in qs.order_by().annotate(_b=bucket("at", query.bucket)).values(*by, "_b").annotate(**figures):
-        key = tuple(row[b] for b in by)
-        series[key][row["_b"]] = {k: float(row[k] or 0) for k in figures}
-        total = totals.setdefault(key, dict.fromkeys(figures, 0.0))
-        for k in figures:  # every figure is a sum: the period's is the sum of its buckets'
-            total[k] += float(row[k] or 0)
+    with localcontext() as ctx:
+        ctx.prec = 60  # exact: every figure is a sum, the period's is the sum of its buckets'
+        for key, buckets in exact.items():
+            total = dict.fromkeys(figures, Decimal(0))
+            for at, sums in buckets.items():
+                series[key][at] = {k: float(sums[k]) for k in figures}
+                for k in figures:
+                    total[k] += sums[k]
+            totals[key] = {k: float(v) for k, v in total.items()}
     return totals, series
 
 
@@ -229,6 +250,7 @@ class Suggestion:
     flavor: Flavor | None = None
     gpus: int = 0
     saving_gpu_hours: float = 0.0
+    freed_cards: float = 0.0  # card-equivalents the suggestion frees while it runs (all replicas)
     values: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -286,23 +308,36 @@ def suggest(req: WorkloadRequest, peak_mib: float, sm_peak: float, candidates: l
     return (best[2], best[3]) if best else (None, 0)
 
 
-def suggestion(req: WorkloadRequest) -> Suggestion | None:
-    """The rightsizing suggestion for a request with measured samples (running or finished); None without any."""
-    agg = MeasuredSample.objects.filter(request_id=req.pk).aggregate(
-        peak=Max("fb_used_max"), sm_mean=Avg("sm_active_avg"), sm_peak=Max("sm_active_avg"), n=Count("pk"),
-        memory=Max("memory_mib"))
-    if not agg["n"]:
+# What one request's samples say, as one aggregate (``suggestion``) or one row per request of a grouped query
+# (``insights/reclaimable.py``): the same figures feed the same pure :func:`fit`.
+SAMPLE_FIGURES = {"peak": Max("fb_used_max"), "sm_mean": Avg("sm_active_avg"), "sm_peak": Max("sm_active_avg"),
+                  "n": Count("pk"), "memory": Max("memory_mib")}
+
+
+def fit(req: WorkloadRequest, figures: dict[str, Any], candidates: list[Flavor]) -> Suggestion | None:
+    """The suggestion from a request's sample figures (:data:`SAMPLE_FIGURES`) and the flavors it may use; None
+    without samples. Pure: ``req`` needs its flavor, ``gpus``, ``replicas`` and run times, nothing is read."""
+    if not figures.get("n"):
         return None
-    s = Suggestion(peak_mib=float(agg["peak"] or 0), memory_mib=int(agg["memory"] or device_memory_mib(req.flavor)),
-                   sm_mean=float(agg["sm_mean"] or 0), sm_peak=float(agg["sm_peak"] or 0), samples=int(agg["n"]))
-    flavor, n = suggest(req, s.peak_mib, s.sm_peak, _candidates(req))
+    s = Suggestion(peak_mib=float(figures["peak"] or 0),
+                   memory_mib=int(figures["memory"] or device_memory_mib(req.flavor)),
+                   sm_mean=float(figures["sm_mean"] or 0), sm_peak=float(figures["sm_peak"] or 0),
+                   samples=int(figures["n"]))
+    flavor, n = suggest(req, s.peak_mib, s.sm_peak, candidates)
     if flavor is not None:
         s.flavor, s.gpus = flavor, n
-        run_hours = _run_hours(req)
-        s.saving_gpu_hours = round((device_compute_share(req.flavor) * req.gpus - device_compute_share(flavor) * n)
-                                   * req.replicas * run_hours, 2)
+        s.freed_cards = (device_compute_share(req.flavor) * req.gpus - device_compute_share(flavor) * n) * req.replicas
+        s.saving_gpu_hours = round(s.freed_cards * _run_hours(req), 2)
         s.values = {"flavor": flavor.name, "gpus": n}
     return s
+
+
+def suggestion(req: WorkloadRequest) -> Suggestion | None:
+    """The rightsizing suggestion for a request with measured samples (running or finished); None without any."""
+    figures = MeasuredSample.objects.filter(request_id=req.pk).aggregate(**SAMPLE_FIGURES)
+    if not figures["n"]:
+        return None
+    return fit(req, figures, _candidates(req))
 
 
 def _run_hours(req: WorkloadRequest) -> float:

@@ -385,3 +385,52 @@ class MeasuredSample(models.Model):
 
     def __str__(self) -> str:
         return f"request {self.request_id} at {self.at}: {self.util_avg:.0f} %"
+
+
+class MeasuredRollup(models.Model):
+    """One group's ``MeasuredSample`` rows of one UTC day, summed: what the three measured metrics need to give over
+    whole days the same answers as from the samples (``insights/measured_rollup.py``, docs/measured-use.md
+    "Rollup"). A day has two parts, because a sample's ``at`` is its slot's end: a period ``(start, end]`` includes
+    the sample taken at its end and not the one at its start, while a chart bucket holds ``[day, day + 1)``.
+    ``at_start`` rows hold the samples taken at 00:00 exactly, the others those after it in the day.
+
+    Weights are device-seconds (``gpus`` x ``seconds``); ``util`` and ``mem_used`` sum the sample's figure rounded
+    to ``measured_rollup.PLACES`` places times its weight, as numerics, on both paths, so sums are exact."""
+
+    day = models.DateField()
+    at_start = models.BooleanField(default=False, help_text="The samples taken at 00:00 UTC exactly.")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    samples = models.PositiveIntegerField(default=0)
+    alloc = models.BigIntegerField(default=0, help_text="Allocated device-seconds.")
+    util = models.DecimalField(max_digits=30, decimal_places=6, default=Decimal(0),
+                               help_text="Sum of util_avg x device-seconds.")
+    idle = models.BigIntegerField(default=0, help_text="Device-seconds of samples below the idle threshold.")
+    mem_used = models.DecimalField(max_digits=30, decimal_places=6, default=Decimal(0),
+                                   help_text="Sum of fb_used_max x device-seconds (MiB-seconds).")
+    mem_total = models.BigIntegerField(default=0, help_text="Sum of memory_mib x device-seconds (MiB-seconds).")
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "tenant"], name="measured_rollup_day_tenant")]
+        constraints = [models.UniqueConstraint(fields=["day", "at_start", "project", "flavor", "cluster", "tenant"],
+                                               name="one_measured_rollup_per_group")]
+
+    def __str__(self) -> str:
+        return f"{self.day}{' 00:00' if self.at_start else ''} project {self.project_id} flavor {self.flavor_id}"
+
+
+class MeasuredDay(models.Model):
+    """A UTC day whose ``MeasuredRollup`` rows are complete, with the idle threshold and the sample count they were
+    computed from. Without this row, ``dirty``, or under another ``MEASURED_IDLE_PERCENT``, the day is read from the
+    samples."""
+
+    day = models.DateField(unique=True)
+    computed_at = models.DateTimeField()
+    idle_percent = models.FloatField()
+    samples = models.PositiveIntegerField(default=0)
+    dirty = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.day} at {self.computed_at}"

@@ -60,6 +60,8 @@ class ClusterRow:
     failure_domain: str = ""
     draining: bool = False
     drain_reason: str = ""
+    role: str = "standalone"  # Cluster.role: standalone, or a Kueue MultiKueue manager or worker
+    manager: str = ""  # a MultiKueue worker's manager cluster
 
 
 @dataclass(frozen=True)
@@ -395,16 +397,30 @@ def answer_routing(s: Snapshot) -> Answer:
     models = _models_by_zone(s)
     zones_of: dict[str, list[str]] = defaultdict(list)
     names = {c.name: c.zone or c.name for c in s.clusters}
+    workers = {c.name for c in s.clusters if c.role == "worker"}
     for cluster, ms in models.items():
+        if cluster in workers:
+            continue  # a MultiKueue worker takes work from its manager only
         for m in ms:
             zones_of[m].append(names.get(cluster, cluster))
     details = [f"{m}: {', '.join(sorted(z))}" + (" (the least loaded that fits now is taken)" if len(z) > 1 else "")
                for m, z in sorted(zones_of.items())]
-    text = ("The portal routes by itself (no MultiKueue manager cluster): the image's needs are checked against each "
-            "accepted model's card first (memory and compute capability from GPU Feature Discovery; a refusal is "
-            "shown, never retried), then the job's own model is tried in every zone that offers it to the project, "
-            "the least loaded one that fits now by the clusters' own ClusterQueues (free capacity, queue depth); a "
-            "drained or unhealthy zone takes nothing new.")
+    own = ("the image's needs are checked against each accepted model's card first (memory and compute capability "
+           "from GPU Feature Discovery; a refusal is shown, never retried), then the job's own model is tried in every "
+           "zone that offers it to the project, the least loaded one that fits now by the clusters' own ClusterQueues "
+           "(free capacity, queue depth); a drained or unhealthy zone takes nothing new.")
+    managers = [c for c in s.clusters if c.role == "manager"]
+    if not managers:
+        text = "The portal routes by itself (no MultiKueue manager cluster): " + own
+        return Answer("routing", QUESTIONS["routing"], text, details)
+    parts = []
+    for m in managers:
+        mine = sorted(c.name for c in s.clusters if c.role == "worker" and c.manager == m.name)
+        parts.append(f"MultiKueue on {m.name}" + (f" (workers {', '.join(mine)})" if mine else " (no worker registered)"))
+        details.append(f"MultiKueue on {m.name}: dispatches to " + (", ".join(mine) or "no registered worker"))
+    text = ("; ".join(parts) + ": what the portal sends to a manager is admitted by its Kueue and dispatched by Kueue "
+            "MultiKueue to the first worker whose Kueue admits it (the request's page names the worker). Between the "
+            "manager and the other clusters the portal routes by itself: " + own)
     return Answer("routing", QUESTIONS["routing"], text, details)
 
 

@@ -51,8 +51,9 @@ def review_snapshot_for(*, actor: Actor, tenant: Tenant | None = None, mig_chang
         ClusterRow(name=c.name, architecture=c.architecture, use_mig=c.use_mig, use_hami=c.use_hami,
                    overcommit_percent=c.overcommit_percent, volcano_capacity_plugin=c.volcano_capacity_plugin,
                    health=c.health, last_error=c.last_error, last_seen_at=c.last_seen_at, zone=c.zone,
-                   failure_domain=c.failure_domain, draining=c.draining, drain_reason=c.drain_reason)
-        for c in clusters.order_by("name")
+                   failure_domain=c.failure_domain, draining=c.draining, drain_reason=c.drain_reason,
+                   role=c.role, manager=c.manager.name if c.manager is not None else "")
+        for c in clusters.select_related("manager").order_by("name")
     ]
     names = [c.name for c in cluster_rows]
     pools = (NodePool.objects.filter(cluster__name__in=names).select_related("cluster")

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
@@ -94,9 +95,25 @@ class Xid:
 
 @dataclass
 class XidRead:
+    # per node name; "<cluster label value>/<node name>" where one Prometheus answers for several clusters
     by_node: dict[str, list[Xid]] = field(default_factory=dict)
     error: str = ""  # why Prometheus could not be read ("" when it answered)
     configured: bool = True
+    label: str = ""  # settings.PROMETHEUS_CLUSTER_LABEL when read
+
+    def of(self, node: Node) -> list[Xid]:
+        """The XIDs of ``node``'s GPUs: by its name, and its cluster's label value where one Prometheus answers for
+        several clusters (a node name may exist in each)."""
+        return self.by_node.get(node_key(self.label, node.cluster.prometheus_cluster_value, node.name), [])
+
+
+def node_key(label: str, cluster_value: str, node: str) -> str:
+    return f"{cluster_value}/{node}" if label else node
+
+
+def xid_query(label: str = "") -> str:
+    """:data:`XID_QUERY`, grouped by the cluster label too when one Prometheus answers for several clusters."""
+    return XID_QUERY.replace("by (Hostname,", f"by ({label}, Hostname,") if label else XID_QUERY
 
 
 def xid_errors(*, fresh: bool = False) -> XidRead:
@@ -104,25 +121,28 @@ def xid_errors(*, fresh: bool = False) -> XidRead:
     Remembered for a minute (``fresh``: ask again). Never raises: a Prometheus that is down is a sentence."""
     if not prometheus_api.configured():
         return XidRead(configured=False)
+    label = str(getattr(settings, "PROMETHEUS_CLUSTER_LABEL", "") or "")
+    cache_key = f"{XID_CACHE_KEY}:{label}"
     if not fresh:
-        hit = cache.get(XID_CACHE_KEY)
+        hit = cache.get(cache_key)
         if hit is not None:
-            return XidRead(by_node={n: [Xid(**x) for x in xs] for n, xs in hit.items()})
+            return XidRead(by_node={n: [Xid(**x) for x in xs] for n, xs in hit.items()}, label=label)
     try:
-        rows = prometheus_api.query(XID_QUERY)
+        rows = prometheus_api.query(xid_query(label))
     except prometheus_api.PrometheusUnavailable as e:
         return XidRead(error=str(e))
     by_node: dict[str, list[Xid]] = {}
     for labels, value in rows:
         if value <= 0:
             continue
-        node = labels.get("Hostname") or labels.get("instance", "").rsplit(":", 1)[0]
+        node = node_key(label, labels.get(label, ""),
+                        labels.get("Hostname") or labels.get("instance", "").rsplit(":", 1)[0])
         by_node.setdefault(node, []).append(Xid(gpu=labels.get("gpu", ""), uuid=labels.get("UUID", ""),
                                                 model=labels.get("modelName", ""), code=int(value)))
     for xs in by_node.values():
         xs.sort(key=lambda x: (len(x.gpu), x.gpu))
-    cache.set(XID_CACHE_KEY, {n: [x.__dict__ for x in xs] for n, xs in by_node.items()}, XID_CACHE_SECONDS)
-    return XidRead(by_node=by_node)
+    cache.set(cache_key, {n: [x.__dict__ for x in xs] for n, xs in by_node.items()}, XID_CACHE_SECONDS)
+    return XidRead(by_node=by_node, label=label)
 
 
 @dataclass
@@ -158,7 +178,7 @@ def inventory(*, actor: Actor, xid: XidRead | None = None) -> tuple[list[NodeHea
     rows = []
     for node in Node.objects.select_related("cluster", "pool").order_by("cluster__name", "name"):
         facts = gpu_facts(node.labels or {}, node.allocatable or {})
-        xids = xid.by_node.get(node.name, [])
+        xids = xid.of(node)
         if not (facts["product"] or xids):
             continue  # not a GPU node
         rows.append(NodeHealth(node=node, facts=facts, xids=xids, problems=condition_problems(node)))
@@ -173,7 +193,7 @@ def node_health(*, actor: Actor, cluster: str, name: str) -> NodeHealth | None:
         return None
     xid = xid_errors()
     return NodeHealth(node=node, facts=gpu_facts(node.labels or {}, node.allocatable or {}),
-                      xids=xid.by_node.get(node.name, []), problems=condition_problems(node))
+                      xids=xid.of(node), problems=condition_problems(node))
 
 
 @dataclass

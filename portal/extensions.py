@@ -46,6 +46,10 @@ created; quotas, which knows the clusters, answers. Both are enforcing: a check 
 page about changes to that tenant's (or project's) quota coming from elsewhere: a MIG change that will cut, or
 recently cut, it (maintenance).
 
+``measured_idle_share``: ``register(fn)`` where ``fn(tenant, start, end) -> dict | None`` is the tenant's measured
+idle GPU-hours, allocated GPU-hours and idle share (%) over the period, or None without measured samples: the
+statement page shows it as information (insights answers; the charges do not change).
+
 ``gpus_in_use_by_node``: ``register(fn)`` where ``fn(cluster) -> dict[str, Decimal]`` is how many whole GPUs the
 work admitted on ``cluster`` holds on each node (by node name), as far as the portal knows where it runs (Kueue's
 topology assignment). The capacity page's per-rack free GPUs subtract it (workloads answers).
@@ -174,6 +178,7 @@ submission_guard = Slot(
                 "submitted. Try again in a few minutes; if it persists, tell platform ops.")
 budget_remaining = Slot("budget remaining")
 rightsizing = Slot("rightsizing")  # a request -> its measured rightsizing suggestion (insights) or None
+measured_idle_share = Slot("measured idle share")  # (tenant, start, end) -> its measured idle share (insights)
 quota_notices = Slot("quota notices")
 gpus_in_use_by_node = Slot("GPUs in use by node")
 reserved_name = Slot(

@@ -9,7 +9,7 @@ same template (``render(request, name, context, using="jinja2")``). One template
 What the templates may call, with the same names as in Django templates:
 
 - every filter of the project's template libraries (``{% load %}`` names: ``stamp``, ``day``, ``qty``, ``money``,
-  ``state_badge``, …) and Django's built-in ones (``floatformat``, ``pluralize``, ``linebreaksbr``, ``lower``…),
+  ``state_badge``, ``display``: ``r|display("status")`` for ``r.get_status_display()``, …) and Django's built-in ones (``floatformat``, ``pluralize``, ``linebreaksbr``, ``lower``…),
   given local time where Django's engine would convert (``expects_localtime``) and autoescaping where they ask;
 - every simple tag of those libraries as a function (``url_kept('quota-request', r.pk)``, ``quota_asked(r)``,
   ``may('quotas.may_decide', r, tier=r.approver)``); a tag that takes the context gets Jinja2's, which answers

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class Kube:
         self.kueue_version: str | None = None
         self.kueue_served: list[str] = []
         self.kueue_pin: str | None = None
+        # (apiVersion, kind) -> when discovery last said the server does not serve it (see :meth:`serves`).
+        self._absent: dict[tuple[str, str], float] = {}
 
     def close(self) -> None:
         self.api.close()
@@ -227,6 +230,25 @@ class Kube:
             raise ClusterRejected(status=404, reason="NotFound", message=f"the server has no kind {kind} in {api_version}")
         return found
 
+    def serves(self, api_version: str, kind: str, *, max_age: float = 300.0) -> bool:
+        """Does the cluster serve ``kind`` in ``api_version`` (an optional API: Gateway API's HTTPRoute, KEDA's
+        ScaledObject)? Discovery, cached: a kind served is remembered with the resource; one not served is asked
+        again after ``max_age`` seconds (so an API installed later is noticed). ClusterUnavailable when discovery
+        cannot be read."""
+        key = (api_version, kind)
+        if key in self._resources:
+            return True
+        absent = self._absent.get(key)
+        if absent is not None and time.monotonic() - absent < max_age:
+            return False
+        try:
+            self.resource(api_version, kind)
+        except ClusterRejected:
+            self._absent[key] = time.monotonic()
+            return False
+        self._absent.pop(key, None)
+        return True
+
     # -- verbs -------------------------------------------------------------------------------------------------
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True,
               dry_run: bool = False, owner: dict[str, str] | None = None) -> dict[str, Any]:
@@ -261,6 +283,12 @@ class Kube:
         """The sandbox cluster's fault injection (``PUT /sandbox/faults``; sandbox/faults.py), for the demo's "take a
         zone down" (``manage.py zone_fault``). A real cluster has no such endpoint: ClusterRejected (404)."""
         _, payload = self._request("sandbox", "PUT", "/sandbox/faults", body=values, content_type="application/json")
+        return payload if isinstance(payload, dict) else {}
+
+    def sandbox_faults_read(self, *, timeout: float = 2.0) -> dict[str, Any]:
+        """The sandbox cluster's fault settings (``GET /sandbox/faults``; never failed on purpose, so a zone taken down
+        still answers). A real cluster has no such endpoint: ClusterRejected (404 or 403)."""
+        _, payload = self._request("sandbox", "GET", "/sandbox/faults", timeout=(timeout, timeout))
         return payload if isinstance(payload, dict) else {}
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:

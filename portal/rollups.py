@@ -1,14 +1,15 @@
 """The one rollup seam: every precomputed summary the metrics and cost pages read instead of raw rows.
 
-Three rollups exist, each owned by the app whose rows it sums and registered from its ``AppConfig.ready``:
+Four rollups exist, each owned by the app whose rows it sums and registered from its ``AppConfig.ready``:
 
-========== =========================== ========================================== ==================
-name       owner                       what one row sums                          grain (dirty flag)
-========== =========================== ========================================== ==================
-costs      ``billing/rollup.py``       priced usage per day, tenant, project ...  UTC day
-requests   ``insights/rollups.py``     queue waits and admissions per day/week    UTC day (+ weeks)
-samples    ``insights/sample_rollups`` queue and pool samples per hour and day    hour (+ days)
-========== =========================== ========================================== ==================
+========== ============================ ========================================== ==================
+name       owner                        what one row sums                          grain (dirty flag)
+========== ============================ ========================================== ==================
+costs      ``billing/rollup.py``        priced usage per day, tenant, project ...  UTC day
+requests   ``insights/rollups.py``      queue waits and admissions per day/week    UTC day (+ weeks)
+samples    ``insights/sample_rollups``  queue and pool samples per hour and day    hour (+ days)
+measured   ``insights/measured_rollup`` measured GPU use per day, tenant, project  UTC day
+========== ============================ ========================================== ==================
 
 They share one contract, so a maintainer learns it once:
 

@@ -393,6 +393,14 @@ PORTAL_NOTEBOOK_BASE_URL = os.environ.get("PORTAL_NOTEBOOK_BASE_URL", "")
 PORTAL_INFERENCE_DOMAIN = os.environ.get("PORTAL_INFERENCE_DOMAIN", "").strip().strip(".")
 PORTAL_INFERENCE_INGRESS_CLASS = os.environ.get("PORTAL_INFERENCE_INGRESS_CLASS", "")
 INFERENCE_RATE_KEY = os.environ.get("INFERENCE_RATE_KEY", "600/min")
+# Where a cluster serves the Gateway API (gateway.networking.k8s.io HTTPRoute), the route is an HTTPRoute attached to
+# this Gateway ("namespace/name"), its forward auth the ExternalAuth filter to the portal's own Service
+# ("namespace/name:port"); where it serves KEDA (keda.sh ScaledObject), the autoscaler is a ScaledObject whose
+# Prometheus trigger asks this server (docs/inference.md).
+PORTAL_INFERENCE_GATEWAY = os.environ.get("PORTAL_INFERENCE_GATEWAY", "gateway-system/inference").strip()
+PORTAL_INFERENCE_AUTH_SERVICE = os.environ.get("PORTAL_INFERENCE_AUTH_SERVICE", "gpu-portal/gpu-portal-web:80").strip()
+PORTAL_KEDA_PROMETHEUS_URL = os.environ.get(
+    "PORTAL_KEDA_PROMETHEUS_URL", os.environ.get("PROMETHEUS_URL", "") or "http://prometheus-operated.monitoring:9090").strip()
 
 # Finished training Jobs (batch/v1 and Volcano) are deleted by the cluster this many seconds after they end
 # (ttlSecondsAfterFinished); the portal keeps the request's record. Empty: never.
@@ -540,6 +548,12 @@ CELERY_BEAT_SCHEDULE["insights-samples-take"] = {"task": "insights.samples_take"
 # 5-minute slot (insights/measured.py). A sample below MEASURED_IDLE_PERCENT GPU utilisation counts as idle.
 PROMETHEUS_URL = os.environ.get("PROMETHEUS_URL", "").strip()
 PROMETHEUS_TOKEN = os.environ.get("PROMETHEUS_TOKEN", "")
+# One Prometheus over several clusters: the label naming the cluster on every series (commonly "cluster", an external
+# label or a relabelling); each cluster's value is Cluster.prometheus_cluster (empty: its name). "" = one
+# Prometheus per cluster, no such label.
+PROMETHEUS_CLUSTER_LABEL = os.environ.get("PROMETHEUS_CLUSTER_LABEL", "").strip()
+if PROMETHEUS_CLUSTER_LABEL and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", PROMETHEUS_CLUSTER_LABEL):
+    raise ImproperlyConfigured(f"PROMETHEUS_CLUSTER_LABEL must be a Prometheus label name, not {PROMETHEUS_CLUSTER_LABEL!r}.")
 MEASURED_IDLE_PERCENT = float(os.environ.get("MEASURED_IDLE_PERCENT", "5"))
 CELERY_BEAT_SCHEDULE["insights-measured-take"] = {"task": "insights.measured_take", "schedule": 300.0}
 # Scheduling success (insights): a request counts as scheduled in time when admitted within this many minutes of

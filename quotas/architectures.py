@@ -5,7 +5,7 @@ the quota renderer (``quotas/manifests.py``), the request renderer (``workloads/
 enforcement rule (``quotas/capacity.py:flavor_enforcement`` and its query twin
 ``quotas/selectors.py:enforced_flavor_q``), the services' checks and the ``Architecture`` choices of
 ``quotas/models.py``. Adding an architecture G is one :class:`Arch` entry in :data:`ARCHITECTURES` (plus its
-tests, and the migration Django writes for the new choice). docs/architectures.md explains each entry.
+tests, and the migration Django writes for the new choice). docs/extending.md ("Reference architectures") explains each entry.
 
 What an entry says:
 

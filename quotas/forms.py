@@ -193,11 +193,37 @@ class ClusterSettingsForm(forms.Form):
                   "cloud.provider.com/topology-block and -rack labels. Applied through the plan below; switching it "
                   "off needs the placed flavors deleted first (Kueue cannot take a flavor's topology off).",
     )
+    prometheus_cluster = forms.CharField(
+        max_length=63, required=False, label="Prometheus cluster label value",
+        help_text="Where one Prometheus answers for several clusters (PROMETHEUS_CLUSTER_LABEL set): the value of that "
+                  "label on this cluster's DCGM series. Empty: the cluster's name.",
+    )
+
+    role = forms.ChoiceField(
+        choices=Cluster._meta.get_field("role").choices, required=False, label="How work reaches it",
+        help_text="Standalone: the portal routes to it. A Kueue MultiKueue manager dispatches what the portal sends "
+                  "there to its workers; a worker takes work from its manager only (docs/federation.md).",
+    )
+    manager_id = forms.TypedChoiceField(
+        coerce=int, empty_value=None, required=False, label="MultiKueue manager",
+        help_text="A worker's manager cluster (its MultiKueueCluster there carries this cluster's name).",
+    )
+    admission_check = forms.CharField(
+        max_length=63, required=False, label="MultiKueue admission check",
+        help_text="A manager's AdmissionCheck (controllerName kueue.x-k8s.io/multikueue) its ClusterQueues name. "
+                  "Empty: multikueue.",
+    )
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, data: Any = None) -> ClusterSettingsForm:
         initial = {name: getattr(cluster, name) for name in cls.base_fields}
-        return cls(data, initial=initial, prefix="settings")
+        form = cls(data, initial=initial, prefix="settings")
+        form.fields["manager_id"].choices = [("", "—")] + [  # type: ignore[attr-defined]
+            (c.pk, c.name) for c in Cluster.objects.exclude(pk=cluster.pk).only("pk", "name").order_by("name")]
+        return form
+
+    def clean_role(self) -> str:
+        return self.cleaned_data.get("role") or self.initial.get("role") or "standalone"  # not sent: unchanged
 
 
 class ArchitectureForm(forms.Form):

@@ -28,6 +28,7 @@ Units: see ``quotas/capacity.py`` (memory in GiB, cpu in cores, HAMi totals in %
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # and the OWNER_ANNOTATION naming the installation, tenant and project. Nothing without both labels is ours.
 KUEUE = "kueue.x-k8s.io/v1beta2"
 VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
+VOLCANO_TOPOLOGY = "topology.volcano.sh/v1alpha1"
 RBAC = "rbac.authorization.k8s.io/v1"
 NAMESPACED_ROLE = "gpu-portal-namespaced"  # deploy/kubernetes/base/rbac.yaml
 # Namespaces no project may ever use: the control plane's and the GPU stack's (a trailing * is a prefix).
@@ -86,6 +88,7 @@ KIND_ORDER: list[tuple[str, str]] = [
     ("v1", "LimitRange"),
     (RBAC, "RoleBinding"),
     (VOLCANO_QUEUE, "Queue"),
+    (VOLCANO_TOPOLOGY, "HyperNode"),
 ]
 KIND_RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
@@ -114,6 +117,13 @@ PLACEMENTS: dict[str, tuple[str, str]] = {
     "block": (REQUIRED_TOPOLOGY, "block"),
     "prefer-rack": (PREFERRED_TOPOLOGY, "rack"),
 }
+# Volcano's network-topology-aware scheduling (docs/cluster-objects.md, "Volcano HyperNodes"): on a cluster with a
+# topology whose Volcano hands out the training pool (architecture E), the reconcile writes one HyperNode per rack
+# (tier 1, its nodes by the rack label) and per block (tier 2, its racks), from the node labels the inventory read;
+# a Volcano training job that asks for one rack or block carries ``spec.networkTopology`` with that tier.
+HYPERNODE_TIERS = {"rack": 1, "block": 2}
+# A request's placement choice -> Volcano's networkTopology (mode, highest tier allowed).
+VOLCANO_PLACEMENTS: dict[str, tuple[str, int]] = {"rack": ("hard", 1), "block": ("hard", 2), "prefer-rack": ("soft", 1)}
 
 
 # ----------------------------------------------------------------------------------------- the snapshot
@@ -172,6 +182,7 @@ class ClusterRow:
     use_hami: bool = False
     volcano_capacity_plugin: bool = False
     topology: str = ""  # Cluster.topology: a key of TOPOLOGY_LEVELS, or "" (no topology-aware placement)
+    admission_check: str = ""  # Cluster.multikueue_check: a MultiKueue manager's AdmissionCheck ("" elsewhere)
 
 
 @dataclass(frozen=True)
@@ -186,6 +197,8 @@ class Snapshot:
     # "namespace/name" of the portal's own ServiceAccount on this cluster (PORTAL_SERVICE_ACCOUNT): when set,
     # every project namespace (retained archived ones too) gets a RoleBinding of NAMESPACED_ROLE to it.
     service_account: str = ""
+    # (block, rack) label values of the cluster's nodes, as the inventory read them: its Volcano HyperNodes.
+    racks: tuple[tuple[str, str], ...] = ()
 
     def with_architecture(self, architecture: str) -> Snapshot:
         return replace(self, cluster=replace(self.cluster, architecture=architecture))
@@ -343,6 +356,54 @@ def tas_cpu_and_memory(cluster: ClusterRow, data: Snapshot, flavors: list[Flavor
                    tenants=tuple(replace(t, quotas=copied(t.quotas)) for t in data.tenants),
                    projects=tuple(replace(p, quotas=copied(p.quotas)) for p in data.projects))
     return data, [widen(f) for f in flavors]
+
+
+def volcano_topology_flavor(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
+    """Does ``flavor`` take part in ``cluster``'s topology through Volcano (a whole-GPU flavor Volcano hands out, on a
+    cluster with a topology)? Its gangs may ask for one rack or block: ``spec.networkTopology`` over the HyperNodes."""
+    return getattr(cluster, "topology", "") in TOPOLOGY_LEVELS and flavor.kind == "whole" and volcano_owned(cluster, flavor)
+
+
+def placed_by_topology(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
+    """May a request on ``flavor`` ask for one rack or block: Kueue TAS or Volcano HyperNodes."""
+    return topology_flavor(cluster, flavor) or volcano_topology_flavor(cluster, flavor)
+
+
+def network_topology(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor, placement: str) -> dict[str, Any]:
+    """A Volcano Job's ``spec.networkTopology`` for a placement choice: "rack" -> ``{"mode": "hard",
+    "highestTierAllowed": 1}``; {} for "" or a flavor not placed through Volcano."""
+    if placement not in VOLCANO_PLACEMENTS or not volcano_topology_flavor(cluster, flavor):
+        return {}
+    mode, tier = VOLCANO_PLACEMENTS[placement]
+    return {"mode": mode, "highestTierAllowed": tier}
+
+
+def hypernode_name(level: str, value: str) -> str:
+    """A HyperNode's name: the label value, prefixed by its level unless it already says it ("rack-a1", "block-a")."""
+    name = value if value.startswith(f"{level}-") else f"{level}-{value}"
+    return re.sub(r"[^a-z0-9.-]", "-", name.lower()).strip("-.")[:253]
+
+
+def render_hypernodes(racks: Iterable[tuple[str, str]]) -> list[dict]:
+    """Volcano HyperNodes from the nodes' (block, rack) labels: one per rack (tier 1, its nodes by the rack label)
+    and one per block (tier 2, its racks by name). A rack without a block gets no block."""
+    by_block: dict[str, set[str]] = {}
+    out = []
+    for block, rack in sorted(set(racks)):
+        if not rack:
+            continue
+        out.append({"apiVersion": VOLCANO_TOPOLOGY, "kind": "HyperNode",
+                    "metadata": {"name": hypernode_name("rack", rack), "labels": labels()},
+                    "spec": {"tier": HYPERNODE_TIERS["rack"], "tierName": "rack", "members": [
+                        {"type": "Node", "selector": {"labelMatch": {"matchLabels": {RACK_LABEL: rack}}}}]}})
+        if block:
+            by_block.setdefault(block, set()).add(hypernode_name("rack", rack))
+    for block, names in sorted(by_block.items()):
+        out.append({"apiVersion": VOLCANO_TOPOLOGY, "kind": "HyperNode",
+                    "metadata": {"name": hypernode_name("block", block), "labels": labels()},
+                    "spec": {"tier": HYPERNODE_TIERS["block"], "tierName": "block", "members": [
+                        {"type": "HyperNode", "selector": {"exactMatch": {"name": n}}} for n in sorted(names)]}})
+    return out
 
 
 def topology_label(cluster: ClusterRow | Cluster, level: str) -> str:
@@ -703,7 +764,7 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
     """
     if not isinstance(cluster, ClusterRow):
         cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin,
-                             getattr(cluster, "topology", ""))
+                             getattr(cluster, "topology", ""), getattr(cluster, "multikueue_check", ""))
     arch = architectures.of(cluster)
     flavors = kueue_flavors(cluster, data.flavors)
     data, flavors = tas_cpu_and_memory(cluster, data, flavors)
@@ -715,6 +776,8 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
                            for f in flavors]
     if any(topology_flavor(cluster, f) for f in flavors):
         objects.append(render_topology(cluster))
+    if any(volcano_topology_flavor(cluster, f) for f in data.flavors):
+        objects += render_hypernodes(data.racks)
     objects += render_priority_classes()
     if arch.shared_queue:
         totals = _a_totals(data)
@@ -733,6 +796,10 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
         objects.append(render_namespace(project, cluster))
         if data.service_account:  # an archived namespace's contents are still counted before it is deleted
             objects.append(render_role_binding(project, data.service_account))
+    if cluster.admission_check:  # a MultiKueue manager: its Kueue admits work here, then dispatches it to a worker
+        for obj in objects:
+            if obj["kind"] == "ClusterQueue":
+                obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": cluster.admission_check}]}
     return sort_objects([mark(obj, data.installation) for obj in objects])
 
 

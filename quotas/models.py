@@ -35,6 +35,11 @@ Architecture = models.TextChoices("Architecture", [(letter, (letter, label)) for
 
 # Cluster.topology's choices (a key of quotas.manifests.TOPOLOGY_LEVELS, or "" for off).
 CLUSTER_TOPOLOGIES = [("", "None"), ("block-rack-host", "Block, rack, host")]
+# How work reaches a cluster (docs/federation.md, "Kueue MultiKueue"): the portal routes to a standalone cluster itself;
+# a MultiKueue manager's Kueue sends what the portal submits there on to its workers; a worker takes work only from its
+# manager (the portal routes nothing to it directly, but provisions its projects' queues, which MultiKueue needs).
+CLUSTER_ROLES = [("standalone", "Standalone (the portal routes)"), ("manager", "MultiKueue manager"),
+                 ("worker", "MultiKueue worker")]
 
 
 class Cluster(models.Model):
@@ -74,6 +79,19 @@ class Cluster(models.Model):
     # drain it (no new work is routed here; pending work that has not started moves elsewhere once).
     zone = models.CharField(max_length=63, blank=True, help_text="Zone name (empty: the cluster's name).")
     failure_domain = models.CharField(max_length=63, blank=True, help_text="What fails together, e.g. a site or a power feed.")
+    prometheus_cluster = models.CharField(
+        max_length=63, blank=True,
+        help_text="The value of the PROMETHEUS_CLUSTER_LABEL label on this cluster's DCGM series when one Prometheus "
+                  "answers for several clusters (empty: the cluster's name).")
+    role = models.CharField(max_length=12, choices=CLUSTER_ROLES, default="standalone",
+                            help_text="How work reaches it: the portal's own routing, or Kueue MultiKueue.")
+    manager = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="workers",
+                                help_text="A MultiKueue worker's manager cluster (its MultiKueueCluster there has this "
+                                          "cluster's name).")
+    admission_check = models.CharField(
+        max_length=63, blank=True, default="",
+        help_text="A MultiKueue manager's AdmissionCheck (controllerName kueue.x-k8s.io/multikueue) that its "
+                  "ClusterQueues name (empty: multikueue).")
     draining = models.BooleanField(default=False, help_text="Drained by ops: nothing new is routed here.")
     drain_reason = models.CharField(max_length=500, blank=True)
     drained_at = models.DateTimeField(null=True, blank=True)
@@ -92,6 +110,16 @@ class Cluster(models.Model):
     @property
     def zone_name(self) -> str:
         return self.zone or self.name
+
+    @property
+    def prometheus_cluster_value(self) -> str:
+        """What this cluster's series carry in ``settings.PROMETHEUS_CLUSTER_LABEL`` (docs/measured-use.md)."""
+        return self.prometheus_cluster or self.name
+
+    @property
+    def multikueue_check(self) -> str:
+        """The AdmissionCheck a MultiKueue manager's ClusterQueues name ("" on other clusters)."""
+        return (self.admission_check or "multikueue") if self.role == "manager" else ""
 
     @property
     def routable(self) -> bool:

@@ -43,7 +43,7 @@ from portal.quantities import in_portal_units, parse_quantity
 from tenants.models import Project, Tenant
 
 from . import manifests as m
-from .models import AppliedObject, Architecture, Cluster, Flavor, Quota
+from .models import AppliedObject, Architecture, Cluster, Flavor, Node, Quota
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,16 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
         for f in flavors
     ]
     cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin,
-                               cluster.topology)
+                               cluster.topology, cluster.multikueue_check)
+    # Volcano HyperNodes (one per rack and block) come from the nodes' topology labels; read only where they are drawn.
+    racks: set[tuple[str, str]] = set()
+    if cluster.topology in m.TOPOLOGY_LEVELS:
+        for node_labels in Node.objects.filter(cluster=cluster, present=True).values_list("labels", flat=True):
+            rack = (node_labels or {}).get(m.RACK_LABEL)
+            if rack:
+                racks.add(((node_labels or {}).get(m.BLOCK_LABEL, ""), rack))
     return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id(),
-                      service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""))
+                      service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""), racks=tuple(sorted(racks)))
 
 
 def object_hash(obj: dict[str, Any]) -> str:

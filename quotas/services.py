@@ -51,7 +51,7 @@ Status = QuotaRequest.Status
 _LABEL_RE = cast("re.Pattern[str]", DNS1123_LABEL.regex)
 
 CLUSTER_FIELDS = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path",
-                  "topology"]
+                  "topology", "prometheus_cluster", "role", "manager_id", "admission_check"]
 FLAVOR_FIELDS = [
     "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile", "hami_memory_mib",
     "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order", "active",
@@ -90,9 +90,28 @@ def _cluster_check(cluster: Cluster) -> None:
         raise Invalid(f"Overcommit is a percentage from 0 to {MAX_OVERCOMMIT_PERCENT}.", field="overcommit_percent")
     if cluster.kubeconfig_path and not cluster.kubeconfig_path.startswith("/"):
         raise Invalid("Give the absolute path of the kubeconfig file mounted into the portal.", field="kubeconfig_path")
+    _multikueue_check(cluster)
     _full_clean(cluster, exclude=["kubeconfig_encrypted"])
     if Cluster.objects.filter(name=cluster.name).exclude(pk=cluster.pk).exists():
         raise Invalid(f"A cluster named {cluster.name!r} already exists.", field="name")
+
+
+def _multikueue_check(cluster: Cluster) -> None:
+    """Kueue MultiKueue roles (docs/federation.md): a worker names its manager; nothing else names one."""
+    if cluster.role == "worker":
+        manager = Cluster.objects.filter(pk=cluster.manager_id).first() if cluster.manager_id else None
+        if manager is None or manager.pk == cluster.pk:
+            raise Invalid("A MultiKueue worker needs its manager cluster.", field="manager_id")
+        if manager.role != "manager":
+            raise Invalid(f"Cluster {manager.name} is not a MultiKueue manager: set its role first.", field="manager_id")
+    elif cluster.manager_id:
+        raise Invalid("Only a MultiKueue worker has a manager.", field="manager_id")
+    if cluster.role != "manager" and cluster.admission_check:
+        raise Invalid("Only a MultiKueue manager names an admission check.", field="admission_check")
+    if cluster.admission_check and not _LABEL_RE.match(cluster.admission_check):
+        raise Invalid("Give the AdmissionCheck's name: lower-case letters, digits and '-'.", field="admission_check")
+    if cluster.pk and cluster.role != "manager" and Cluster.objects.filter(manager_id=cluster.pk).exists():
+        raise Invalid("Workers name this cluster as their manager: change their role first.", field="role")
 
 
 def _kubeconfig_encrypted(kubeconfig: str) -> str:

@@ -157,6 +157,48 @@ def cluster_undrain(*, actor: Actor, cluster: Cluster) -> Cluster:
     return cluster
 
 
+# ----------------------------------------------------------------------------------------- the zone fault (demo)
+ZONE_DOWN = {"error_rate": 1.0, "error_codes": [503], "retry_after": 1}
+NOT_A_SANDBOX = "only sandbox clusters have fault injection"
+
+
+def zone_fault_set(*, actor: Actor, cluster: Cluster, down: bool) -> Cluster:
+    """Take a sandbox zone's API down (every API call answered 503, through the sandbox's fault injection,
+    sandbox/faults.py) or bring it back: the demo's zone fault (docs/federation.md), from ``manage.py zone_fault`` and
+    the ops zones page alike. The status follower then marks the cluster unhealthy; after
+    ``PORTAL_REDISPATCH_AFTER_SECONDS`` housekeeping moves its pending work elsewhere, once. A real cluster has no
+    fault endpoint: Invalid, nothing changes. Ops only; audited ``cluster.zone_fault`` (who, which zone, when)."""
+    from portal.kube import ClusterError, ClusterRejected, kube_for
+
+    require(policy.may_manage_capacity(actor), "Only platform ops take zones down.")
+    try:
+        kube_for(cluster).sandbox_faults(ZONE_DOWN if down else {})
+    except ClusterRejected as exc:
+        raise Invalid(f"{cluster.name}: {NOT_A_SANDBOX} (it answered {exc.status}).", field="cluster") from exc
+    except (ClusterError, OSError, ValueError) as exc:
+        raise Invalid(f"{cluster.name}: its fault injection did not answer ({exc}); {NOT_A_SANDBOX}.",
+                      field="cluster") from exc
+    audit_record(actor=actor, action="cluster.zone_fault", target=cluster, after={
+        "zone": cluster.zone_name, "down": bool(down), "at": timezone.now().isoformat()})
+    return cluster
+
+
+def zone_fault_states(clusters: list[Cluster]) -> dict[int, bool]:
+    """Which clusters are sandboxes, and whether each is down now: ``{cluster id: down}``, read from each sandbox's
+    fault settings (a short timeout; the control endpoint is never failed on purpose, so a zone taken down still
+    answers). Real clusters (no fault endpoint) and clusters that do not answer are left out: no button for them."""
+    from portal.kube import ClusterError, kube_for
+
+    out: dict[int, bool] = {}
+    for cluster in clusters:
+        try:
+            faults = kube_for(cluster).sandbox_faults_read()
+        except (ClusterError, OSError, ValueError):
+            continue
+        out[cluster.pk] = float(faults.get("error_rate") or 0) >= 1.0
+    return out
+
+
 # ----------------------------------------------------------------------------------------- one inventory (ops)
 @dataclass
 class ZoneModel:
@@ -179,6 +221,7 @@ class Zone:
     driver: str = ""
     cuda: str = ""
     models: list[ZoneModel] = field(default_factory=list)
+    fault_down: bool | None = None  # the demo's zone fault: down or up on a sandbox; None: no fault injection
 
     @property
     def health(self) -> str:

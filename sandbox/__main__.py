@@ -1,4 +1,5 @@
-"""``python -m sandbox --kubeconfig FILE [--port N] [--profile FILE] [--speed X] [--state-file FILE] [--tick-interval S]``
+"""``python -m sandbox --kubeconfig FILE [--port N] [--profile FILE] [--speed X] [--state-file FILE] [--tick-interval S]
+[--prometheus-label NAME=VALUE ...] [--prometheus-peer URL ...]``
 
 Starts the sandbox cluster on 127.0.0.1, writes a kubeconfig (context ``sandbox``, bearer token) to FILE, prints
 the URL and serves until Ctrl-C or SIGTERM, then saves the state file if one was given.
@@ -25,7 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tick-interval", type=float, default=0.2,
                    help="seconds between controller rounds (default 0.2); 0 keeps the cluster still: the nodes and "
                         "queues are seeded, objects are stored, and nothing reacts to them")
+    p.add_argument("--prometheus-label", action="append", default=[], metavar="NAME=VALUE",
+                   help="a label added to every series of this sandbox's Prometheus, e.g. cluster=zone-a (one "
+                        "Prometheus over several clusters; docs/measured-use.md)")
+    p.add_argument("--prometheus-peer", action="append", default=[], metavar="URL",
+                   help="another sandbox's base URL whose DCGM series this one's query API answers with too")
     args = p.parse_args(argv)
+    labels = {}
+    for item in args.prometheus_label:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--prometheus-label takes NAME=VALUE, not {item!r}")
+        labels[name] = value
 
     stop = threading.Event()
 
@@ -37,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sb = Sandbox(port=args.port, kubeconfig=args.kubeconfig, profile=args.profile, speed=args.speed,
                  state_file=args.state_file, token=args.token, tick_interval=args.tick_interval)
+    if labels:
+        sb.dcgm.external_labels.update(labels)
+    sb.dcgm.peers.extend(u.rstrip("/") for u in args.prometheus_peer)
     sb.start()
     print(f"sandbox cluster listening on {sb.url}", flush=True)
     print(f"kubeconfig written to {args.kubeconfig} (context 'sandbox')", flush=True)

@@ -24,13 +24,15 @@ from .clock import Clock, format_precise, latest_timestamp, parse_time
 from .controllers import Controllers
 from .dcgm import Dcgm
 from .faults import Faults
+from .inference import optional_types
 from .profile import load_profile
 from .registry import default_registry
 from .server import SandboxServer
 from .store import ApiError, Store
 
 MAX_STABLE_TICKS = 100
-DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# ... and Kueue's namespace, where a real installation runs it (MultiKueue reads its clusters' Secrets there)
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system")
 
 
 def write_kubeconfig(path: str | os.PathLike, url: str, token: str | None, context: str = "sandbox",
@@ -89,6 +91,8 @@ class Sandbox:
             self.profile = profile
         else:
             self.profile = load_profile(str(profile) if profile is not None else None)
+        for optional in optional_types(self.profile):  # the profile's ``apis``: Gateway API, KEDA (sandbox/inference.py)
+            self.registry.add(optional)
         self.dcgm = Dcgm(self.store, self.clock, self.profile)  # /dcgm/<node>/metrics and /prometheus/api/v1/*
         self.controllers = None
         if controllers:

@@ -19,6 +19,12 @@ open), ``light`` (a memory-light training job on a whole GPU: ~9 GiB, SM active 
 (inherited from its owner like the duration annotation); else the cluster profile's ``usage.byKind`` on the pod's
 ``gpuportal.dev/kind`` label; else ``usage.default`` (``saturated``). ``usage.xid`` lists GPUs that raise an XID
 whatever runs on them: ``[{node: gpu-h100-3, gpu: 5, code: 79, afterSeconds: 0}]``.
+
+One Prometheus over several clusters (the profile's ``prometheus`` section, or the attributes of the same names):
+``externalLabels`` (``{cluster: zone-a}``) are added to every series this sandbox's Prometheus scraped, as a
+relabelling or a Prometheus' external labels name the cluster; ``peers`` lists the base URLs of other sandboxes whose
+series this one's query API answers with too (as a Thanos or Mimir querier over several clusters' Prometheus), read
+from their query API with ``local=1`` (their own series only).
 """
 
 from __future__ import annotations
@@ -100,6 +106,9 @@ class Dcgm:
         self.default_usage = str(usage.get("default") or "saturated")
         self.by_kind = dict(usage.get("byKind") or {})
         self.xid_faults = list(usage.get("xid") or [])
+        prometheus = self.profile.get("prometheus") or {}
+        self.external_labels = {str(k): str(v) for k, v in (prometheus.get("externalLabels") or {}).items()}
+        self.peers = [str(u).rstrip("/") for u in (prometheus.get("peers") or [])]
         self.t0 = _ts(clock.now())
         self.log: dict[str, dict] = {}  # pod uid -> allocation (node, devices, pod, namespace, ...)
         self.lock = threading.Lock()
@@ -282,27 +291,36 @@ class Dcgm:
         return "\n".join(lines) + "\n"
 
     # -- Prometheus ------------------------------------------------------------------------------------------------
-    def scraped_at(self, t: float) -> list[tuple[dict, float]]:
-        """The series as Prometheus holds them at ``t``: the last scrape at or before ``t``, job/instance added."""
+    def scraped_local(self, t: float) -> list[tuple[dict, float]]:
+        """This sandbox's series as its Prometheus holds them at ``t``: the last scrape at or before ``t``,
+        job/instance and the external labels added."""
         ts = math.floor(t / SCRAPE_SECONDS) * SCRAPE_SECONDS
-        return [({**lab, "job": "dcgm-exporter", "instance": f"{lab['Hostname']}:9400"}, v)
+        return [({**lab, "job": "dcgm-exporter", "instance": f"{lab['Hostname']}:9400", **self.external_labels}, v)
                 for lab, v in self.series_at(ts)]
 
-    def query(self, expr: str, t: float | None) -> dict:
+    def scraped_at(self, t: float) -> list[tuple[dict, float]]:
+        """Every series the query API answers with at ``t``: this sandbox's and its peers' (``peers``)."""
+        out = self.scraped_local(t)
+        for peer in self.peers:
+            out.extend(_peer_series(peer, t))
+        return out
+
+    def query(self, expr: str, t: float | None, *, local: bool = False) -> dict:
         self.refresh()
         t = _ts(self.clock.now()) if t is None else t
+        scraped = self.scraped_local if local else self.scraped_at
         node = parse(expr)
         if node[0] == "range":  # a bare range selector: its raw samples, a matrix
             _, sel, width = node
             rows: dict[tuple, dict] = {}
             s = math.floor((t - width) / SCRAPE_SECONDS) * SCRAPE_SECONDS + SCRAPE_SECONDS
             while s <= t:
-                for labels, value in _select(sel[1], self.scraped_at(s)):
+                for labels, value in _select(sel[1], scraped(s)):
                     row = rows.setdefault(tuple(sorted(labels.items())), {"metric": labels, "values": []})
                     row["values"].append([_num(s), _fmt(value)])
                 s += SCRAPE_SECONDS
             return {"resultType": "matrix", "result": list(rows.values())}
-        return _result(evaluate(node, t, self.scraped_at), t)
+        return _result(evaluate(node, t, scraped), t)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> dict:
         if step <= 0:
@@ -351,7 +369,7 @@ class Dcgm:
                 raise QueryError("invalid parameter \"query\": unknown position: parse error: no expression found "
                                  "in input")
             if endpoint == "/api/v1/query":
-                data = self.query(expr, _param_time(params, "time", None))
+                data = self.query(expr, _param_time(params, "time", None), local=params.get("local") in ("1", "true"))
             else:
                 start = _param_time(params, "start")
                 end = _param_time(params, "end")
@@ -361,6 +379,23 @@ class Dcgm:
             body = {"status": "error", "errorType": "bad_data", "error": str(e)}
             return 400, json.dumps(body).encode(), "application/json"
         return 200, json.dumps({"status": "success", "data": data}).encode(), "application/json"
+
+
+def _peer_series(base: str, t: float) -> list[tuple[dict, float]]:
+    """A peer sandbox's own series at ``t`` (``local=1``: not its peers'), through its query API; a peer that does
+    not answer is left out, as a querier's partial response leaves out a store that is down."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    params = urllib.parse.urlencode({"query": '{__name__=~"DCGM_.+"}', "time": repr(float(t)), "local": "1"})
+    try:
+        with urllib.request.urlopen(f"{base}/prometheus/api/v1/query?{params}", timeout=10) as resp:
+            body = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    return [(row["metric"], float(row["value"][1])) for row in (body.get("data") or {}).get("result") or []]
 
 
 def _uuid5(s: str) -> str:

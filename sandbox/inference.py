@@ -19,7 +19,18 @@ with one ``Pods`` metric of type ``AverageValue`` (the request rate, whatever it
               simulated seconds have passed since the last change.
 
 It writes the Deployment's ``spec.replicas`` and the HPA's ``status`` (current/desired replicas, the current
-metric, ``lastScaleTime``). Other metric types are ignored (the HPA keeps the Deployment between its bounds only).
+metric, ``lastScaleTime``). An ``External`` metric of type ``AverageValue`` (what KEDA's HPAs carry) reads the same
+request rate. Other metric types are ignored (the HPA keeps the Deployment between its bounds only).
+
+**Optional APIs.** A profile's ``apis`` list makes the cluster serve what a real one serves only where it is
+installed (:data:`OPTIONAL_APIS`, :func:`optional_types`):
+
+* ``gateway-api``: ``gateway.networking.k8s.io/v1`` Gateway and HTTPRoute (stored and served; no gateway routes
+  traffic in the sandbox);
+* ``keda``: ``keda.sh/v1alpha1`` ScaledObject, and :class:`KedaController`: as KEDA's operator does, each
+  ScaledObject gets an HPA ``keda-hpa-<name>`` (owned by it, so it goes with it) between ``minReplicaCount`` and
+  ``maxReplicaCount`` on one External metric whose ``AverageValue`` is the first trigger's ``threshold``; the HPA
+  controller above then scales on the request rate.
 """
 
 from __future__ import annotations
@@ -32,13 +43,45 @@ from collections import deque
 from datetime import datetime, timedelta
 
 from .clock import format_time, parse_time
+from .registry import ResourceType
 
 HPA = ("autoscaling/v2", "HorizontalPodAutoscaler")
 DEPLOYMENT = ("apps/v1", "Deployment")
+SCALED_OBJECT = ("keda.sh/v1alpha1", "ScaledObject")
+KEDA_HPA_PREFIX = "keda-hpa-"
+KEDA_NAME_LABEL = "scaledobject.keda.sh/name"
 WINDOW_SECONDS = 60.0
 DEFAULT_SCALE_DOWN_WINDOW = 300.0
 _VOCABULARY = ("the", "model", "answers", "with", "a", "sandbox", "token", "for", "each", "prompt", "GPU", "portal",
                "quietly", "and", "deterministic", "words", "in", "order", "of", "its", "hash")
+
+
+def _open_crd(group: str, version: str, kind: str, plural: str, short: tuple[str, ...] = ()) -> ResourceType:
+    """A namespaced custom kind with a status subresource whose schema keeps every field (the real CRDs are large;
+    the sandbox only stores these objects and reads a few fields back)."""
+    keep = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    schema = {"type": "object", "properties": {"spec": keep, "status": keep}}
+    return ResourceType(group, version, kind, plural, kind.lower(), True, short, (), frozenset({"status"}), schema,
+                        crd=True)
+
+
+# The optional APIs a profile may ask for (``apis: [gateway-api, keda]``).
+OPTIONAL_APIS: dict[str, tuple[ResourceType, ...]] = {
+    "gateway-api": (_open_crd("gateway.networking.k8s.io", "v1", "Gateway", "gateways", ("gtw",)),
+                    _open_crd("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")),
+    "keda": (_open_crd("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects", ("so",)),),
+}
+
+
+def optional_types(profile: dict | None) -> list[ResourceType]:
+    """The kinds of the optional APIs ``profile`` asks for (its ``apis`` list); ValueError for an unknown one."""
+    names = (profile or {}).get("apis") or []
+    if not isinstance(names, list):
+        raise ValueError("apis: a list of optional APIs (" + ", ".join(OPTIONAL_APIS) + ")")
+    unknown = [n for n in names if n not in OPTIONAL_APIS]
+    if unknown:
+        raise ValueError(f"apis: unknown {unknown}; the sandbox serves " + ", ".join(OPTIONAL_APIS))
+    return [t for name in names for t in OPTIONAL_APIS[name]]
 
 
 def _quantity(text) -> float:
@@ -197,15 +240,16 @@ class HorizontalPodAutoscalerController:
         desired = min(max(current, low), top)
         metric_status = []
         for metric in spec.get("metrics") or []:
-            pods = metric.get("pods") if metric.get("type") == "Pods" else None
-            target = (pods or {}).get("target") or {}
-            if not pods or target.get("type") != "AverageValue" or not target.get("averageValue"):
+            kind = {"Pods": "pods", "External": "external"}.get(metric.get("type"))
+            source = metric.get(kind) if kind else None
+            target = (source or {}).get("target") or {}
+            if not source or target.get("type") != "AverageValue" or not target.get("averageValue"):
                 continue
             rate = self.load.rate(namespace, ref["name"])
             per_pod = _quantity(target["averageValue"])
             desired = min(max(1, math.ceil(rate / per_pod - 1e-9), low), top)
-            metric_status.append({"type": "Pods", "pods": {"metric": dict(pods.get("metric") or {}),
-                                                           "current": {"averageValue": _milli(rate / max(current, 1))}}})
+            metric_status.append({"type": metric["type"], kind: {"metric": dict(source.get("metric") or {}),
+                                                               "current": {"averageValue": _milli(rate / max(current, 1))}}})
         status = dict(hpa.get("status") or {})
         last = parse_time(status.get("lastScaleTime"))
         window = float(((spec.get("behavior") or {}).get("scaleDown") or {}).get("stabilizationWindowSeconds",
@@ -220,3 +264,78 @@ class HorizontalPodAutoscalerController:
             new_status["lastScaleTime"] = format_time(ctx.now())
             new_status["currentReplicas"] = current
         ctx.write_status(hpa, new_status)
+
+
+class KedaController:
+    """KEDA's operator, for the sandbox: a ScaledObject gets its HPA ``keda-hpa-<name>`` (see the module's
+    docstring); an HPA of ours whose ScaledObject is gone goes too. Nothing when the cluster does not serve
+    ScaledObject (a profile without ``apis: [keda]``)."""
+
+    name = "keda-operator"
+    timed = True
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def _served(self) -> bool:
+        try:
+            self.ctx.store.registry.by_kind(*SCALED_OBJECT)
+        except KeyError:
+            return False
+        return True
+
+    def reconcile(self) -> None:
+        if not self._served():
+            return
+        ctx = self.ctx
+        wanted: set[tuple[str, str]] = set()
+        for so in ctx.list_items(SCALED_OBJECT):
+            meta = so["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            wanted.add((meta.get("namespace"), KEDA_HPA_PREFIX + meta["name"]))
+            try:
+                self._sync(so)
+            except Exception as exc:  # one broken ScaledObject must not stop the others
+                ctx._error("keda-sync", SCALED_OBJECT, meta["name"], exc)
+        for hpa in ctx.list_items(HPA, label_selector=KEDA_NAME_LABEL):
+            meta = hpa["metadata"]
+            if (meta.get("namespace"), meta["name"]) not in wanted and not meta.get("deletionTimestamp"):
+                ctx.delete(HPA, meta["name"], meta.get("namespace"))
+
+    def _sync(self, so: dict) -> None:
+        ctx = self.ctx
+        meta, spec = so["metadata"], so.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        trigger = next(iter(spec.get("triggers") or []), {}) or {}
+        threshold = str((trigger.get("metadata") or {}).get("threshold") or "1")
+        behavior = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior")
+        name = KEDA_HPA_PREFIX + meta["name"]
+        hpa_spec = {
+            "scaleTargetRef": {"apiVersion": ref.get("apiVersion") or "apps/v1", "kind": ref.get("kind") or "Deployment",
+                               "name": ref.get("name", "")},
+            "minReplicas": int(spec.get("minReplicaCount", 1) or 1),
+            "maxReplicas": int(spec.get("maxReplicaCount", 100) or 100),
+            "metrics": [{"type": "External", "external": {
+                "metric": {"name": f"s0-{trigger.get('type') or 'metric'}",
+                           "selector": {"matchLabels": {KEDA_NAME_LABEL: meta["name"]}}},
+                "target": {"type": "AverageValue", "averageValue": _milli(_quantity(threshold))}}}],
+        }
+        if behavior:
+            hpa_spec["behavior"] = behavior
+        live = ctx.get(HPA, name, meta.get("namespace"))
+        if live is None:
+            ctx.create({"apiVersion": HPA[0], "kind": HPA[1], "metadata": {
+                "name": name, "namespace": meta.get("namespace"),
+                "labels": {KEDA_NAME_LABEL: meta["name"], "app.kubernetes.io/managed-by": "keda-operator"},
+                "ownerReferences": [{"apiVersion": SCALED_OBJECT[0], "kind": SCALED_OBJECT[1], "name": meta["name"],
+                                     "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}]},
+                "spec": hpa_spec})
+        elif {k: (live.get("spec") or {}).get(k) for k in hpa_spec} != hpa_spec:
+            ctx.update({**live, "spec": {**(live.get("spec") or {}), **hpa_spec}})
+        ready = {"type": "Ready", "status": "True", "reason": "ScaledObjectReady",
+                 "message": "ScaledObject is defined correctly and is ready for scaling"}
+        status = {"hpaName": name, "scaleTargetKind": f"{hpa_spec['scaleTargetRef']['apiVersion']}.Deployment",
+                  "conditions": [ready]}
+        if (so.get("status") or {}).get("hpaName") != name:
+            ctx.write_status(so, status)

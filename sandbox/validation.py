@@ -428,6 +428,12 @@ _CEL_RAW = {
     "!has(oldSelf.topologyName) || (has(self.topologyName) && self.topologyName == oldSelf.topologyName)": lambda s, o: (
         not _has(o, "topologyName") or (_has(s, "topologyName") and s["topologyName"] == o["topologyName"])
     ),
+    # Volcano's HyperNode member selector: one of exactMatch, regexMatch, labelMatch.
+    "has(self.exactMatch) || has(self.regexMatch) || has(self.labelMatch)": lambda s, o: any(
+        _has(s, k) for k in ("exactMatch", "regexMatch", "labelMatch")),
+    "(has(self.exactMatch) ? 1 : 0) + (has(self.regexMatch) ? 1 : 0) + (has(self.labelMatch) ? 1 : 0) <= 1": lambda s, o: (
+        sum(_has(s, k) for k in ("exactMatch", "regexMatch", "labelMatch")) <= 1
+    ),
 }
 CEL_RULES = {" ".join(k.split()): v for k, v in _CEL_RAW.items()}
 

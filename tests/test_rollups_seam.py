@@ -11,14 +11,15 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from billing.models import CostRollupDay
-from insights.models import RollupDay, SampleHour
+from insights.models import MeasuredDay, RollupDay, SampleHour
 from portal import rollups
 from portal.celery import rollups_refresh
 
 
 def test_every_rollup_is_registered_once_with_its_owner() -> None:
     assert [(r.name, r.owner) for r in rollups.registered()] == [
-        ("costs", "billing.rollup"), ("requests", "insights.rollups"), ("samples", "insights.sample_rollups")]
+        ("costs", "billing.rollup"), ("requests", "insights.rollups"), ("samples", "insights.sample_rollups"),
+        ("measured", "insights.measured_rollup")]
 
 
 def test_one_beat_task_refreshes_them_all() -> None:
@@ -30,7 +31,7 @@ def test_one_beat_task_refreshes_them_all() -> None:
 @pytest.mark.django_db
 def test_the_task_answers_for_each_rollup() -> None:
     out = rollups_refresh.apply().get()
-    assert set(out) == {"costs", "requests", "samples"}
+    assert set(out) == {"costs", "requests", "samples", "measured"}
     assert all("error" not in counts and counts["seconds"] >= 0 for counts in out.values())
 
 
@@ -61,25 +62,27 @@ def test_mark_makes_every_period_from_an_instant_dirty() -> None:
     for d in (day, day + timedelta(days=1), day + timedelta(days=2)):
         CostRollupDay.objects.create(day=d, dirty=False)
         RollupDay.objects.create(day=d, dirty=False, computed_at=timezone.now(), admit_target_minutes=30)
+        MeasuredDay.objects.create(day=d, dirty=False, computed_at=timezone.now(), idle_percent=5.0)
     for h in range(3):
         SampleHour.objects.create(hour=since + timedelta(hours=h - 1), dirty=False, computed_at=timezone.now())
-    for name in ("costs", "requests", "samples"):
+    for name in ("costs", "requests", "samples", "measured"):
         assert rollups.mark(name, since) == 2
     assert list(CostRollupDay.objects.filter(dirty=True).order_by("day").values_list("day", flat=True)) == [
         day + timedelta(days=1), day + timedelta(days=2)]
     assert not RollupDay.objects.get(day=day).dirty and RollupDay.objects.get(day=day + timedelta(days=1)).dirty
     assert list(SampleHour.objects.filter(dirty=False).values_list("hour", flat=True)) == [since - timedelta(hours=1)]
+    assert list(MeasuredDay.objects.filter(dirty=False).values_list("day", flat=True)) == [day]
 
 
 @pytest.mark.django_db
 def test_the_command_lists_refreshes_and_refuses_bad_input() -> None:
     out = io.StringIO()
     call_command("rollups", "list", stdout=out)
-    assert [line.split()[0] for line in out.getvalue().splitlines()] == ["costs", "requests", "samples"]
+    assert [line.split()[0] for line in out.getvalue().splitlines()] == ["costs", "requests", "samples", "measured"]
     out = io.StringIO()
     call_command("rollups", "refresh", only=["costs"], stdout=out)
     assert out.getvalue().startswith("costs: ") and "requests" not in out.getvalue()
-    with pytest.raises(CommandError, match="no rollup called nope: choose from costs, requests, samples"):
+    with pytest.raises(CommandError, match="no rollup called nope: choose from costs, requests, samples, measured"):
         call_command("rollups", "refresh", only=["nope"])
     with pytest.raises(CommandError, match="backfill needs --since"):
         call_command("rollups", "backfill")
@@ -95,6 +98,7 @@ def test_backfill_reports_each_rollup_as_it_finishes() -> None:
     since = (timezone.now() - timedelta(days=2)).date()
     call_command("rollups", "backfill", since=since.isoformat(), stdout=out)
     lines = out.getvalue().splitlines()
-    assert lines[0] == f"backfilling 3 rollup(s) from {since}"
-    assert [line.split(":")[0] for line in lines[1:]] == ["costs", "requests", "samples"]
+    assert lines[0] == f"backfilling 4 rollup(s) from {since}"
+    assert [line.split(":")[0] for line in lines[1:]] == ["costs", "requests", "samples", "measured"]
     assert CostRollupDay.objects.filter(dirty=False).count() == 2 and RollupDay.objects.filter(dirty=False).count() == 2
+    assert MeasuredDay.objects.filter(dirty=False).count() == 2

@@ -85,3 +85,12 @@ def test_invitation_days_must_be_sensible(tmp_path) -> None:
         result = load_settings(PORTAL_VAR_DIR=str(tmp_path), PORTAL_INVITATION_DAYS=bad)
         assert result.returncode != 0 and "PORTAL_INVITATION_DAYS" in result.stderr, bad
     assert load_settings(PORTAL_VAR_DIR=str(tmp_path), PORTAL_INVITATION_DAYS="14").returncode == 0
+
+
+def test_the_prometheus_cluster_label_must_be_a_label_name(tmp_path) -> None:
+    """docs/measured-use.md, "One Prometheus over several clusters": the label is spliced into PromQL's ``by (...)``."""
+    for bad in ("cluster name", "1cluster", "cluster)", "a-b"):
+        result = load_settings(PORTAL_VAR_DIR=str(tmp_path), PROMETHEUS_CLUSTER_LABEL=bad)
+        assert result.returncode != 0 and "PROMETHEUS_CLUSTER_LABEL must be a Prometheus label name" in result.stderr, bad
+    for good in ("cluster", "k8s_cluster", ""):
+        assert load_settings(PORTAL_VAR_DIR=str(tmp_path), PROMETHEUS_CLUSTER_LABEL=good).returncode == 0, good

@@ -1,5 +1,6 @@
 """Demo requests, so a newcomer sees a live system at once: a running training job, one pending for quota,
-one awaiting approval, and a notebook.
+one awaiting approval, a notebook, and an inference service (approved by the project admin, so it runs: a key on its
+endpoint page and the README's curl call it through the portal's proxy).
 
 ``seed_request_demo()`` runs after ``tenants.demo.seed_demo()``, ``quotas.demo.seed_quota_demo()`` (cluster,
 flavors, quotas, reconciled into the sandbox) and ``workloads.catalogue.seed_catalogue()``. It submits through
@@ -16,11 +17,13 @@ from tenants.access import Actor
 from tenants.models import Membership, Role
 
 from . import services
-from .models import ServiceTemplate, WorkloadRequest
+from .models import RequestState, ServiceTemplate, WorkloadRequest
 
 logger = logging.getLogger(__name__)
 TRAINING_IMAGE = "nvcr.io/nvidia/pytorch:26.10-py3"
 NOTEBOOK_IMAGE = "jupyter/pytorch-notebook:2026.10"
+INFERENCE_IMAGE = "vllm/vllm-openai:v0.12.0"
+INFERENCE_NAME = "chat-demo"
 
 
 def _pick() -> tuple[Quota, Membership, Membership] | None:
@@ -77,7 +80,35 @@ def seed_request_demo() -> list[WorkloadRequest]:
     # Awaiting approval: more than the rule approves alone (2 GPUs, 8 h).
     submit(member, "training-approval", "training", image=TRAINING_IMAGE, gpus=min(4, max(3, nominal)), duration_hours=24,
            parameters={"command": "python sweep.py"}, name="hparam-sweep")
+    service = _inference_demo(project, flavor.cluster, admin, member, templates.get("inference"))
+    if service is not None:
+        made.append(service)
     return made
+
+
+def _inference_demo(project, cluster, admin: Membership, member: Membership,
+                    template: ServiceTemplate | None) -> WorkloadRequest | None:
+    """A one-GPU model server the member asked for and the project admin approved (inference always waits for an
+    approver: the online class), autoscaled between 1 and 2 replicas, on the first flavor of the demo's own cluster
+    that its template and the project's quota take (under architecture F: the online pool)."""
+    if template is None:
+        return None
+    flavors = Flavor.objects.filter(pk__in=Quota.objects.filter(project=project, nominal__gt=0).values("flavor_id"),
+                                    cluster=cluster, active=True, kind=Flavor.Kind.WHOLE).order_by("order", "name")
+    for flavor in flavors.filter(pk__in=template.allowed_flavors.values("pk")):
+        try:
+            req = services.request_submit(
+                actor=Actor(user=member.user), project=project, template=template, flavor=flavor,
+                idempotency_key="demo-inference", image=INFERENCE_IMAGE, gpus=1, replicas=2, duration_hours=720,
+                parameters={"model_uri": "hf://demo/tiny-chat", "min_replicas": 1}, name=INFERENCE_NAME)
+        except Exception:  # this flavor is refused (no online quota, not admitted): try the next
+            logger.info("demo inference service not on %s", flavor, exc_info=True)
+            continue
+        if req.state == RequestState.PENDING_APPROVAL:
+            req = services.request_approve(actor=Actor(user=admin.user), request=req, comment="Demo service.")
+        return req
+    logger.warning("demo inference service skipped: no flavor of %s takes it in %s", template.slug, project.slug)
+    return None
 
 
 def seed_zone_templates() -> int:

@@ -6,7 +6,8 @@
   exist); only the model paths (``endpoints.model_path``) are forwarded, never anything else of the Kubernetes API;
   no header but ``Content-Type``/``Accept`` and no query goes on; each key is rate limited (429).
 - ``/inference/auth/<id>/``: the same checks for an ingress that asks before each request (forward auth:
-  ingress-nginx ``auth-url``, Traefik ``forwardAuth``), on ``X-Original-URI`` as sent.
+  ingress-nginx ``auth-url``, Traefik ``forwardAuth``), on ``X-Original-URI`` as sent; ``/inference/auth/<id>/<path>``
+  for a Gateway API HTTPRoute's ``ExternalAuth`` filter, which appends the client's path.
 - ``/requests/<id>/endpoint/``: the page: the address, the keys (made and revoked by the requester and the project's
   approvers, each shown once), and the replica count over time.
 """
@@ -112,12 +113,19 @@ def inference_proxy(request: HttpRequest, pk: int, rest: str = "") -> HttpRespon
 
 
 @csrf_exempt
-def inference_auth(request: HttpRequest, pk: int) -> HttpResponse:
+def inference_auth(request: HttpRequest, pk: int, rest: str | None = None) -> HttpResponse:
     """The route's forward-auth check: 200 when the request in ``X-Original-URI`` (``X-Forwarded-Uri``) is a model
     path and carries a live key of service ``pk``; 400 for a refused path, 401 without a valid key, 429 over the
-    key's rate. Answers nothing about whether the service exists."""
-    uri = request.headers.get("X-Original-URI") or request.headers.get("X-Forwarded-Uri") or ""
-    path, why = endpoints.model_path(uri.split("?", 1)[0].split("#", 1)[0], decoded=False)
+    key's rate. Answers nothing about whether the service exists. A Gateway API ``ExternalAuth`` filter sends the
+    client's path after the check's own instead (``/inference/auth/<id>/v1/completions``): ``rest``, checked as
+    decoded and as sent."""
+    if rest is not None:
+        raw = (request.META.get("RAW_URI") or request.META.get("REQUEST_URI") or "").split("?", 1)[0]
+        raw_rest = raw.split(f"/inference/auth/{pk}/", 1)[1] if f"/inference/auth/{pk}/" in raw else ""
+        path, why = endpoints.model_path(rest, decoded=True, raw=raw_rest)
+    else:
+        uri = request.headers.get("X-Original-URI") or request.headers.get("X-Forwarded-Uri") or ""
+        path, why = endpoints.model_path(uri.split("?", 1)[0].split("#", 1)[0], decoded=False)
     if why.startswith("it has"):
         return _json(400, f"This path is refused: {why}.", "invalid_request_error")
     key = endpoints.key_check(pk, endpoints.presented_key(request.headers.get("Authorization", "")))
@@ -165,6 +173,12 @@ def addresses(request: HttpRequest, req: WorkloadRequest) -> dict[str, str]:
     return out
 
 
+def model_name(req: WorkloadRequest) -> str:
+    """The model as vLLM names it for clients (``--model`` without a scheme: ``hf://org/model`` -> ``org/model``)."""
+    uri = str((req.parameters or {}).get("model_uri") or "")
+    return uri.split("://", 1)[1] if "://" in uri else uri
+
+
 @login_required
 def inference_endpoint(request: HttpRequest, pk: int, *, new_key: Any = None, status: int = 200,
                        error: str = "") -> HttpResponse:
@@ -174,6 +188,7 @@ def inference_endpoint(request: HttpRequest, pk: int, *, new_key: Any = None, st
     return page(request, "workloads/inference_endpoint.html", {
         "req": req, "keys": endpoints.keys_of(req), "new_key": new_key, "error": error, "series": series,
         "chart": replica_chart(series), "addresses": addresses(request, req), "min_replicas": low, "max_replicas": top,
+        "model": model_name(req),
     }, status=status)
 
 

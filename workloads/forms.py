@@ -298,6 +298,10 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         if kinds.get(template.kind).replicas != "free":
             # Notebooks have one replica; training workers come from the parameters (workers, distributed).
             del fields["replicas"]
+        if kinds.get(template.kind).priority_fixed:  # inference: the online class only (docs/inference.md)
+            fixed = kinds.get(template.kind).default_priority
+            fields["priority"].choices = [c for c in Priority.choices if c[0] == fixed]
+            fields["priority"].help_text = "Always this for this kind: the online class, never preempted by batch work."
         self.initial.update({
             "gpus": template.default_gpus,
             "cpu": template.default_cpu,
@@ -331,7 +335,7 @@ class RequestForm(OneTimeFormMixin, forms.Form):
         """Placement by rack or block, offered only where it can work (the service's ``_check_topology`` says the
         same): a distributed training template and a flavor of a cluster with racks and blocks among the offered."""
         kind = kinds.get(self.template.kind)
-        placed = [f for f in self.flavors.values() if quota_manifests.topology_flavor(f.cluster, f)]
+        placed = [f for f in self.flavors.values() if quota_manifests.placed_by_topology(f.cluster, f)]
         if not (kind.gang and kind.replicas == "workers" and placed):
             del fields["topology"]
             return
@@ -356,8 +360,16 @@ class RequestForm(OneTimeFormMixin, forms.Form):
                      f"cc {f.compute_capability}" if f.compute_capability else ""]
             cards.setdefault(f.gpu_model, ", ".join(x for x in facts if x))
         choices = [("", "None")] + [(m, f"{m} ({cards[m]})" if cards.get(m) else m) for m in self.models_offered]
+        # Every whole-GPU model with its cards' facts, for static/js/models.js to re-filter the lists as the needs
+        # are typed (the same rule as routing.incompatibility: a model stays if one of its cards runs the needs).
+        facts: dict[str, list[list[Any]]] = {}
+        for f in self.gpu_flavors:
+            facts.setdefault(f.gpu_model, []).append([f.gpu_memory_mib or 0, f.compute_capability or ""])
+        every = json.dumps([{"value": m, "label": f"{m} ({cards[m]})" if cards.get(m) else m, "cards": facts[m]}
+                            for m in sorted(facts)])
         for name in self.ACCEPTED:
             fields[name].choices = choices
+            fields[name].widget.attrs["data-models"] = every
         fields["accept_model_2"].help_text = ("If its flavor's model is full, it may run on these, in this order (only "
                                               "with consent below). Only models that run the image's needs are offered.")
         self.spill_policies = {p.project_id: p for p in SpillPolicy.objects.filter(

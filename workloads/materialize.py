@@ -69,12 +69,37 @@ def notebook_token(request: WorkloadRequest) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), f"notebook:{request.pk}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
+# The optional APIs a serving kind's objects use where the cluster serves them (docs/inference.md).
+HTTP_ROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+SCALED_OBJECT = ("keda.sh/v1alpha1", "ScaledObject")
+
+
+def serving_options(request: WorkloadRequest) -> dict[str, Any]:
+    """A serving kind's route and autoscaler as the request's cluster serves them: an HTTPRoute where it serves the
+    Gateway API (and a domain is set), a KEDA ScaledObject where it serves keda.sh (``Kube.serves``: discovery,
+    cached). Raises ClusterUnavailable when discovery cannot be read (the caller's retry renders again)."""
+    if not kinds.get(request.template.kind).serving:
+        return {}
+    try:
+        kube = kube_for(request.cluster)
+    except Exception:  # no usable kubeconfig (missing, broken): the apply says so for this request alone
+        return {}
+    domain = getattr(settings, "PORTAL_INFERENCE_DOMAIN", "")
+    return {
+        "gateway_api": bool(domain) and kube.serves(*HTTP_ROUTE),
+        "gateway": getattr(settings, "PORTAL_INFERENCE_GATEWAY", ""),
+        "auth_service": getattr(settings, "PORTAL_INFERENCE_AUTH_SERVICE", ""),
+        "keda": kube.serves(*SCALED_OBJECT),
+        "prometheus_url": getattr(settings, "PORTAL_KEDA_PROMETHEUS_URL", ""),
+    }
+
+
 def request_objects(request: WorkloadRequest) -> list[dict[str, Any]]:
     ttl = getattr(settings, "WORKLOADS_JOB_TTL_SECONDS", DEFAULT_JOB_TTL_SECONDS)
     return request_manifests(request, notebook_token=notebook_token(request), job_ttl_seconds=ttl,
                              inference_domain=getattr(settings, "PORTAL_INFERENCE_DOMAIN", ""),
                              ingress_class=getattr(settings, "PORTAL_INFERENCE_INGRESS_CLASS", ""),
-                             portal_url=getattr(settings, "PORTAL_LINK_BASE_URL", ""))
+                             portal_url=getattr(settings, "PORTAL_LINK_BASE_URL", ""), **serving_options(request))
 
 
 def _pause_after_apply() -> None:
@@ -175,7 +200,11 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     """
     claimed = _claim(request_id, limit)
     out = {"claimed": len(claimed), "queued": 0, "rejected": 0, "cleaned": 0, "raced": 0}
-    rendered = [(req, request_objects(req)) for req in claimed]
+    try:
+        rendered = [(req, request_objects(req)) for req in claimed]
+    except ClusterUnavailable:  # a serving kind's discovery: give the claims back, the task retries
+        _release(claimed)
+        raise
     # The cluster calls of a batch run side by side (an apply waits on the API server, not on us); the database
     # writes stay in this thread, in the claimed order.
     outcomes = _apply_side_by_side(rendered)

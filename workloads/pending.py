@@ -31,6 +31,13 @@ _INSUFFICIENT = re.compile(r"insufficient (?:unused )?quota for (?P<resource>\S+
 _TOPOLOGY = re.compile(r'topology "[^"]*" (?:allows to fit only (?P<fit>\d+) out of|doesn\'t allow to fit any of) '
                        r'(?P<count>\d+) pod\(s\)')
 TOPOLOGY_LEVEL = {"rack": "rack", "prefer-rack": "rack", "block": "block"}  # WorkloadRequest.topology -> level word
+# Volcano's network-topology-aware scheduling (the sandbox's words, sandbox/controllers/hypernodes.py): a hard-mode
+# gang fits within no HyperNode of the tier it may use.
+_NETWORK_TOPOLOGY = re.compile(
+    r"network topology unsatisfied: the gang of (?P<pods>\d+) pod\(s\) needs (?P<need>[\d.]+) \S+ within one "
+    r"hypernode of tier <= (?P<tier>\d+)(?:; the emptiest, \S+ \(tier \d+\), has (?P<free>[\d.]+) free and room for "
+    r"(?P<room>\d+) pod\(s\))?")
+TIER_LEVEL = {1: "rack", 2: "block"}  # quotas.manifests.HYPERNODE_TIERS, the other way round
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,21 @@ def topology_sentence(message: str, *, gpus_per_pod: int, flavor_label: str, top
     return (f"waiting for room for {count} workers in one {level}; the emptiest {level} has room for {fit} now")
 
 
+def network_topology_sentence(message: str) -> str:
+    """Volcano's unsatisfied network topology in plain words, or "" when ``message`` is not one: "needs 16 GPUs within
+    one rack (tier 1); the emptiest has 8 free (room for 1 of 2 workers)"."""
+    found = _NETWORK_TOPOLOGY.search(message or "")
+    if found is None:
+        return ""
+    tier = int(found.group("tier"))
+    where = f"one {TIER_LEVEL.get(tier, 'network domain')} (tier {tier})"
+    head = f"needs {found.group('need')} GPUs within {where}"
+    if found.group("free") is None:
+        return f"{head}; the cluster has no such domain"
+    return (f"{head}; the emptiest has {found.group('free')} free (room for {found.group('room')} of "
+            f"{found.group('pods')} workers)")
+
+
 def topology_hosts(assignment: dict[str, Any] | None) -> dict[str, int]:
     """Host -> pods of a Kueue v1beta2 ``topologyAssignment`` whose lowest level is the hostname (the compact
     encoding: one or more slices, each level's values ``universal`` or ``individual`` prefix + roots + suffix)."""
@@ -167,6 +189,8 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
         vc = objects.get("vcjob") or {}
         phase = vc.get("phase") or "Pending"
         if unschedulable:
+            if network := network_topology_sentence(unschedulable[0]["sched"][2]):
+                return f"{prefix}waiting for {what}: it {network}; {_ahead(ahead)}"
             return f"{prefix}waiting for {what}: no node has room for the whole gang ({unschedulable[0]['sched'][2]})"
         return f"{prefix}waiting for {what} in the project's Volcano queue (job {phase.lower()}); {_ahead(ahead)}"
 

@@ -262,6 +262,7 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
     # Its own model on other clusters only: inside one cluster Kueue's flavor order decides between flavors of a model.
     considered = [f for f in same_kind if (f.pk == flavor.pk or f.cluster_id != flavor.cluster_id or _model(f) != home_model)
                   and _model(f) in ({order[0]} | may_spill) and f.cluster.routable
+                  and f.cluster.role != "worker"  # a MultiKueue worker takes work from its manager only
                   and f.cluster != exclude_cluster and not incompatibility(f, needs)]
     if exclude_cluster is None and all(f.pk == flavor.pk for f in considered):
         considered = [flavor] if flavor in considered else []

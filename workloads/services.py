@@ -634,7 +634,7 @@ def _submit(
     where = routing.route(project=project, flavor=flavor, needs=needs, demand=demand, candidates=_allowed_flavors(template),
                           usable=lambda f: _routable_here(project, template, f, demand))
     flavor = where.flavor
-    if topology and not quota_manifests.topology_flavor(flavor.cluster, flavor):
+    if topology and not quota_manifests.placed_by_topology(flavor.cluster, flavor):
         raise Invalid(f"It would run on {flavor}, whose cluster places nothing by rack or block: submit it without "
                       f"a placement, or without spill-over.", field="topology")
 
@@ -862,6 +862,9 @@ def request_scale(*, actor: Actor, request: WorkloadRequest, replicas: int) -> W
         raise Invalid("Only inference services scale.", field="replicas")
     if not 1 <= replicas <= MAX_REPLICAS:
         raise Invalid(f"Between 1 and {MAX_REPLICAS} replicas.", field="replicas")
+    size_check = kinds.get(req.template.kind).size_check  # inference: not below its minimum, nor above the template's
+    for _field, message in size_check(req.template.parameters_schema or {}, req.parameters or {}, replicas) if size_check else []:
+        raise Invalid(message, field="replicas")
     if req.state in FINAL:
         raise _refused(req, "scaled")
     if replicas > req.replicas:

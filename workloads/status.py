@@ -150,6 +150,13 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
                 hosts[host] = hosts.get(host, 0) + pods
         if hosts:
             out["topo"] = dict(sorted(hosts.items())[:50])
+        # Kueue MultiKueue on a manager cluster: the worker it was dispatched to, and its admission checks' word
+        if status.get("clusterName"):
+            out["worker"] = str(status["clusterName"])[:253]
+        checks = [[str(c.get("name") or ""), str(c.get("state") or ""), str(c.get("message") or "")[:300]]
+                  for c in (status.get("admissionChecks") or [])[:5]]
+        if checks:
+            out["checks"] = checks
         return out
     if key == "job":
         return {"c": _conditions(status, JOB_CONDITIONS), "active": status.get("active", 0), "ready": status.get("ready", 0),
@@ -257,6 +264,9 @@ def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
             return Derived(S.FAILED, f"Failed: {failed[2] or failed[1] or 'the Job failed'}.")
     pods = [v for k, v in objects.items() if k.startswith("pod/")]
     running = sum(1 for p in pods if p.get("phase") == "Running")
+    worker = next((w["worker"] for w in workloads if w.get("worker")), "")
+    if worker and not running:  # MultiKueue: the pods run on the worker; the manager's Job mirrors their count
+        running = int((job or {}).get("active") or 0)
     vc = objects.get("vcjob")
     if vc:
         phase = vc.get("phase") or "Pending"
@@ -276,6 +286,8 @@ def derive(kind: str, objects: dict[str, dict[str, Any]]) -> Derived:
         state, reason = kind_derive(objects, admitted, running)
         return Derived(state, reason)
     if admitted and running and not (job or {}).get("suspend"):
+        if worker:
+            return Derived(S.RUNNING, f"Admitted; dispatched by MultiKueue to worker {worker}; {pods_running(running)}.")
         return Derived(S.RUNNING, f"Admitted; {pods_running(running)}.")
     return Derived(S.QUEUED, "Waiting for admission.")
 

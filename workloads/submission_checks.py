@@ -238,16 +238,24 @@ def _check_size(template: ServiceTemplate, flavor: Flavor | None, parameters: di
     if not 1 <= replicas <= MAX_REPLICAS:
         errors.add("replicas", f"Between 1 and {MAX_REPLICAS}.")
 
+    if kind.size_check is not None and 1 <= replicas <= MAX_REPLICAS:
+        for field, message in kind.size_check(template.parameters_schema or {}, parameters, replicas):
+            errors.add(field, message)
+
     priority = priority or kind.default_priority
     if priority not in Priority.values:
         errors.add("priority", f"One of {', '.join(Priority.values)}.")
+    elif kind.priority_fixed and priority != kind.default_priority:
+        errors.add("priority", f"{kind.label}s always run at {kind.default_priority} priority (the online class, "
+                               f"never preempted by batch work): leave it out or choose {kind.default_priority}.")
     return _Size(gpus, replicas, cpu, memory_gib, duration_hours, priority)
 
 
 def _check_topology(template: ServiceTemplate, flavor: Flavor | None, replicas: int, topology: Any,
                     errors: _Errors) -> str:
-    """Placement by rack or block (Kueue TAS) is offered only where it can work: multi-pod training through Kueue on a
-    whole-GPU flavor of a cluster with a topology (``quotas.manifests.topology_flavor``). The form offers the same."""
+    """Placement by rack or block (Kueue TAS, or Volcano's HyperNodes on architecture E's training pool) is offered only
+    where it can work: multi-pod training on a whole-GPU flavor of a cluster with a topology
+    (``quotas.manifests.placed_by_topology``). The form offers the same."""
     topology = "" if topology is None else topology
     if not isinstance(topology, str) or topology not in TOPOLOGY_CHOICES:
         errors.add("topology", f"One of {', '.join(repr(c) for c in TOPOLOGY_CHOICES)}.")
@@ -258,9 +266,9 @@ def _check_topology(template: ServiceTemplate, flavor: Flavor | None, replicas: 
         errors.add("topology", f"Only distributed training is placed by rack or block, not a {template.kind}.")
     elif replicas < 2:
         errors.add("topology", "Only a job of 2 or more workers is placed by rack or block.")
-    elif not quota_manifests.topology_flavor(flavor.cluster, flavor):
+    elif not quota_manifests.placed_by_topology(flavor.cluster, flavor):
         errors.add("topology", f"Flavor {flavor} is not placed by topology: its cluster has no racks and blocks "
-                               f"configured, or the flavor is not a whole-GPU flavor Kueue admits.")
+                               f"configured, or the flavor is not a whole-GPU flavor Kueue or Volcano hands out.")
     return topology
 
 

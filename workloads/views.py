@@ -101,6 +101,14 @@ def _rows(queryset: QuerySet[WorkloadRequest], *also: str) -> QuerySet[WorkloadR
     return queryset.select_related(None).select_related(*ROW_RELATED, *also)
 
 
+# The columns a request list's rows read (templates/jinja2/workloads/_request_list_rows.html and ``_polling``), not
+# every column of the request and of its project, template, flavor and user: their JSON (a request's parameters and
+# cluster status, a template's form, a flavor's labels and taints) was decoded and a full instance built per row, a
+# fifth of the page. A column left out would be read one query per row: tests/workloads/test_list_columns.py.
+LIST_COLUMNS = ("name", "state", "created_at", "gpus", "replicas", "project__name")
+LIST_JOINED = ("template__name", "flavor__name", "flavor__display_name")  # the ops list prefetches these two instead
+
+
 def _polling(rows: Any) -> bool:
     """Whether a list still needs polling: something on it can still change by itself."""
     return any(req.state not in FINAL for req in rows)
@@ -120,11 +128,12 @@ def request_list(request: HttpRequest) -> HttpResponse:
     scope = request.GET.get("scope") if request.GET.get("scope") in SCOPES else "mine"
     visible = selectors.requests_for(actor=actor).order_by("-created_at", "-id")
     if scope == "mine":
-        visible = _rows(visible.filter(requested_by=request.user))
+        visible = _rows(visible.filter(requested_by=request.user)).only(*LIST_COLUMNS, *LIST_JOINED)
     elif scope == "shared":  # shared with the user by a colleague (workloads/sharing.py)
-        visible = _rows(visible.filter(pk__in=sorted(shares_held(actor))), "requested_by")
+        visible = _rows(visible.filter(pk__in=sorted(shares_held(actor))), "requested_by").only(
+            *LIST_COLUMNS, *LIST_JOINED, "requested_by__username")
     else:
-        visible = _rows(visible, "requested_by")
+        visible = _rows(visible, "requested_by").only(*LIST_COLUMNS, *LIST_JOINED, "requested_by__username")
     projects = list(projects_for(actor=actor).order_by("name").values_list("slug", "name"))
     hide = ("tenant", "mine", "created_after", "created_before", "template", "flavor", "priority")
     filterset = _request_filters(
@@ -210,6 +219,25 @@ def cluster_facts(req: WorkloadRequest) -> dict[str, Any]:
     return {"pods": pods, "workloads": workloads, "others": others, "warnings": warnings, "any": bool(said)}
 
 
+def request_dispatch(req: WorkloadRequest) -> dict[str, str] | None:
+    """Kueue MultiKueue (docs/federation.md): on a manager cluster, the worker its Workload was dispatched to (the
+    Workload's ``status.clusterName``, as the status follower last read it) in a sentence; None on other clusters."""
+    if req.cluster.role != "manager":
+        return None
+    objects = (req.cluster_status or {}).get("objects") or {}
+    workloads = [v for k, v in sorted(objects.items()) if k.startswith("workload/")]
+    worker = next((str(w["worker"]) for w in workloads if w.get("worker")), "")
+    manager = req.cluster.name
+    if worker:
+        verb = "Ran" if req.state in FINAL else "Runs"
+        return {"worker": worker, "text": f"{verb} on worker {worker}, dispatched by MultiKueue on {manager}."}
+    if req.state in FINAL:
+        return {"worker": "", "text": f"Sent to the MultiKueue manager {manager}; no worker ran it."}
+    said = next((c[2] for w in workloads for c in w.get("checks") or [] if len(c) == 3 and c[2]), "")
+    return {"worker": "", "text": f"MultiKueue on {manager} dispatches it to a worker once one admits it"
+                                  + (f" ({said})" if said else "") + "."}
+
+
 def notebook_access(actor: Actor, req: WorkloadRequest) -> dict[str, Any] | None:
     """What the page says about opening a notebook (a kind served through the portal's proxy: ``Kind.proxied``):
     None for other kinds and for people who may not open it."""
@@ -250,6 +278,7 @@ def _detail_context(actor: Actor, req: WorkloadRequest) -> dict[str, Any]:
         "req": req,
         "pending": selectors.request_pending_reason(req),
         "placed": request_placement(req),  # Kueue TAS: which rack or block its pods were placed in
+        "dispatch": request_dispatch(req),  # Kueue MultiKueue: the worker it runs on
         "queue_line": request_queue_line(req, queue=_queue_name(req)),
         "timeline": timeline,
         "preemption": notice,
@@ -341,6 +370,7 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
     everything = (
         selectors.requests_for(actor=actor).order_by("-created_at", "-id")
         .select_related(None).select_related("project", "tenant", "requested_by")
+        .only(*LIST_COLUMNS, "template", "flavor", "tenant__name", "requested_by__username")
         .prefetch_related("template", "flavor")
     )
     flavors, templates = selectors.flavor_and_template_choices(actor=actor)

@@ -4,7 +4,9 @@
 :meth:`Controllers.tick` runs one deterministic pass of all of them, in this fixed order:
 
 1. ``nodes``        — NVIDIA MIG manager (``nvidia.com/mig.config`` label flow), :mod:`.nodes`
-2. ``kueue``        — webhooks, Workloads, admission/preemption, Job un-suspend/pod un-gating, queue status, :mod:`.kueue`
+2. ``kueue``        — webhooks, Workloads, admission/preemption, Job un-suspend/pod un-gating, queue status, :mod:`.kueue`;
+   then ``multikueue`` — MultiKueueClusters, MultiKueue admission checks, Workloads dispatched to worker clusters,
+   :mod:`.multikueue` (it calls the workers' APIs, so it runs every pass)
 3. ``jobs``         — batch/v1 Job controller, :mod:`.workloads`
 4. ``hpa``          — HorizontalPodAutoscaler on the model servers' request rate, :mod:`sandbox.inference`
 5. ``deployments``  — Deployment controller (pods owned directly, no ReplicaSet; ``maxUnavailable: 0`` rolls)
@@ -37,6 +39,7 @@ import traceback
 
 from sandbox.controllers.common import VC_QUEUE, Ctx
 from sandbox.controllers.kueue import Kueue
+from sandbox.controllers.multikueue import MultiKueue
 from sandbox.controllers.nodes import NodeController
 from sandbox.controllers.scheduler import Scheduler
 from sandbox.controllers.volcano import Volcano
@@ -47,7 +50,7 @@ from sandbox.controllers.workloads import (
     Kubelet,
     StatefulSetController,
 )
-from sandbox.inference import HorizontalPodAutoscalerController, InferenceLoad
+from sandbox.inference import HorizontalPodAutoscalerController, InferenceLoad, KedaController
 
 __all__ = ["Controllers"]
 
@@ -71,18 +74,20 @@ class Controllers:
         self.ctx = Ctx(store, clock, profile, seed=seed)
         self.nodes = NodeController(self.ctx)
         self.kueue = Kueue(self.ctx)
+        self.multikueue = MultiKueue(self.ctx)
         self.jobs = JobController(self.ctx)
         self.deployments = DeploymentController(self.ctx)
         # Model servers' request load (written by the service proxy) and the HPA that follows it (sandbox/inference.py).
         self.inference_load = InferenceLoad(clock)
         self.hpa = HorizontalPodAutoscalerController(self.ctx, self.inference_load)
+        self.keda = KedaController(self.ctx)  # only where the profile serves keda.sh (sandbox/inference.py)
         self.statefulsets = StatefulSetController(self.ctx)
         self.volcano = Volcano(self.ctx)
         self.scheduler = Scheduler(self.ctx)
         self.kubelet = Kubelet(self.ctx) if start_delay is None else Kubelet(self.ctx, start_delay)
         self.gc = GarbageCollector(self.ctx)
         self.ctx.pod_mutators = [self.kueue.mutate_pod]
-        self.order = [self.nodes, self.kueue, self.jobs, self.hpa, self.deployments, self.statefulsets, self.volcano,
+        self.order = [self.nodes, self.kueue, self.multikueue, self.jobs, self.keda, self.hpa, self.deployments, self.statefulsets, self.volcano,
                       self.scheduler, self.kubelet, self.gc, _EventGC(self.ctx)]
         self._dirty = threading.Event()
         self._stop = threading.Event()

@@ -69,10 +69,12 @@ from decimal import Decimal
 from sandbox.controllers import resources as R
 from sandbox.controllers import tas
 from sandbox.controllers.common import (
+    ADMISSION_CHECK,
     CLUSTER_QUEUE,
     COHORT,
     JOB,
     LOCAL_QUEUE,
+    MK_CONTROLLER,
     NAMESPACE,
     NODE,
     POD,
@@ -110,6 +112,7 @@ PLAIN_GROUP = "(pod group)"  # kind of the stand-in owner of a plain pod group's
 CQ_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 LQ_LABEL = "kueue.x-k8s.io/local-queue-name"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"  # a Job that takes an existing Workload (MultiKueue's copies)
 COMPONENT = "kueue-admission"
 JOB_COMPONENT = "kueue-job-controller"
 
@@ -342,7 +345,7 @@ class Kueue:
 
     name = "kueue"
     watches = (NAMESPACE, LOCAL_QUEUE, CLUSTER_QUEUE, RESOURCE_FLAVOR, COHORT, WPC, PRIORITY_CLASS, WORKLOAD, JOB,
-               POD, STATEFULSET)
+               POD, STATEFULSET, ADMISSION_CHECK)
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -473,6 +476,19 @@ class Kueue:
         self.cohorts = {c["metadata"]["name"]: c for c in ctx.list_items(COHORT)}
         self.wpcs = {w["metadata"]["name"]: w for w in ctx.list_items(WPC)}
         self.pcs = {p["metadata"]["name"]: p for p in ctx.list_items(PRIORITY_CLASS)}
+        self.acs = {a["metadata"]["name"]: a for a in ctx.list_items(ADMISSION_CHECK)}
+
+    def mk_checks(self, cqn: str | None) -> list[str]:
+        """The ClusterQueue's admission checks run by MultiKueue (``spec.admissionChecksStrategy``, or the older
+        ``spec.admissionChecks`` list). Checks of other controllers count as Ready (nothing runs them here)."""
+        spec = (self.cqs.get(cqn or "") or {}).get("spec") or {}
+        names = list(spec.get("admissionChecks") or [])
+        names += [c.get("name") for c in ((spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or [])]
+        return [n for n in dict.fromkeys(names)
+                if n and ((self.acs.get(n) or {}).get("spec") or {}).get("controllerName") == MK_CONTROLLER]
+
+    def _lq_cq(self, ns: str, lq: str | None) -> str | None:
+        return ((self.lqs.get((ns, lq)) or {}).get("spec") or {}).get("clusterQueue")
 
     def _requests(self, pod_spec: dict | None) -> dict:
         """One pod's requests as Kueue accounts them (after the configured resource transformations)."""
@@ -568,6 +584,7 @@ class Kueue:
         self._sync_workloads()
         self._take_dirty()
         self._schedule()
+        self._checks()
         self._enforce()
         self._finalizers()
         self._take_status_dirty()
@@ -584,6 +601,15 @@ class Kueue:
                 self.wl_by_owner[uid] = wl
             elif ((wl.get("metadata") or {}).get("annotations") or {}).get(GROUP_WL_ANNOTATION) == "true":
                 self.wl_by_owner[f"pod-group/{wl['metadata']['namespace']}/{wl['metadata']['name']}"] = wl
+        by_name = None
+        for job in ctx.list_items(JOB):  # a Job naming a prebuilt Workload (MultiKueue's copy on a worker) takes it
+            pre = labels_of(job).get(PREBUILT_LABEL)
+            if pre and uid_of(job) not in self.wl_by_owner:
+                if by_name is None:
+                    by_name = {(w["metadata"]["namespace"], w["metadata"]["name"]): w for w in self.wls}
+                wl = by_name.get((job["metadata"]["namespace"], pre))
+                if wl is not None:
+                    self.wl_by_owner[uid_of(job)] = wl
         self.groups = self._plain_groups()
         for pods in self.groups.values():
             for pod in pods:
@@ -599,11 +625,18 @@ class Kueue:
             if not q:
                 continue
             spec = job.get("spec") or {}
-            if spec.get("suspend") and labels_of(job).get(QUEUE_LABEL) == q:
+            # Kueue's defaulting webhook: a Job in a ClusterQueue with a MultiKueue check is managed by MultiKueue
+            # (the built-in Job controller leaves it alone; its status is the worker's copy's)
+            mk = (spec.get("managedBy") in (None, "kubernetes.io/job-controller")
+                  and not labels_of(job).get(PREBUILT_LABEL)
+                  and bool(self.mk_checks(self._lq_cq(job["metadata"]["namespace"], q))))
+            if spec.get("suspend") and labels_of(job).get(QUEUE_LABEL) == q and not mk:
                 continue
             new = deep_copy(job)
             new["metadata"].setdefault("labels", {})[QUEUE_LABEL] = q
             new["spec"]["suspend"] = True
+            if mk:
+                new["spec"]["managedBy"] = MK_CONTROLLER
             ctx.update(new)
         for pod in ctx.list_items(POD):
             if not self._manages_pod_individually(pod):
@@ -737,8 +770,8 @@ class Kueue:
             fin = self._finished(owner)
             group = owner.get("kind") == PLAIN_GROUP
             if wl is None:
-                if fin is not None or count <= 0:
-                    continue
+                if fin is not None or count <= 0 or labels_of(owner).get(PREBUILT_LABEL):
+                    continue  # (a Job naming a prebuilt Workload waits for it)
                 if group and len(owner["pods"]) < count:
                     continue  # Kueue waits for every pod of the group
                 subject = owner["pods"][0] if group else owner  # what Events are about
@@ -769,6 +802,10 @@ class Kueue:
                         {"name": ps_name, "resources": R.fmt_list(R.scale(per_pod, count))}]})
                     ctx.event(subject, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wname}", JOB_COMPONENT)
                 continue
+            if controller_ref(wl) is None and owner.get("kind") == "Job":  # adopt the prebuilt Workload
+                new = deep_copy(wl)
+                new["metadata"].setdefault("ownerReferences", []).append(owner_ref(owner))
+                wl = ctx.update(new) or wl
             if fin is not None and not is_finished(wl):
                 status = deep_copy(wl.get("status") or {})
                 conds = status.setdefault("conditions", [])
@@ -1185,7 +1222,18 @@ class Kueue:
         conds = status.setdefault("conditions", [])
         set_condition(conds, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cqn}", now,
                       observedGeneration=gen)
-        set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observedGeneration=gen)
+        checks = self.mk_checks(cqn)
+        if checks:  # admitted once every check is Ready (``_checks``); MultiKueue runs these
+            states = status.setdefault("admissionChecks", [])
+            for name in checks:
+                if not any(c.get("name") == name for c in states):
+                    states.append({"name": name, "state": "Pending", "message": "", "lastTransitionTime": now})
+        if checks and not all(c.get("state") == "Ready" for c in status["admissionChecks"] if c.get("name") in checks):
+            set_condition(conds, "Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready",
+                          now, observedGeneration=gen)
+        else:
+            set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now,
+                          observedGeneration=gen)
         for ctype in ("Evicted", "Preempted"):
             c = find_condition(conds, ctype)
             if c is not None and c.get("status") == "True":
@@ -1199,9 +1247,33 @@ class Kueue:
                           else wl["metadata"].get("creationTimestamp")) or 0
         ctx.event(res, "Normal", "QuotaReserved",
                   f"Quota reserved in ClusterQueue {cqn}, wait time since queued was {max(0, int(since))}s", COMPONENT)
-        ctx.event(res, "Normal", "Admitted",
-                  f"Admitted by ClusterQueue {cqn}, wait time since reservation was 0s", COMPONENT)
+        if is_admitted(res):
+            ctx.event(res, "Normal", "Admitted",
+                      f"Admitted by ClusterQueue {cqn}, wait time since reservation was 0s", COMPONENT)
         return res
+
+    def _checks(self) -> None:
+        """A Workload holding quota is admitted once all its admission checks are Ready (Kueue's
+        ``SyncAdmittedCondition``); MultiKueue (:mod:`.multikueue`) moves its checks."""
+        ctx = self.ctx
+        for wl in ctx.list_items(WORKLOAD):
+            st = wl.get("status") or {}
+            if not st.get("admissionChecks") or not is_reserved(wl) or is_admitted(wl) or is_finished(wl):
+                continue
+            if not all(c.get("state") == "Ready" for c in st["admissionChecks"]):
+                continue
+            status = deep_copy(st)
+            now = ctx.ts()
+            set_condition(status.setdefault("conditions", []), "Admitted", "True", "Admitted",
+                          "The workload is admitted", now, observedGeneration=wl["metadata"].get("generation", 1))
+            res = ctx.write_status(wl, status)
+            if res is not None:
+                cqn = (st.get("admission") or {}).get("clusterQueue")
+                reserved = find_condition(st.get("conditions"), "QuotaReserved") or {}
+                waited = ctx.since(reserved.get("lastTransitionTime")) or 0
+                ctx.event(res, "Normal", "Admitted",
+                          f"Admitted by ClusterQueue {cqn}, wait time since reservation was {max(0, int(waited))}s",
+                          COMPONENT)
 
     def _evict(self, wl: dict, reason: str, message: str, preempted_reason: str | None) -> None:
         """Evict an admitted workload: conditions, stop its owner, release the quota, requeue."""
@@ -1221,6 +1293,10 @@ class Kueue:
         set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now,
                       observedGeneration=gen)
         status.pop("admission", None)
+        for check in status.get("admissionChecks") or []:  # Kueue resets the checks of an evicted Workload
+            if check.get("state") != "Pending":
+                check.update(state="Pending", message="Reset to Pending after eviction. Previously: "
+                             + str(check.get("state")), lastTransitionTime=now)
         stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
         for e in stats:
             if e.get("reason") == reason:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from decimal import Decimal
 
+from sandbox.controllers import hypernodes as HN
 from sandbox.controllers import resources as R
 from sandbox.controllers.common import (
     NODE,
@@ -86,6 +87,7 @@ class Volcano:
 
     def __init__(self, ctx):
         self.ctx = ctx
+        self._domains: tuple[list[dict], dict[str, set[str]]] = ([], {})  # HyperNodes and their nodes, per pass
 
     def seed(self) -> None:
         ctx = self.ctx
@@ -101,6 +103,7 @@ class Volcano:
         self._jobs()
         self._schedule()
         self._queue_status()
+        self._hypernode_status()
 
     # ------------------------------------------------------------------------------------------ commands
     def _commands(self) -> None:
@@ -212,6 +215,8 @@ class Volcano:
             pg["spec"]["minTaskMember"] = min_task
         if spec.get("priorityClassName"):
             pg["spec"]["priorityClassName"] = spec["priorityClassName"]
+        if isinstance(spec.get("networkTopology"), dict):  # as the job controller does: the scheduler reads the PodGroup
+            pg["spec"]["networkTopology"] = deep_copy(spec["networkTopology"])
         res = ctx.create(pg)
         if res is not None:
             if (res.get("status") or {}).get("phase") != "Pending":
@@ -468,7 +473,11 @@ class Volcano:
         queues = self._queues()
         pods = ctx.list_items(POD)
         pgs = [pg for pg in ctx.list_items(VC_PODGROUP) if not is_deleting(pg)]
-        infos = node_infos(ctx.list_items(NODE), pods)
+        nodes = ctx.list_items(NODE)
+        infos = node_infos(nodes, pods)
+        hypernodes = ctx.list_items(HN.HYPERNODE)
+        self._domains = (hypernodes, HN.members_of(hypernodes, {n["metadata"]["name"]: n["metadata"].get("labels") or {}
+                                                                for n in nodes}) if hypernodes else {})
         by_group: dict[tuple, list[dict]] = defaultdict(list)
         loose = []
         for p in pods:
@@ -537,33 +546,8 @@ class Volcano:
                    and not is_terminal(p)]
         pending.sort(key=lambda p: (-pod_priority(p), p["metadata"]["name"]))
         if pending:
-            sim = {n: ni.clone() for n, ni in infos.items()}
-            plan = []
-            first_fail = None
-            use = dict(allocated[qname])
-            for p in pending:
-                req = R.pod_requests(p.get("spec"))
-                if any(R.add(use, req).get(r, Decimal(0)) > cap[r] for r in cap):
-                    first_fail = first_fail or "queue resource quota insufficient"
-                    continue
-                reasons: Counter = Counter()
-                chosen = None
-                for ni in sorted(sim.values(), key=lambda n: n.name):
-                    why, _ = filter_node(p, ni, hami=False)
-                    if why:
-                        for r in why:
-                            reasons[r] += 1
-                    # binpack-ish: fill the fullest feasible node first (Volcano's binpack plugin)
-                    elif chosen is None or _fill(ni) > _fill(chosen):
-                        chosen = ni
-                if chosen is None:
-                    if first_fail is None:
-                        parts = sorted(f"{n} {r}" for r, n in reasons.items())
-                        first_fail = f"0/{len(sim)} nodes are unavailable: {', '.join(parts)}."
-                    continue
-                account(chosen, p, [])
-                use = R.add(use, req)
-                plan.append((p, chosen.name))
+            plan, first_fail, topology_msg = self._plan_in_topology(pg, pending, infos, allocated, qname, cap,
+                                                                    len(bound) + len(done), min_member)
             ready_gang = len(bound) + len(done) + len(plan) >= min_member
             if ready_gang and plan:
                 for p, node in plan:
@@ -573,13 +557,87 @@ class Volcano:
                 bound = bound + [p for p, _ in plan]
             elif not ready_gang:
                 unsched = len(pending) - len(plan)
-                msg = (f"{len(pending) - len(plan)}/{len(pending)} tasks in gang unschedulable: pod group is not ready, "
-                       f"{len(pending)} Pending, {min_member} minAvailable; Pending: {unsched} Unschedulable, "
-                       f"{len(plan)} Schedulable")
-                self._pg_unschedulable(pg, "NotEnoughResources", msg, node_msg=first_fail)
+                msg = topology_msg or (
+                    f"{len(pending) - len(plan)}/{len(pending)} tasks in gang unschedulable: pod group is not ready, "
+                    f"{len(pending)} Pending, {min_member} minAvailable; Pending: {unsched} Unschedulable, "
+                    f"{len(plan)} Schedulable")
+                self._pg_unschedulable(pg, "NetworkTopologyUnsatisfied" if topology_msg else "NotEnoughResources",
+                                       msg, node_msg=topology_msg or first_fail)
                 for p in pending:
                     _mark_pod(ctx, p, msg)
                 return
+        self._pg_status(pg, members, bound, done, min_member)
+
+    def _plan_in_topology(self, pg: dict, pending: list[dict], infos: dict, allocated: dict, qname: str, cap: dict,
+                          placed: int, min_member: int) -> tuple[list, str | None, str]:
+        """The gang's plan: anywhere, or within one HyperNode when its PodGroup asks for a network topology
+        (sandbox/controllers/hypernodes.py). Returns (plan, first node failure, the topology's unsatisfied words)."""
+        asked = HN.wanted(pg)
+        if asked is None:
+            plan, first_fail = self._plan(pending, infos, allocated, qname, cap, None)
+            return plan, first_fail, ""
+        mode, highest = asked
+        hypernodes, members = self._domains
+        domains = HN.candidates(hypernodes, members, highest)
+        tried: list[tuple[str, int, Decimal, int]] = []
+        fits = []
+        for tier, name, names in domains:
+            plan, _fail = self._plan(pending, infos, allocated, qname, cap, names)
+            # Free GPUs on the nodes the gang could use (a node refused only for want of room counts).
+            usable = {n for n in names if n in infos and all(
+                r.startswith("Insufficient ") for r in filter_node(pending[0], infos[n], hami=False)[0])}
+            free, _resource = HN.free_gpus(infos, usable)
+            if placed + len(plan) >= min_member:
+                fits.append((tier, free, name, plan))
+            tried.append((name, tier, free, len(plan)))
+        if fits:
+            fits.sort(key=lambda f: (f[0], f[1], f[2]))  # lowest tier, then the fullest that fits (binpack)
+            return fits[0][3], None, ""
+        if mode == "soft":
+            plan, first_fail = self._plan(pending, infos, allocated, qname, cap, None)
+            return plan, first_fail, ""
+        need: dict[str, Decimal] = {}
+        for p in pending:
+            need = R.add(need, R.pod_requests(p.get("spec")))
+        gpu = next(((k, v) for k, v in need.items() if R.is_gpu_resource(k)), ("nvidia.com/gpu", Decimal(0)))
+        emptiest = max(tried, key=lambda t: (t[2], t[3], -t[1])) if tried else None
+        return [], None, HN.unsatisfied_message(pods=len(pending), gpus=gpu[1], highest=highest, emptiest=emptiest,
+                                                resource=gpu[0])
+
+    def _plan(self, pending: list[dict], infos: dict, allocated: dict, qname: str, cap: dict,
+              only: set[str] | None) -> tuple[list, str | None]:
+        """Where each pending pod of a gang would go (on ``only`` those nodes, when given), without binding."""
+        sim = {n: ni.clone() for n, ni in infos.items() if only is None or n in only}
+        plan = []
+        first_fail = None
+        use = dict(allocated[qname])
+        for p in pending:
+            req = R.pod_requests(p.get("spec"))
+            if any(R.add(use, req).get(r, Decimal(0)) > cap[r] for r in cap):
+                first_fail = first_fail or "queue resource quota insufficient"
+                continue
+            reasons: Counter = Counter()
+            chosen = None
+            for ni in sorted(sim.values(), key=lambda n: n.name):
+                why, _ = filter_node(p, ni, hami=False)
+                if why:
+                    for r in why:
+                        reasons[r] += 1
+                # binpack-ish: fill the fullest feasible node first (Volcano's binpack plugin)
+                elif chosen is None or _fill(ni) > _fill(chosen):
+                    chosen = ni
+            if chosen is None:
+                if first_fail is None:
+                    parts = sorted(f"{n} {r}" for r, n in reasons.items())
+                    first_fail = f"0/{len(sim)} nodes are unavailable: {', '.join(parts)}."
+                continue
+            account(chosen, p, [])
+            use = R.add(use, req)
+            plan.append((p, chosen.name))
+        return plan, first_fail
+
+    def _pg_status(self, pg: dict, members: list[dict], bound: list[dict], done: list[dict], min_member: int) -> None:
+        ctx = self.ctx
         running = sum(1 for p in members if pod_phase(p) == "Running")
         st = deep_copy(pg.get("status") or {})
         phase = st.get("phase") or "Pending"
@@ -632,6 +690,21 @@ class Volcano:
                       "transitionID": uid_of(pg)})
         ctx.write_status(pg, st)
         ctx.event(pg, "Warning", "Unschedulable", node_msg or message, SCHED, min_interval=30.0)
+
+    # ------------------------------------------------------------------------------------------ hypernodes
+    def _hypernode_status(self) -> None:
+        """``status.nodeCount`` of each HyperNode: the nodes it holds, recursively (sandbox/controllers/hypernodes.py)."""
+        hypernodes = self.ctx.list_items(HN.HYPERNODE)
+        if not hypernodes:
+            return
+        nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self.ctx.list_items(NODE)}
+        members = HN.members_of(hypernodes, nodes)
+        for h in hypernodes:
+            count = len(members.get(h["metadata"]["name"], ()))
+            if (h.get("status") or {}).get("nodeCount") != count:
+                st = deep_copy(h.get("status") or {})
+                st["nodeCount"] = count
+                self.ctx.write_status(h, st)
 
     # ------------------------------------------------------------------------------------------ queue status
     def _queue_status(self) -> None:

@@ -249,8 +249,8 @@ class JobController:
             jobs = [j for j in (inf.get(JOB, k[1], k[0]) for k in sorted(keys)) if j is not None]
         pods = pods_by_owner(ctx.list_items(POD))
         for job in jobs:
-            if is_deleting(job):
-                continue
+            if is_deleting(job) or (job.get("spec") or {}).get("managedBy") not in (None, "kubernetes.io/job-controller"):
+                continue  # another controller owns it (spec.managedBy: MultiKueue on a manager cluster)
             mine = owned_pods(pods, job)
             if job_finished(job) and (job.get("spec") or {}).get("ttlSecondsAfterFinished") is None and \
                     not any(not is_terminal(p) for p in mine) and _counted(job, mine):

@@ -1,7 +1,7 @@
 """How fast the measured-use pages answer at fleet scale (a script, not a test): latency and memory.
 
     python tests/bench/measured_bench.py [--tenants 200] [--gpus 1000] [--days 14] [--run-hours 12] [--repeat 10]
-                                         [--db URL] [--keep]
+                                         [--rollups [--history-days 365]] [--db URL] [--keep]
 
 1. Makes a fresh, throwaway PostgreSQL database (``--db`` or ``DATABASE_URL``; it becomes ``measured_bench_<pid>``),
    migrates it and seeds the demo world without a cluster (tests/bench/speedworld.py) plus ``--tenants`` tenants
@@ -9,15 +9,26 @@
 2. Copies in with ``COPY`` (nothing is committed to the repository): ``--gpus`` GPUs, spread evenly over the
    tenants and over the GPU flavors of the demo's one cluster, each held for the whole ``--days`` by back-to-back
    one-device requests of ``--run-hours`` (finished, the last one running), and one ``MeasuredSample`` per GPU and
-   5-minute slot (what ``insights.measured_take`` writes): ``--gpus`` x 288 x ``--days`` rows, about 4 M at the
-   default size. A year of 1,000 GPUs is about 105 M rows: pass ``--days 365`` where the disk and the time allow,
-   or extrapolate (the pages sum the samples of the period shown over the ``(at, tenant)`` index, so their time
-   grows linearly with the rows of that period).
-3. Gets the three measured metric pages (``/ops/metrics/<key>/`` as ops, ``/tenants/<slug>/metrics/<key>/`` as
+   5-minute slot (what ``insights.measured_take`` writes) from 00:00 UTC ``--days`` days ago until now:
+   ``--gpus`` x 288 x ``--days`` rows and today's, about 4 M at the default size.
+3. With ``--rollups``, the ``measured`` rollup (insights/measured_rollup.py): times the backfill of the seeded
+   days (``measured_rollup.backfill``, what ``manage.py rollups backfill --only measured`` runs), then covers the
+   rest of ``--history-days`` (default 365) before them **by writing the rollup rows directly**, as the backfill
+   would have produced them from the same samples, without seeding those samples: a year of 1,000 GPUs is about
+   105 M rows (about 23 GiB with indexes), more than a development machine seeds in reasonable time, and the pages
+   read only the rollup for those days. The rows are computed in Python from the formula the samples are made
+   with (exact decimal sums; each day of a GPU is the same 288 slot figures, its 00:00 slot apart), and the script
+   first checks the shortcut: for every whole seeded day, the rows the backfill computed from the samples in
+   PostgreSQL equal the rows the formula gives, field by field, or it stops.
+4. Gets the three measured metric pages (``/ops/metrics/<key>/`` as ops, ``/tenants/<slug>/metrics/<key>/`` as
    the tenant admin) with Django's test client, over the default period (the last 7 days) and over the whole
-   seeded range, once to warm up and then ``--repeat`` times each: prints p50 / p95 / max in ms, the rows of the
-   period the page sums, and the process's peak RSS (``getrusage``) after each, with the rows seeded and the
+   range (the seeded days, or with ``--rollups`` the whole history), once to warm up and then ``--repeat`` times
+   each: prints p50 / p95 / max in ms, the samples the period stands for (with ``--rollups``: the raw samples
+   and rollup rows it reads), and the process's peak RSS (``getrusage``) after each, with the rows seeded and the
    seeding time before.
+
+Without ``--rollups`` every page sums the raw samples of its period (what the pages did before the rollup), and a
+year is a linear extrapolation of the time per sample.
 
 The database is dropped at the end unless ``--keep``.
 """
@@ -33,6 +44,7 @@ import statistics
 import sys
 import time
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +59,10 @@ parser.add_argument("--days", type=int, default=14, help="days of 5-minute sampl
                     "is 365, about 105 M rows at 1,000 GPUs)")
 parser.add_argument("--run-hours", type=int, default=12, help="hours each request holds its GPU (default 12)")
 parser.add_argument("--repeat", type=int, default=10, help="timed calls per page (default 10)")
+parser.add_argument("--rollups", action="store_true", help="backfill the measured rollup over the seeded days and "
+                    "write its rows directly for the rest of --history-days (see 3. above)")
+parser.add_argument("--history-days", type=int, default=365, help="with --rollups: days of history in all "
+                    "(default 365)")
 parser.add_argument("--db", default=os.environ.get("DATABASE_URL", ""), help="PostgreSQL server URL (default DATABASE_URL)")
 parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
 ARGS = parser.parse_args()
@@ -54,6 +70,8 @@ if not ARGS.db.startswith("postgres"):
     raise SystemExit("measured bench needs PostgreSQL: --db postgres://... or DATABASE_URL")
 if ARGS.tenants < 1 or ARGS.gpus < 1 or ARGS.days < 1 or ARGS.run_hours < 1 or ARGS.repeat < 1:
     raise SystemExit("--tenants, --gpus, --days, --run-hours and --repeat must be at least 1")
+if ARGS.rollups and not ARGS.days < ARGS.history_days <= 399:
+    raise SystemExit("--history-days must be more than --days and at most 399 (a page shows at most 400 days)")
 RUN = f"{os.getpid()}"
 VAR = REPO / "var" / "bench"
 VAR.mkdir(parents=True, exist_ok=True)
@@ -137,8 +155,9 @@ def seed(now: datetime) -> dict[str, Any]:
                Flavor.objects.filter(cluster=world.cluster).exclude(kind="cpu").order_by("pk")]
     template = world.templates["training"]
     requester = world.users["carol"].pk
-    slots = ARGS.days * 86400 // SLOT
-    first = now - timedelta(seconds=SLOT * slots)  # the first slot starts here; sample ``at`` is a slot's end
+    midnight = now.replace(hour=0, minute=0) - timedelta(days=ARGS.days)
+    first = midnight - timedelta(seconds=SLOT)  # the first slot starts here; sample ``at`` is a slot's end: 00:00
+    slots = int((now - first).total_seconds()) // SLOT
     per_run = ARGS.run_hours * 3600 // SLOT
     runs = -(-slots // per_run)
     lanes = [(g, projects[g % len(projects)], *flavors[g % len(flavors)]) for g in range(ARGS.gpus)]
@@ -177,11 +196,8 @@ def seed(now: datetime) -> dict[str, Any]:
             request_ids = [ids[f"mb-{g}-{k}"] for k in range(runs)]
             for s in range(slots):
                 at = first + timedelta(seconds=SLOT * (s + 1))
-                wave = (s + 17 * g) % 288  # a day: a quarter of each GPU's slots idle, the rest busy
-                util = (wave % 4) * 0.9 if wave < 72 else 40 + (wave * 7 + g) % 60
-                fb = memory * (0.05 if wave < 72 else 0.3 + ((g * 13 + wave) % 60) / 100)
-                yield (f"{at.isoformat()}\t{request_ids[s // per_run]}\t{head}{util:.2f}\t{min(1.0, util / 110):.4f}\t"
-                       f"{min(fb, memory):.1f}\t0\tf\n")
+                util, sm, fb = figures(g, s, memory)
+                yield f"{at.isoformat()}\t{request_ids[s // per_run]}\t{head}{util}\t{sm}\t{fb}\t0\tf\n"
 
     columns = ["at", "request_id", "cluster_id", "tenant_id", "project_id", "flavor_id", "seconds", "gpus",
                "memory_mib", "util_avg", "sm_active_avg", "fb_used_max", "xid", "seeded"]
@@ -195,7 +211,119 @@ def seed(now: datetime) -> dict[str, Any]:
     print(f"  {n_requests:,} requests in {request_s:.1f} s; {n_samples:,} measured samples in {sample_s:.1f} s "
           f"({n_samples / max(sample_s, 1e-9):,.0f} rows/s; table with indexes {size / 2**30:.2f} GiB)")
     print(f"  process peak RSS after seeding {_rss_mib():.0f} MiB")
-    return {"admin": admin, "tenant": tenants[0], "first": first, "samples": n_samples}
+    return {"admin": admin, "tenant": tenants[0], "first": first, "samples": n_samples, "lanes": lanes,
+            "cluster_id": cluster_id, "midnight": midnight}
+
+
+def figures(g: int, s: int, memory: int) -> tuple[str, str, str]:
+    """GPU ``g``'s slot ``s`` (its sample at ``first + 5 min x (s + 1)``) as the samples' text: utilisation %, SM
+    active, peak memory MiB. Over a day a quarter of each GPU's slots are idle, the rest busy."""
+    wave = (s + 17 * g) % 288
+    util = (wave % 4) * 0.9 if wave < 72 else 40 + (wave * 7 + g) % 60
+    fb = memory * (0.05 if wave < 72 else 0.3 + ((g * 13 + wave) % 60) / 100)
+    return f"{util:.2f}", f"{min(1.0, util / 110):.4f}", f"{min(fb, memory):.1f}"
+
+
+def formula_rows(world: dict[str, Any], days: list[date], threshold: float) -> dict[tuple[Any, ...], list[Any]]:
+    """(day, at_start, tenant, project, flavor) -> [samples, alloc, util, idle, mem_used, mem_total]: the rows the
+    ``measured`` rollup's backfill makes of these days' samples, computed from ``figures`` (exact decimals, as the
+    rollup's numerics). A whole day of a GPU is 288 consecutive slots, so its figures are every ``wave`` once: the
+    day's sums are the same every day, and only which slot falls at 00:00 (the ``at_start`` row) moves."""
+    from insights.measured_rollup import PLACES
+
+    first = world["first"]
+    quantum = Decimal(1).scaleb(-PLACES)
+
+    def one(g: int, s: int, memory: int) -> list[Any]:
+        util, _, fb = figures(g, s, memory)
+        return [1, SLOT, Decimal(util).quantize(quantum) * SLOT, SLOT if float(util) < threshold else 0,
+                Decimal(fb).quantize(quantum) * SLOT, memory * SLOT]
+
+    def add(into: list[Any], values: list[Any]) -> None:
+        for i, v in enumerate(values):
+            into[i] += v
+
+    full = world.setdefault("full-days", {})  # computed once per process
+    for g, _, _, memory in world["lanes"]:
+        if g not in full:
+            full[g] = [0, 0, Decimal(0), 0, Decimal(0), 0]
+            for s in range(288):
+                add(full[g], one(g, s, memory))
+    out: dict[tuple[Any, ...], list[Any]] = {}
+    for day in days:
+        midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        s_mid = int((midnight - first).total_seconds()) // SLOT - 1  # the slot whose sample is taken at 00:00
+        for g, project, flavor_id, memory in world["lanes"]:
+            mid = one(g, s_mid, memory)
+            key = (project.tenant_id, project.pk, flavor_id)
+            add(out.setdefault((day, True, *key), [0, 0, Decimal(0), 0, Decimal(0), 0]), mid)
+            add(out.setdefault((day, False, *key), [0, 0, Decimal(0), 0, Decimal(0), 0]),
+                [a - b for a, b in zip(full[g], mid, strict=True)])
+    return out
+
+
+def roll(world: dict[str, Any], now: datetime) -> None:
+    """Backfill the seeded days (timed), check the formula against it, write the older days' rollup rows."""
+    from django.utils import timezone
+
+    from insights import measured_rollup
+    from insights.measured import idle_percent
+    from insights.models import MeasuredDay, MeasuredRollup
+
+    threshold = idle_percent()
+    first_day, today = world["midnight"].date(), now.date()
+    started = time.monotonic()
+    counts = measured_rollup.backfill(first_day, today)
+    took = time.monotonic() - started
+    print(f"\nbackfill (measured rollup) of the {counts['days']} seeded days before today: {counts['rows']:,} rows in "
+          f"{took:.1f} s ({ARGS.gpus * 288 * counts['days'] / took:,.0f} samples/s); peak RSS {_rss_mib():.0f} MiB")
+    seeded = [first_day + timedelta(days=i) for i in range(counts["days"])]
+    started = time.monotonic()
+    expected = formula_rows(world, seeded, threshold)
+    got = {tuple(r[:5]): list(r[5:]) for r in MeasuredRollup.objects.filter(day__in=seeded).values_list(
+        "day", "at_start", "tenant_id", "project_id", "flavor_id", *measured_rollup.SUMS)}
+    if got != expected:
+        wrong = sorted(set(got) ^ set(expected)) or [k for k in expected if got[k] != expected[k]]
+        raise SystemExit(f"the formula's rollup rows differ from the backfill's, e.g. {wrong[:3]}")
+    print(f"checked: the formula gives the backfill's {len(got):,} rows of those days exactly "
+          f"({time.monotonic() - started:.1f} s)")
+    old = [today - timedelta(days=ARGS.history_days - i) for i in range(ARGS.history_days - len(seeded))]
+    started = time.monotonic()
+    cluster = world["cluster_id"]
+    n = _copy(MeasuredRollup._meta.db_table, ["day", "at_start", "cluster_id", "tenant_id", "project_id",
+                                              "flavor_id", *measured_rollup.SUMS],
+              ("\t".join(map(_text, (day, at_start, cluster, t, p, f, *sums))) + "\n"
+               for one_day in old  # a day at a time: the process holds one day's rows
+               for (day, at_start, t, p, f), sums in formula_rows(world, [one_day], threshold).items()))
+    per_day = ARGS.gpus * 288
+    _copy(MeasuredDay._meta.db_table, ["day", "computed_at", "idle_percent", "samples", "dirty"],
+          (f"{day}\t{timezone.now().isoformat()}\t{threshold}\t{per_day}\tf\n" for day in old))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s)", [MeasuredRollup._meta.db_table])
+        size = cursor.fetchone()[0]
+    print(f"wrote the rollup rows of the {len(old)} older days directly (standing for {per_day * len(old):,} samples): "
+          f"{n:,} rows in {time.monotonic() - started:.1f} s; rollup table with indexes {size / 2**20:.0f} MiB; "
+          f"peak RSS {_rss_mib():.0f} MiB")
+
+
+def reads(start: datetime, end: datetime, tenant: Any) -> str:
+    """What a page over ``(start, end]`` (by day) reads: raw samples and rollup rows, and the samples they stand for."""
+    from django.db.models import Count, Q, Sum
+
+    from insights import measured_rollup
+    from insights.measured import idle_percent
+    from insights.models import MeasuredRollup, MeasuredSample
+    from portal.rollups import in_spans
+
+    parts = measured_rollup.plan(start, end, "day", idle_percent())
+    raw = MeasuredSample.objects.filter(measured_rollup.in_pieces(parts.raw))
+    rolled = MeasuredRollup.objects.filter(Q(in_spans(parts.days), at_start=False)
+                                           | Q(in_spans(parts.starts), at_start=True))
+    if tenant is not None:
+        raw, rolled = raw.filter(tenant=tenant), rolled.filter(tenant=tenant)
+    n_raw, agg = raw.count(), rolled.aggregate(rows=Count("pk"), samples=Sum("samples"))
+    return (f"{n_raw + (agg['samples'] or 0):,} samples, read as {n_raw:,} raw samples and "
+            f"{agg['rows']:,} rollup rows")
 
 
 def _ms(values: list[float]) -> str:
@@ -214,17 +342,18 @@ def main() -> int:
     try:
         from django.contrib.auth import get_user_model
 
-        from insights.models import MeasuredSample
-
         now = datetime.now(UTC).replace(second=0, microsecond=0)
         now -= timedelta(minutes=now.minute % 5)
         world = seed(now)
         ops = get_user_model().objects.get(username="ops")
         tenant = world["tenant"]
-        first_day: date = world["first"].date()
+        first_day: date = world["midnight"].date()
         today = now.date()
+        if ARGS.rollups:
+            roll(world, now)
+            first_day = today - timedelta(days=ARGS.history_days)
         whole = f"?start={first_day:%Y-%m-%d}&end={today:%Y-%m-%d}"
-        periods = [("default (last 7 days)", "", now.date() - timedelta(days=6)),
+        periods = [("default (last 7 days)", "", today - timedelta(days=6)),
                    (f"whole range ({first_day} to {today})", whole, first_day)]
         who = [("ops", ops, "/ops/metrics/{key}/", None), (f"tenant admin of {tenant.slug}", world["admin"],
                                                             f"/tenants/{tenant.slug}/metrics/{{key}}/", tenant)]
@@ -232,10 +361,9 @@ def main() -> int:
             client = Client()
             client.force_login(user)
             for period, params, since in periods:
-                rows = MeasuredSample.objects.filter(at__gt=datetime(since.year, since.month, since.day, tzinfo=UTC))
-                if only is not None:
-                    rows = rows.filter(tenant=only)
-                print(f"\n{label}, {period}: {rows.count():,} samples summed; {ARGS.repeat} calls after one warm-up")
+                start_at = datetime(since.year, since.month, since.day, tzinfo=UTC)
+                end_at = datetime(today.year, today.month, today.day, tzinfo=UTC) + timedelta(days=1)
+                print(f"\n{label}, {period}: {reads(start_at, end_at, only)}; {ARGS.repeat} calls after one warm-up")
                 for key in PAGES:
                     path = pattern.format(key=key) + params
                     response = client.get(path)
@@ -250,8 +378,9 @@ def main() -> int:
         print(f"\nprocess peak RSS {_rss_mib():.0f} MiB; load average {os.getloadavg()[0]:.2f} "
               f"{os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
         rows_year = ARGS.gpus * 288 * 365
-        print(f"a year of {ARGS.gpus:,} GPUs is {rows_year:,} samples ({rows_year / world['samples']:.1f} x these); "
-              f"the pages' time grows linearly with the samples of the period shown")
+        if not ARGS.rollups:
+            print(f"a year of {ARGS.gpus:,} GPUs is {rows_year:,} samples ({rows_year / world['samples']:.1f} x these); "
+                  f"the pages' time grows linearly with the samples of the period shown")
     finally:
         if ARGS.keep:
             print(f"kept database {db['NAME']}")

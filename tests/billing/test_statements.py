@@ -15,6 +15,7 @@ from django.conf import settings
 from billing import services
 from billing.models import BillingPeriod, Statement, StatementCounter, StatementLine, UsageInterval
 from billing.tasks import statements_finalise_task
+from insights.models import MeasuredSample
 
 from ..workloads.factories import make_request
 
@@ -246,3 +247,32 @@ def test_csv_and_the_page_show_lines_totals_and_cost_centre(api, cast, cat) -> N
     assert {r["cost_centre"] for r in rows} == {"CC-4711"} and {r["mode"] for r in rows} == {"chargeback"}
     page = api("alice").get(f"/statements/{body['id']}/").content.decode()
     assert '<dd id="cost-centre">CC-4711</dd>' in page and "7.50 EUR" in page
+
+
+def test_the_statement_page_shows_the_measured_idle_share_as_information(api, cast, cat) -> None:
+    """docs/measured-use.md, "On statements": the month's measured idle share of the tenant's allocated GPU-hours,
+    from its samples (not another tenant's, not another month's); the charges and the CSV are unchanged."""
+    _price(cast, "gpu", "2.00", JAN, key="h100-80gb")
+    req = make_request(cat, cast.vision, cast.carol, state="succeeded", gpus=2)
+    _interval(req, cat, "gpu", "2", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 5, 1, tzinfo=UTC), key="h100-80gb")
+    before = _draft(api, "alice", "acme", "2026-01")
+    page = api("alice").get(f"/statements/{before['id']}/").content.decode()
+    assert 'id="measured-idle"' not in page  # no samples: nothing said
+
+    def sample(r, at: datetime, util: float) -> None:
+        MeasuredSample.objects.create(at=at, request=r, cluster_id=r.cluster_id, tenant_id=r.tenant_id,
+                                      project_id=r.project_id, flavor_id=r.flavor_id, seconds=300, gpus=r.gpus,
+                                      memory_mib=81920, util_avg=util, sm_active_avg=0.1, fb_used_max=1000)
+
+    # 3 slots idle (1 %) and 1 busy (80 %), 2 GPUs each: 0.5 of 0.667 GPU-hours idle = 75 %
+    for i, util in enumerate((1, 1, 1, 80)):
+        sample(req, datetime(2026, 1, 5, tzinfo=UTC) + timedelta(minutes=5 * (i + 1)), util)
+    sample(req, datetime(2026, 2, 2, tzinfo=UTC), 80)  # February: not January's
+    other = make_request(cat, cast.llm, cast.frank, state="succeeded", gpus=1)
+    sample(other, datetime(2026, 1, 6, tzinfo=UTC), 90)  # another tenant's
+    after = _draft(api, "alice", "acme", "2026-01")
+    page = api("alice").get(f"/statements/{after['id']}/").content.decode()
+    assert ("measured idle (below 5 % utilisation, DCGM) for 0.50 of 0.67 allocated GPU-hours: a measured idle share "
+            "of 75.00 %. Charges are for allocation and do not change.") in page
+    assert (after["total"], after["subtotal"]) == (before["total"], before["subtotal"]) == ("4.00", "4.00")
+    assert "idle" not in api("alice").get(f"{API}/{after['id']}/csv/").content.decode()

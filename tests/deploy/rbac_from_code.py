@@ -134,10 +134,12 @@ def kinds_of(source: str) -> set[tuple[str, str]]:
 
 def resources() -> dict[tuple[str, str], tuple[str, str]]:
     """(apiVersion, kind) -> (API group, plural), from the sandbox's discovery data."""
+    from sandbox.inference import OPTIONAL_APIS
     from sandbox.registry import BUILTIN_TYPES, load_crd_types
 
     out = {}
-    for t in (*BUILTIN_TYPES, *load_crd_types()):
+    optional = [t for types in OPTIONAL_APIS.values() for t in types]  # Gateway API, KEDA: where a cluster serves them
+    for t in (*BUILTIN_TYPES, *load_crd_types(), *optional):
         api_version = f"{t.group}/{t.version}" if t.group else t.version
         out[(api_version, t.kind)] = (t.group, t.plural)
     return out

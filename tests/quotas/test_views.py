@@ -227,6 +227,25 @@ def test_cluster_settings_change_and_refusal(as_user, cast, split) -> None:
     assert 'id="id_settings-overcommit_percent_error"' in text(response)
 
 
+def test_cluster_settings_set_the_prometheus_cluster_label_value(as_user, split) -> None:
+    """One Prometheus over several clusters (docs/measured-use.md): the value of PROMETHEUS_CLUSTER_LABEL on this
+    cluster's series, its name when empty; a value too long is a form error and saves nothing."""
+    client = as_user("ops")
+    assert Cluster.objects.get().prometheus_cluster_value == "gpu-test"
+    cluster = Cluster.objects.get()
+    keep = {"settings-overcommit_percent": "0"} | {f"settings-{flag}": "on" for flag in ("use_mig", "use_hami")
+                                                   if getattr(cluster, flag)}
+    response = client.post("/ops/clusters/gpu-test/settings/", keep | {"settings-prometheus_cluster": "east-1"})
+    assert response.status_code == 302
+    assert Cluster.objects.get().prometheus_cluster_value == "east-1"
+    assert AuditEntry.objects.filter(action="cluster.update").latest("pk").after["prometheus_cluster"] == "east-1"
+    response = client.post("/ops/clusters/gpu-test/settings/", keep | {"settings-prometheus_cluster": "x" * 64})
+    assert 'id="id_settings-prometheus_cluster_error"' in text(response)
+    assert Cluster.objects.get().prometheus_cluster == "east-1"
+    assert client.post("/ops/clusters/gpu-test/settings/", keep).status_code == 302
+    assert Cluster.objects.get().prometheus_cluster_value == "gpu-test"
+
+
 def test_export_yaml_downloads_cluster_or_tenant(as_user, split) -> None:
     client = as_user("ops")
     response = client.get("/ops/clusters/gpu-test/export.yaml")

@@ -152,3 +152,61 @@ def test_range_query_refuses_bad_steps(sb) -> None:
         code, body = get(sb, "/prometheus/api/v1/query_range", query="DCGM_FI_DEV_GPU_UTIL", start=start, end=end,
                          step=step)
         assert code == 400 and json.loads(body)["errorType"] == "bad_data"
+
+
+def test_one_query_api_for_two_sandboxes_with_their_cluster_labels() -> None:
+    """The profile's ``prometheus`` section: ``externalLabels`` on every series this sandbox's Prometheus scraped,
+    ``peers`` whose series its query API answers with too (their own only: ``local=1``)."""
+    b = Sandbox(profile=load_profile(None) | {"prometheus": {"externalLabels": {"cluster": "b"}}},
+                speed=0, tick_interval=0, token="secret", tls=False).start()
+    try:
+        a = Sandbox(profile=load_profile(None) | {"prometheus": {"externalLabels": {"cluster": "a"}, "peers": [b.http_url]}},
+                    speed=0, tick_interval=0, token="secret", tls=False).start()
+        try:
+            a.advance(60)
+            b.advance(60)
+            both = query(a, "count by (cluster) (DCGM_FI_DEV_GPU_UTIL)")["result"]
+            counts = {r["metric"]["cluster"]: int(r["value"][1]) for r in both}
+            assert set(counts) == {"a", "b"} and counts["a"] == counts["b"] > 0
+            mine = query(a, "count by (cluster) (DCGM_FI_DEV_GPU_UTIL)", local="1")["result"]
+            assert [r["metric"]["cluster"] for r in mine] == ["a"]
+            assert {r["metric"]["cluster"] for r in query(b, "count by (cluster) (DCGM_FI_DEV_GPU_UTIL)")["result"]} == {"b"}
+        finally:
+            a.stop()
+    finally:
+        b.stop()
+
+
+def test_the_command_line_sets_the_label_and_peers(tmp_path) -> None:
+    """``python -m sandbox --prometheus-label NAME=VALUE --prometheus-peer URL`` (as ``make run`` starts the demo's
+    clusters); a label without ``=`` is refused with a message."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    bad = subprocess.run([sys.executable, "-m", "sandbox", "--kubeconfig", str(tmp_path / "x"), "--prometheus-label",
+                          "cluster"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "--prometheus-label takes NAME=VALUE, not 'cluster'" in bad.stderr
+    peer = Sandbox(profile=load_profile(None), speed=0, tick_interval=0, token="secret", tls=False).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--port", str(port),
+                             "--prometheus-label", "cluster=main", "--prometheus-peer", peer.http_url,
+                             "--tick-interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/prometheus/api/v1/query?" + urllib.parse.urlencode(
+            {"query": "count by (cluster) (DCGM_FI_DEV_GPU_UTIL)"})
+        with urllib.request.urlopen(url) as resp:
+            found = {r["metric"].get("cluster", "") for r in json.loads(resp.read())["data"]["result"]}
+        assert found == {"main", ""}  # its own series labelled; the peer's as the peer labels them (not at all)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        peer.stop()

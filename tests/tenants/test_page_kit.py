@@ -58,3 +58,21 @@ def test_stamps_are_djangos(value, zone: str) -> None:
         assert out("{{ v|stamp }}") == out('{{ v|date:"Y-m-d H:i" }}')
         assert out("{{ v|day }}") == out('{{ v|date:"Y-m-d" }}')
         assert out('{{ v|stamp|default:"—" }}') == out('{{ v|date:"Y-m-d H:i"|default:"—" }}')
+
+
+def test_display_is_djangos_get_field_display() -> None:
+    """``|display("state")`` (Jinja2 and Django templates) writes what ``get_state_display`` writes: every choice of a
+    request's state and of a quota request's status and approver, and a value that is no choice (itself)."""
+    from quotas.models import QuotaRequest
+    from workloads.models import RequestState, WorkloadRequest
+
+    jinja = engines["jinja2"].from_string('{{ r|display("state") }}')
+    for value in [*RequestState.values, "no-such-state"]:
+        req = WorkloadRequest(state=value)
+        assert render('{{ r|display:"state" }}', r=req) == req.get_state_display() == jinja.render({"r": req})
+    for status in [*QuotaRequest.Status.values, "odd"]:
+        for approver in [*QuotaRequest.Approver.values, ""]:
+            r = QuotaRequest(status=status, approver=approver)
+            assert render('{{ r|display:"status" }}/{{ r|display:"approver" }}', r=r) == (
+                f"{r.get_status_display()}/{r.get_approver_display()}")
+    assert render('{{ r|display:"state" }}', r=WorkloadRequest(state="<b>")) == "&lt;b&gt;"  # escaped as any value

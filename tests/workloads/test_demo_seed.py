@@ -45,7 +45,8 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     assert kueue <= live  # enforced means materialized: the seed's reconcile applied a ResourceFlavor for each
 
     made = {r.name: r for r in WorkloadRequest.objects.filter(idempotency_key__startswith="demo-")}
-    assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep"}
+    assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep", "chat-demo"}
+    assert made["chat-demo"].state == S.APPROVED  # the project admin approved it: a service to call at once
     for req in sorted((r for r in made.values() if r.state == S.APPROVED), key=lambda r: r.pk):
         request_materialize_task.apply(args=[req.pk]).get()
     for _ in range(4):
@@ -56,11 +57,12 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     workloads = kube.list(m.KUEUE, "Workload", namespace=namespace)[0]
     held = [wl for wl in workloads if _quota_reserved(wl) == "False"]
     admitted = [wl for wl in workloads if _quota_reserved(wl) == "True"]
-    assert len(held) == 1 and len(admitted) == 2, [(w["metadata"]["name"], _quota_reserved(w)) for w in workloads]
+    # Admitted: the training job, the notebook and the service's replica (each pod of a Deployment is a Workload).
+    assert len(held) == 1 and len(admitted) == 3, [(w["metadata"]["name"], _quota_reserved(w)) for w in workloads]
     waiting = WorkloadRequest.objects.get(pk=made["llm-finetune"].pk)
     assert held[0]["metadata"]["ownerReferences"][0]["name"] == waiting.k8s_name
     assert waiting.state == S.QUEUED and waiting.pending_reason.startswith("waiting for"), waiting.pending_reason
-    for name in ("resnet-baseline", "explore-data"):
+    for name in ("resnet-baseline", "explore-data", "chat-demo"):
         assert WorkloadRequest.objects.get(pk=made[name].pk).state == S.RUNNING
     # It keeps waiting: more time changes nothing while the others hold the quota.
     fresh_sandbox.advance(5)

@@ -56,7 +56,7 @@ def test_rendered_objects_roll_safely_scale_between_bounds_and_route_under_the_d
         "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings"]
     assert all(p["pathType"] == "Exact" for p in ingress["spec"]["rules"][0]["http"]["paths"])
 
-    # A minimum above the approval is held to it: a fixed size again.
+    # A row from before submissions refused it (test_inference_bounds.py): a minimum above the approval is held to it.
     over = make_request(cat, cast.vision, cast.carol, template=cat.inference, replicas=2, state=S.APPROVED,
                         parameters={"model_uri": "hf://m", "min_replicas": 5})
     assert "HorizontalPodAutoscaler" not in _by_kind(request_manifests(over))

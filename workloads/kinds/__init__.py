@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quotas import manifests as quota_manifests
 
@@ -62,7 +62,7 @@ def target(request: WorkloadRequest) -> Target:
         request_id=int(request.pk),
         kind=kind.name,
         architecture=request.cluster.architecture,
-        priority=request.priority,
+        priority=kind.default_priority if kind.priority_fixed else request.priority,
         installation=installation_id(),
         pod_group=kind.pod_group,
         gang=kind.gang,
@@ -72,13 +72,15 @@ def target(request: WorkloadRequest) -> Target:
 
 def request_manifests(request: WorkloadRequest, *, notebook_token: str = "",
                       job_ttl_seconds: int | None = DEFAULT_JOB_TTL_SECONDS, inference_domain: str = "",
-                      ingress_class: str = "", portal_url: str = "") -> list[Manifest]:
+                      ingress_class: str = "", portal_url: str = "", **serving: Any) -> list[Manifest]:
     """Every object of ``request``, in apply order, rendered by its kind. ``notebook_token`` is an interactive kind's
     access token; ``job_ttl_seconds``: finished Jobs are deleted by the cluster after this long (None: kept);
-    ``inference_domain`` (with ``ingress_class`` and ``portal_url``): where a serving kind's route lives (empty: none)."""
+    ``inference_domain`` (with ``ingress_class`` and ``portal_url``): where a serving kind's route lives (empty: none);
+    ``serving``: the other :class:`RenderOptions` of serving kinds (``gateway_api``, ``gateway``, ``keda``...)."""
     t = target(request)
     options = RenderOptions(notebook_token=notebook_token, job_ttl_seconds=job_ttl_seconds,
-                            inference_domain=inference_domain, ingress_class=ingress_class, portal_url=portal_url)
+                            inference_domain=inference_domain, ingress_class=ingress_class, portal_url=portal_url,
+                            **serving)
     return get(t.kind).render(request, t, options)
 
 

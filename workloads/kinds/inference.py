@@ -4,9 +4,12 @@ Objects: a Service and a Deployment (each pod is its own Kueue Workload); under 
 pool (F) it is pinned to that pool and its ``<project>-online`` LocalQueue. The follower reads the Deployment:
 running once a replica is ready. The Deployment rolls updates with ``maxUnavailable: 0`` (a new replica is ready
 before an old one goes). With ``min_replicas`` below the approved replicas, a HorizontalPodAutoscaler (autoscaling/v2)
-moves it between the two on the pods' request rate (:func:`render_autoscaler`); with ``RenderOptions.inference_domain``
-set, an Ingress gives it an address under the portal's domain whose every request the portal checks first
-(:func:`render_route`, forward auth with the service's API keys; docs/inference.md).
+moves it between the two on the pods' request rate (:func:`render_autoscaler`; a KEDA ScaledObject where the cluster
+runs KEDA, :func:`render_scaled_object`); with ``RenderOptions.inference_domain`` set, an Ingress gives it an address
+under the portal's domain whose every request the portal checks first (:func:`render_route`, forward auth with the
+service's API keys; an HTTPRoute where the cluster serves the Gateway API, :func:`render_http_route`;
+docs/inference.md). It always runs in the online class (``priority_fixed``), and a minimum above the replicas is
+refused (:func:`size_check`).
 """
 
 from __future__ import annotations
@@ -52,10 +55,37 @@ DEFAULT_TARGET_RPS = 5
 MODEL_PATHS = ("v1/models", "v1/completions", "v1/chat/completions", "v1/embeddings")
 
 
+# A template may bound the replicas (the autoscaler's maximum) with this keyword at the top of its parameters schema,
+# e.g. ``"x-max-replicas": 4``; the minimum is bounded by the schema of ``min_replicas`` itself (its ``maximum``).
+TEMPLATE_MAX_REPLICAS = "x-max-replicas"
+
+
+def template_max_replicas(schema: dict[str, Any] | None) -> int | None:
+    """The most replicas the template allows (``x-max-replicas``), or None when it says nothing."""
+    value = (schema or {}).get(TEMPLATE_MAX_REPLICAS)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def size_check(schema: dict[str, Any], parameters: dict[str, Any], replicas: int) -> list[tuple[str, str]]:
+    """What a submission's (or a scale's) size may not be: ``replicas`` (the autoscaler's maximum) above the
+    template's ``x-max-replicas``, or ``min_replicas`` above ``replicas`` (a minimum above the maximum is refused,
+    never taken for a fixed size). (field, message) pairs; empty when it is fine."""
+    problems: list[tuple[str, str]] = []
+    top = template_max_replicas(schema)
+    if top is not None and replicas > top:
+        problems.append(("replicas", f"At most {top} replicas for this template."))
+    low = (parameters or {}).get("min_replicas")
+    if isinstance(low, int) and not isinstance(low, bool) and low > replicas:
+        problems.append(("parameters.min_replicas",
+                         f"The minimum ({low}) cannot be above the replicas ({replicas}), the autoscaler's maximum."))
+    return problems
+
+
 def replica_bounds(request: WorkloadRequest) -> tuple[int, int]:
     """(minimum, maximum) replicas: the maximum is the approved ``replicas`` (what the quota and the approval
-    cover); the minimum is ``parameters.min_replicas`` (the template's schema bounds it), never above the maximum.
-    Equal: a fixed size, no autoscaler."""
+    cover); the minimum is ``parameters.min_replicas`` (the template's schema bounds it). A submission or a scale
+    with the minimum above the maximum is refused (:func:`size_check`); a row from before that rule is held to the
+    maximum. Equal: a fixed size, no autoscaler."""
     top = max(1, int(request.replicas or 1))
     low = (request.parameters or {}).get("min_replicas")
     return (min(top, max(1, int(low))) if low not in (None, "") else top), top
@@ -123,6 +153,58 @@ def render_route(t: Target, *, domain: str, auth_url: str, ingress_class: str = 
             "spec": spec}
 
 
+def render_http_route(t: Target, *, domain: str, gateway: str, auth_service: str = "") -> Manifest:
+    """A Gateway API HTTPRoute (gateway.networking.k8s.io/v1), the Ingress's equivalent where the cluster serves
+    the Gateway API: attached to ``gateway`` ("namespace/name", or a name in the service's namespace), at
+    :func:`route_host`, the model paths only (``Exact``) to the service's Service (port 80). With ``auth_service``
+    ("namespace/name:port", the portal's Service) every request is first checked by the portal, through the
+    ``ExternalAuth`` filter: the gateway asks ``/inference/auth/<id>`` + the path it got (docs/inference.md)."""
+    namespace, _, name = gateway.strip().rpartition("/")
+    parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": name}
+    if namespace:
+        parent["namespace"] = namespace
+    rule: dict[str, Any] = {
+        "matches": [{"path": {"type": "Exact", "value": "/" + path}} for path in MODEL_PATHS],
+        "backendRefs": [{"name": t.name, "port": 80}],
+    }
+    if auth_service:
+        where, _, port = auth_service.strip().rpartition(":")
+        auth_namespace, _, auth_name = where.rpartition("/")
+        backend: dict[str, Any] = {"name": auth_name, "port": int(port)}
+        if auth_namespace:
+            backend["namespace"] = auth_namespace
+        rule["filters"] = [{"type": "ExternalAuth", "externalAuth": {
+            "protocol": "HTTP", "backendRef": backend, "http": {"path": f"/inference/auth/{t.request_id}"}}}]
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": metadata(t),
+            "spec": {"parentRefs": [parent], "hostnames": [route_host(t, domain)], "rules": [rule]}}
+
+
+# The model server's request counter, as Prometheus scrapes it from each pod (vLLM's; a rate of it is the load).
+REQUEST_COUNTER = "vllm:request_success_total"
+
+
+def render_scaled_object(request: WorkloadRequest, t: Target, *, prometheus_url: str) -> Manifest:
+    """A KEDA ScaledObject (keda.sh/v1alpha1), the HPA's equivalent where the cluster runs KEDA: between
+    :func:`replica_bounds` on a Prometheus trigger, the service's request rate (``REQUEST_COUNTER`` over its pods)
+    averaged per replica against ``target_requests_per_second``; KEDA makes and owns the HPA."""
+    low, top = replica_bounds(request)
+    target = (request.parameters or {}).get("target_requests_per_second") or DEFAULT_TARGET_RPS
+    query = f'sum(rate({REQUEST_COUNTER}{{namespace="{t.namespace}",pod=~"{t.name}-.*"}}[1m]))'
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": metadata(t),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": t.name},
+            "minReplicaCount": low,
+            "maxReplicaCount": top,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}}}},
+            "triggers": [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
+                "serverAddress": prometheus_url, "query": query, "threshold": f"{float(target):g}"}}],
+        },
+    }
+
+
 def render_inference(request: WorkloadRequest, t: Target, options: RenderOptions | None = None) -> list[Manifest]:
     params = request.parameters or {}
     port = int(params.get("port") or m.DEFAULT_INFERENCE_PORT)
@@ -149,9 +231,14 @@ def render_inference(request: WorkloadRequest, t: Target, options: RenderOptions
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(t, labels=m.kueue_labels(t)),
                   "spec": spec}
     objects.append(deployment)
+    options = options or RenderOptions()
     if autoscaled(request):
-        objects.append(render_autoscaler(request, t))
-    if options is not None and options.inference_domain:
+        objects.append(render_scaled_object(request, t, prometheus_url=options.prometheus_url) if options.keda
+                       else render_autoscaler(request, t))
+    if options.inference_domain and options.gateway_api:
+        objects.append(render_http_route(t, domain=options.inference_domain, gateway=options.gateway,
+                                         auth_service=options.auth_service))
+    elif options.inference_domain:
         objects.append(render_route(t, domain=options.inference_domain, auth_url=options.inference_auth_url(t.request_id),
                                     ingress_class=options.ingress_class))
     return objects
@@ -180,6 +267,8 @@ KIND = register(Kind(
         default_gpus=1, max_gpus=8, max_duration_hours=720,
     ),
     default_priority="production",
+    priority_fixed=True,  # the online class: never preempted by batch work (docs/inference.md)
+    size_check=size_check,
     follows=("deployment",),
     derive=_derive,
     actions=BASE_ACTIONS | {"scale"},

@@ -31,6 +31,15 @@ class RenderOptions:
     inference_domain: str = ""
     ingress_class: str = ""
     portal_url: str = ""
+    # Where the cluster serves them (discovered by the materializer, portal/kube.py ``Kube.serves``): the route is a
+    # Gateway API HTTPRoute attached to ``gateway`` ("namespace/name"), its forward auth the portal's Service
+    # ``auth_service`` ("namespace/name:port"), instead of an Ingress; the autoscaler a KEDA ScaledObject whose
+    # Prometheus trigger asks ``prometheus_url``, instead of an HPA.
+    gateway_api: bool = False
+    gateway: str = ""
+    auth_service: str = ""
+    keda: bool = False
+    prometheus_url: str = ""
 
     def inference_auth_url(self, request_id: int) -> str:
         return f"{self.portal_url.rstrip('/')}/inference/auth/{int(request_id)}/"
@@ -83,6 +92,11 @@ class Kind:
     stop_note: str = ""  # what the stop confirmation adds (e.g. "the home volume stays")
     # Curated images the catalogue seeds for it: (name, reference, description); one image may serve several kinds.
     images: tuple[tuple[str, str, str], ...] = ()
+    # Its requests always run at ``default_priority`` (inference: the online class): another one is refused.
+    priority_fixed: bool = False
+    # size_check(schema, parameters, replicas) -> [(field, message)]: what a submission's or a scale's size may not
+    # be for this kind beyond the generic limits (inference: the minimum above the maximum, the template's bounds).
+    size_check: Callable[[dict[str, Any], dict[str, Any], int], list[tuple[str, str]]] | None = None
 
     def allows(self, action: str) -> bool:
         return action in self.actions

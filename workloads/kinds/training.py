@@ -152,7 +152,8 @@ def render_indexed_job(request: WorkloadRequest, t: Target, *,
 
 def render_volcano_job(request: WorkloadRequest, t: Target, *,
                        job_ttl_seconds: int | None = m.DEFAULT_JOB_TTL_SECONDS) -> Manifest:
-    """A gang of n pods (1 master + n-1 workers) in the project's Volcano Queue; no Kueue labels anywhere."""
+    """A gang of n pods (1 master + n-1 workers) in the project's Volcano Queue; no Kueue labels anywhere. Asked to
+    be within one rack or block: ``spec.networkTopology`` (hard, or soft for "prefer-rack") with that tier."""
     n = int(request.replicas)
     volumes, mounts = training_volumes(request)
 
@@ -164,6 +165,10 @@ def render_volcano_job(request: WorkloadRequest, t: Target, *,
                                       extra_labels={TASK_LABEL: name}), request)
         return {"name": name, "replicas": replicas, "minAvailable": replicas, "template": template}
 
+    # One rack or block: Volcano's network-topology-aware scheduling over the cluster's HyperNodes (the same placement
+    # choice the Kueue TAS path takes; quotas.manifests.network_topology).
+    topology = quota_manifests.network_topology(request.flavor.cluster, request.flavor, request.topology) \
+        if request.topology else {}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -173,6 +178,7 @@ def render_volcano_job(request: WorkloadRequest, t: Target, *,
             "queue": m.volcano_queue_name(t.project),
             "minAvailable": n,
             "maxRetry": max(1, retries(request)),
+            **({"networkTopology": topology} if topology else {}),
             **ttl_spec(job_ttl_seconds),
             "plugins": {
                 "pytorch": ["--master=master", "--worker=worker", f"--port={m.PYTORCH_PORT}"],

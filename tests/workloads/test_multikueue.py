@@ -1,0 +1,161 @@
+"""Kueue MultiKueue end to end (docs/federation.md, "Kueue MultiKueue"): three sandbox clusters, one a MultiKueue
+manager and two its workers, each its own API server. Ops set the roles on the cluster pages; the portal routes to the
+manager only and materializes there once; Kueue on the manager dispatches the job to the worker whose Kueue admits
+it; the request's page and the API say which worker runs it; stopping it removes the worker's copy; the
+architecture review's routing answer says "MultiKueue on <manager>". Materialization and the follower run in the
+test (no Celery worker)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from insights.review import answer_routing
+from insights.review_selectors import review_snapshot_for
+from portal.kube import kube_cache_clear, kube_for
+from quotas.inventory import flavors_discover, inventory_sync, node_taints
+from quotas.models import Cluster, Flavor, Quota
+from quotas.reconcile import reconcile
+from workloads.catalogue import seed_catalogue
+from workloads.materialize import request_materialize
+from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
+from workloads.status import requests_sync
+from workloads.tasks import request_changed_task
+
+from ..zones import zone_profile
+from sandbox.testing import _start
+
+S = RequestState
+KUEUE = "kueue.x-k8s.io/v1beta2"
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("lifecycle"), pytest.mark.timeout(300)]
+NAMES = ("mk-manager", "mk-worker1", "mk-worker2")
+
+
+@pytest.fixture
+def three(tmp_path: Path, cast):
+    kube_cache_clear()
+    sandboxes = {n: _start(tmp_path / n, profile=zone_profile("H100-80GB")) for n in NAMES}
+    try:
+        clusters = {}
+        for name, sb in sandboxes.items():
+            cluster = Cluster.objects.create(name=name, architecture="B", kubeconfig_path=str(sb.kubeconfig), zone=name)
+            kube = kube_for(cluster)
+            inventory_sync(cluster, kube=kube)
+            for flavor in flavors_discover(cluster, taints_by_node=node_taints(kube)):
+                flavor.save()
+            for flavor in Flavor.objects.filter(cluster=cluster):
+                for resource in flavor.resource_names:
+                    # worker1 gives the project no GPU: its Kueue never admits the copy, worker2's does
+                    amount = {"cpu": 64, "memory": 512}.get(resource, 0 if name == "mk-worker1" else 2)
+                    Quota.objects.create(tenant=cast.acme, flavor=flavor, resource=resource, nominal=Decimal(amount))
+                    Quota.objects.create(tenant=cast.acme, project=cast.vision, flavor=flavor, resource=resource,
+                                         nominal=Decimal(amount), borrowing_limit=Decimal(0))
+            clusters[name] = cluster
+        seed_catalogue()
+        for template in ServiceTemplate.objects.all():
+            template.allowed_flavors.set(Flavor.objects.all())
+        yield {"clusters": clusters, "sandboxes": sandboxes}
+    finally:
+        for sb in sandboxes.values():
+            sb.stop()
+        kube_cache_clear()
+
+
+def _multikueue_setup(manager_sb: Any, workers: dict[str, Any]) -> str:
+    """What ops apply on the manager, as Kueue's MultiKueue documentation says: the AdmissionCheck, the
+    MultiKueueConfig, and a MultiKueueCluster with its kubeconfig Secret per worker (named as in the portal)."""
+    docs: list[dict] = [
+        {"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": "multikueue"},
+         "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
+                  "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "portal"}}},
+        {"apiVersion": KUEUE, "kind": "MultiKueueConfig", "metadata": {"name": "portal"},
+         "spec": {"clusters": sorted(workers)}}]
+    for name, sb in workers.items():
+        docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-kubeconfig", "namespace": "kueue-system"},
+                     "data": {"kubeconfig": base64.b64encode(Path(sb.kubeconfig).read_bytes()).decode()}})
+        docs.append({"apiVersion": KUEUE, "kind": "MultiKueueCluster", "metadata": {"name": name},
+                     "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}}})
+    for doc in docs:
+        manager_sb.store.create(doc)
+    return yaml.safe_dump_all(docs)
+
+
+def _settings(client: Any, name: str, **fields: Any):
+    data = {"settings-overcommit_percent": 0, "settings-topology": ""} | {f"settings-{k}": v for k, v in fields.items()}
+    return client.post(f"/ops/clusters/{name}/settings/", data)
+
+
+def _sync_until(three: dict, pk: int, test, what: str, timeout: float = 60) -> WorkloadRequest:
+    deadline = time.monotonic() + timeout
+    manager = three["clusters"]["mk-manager"]
+    while True:
+        req = WorkloadRequest.objects.get(pk=pk)
+        if test(req):
+            return req
+        assert time.monotonic() < deadline, f"{what}: {req.state} {req.state_reason} {req.cluster_status}"
+        requests_sync(cluster=Cluster.objects.get(pk=manager.pk), watch_seconds=1)
+
+
+def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits_it(three, api, as_user, cast) -> None:
+    clusters, sandboxes = three["clusters"], three["sandboxes"]
+    manager = clusters["mk-manager"]
+    ops = as_user("ops")
+    # Ops say which mechanism each cluster uses; a worker without its manager is refused, nothing saved.
+    refused = _settings(ops, "mk-worker1", role="worker")
+    assert refused.status_code == 200 and "A MultiKueue worker needs its manager cluster." in refused.content.decode()
+    assert Cluster.objects.get(name="mk-worker1").role == "standalone"
+    assert _settings(ops, "mk-manager", role="manager").status_code == 302
+    for name in ("mk-worker1", "mk-worker2"):
+        assert _settings(ops, name, role="worker", manager_id=manager.pk).status_code == 302
+    assert Cluster.objects.get(name="mk-worker2").manager_id == manager.pk
+    _multikueue_setup(sandboxes["mk-manager"], {n: sandboxes[n] for n in ("mk-worker1", "mk-worker2")})
+    for cluster in Cluster.objects.all():
+        assert reconcile(cluster, kube=kube_for(cluster)).ok
+    # The manager's ClusterQueues name the MultiKueue check; the workers' do not.
+    kube = kube_for(Cluster.objects.get(name="mk-manager"))
+    cqs = [q for q in kube.list(KUEUE, "ClusterQueue")[0] if q["metadata"]["name"].startswith("acme")]
+    assert cqs and all(q["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]} for q in cqs)
+    wkube = kube_for(Cluster.objects.get(name="mk-worker2"))
+    assert all("admissionChecksStrategy" not in q["spec"] for q in wkube.list(KUEUE, "ClusterQueue")[0])
+
+    # Submitted through the API: routed to the manager (never straight to a worker), materialized there once.
+    created = api("carol").post("/api/v1/requests/", {
+        "project": "acme-vision", "template": "training", "flavor": "h100-80gb", "gpus": 2, "duration_hours": 1,
+        "name": "via-multikueue", "parameters": {"command": "python train.py"}}, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["placement"]["cluster"] == "mk-manager"
+    pk = created.json()["id"]
+    assert request_materialize(request_id=pk) == "queued"
+    req = _sync_until(three, pk, lambda r: r.state == S.RUNNING, "running on a worker")
+    assert req.cluster_id == manager.pk
+    assert req.state_reason == "Admitted; dispatched by MultiKueue to worker mk-worker2; 1 pod running."
+    # It runs on worker2 (worker1 gave no GPU): the pods are there, none on the manager nor on worker1.
+    ns = cast.vision.namespace
+    pods = {n: sandboxes[n].store.list("v1", "Pod", ns)["items"] for n in NAMES}
+    assert len(pods["mk-worker2"]) == 1 and not pods["mk-manager"] and not pods["mk-worker1"]
+    assert not sandboxes["mk-worker1"].store.list(KUEUE, "Workload", ns)["items"]
+
+    # The request's page says where it runs and who dispatched it; another tenant does not see it.
+    page = as_user("carol").get(f"/requests/{pk}/").content.decode()
+    assert "Runs on worker mk-worker2, dispatched by MultiKueue on mk-manager." in page
+    assert as_user("erin").get(f"/requests/{pk}/").status_code == 404
+
+    # The architecture review says which mechanism the deployment uses.
+    routing = answer_routing(review_snapshot_for(actor=cast.actor("ops")))
+    assert routing.answer.startswith("MultiKueue on mk-manager (workers mk-worker1, mk-worker2): ")
+    assert "MultiKueue on mk-manager: dispatches to mk-worker1, mk-worker2" in routing.details
+
+    # Stopped: the portal deletes the Job on the manager, and MultiKueue the worker's copy.
+    assert api("carol").post(f"/api/v1/requests/{pk}/stop/", {}, format="json").status_code == 200
+    request_changed_task.apply(args=[pk, "stop"]).get()
+    deadline = time.monotonic() + 30
+    while sandboxes["mk-worker2"].store.list("batch/v1", "Job", ns)["items"] or \
+            sandboxes["mk-worker2"].store.list(KUEUE, "Workload", ns)["items"]:
+        assert time.monotonic() < deadline, "the worker's copy stayed"
+        time.sleep(0.2)
