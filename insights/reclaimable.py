@@ -32,6 +32,9 @@ from .models import MeasuredSample
 from .presentation import COLOURS
 
 WEEK = timedelta(days=7)
+# What the figures, the pages and the API read of a request (a fleet's requests are thousands: no JSON columns)
+FIELDS = ("name", "state", "gpus", "replicas", "cluster_id", "template_id", "started_at", "finished_at",
+          "duration_hours", "flavor", "tenant__slug", "tenant__name", "project__slug")
 CHART_TENANTS = 20  # the chart draws the page's tenants (the table has them all)
 
 
@@ -103,7 +106,7 @@ def reclaimable(*, tenants: list[Tenant] | None = None, now: datetime | None = N
         reqs = reqs.filter(tenant_id__in=[t.pk for t in tenants])
     figures = {row["request_id"]: row for row in MeasuredSample.objects.filter(request_id__in=reqs.values("pk"))
                .order_by().values("request_id").annotate(**SAMPLE_FIGURES)}
-    found = list(reqs.select_related("flavor", "tenant", "project").order_by("pk"))
+    found = list(reqs.select_related("flavor", "tenant", "project").only(*FIELDS).order_by("pk"))
     candidates = _candidates_of(found)
     lines: dict[int, TenantLine] = {}
     for req in found:

@@ -33,6 +33,7 @@ from . import policy, selectors
 from .reclaimable import RequestLine, TenantLine, chart_of, reclaimable, totals
 
 ROWS_PER_PAGE = 50
+PAGE = {"type": "integer", "minimum": 1}  # page and page_size (portal.api.Pagination refuses less than 1)
 
 
 def _tenant_for(actor: Actor, slug: str) -> Tenant:
@@ -142,8 +143,8 @@ class ReclaimableView(generics.GenericAPIView):
     filter_backends: list[Any] = []
 
     @extend_schema(parameters=[
-        OpenApiParameter("page", OpenApiTypes.INT, description="Page, from 1."),
-        OpenApiParameter("page_size", OpenApiTypes.INT, description="Rows per page (default 50, at most 500)."),
+        OpenApiParameter("page", PAGE, description="Page, from 1."),
+        OpenApiParameter("page_size", PAGE, description="Rows per page (default 50; more than 500 is read as 500)."),
     ], responses={200: ReclaimableTenantSerializer(many=True)})
     def get(self, request: Request) -> Response:
         actor = _api_actor(request)
@@ -162,8 +163,8 @@ class ReclaimableTenantView(generics.GenericAPIView):
 
     @extend_schema(parameters=[
         OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.PATH, description="The tenant's slug."),
-        OpenApiParameter("page", OpenApiTypes.INT, description="Page of the requests, from 1."),
-        OpenApiParameter("page_size", OpenApiTypes.INT, description="Requests per page (default 50, at most 500)."),
+        OpenApiParameter("page", PAGE, description="Page of the requests, from 1."),
+        OpenApiParameter("page_size", PAGE, description="Requests per page (default 50; more than 500 is read as 500)."),
     ])
     def get(self, request: Request, tenant: str) -> Response:
         actor = _api_actor(request)

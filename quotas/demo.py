@@ -56,28 +56,27 @@ FALLBACK_FLAVORS: list[dict[str, Any]] = [
 
 # owner slug -> [(flavor, resource, nominal, borrowing limit, lending limit)]; memory in GiB.
 QUOTAS: dict[str, list[tuple[str, str, int, int | None, int | None]]] = {
-    "acme": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 2, None, None),
-             ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 16, None, None),
+    "acme": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 16, None, None),
              ("l40s-hami", "nvidia.com/gpu", 40, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 400, None, None),
              ("l40s-hami", "nvidia.com/total-gpumem", 92136, None, None),
              ("cpu", "cpu", 256, None, None), ("cpu", "memory", 2048, None, None)],
     # Borrowing limit 2: at most 8 H100s at once, so the demo's 7-GPU fine-tune next to its 1-GPU training job
     # and 1-GPU notebook really waits for quota (with 4 it was admitted by borrowing: no pending Workload).
     # acme-vision (carol, bob) may use HAMi shares at once: half of acme's L40S shares, acme-nlp has the other half.
-    # Two online GPUs (of the online pool's 8; globex has the other 6): the demo's inference service runs there.
-    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 2, None), ("h100-80gb-online", "nvidia.com/gpu", 2, None, None),
-                    ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
+    # It lends two offline H100s to its own online queue (architecture F's explicit lending): the demo's inference
+    # service runs there, between 1 and 2 replicas.
+    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 2, 2), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
                     ("l40s-hami", "nvidia.com/gpu", 20, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None),
                     ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
                     ("cpu", "cpu", 96, None, None), ("cpu", "memory", 768, None, None)],
     "acme-nlp": [("h100-80gb-offline", "nvidia.com/gpu", 4, 2, None), ("l40s-hami", "nvidia.com/gpu", 20, None, None),
                  ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None), ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
                  ("cpu", "cpu", 64, None, None), ("cpu", "memory", 512, None, None)],
-    "globex": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 6, None, None),
+    "globex": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 8, None, None),
                ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
                ("cpu", "cpu", 384, None, None), ("cpu", "memory", 3072, None, None)],
     "globex-llm": [("h100-80gb-offline", "nvidia.com/gpu", 10, None, 4), ("cpu", "cpu", 160, None, None), ("cpu", "memory", 1280, None, None)],
-    "globex-serving": [("h100-80gb-online", "nvidia.com/gpu", 6, None, None), ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
+    "globex-serving": [("h100-80gb-online", "nvidia.com/gpu", 8, None, None), ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
                        ("cpu", "cpu", 64, None, None), ("cpu", "memory", 512, None, None)],
 }
 

@@ -7,8 +7,9 @@ sync), which the compatibility check of ``workloads/routing.py`` compares with w
 
 Writes here (audited): ``spill_policy_set`` (project and tenant admins) and ``cluster_drain`` / ``cluster_undrain``
 (ops). A drain queues ``workloads.tasks.requests_redispatch_task`` by name: the work that has not started there moves
-elsewhere once (``workloads.routing.requests_redispatch``). Reads: ``zone_inventory`` (the ops "Zones" page).
-See docs/federation.md.
+elsewhere once (``workloads.routing.requests_redispatch``). ``zone_fault_set`` (ops): the demo's zone fault on a
+sandbox cluster, from the zones page and ``manage.py zone_fault``. Reads: ``zone_inventory`` and
+``zone_fault_states`` (the ops "Zones" page). See docs/federation.md.
 """
 
 from __future__ import annotations
@@ -187,13 +188,13 @@ def zone_fault_states(clusters: list[Cluster]) -> dict[int, bool]:
     """Which clusters are sandboxes, and whether each is down now: ``{cluster id: down}``, read from each sandbox's
     fault settings (a short timeout; the control endpoint is never failed on purpose, so a zone taken down still
     answers). Real clusters (no fault endpoint) and clusters that do not answer are left out: no button for them."""
-    from portal.kube import ClusterError, kube_for
+    from portal.kube import kube_for
 
     out: dict[int, bool] = {}
     for cluster in clusters:
         try:
             faults = kube_for(cluster).sandbox_faults_read()
-        except (ClusterError, OSError, ValueError):
+        except Exception:  # a probe: any failure (no answer, a kubeconfig that does not load or decrypt) = no button
             continue
         out[cluster.pk] = float(faults.get("error_rate") or 0) >= 1.0
     return out

@@ -100,7 +100,8 @@ def _inference_demo(project, cluster, admin: Membership, member: Membership,
             req = services.request_submit(
                 actor=Actor(user=member.user), project=project, template=template, flavor=flavor,
                 idempotency_key="demo-inference", image=INFERENCE_IMAGE, gpus=1, replicas=2, duration_hours=720,
-                parameters={"model_uri": "hf://demo/tiny-chat", "min_replicas": 1}, name=INFERENCE_NAME)
+                parameters={"model_uri": "hf://demo/tiny-chat", "min_replicas": 1, "target_requests_per_second": 0.05},
+                name=INFERENCE_NAME)
         except Exception:  # this flavor is refused (no online quota, not admitted): try the next
             logger.info("demo inference service not on %s", flavor, exc_info=True)
             continue

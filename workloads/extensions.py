@@ -83,6 +83,9 @@ def _check_replicas(req: WorkloadRequest, replicas: int) -> None:
     if replicas <= req.replicas:
         raise Invalid(f"It has {req.replicas} replica(s) now: ask for more (scaling down needs nobody's approval).",
                       field="replicas")
+    size_check = kinds.get(req.template.kind).size_check  # the template's bound on replicas (docs/inference.md)
+    for _field, message in size_check(req.template.parameters_schema or {}, req.parameters or {}, replicas) if size_check else []:
+        raise Invalid(message, field="replicas")
     demand = request_demand(flavor=req.flavor, gpus=req.gpus, replicas=replicas, cpu=req.cpu)
     _check_can_ever_run(project=req.project, flavor=req.flavor, demand=demand, field="replicas")
 

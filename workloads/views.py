@@ -222,11 +222,12 @@ def cluster_facts(req: WorkloadRequest) -> dict[str, Any]:
 def request_dispatch(req: WorkloadRequest) -> dict[str, str] | None:
     """Kueue MultiKueue (docs/federation.md): on a manager cluster, the worker its Workload was dispatched to (the
     Workload's ``status.clusterName``, as the status follower last read it) in a sentence; None on other clusters."""
-    if req.cluster.role != "manager":
-        return None
     objects = (req.cluster_status or {}).get("objects") or {}
     workloads = [v for k, v in sorted(objects.items()) if k.startswith("workload/")]
     worker = next((str(w["worker"]) for w in workloads if w.get("worker")), "")
+    # the cluster is read only when its Workload says something MultiKueue-like (no query on the common page)
+    if not (worker or any(w.get("checks") for w in workloads)) or req.cluster.role != "manager":
+        return None
     manager = req.cluster.name
     if worker:
         verb = "Ran" if req.state in FINAL else "Runs"

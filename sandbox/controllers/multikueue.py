@@ -167,6 +167,26 @@ class MultiKueue:
             raise ValueError(f'key "kubeconfig" not found in secret "{location}"')
         return base64.b64decode(data)
 
+    @staticmethod
+    def _insecure(raw: bytes) -> str | None:
+        """Kueue's ``validateKubeconfig`` (MultiKueueAllowInsecureKubeconfigs off): why it refuses the kubeconfig."""
+        try:
+            cfg = yaml.safe_load(raw) or {}
+        except yaml.YAMLError as e:
+            return f"failed to parse kubeconfig(apiconfig): {e}"
+        for user in cfg.get("users") or []:
+            if (user.get("user") or {}).get("tokenFile"):
+                return "tokenFile is not allowed"
+        for c in cfg.get("clusters") or []:
+            cluster, name = c.get("cluster") or {}, c.get("name")
+            if cluster.get("insecure-skip-tls-verify"):
+                return f"insecure TLS verification is not allowed for cluster {name}"
+            if cluster.get("certificate-authority"):
+                return f"certificate-authority file paths are not allowed, use certificate-authority-data for cluster {name}"
+            if not cluster.get("server"):
+                return f"server URL is required for cluster {name}"
+        return None
+
     def _cluster(self, mkc: dict) -> tuple[Remote | None, str, str]:
         """(client or None, reason, message) for the MultiKueueCluster's Active condition."""
         name = mkc["metadata"]["name"]
@@ -175,6 +195,10 @@ class MultiKueue:
         except (OSError, ValueError) as e:
             self.remotes.pop(name, None)
             return None, "BadKubeConfig", f"load client config failed: {e}"
+        insecure = self._insecure(raw)
+        if insecure:
+            self.remotes.pop(name, None)
+            return None, "InsecureKubeConfig", f"load client config failed: {insecure}"
         prev = self.remotes.get(name)
         if prev and prev[0] == raw and prev[1] is not None and time.monotonic() - prev[2] < RECHECK_SECONDS:
             return prev[1], "Active", "Connected"

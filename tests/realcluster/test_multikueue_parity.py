@@ -3,7 +3,8 @@ multikueue-setup.yaml) and sample job, applied as its documentation says, on a m
 sandboxes, or two real control planes (the session's, as manager, and a second one started here as the worker, each
 with its own kube-apiserver, etcd, controllers, Kueue v0.17 and kwok nodes). The same things are asserted on both.
 
-Not compared: the message of a cluster that does not answer (``ClientConnectionFailed``: Go's dial error text on the
+A kubeconfig that skips TLS verification is refused alike (``InsecureKubeConfig``). Not compared: the message of a
+cluster that does not answer (``ClientConnectionFailed``: Go's dial error text on the
 real Kueue), event texts, and timings.
 """
 
@@ -111,6 +112,18 @@ def test_kueues_multikueue_example_behaves_alike(manager_and_worker) -> None:
     dead_cond = _eventually(lambda: _cond(_get(manager, "multikueuecluster", "multikueue-test-dead"), "Active"),
                             "the dead cluster's condition")
     assert (dead_cond["status"], dead_cond["reason"]) == ("False", "ClientConnectionFailed")
+    # a kubeconfig that skips TLS verification is refused (Kueue's MultiKueueAllowInsecureKubeconfigs is off)
+    insecure = yaml.safe_load(Path(worker.kubeconfig).read_text())
+    insecure["clusters"][0]["cluster"].pop("certificate-authority-data")
+    insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    _kubectl(manager, "apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "worker1-secret", "namespace": "kueue-system"},
+        "data": {"kubeconfig": base64.b64encode(yaml.safe_dump(insecure).encode()).decode()}}))
+    mkc = _eventually(lambda: (c := _cond(_get(manager, "multikueuecluster", "multikueue-test-worker1"), "Active"))
+                      .get("reason") == "InsecureKubeConfig" and c, "the insecure kubeconfig refused")
+    name = insecure["clusters"][0]["name"]
+    assert (mkc["status"], mkc["message"]) == (
+        "False", f"load client config failed: insecure TLS verification is not allowed for cluster {name}")
     # the worker's kubeconfig in the Secret the example names: Active
     _kubectl(manager, "apply", "-f", "-", input=_secret("worker1-secret", worker))
     _eventually(lambda: _cond(_get(manager, "multikueuecluster", "multikueue-test-worker1"), "Active").get("status")

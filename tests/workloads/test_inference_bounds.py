@@ -95,6 +95,21 @@ def test_scaling_below_the_minimum_is_refused(api, cast, cat) -> None:
     assert api("bob").post(f"{API}/requests/{svc.pk}/scale/", {"replicas": 2}, format="json").status_code == 200
 
 
+def test_scaling_or_asking_to_scale_above_the_templates_bound_is_refused(api, as_user, cast, cat) -> None:
+    cat.inference.parameters_schema = {**cat.inference.parameters_schema, "x-max-replicas": 3}
+    cat.inference.save(update_fields=["parameters_schema"])
+    svc = make_request(cat, cast.vision, cast.carol, template=cat.inference, state=S.RUNNING, replicas=2,
+                       parameters={"model_uri": "hf://m", "min_replicas": 1})
+    above = api("bob").post(f"{API}/requests/{svc.pk}/scale/", {"replicas": 4}, format="json")
+    assert above.status_code == 400 and "At most 3 replicas" in above.json()["fields"]["replicas"][0]
+    asked = as_user("carol").post(f"/requests/{svc.pk}/scale/ask/",
+                                  {"askscale-replicas": "4", "askscale-reason": "Launch day."})
+    assert asked.status_code == 400 and "At most 3 replicas" in asked.content.decode()
+    svc.refresh_from_db()
+    assert svc.replicas == 2 and not svc.extension_requests.exists()
+    assert api("bob").post(f"{API}/requests/{svc.pk}/scale/", {"replicas": 3}, format="json").status_code == 200
+
+
 # ------------------------------------------------------------------------------------------------ the online class
 def test_api_refuses_inference_in_a_lower_class_and_defaults_to_the_online_one(api, cat) -> None:
     for lower in ("batch", "interactive"):

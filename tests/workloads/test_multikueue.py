@@ -34,7 +34,7 @@ from sandbox.testing import _start
 S = RequestState
 KUEUE = "kueue.x-k8s.io/v1beta2"
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("lifecycle"), pytest.mark.timeout(300)]
-NAMES = ("mk-manager", "mk-worker1", "mk-worker2")
+NAMES = ("pool-manager", "mk-worker1", "mk-worker2")
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def _settings(client: Any, name: str, **fields: Any):
 
 def _sync_until(three: dict, pk: int, test, what: str, timeout: float = 60) -> WorkloadRequest:
     deadline = time.monotonic() + timeout
-    manager = three["clusters"]["mk-manager"]
+    manager = three["clusters"]["pool-manager"]
     while True:
         req = WorkloadRequest.objects.get(pk=pk)
         if test(req):
@@ -104,32 +104,33 @@ def _sync_until(three: dict, pk: int, test, what: str, timeout: float = 60) -> W
 
 def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits_it(three, api, as_user, cast) -> None:
     clusters, sandboxes = three["clusters"], three["sandboxes"]
-    manager = clusters["mk-manager"]
+    manager = clusters["pool-manager"]
     ops = as_user("ops")
     # Ops say which mechanism each cluster uses; a worker without its manager is refused, nothing saved.
     refused = _settings(ops, "mk-worker1", role="worker")
     assert refused.status_code == 200 and "A MultiKueue worker needs its manager cluster." in refused.content.decode()
     assert Cluster.objects.get(name="mk-worker1").role == "standalone"
-    assert _settings(ops, "mk-manager", role="manager").status_code == 302
+    assert _settings(ops, "pool-manager", role="manager").status_code == 302
     for name in ("mk-worker1", "mk-worker2"):
         assert _settings(ops, name, role="worker", manager_id=manager.pk).status_code == 302
     assert Cluster.objects.get(name="mk-worker2").manager_id == manager.pk
-    _multikueue_setup(sandboxes["mk-manager"], {n: sandboxes[n] for n in ("mk-worker1", "mk-worker2")})
+    _multikueue_setup(sandboxes["pool-manager"], {n: sandboxes[n] for n in ("mk-worker1", "mk-worker2")})
     for cluster in Cluster.objects.all():
         assert reconcile(cluster, kube=kube_for(cluster)).ok
     # The manager's ClusterQueues name the MultiKueue check; the workers' do not.
-    kube = kube_for(Cluster.objects.get(name="mk-manager"))
+    kube = kube_for(Cluster.objects.get(name="pool-manager"))
     cqs = [q for q in kube.list(KUEUE, "ClusterQueue")[0] if q["metadata"]["name"].startswith("acme")]
     assert cqs and all(q["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]} for q in cqs)
     wkube = kube_for(Cluster.objects.get(name="mk-worker2"))
     assert all("admissionChecksStrategy" not in q["spec"] for q in wkube.list(KUEUE, "ClusterQueue")[0])
 
-    # Submitted through the API: routed to the manager (never straight to a worker), materialized there once.
+    # Submitted through the API: routed to the manager, never straight to a worker (worker2, as free as the manager
+    # and first by name, would win the portal's own routing), materialized there once.
     created = api("carol").post("/api/v1/requests/", {
         "project": "acme-vision", "template": "training", "flavor": "h100-80gb", "gpus": 2, "duration_hours": 1,
         "name": "via-multikueue", "parameters": {"command": "python train.py"}}, format="json")
     assert created.status_code == 201, created.content
-    assert created.json()["placement"]["cluster"] == "mk-manager"
+    assert created.json()["placement"]["cluster"] == "pool-manager"
     pk = created.json()["id"]
     assert request_materialize(request_id=pk) == "queued"
     req = _sync_until(three, pk, lambda r: r.state == S.RUNNING, "running on a worker")
@@ -138,18 +139,18 @@ def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits
     # It runs on worker2 (worker1 gave no GPU): the pods are there, none on the manager nor on worker1.
     ns = cast.vision.namespace
     pods = {n: sandboxes[n].store.list("v1", "Pod", ns)["items"] for n in NAMES}
-    assert len(pods["mk-worker2"]) == 1 and not pods["mk-manager"] and not pods["mk-worker1"]
+    assert len(pods["mk-worker2"]) == 1 and not pods["pool-manager"] and not pods["mk-worker1"]
     assert not sandboxes["mk-worker1"].store.list(KUEUE, "Workload", ns)["items"]
 
     # The request's page says where it runs and who dispatched it; another tenant does not see it.
     page = as_user("carol").get(f"/requests/{pk}/").content.decode()
-    assert "Runs on worker mk-worker2, dispatched by MultiKueue on mk-manager." in page
+    assert "Runs on worker mk-worker2, dispatched by MultiKueue on pool-manager." in page
     assert as_user("erin").get(f"/requests/{pk}/").status_code == 404
 
     # The architecture review says which mechanism the deployment uses.
     routing = answer_routing(review_snapshot_for(actor=cast.actor("ops")))
-    assert routing.answer.startswith("MultiKueue on mk-manager (workers mk-worker1, mk-worker2): ")
-    assert "MultiKueue on mk-manager: dispatches to mk-worker1, mk-worker2" in routing.details
+    assert routing.answer.startswith("MultiKueue on pool-manager (workers mk-worker1, mk-worker2): ")
+    assert "MultiKueue on pool-manager: dispatches to mk-worker1, mk-worker2" in routing.details
 
     # Stopped: the portal deletes the Job on the manager, and MultiKueue the worker's copy.
     assert api("carol").post(f"/api/v1/requests/{pk}/stop/", {}, format="json").status_code == 200

@@ -87,3 +87,8 @@ def test_the_zone_fault_is_refused_to_everyone_but_ops_and_bad_input_changes_not
     assert not AuditEntry.objects.filter(action="cluster.zone_fault").exists()
     _follow()
     assert _health() == {"zone-h100": "healthy", "zone-a100": "healthy"}
+    # A cluster whose kubeconfig does not even load: the page still shows, without a button for it.
+    Cluster.objects.create(name="broken", kubeconfig_encrypted="not-a-token")
+    page = as_user("ops").get("/ops/zones/")
+    assert page.status_code == 200 and "broken" in page.content.decode()
+    assert page.content.decode().count(">Take down</button>") == 2

@@ -479,7 +479,9 @@ class RequestViewSet(RequestKeysMixin, RequestSharesMixin, mixins.CreateModelMix
         flavor_name = values.pop("flavor", None)
         if flavor_name:
             flavor = (
-                next((f for f in template.allowed_flavors.all() if f.name == flavor_name), None)  # prefetched
+                # prefetched with their clusters; a MultiKueue worker's flavor last (work reaches it through its manager)
+                next((f for f in sorted(template.allowed_flavors.all(), key=lambda f: f.cluster.role == "worker")
+                      if f.name == flavor_name), None)
                 or flavors_for(actor=actor).filter(name=flavor_name, active=True).order_by("pk").first()
             )
             if flavor is None:
