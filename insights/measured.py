@@ -23,7 +23,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal, localcontext
+from decimal import localcontext
 from typing import Any
 
 from django.conf import settings
@@ -160,18 +160,17 @@ def _sums_now(query: Query) -> tuple[dict[tuple, dict[str, float]], dict[tuple, 
     samples = narrow(MeasuredSample.objects.all(), query)
     rolled = narrow(MeasuredRollup.objects.all(), query)
     exact = measured_rollup.sums(samples, rolled, parts, group_fields(query.group_by), query.bucket, threshold)
-    figures = ("alloc", "util", "idle", "mem_used", "mem_total")
+    figures = [(k, measured_rollup.SUMS.index(k)) for k in ("alloc", "util", "idle", "mem_used", "mem_total")]
     totals: dict[tuple, dict[str, float]] = {}
     series: dict[tuple, dict[datetime, dict[str, float]]] = defaultdict(dict)
     with localcontext() as ctx:
         ctx.prec = 60  # exact: every figure is a sum, the period's is the sum of its buckets'
         for key, buckets in exact.items():
-            total = dict.fromkeys(figures, Decimal(0))
+            total = [0] * len(measured_rollup.SUMS)
             for at, sums in buckets.items():
-                series[key][at] = {k: float(sums[k]) for k in figures}
-                for k in figures:
-                    total[k] += sums[k]
-            totals[key] = {k: float(v) for k, v in total.items()}
+                series[key][at] = {k: float(sums[i]) for k, i in figures}
+                total = [a + b for a, b in zip(total, sums, strict=True)]
+            totals[key] = {k: float(total[i]) for k, i in figures}
     return totals, series
 
 

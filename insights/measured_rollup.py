@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal, localcontext
+from decimal import localcontext
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
@@ -47,6 +47,8 @@ LOOKBACK_DAYS = 31
 KEYS = ("tenant_id", "project_id", "cluster_id", "flavor_id")
 SUMS = ("samples", "alloc", "util", "idle", "mem_used", "mem_total")
 EXACT = DecimalField(max_digits=30, decimal_places=PLACES)
+BIG = BigIntegerField()
+WHOLE = ("samples", "alloc", "idle", "mem_total")  # integers: a day's or a week's sum of one group fits a bigint
 
 
 def idle_threshold() -> float:
@@ -73,20 +75,20 @@ class Rounded(Func):
 
 def figures(threshold: float) -> dict[str, Any]:
     """The sums over samples (the raw path and the rollup's refresh alike), named as the rollup's columns."""
-    weight = Cast("gpus", BigIntegerField()) * F("seconds")
+    weight = Cast("gpus", BIG) * F("seconds")
     return {
         "samples": Count("pk"),
-        "alloc": Sum(weight, output_field=BigIntegerField()),
+        "alloc": Cast(Sum(weight), BIG),
         "util": Sum(Rounded("util_avg") * weight, output_field=EXACT),
-        "idle": Sum(weight, filter=Q(util_avg__lt=threshold), output_field=BigIntegerField()),
+        "idle": Cast(Sum(weight, filter=Q(util_avg__lt=threshold)), BIG),
         "mem_used": Sum(Rounded("fb_used_max") * weight, output_field=EXACT),
-        "mem_total": Sum(Cast("memory_mib", BigIntegerField()) * weight, output_field=BigIntegerField()),
+        "mem_total": Cast(Sum(Cast("memory_mib", BIG) * weight), BIG),
     }
 
 
 def rollup_figures() -> dict[str, Any]:
-    """The same sums over rollup rows."""
-    return {name: Sum(name) for name in SUMS}
+    """The same sums over rollup rows (integers handed back as integers, not numerics: cheaper to read)."""
+    return {name: Cast(Sum(name), BIG) if name in WHOLE else Sum(name) for name in SUMS}
 
 
 # ------------------------------------------------------------------------------------------------ refresh
@@ -217,14 +219,17 @@ def in_pieces(pieces: list[tuple[datetime, bool, datetime, bool]]) -> Q:
 
 
 def sums(samples: QuerySet, rollup: QuerySet, parts: Plan, by: list[str], size: str, threshold: float
-         ) -> dict[tuple[Any, ...], dict[datetime, dict[str, Decimal]]]:
-    """key (the ``by`` values) -> chart bucket start -> the sums (``SUMS``, exact), from the samples of
-    ``parts.raw`` and the rollup rows of ``parts`` added up. ``samples`` and ``rollup`` come scoped and filtered."""
-    out: dict[tuple[Any, ...], dict[datetime, dict[str, Decimal]]] = defaultdict(dict)
+         ) -> dict[tuple[Any, ...], dict[datetime, list[Any]]]:
+    """key (the ``by`` values) -> chart bucket start -> the sums (in ``SUMS`` order; exact: integers and decimals),
+    from the samples of ``parts.raw`` and the rollup rows of ``parts`` added up. ``samples`` and ``rollup`` come
+    scoped and filtered."""
+    out: dict[tuple[Any, ...], dict[datetime, list[Any]]] = defaultdict(dict)
+    columns = [f"g_{n}" for n in SUMS]  # named g_<sum>: a sum named like a column would shadow it
     queries = []
     if parts.raw:
         queries.append(samples.filter(in_pieces(parts.raw)).order_by().annotate(_b=bucket("at", size))
-                       .values(*by, "_b").annotate(**figures(threshold)))
+                       .values(*by, "_b").annotate(**{f"g_{n}": agg for n, agg in figures(threshold).items()})
+                       .values_list(*by, "_b", *columns))
     rolled = Q(pk__in=[])
     if parts.days:
         rolled |= Q(in_spans(parts.days), at_start=False)
@@ -232,16 +237,22 @@ def sums(samples: QuerySet, rollup: QuerySet, parts: Plan, by: list[str], size: 
         rolled |= Q(in_spans(parts.starts), at_start=True)
     if parts.days or parts.starts:
         queries.append(rollup.filter(rolled).order_by().annotate(_b=Trunc("day", size, output_field=DateField()))
-                       .values(*by, "_b").annotate(**{f"g_{n}": agg for n, agg in rollup_figures().items()}))
+                       .values(*by, "_b").annotate(**{f"g_{n}": agg for n, agg in rollup_figures().items()})
+                       .values_list(*by, "_b", *columns))
+    n = len(by)
     with localcontext() as ctx:
         ctx.prec = 60  # sums of up to 30 digits: exact whatever the order
         for qs in queries:
             for row in qs:
-                b = row["_b"]
+                b = row[n]
                 if not isinstance(b, datetime):
                     b = datetime(b.year, b.month, b.day, tzinfo=UTC)
-                into = out[tuple(row[k] for k in by)].setdefault(b, dict.fromkeys(SUMS, Decimal(0)))
-                for name in SUMS:
-                    value = row.get(name, row.get(f"g_{name}"))
-                    into[name] += Decimal(value or 0) if not isinstance(value, float) else Decimal(repr(value))
+                values = [v or 0 for v in row[n + 1:]]  # None: no sample under the threshold
+                buckets = out[row[:n]]
+                have = buckets.get(b)
+                if have is None:
+                    buckets[b] = values
+                else:  # a bucket partly rolled up, partly from the samples
+                    for i, v in enumerate(values):
+                        have[i] += v
     return out

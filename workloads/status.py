@@ -177,6 +177,14 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(key)
 
 
+def dispatched_worker(cluster_status: dict[str, Any] | None) -> str | None:
+    """Kueue MultiKueue: the worker cluster the request's Workload was dispatched to (its ``status.clusterName`` on
+    a manager cluster, as the follower last read it), else None."""
+    objects = (cluster_status or {}).get("objects") or {}
+    return next((str(v["worker"]) for k, v in sorted(objects.items())
+                 if k.startswith("workload/") and isinstance(v, dict) and v.get("worker")), None)
+
+
 def object_key(f: Followed, obj: dict[str, Any]) -> str:
     name = (obj.get("metadata") or {}).get("name", "")
     return f"{f.key}/{name}" if f.key in ("workload", "pod") else f.key

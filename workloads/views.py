@@ -42,6 +42,7 @@ from .forms import (
 )
 from .models import ExtensionRequest, RequestState, WorkloadRequest
 from .pending import request_placement, request_queue_line
+from .status import dispatched_worker
 from .shared import shares_held
 from .states import ACTIVE, CANCELLABLE, FINAL
 
@@ -224,7 +225,7 @@ def request_dispatch(req: WorkloadRequest) -> dict[str, str] | None:
     Workload's ``status.clusterName``, as the status follower last read it) in a sentence; None on other clusters."""
     objects = (req.cluster_status or {}).get("objects") or {}
     workloads = [v for k, v in sorted(objects.items()) if k.startswith("workload/")]
-    worker = next((str(w["worker"]) for w in workloads if w.get("worker")), "")
+    worker = dispatched_worker(req.cluster_status) or ""
     # the cluster is read only when its Workload says something MultiKueue-like (no query on the common page)
     if not (worker or any(w.get("checks") for w in workloads)) or req.cluster.role != "manager":
         return None

@@ -232,6 +232,8 @@ class MultiKueue:
                    if ((a.get("spec") or {}).get("controllerName")) == MK_CONTROLLER]
         except Exception:  # Kueue's MultiKueue kinds not served
             return
+        if not mkcs and not acs and not self.dispatched and not self.remotes:
+            return  # not a manager: nothing to do (the common case, every pass)
         active: dict[str, Remote] = {}
         for mkc in mkcs:
             if is_deleting(mkc):
@@ -267,6 +269,8 @@ class MultiKueue:
                 reason, ok = ("SomeActiveClusters", True) if len(missing) + len(inactive) < len(names) else \
                     ("NoUsableClusters", False)
             self._set_condition(ac, "Active", ok, reason, message)
+        if not check_clusters and not self.dispatched:
+            return
         seen: set[tuple[str, str]] = set()
         for wl in ctx.informer.list(WORKLOAD):
             checks = [c for c in (wl.get("status") or {}).get("admissionChecks") or [] if c.get("name") in check_clusters]

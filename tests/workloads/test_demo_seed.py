@@ -29,7 +29,7 @@ def _quota_reserved(wl: dict) -> str:
     return next((c["status"] for c in (wl.get("status") or {}).get("conditions") or [] if c["type"] == "QuotaReserved"), "")
 
 
-def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh_sandbox, settings) -> None:
+def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh_sandbox, settings, client) -> None:
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     kube_cache_clear()
     call_command("seed_demo", stdout=io.StringIO())
@@ -64,6 +64,24 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     assert waiting.state == S.QUEUED and waiting.pending_reason.startswith("waiting for"), waiting.pending_reason
     for name in ("resnet-baseline", "explore-data", "chat-demo"):
         assert WorkloadRequest.objects.get(pk=made[name].pk).state == S.RUNNING
+    # The README's walk through the demo's service: carol makes a key on its endpoint page and calls it ten times in
+    # a row with the README's body; the autoscaler takes it from 1 to 2 replicas (both admitted: acme-vision lends
+    # two offline H100s to its online queue).
+    chat = made["chat-demo"]
+    client.force_login(chat.requested_by)
+    page = client.post(f"/requests/{chat.pk}/endpoint/keys/", {"name": "laptop"}).content.decode()
+    key = "gpk-" + page.split("<code>gpk-", 1)[1].split("</code>", 1)[0]
+    client.logout()
+    body = {"model": "demo/tiny-chat", "prompt": "Hello", "max_tokens": 8}
+    for _ in range(10):
+        answer = client.post(f"/inference/{chat.pk}/v1/completions", body, content_type="application/json",
+                             HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert answer.status_code == 200, answer.content
+    assert client.post(f"/inference/{chat.pk}/v1/completions", body, content_type="application/json").status_code == 401
+    for _ in range(4):
+        fresh_sandbox.advance(5)
+        requests_sync_task.apply().get()
+    assert WorkloadRequest.objects.get(pk=chat.pk).state_reason == "2 of 2 replicas ready."
     # It keeps waiting: more time changes nothing while the others hold the quota.
     fresh_sandbox.advance(5)
     requests_sync_task.apply().get()

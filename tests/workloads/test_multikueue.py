@@ -146,6 +146,8 @@ def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits
     page = as_user("carol").get(f"/requests/{pk}/").content.decode()
     assert "Runs on worker mk-worker2, dispatched by MultiKueue on pool-manager." in page
     assert as_user("erin").get(f"/requests/{pk}/").status_code == 404
+    detail = api("carol").get(f"/api/v1/requests/{pk}/").json()
+    assert (detail["placement"]["cluster"], detail["placement"]["worker"]) == ("pool-manager", "mk-worker2")
 
     # The architecture review says which mechanism the deployment uses.
     routing = answer_routing(review_snapshot_for(actor=cast.actor("ops")))

@@ -32,6 +32,7 @@ from ..models import (
     WorkloadRequest,
 )
 from ..schema import form_fields
+from ..status import dispatched_worker
 
 
 class FlavorBriefSerializer(serializers.ModelSerializer):
@@ -325,6 +326,9 @@ class PlacementSerializer(serializers.Serializer):
     min_gpu_memory_gib = serializers.IntegerField(allow_null=True)
     min_compute_capability = serializers.CharField()
     spill_consent = serializers.BooleanField()
+    worker = serializers.CharField(required=False, allow_null=True,
+                                   help_text="On a Kueue MultiKueue manager cluster: the worker cluster it was "
+                                             "dispatched to (null until one admitted it, and on other clusters).")
 
 
 def placement_data(*, cluster: str, zone: str, model: str, redispatched_from: str | None, spilled: bool,
@@ -362,6 +366,7 @@ class RequestDetailSerializer(RequestSerializer):
         data["placement"] = placement_data(
             cluster=row["cluster_name"], zone=row["cluster_zone"], model=row["flavor_gpu_model"],
             redispatched_from=row["redispatched_from_name"], **{k: row[k] for k in selectors.PLACEMENT_COLUMNS})
+        data["placement"]["worker"] = dispatched_worker(data["cluster_status"])  # Kueue MultiKueue
         if "timeline" in row:  # a request in memory (``request_row``)
             events = row["timeline"]
         elif "timeline_json" in row:
