@@ -318,16 +318,23 @@ class MultiKueue:
                       if r.get("controller") and r.get("kind") == "Job"), None)
         job = ctx.informer.get(JOB, owner["name"], ns) if owner else None
         jname = owner["name"] if owner else None
+        done = condition_true(wl, "Finished") or not condition_true(wl, "QuotaReserved") or is_deleting(wl)
+        if done and not self.dispatched.get(key):
+            self.dispatched.pop(key, None)
+            return  # nothing of it on a worker (the common case for the Workloads that ended: no remote call)
         mine = self.dispatched.setdefault(key, set())
         remotes = {n: r.get(wl_path(ns, name)) for n, r in workers.items()}
         for n, rwl in remotes.items():
             if rwl is not None:
                 mine.add(n)
         # the manager's Workload finished or lost its quota: the copies go
-        if condition_true(wl, "Finished") or not condition_true(wl, "QuotaReserved") or is_deleting(wl):
+        if done:
             for n, rwl in remotes.items():
                 if rwl is not None:
                     self._remove(workers[n], ns, name, jname)
+                    mine.discard(n)
+            for n in list(mine):  # those we could not ask (inactive now) keep their entry
+                if n in workers:
                     mine.discard(n)
             return
         if owner is None or job is None:
