@@ -184,7 +184,9 @@ def rolled_days(first: date, last: date, threshold: float, now: datetime) -> lis
 def plan(start: datetime, end: datetime, size: str, threshold: float, now: datetime | None = None) -> Plan:
     """``(start, end]`` split into the rolled-up parts of days that lie wholly inside it and the raw rest. Only for
     a chart by day or week (a day lies inside one such bucket); by hour everything is raw."""
-    if size not in ("day", "week") or end <= start:
+    if end <= start:
+        return Plan([], [], [])
+    if size not in ("day", "week"):
         return Plan([], [], [(start, False, end, True)])
     rolled = rolled_days(start.astimezone(UTC).date(), end.astimezone(UTC).date(), threshold, now or timezone.now())
     days, starts, cells = [], [], []

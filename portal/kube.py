@@ -433,21 +433,26 @@ _cache: dict[tuple[int, str], Kube] = {}
 _cache_lock = threading.Lock()
 
 
+def kubeconfig_text(cluster: Any) -> str:
+    """A ``quotas.models.Cluster``'s kubeconfig: the decrypted ``kubeconfig_encrypted`` or the file at
+    ``kubeconfig_path`` (ValueError when it has neither). Secret: never logged nor shown."""
+    from .crypto import decrypt
+
+    if cluster.kubeconfig_encrypted:
+        return decrypt(cluster.kubeconfig_encrypted)
+    if cluster.kubeconfig_path:
+        with open(cluster.kubeconfig_path, encoding="utf-8") as fh:
+            return fh.read()
+    raise ValueError(f"cluster {cluster.name} has no kubeconfig")
+
+
 def kube_for(cluster: Any) -> Kube:
     """The :class:`Kube` of a ``quotas.models.Cluster``, cached per cluster and kubeconfig.
 
     The kubeconfig is the decrypted ``kubeconfig_encrypted`` or the file at ``kubeconfig_path``.
     A changed kubeconfig (new text or file content) gets a new client.
     """
-    from .crypto import decrypt
-
-    if cluster.kubeconfig_encrypted:
-        text = decrypt(cluster.kubeconfig_encrypted)
-    elif cluster.kubeconfig_path:
-        with open(cluster.kubeconfig_path, encoding="utf-8") as fh:
-            text = fh.read()
-    else:
-        raise ValueError(f"cluster {cluster.name} has no kubeconfig")
+    text = kubeconfig_text(cluster)
     key = (cluster.pk, text)
     with _cache_lock:
         kube = _cache.get(key)

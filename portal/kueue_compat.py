@@ -16,6 +16,7 @@ LocalQueue                ``status.flavorsUsage``                     ``status.f
 Workload                  ``spec.priorityClassRef`` {group, kind,     ``spec.priorityClassName`` +
                           name}                                       ``spec.priorityClassSource``
 Workload                  ``status.accumulatedPastExecutionTime…``    ``…Exexcution…`` (sic)
+MultiKueueCluster         ``spec.clusterSource.kubeConfig``           ``spec.kubeConfig``
 ========================  ==========================================  ==========================================
 
 Everything else (ResourceFlavor, Cohort, WorkloadPriorityClass, ``status.admission``, conditions) is the same in both.
@@ -74,6 +75,10 @@ def down(obj: dict[str, Any]) -> dict[str, Any]:
                     spec["priorityClassName"] = ref.get("name", "")
                     spec["priorityClassSource"] = source
         _rename(status, _PAST_V2, _PAST_V1)
+    elif kind == "MultiKueueCluster" and spec is not None:
+        source = spec.pop("clusterSource", None)
+        if isinstance(source, dict) and "kubeConfig" in source:
+            spec["kubeConfig"] = source["kubeConfig"]
     return out
 
 
@@ -106,4 +111,6 @@ def up(obj: dict[str, Any]) -> dict[str, Any]:
                 if name and source == src:
                     spec["priorityClassRef"] = {"group": group, "kind": ref_kind, "name": name}
         _rename(status, _PAST_V1, _PAST_V2)
+    elif kind == "MultiKueueCluster" and spec is not None and "kubeConfig" in spec:
+        spec["clusterSource"] = {"kubeConfig": spec.pop("kubeConfig")}
     return out

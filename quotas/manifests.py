@@ -28,6 +28,8 @@ Units: see ``quotas/capacity.py`` (memory in GiB, cpu in cores, HAMi totals in %
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -80,6 +82,10 @@ KIND_ORDER: list[tuple[str, str]] = [
     (KUEUE, "Topology"),
     (KUEUE, "ResourceFlavor"),
     (KUEUE, "WorkloadPriorityClass"),
+    ("v1", "Secret"),  # only a MultiKueue manager's, in MULTIKUEUE_NAMESPACE (MULTIKUEUE_KINDS)
+    (KUEUE, "MultiKueueCluster"),
+    (KUEUE, "MultiKueueConfig"),
+    (KUEUE, "AdmissionCheck"),
     (KUEUE, "Cohort"),
     (KUEUE, "ClusterQueue"),
     ("v1", "Namespace"),
@@ -91,6 +97,15 @@ KIND_ORDER: list[tuple[str, str]] = [
     (VOLCANO_TOPOLOGY, "HyperNode"),
 ]
 KIND_RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
+# Kueue MultiKueue on a manager cluster (docs/federation.md, "Kueue MultiKueue"): per worker a Secret with its kubeconfig
+# and a MultiKueueCluster, one MultiKueueConfig listing them, the AdmissionCheck the ClusterQueues name. Listed only
+# where the cluster is a manager or holds some we wrote (a demoted manager's are pruned); Secrets only in Kueue's
+# namespace, never cluster-wide (deploy/kubernetes/base/rbac.yaml binds the Secret role there).
+MULTIKUEUE_NAMESPACE = "kueue-system"
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+MULTIKUEUE_KINDS = frozenset({("v1", "Secret"), (KUEUE, "MultiKueueCluster"), (KUEUE, "MultiKueueConfig"),
+                              (KUEUE, "AdmissionCheck")})
+KIND_NAMESPACE = {("v1", "Secret"): MULTIKUEUE_NAMESPACE}  # kinds listed in one namespace only
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 POD_GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")  # real pod resources (not Kueue's HAMi totals)
 
@@ -186,6 +201,16 @@ class ClusterRow:
 
 
 @dataclass(frozen=True)
+class WorkerRow:
+    """A MultiKueue worker of the cluster rendered (``Cluster.role`` worker, ``manager`` this one): its name in the
+    portal (its MultiKueueCluster's name, what ``status.clusterName`` reads back) and its kubeconfig text. The
+    kubeconfig goes into a Secret only: never into a diff, a log or a page (:func:`redacted`)."""
+
+    name: str
+    kubeconfig: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything rendering needs, read in one go. Projects listed are the active ones only."""
 
@@ -199,6 +224,8 @@ class Snapshot:
     service_account: str = ""
     # (block, rack) label values of the cluster's nodes, as the inventory read them: its Volcano HyperNodes.
     racks: tuple[tuple[str, str], ...] = ()
+    # A MultiKueue manager's workers (empty elsewhere): its MultiKueue objects (render_multikueue).
+    workers: tuple[WorkerRow, ...] = ()
 
     def with_architecture(self, architecture: str) -> Snapshot:
         return replace(self, cluster=replace(self.cluster, architecture=architecture))
@@ -437,6 +464,48 @@ def render_resource_flavor(flavor: FlavorRow, *, topology: str = "") -> dict:
     if topology:
         spec["topologyName"] = topology
     return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": flavor.name, "labels": labels()}, "spec": spec}
+
+
+def multikueue_secret_name(worker: str) -> str:
+    return f"{worker}-kubeconfig"
+
+
+def render_multikueue(check: str, workers: Iterable[WorkerRow]) -> list[dict]:
+    """A MultiKueue manager's objects, as Kueue's MultiKueue documentation writes them: per worker a Secret in
+    ``kueue-system`` holding its kubeconfig under ``kubeconfig`` and a MultiKueueCluster named as the worker pointing
+    at it; one MultiKueueConfig (named as the check) listing the workers; the AdmissionCheck ``check`` whose
+    parameters name that config. Nothing without workers (Kueue wants at least one cluster in a config)."""
+    workers = sorted(workers, key=lambda w: w.name)
+    if not check or not workers:
+        return []
+    objects: list[dict] = []
+    for worker in workers:
+        secret = multikueue_secret_name(worker.name)
+        objects.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                        "metadata": {"name": secret, "namespace": MULTIKUEUE_NAMESPACE, "labels": labels()},
+                        "data": {"kubeconfig": base64.b64encode(worker.kubeconfig.encode()).decode()}})
+        objects.append({"apiVersion": KUEUE, "kind": "MultiKueueCluster",
+                        "metadata": {"name": worker.name, "labels": labels()},
+                        "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": secret}}}})
+    objects.append({"apiVersion": KUEUE, "kind": "MultiKueueConfig", "metadata": {"name": check, "labels": labels()},
+                    "spec": {"clusters": [w.name for w in workers]}})
+    objects.append({"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": check, "labels": labels()},
+                    "spec": {"controllerName": MULTIKUEUE_CONTROLLER,
+                             "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": check}}})
+    return objects
+
+
+def redacted(obj: Any) -> Any:
+    """``obj`` as a page, a plan diff or an export may show it: a Secret's values become their length and a short
+    digest (a changed kubeconfig still shows as a change, its content never does)."""
+    if not isinstance(obj, dict) or obj.get("kind") != "Secret":
+        return obj
+    out = dict(obj)
+    for key in ("data", "stringData"):
+        if isinstance(obj.get(key), dict):
+            out[key] = {k: f"<hidden: {len(str(v))} bytes, sha256 {hashlib.sha256(str(v).encode()).hexdigest()[:12]}>"
+                        for k, v in obj[key].items()}
+    return out
 
 
 def render_priority_classes() -> list[dict]:
@@ -800,6 +869,7 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
         for obj in objects:
             if obj["kind"] == "ClusterQueue":
                 obj["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": cluster.admission_check}]}
+        objects += render_multikueue(cluster.admission_check, data.workers)
     return sort_objects([mark(obj, data.installation) for obj in objects])
 
 

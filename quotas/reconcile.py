@@ -104,7 +104,25 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
             if rack:
                 racks.add(((node_labels or {}).get(m.BLOCK_LABEL, ""), rack))
     return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id(),
-                      service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""), racks=tuple(sorted(racks)))
+                      service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""), racks=tuple(sorted(racks)),
+                      workers=_workers(cluster))
+
+
+def _workers(cluster: Cluster) -> tuple[m.WorkerRow, ...]:
+    """A MultiKueue manager's workers with their kubeconfigs (read only for a manager). A worker whose kubeconfig
+    cannot be read is left out (so not dispatched to), with a warning that names it and never the content."""
+    from portal.kube import kubeconfig_text
+
+    if cluster.role != "manager":
+        return ()
+    rows = []
+    for worker in Cluster.objects.filter(role="worker", manager=cluster).order_by("name"):
+        try:
+            rows.append(m.WorkerRow(worker.name, kubeconfig_text(worker)))
+        except (OSError, ValueError) as exc:
+            log.warning("multikueue %s: worker %s left out: its kubeconfig cannot be read (%s)", cluster.name,
+                        worker.name, type(exc).__name__)
+    return tuple(rows)
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -151,7 +169,8 @@ def _get(obj: dict, path: tuple[str, ...]) -> Any:
 
 
 def _yaml(obj: Any) -> list[str]:
-    return yaml.safe_dump(obj, sort_keys=False).splitlines() if obj else []
+    """An object's lines in a plan diff (a Secret's values redacted: plans are shown on pages)."""
+    return yaml.safe_dump(m.redacted(obj), sort_keys=False).splitlines() if obj else []
 
 
 def _strip_live(obj: dict[str, Any]) -> dict[str, Any]:
@@ -257,9 +276,14 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, installatio
 
     live: dict[Key, dict] = {}
     queues: list[dict] = []
+    multikueue = any(k in m.MULTIKUEUE_KINDS for k in desired_kinds) or any(
+        (key[0], key[1]) in m.MULTIKUEUE_KINDS for key in applied)
     for api_version, kind in m.KIND_ORDER:
+        if (api_version, kind) in m.MULTIKUEUE_KINDS and not multikueue:
+            continue  # not a manager, and none written before: no Secret list at all
         try:
-            items, _ = kube.list(api_version, kind, label_selector=MANAGED_SELECTOR)
+            items, _ = kube.list(api_version, kind, m.KIND_NAMESPACE.get((api_version, kind)),
+                                 label_selector=MANAGED_SELECTOR)
         except ClusterRejected as exc:
             if exc.status == 404 and (api_version, kind) not in desired_kinds:
                 continue  # e.g. no Volcano on a cluster that does not need it
@@ -279,7 +303,7 @@ def _any_objects(kube: Any, kinds: set[tuple[str, str]]) -> dict[Key, dict]:
     """Every object of ``kinds``, whoever owns it: one list per kind, only for kinds we are about to create."""
     found: dict[Key, dict] = {}
     for api_version, kind in sorted(kinds):
-        items, _ = kube.list(api_version, kind)
+        items, _ = kube.list(api_version, kind, m.KIND_NAMESPACE.get((api_version, kind)))
         for obj in items:
             found[m.object_key(obj)] = obj
     return found
@@ -845,4 +869,4 @@ def export_yaml(cluster: Cluster, tenant: Tenant | str | None = None) -> str:
     if tenant is not None:
         slug = tenant.slug if isinstance(tenant, Tenant) else tenant
         objects = [o for o in objects if m.owner_of(o)[0] == slug]
-    return yaml.safe_dump_all(objects, sort_keys=False)
+    return yaml.safe_dump_all([m.redacted(o) for o in objects], sort_keys=False)

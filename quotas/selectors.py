@@ -88,8 +88,10 @@ def flavor_enforcement(flavor: Flavor) -> Enforcement:
 
 def queue_offers(*, projects: Any, kinds: Any) -> set[tuple[int, str, int]]:
     """(project id, template kind, flavor id): what the queues rendered for the projects' tenants can admit given
-    enough free capacity (``quotas.manifests.queue_admits``, the one rule of what is offered). Four queries, whatever
-    the number of projects: the tenants' quota rows, their flavors, the tenants and their active projects."""
+    enough free capacity (``quotas.manifests.queue_admits``, the one rule of what is offered). Three queries, whatever
+    the number of projects: the tenants' quota rows, their flavors, and their active projects with their tenants (a
+    tenant without an active project offers nothing, and a project's queues depend on its tenant alone:
+    ``manifests.queue_offers``)."""
     from . import manifests as m
 
     wanted = {p.pk for p in projects}
@@ -104,8 +106,8 @@ def queue_offers(*, projects: Any, kinds: Any) -> set[tuple[int, str, int]]:
     flavors = {f.pk: f for f in Flavor.objects.filter(
         active=True, cluster_id__in=Flavor.objects.filter(pk__in={r[2] for r in rows}).values("cluster_id")
     ).select_related("cluster")}
-    tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=tenant_ids)}
-    project_rows = list(Project.objects.filter(tenant_id__in=tenant_ids, status=Project.Status.ACTIVE))
+    project_rows = list(Project.objects.filter(tenant_id__in=tenant_ids, status=Project.Status.ACTIVE).select_related("tenant"))
+    tenants = {t.pk: t for t in sorted({p.tenant_id: p.tenant for p in project_rows}.values(), key=lambda t: (t.name, t.pk))}
     out: set[tuple[int, str, int]] = set()
     for cluster in {f.cluster_id: f.cluster for f in flavors.values()}.values():
         mine = {pk: f for pk, f in flavors.items() if f.cluster_id == cluster.pk}

@@ -142,12 +142,16 @@ def cluster_create(
     kubeconfig: str = "",
     kubeconfig_path: str = "",
     topology: str = "",
+    role: str = "standalone",
+    manager_id: int | None = None,
+    admission_check: str = "",
 ) -> Cluster:
     require(policy.may_manage_capacity(actor), "Only platform ops register clusters.")
     cluster = Cluster(
         name=name, architecture=architecture, use_mig=use_mig, use_hami=use_hami,
         volcano_capacity_plugin=volcano_capacity_plugin, overcommit_percent=overcommit_percent,
-        kubeconfig_path=kubeconfig_path, topology=topology,
+        kubeconfig_path=kubeconfig_path, topology=topology, role=role, manager_id=manager_id,
+        admission_check=admission_check,
     )
     _cluster_check(cluster)
     if kubeconfig:
@@ -156,6 +160,8 @@ def cluster_create(
     after = snapshot(cluster, CLUSTER_FIELDS) | {"kubeconfig": "set" if kubeconfig else ""}
     audit_record(actor=actor, action="cluster.create", target=cluster, after=after)
     schedule_reconcile(cluster.pk)
+    if cluster.manager_id:
+        schedule_reconcile(cluster.manager_id)  # its manager writes the new worker's MultiKueue objects
     return cluster
 
 
@@ -183,6 +189,7 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
     switching_off = cluster.topology and not changes.get("topology", cluster.topology)
     carrying = _flavors_carrying_topology(cluster) if switching_off else []
     kubeconfig = changes.pop("kubeconfig", None)
+    old_manager = cluster.manager_id
     for field, value in changes.items():
         setattr(cluster, field, value)
     _cluster_check(cluster)
@@ -215,6 +222,8 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
     cluster.save()
     audit_record(actor=actor, action="cluster.update", target=cluster, before=before, after=snapshot(cluster, CLUSTER_FIELDS) | extra)
     schedule_reconcile(cluster.pk)
+    for manager_id in {old_manager, cluster.manager_id} - {None}:
+        schedule_reconcile(manager_id)  # a MultiKueue manager writes its workers' Secrets and MultiKueueClusters
     return cluster
 
 

@@ -43,6 +43,14 @@ def test_a_v1beta1_admission_check_list_becomes_a_strategy() -> None:
     assert up(old)["spec"] == {"admissionChecksStrategy": {"admissionChecks": [{"name": "prov"}]}}
 
 
+def test_a_multikueue_clusters_kubeconfig_source_moves_as_kueue_converts_it() -> None:
+    """v1beta2 ``spec.clusterSource.kubeConfig`` is v1beta1's ``spec.kubeConfig`` (the manager's reconcile writes it)."""
+    mkc = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster", "metadata": {"name": "worker1"},
+           "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": "worker1-kubeconfig"}}}}
+    assert down(mkc)["spec"] == {"kubeConfig": {"locationType": "Secret", "location": "worker1-kubeconfig"}}
+    assert up(down(mkc)) == mkc
+
+
 def test_the_version_chosen_is_the_newest_the_portal_speaks() -> None:
     assert choose(["v1beta2", "v1beta1"]) == "v1beta2"
     assert choose(["v1beta1", "v1alpha1"]) == "v1beta1"

@@ -72,6 +72,9 @@ def notebook_token(request: WorkloadRequest) -> str:
 # The optional APIs a serving kind's objects use where the cluster serves them (docs/inference.md).
 HTTP_ROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 SCALED_OBJECT = ("keda.sh/v1alpha1", "ScaledObject")
+# A serving kind's route and autoscaler, in either form: what a render leaves out goes (see _serving_prune).
+SERVING_EXTRAS = (("networking.k8s.io/v1", "Ingress"), HTTP_ROUTE, ("autoscaling/v2", "HorizontalPodAutoscaler"),
+                  SCALED_OBJECT)
 
 
 def serving_options(request: WorkloadRequest) -> dict[str, Any]:
@@ -351,11 +354,25 @@ def _record_queued(applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]], 
 
 
 # ------------------------------------------------------------------------------------------------ remove
+def _serving_prune(kube: Kube, req: WorkloadRequest, objects: list[dict[str, Any]]) -> int:
+    """Delete a serving request's route or autoscaler that ``objects`` (its render now) does not hold: the HPA or
+    ScaledObject of a service scaled to a fixed size, the Ingress or HPA of one whose cluster has since installed
+    the Gateway API or KEDA (and the other way round). Only kinds the cluster serves are asked; gone counts as done."""
+    if not kinds.get(req.template.kind).serving:
+        return 0
+    rendered = {(o["apiVersion"], o["kind"]) for o in objects}
+    return sum(kube.delete(api_version, kind, req.k8s_name, req.project.namespace)
+               for api_version, kind in SERVING_EXTRAS
+               if (api_version, kind) not in rendered and kube.serves(api_version, kind))
+
+
 def _delete_objects(kube: Kube, req: WorkloadRequest, objects: list[dict[str, Any]] | None = None, *,
                     volumes: bool = False) -> int:
     """Delete the request's objects, top-level object first (its pods go with it). "Already gone" counts as done."""
     deleted = 0
-    for obj in reversed(objects if objects is not None else request_objects(req)):
+    objects = objects if objects is not None else request_objects(req)
+    deleted += _serving_prune(kube, req, objects)
+    for obj in reversed(objects):
         meta = obj["metadata"]
         deleted += kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
         if labels.OUTCOME_FINALIZER in (meta.get("finalizers") or []):
@@ -393,6 +410,8 @@ def request_act(*, request_id: int, action: str) -> str:
         if req.state not in (S.QUEUED, S.RUNNING, S.PREEMPTED):
             return "not in the cluster"
         objects = request_objects(req)
+        # Scaled to a fixed size: its autoscaler goes first, so it cannot undo the size the apply sets.
+        _serving_prune(kube, req, objects)
         for obj in objects:
             kube.apply(obj)
         WorkloadRequest.objects.filter(pk=req.pk).update(applied_hash=objects_hash(objects))

@@ -10,9 +10,14 @@ from portal.api import DateTimeField, IdOrNameField, JSONObjectField, JSONObject
 from portal.quantities import fmt
 
 from ..capacity import flavor_enforcement
-from ..models import Architecture, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest, gib_words
+from ..models import CLUSTER_ROLES, Architecture, ArchitectureChange, Cluster, Flavor, Quota, QuotaRequest, gib_words
 
 QUANTITY = {"max_digits": 14, "decimal_places": 3}
+ROLE_HELP = ("How work reaches the cluster (docs/federation.md, \"Kueue MultiKueue\"): standalone (the portal routes to "
+             "it), manager (a Kueue MultiKueue manager: dispatches to its workers), worker (takes work from its manager "
+             "only; needs `manager`).")
+MANAGER_HELP = "A MultiKueue worker's manager cluster (name); null for other roles."
+CHECK_HELP = "A MultiKueue manager's AdmissionCheck name (empty: multikueue); ops only."
 
 
 class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
@@ -22,13 +27,18 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
                                        help_text="The whole kubeconfig file; stored encrypted. Empty removes it.")
     has_kubeconfig = serializers.SerializerMethodField()
     architecture = serializers.ChoiceField(choices=Architecture.choices, required=False)
+    role = serializers.ChoiceField(choices=CLUSTER_ROLES, required=False, help_text=ROLE_HELP)
+    manager = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), required=False,
+                                           allow_null=True, help_text=MANAGER_HELP)
+    admission_check = serializers.CharField(max_length=63, required=False, allow_blank=True, help_text=CHECK_HELP)
 
     class Meta:
         model = Cluster
         fields = [
             "id", "name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent",
-            "topology", "kubeconfig", "kubeconfig_path", "has_kubeconfig", "inventory_synced_at", "inventory_error",
-            "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
+            "topology", "role", "manager", "admission_check", "kubeconfig", "kubeconfig_path", "has_kubeconfig",
+            "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error",
+            "last_seen_at",
         ]
         read_only_fields = ["id", "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at",
                             "health", "last_error", "last_seen_at"]
@@ -39,10 +49,17 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     def get_has_kubeconfig(self, cluster: Cluster) -> bool:
         return bool(cluster.kubeconfig_encrypted)
 
+    def validate(self, attrs: dict) -> dict:
+        if "manager" in attrs:  # the services take the manager's id (the rules are theirs: quotas/services.py)
+            manager = attrs.pop("manager")
+            attrs["manager_id"] = manager.pk if manager else None
+        return attrs
+
 
 # What only ops read about a cluster; everyone else gets these keys with null (one shape for everyone).
 CLUSTER_OPS_ONLY = [
-    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "kubeconfig_path", "has_kubeconfig",
+    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "admission_check",
+    "kubeconfig_path", "has_kubeconfig",
     "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
 ]
 OPS_ONLY = "Ops only: null for everyone else."
@@ -70,10 +87,13 @@ class ClusterReadSerializer(serializers.ModelSerializer):
                                      help_text=OPS_ONLY)
     last_error = serializers.CharField(read_only=True, allow_null=True, help_text=OPS_ONLY)
     last_seen_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)
+    role = serializers.ChoiceField(choices=CLUSTER_ROLES, read_only=True, help_text=ROLE_HELP)
+    manager = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True, help_text=MANAGER_HELP)
+    admission_check = serializers.CharField(read_only=True, allow_null=True, help_text=CHECK_HELP)
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "architecture", *CLUSTER_OPS_ONLY]
+        fields = ["id", "name", "architecture", "role", "manager", *CLUSTER_OPS_ONLY]
         read_only_fields = fields
 
     @extend_schema_field(serializers.BooleanField(allow_null=True))

@@ -88,6 +88,17 @@ CLUSTER_KEY = OpenApiParameter("id", str, OpenApiParameter.PATH, description="Nu
 FLAVOR_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="Flavor id.")
 
 
+@contextmanager
+def _manager_field() -> Iterator[None]:
+    """The services name a worker's manager ``manager_id`` (the form's field); the API's field is ``manager``."""
+    try:
+        yield
+    except Invalid as exc:
+        if exc.field == "manager_id":
+            raise Invalid(exc.message, field="manager") from exc
+        raise
+
+
 @extend_schema_view(
     list=extend_schema(responses=ClusterReadSerializer(many=True)),
     retrieve=extend_schema(responses=ClusterReadSerializer, parameters=[CLUSTER_KEY]),
@@ -123,7 +134,8 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         actor = actor_of(request)  # the service refuses who may not (403)
         data = ClusterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        cluster = services.cluster_create(actor=actor, **data.validated_data)
+        with _manager_field():
+            cluster = services.cluster_create(actor=actor, **data.validated_data)
         return Response(ClusterSerializer(cluster).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ClusterSerializer, responses={200: ClusterSerializer}, parameters=[CLUSTER_KEY])
@@ -132,7 +144,8 @@ class ClusterViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.
         actor = actor_of(request)  # the service refuses who may not (403)
         data = ClusterSerializer(cluster, data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        cluster = services.cluster_update(actor=actor, cluster=cluster, **data.validated_data)
+        with _manager_field():
+            cluster = services.cluster_update(actor=actor, cluster=cluster, **data.validated_data)
         return Response(ClusterSerializer(cluster).data)
 
     @extend_schema(exclude=True)

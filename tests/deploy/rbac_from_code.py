@@ -44,6 +44,7 @@ SOURCES: dict[tuple[str, str], str] = {
     ("workloads/materialize.py", "_apply_one"): WORKLOAD_RENDER,
     ("workloads/materialize.py", "_delete_objects"): WORKLOAD_RENDER,
     ("workloads/materialize.py", "request_act"): WORKLOAD_RENDER,
+    ("workloads/materialize.py", "_serving_prune"): "workloads.materialize:SERVING_EXTRAS",
     ("workloads/status.py", "_list"): "workloads.status:FOLLOWED",
     ("workloads/status.py", "_watch"): "workloads.status:FOLLOWED",
     ("workloads/status.py", "_deleted_outside"): "workloads.status:FOLLOWED",

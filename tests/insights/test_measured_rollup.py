@@ -183,8 +183,9 @@ def test_the_plan_splits_a_period_into_day_parts_and_raw_pieces(db) -> None:
     parts = measured_rollup.plan(a, b, "week", 5.0)
     assert (parts.days, parts.starts) == ([d[1]], [d[1], d[2]])
     assert parts.raw == [(a, False, midnight[1], False), (midnight[2], False, b, True)]
-    # by hour, or a dirty day: from the samples
+    # by hour, or a dirty day: from the samples; an empty period reads nothing
     assert measured_rollup.plan(a, b, "hour", 5.0).raw == [(a, False, b, True)]
+    assert measured_rollup.plan(a, a, "day", 5.0) == ([], [], [])
     MeasuredDay.objects.filter(day=d[1]).update(dirty=True)
     assert measured_rollup.plan(a, b, "day", 5.0) == ([], [d[2]], [(a, False, midnight[2], False),
                                                                     (midnight[2], False, b, True)])

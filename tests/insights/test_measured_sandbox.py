@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from insights.measured import SLOT_SECONDS, measured_take
-from insights.models import MeasuredSample
+from insights.measured import SLOT_SECONDS, measured_take, slot_end
+from insights.models import MeasuredDay, MeasuredSample
 from workloads.models import RequestState
 
 from ..workloads.test_lifecycle import World, _world
@@ -37,8 +37,11 @@ def test_the_beat_task_writes_the_profiles_figures(world: World) -> None:
     world.sandbox.advance(SLOT_SECONDS)  # five minutes of scrapes
 
     now = timezone.now()
+    slot_day = slot_end(now).date()  # a day already rolled up (a replayed slot): the writer marks it dirty
+    MeasuredDay.objects.create(day=slot_day, computed_at=now, idle_percent=5.0)
     first = measured_take(now)
     assert (first["requests"], first["written"]) == (2, 2)
+    assert MeasuredDay.objects.get(day=slot_day).dirty
     got = {s.request_id: s for s in MeasuredSample.objects.all()}
     assert set(got) == {train.pk, book.pk}
     light, idle = got[train.pk], got[book.pk]

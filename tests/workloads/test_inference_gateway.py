@@ -82,6 +82,12 @@ def test_the_gateway_external_auth_check_reads_the_path_after_its_own(client, ca
     assert auth("v1/../api/v1/secrets", mine) in (400, 404)  # the test client folds dot segments: never 200
     assert auth("v1/%252e%252e/x", mine) == 400
     assert auth("api/v1/secrets", mine) == 404
+    # The filter asks with the client's own method: a completion is a POST (with its body).
+    posted = client.post(f"/inference/auth/{svc.pk}/v1/completions", {"prompt": "x"}, content_type="application/json",
+                         HTTP_AUTHORIZATION=f"Bearer {mine}")
+    assert posted.status_code == 200
+    assert client.post(f"/inference/auth/{svc.pk}/v1/completions", {"prompt": "x"},
+                       content_type="application/json").status_code == 401
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -133,6 +139,17 @@ def test_a_service_gets_an_http_route_and_scales_through_keda_then_both_go_on_st
     while time.monotonic() < deadline and store.get("apps/v1", "Deployment", svc.k8s_name, ns)["spec"].get("replicas") != 3:
         time.sleep(0.2)
     assert store.get("apps/v1", "Deployment", svc.k8s_name, ns)["spec"]["replicas"] == 3
+
+    # Scaled to its minimum, it is a fixed size: the ScaledObject goes (and KEDA's HPA with it), the Deployment
+    # holds the size.
+    scaled = api("bob").post(f"/api/v1/requests/{svc.pk}/scale/", {"replicas": 1}, format="json")
+    assert scaled.status_code == 200, scaled.content
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (store.list(*SCALED, ns)["items"] or store.list(*HPA, ns)["items"]):
+        time.sleep(0.2)
+    assert store.list(*SCALED, ns)["items"] == [] and store.list(*HPA, ns)["items"] == []
+    assert store.get("apps/v1", "Deployment", svc.k8s_name, ns)["spec"]["replicas"] == 1
+    assert store.list(*ROUTE, ns)["items"]  # the route stays
 
     services.request_stop(actor=Actor(user=world.cast.bob), request=svc)
     deadline = time.monotonic() + 30  # the worker deletes the service's objects: the route and the ScaledObject too

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from insights.review import answer_routing
 from insights.review_selectors import review_snapshot_for
 from portal.kube import kube_cache_clear, kube_for
 from quotas.inventory import flavors_discover, inventory_sync, node_taints
 from quotas.models import Cluster, Flavor, Quota
-from quotas.reconcile import reconcile
+from quotas.reconcile import export_yaml, plan_build, reconcile
 from workloads.catalogue import seed_catalogue
 from workloads.materialize import request_materialize
 from workloads.models import RequestState, ServiceTemplate, WorkloadRequest
@@ -67,28 +66,20 @@ def three(tmp_path: Path, cast):
         kube_cache_clear()
 
 
-def _multikueue_setup(manager_sb: Any, workers: dict[str, Any]) -> str:
-    """What ops apply on the manager, as Kueue's MultiKueue documentation says: the AdmissionCheck, the
-    MultiKueueConfig, and a MultiKueueCluster with its kubeconfig Secret per worker (named as in the portal)."""
-    docs: list[dict] = [
-        {"apiVersion": KUEUE, "kind": "AdmissionCheck", "metadata": {"name": "multikueue"},
-         "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
-                  "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "portal"}}},
-        {"apiVersion": KUEUE, "kind": "MultiKueueConfig", "metadata": {"name": "portal"},
-         "spec": {"clusters": sorted(workers)}}]
-    for name, sb in workers.items():
-        docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-kubeconfig", "namespace": "kueue-system"},
-                     "data": {"kubeconfig": base64.b64encode(Path(sb.kubeconfig).read_bytes()).decode()}})
-        docs.append({"apiVersion": KUEUE, "kind": "MultiKueueCluster", "metadata": {"name": name},
-                     "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}}})
-    for doc in docs:
-        manager_sb.store.create(doc)
-    return yaml.safe_dump_all(docs)
-
-
 def _settings(client: Any, name: str, **fields: Any):
     data = {"settings-overcommit_percent": 0, "settings-topology": ""} | {f"settings-{k}": v for k, v in fields.items()}
     return client.post(f"/ops/clusters/{name}/settings/", data)
+
+
+def _until(test, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not test():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _active(obj: dict | None) -> bool:
+    return any(c["type"] == "Active" and c["status"] == "True" for c in ((obj or {}).get("status") or {}).get("conditions") or [])
 
 
 def _sync_until(three: dict, pk: int, test, what: str, timeout: float = 60) -> WorkloadRequest:
@@ -114,9 +105,25 @@ def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits
     for name in ("mk-worker1", "mk-worker2"):
         assert _settings(ops, name, role="worker", manager_id=manager.pk).status_code == 302
     assert Cluster.objects.get(name="mk-worker2").manager_id == manager.pk
-    _multikueue_setup(sandboxes["pool-manager"], {n: sandboxes[n] for n in ("mk-worker1", "mk-worker2")})
+    # The manager's reconcile writes its MultiKueue objects (ops apply none): per worker a kubeconfig Secret in
+    # kueue-system and a MultiKueueCluster named as the worker, the config listing them, the AdmissionCheck.
     for cluster in Cluster.objects.all():
         assert reconcile(cluster, kube=kube_for(cluster)).ok
+    mk = sandboxes["pool-manager"].store
+    secret = mk.try_get("v1", "Secret", "mk-worker2-kubeconfig", "kueue-system")
+    assert base64.b64decode(secret["data"]["kubeconfig"]) == Path(sandboxes["mk-worker2"].kubeconfig).read_bytes()
+    assert mk.try_get(KUEUE, "MultiKueueConfig", "multikueue")["spec"]["clusters"] == ["mk-worker1", "mk-worker2"]
+    check = mk.try_get(KUEUE, "AdmissionCheck", "multikueue")["spec"]
+    assert check["controllerName"] == "kueue.x-k8s.io/multikueue" and check["parameters"]["name"] == "multikueue"
+    _until(lambda: all(_active(mk.try_get(KUEUE, "MultiKueueCluster", n)) for n in ("mk-worker1", "mk-worker2")),
+           "the MultiKueueClusters Active")
+    # A reconcile of the unchanged manager writes nothing; its plan and export never show the kubeconfig.
+    manager_row = Cluster.objects.get(name="pool-manager")
+    assert plan_build(manager_row, kube=kube_for(manager_row)).empty
+    token = sandboxes["mk-worker2"].token
+    exported = export_yaml(manager_row)
+    assert "name: mk-worker2-kubeconfig" in exported and token not in exported
+    assert secret["data"]["kubeconfig"] not in exported
     # The manager's ClusterQueues name the MultiKueue check; the workers' do not.
     kube = kube_for(Cluster.objects.get(name="pool-manager"))
     cqs = [q for q in kube.list(KUEUE, "ClusterQueue")[0] if q["metadata"]["name"].startswith("acme")]
@@ -162,3 +169,16 @@ def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits
             sandboxes["mk-worker2"].store.list(KUEUE, "Workload", ns)["items"]:
         assert time.monotonic() < deadline, "the worker's copy stayed"
         time.sleep(0.2)
+
+    # Ops demote worker1 to standalone: the manager's reconcile prunes its Secret and MultiKueueCluster and takes it
+    # out of the config (the plan shows the Secret's deletion without its content); worker2 stays.
+    assert _settings(as_user("ops"), "mk-worker1", role="standalone", manager_id="").status_code == 302
+    plan = plan_build(manager_row, kube=kube_for(manager_row))
+    assert "Secret/kueue-system/mk-worker1-kubeconfig" in plan.text()
+    assert sandboxes["mk-worker1"].token not in plan.text()
+    assert reconcile(manager_row, kube=kube_for(manager_row)).ok
+    assert mk.try_get("v1", "Secret", "mk-worker1-kubeconfig", "kueue-system") is None
+    assert mk.try_get(KUEUE, "MultiKueueCluster", "mk-worker1") is None
+    assert mk.try_get(KUEUE, "MultiKueueConfig", "multikueue")["spec"]["clusters"] == ["mk-worker2"]
+    assert mk.try_get(KUEUE, "MultiKueueCluster", "mk-worker2") is not None
+    assert plan_build(manager_row, kube=kube_for(manager_row)).empty

@@ -81,8 +81,10 @@ def test_inference_needs_a_project_admin_unless_one_submits(cast, cat) -> None:
     # Production priority always waits for an approver's decision, even the admin's own (tests/workloads/test_security.py).
     by_admin = submit(cast, cat, "bob", template=cat.inference, gpus=1)
     assert by_admin.state == S.PENDING_APPROVAL and "Priority production" in by_admin.pending_reason
-    by_admin = submit(cast, cat, "bob", template=cat.inference, gpus=1, priority="batch")
-    assert by_admin.state == S.APPROVED and "bob may approve" in by_admin.state_reason
+    # Nor can the admin step around it with a lower class: inference runs in the online class only (docs/inference.md).
+    with pytest.raises(ValidationError) as refused:
+        submit(cast, cat, "bob", template=cat.inference, gpus=1, priority="batch")
+    assert "always run at production priority" in refused.value.message_dict["priority"][0]
 
 
 def test_no_rule_means_a_human_decides(cast, cat) -> None:
