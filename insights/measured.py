@@ -65,8 +65,7 @@ def queries(label: str = "") -> dict[str, str]:
     return {k: q.replace("by (namespace, pod)", f"by ({label}, namespace, pod)") for k, q in QUERIES.items()}
 
 
-def idle_percent() -> float:
-    return float(getattr(settings, "MEASURED_IDLE_PERCENT", 5.0))
+idle_percent = measured_rollup.idle_percent  # the one threshold, kept where the rollup (imported here) reads it
 
 
 # -- what a device offers ------------------------------------------------------------------------------------------

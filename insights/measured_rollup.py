@@ -31,6 +31,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import localcontext
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (BigIntegerField, BooleanField, Count, DateField, DecimalField, ExpressionWrapper, F,
                               Func, Q, QuerySet, Sum)
@@ -51,9 +52,12 @@ BIG = BigIntegerField()
 WHOLE = ("samples", "alloc", "idle", "mem_total")  # integers: a day's or a week's sum of one group fits a bigint
 
 
-def idle_threshold() -> float:
-    from .measured import idle_percent  # measured imports this module
+def idle_percent() -> float:
+    """The idle threshold in % of GPU utilisation (``MEASURED_IDLE_PERCENT``, default 5)."""
+    return float(getattr(settings, "MEASURED_IDLE_PERCENT", 5.0))
 
+
+def idle_threshold() -> float:
     return idle_percent()
 
 
