@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.django_db]
 ROOT = Path(__file__).resolve().parent.parent
 API = "/api/v1"
 CLUSTER_OPS_ONLY = {
-    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "kubeconfig_path",
+    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "admission_check", "kubeconfig_path",
     "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
 }
 
@@ -63,7 +63,7 @@ def test_clusters_answer_everyone_in_the_documented_shape(api, cat, schema, who)
     detail = conforms(schema, "GET", "/api/v1/clusters/{id}/", client.get(f"{API}/clusters/{cat.cluster.pk}/"))
     by_name = conforms(schema, "GET", "/api/v1/clusters/{id}/", client.get(f"{API}/clusters/lab/"))
     assert page["results"] == [detail] and by_name == detail
-    assert set(detail) == {"id", "name", "architecture"} | CLUSTER_OPS_ONLY  # the same keys for everyone
+    assert set(detail) == {"id", "name", "architecture", "role", "manager"} | CLUSTER_OPS_ONLY  # the same keys for everyone
     assert (detail["id"], detail["name"], detail["architecture"]) == (cat.cluster.pk, "lab", "C")
     if who == "ops":
         assert detail["use_mig"] is True and detail["overcommit_percent"] == 0 and detail["health"] == "unknown"

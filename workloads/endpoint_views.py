@@ -179,17 +179,35 @@ def model_name(req: WorkloadRequest) -> str:
     return uri.split("://", 1)[1] if "://" in uri else uri
 
 
+NEW_KEY_SESSION_KEY = "workloads:new-inference-key"
+
+
+def _new_key_flash(request: HttpRequest, req: WorkloadRequest) -> dict[str, Any] | None:
+    """The key just made and its secret, once: taken out of the session as the page shows them (the POST that made
+    it redirects here, so a reload neither re-sends the form nor shows the secret again)."""
+    flash = request.session.get(NEW_KEY_SESSION_KEY)
+    if not isinstance(flash, dict) or flash.get("request") != req.pk:
+        return None
+    del request.session[NEW_KEY_SESSION_KEY]
+    key = next((k for k in endpoints.keys_of(req) if k.pk == flash.get("id")), None)
+    return {"key": key, "secret": str(flash.get("secret") or "")} if key is not None else None
+
+
 @login_required
 def inference_endpoint(request: HttpRequest, pk: int, *, new_key: Any = None, status: int = 200,
                        error: str = "") -> HttpResponse:
     actor, req = _endpoint_request(request, pk)
+    new_key = new_key or _new_key_flash(request, req)
     series = endpoints.replica_series(req)
     low, top = replica_bounds(req)
-    return page(request, "workloads/inference_endpoint.html", {
+    response = page(request, "workloads/inference_endpoint.html", {
         "req": req, "keys": endpoints.keys_of(req), "new_key": new_key, "error": error, "series": series,
         "chart": replica_chart(series), "addresses": addresses(request, req), "min_replicas": low, "max_replicas": top,
         "model": model_name(req),
     }, status=status)
+    if new_key:
+        response["Cache-Control"] = "no-store"  # the key is on this page once
+    return response
 
 
 @login_required
@@ -202,9 +220,8 @@ def inference_key_create(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied(exc.message) from exc
     except PortalError as exc:
         return inference_endpoint(request, pk, status=400, error=exc.message)
-    response = inference_endpoint(request, pk, new_key=made)
-    response["Cache-Control"] = "no-store"  # the key is on this page once
-    return response
+    request.session[NEW_KEY_SESSION_KEY] = {"request": req.pk, "id": made.key.pk, "secret": made.secret}
+    return redirect("inference-endpoint", pk=pk)  # the page shows the secret once (_new_key_flash)
 
 
 @login_required

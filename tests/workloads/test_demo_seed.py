@@ -69,7 +69,7 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     # two offline H100s to its online queue).
     chat = made["chat-demo"]
     client.force_login(chat.requested_by)
-    page = client.post(f"/requests/{chat.pk}/endpoint/keys/", {"name": "laptop"}).content.decode()
+    page = client.post(f"/requests/{chat.pk}/endpoint/keys/", {"name": "laptop"}, follow=True).content.decode()
     key = "gpk-" + page.split("<code>gpk-", 1)[1].split("</code>", 1)[0]
     client.logout()
     body = {"model": "demo/tiny-chat", "prompt": "Hello", "max_tokens": 8}

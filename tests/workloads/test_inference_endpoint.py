@@ -100,8 +100,10 @@ def test_the_endpoint_page_makes_and_revokes_keys(as_user, cast, cat) -> None:
     assert page.status_code == 200 and "No key yet" in page.content.decode()
     assert f"/inference/{svc.pk}/" in page.content.decode()
     made = carol.post(f"/requests/{svc.pk}/endpoint/keys/", {"name": "batch eval"})
-    body = made.content.decode()
-    assert made.status_code == 200 and "Copy it now" in body
+    assert made.status_code == 302 and made["Location"] == f"/requests/{svc.pk}/endpoint/"  # a reload re-sends nothing
+    shown = carol.get(made["Location"])
+    body = shown.content.decode()
+    assert "Copy it now" in body and shown["Cache-Control"] == "no-store"
     key = InferenceKey.objects.get(request=svc)
     secret = body.split('<code>gpk-', 1)[1].split("</code>", 1)[0]
     assert hashlib.sha256(f"gpk-{secret}".encode()).hexdigest() == key.digest
