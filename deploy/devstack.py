@@ -145,6 +145,9 @@ ZONES = (("zone-a100", "zone-a100.yaml", "zone-a100.kubeconfig"), ("zone-l40s", 
 # zones' exporters, each cluster's series labelled cluster="<its demo cluster name>" (quotas/demo.py).
 CLUSTER_LABEL = "cluster"
 DEMO_CLUSTER_OF = {"sandbox": "sandbox", "zone-a100": "a100-inference", "zone-l40s": "l40s-dev"}
+# One GPU of the H100 training zone raises XID 79 (a fallen-off-the-bus GPU) from the start: the health page
+# (Capacity -> Health) flags it and lists what runs on its node (docs/measured-use.md, "The demo").
+DEMO_XID = "gpu-h100-3:7:79"
 CLUSTER_CHILDREN = ("sandbox", "cluster", *(name for name, _, _ in ZONES))  # stopped last
 
 
@@ -366,7 +369,8 @@ def main() -> int:
         "sandbox",
         [PY, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--port", sandbox_port, "--speed", SPEED,
          "--state-file", str(VAR / "sandbox-state.json"),
-         "--prometheus-label", f"{CLUSTER_LABEL}={DEMO_CLUSTER_OF['sandbox']}", *peers],
+         "--prometheus-label", f"{CLUSTER_LABEL}={DEMO_CLUSTER_OF['sandbox']}", *peers,
+         "--xid", DEMO_XID],
         before_start=sandbox_before,
     ) if not real else Child(
         "cluster",

@@ -1,5 +1,5 @@
 """``python -m sandbox --kubeconfig FILE [--port N] [--profile FILE] [--speed X] [--state-file FILE] [--tick-interval S]
-[--prometheus-label NAME=VALUE ...] [--prometheus-peer URL ...]``
+[--prometheus-label NAME=VALUE ...] [--prometheus-peer URL ...] [--xid NODE:GPU[:CODE[:AFTER_SECONDS]] ...]``
 
 Starts the sandbox cluster on 127.0.0.1, writes a kubeconfig (context ``sandbox``, bearer token) to FILE, prints
 the URL and serves until Ctrl-C or SIGTERM, then saves the state file if one was given.
@@ -31,7 +31,20 @@ def main(argv: list[str] | None = None) -> int:
                         "Prometheus over several clusters; docs/measured-use.md)")
     p.add_argument("--prometheus-peer", action="append", default=[], metavar="URL",
                    help="another sandbox's base URL whose DCGM series this one's query API answers with too")
+    p.add_argument("--xid", action="append", default=[], metavar="NODE:GPU[:CODE[:AFTER_SECONDS]]",
+                   help="a GPU that raises an XID error (default code 79, at once) whatever runs on it, as the "
+                        "profile's usage.xid does; make run flags one so the health page has a faulty GPU")
     args = p.parse_args(argv)
+    xids = []
+    for item in args.xid:
+        parts = item.split(":")
+        try:
+            if len(parts) < 2 or len(parts) > 4 or not parts[0]:
+                raise ValueError
+            xids.append({"node": parts[0], "gpu": int(parts[1]), "code": int(parts[2]) if len(parts) > 2 else 79,
+                         "afterSeconds": float(parts[3]) if len(parts) > 3 else 0.0})
+        except ValueError:
+            p.error(f"--xid takes NODE:GPU[:CODE[:AFTER_SECONDS]] (GPU and CODE whole numbers), not {item!r}")
     labels = {}
     for item in args.prometheus_label:
         name, sep, value = item.partition("=")
@@ -52,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if labels:
         sb.dcgm.external_labels.update(labels)
     sb.dcgm.peers.extend(u.rstrip("/") for u in args.prometheus_peer)
+    sb.dcgm.xid_faults.extend(xids)
     sb.start()
     print(f"sandbox cluster listening on {sb.url}", flush=True)
     print(f"kubeconfig written to {args.kubeconfig} (context 'sandbox')", flush=True)

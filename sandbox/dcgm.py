@@ -264,7 +264,8 @@ class Dcgm:
         of the ``xid`` profile that had run long enough on it."""
         gpu = key.split("/", maxsplit=1)[0]
         for f in self.xid_faults:
-            if f.get("node") == node and str(f.get("gpu")) == gpu and t >= self.t0 + float(f.get("afterSeconds") or 0):
+            after = float(f.get("afterSeconds") or 0)  # 0: from the start, even in scrapes older than the sandbox
+            if f.get("node") == node and str(f.get("gpu")) == gpu and (after <= 0 or t >= self.t0 + after):
                 return int(f.get("code") or 79)
         for e in past:
             if e["node"] == node and e["usage"] == "xid" and key in e["devices"]:

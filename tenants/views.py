@@ -231,7 +231,7 @@ def token_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         error = exc.message
     if request.htmx:
         context = {"token": token, "project": project, "error": error, "now": timezone.now()}
-        return render(request, "tenants/_token_row.html", context)
+        return render(request, "tenants/_token_row.html", context, using="jinja2")
     if error:
         messages.error(request, error)
     else:

@@ -52,14 +52,14 @@ def test_cluster_list_everyone_sees_minimal(api, fleet, who, django_assert_max_n
         assert "kubeconfig" not in rows[0] and "kubeconfig_encrypted" not in rows[0]
     else:
         # The same keys for everyone (tests/test_api_schema.py checks them against the schema); ops-only ones null.
-        assert {k for k, v in rows[0].items() if v is not None} == {"id", "name", "architecture"}
+        assert {k for k, v in rows[0].items() if v is not None} == {"id", "name", "architecture", "role"}
         assert rows[0]["use_mig"] is None and rows[0]["kubeconfig_path"] is None
 
 
 def test_cluster_by_id_and_name(api, fleet) -> None:
     client = api("carol")
     shown = {k: v for k, v in client.get(f"{API}/clusters/{fleet.cluster.pk}/").json().items() if v is not None}
-    assert shown == {"id": fleet.cluster.pk, "name": "gpu-test", "architecture": "E"}
+    assert shown == {"id": fleet.cluster.pk, "name": "gpu-test", "architecture": "E", "role": "standalone"}
     assert client.get(f"{API}/clusters/gpu-test/").json()["id"] == fleet.cluster.pk
     assert client.get(f"{API}/clusters/no-such/").status_code == 404
 

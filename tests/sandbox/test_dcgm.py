@@ -188,6 +188,9 @@ def test_the_command_line_sets_the_label_and_peers(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-m", "sandbox", "--kubeconfig", str(tmp_path / "x"), "--prometheus-label",
                           "cluster"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "--prometheus-label takes NAME=VALUE, not 'cluster'" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "sandbox", "--kubeconfig", str(tmp_path / "x"), "--xid", "gpu-h100-3:x"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "--xid takes NODE:GPU[:CODE[:AFTER_SECONDS]]" in bad.stderr
     peer = Sandbox(profile=load_profile(None), speed=0, tick_interval=0, token="secret", tls=False).start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -195,7 +198,7 @@ def test_the_command_line_sets_the_label_and_peers(tmp_path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--kubeconfig", str(kubeconfig), "--port", str(port),
                              "--prometheus-label", "cluster=main", "--prometheus-peer", peer.http_url,
-                             "--tick-interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--xid", "gpu-h100-3:7:48", "--tick-interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while not kubeconfig.exists():
@@ -206,6 +209,12 @@ def test_the_command_line_sets_the_label_and_peers(tmp_path) -> None:
         with urllib.request.urlopen(url) as resp:
             found = {r["metric"].get("cluster", "") for r in json.loads(resp.read())["data"]["result"]}
         assert found == {"main", ""}  # its own series labelled; the peer's as the peer labels them (not at all)
+        url = f"http://127.0.0.1:{port}/prometheus/api/v1/query?" + urllib.parse.urlencode(
+            {"query": 'max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS{cluster="main"})'})
+        with urllib.request.urlopen(url) as resp:
+            raised = {(r["metric"]["Hostname"], r["metric"]["gpu"]): r["value"][1]
+                      for r in json.loads(resp.read())["data"]["result"] if float(r["value"][1])}
+        assert raised == {("gpu-h100-3", "7"): "48"}  # --xid: that GPU alone, with its code
     finally:
         proc.terminate()
         proc.wait(timeout=30)
