@@ -462,13 +462,17 @@ def template_flavors_for(*, template: ServiceTemplate, projects: Iterable[Projec
     (``kinds.kueue_cannot_admit``), and, with ``projects``, where one of them has quota (a ceiling above
     0: ``quota_ceiling``) and the queues rendered for it can admit the template's kind on the flavor given enough
     free capacity (``quotas.selectors.queue_offers``: ``quotas.manifests.queue_admits``). The submission service
-    refuses the others with the reason; the form, the catalogue, the API and the CLI never offer them."""
+    refuses the others with the reason; the form, the catalogue, the API and the CLI never offer them. Never a
+    MultiKueue worker's flavor."""
     from quotas.selectors import enforced_flavor_q
 
     from .kinds import kueue_cannot_admit
 
+    # A Kueue MultiKueue worker's flavors are never offered: work reaches a worker through its manager only, under
+    # the manager's flavors and quota (docs/federation.md, "Kueue MultiKueue").
     flavors = [
-        f for f in template.allowed_flavors.filter(enforced_flavor_q()).select_related("cluster").order_by("order", "name")
+        f for f in template.allowed_flavors.filter(enforced_flavor_q()).exclude(cluster__role="worker")
+        .select_related("cluster").order_by("order", "name")
         if not kueue_cannot_admit(kind=template.kind, flavor=f) and f.hami_sized
     ]
     if projects is None:

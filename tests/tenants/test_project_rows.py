@@ -56,7 +56,7 @@ def test_every_member_and_token_row_says_what_it_did(as_user, cast) -> None:
     assert ">Read and submit<" in tokens["ci-live"] and f"<code>{live.prefix}</code>" in tokens["ci-live"]
     assert "badge-active" in tokens["ci-live"] and "badge-revoked" in tokens["ci-gone"] and "badge-expired" in tokens["ci-old"]
     assert f'action="/projects/acme-vision/tokens/{live.pk}/revoke/"' in tokens["ci-live"]
-    assert "Revoke" not in tokens["ci-gone"] + tokens["ci-old"]  # nothing to revoke
+    assert "<form" not in tokens["ci-gone"] + tokens["ci-old"]  # nothing to revoke
     assert 'data-label="Owner"' not in body  # carol does not manage members
     page_token = re.search(r'"X-CSRFToken": "([^"]+)"', body).group(1)
     assert set(re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', tokens["ci-live"])) == {page_token}

@@ -8,6 +8,7 @@ test (no Celery worker)."""
 from __future__ import annotations
 
 import base64
+import re
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -130,6 +131,25 @@ def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits
     assert cqs and all(q["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]} for q in cqs)
     wkube = kube_for(Cluster.objects.get(name="mk-worker2"))
     assert all("admissionChecksStrategy" not in q["spec"] for q in wkube.list(KUEUE, "ClusterQueue")[0])
+    # Each worker holds the manager's queue names for the project (Kueue's MultiKueue requires it), worker1 too.
+    manager_lqs = {(q["metadata"]["namespace"], q["metadata"]["name"], q["spec"]["clusterQueue"])
+                   for q in mk.list(KUEUE, "LocalQueue")["items"]}
+    assert (cast.vision.namespace, "acme-vision", "acme-vision") in manager_lqs
+    for name in ("mk-worker1", "mk-worker2"):
+        lqs = {(q["metadata"]["namespace"], q["metadata"]["name"], q["spec"]["clusterQueue"])
+               for q in sandboxes[name].store.list(KUEUE, "LocalQueue")["items"]}
+        assert lqs == manager_lqs, name
+        assert sandboxes[name].store.try_get(KUEUE, "ClusterQueue", "acme-vision") is not None
+
+    # The new-request form offers the manager's flavors, never a worker's (work reaches a worker through its manager).
+    form = as_user("carol").get("/requests/new/?template=training&project=acme-vision").content.decode()
+    select = re.search(r'<select name="flavor".*?</select>', form, re.S)
+    assert select is not None
+    offered = set(re.findall(r'<option value="(\d+)"', select.group(0)))
+    assert offered == {str(pk) for pk in Flavor.objects.filter(cluster=manager).values_list("pk", flat=True)}
+    training = ServiceTemplate.objects.filter(slug="training").order_by("-version").first()
+    listed = api("carol").get(f"/api/v1/templates/{training.pk}/?project=acme-vision").json()["allowed_flavors"]
+    assert {str(f["id"]) for f in listed} == offered  # the API offers what the form does
 
     # Submitted through the API: routed to the manager, never straight to a worker (worker2, as free as the manager
     # and first by name, would win the portal's own routing), materialized there once.
