@@ -199,26 +199,30 @@ def test_every_offer_under_every_architecture_can_be_admitted(demo, live_server)
     assert set(seen) == set(architectures.letters()), seen
 
 
-def test_whole_gpu_inference_in_acme_vision_is_not_offered_under_f_and_is_refused(demo) -> None:
-    """The case of issue 27: under F, inference goes to acme-vision-online, which has no offline H100s (nothing is
-    lent): the form does not offer them, and a submission through the API is refused with the queue named."""
+def test_whole_gpu_inference_is_offered_under_f_only_where_offline_gpus_are_lent(demo) -> None:
+    """The case of issue 27: under F, inference goes to the project's online queue, which has offline H100s only
+    where the project lends them (explicit lending). acme-nlp lends none: the form does not offer them, and a
+    submission through the API is refused with the queue named. acme-vision lends two (the demo's inference
+    service runs on them): offered."""
     cluster = Cluster.objects.get(pk=demo.pk)
     assert cluster.architecture == "F"
     web = DjangoClient()
     from django.contrib.auth import get_user_model
 
-    web.force_login(get_user_model().objects.get(username="carol"))
-    form = web.get("/requests/new/", {"template": "inference", "project": "acme-vision"})
+    web.force_login(get_user_model().objects.get(username="alice"))
+    form = web.get("/requests/new/", {"template": "inference", "project": "acme-nlp"})
     offered = {f.name for f in form.context["form"].flavors.values()}
     assert "h100-80gb-offline" not in offered
-    training = web.get("/requests/new/", {"template": "training", "project": "acme-vision"})
+    training = web.get("/requests/new/", {"template": "training", "project": "acme-nlp"})
     assert "h100-80gb-offline" in {f.name for f in training.context["form"].flavors.values()}
+    lent = web.get("/requests/new/", {"template": "inference", "project": "acme-vision"})
+    assert "h100-80gb-offline" in {f.name for f in lent.context["form"].flavors.values()}
     from rest_framework.test import APIClient
 
     api = APIClient()
-    api.force_authenticate(get_user_model().objects.get(username="carol"))
+    api.force_authenticate(get_user_model().objects.get(username="alice"))
     response = api.post("/api/v1/requests/", {
-        "template": "inference", "project": "acme-vision", "flavor": "h100-80gb-offline", "gpus": 1,
+        "template": "inference", "project": "acme-nlp", "flavor": "h100-80gb-offline", "gpus": 1,
         "parameters": {"model_uri": "hf://m"}}, format="json")
     assert response.status_code == 400, response.content
-    assert "acme-vision-online" in str(response.json()), response.json()
+    assert "acme-nlp-online" in str(response.json()), response.json()
