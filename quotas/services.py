@@ -222,7 +222,7 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
     cluster.save()
     audit_record(actor=actor, action="cluster.update", target=cluster, before=before, after=snapshot(cluster, CLUSTER_FIELDS) | extra)
     schedule_reconcile(cluster.pk)
-    for manager_id in {old_manager, cluster.manager_id} - {None}:
+    for manager_id in {m for m in (old_manager, cluster.manager_id) if m is not None}:
         schedule_reconcile(manager_id)  # a MultiKueue manager writes its workers' Secrets and MultiKueueClusters
     return cluster
 

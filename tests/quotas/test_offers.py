@@ -201,28 +201,33 @@ def test_every_offer_under_every_architecture_can_be_admitted(demo, live_server)
 
 def test_whole_gpu_inference_is_offered_under_f_only_where_offline_gpus_are_lent(demo) -> None:
     """The case of issue 27: under F, inference goes to the project's online queue, which has offline H100s only
-    where the project lends them (explicit lending). acme-nlp lends none: the form does not offer them, and a
-    submission through the API is refused with the queue named. acme-vision lends two (the demo's inference
-    service runs on them): offered."""
+    where they are lent to the cohort (explicit lending). The demo's acme-vision lends two (its inference service
+    runs on them), so any online queue of acme may borrow them. With nothing lent, the form does not offer them, and
+    a submission through the API is refused with the queue named."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from quotas.models import Quota
+
     cluster = Cluster.objects.get(pk=demo.pk)
     assert cluster.architecture == "F"
     web = DjangoClient()
-    from django.contrib.auth import get_user_model
-
-    web.force_login(get_user_model().objects.get(username="alice"))
-    form = web.get("/requests/new/", {"template": "inference", "project": "acme-nlp"})
-    offered = {f.name for f in form.context["form"].flavors.values()}
-    assert "h100-80gb-offline" not in offered
-    training = web.get("/requests/new/", {"template": "training", "project": "acme-nlp"})
-    assert "h100-80gb-offline" in {f.name for f in training.context["form"].flavors.values()}
-    lent = web.get("/requests/new/", {"template": "inference", "project": "acme-vision"})
-    assert "h100-80gb-offline" in {f.name for f in lent.context["form"].flavors.values()}
-    from rest_framework.test import APIClient
-
+    web.force_login(get_user_model().objects.get(username="carol"))
     api = APIClient()
-    api.force_authenticate(get_user_model().objects.get(username="alice"))
+    api.force_authenticate(get_user_model().objects.get(username="carol"))
+
+    def offered(template: str) -> set[str]:
+        form = web.get("/requests/new/", {"template": template, "project": "acme-vision"})
+        return {f.name for f in form.context["form"].flavors.values()}
+
+    lent = Quota.objects.filter(project__slug="acme-vision", flavor__name="h100-80gb-offline")
+    assert list(lent.values_list("lending_limit", flat=True)) == [2]
+    assert "h100-80gb-offline" in offered("inference")
+    lent.update(lending_limit=None)  # nothing lent
+    assert "h100-80gb-offline" not in offered("inference")
+    assert "h100-80gb-offline" in offered("training")
     response = api.post("/api/v1/requests/", {
-        "template": "inference", "project": "acme-nlp", "flavor": "h100-80gb-offline", "gpus": 1,
+        "template": "inference", "project": "acme-vision", "flavor": "h100-80gb-offline", "gpus": 1,
         "parameters": {"model_uri": "hf://m"}}, format="json")
     assert response.status_code == 400, response.content
-    assert "acme-nlp-online" in str(response.json()), response.json()
+    assert "acme-vision-online" in str(response.json()), response.json()
