@@ -471,6 +471,9 @@ SPECTACULAR_SETTINGS = {
         # Two "topology" choice sets: a cluster's (ops) and a request's placement.
         "ClusterTopologyEnum": "quotas.models.CLUSTER_TOPOLOGIES",
         "RequestTopologyEnum": "workloads.models.REQUEST_TOPOLOGIES",
+        # Two "role" choice sets: a member's (kept as it was) and a cluster's MultiKueue role.
+        "RoleEnum": "tenants.models.Role",
+        "ClusterRoleEnum": "quotas.models.CLUSTER_ROLES",
         "StatementStatusEnum": "billing.models.Statement.Status",
         "BillingModeEnum": "billing.models.BillingProfile.Mode",
         "MigChangeStatusEnum": "maintenance.models.MigChange.Status",
