@@ -415,10 +415,11 @@ def test_demo_requests_reach_their_states(world: World) -> None:
     from workloads.demo import seed_request_demo
 
     made = {r.name: r for r in seed_request_demo()}
-    assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep"}
+    assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep", "chat-demo"}
     assert made["hparam-sweep"].state == S.PENDING_APPROVAL
+    assert made["chat-demo"].state == S.APPROVED and made["chat-demo"].approved_by is not None  # the project admin
     world.wait(made["resnet-baseline"], lambda r: r.state == S.RUNNING, advance=5)
     world.wait(made["explore-data"], lambda r: r.state == S.RUNNING, advance=5)
     pending = world.wait(made["llm-finetune"], lambda r: r.state == S.QUEUED and r.pending_reason.startswith("waiting for"))
     assert "asks for" in pending.pending_reason and "the project has" in pending.pending_reason
-    assert len(seed_request_demo()) == 4 and WorkloadRequest.objects.count() == 4  # idempotent
+    assert len(seed_request_demo()) == 5 and WorkloadRequest.objects.count() == 5  # idempotent
