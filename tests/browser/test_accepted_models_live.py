@@ -50,7 +50,10 @@ def test_typing_a_memory_need_hides_a_model_that_cannot_run_it_and_clearing_it_b
     page.get_by_label("Minimum GPU memory (GiB)").fill("80")
     expect(second.locator("option")).to_have_count(1)
     page.get_by_label("Minimum CUDA compute capability").fill("")
-    page.get_by_label("Minimum GPU memory (GiB)").fill("")
+    # Each change also asks the server for a cost estimate (htmx, 400 ms later): wait for the last one's answer, so
+    # that no request is still running on the test server when the database is emptied after the test.
+    with page.expect_response(lambda r: "/requests/new/estimate/" in r.url):
+        page.get_by_label("Minimum GPU memory (GiB)").fill("")
     expect(second.locator("option")).to_have_count(3)
     assert page.url.endswith("/requests/new/?template=training&project=acme-vision")  # no submit happened
     assert not WorkloadRequest.objects.exists()
