@@ -88,6 +88,7 @@ class Run:
     pods: int
     end: datetime | None = None
     reason: str = ""
+    flavors: tuple[str, ...] = ()  # the flavors Kueue admitted this run on (``status.admission``)
 
 
 @dataclass
@@ -128,7 +129,9 @@ def workload_facts(req: WorkloadRequest, etype: str, obj: dict[str, Any], last_s
     gone = etype == "DELETED"
     if admitted.get("status") == "True" and (start := parse_time(admitted.get("lastTransitionTime"))) is not None:
         pods = sum(int(ps.get("count") or 1) for ps in (obj.get("spec") or {}).get("podSets") or []) or 1
-        run = Run(req, f"wl/{uid}/{_iso(start)}", S.WORKLOAD, uid, name, start, pods)
+        admitted_on = tuple(sorted({str(f) for psa in ((obj.get("status") or {}).get("admission") or {}).get(
+            "podSetAssignments") or [] for f in (psa.get("flavors") or {}).values()}))
+        run = Run(req, f"wl/{uid}/{_iso(start)}", S.WORKLOAD, uid, name, start, pods, flavors=admitted_on)
         if finished.get("status") == "True" and (end := parse_time(finished.get("lastTransitionTime"))):
             run.end, run.reason = end, R.FINISHED
         elif deleted_at is not None:
@@ -151,6 +154,20 @@ def workload_facts(req: WorkloadRequest, etype: str, obj: dict[str, Any], last_s
     if gone and last_seen is not None:
         return [], [Close(uid, last_seen, R.GONE)]
     return [], []
+
+
+def _ran_on(req: WorkloadRequest, run: Run, cache: dict[str, Any]) -> Any:
+    """The flavor ``run`` ran on: where Kueue chose between flavors for the request (``kueue_flavors``), the one its
+    admission names, so a run is priced as the model that ran (docs/federation.md); else the request's flavor."""
+    choice = {c.get("name") for c in req.kueue_flavors or [] if isinstance(c, dict)}
+    name = next((f for f in run.flavors if f in choice), "") if len(choice) > 1 else ""
+    if not name or name == req.flavor.name:
+        return req.flavor
+    if name not in cache:
+        from quotas.models import Flavor
+
+        cache[name] = Flavor.objects.filter(cluster_id=req.cluster_id, name=name).first()
+    return cache[name] or req.flavor
 
 
 def pod_facts(req: WorkloadRequest, etype: str, obj: dict[str, Any], last_seen: datetime | None) -> tuple[list[Run], list[Close]]:
@@ -255,6 +272,7 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
         known = set(UsageInterval.objects.filter(request_id__in={r.request.pk for r in runs}, run_key__in={r.run_key for r in runs})
                     .values_list("request_id", "run_key"))
         fresh: list[UsageInterval] = []
+        ran_on: dict[str, Any] = {}
         for run in runs:
             if run.end is not None and ceiling is not None:
                 run.end = max(min(run.end, ceiling), run.start)
@@ -262,7 +280,7 @@ def meter_observe(*, cluster: Any, seen: list[tuple[str, str, dict[str, Any], in
                 continue
             known.add((run.request.pk, run.run_key))
             req = run.request
-            for share in pricing.shares(req.flavor, gpus=req.gpus, cpu=req.cpu, memory_gib=req.memory_gib, pods=run.pods,
+            for share in pricing.shares(_ran_on(req, run, ran_on), gpus=req.gpus, cpu=req.cpu, memory_gib=req.memory_gib, pods=run.pods,
                                         hami_share=req.hami_share):
                 fresh.append(UsageInterval(
                     request=req, tenant_id=req.tenant_id, project_id=req.project_id, cluster=cluster, run_key=run.run_key,

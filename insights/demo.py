@@ -16,14 +16,16 @@ MIG windows pending slices wait although slice memory is free (a shape mismatch)
 
 Two more stories, so that no chart starts empty:
 
-* **Architecture E, then F.** The sandbox cluster ran architecture E (Volcano gang-schedules training on the offline
-  whole-GPU pool) until ``ARCHITECTURE_SWITCH_DAYS`` ago, when ops applied a change to F (an ``ArchitectureChange``
-  E -> F, applied, written once). Training on the offline pool before the switch ran as Volcano gangs: its timeline
-  says so, a preemption there is Volcano restarting the gang, and ``gang-start`` counts them.
-* **Reclaims.** After the switch, when a project's training arrives while a sibling project of the same tenant (the
-  same cohort) borrows the flavor, Kueue evicts the borrower "to accommodate a workload (UID: <the lender's>) due
-  to reclamation within the cohort" and admits the lender seconds later; ``workloads.Reclaim`` rows link them, as
-  the status follower writes them.
+* **Architecture F, then E.** The sandbox cluster (the H100 training zone) ran architecture F (Kueue admits the
+  offline whole-GPU pool) until ``ARCHITECTURE_SWITCH_DAYS`` ago, when ops applied a change to E, the architecture it
+  runs now (an ``ArchitectureChange`` F -> E, applied, written once): Volcano gang-schedules training on the offline
+  pool since. Training there after the switch ran as Volcano gangs: its timeline says so, a preemption there is
+  Volcano restarting the gang, and ``gang-start`` counts them; before it, Kueue admitted it. Notebooks, which
+  Volcano's pool does not take, moved to the online H100s with the switch.
+* **Reclaims.** Where Kueue admits (the offline pool before the switch, the other flavors throughout), when a
+  project's run arrives while a sibling project of the same tenant (the same cohort) borrows the flavor, Kueue evicts
+  the borrower "to accommodate a workload (UID: <the lender's>) due to reclamation within the cohort" and admits the
+  lender seconds later; ``workloads.Reclaim`` rows link them, as the status follower writes them.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ RANDOM_SEED = 20261202
 RUN_KEY_PREFIX = "seeded:"
 IDEMPOTENCY_PREFIX = "seeded-"
 ACTOR = "demo history"
-ARCHITECTURE_SWITCH_DAYS = 4  # the sandbox cluster ran E until then, F since (inside the default 7-day period)
-SWITCH_FINGERPRINT = "seeded-demo-history-e-to-f"
+ARCHITECTURE_SWITCH_DAYS = 4  # the sandbox cluster ran F until then, E since (inside the default 7-day period)
+SWITCH_FINGERPRINT = "seeded-demo-history-f-to-e"
 GANG_RESTART_REASON = "Volcano restarts the gang: a pod was evicted or failed."
 RECLAIM_REASON = ("Preempted: Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to reclamation "
                   "within the cohort; preemptor path: /{tenant}/{lender}; preemptee path: /{tenant}/{borrower}")
@@ -158,19 +160,33 @@ def _simulate(stream: Stream, rng: random.Random, start: datetime, end: datetime
                             "member": rng.choice(stream.members)})
 
 
-def _gang(stream: Stream, run: dict[str, Any], switch: datetime) -> bool:
-    """Was this run a Volcano gang? Training on a flavor Volcano owned under architecture E, approved before the
-    switch to F."""
+def _volcano_at(stream: Stream, at: datetime, switch: datetime) -> bool:
+    """Did Volcano own the stream's flavor at ``at``: a flavor of E's Volcano pool, after the switch to E?"""
     from types import SimpleNamespace
 
-    return (run["kind"] == "training" and run["approved"] < switch
-            and volcano_owned(SimpleNamespace(architecture="E"), stream.quota.flavor))
+    return at >= switch and volcano_owned(SimpleNamespace(architecture="E"), stream.quota.flavor)
+
+
+def _gang(stream: Stream, run: dict[str, Any], switch: datetime) -> bool:
+    """Was this run a Volcano gang? Training on a flavor Volcano owns under architecture E, approved after the
+    switch to E."""
+    return run["kind"] == "training" and _volcano_at(stream, run["approved"], switch)
+
+
+def _after_switch(streams: list[Stream], switch: datetime) -> None:
+    """Volcano's pool takes gang-scheduled kinds only: a notebook the simulation put there after the switch to E is a
+    training run instead (notebooks went to the online H100s, where Kueue admits them)."""
+    for stream in streams:
+        for run in stream.runs:
+            if run["kind"] == "notebook" and _volcano_at(stream, run["approved"], switch):
+                run["kind"] = "training"
 
 
 def _reclaims(streams: list[Stream], rng: random.Random, switch: datetime, end: datetime) -> None:
-    """After the switch to F: when a run of one project arrives while a sibling project of the same tenant (its
-    cohort) holds a run of the same flavor, the sibling's run is evicted for it (a reclaim) and it is admitted
-    seconds later. Marks ``run["reclaim"]`` on the borrower (the lender run and when) and moves both runs' times."""
+    """Where Kueue admits (not Volcano's pool after the switch to E): when a run of one project arrives while a
+    sibling project of the same tenant (its cohort) holds a run of the same flavor, the sibling's run is evicted for
+    it (a reclaim) and it is admitted seconds later. Marks ``run["reclaim"]`` on the borrower (the lender run and
+    when) and moves both runs' times."""
     by_cohort: dict[tuple[int, int], list[Stream]] = {}
     for stream in streams:
         by_cohort.setdefault((stream.quota.tenant_id, stream.quota.flavor_id), []).append(stream)
@@ -181,9 +197,10 @@ def _reclaims(streams: list[Stream], rng: random.Random, switch: datetime, end: 
                     continue
                 for lender in lenders.runs:
                     queued = lender["approved"] + timedelta(seconds=3)
-                    if queued < switch or lender.get("lent_back") or lender["preempted"]:
+                    if _volcano_at(lenders, queued, switch) or lender.get("lent_back") or lender["preempted"]:
                         continue
                     held = [b for b in borrowers.runs if not b["preempted"] and not b.get("lent_back")
+                            and not _volcano_at(borrowers, b["approved"], switch)
                             and b["admitted"] + timedelta(minutes=10) < queued < b["finished"] - timedelta(minutes=10)]
                     if not held:
                         continue
@@ -469,12 +486,13 @@ def seed_insights_demo(*, cluster_name: str = "sandbox", now: datetime | None = 
     end = now - timedelta(minutes=10)
     start = end - timedelta(days=HISTORY_DAYS)
     switch = (end - timedelta(days=ARCHITECTURE_SWITCH_DAYS)).replace(minute=0, second=0, microsecond=0)
-    if cluster.architecture != "F":
-        switch = start  # the E-then-F story is the demo's (F) cluster's; another has no gangs in its history
+    if cluster.architecture != "E":
+        switch = end  # the F-then-E story is the demo's (E) cluster's; another has no gangs in its history
     rng = random.Random(RANDOM_SEED)
     streams = _streams(cluster)
     for stream in streams:
         _simulate(stream, rng, start, end)
+    _after_switch(streams, switch)
     _reclaims(streams, rng, switch, end)
     summary = {"requests": 0, "samples": 0}
     with transaction.atomic():
@@ -627,16 +645,16 @@ def _seed_measured(end: datetime) -> int:
 
 
 def _seed_switch(cluster: Cluster, switch: datetime) -> None:
-    """The history's architecture change: the cluster ran E until ``switch`` and F since (only when it runs F now,
+    """The history's architecture change: the cluster ran F until ``switch`` and E since (only when it runs E now,
     so the change's record and the live configuration agree)."""
-    if cluster.architecture != "F" or ArchitectureChange.objects.filter(fingerprint=SWITCH_FINGERPRINT).exists():
+    if cluster.architecture != "E" or ArchitectureChange.objects.filter(fingerprint=SWITCH_FINGERPRINT).exists():
         return
     with _past_timestamps(ArchitectureChange._meta.get_field("created_at")):
         ArchitectureChange.objects.create(
-            cluster=cluster, from_architecture="E", to_architecture="F", fingerprint=SWITCH_FINGERPRINT,
+            cluster=cluster, from_architecture="F", to_architecture="E", fingerprint=SWITCH_FINGERPRINT,
             state=ArchitectureChange.State.APPLIED, created_at=switch - timedelta(minutes=3),
             started_at=switch - timedelta(minutes=2), finished_at=switch,
-            state_reason="Demo history: training moved from Volcano gangs (E) to the offline Kueue pool (F).")
+            state_reason="Demo history: training moved from the offline Kueue pool (F) to Volcano gangs (E).")
 
 
 def seeded_counts() -> dict[str, int]:

@@ -69,11 +69,15 @@ def version_forget(key: str) -> None:
 
 
 class Versioned:
-    def __init__(self, name: str) -> None:
+    """``also``: other names (``changed(name)``) whose writes this memo depends on too: it is loaded again when its own
+    version or one of theirs changes."""
+
+    def __init__(self, name: str, *, also: tuple[str, ...] = ()) -> None:
         self.key = f"versioned:{name}"
+        self.also = tuple(f"versioned:{other}" for other in also)
         self._memo: dict[str, Any] = {}
         self._memo_version: str | None = None
-        _keys.add(self.key)
+        _keys.update((self.key, *self.also))
         _all.add(self)
 
     def usable(self) -> bool:
@@ -81,7 +85,9 @@ class Versioned:
         return not connection.in_atomic_block
 
     def version(self) -> str:
-        return version_key(self.key)
+        if not self.also:
+            return version_key(self.key)
+        return "/".join(version_key(key) for key in (self.key, *self.also))
 
     def get(self, part: str, load: Callable[[], T]) -> T:
         """``part`` as ``load()`` gives it, remembered for this version; inside a transaction always ``load()``."""

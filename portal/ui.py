@@ -3,7 +3,7 @@ them knows about tenancy (the page frame that does lives in ``tenants.ui``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import django_filters as filters
@@ -37,7 +37,7 @@ class BoundedPaginator(Paginator):
 
 
 def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, count: int | None = None,
-            window: bool = False, most: int | None = None) -> Page:
+            window: bool = False, most: int | None = None, first: Callable[[], list[Any]] | None = None) -> Page:
     """``Paginator(queryset, per_page).get_page(number)``, counting only when it must.
 
     The page is read with one row more than it shows: a page that comes back short tells the total
@@ -46,7 +46,10 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     ``window``: the page's rows then carry the total (``COUNT(*) OVER ()``). That suits lists bounded by what
     they belong to (a project's members or tokens), never a history that grows, where the database would read
     every row to count them instead of stopping at the page. A number past the end falls back to Django's own
-    (the last page). ``most``: count at most that many rows past the page's start (``BoundedPaginator``)."""
+    (the last page). ``most``: count at most that many rows past the page's start (``BoundedPaginator``).
+    ``first``: reads the first page's rows (its first ``per_page + 1`` rows, as the queryset would) by a cheaper
+    way than the queryset (a kept query, ``portal.compiled``); called only for the first page, the queryset then
+    only counted when the pagination asks."""
     try:
         wanted = int(number)
     except (TypeError, ValueError):
@@ -62,7 +65,7 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     counted = window and count is None and isinstance(queryset, QuerySet) and not queryset.query.distinct
     if counted:
         queryset = queryset.annotate(_pager_total=Window(Count("pk")))
-    rows = list(queryset[start:start + per_page + 1])
+    rows = first() if first is not None and start == 0 and not counted else list(queryset[start:start + per_page + 1])
     if len(rows) > per_page:
         if counted:
             paginator.count = rows[0]._pager_total
@@ -77,10 +80,12 @@ class Pager:
     """A page of a list plus the links to its neighbours, keeping the other query parameters (filters)."""
 
     def __init__(self, request: HttpRequest, queryset: QuerySet[Any] | list[Any], *, param: str = "page",
-                 per_page: int = PAGE_SIZE, count: int | None = None, window: bool = False, most: int | None = None):
+                 per_page: int = PAGE_SIZE, count: int | None = None, window: bool = False, most: int | None = None,
+                 first: Callable[[], list[Any]] | None = None):
         self.request = request
         self.param = param
-        self.page: Page = page_of(queryset, per_page, request.GET.get(param), count=count, window=window, most=most)
+        self.page: Page = page_of(queryset, per_page, request.GET.get(param), count=count, window=window, most=most,
+                                  first=first)
 
     @property
     def capped(self) -> bool:

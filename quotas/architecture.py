@@ -19,6 +19,7 @@ the recorded architecture is the new one, and the periodic reconcile converges t
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from django.db import transaction
@@ -31,7 +32,7 @@ from tenants.audit import audit_record
 
 from . import architecture_states as states
 from . import manifests as m
-from . import reconcile
+from . import reconcile, services
 from .exceptions import NothingToApply, PlanChanged
 from .models import Architecture, ArchitectureChange, Cluster
 
@@ -65,6 +66,8 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
         raise Invalid("Choose one of the reference architectures.", field="architecture")
     if policy not in reconcile.POLICIES:
         raise Invalid("Choose what happens to running work: drain, requeue or keep.", field="policy")
+    if architecture != cluster.architecture:  # a MultiKueue manager and its workers keep the same queues
+        services.multikueue_match_check(_with_architecture(cluster, architecture), {"architecture"})
     plan = plan_for(cluster, architecture)  # a ClusterError propagates: nothing was recorded
     if reconcile.plan_fingerprint(plan) != fingerprint:
         raise PlanChanged("Nothing was applied: the plan changed since you reviewed it. Review the new plan.",
@@ -86,6 +89,13 @@ def architecture_change_start(*, actor: Actor, cluster: Cluster, architecture: s
         if queue:
             after_commit(_queue, change.pk)
     return change
+
+
+def _with_architecture(cluster: Cluster, architecture: str) -> Cluster:
+    """A copy of ``cluster`` (not saved) with ``architecture``: what the checks see once the change applied."""
+    probe = copy.copy(cluster)
+    probe.architecture = architecture
+    return probe
 
 
 def _queue(change_id: int) -> None:

@@ -120,6 +120,23 @@ def names(letters_: list[str]) -> str:
     return letters_[0] if len(letters_) == 1 else f"{', '.join(letters_[:-1])} and {letters_[-1]}"
 
 
+def queue_mismatch(manager: object, worker: object) -> list[tuple[str, str]]:
+    """How a Kueue MultiKueue worker's queues would differ from its manager's (both have ``architecture``,
+    ``use_mig``, ``use_hami``): MultiKueue dispatches a workload by the manager's LocalQueue and ClusterQueue names and
+    flavors, so the worker needs the same architecture and, where it switches MIG or HAMi flavors, the same switches.
+    ``[(setting, "its value here, the manager's there")]``; empty when they match."""
+    ours, theirs = str(worker.architecture), str(manager.architecture)
+    if ours != theirs:
+        return [("architecture", f"architecture {ours}, not {theirs}")]
+    arch = get(theirs)
+    out = []
+    for setting, mode, words in (("use_mig", arch.mig, "MIG"), ("use_hami", arch.hami, "HAMi")):
+        if mode == SWITCH and bool(getattr(worker, setting)) != bool(getattr(manager, setting)):
+            state = "on" if getattr(worker, setting) else "off"
+            out.append((setting, f"{words} flavors {state}, not {'off' if state == 'on' else 'on'}"))
+    return out
+
+
 @contextmanager
 def registered(arch: Arch) -> Iterator[Arch]:
     """Register ``arch`` for the duration of the block (tests: a new architecture as data), then restore."""

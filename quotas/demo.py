@@ -56,27 +56,29 @@ FALLBACK_FLAVORS: list[dict[str, Any]] = [
 
 # owner slug -> [(flavor, resource, nominal, borrowing limit, lending limit)]; memory in GiB.
 QUOTAS: dict[str, list[tuple[str, str, int, int | None, int | None]]] = {
-    "acme": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 16, None, None),
+    "acme": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 4, None, None),
+             ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 16, None, None),
              ("l40s-hami", "nvidia.com/gpu", 40, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 400, None, None),
              ("l40s-hami", "nvidia.com/total-gpumem", 92136, None, None),
              ("cpu", "cpu", 256, None, None), ("cpu", "memory", 2048, None, None)],
     # Borrowing limit 2: at most 8 H100s at once, so the demo's 7-GPU fine-tune next to its 1-GPU training job
     # and 1-GPU notebook really waits for quota (with 4 it was admitted by borrowing: no pending Workload).
     # acme-vision (carol, bob) may use HAMi shares at once: half of acme's L40S shares, acme-nlp has the other half.
-    # It lends two offline H100s to its own online queue (architecture F's explicit lending): the demo's inference
-    # service runs there, between 1 and 2 replicas.
-    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 2, 2), ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
+    # Its offline H100s are its Volcano Queue under architecture E (capability 6 + 2); Kueue admits its four online
+    # H100s: the demo's notebook and inference service (between 1 and 2 replicas) run there.
+    "acme-vision": [("h100-80gb-offline", "nvidia.com/gpu", 6, 2, None), ("h100-80gb-online", "nvidia.com/gpu", 4, None, None),
+                    ("a100-80gb-mig-1g.10gb", "nvidia.com/mig-1g.10gb", 8, None, None),
                     ("l40s-hami", "nvidia.com/gpu", 20, None, None), ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None),
                     ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
                     ("cpu", "cpu", 96, None, None), ("cpu", "memory", 768, None, None)],
     "acme-nlp": [("h100-80gb-offline", "nvidia.com/gpu", 4, 2, None), ("l40s-hami", "nvidia.com/gpu", 20, None, None),
                  ("l40s-hami", "nvidia.com/total-gpucores", 200, None, None), ("l40s-hami", "nvidia.com/total-gpumem", 46068, None, None),
                  ("cpu", "cpu", 64, None, None), ("cpu", "memory", 512, None, None)],
-    "globex": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 8, None, None),
+    "globex": [("h100-80gb-offline", "nvidia.com/gpu", 12, None, None), ("h100-80gb-online", "nvidia.com/gpu", 4, None, None),
                ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
                ("cpu", "cpu", 384, None, None), ("cpu", "memory", 3072, None, None)],
     "globex-llm": [("h100-80gb-offline", "nvidia.com/gpu", 10, None, 4), ("cpu", "cpu", 160, None, None), ("cpu", "memory", 1280, None, None)],
-    "globex-serving": [("h100-80gb-online", "nvidia.com/gpu", 8, None, None), ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
+    "globex-serving": [("h100-80gb-online", "nvidia.com/gpu", 4, None, None), ("a100-80gb-mig-3g.40gb", "nvidia.com/mig-3g.40gb", 8, None, None),
                        ("cpu", "cpu", 64, None, None), ("cpu", "memory", 512, None, None)],
 }
 
@@ -85,9 +87,11 @@ def _dec(value: int | None) -> Decimal | None:
     return None if value is None else Decimal(value)
 
 
-# F enforces every kind the demo profile has (whole GPUs in an online and an offline pool, MIG, HAMi) with
-# MIG and HAMi switched on: the demo never offers a flavor that nothing on the cluster enforces.
-DEMO_ARCHITECTURE = Architecture.F
+# The H100 training zone runs E (docs/federation.md): Volcano gang-schedules training on the offline H100 pool (a
+# Volcano Queue per project), Kueue admits everything else (online H100s, MIG, HAMi); with MIG and HAMi switched on
+# every kind the demo profile has is enforced, so the demo never offers a flavor that nothing on the cluster enforces.
+# The seeded history (insights/demo.py) ran F until an applied change F -> E.
+DEMO_ARCHITECTURE = Architecture.E
 
 
 def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: bool = True) -> dict[str, Any]:

@@ -551,6 +551,10 @@ def _cluster_queue(name: str, *, tenant: str, project: str | None, cohort: str |
     spec["queueingStrategy"] = "BestEffortFIFO"
     spec["resourceGroups"] = groups
     spec["preemption"] = preemption
+    # Flavor fungibility, written deliberately (docs/cluster-objects.md, "Flavor fungibility"): Kueue tries the flavors
+    # of a group in their order; a job whose pods allow several flavors stops at the first it fits, borrowing included
+    # (its preferred model on quota the cohort lends beats a later model), but tries the next before preempting.
+    spec["flavorFungibility"] = dict(FLAVOR_FUNGIBILITY)
     # A suspended tenant's queues admit nothing new; running work continues (stopPolicy Hold).
     spec["stopPolicy"] = "Hold" if hold else "None"
     meta_labels = _tenant_labels(tenant, project) if tenant else labels()
@@ -562,6 +566,8 @@ def _project_selector(project: str) -> dict:
 
 
 B_PREEMPTION = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+# Kueue v1beta2's values (v1beta1: MayStopSearch is also spelled Borrow; portal/kueue_compat.py converts).
+FLAVOR_FUNGIBILITY = {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
 
 
 def _tenant_flavor_names(tenant: TenantRow, projects: list[ProjectRow]) -> set[str]:

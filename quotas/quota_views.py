@@ -185,10 +185,10 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
     pager = Pager(request, filterset.qs)
     _shown(pager)
-    flavors = selectors.flavors_for(actor=actor).filter(selectors.enforced_flavor_q()).order_by("cluster__name", "order", "name")
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows, row_flavors),
-        "form": form or QuotaRequestForm(flavors=flavors, initial={"target": request.GET.get("target", "")}),
+        # The enforced flavors from the process's copy (the same for every actor): no query.
+        "form": form or QuotaRequestForm(flavors=selectors.enforced_flavors(), initial={"target": request.GET.get("target", "")}),
         "filterset": filterset, "pager": pager,
         "not_enforced": [r for r in rows if not r["enforced"]],
         "drifting": [r for r in rows if r["drift"]],

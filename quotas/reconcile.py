@@ -24,12 +24,13 @@ consistent prefix (its cohort before its queues, a namespace before what lives i
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -42,6 +43,7 @@ from portal import labels
 from portal.quantities import in_portal_units, parse_quantity
 from tenants.models import Project, Tenant
 
+from . import architectures
 from . import manifests as m
 from .models import AppliedObject, Architecture, Cluster, Flavor, Node, Quota
 
@@ -108,15 +110,45 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
                       workers=_workers(cluster))
 
 
-def _workers(cluster: Cluster) -> tuple[m.WorkerRow, ...]:
+def _as_planned(cluster: Cluster, architecture: str | None) -> Cluster:
+    if not architecture or architecture == cluster.architecture:
+        return cluster
+    planned = copy.copy(cluster)
+    planned.architecture = architecture
+    return planned
+
+
+def worker_mismatches(cluster: Cluster, architecture: str | None = None) -> dict[str, str]:
+    """A MultiKueue manager's workers whose queues would differ from its own (``architectures.queue_mismatch``), by
+    name, with how: found in existing data (the services refuse to make them). ``architecture``: the manager's as
+    planned. One query, for a manager only."""
+    if cluster.role != "manager":
+        return {}
+    manager = _as_planned(cluster, architecture)
+    out = {}
+    for worker in Cluster.objects.filter(role="worker", manager=cluster).order_by("name"):
+        found = architectures.queue_mismatch(manager, worker)
+        if found:
+            out[worker.name] = (f"worker {worker.name} has {' and '.join(w for _, w in found)} as on its manager "
+                                f"{cluster.name}: left out of MultiKueue (a workload dispatched there would never be "
+                                f"admitted); make it match, or make it standalone")
+    return out
+
+
+def _workers(cluster: Cluster, architecture: str | None = None) -> tuple[m.WorkerRow, ...]:
     """A MultiKueue manager's workers with their kubeconfigs (read only for a manager). A worker whose kubeconfig
-    cannot be read is left out (so not dispatched to), with a warning that names it and never the content."""
+    cannot be read is left out (so not dispatched to), with a warning that names it and never the content; so is a
+    worker whose queues differ from the manager's (``worker_mismatches``: the plan reports it)."""
     from portal.kube import kubeconfig_text
 
     if cluster.role != "manager":
         return ()
     rows = []
+    manager = _as_planned(cluster, architecture)
     for worker in Cluster.objects.filter(role="worker", manager=cluster).order_by("name"):
+        if architectures.queue_mismatch(manager, worker):
+            log.warning("multikueue %s: worker %s left out: its queues differ from the manager's", cluster.name, worker.name)
+            continue
         try:
             rows.append(m.WorkerRow(worker.name, kubeconfig_text(worker)))
         except (OSError, ValueError) as exc:
@@ -224,6 +256,7 @@ class Plan:
     project_queues: set[str] = field(default_factory=set)  # wanted ClusterQueues that belong to one project
     draining: list[str] = field(default_factory=list)  # held ClusterQueues left in place until their work is done
     impact: list[dict[str, Any]] | None = None  # workload_impact(), for an architecture change (architecture.plan_for)
+    worker_mismatches: list[str] = field(default_factory=list)  # MultiKueue workers left out: their queues differ
 
     @property
     def removed_queues(self) -> set[str]:
@@ -255,7 +288,8 @@ class Plan:
     def summary(self) -> str:
         text = (f"{len(self.creates)} to create, {len(self.changes)} to change, {len(self.deletes)} to delete, "
                 f"{self.unchanged} unchanged")
-        return text + (f", {len(self.conflicts)} not ours (left alone)" if self.conflicts else "")
+        text += f", {len(self.conflicts)} not ours (left alone)" if self.conflicts else ""
+        return text + (f"; {'; '.join(self.worker_mismatches)}" if self.worker_mismatches else "")
 
     def text(self) -> str:
         """The whole plan as one reviewable unified diff."""
@@ -327,6 +361,9 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     snapshot = snapshot or snapshot_load(cluster)
     if architecture:
         snapshot = snapshot.with_architecture(architecture)
+        if cluster.role == "manager":  # its workers as they compare with the planned architecture
+            snapshot = replace(snapshot, workers=_workers(cluster, architecture))
+    mismatches = worker_mismatches(cluster, snapshot.cluster.architecture)
     desired = m.desired_state(snapshot.cluster, snapshot)
     installation = snapshot.installation
     applied_rows = {(a.api_version, a.kind, a.namespace, a.name): a.hash for a in AppliedObject.objects.filter(cluster=cluster)}
@@ -335,6 +372,7 @@ def plan_build(cluster: Cluster, *, kube: Any = None, snapshot: m.Snapshot | Non
     applied = applied_rows
     adopted = set(Project.objects.filter(namespace_adopted_at__isnull=False).values_list("cluster_namespace", flat=True))
     plan = Plan(cluster.pk, snapshot.cluster.architecture, desired_count=len(desired), live_cluster_queues=queues,
+                worker_mismatches=list(mismatches.values()),
                 ids={"tenant": {t.slug: t.id for t in snapshot.tenants if t.id},
                      "project": {p.slug: p.id for p in snapshot.projects if p.id}})
     ours = m.owner_selector(installation)

@@ -78,7 +78,7 @@ def _full_clean(obj: Any, exclude: list[str] | None = None) -> None:
 # Clusters --------------------------------------------------------------------------------------
 
 
-def _cluster_check(cluster: Cluster) -> None:
+def _cluster_check(cluster: Cluster, changed: set[str] | frozenset[str] = frozenset()) -> None:
     if cluster.architecture not in architectures.letters():
         raise Invalid(f"Architecture must be one of {', '.join(architectures.letters())}.", field="architecture")
     for flag, kind, words in (("use_mig", Flavor.Kind.MIG, "MIG"), ("use_hami", Flavor.Kind.HAMI, "HAMi")):
@@ -91,6 +91,7 @@ def _cluster_check(cluster: Cluster) -> None:
     if cluster.kubeconfig_path and not cluster.kubeconfig_path.startswith("/"):
         raise Invalid("Give the absolute path of the kubeconfig file mounted into the portal.", field="kubeconfig_path")
     _multikueue_check(cluster)
+    multikueue_match_check(cluster, changed)
     _full_clean(cluster, exclude=["kubeconfig_encrypted"])
     if Cluster.objects.filter(name=cluster.name).exclude(pk=cluster.pk).exists():
         raise Invalid(f"A cluster named {cluster.name!r} already exists.", field="name")
@@ -112,6 +113,37 @@ def _multikueue_check(cluster: Cluster) -> None:
         raise Invalid("Give the AdmissionCheck's name: lower-case letters, digits and '-'.", field="admission_check")
     if cluster.pk and cluster.role != "manager" and Cluster.objects.filter(manager_id=cluster.pk).exists():
         raise Invalid("Workers name this cluster as their manager: change their role first.", field="role")
+
+
+def _setting_words(differences: list[tuple[str, str]]) -> str:
+    return " and ".join(words for _, words in differences)
+
+
+def multikueue_match_check(cluster: Cluster, changed: set[str] | frozenset[str] = frozenset()) -> None:
+    """A MultiKueue worker has its manager's queues (``architectures.queue_mismatch``: the same architecture and MIG
+    and HAMi switches), else the dispatched workload is never admitted there. A field error (on the setting that
+    changed, else ``manager_id``) for a worker that would differ from its manager, and for a manager whose change
+    would leave its workers differing (saying what to change first). ``changed``: the settings being changed."""
+    if cluster.role == "worker" and cluster.manager_id:
+        manager = Cluster.objects.filter(pk=cluster.manager_id).first()
+        found = architectures.queue_mismatch(manager, cluster) if manager is not None else []
+        if found:
+            field = next((f for f, _ in found if f in changed), "manager_id")
+            raise Invalid(
+                f"A MultiKueue worker needs its manager's queues (same ClusterQueue and LocalQueue names and flavors): "
+                f"{cluster.name} would have {_setting_words(found)} as on its manager {manager.name}. Set it as on "
+                f"{manager.name}, or choose another manager.", field=field)
+    if cluster.role == "manager" and cluster.pk:
+        differing = [(w.name, architectures.queue_mismatch(cluster, w))
+                     for w in Cluster.objects.filter(role="worker", manager_id=cluster.pk).order_by("name")]
+        differing = [(name, found) for name, found in differing if found]
+        if differing:
+            field = next((f for _, found in differing for f, _ in found if f in changed), "architecture")
+            names = ", ".join(name for name, _ in differing)
+            raise Invalid(
+                f"Its MultiKueue workers would no longer have its queues: {'; '.join(f'{n} would have {_setting_words(found)}' for n, found in differing)}. "
+                f"Make {names} standalone first (their role), change {cluster.name}, change {names} the same way, "
+                f"then make them its workers again.", field=field)
 
 
 def _kubeconfig_encrypted(kubeconfig: str) -> str:
@@ -153,7 +185,7 @@ def cluster_create(
         kubeconfig_path=kubeconfig_path, topology=topology, role=role, manager_id=manager_id,
         admission_check=admission_check,
     )
-    _cluster_check(cluster)
+    _cluster_check(cluster, frozenset({"architecture", "use_mig", "use_hami"}))
     if kubeconfig:
         cluster.kubeconfig_encrypted = _kubeconfig_encrypted(kubeconfig)
     cluster.save()
@@ -190,9 +222,10 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
     carrying = _flavors_carrying_topology(cluster) if switching_off else []
     kubeconfig = changes.pop("kubeconfig", None)
     old_manager = cluster.manager_id
+    changed = {field for field, value in changes.items() if getattr(cluster, field) != value}
     for field, value in changes.items():
         setattr(cluster, field, value)
-    _cluster_check(cluster)
+    _cluster_check(cluster, changed)
     quotas = Quota.objects.filter(flavor__cluster=cluster)
     if not architectures.get(cluster.architecture).cohorts and quotas.filter(project__isnull=False).exclude(
         borrowing_limit__isnull=True, lending_limit__isnull=True

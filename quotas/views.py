@@ -267,7 +267,7 @@ def _pool_chart(cluster: Cluster, pools: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def _cluster_from_query(request: HttpRequest, actor: Actor) -> tuple[list[Cluster], Cluster | None]:
-    clusters = list(selectors.clusters_for(actor=actor).order_by("name"))
+    clusters = selectors.capacity_clusters()  # ops pages only: every cluster
     name = request.GET.get("cluster")
     if not clusters:
         return clusters, None
@@ -289,16 +289,15 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
         return _ops_page(request, "quotas/capacity.html", context)
     # Read once, used for everything below: the flavors, the nodes (capacity, pools, the node table), the
     # quota sums (promised, assigned, in use). docs/performance.md: each page at most ten queries.
-    flavors = {f.pk: f for f in selectors.flavors_for(actor=actor).filter(cluster=cluster, active=True)}
-    for flavor in flavors.values():
-        flavor.cluster = cluster
-    all_nodes = list(selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name"))
+    # Kept queries (``portal.compiled``): the page is for ops, who see every flavor (``selectors.flavors_for``).
+    flavors = {f.pk: f for f in selectors.capacity_flavors(cluster=cluster)}
+    all_nodes = selectors.capacity_nodes(cluster=cluster)
     sums = selectors.quota_sums_for(cluster=cluster)  # the tenants' and the projects' sums: one query
     flavor_rows = _flavor_rows(cluster, flavors, all_nodes, sums)
     # A pool no node is in any more (a MIG change moved them to the new layout's pool) is not shown, nor offered
     # in the node filter.
     with_nodes = {node.pool_id for node in all_nodes}
-    pool_list = [p for p in selectors.node_pools_for(cluster=cluster) if p.pk in with_nodes]
+    pool_list = [p for p in selectors.capacity_pools(cluster=cluster) if p.pk in with_nodes]
     pools = _pool_rows(cluster, pool_list, flavors, flavor_rows, all_nodes)
 
     nodes = selectors.nodes_for(cluster=cluster).order_by("present", "ready", "name")
@@ -321,7 +320,8 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     tenant_search_widget(quota_filter.form.fields["tenant"], list_id="tenant-options")
     # Unfiltered, the sums above counted the rows: the pager need not.
     known = None if quota_filter.is_active else sum(r["tenant_rows"] for r in sums.values())
-    quota_pager = Pager(request, quota_filter.qs, param="quotas_page", count=known)
+    quota_pager = Pager(request, quota_filter.qs, param="quotas_page", count=known,
+                        first=None if quota_filter.is_active else lambda: selectors.tenant_promises_first(cluster=cluster))
     quota_items = list(quota_pager)
     checks = selectors.quota_confirmations(quota_items)
     not_enforced = [(f, flavor_enforcement(cluster, f)) for f in flavors.values()]

@@ -40,7 +40,7 @@ def build_kwok() -> float | None:
     return took
 
 
-def start_kwok(cp: controlplane.ControlPlane) -> None:
+def start_kwok(cp: controlplane.ControlPlane, profile: Path | None = None) -> None:
     config = cp.state_dir / "kwok.yaml"
     docs = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
              "options": {"manageNodesWithAnnotationSelector": f"{nodes.KWOK_ANNOTATION}=fake",
@@ -55,7 +55,7 @@ def start_kwok(cp: controlplane.ControlPlane) -> None:
         status, body = cp._request("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
         return status == 200 and len(body.get("items") or []) >= len(names)
 
-    names = [n["metadata"]["name"] for n in nodes.profile_nodes()]
+    names = [n["metadata"]["name"] for n in nodes.profile_nodes(profile)]  # the nodes of the profile started with
     cp._wait(leases, "kwok to take the nodes' leases", 60)
 
 
@@ -67,7 +67,7 @@ def start(state_dir: Path, profile: Path | None, kwok: bool = True) -> controlpl
         cp.threads_stop.append(volumes.start_provisioner(cp))
         cp.threads_stop.append(migmanager.start_mig_manager(cp, profile))
         if kwok:
-            start_kwok(cp)
+            start_kwok(cp, profile)
     except BaseException:
         cp.stop()
         raise

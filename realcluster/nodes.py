@@ -4,7 +4,8 @@ written to the real API server, and the kwok stages that play their kubelets.
 kwok (``sigs.k8s.io/kwok``, built in ``kwok/``) keeps every node annotated ``kwok.x-k8s.io/node: fake`` Ready and
 moves the pods bound to them through their phases: Running and Ready at once, and a Job's pods Succeeded after the
 request's duration, read from the same ``sandbox.gpuportal.dev/duration`` annotation the sandbox honours (a Go
-duration such as ``4h``; real time here, where the sandbox's clock can run faster).
+duration such as ``4h``; real time here, where the sandbox's clock can run faster). A pod whose container runs
+agnhost's ``pause`` (Kueue's TAS samples) never completes, as on a real kubelet; the sandbox does the same.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 DURATION_ANNOTATION = "sandbox.gpuportal.dev/duration"
+PAUSE_ARG = "pause"  # registry.k8s.io/e2e-test-images/agnhost's subcommand that waits for ever
 
 
 def profile_nodes(profile_path: Path | None = None) -> list[dict]:
@@ -45,6 +47,25 @@ def register(cp, nodes: list[dict]) -> None:
                                    {"status": node["status"]}, "application/merge-patch+json")
         if status != 200:
             raise RuntimeError(f"node {node['metadata']['name']} status: {status} {body}")
+        _untaint_ready(cp, node["metadata"]["name"])
+
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def _untaint_ready(cp, name: str) -> None:
+    """The API server's TaintNodesByCondition admission puts ``node.kubernetes.io/not-ready:NoSchedule`` on every
+    new Node; on a cluster the node-lifecycle controller removes it once the node is Ready. That controller is off
+    here (kwok keeps the leases), so the Ready node loses it now, as it would there."""
+    status, body = cp._request("GET", f"/api/v1/nodes/{name}")
+    taints = ((body.get("spec") or {}).get("taints") or []) if status == 200 and isinstance(body, dict) else []
+    kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
+    if len(kept) == len(taints):
+        return
+    status, body = cp._request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": kept or None}},
+                               "application/merge-patch+json")
+    if status != 200:
+        raise RuntimeError(f"node {name} taints: {status} {body}")
 
 
 def kwok_stages() -> list[dict]:
@@ -71,6 +92,9 @@ def kwok_stages() -> list[dict]:
                 continue
             doc = copy.deepcopy(loaded)
             if doc["metadata"]["name"] == "pod-complete":
+                # agnhost's ``pause`` (Kueue's samples run it) never exits on a real kubelet: such a pod stays Running
+                doc["spec"]["selector"]["matchExpressions"].append(
+                    {"key": ".spec.containers.[].args.[0]", "operator": "NotIn", "values": [PAUSE_ARG]})
                 doc["spec"]["delay"] = {
                     "durationMilliseconds": 1000,
                     "durationFrom": {"expressionFrom": f'.metadata.annotations["{DURATION_ANNOTATION}"]'},

@@ -541,6 +541,10 @@ class Store:
                    else W.volcano_job_update_error(old, obj))
             if msg:
                 raise W.denied(W.VALIDATE_JOB_WEBHOOK, msg)
+        if subresource is None and W.is_kueue_job(rt, obj):
+            msg = W.kueue_job_tas_errors(obj)
+            if msg:
+                raise W.kueue_denied(W.KUEUE_JOB_WEBHOOK, msg)
 
     def _volcano_queue(self, name: str) -> dict | None:
         try:

@@ -428,6 +428,16 @@ _CEL_RAW = {
     "!has(oldSelf.topologyName) || (has(self.topologyName) && self.topologyName == oldSelf.topologyName)": lambda s, o: (
         not _has(o, "topologyName") or (_has(s, "topologyName") and s["topologyName"] == o["topologyName"])
     ),
+    # Kueue's ResourceFlavor: under a topology, nodeLabels and tolerations are immutable (applying Kueue's
+    # sample-gpu-queues.yaml over its sample-queues.yaml meets the second on a real API server)
+    "!has(oldSelf.topologyName) || (has(self.nodeLabels) == has(oldSelf.nodeLabels) && (!has(self.nodeLabels) || self.nodeLabels == oldSelf.nodeLabels))": lambda s, o: (
+        not _has(o, "topologyName")
+        or (_has(s, "nodeLabels") == _has(o, "nodeLabels") and (not _has(s, "nodeLabels") or s["nodeLabels"] == o["nodeLabels"]))
+    ),
+    "!has(oldSelf.topologyName) || (has(self.tolerations) == has(oldSelf.tolerations) && (!has(self.tolerations) || self.tolerations == oldSelf.tolerations))": lambda s, o: (
+        not _has(o, "topologyName")
+        or (_has(s, "tolerations") == _has(o, "tolerations") and (not _has(s, "tolerations") or s["tolerations"] == o["tolerations"]))
+    ),
     # Volcano's HyperNode member selector: one of exactMatch, regexMatch, labelMatch.
     "has(self.exactMatch) || has(self.regexMatch) || has(self.labelMatch)": lambda s, o: any(
         _has(s, k) for k in ("exactMatch", "regexMatch", "labelMatch")),
@@ -648,7 +658,9 @@ def _run_rules(v, n: Node, path: str, res: Result, old):
             continue
         if not ok:
             p = path + (field_path or "") if field_path else path
-            res.errors.append({"reason": "FieldValueInvalid", "message": f"Invalid value: {json.dumps(_type_name(v))}: {msg}", "field": p})
+            # the API server (1.35, apiextensions' cel validation) omits an object's or a list's value, prints a scalar
+            shown = "" if isinstance(v, (dict, list)) else f"{fmt_value(v)}: "
+            res.errors.append({"reason": "FieldValueInvalid", "message": f"Invalid value: {shown}{msg}", "field": p})
 
 
 def _copy(v):

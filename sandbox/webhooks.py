@@ -12,6 +12,10 @@ Volcano installs two webhooks for ``batch.volcano.sh`` Jobs (``pkg/webhooks/admi
   message is Volcano's own (its pieces end with ``;``). Negative counts never get that far: the CRD schema
   (``minimum: 0``) refuses them first with 422 Invalid, as on a real API server.
 
+Kueue's ``vjob.kb.io`` (``batch/v1`` Jobs with a queue, CREATE and UPDATE) is checked for one rule only: the
+multi-layer TAS annotation needs an alpha feature gate (:func:`kueue_job_tas_errors`); its denial is
+controller-runtime's, 403 Forbidden.
+
 Not checked (see sandbox/README.md): the MPI plugin's arguments, ``dependsOn`` references and cycles, the pod
 template's core validation beyond the store's own checks, ``partitionPolicy``, ``networkTopology``, and the
 ``volcano.sh/vgpu-*`` resources.
@@ -247,6 +251,37 @@ def volcano_job_update_error(old: dict, new: dict) -> str:
     if ospec != nspec:
         return _UPDATABLE_MSG
     return ""
+
+
+KUEUE_JOB_WEBHOOK = "vjob.kb.io"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_SYSTEM_NAMESPACES = ("kube-system", "kueue-system")  # outside the namespaceSelector of Kueue's webhooks
+MULTI_LAYER_ANNOTATION = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+
+
+def is_kueue_job(rt, obj: dict) -> bool:
+    """A ``batch/v1`` Job in a namespace Kueue's ``vjob.kb.io`` webhook sees, with a queue (one Kueue manages)."""
+    meta = obj.get("metadata") or {}
+    return (rt.group == "batch" and rt.kind == "Job" and meta.get("namespace") not in KUEUE_SYSTEM_NAMESPACES
+            and bool((meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)))
+
+
+def kueue_job_tas_errors(obj: dict) -> str:
+    """Kueue v0.17's Job webhook on the pod template's TAS annotations (jobframework/tas_validation.go), the part the
+    sandbox checks: the multi-layer slice constraints need the ``TASMultiLayerTopology`` feature gate, alpha and off
+    by default (the sandbox runs Kueue's default gates), as Kueue's own ``sample-job-multi-layer.yaml`` meets it."""
+    ann = (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}
+    if MULTI_LAYER_ANNOTATION in ann:
+        return (f"spec.template.metadata.annotations[{MULTI_LAYER_ANNOTATION}]: Forbidden: the TASMultiLayerTopology "
+                "feature gate must be enabled to use this annotation")
+    return ""
+
+
+def kueue_denied(webhook: str, message: str):
+    """A controller-runtime webhook's ``admission.Denied`` (Kueue's validators): 403, reason Forbidden."""
+    from .store import ApiError
+
+    return ApiError(403, "Forbidden", f'admission webhook "{webhook}" denied the request: {message}')
 
 
 def denied(webhook: str, message: str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from portal.cache import changed as cache_changed
 from portal.machine import NOW, Machine
 
 from .access import Actor
@@ -23,10 +24,17 @@ PROJECT_FIELDS = ["name", "slug", "description", "status", "notebooks_open_to_ap
                   "stop_idle_batch_jobs"]
 T, P = Tenant.Status, Project.Status
 
+
+def _offers_changed(move: Any) -> None:
+    """A tenant or project moved (an UPDATE: no post_save): what the queues offer is read again (``quotas.selectors``'
+    "offers", a higher app's memo, named here, not imported)."""
+    cache_changed("offers")
+
+
 TENANT = Machine(
     Tenant, field="status", audit_as="tenant", record=audit_record,
     allowed={T.ACTIVE: {T.SUSPENDED}, T.SUSPENDED: {T.ACTIVE}},
-    scope=lambda tenant: (tenant, None), snapshot=lambda tenant: snapshot(tenant, TENANT_FIELDS),
+    scope=lambda tenant: (tenant, None), snapshot=lambda tenant: snapshot(tenant, TENANT_FIELDS), effects=[_offers_changed],
 )
 PROJECT = Machine(
     Project, field="status", audit_as="project", record=audit_record,
@@ -35,6 +43,7 @@ PROJECT = Machine(
     stamps={P.ARCHIVED: {"archived_at": NOW, "namespace_released_at": None},
             P.ACTIVE: {"archived_at": None, "namespace_released_at": None}},
     scope=lambda project: (project.tenant, project), snapshot=lambda project: snapshot(project, PROJECT_FIELDS),
+    effects=[_offers_changed],
 )
 TENANT_ACTIONS = {T.SUSPENDED: "tenant.suspend", T.ACTIVE: "tenant.activate"}
 PROJECT_ACTIONS = {P.ARCHIVED: "project.archive", P.ACTIVE: "project.restore"}

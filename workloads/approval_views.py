@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import PortalError
 from portal.inputs import is_id
-from portal.ui import Pager
+from portal.ui import PAGE_SIZE, Pager
 from tenants.access import Actor
 from tenants.policy import asked
 from tenants.ui import page
@@ -23,12 +23,12 @@ from . import policy, selectors, services
 from .forms import BulkDecisionForm, DecisionForm
 from .models import WorkloadRequest
 from .views import (
+    ROW_RELATED,
     S,
     _actor,
     _detail_page,
     _error_text,
     _request_filters,
-    _rows,
     _visible_request,
 )
 
@@ -53,6 +53,11 @@ INBOX_COLUMNS = (
 )
 
 
+# The related rows the inbox's rows show (joined), for its requests and its extension requests.
+INBOX_RELATED = (*ROW_RELATED, "tenant", "requested_by")
+INBOX_EXTENSION_RELATED = ("request__project__tenant", "request__template", "request__flavor", "requested_by")
+
+
 def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None) -> dict[str, Any]:
     """A row of the inbox (the Jinja2 template ``workloads/_approval_row.html``): the request, its context, its
     decision form."""
@@ -71,16 +76,25 @@ def _changed(response: HttpResponse) -> HttpResponse:
 def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisionForm | None = None,
                     selected: dict[str, set[str]] | None = None, outcome: Any = None, status: int = 200) -> HttpResponse:
     approvable = selectors.approvable_projects(actor=actor)  # the project filter's choices
-    inbox = _rows(selectors.approvals_inbox_for(actor=actor, context=False), "tenant", "requested_by").only(*INBOX_COLUMNS)
+    inbox = selectors.approvals_inbox_rows(actor=actor).select_related(*INBOX_RELATED).only(*INBOX_COLUMNS)
     filterset = _request_filters(
         request, inbox, hide=("state", "phase", "tenant", "mine", "requested_by", "created_after", "created_before",
                               "template", "flavor", "priority"),
         selects={"project": [(slug, name) for _, slug, name in approvable]},
     )
-    pager = Pager(request, filterset.qs)
+
+    def first(extensions: bool, related: tuple[str, ...], columns: tuple[str, ...]) -> Any:
+        """The first page unfiltered, from a kept query (``selectors.inbox_first_page``); None: the filters' own."""
+        if extensions or not filterset.is_active:
+            return lambda: selectors.inbox_first_page(actor=actor, extensions=extensions, related=related,
+                                                      columns=columns, limit=PAGE_SIZE + 1)
+        return None
+
+    pager = Pager(request, filterset.qs, first=first(False, INBOX_RELATED, INBOX_COLUMNS))
     rows = [_inbox_row(req) for req in selectors.with_approval_context(list(pager))]
-    extension_pager = Pager(request, selectors.extension_requests_for(actor=actor, inbox=True).only(*INBOX_EXTENSION_COLUMNS),
-                            param="extensions_page")
+    extension_pager = Pager(request, selectors.inbox_extension_rows(actor=actor).select_related(*INBOX_EXTENSION_RELATED)
+                            .only(*INBOX_EXTENSION_COLUMNS), param="extensions_page",
+                            first=first(True, INBOX_EXTENSION_RELATED, INBOX_EXTENSION_COLUMNS))
     extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
     selected = selected or {}
     return page(request, "workloads/approvals.html", {
@@ -166,6 +180,8 @@ def request_decide(request: HttpRequest, pk: int) -> HttpResponse:
             if getattr(exc, "field", None) == "comment":
                 form.add_error("comment", error)
     done = f"{req.name} {'approved' if req.state != S.REJECTED else 'rejected'}." if not error else ""
+    if done and getattr(req, "approval_note", ""):
+        done = f"{done} {req.approval_note}"  # re-routed at approval, or approved where it is (and why)
     if request.htmx:
         row = _inbox_row(req, form if error else None) | {"error": "" if form.has_error("comment") else error,
                                                            "done": done}

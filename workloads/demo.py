@@ -57,22 +57,29 @@ def seed_request_demo() -> list[WorkloadRequest]:
     borrow = int(quota.borrowing_limit) if quota.borrowing_limit is not None else 0
     made: list[WorkloadRequest] = []
 
-    def submit(who: Membership, key: str, template: str, **values) -> None:
-        try:
-            made.append(services.request_submit(actor=Actor(user=who.user), project=project, template=templates[template],
-                                                idempotency_key=f"demo-{key}", flavor=flavor, **values))
-        except Exception:  # a demo request the rules refuse must not stop the demo
-            logger.exception("demo request %s not submitted", key)
+    def submit(who: Membership, key: str, template: str, *, elsewhere: bool = False, **values) -> None:
+        # ``elsewhere``: when the training flavor does not take this kind (architecture E: Volcano's offline pool takes
+        # gangs only), the project's other whole-GPU flavors of the cluster are tried in order (E: the online pool).
+        tries = [flavor] + (_other_flavors(project, flavor, templates[template]) if elsewhere else [])
+        for i, on in enumerate(tries):
+            try:
+                made.append(services.request_submit(actor=Actor(user=who.user), project=project, template=templates[template],
+                                                    idempotency_key=f"demo-{key}", flavor=on, **values))
+                return
+            except Exception:  # a demo request the rules refuse must not stop the demo
+                if i == len(tries) - 1:
+                    logger.exception("demo request %s not submitted", key)
 
-    # Running: a one-GPU training job, approved by the global rule; it finishes after its 2 simulated hours.
-    submit(member, "training-running", "training", image=TRAINING_IMAGE, gpus=1, duration_hours=2,
+    # Running: a one-GPU training job, approved by the global rule; it finishes after its 8 simulated hours (under
+    # architecture E a Volcano Job: a gang of one in the project's Volcano Queue).
+    submit(member, "training-running", "training", image=TRAINING_IMAGE, gpus=1, duration_hours=8,
            parameters={"command": "python train.py --epochs 20", "env": {"WANDB_MODE": "offline"}}, name="resnet-baseline")
-    # A notebook (one GPU, auto-approved).
-    submit(member, "notebook", "notebook", image=NOTEBOOK_IMAGE, gpus=1, duration_hours=8, parameters={"ide": "jupyterlab"},
-           name="explore-data")
+    # A notebook (one GPU, auto-approved): on the training flavor where it takes notebooks, else (E) on an online H100.
+    submit(member, "notebook", "notebook", elsewhere=True, image=NOTEBOOK_IMAGE, gpus=1, duration_hours=8,
+           parameters={"ide": "jupyterlab"}, name="explore-data")
     # Pending for quota: the project admin approves it (as submitter), but it needs every GPU the project may
-    # use (nominal + borrowing), so it waits for as long as the notebook holds one (hours of portal time),
-    # not only until the short training job finishes.
+    # use on the flavor (nominal + borrowing), so it waits for as long as the running training job holds one (hours
+    # of portal time; under F the notebook holds one too): under E in the project's Volcano Queue, under F in Kueue.
     want = min(nominal + borrow, 8)
     if want >= 2:
         submit(admin, "training-pending", "training", image=TRAINING_IMAGE, gpus=want, duration_hours=4,
@@ -86,11 +93,19 @@ def seed_request_demo() -> list[WorkloadRequest]:
     return made
 
 
+def _other_flavors(project, flavor: Flavor, template: ServiceTemplate) -> list[Flavor]:
+    """The project's other whole-GPU flavors on ``flavor``'s cluster that ``template`` allows, in the catalogue's order."""
+    return list(Flavor.objects.filter(pk__in=Quota.objects.filter(project=project, nominal__gt=0).values("flavor_id"),
+                                      cluster_id=flavor.cluster_id, active=True, kind=Flavor.Kind.WHOLE)
+                .filter(pk__in=template.allowed_flavors.values("pk")).exclude(pk=flavor.pk).order_by("order", "name"))
+
+
 def _inference_demo(project, cluster, admin: Membership, member: Membership,
                     template: ServiceTemplate | None) -> WorkloadRequest | None:
     """A one-GPU model server the member asked for and the project admin approved (inference always waits for an
     approver: the online class), autoscaled between 1 and 2 replicas, on the first flavor of the demo's own cluster
-    that its template and the project's quota take (under architecture F: the online pool)."""
+    that its template and the project's quota take (architecture E: the online H100s Kueue admits, F: the online
+    pool)."""
     if template is None:
         return None
     flavors = Flavor.objects.filter(pk__in=Quota.objects.filter(project=project, nominal__gt=0).values("flavor_id"),

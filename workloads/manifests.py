@@ -29,7 +29,8 @@ GPU resources come from the flavor, always explicit (docs/cluster-objects.md, "H
 ``nvidia.com/mig-<profile>`` for MIG slices, ``nvidia.com/gpu`` + ``nvidia.com/gpumem`` + ``nvidia.com/gpucores``
 for HAMi. CPU and memory requests equal limits. The pod templates select the flavor's nodes (``nodeSelector`` =
 its node labels, plus its tolerations): Kueue would inject them on admission, but writing them pins the flavor
-the user chose among a ClusterQueue's flavors, and Volcano (which Kueue never touches) needs them anyway.
+the user chose among a ClusterQueue's flavors, and Volcano (which Kueue never touches) needs them anyway. A consenting
+request that routing lets Kueue choose for (``request.kueue_flavors``) carries node affinity over those flavors instead.
 
 Training objects carry the sandbox cluster's ``sandbox.gpuportal.dev/duration`` annotation (the request's
 duration), so the demo's simulated jobs end; a real cluster ignores it.
@@ -209,7 +210,8 @@ def container_resources(request: WorkloadRequest) -> dict[str, dict[str, str]]:
 
 
 def placement(request: WorkloadRequest, t: Target) -> dict[str, Any]:
-    """nodeSelector and tolerations of the flavor (and of the online pool for inference under F)."""
+    """nodeSelector and tolerations of the flavor (and of the online pool for inference under F); where Kueue chooses
+    between flavors (``request.kueue_flavors``), node affinity over what tells them apart."""
     flavor = request.flavor
     selector = {str(k): str(v) for k, v in (flavor.node_labels or {}).items()}
     tolerations = [dict(tol) for tol in (flavor.tolerations or [])]
@@ -222,9 +224,28 @@ def placement(request: WorkloadRequest, t: Target) -> dict[str, Any]:
         pool_toleration = {"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
         if pool_toleration not in tolerations:
             tolerations.append(pool_toleration)
+    affinity = None
+    choice = [c for c in (request.kueue_flavors or []) if isinstance(c, dict)]
+    if len(choice) > 1:
+        # Kueue chooses among these flavors (docs/cluster-objects.md, "Flavor fungibility"): the labels they share stay
+        # in the nodeSelector, the ones that tell them apart (the GPU model) become one node-affinity term per flavor,
+        # so Kueue's flavor assigner finds every one of them compatible and injects the one it admits on.
+        labels = [{str(k): str(v) for k, v in (c.get("node_labels") or {}).items()} for c in choice]
+        differ = {k for one in labels for k in one if any(other.get(k) != one[k] for other in labels)}
+        for key in differ:
+            selector.pop(key, None)
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": k, "operator": "In", "values": [one[k]]} for k in sorted(differ) if k in one]}
+            for one in labels]}}}
+        for c in choice:
+            for tol in c.get("tolerations") or []:
+                if dict(tol) not in tolerations:
+                    tolerations.append(dict(tol))
     out: dict[str, Any] = {}
     if selector:
         out["nodeSelector"] = selector
+    if affinity:
+        out["affinity"] = affinity
     if tolerations:
         out["tolerations"] = tolerations
     return out

@@ -213,6 +213,12 @@ class WorkloadRequest(models.Model):
     spilled = models.BooleanField(default=False)
     spilled_from_model = models.CharField(max_length=40, blank=True, default="")
     route_reason = models.CharField(max_length=500, blank=True, default="")
+    # Kueue's flavor fungibility inside its cluster (docs/federation.md, "Inside one cluster: Kueue chooses"): the
+    # flavors of its ClusterQueue Kueue may choose between, in the queue's order, its own first, each as
+    # ``{"name", "model", "node_labels", "tolerations"}`` (its pods allow each one's nodes). Empty: pinned to ``flavor``.
+    # The status follower sets ``flavor`` to the one Kueue admitted it on.
+    kueue_flavors = models.JSONField(default=list, blank=True,
+                                     help_text="Flavors of its cluster Kueue may choose between (empty: pinned to its flavor).")
     # A spill's source at routing time (``routing.source_wait_estimate``): the workloads waiting in its first model's
     # zones, and the estimated wait there, from what runs and waits there and their time limits (the queue wait
     # saved by spilling is that estimate less the wait it had on the target; insights "spill-over").

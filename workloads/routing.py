@@ -19,15 +19,21 @@ The rule, at submission (``services._submit`` calls ``route`` after its own chec
    model; the request then records ``spilled``, ``spilled_from_model`` and ``route_reason``, and waits for an
    approver when the policy says so. Otherwise it waits in its own model's queue.
 
+5. **Inside the chosen cluster Kueue chooses.** For a consenting job, later accepted models its policy allows (without
+   an approver) that the cluster's ClusterQueue lists after the chosen flavor become ``kueue_flavors``: its pods allow
+   each of them and Kueue's flavor fungibility picks at admission (``kueue_choice``); the status follower writes the
+   flavor Kueue admitted back into the request.
+
 Only when there is a choice (another cluster of its model, or a spill target) are clusters read: a request with one
 possible place goes there as before, at no extra cost.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -43,7 +49,7 @@ from portal.kube import ClusterError, kube_for
 from portal.labels import PROJECT_LABEL
 from portal.quantities import fmt, in_portal_units
 from quotas.capacity import capacity_by_flavor
-from quotas.manifests import KUEUE
+from quotas.manifests import KUEUE, topology_flavor, volcano_owned
 from quotas.models import Cluster, Flavor, SpillPolicy
 from quotas.zones import COMPUTE_CAPABILITY, capability_tuple, gpu_models, spill_policy_of
 from tenants.audit import audit_append, audit_entry
@@ -218,23 +224,84 @@ class Route:
     needs_approval: bool = False
     source_pending: int | None = None  # a spill: workloads waiting in its first model's zones then
     source_wait_seconds: int | None = None  # a spill: the estimated wait there then (``source_wait_estimate``)
+    nowhere: bool = False  # no zone takes new work or answers: it stays where asked (re-routing at approval keeps it)
+    kueue_flavors: list[dict[str, Any]] = field(default_factory=list)  # Kueue chooses among these (``kueue_choice``)
 
     def fields(self) -> dict[str, Any]:
         return {"flavor": self.flavor, "cluster": self.flavor.cluster, "spilled": self.spilled,
                 "spilled_from_model": self.from_model, "route_reason": self.reason[:500],
-                "spill_source_pending": self.source_pending, "spill_source_wait_seconds": self.source_wait_seconds}
+                "spill_source_pending": self.source_pending, "spill_source_wait_seconds": self.source_wait_seconds,
+                "kueue_flavors": self.kueue_flavors}
 
 
 def _model(flavor: Flavor) -> str:
     return flavor.gpu_model or flavor.name
 
 
+def kueue_choice(found: Route, *, project: Project, needs: Needs, candidates: list[Flavor],
+                 usable: Callable[[Flavor], bool]) -> list[dict[str, Any]]:
+    """The flavors of the chosen cluster Kueue may choose between for a consenting request (its own first, then
+    flavors of later accepted models its project's policy allows, in the ClusterQueue's order), or [] (pinned).
+
+    Kueue tries a group's flavors in the queue's order (``quotas.manifests.kueue_flavors``: ``order``, then name), so
+    a later model is offered to Kueue only where the queue lists it after the chosen flavor and in the job's order of
+    preference. Whole GPUs only, never on Volcano's pool, with the same pool and topology as the chosen flavor (one
+    ClusterQueue, one kind of placement), usable by the submission's own rules and compatible with the image. A
+    policy that wants an approver for a spill keeps the request pinned: Kueue would spill it without one."""
+    chosen = found.flavor
+    order = list(needs.accepted_models)
+    model = _model(chosen)
+    if (not needs.spill_consent or len(order) < 2 or model not in order or chosen.kind != Flavor.Kind.WHOLE
+            or volcano_owned(chosen.cluster, chosen)):
+        return []
+    policy = spill_policy_of(project)
+    later = [m for m in order[order.index(model) + 1:] if policy.admits(m)]
+    if not later or policy.needs_approval:
+        return []
+    queue = sorted((f for f in candidates if f.cluster_id == chosen.cluster_id and f.active and f.kind == chosen.kind),
+                   key=lambda f: (f.order, f.name))
+    at = next((i for i, f in enumerate(queue) if f.pk == chosen.pk), None)
+    if at is None:
+        return []
+    rank = {m: i for i, m in enumerate(order)}
+    placed = topology_flavor(chosen.cluster, chosen)
+    kept = [chosen]
+    for f in queue[at + 1:]:
+        if (_model(f) in later and rank[_model(f)] >= rank[_model(kept[-1])] and f.pool_label == chosen.pool_label
+                and topology_flavor(f.cluster, f) == placed and not volcano_owned(f.cluster, f)
+                and not incompatibility(f, needs) and usable(f)):
+            kept.append(f)
+    if len(kept) < 2:
+        return []
+    return [{"name": f.name, "model": _model(f), "node_labels": {str(k): str(v) for k, v in (f.node_labels or {}).items()},
+             "tolerations": [dict(t) for t in (f.tolerations or [])]} for f in kept]
+
+
+def _kueue_chooses(fn: Callable[..., Route]) -> Callable[..., Route]:
+    """``route`` and then, inside the cluster it chose, the later models Kueue may choose (``kueue_choice``)."""
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Route:
+        found = fn(**kwargs)
+        choice = kueue_choice(found, project=kwargs["project"], needs=kwargs["needs"], candidates=kwargs["candidates"],
+                              usable=kwargs["usable"])
+        if choice:
+            found.kueue_flavors = choice
+            found.reason = (f"{found.reason} In zone {found.flavor.cluster.zone_name} Kueue may also run it on "
+                            f"{', '.join(f['model'] for f in choice[1:])} when {_model(found.flavor)} is full there "
+                            f"(the queue's flavor order decides).")[:500]
+        return found
+    return wrapper
+
+
+@_kueue_chooses
 def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, candidates: list[Flavor],
-          usable: Callable[[Flavor], bool], exclude_cluster: Cluster | None = None) -> Route:
+          usable: Callable[[Flavor], bool], exclude_cluster: Cluster | None = None,
+          in_flight: dict[int, tuple[Decimal, Decimal]] | None = None) -> Route:
     """Where a request of ``project`` asking ``demand`` of ``flavor`` runs (see the module's rule).
 
     ``candidates``: the flavors the template allows (active, with their clusters); ``usable(flavor)``: the
     submission's own rules (enforced, quota enough, the queues admit it), asked of each candidate considered.
+    ``in_flight``: per flavor id, demand approved but not in the cluster yet (zone, project), counted as reserved.
     Raises ValidationError (``flavor`` / ``accepted_models``) when the declared needs rule a model out."""
     home_model = _model(flavor)
     order = list(needs.accepted_models) or [home_model]
@@ -278,7 +345,8 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
                                             f"never runs on {', '.join(order[1:])}.")
             return Route(flavor)
         state = "drained" if flavor.cluster.draining else "unhealthy"
-        return Route(flavor, reason=f"Zone {flavor.cluster.zone_name} is {state} and no other zone may take it: it waits there.")
+        return Route(flavor, nowhere=True,
+                     reason=f"Zone {flavor.cluster.zone_name} is {state} and no other zone may take it: it waits there.")
 
     loads: dict[int, Load] = {}
     by_cluster: dict[int, list[Flavor]] = {}
@@ -288,6 +356,10 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
         found = zone_load(fl[0].cluster, project, fl)
         if found:
             loads.update(found)
+    for pk, (zone_extra, project_extra) in (in_flight or {}).items():
+        if pk in loads:  # approved, not in the cluster's queues yet (re-routing at approval)
+            loads[pk].reserved += zone_extra
+            loads[pk].project_reserved += project_extra
     answered = [f for f in considered if f.pk in loads]
     home = [f for f in answered if _model(f) == first]
     fitting = sorted((f for f in home if loads[f.pk].fits(demand)), key=lambda f: (-loads[f.pk].free, f.order, f.cluster.name))
@@ -331,7 +403,7 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
         return Route(chosen, reason=f"Waits for {first} in zone {chosen.cluster.zone_name}: {why_home}.{note}"[:500])
     if exclude_cluster is not None:
         raise NoRoute(f"{why_home}.{note}")
-    return Route(flavor, reason=f"Waits for {first} in zone {flavor.cluster.zone_name}: {why_home}.{note}"[:500])
+    return Route(flavor, nowhere=True, reason=f"Waits for {first} in zone {flavor.cluster.zone_name}: {why_home}.{note}"[:500])
 
 
 class NoRoute(Exception):

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
 from portal.compiled import Compiled
@@ -163,14 +163,15 @@ def _check_share_fits_quota(*, project: Project, flavor: Flavor, vgpus: int, sha
                       f"can ever get on {flavor} ({room}). Ask for more quota or choose a smaller share.", field=field or share_field)
 
 
-def _routable_here(project: Project, template: ServiceTemplate, flavor: Flavor, demand: Decimal) -> bool:
+def _routable_here(project: Project, template: ServiceTemplate, flavor: Flavor, demand: Decimal,
+                   offered: set[int] | None = None) -> bool:
     """Whether the submission's own rules let the request run on ``flavor`` (a routing candidate): enforced, sized,
-    the project's quota enough, its queues admit the kind."""
+    the project's quota enough, its queues admit the kind (``offered``: see ``_check_queue_admits``)."""
     if not is_enforced(flavor) or not flavor.hami_sized or kinds.kueue_cannot_admit(kind=template.kind, flavor=flavor):
         return False
     try:
         _check_can_ever_run(project=project, flavor=flavor, demand=demand)
-        _check_queue_admits(project=project, template=template, flavor=flavor)
+        _check_queue_admits(project=project, template=template, flavor=flavor, offered=offered)
     except Invalid:
         return False
     return True
@@ -182,10 +183,13 @@ def redispatch_usable(req: WorkloadRequest, flavor: Flavor) -> bool:
     return _routable_here(req.project, req.template, flavor, demand)
 
 
-def _check_queue_admits(*, project: Project, template: ServiceTemplate, flavor: Flavor) -> None:
+def _check_queue_admits(*, project: Project, template: ServiceTemplate, flavor: Flavor, offered: set[int] | None = None) -> None:
     """Refuse what the project's queues could never admit, whatever the free capacity (``quotas.manifests.queue_admits``,
-    the rule the form and the API offer by): say which queue it would wait in, and what would let it run."""
-    if flavor.pk in selectors.queue_offered_flavors(projects=[project], kind=template.kind).get(project.pk, set()):
+    the rule the form and the API offer by): say which queue it would wait in, and what would let it run. ``offered``:
+    the ids of the flavors the project's queues offer the template's kind on, as the caller read them (None: read now)."""
+    if offered is None:
+        offered = selectors.queue_offered_flavors(projects=[project], kind=template.kind).get(project.pk, set())
+    if flavor.pk in offered:
         return
     queue = quota_manifests.local_queue_name(flavor.cluster, project.slug, serving=kinds.get(template.kind).serving)
     raise Invalid(
@@ -475,6 +479,9 @@ def request_submit(
     # The catalogue's images and rule, read before the transaction (from the process's copy: ``selectors.CATALOGUE``).
     images = selectors.curated_images()
     rule = approval_rule_for(project=project, template=template)
+    # What the project's queues offer, from the process's copy (``quotas.selectors.OFFERS``; None inside a caller's
+    # transaction: read in the check). Three queries less per submission than reading it in the transaction.
+    offered = selectors.queue_offered_flavors_kept(project=project, kind=template.kind)
     try:
         with transaction.atomic():
             req = _submit(
@@ -483,7 +490,7 @@ def request_submit(
                 duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
                 idempotency_fingerprint=fingerprint, name_taken=name_taken, images=images, rule=rule,
                 share=(share_memory_gib, share_cores_percent, share_preset), needs=needs or routing.Needs(),
-                topology=topology,
+                topology=topology, offered=offered,
             )
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
@@ -556,6 +563,7 @@ def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor
         spilled_from_model=where.from_model if where else "", route_reason=(where.reason if where else "")[:500],
         spill_source_pending=where.source_pending if where else None,
         spill_source_wait_seconds=where.source_wait_seconds if where else None,
+        kueue_flavors=where.kueue_flavors if where else [],
         topology=topology,
     )
     to = S.APPROVED if decision.auto else S.PENDING_APPROVAL
@@ -606,6 +614,7 @@ def _submit(
     share: tuple[Any, Any, bool | None] = (None, None, None),
     needs: routing.Needs = _NO_NEEDS,
     topology: str = "",
+    offered: set[int] | None = None,
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
@@ -629,10 +638,10 @@ def _submit(
     _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if size.replicas > 1 else "gpus")
     if flavor.kind == Flavor.Kind.HAMI:
         _check_share_fits_quota(project=project, flavor=flavor, vgpus=size.gpus * size.replicas, share=hami_share)
-    _check_queue_admits(project=project, template=template, flavor=flavor)
+    _check_queue_admits(project=project, template=template, flavor=flavor, offered=offered)
     # Federation: the model check, then which cluster and flavor (workloads/routing.py; docs/federation.md).
     where = routing.route(project=project, flavor=flavor, needs=needs, demand=demand, candidates=_allowed_flavors(template),
-                          usable=lambda f: _routable_here(project, template, f, demand))
+                          usable=lambda f: _routable_here(project, template, f, demand, offered))
     flavor = where.flavor
     if topology and not quota_manifests.placed_by_topology(flavor.cluster, flavor):
         raise Invalid(f"It would run on {flavor}, whose cluster places nothing by rack or block: submit it without "
@@ -675,18 +684,104 @@ def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> Wor
     reason = f"{verb} by {actor.label}" + (f": {comment}" if comment else ".")
     fields: dict[str, Any] = {"approved_by": actor.user} if to == S.APPROVED and actor.user is not None else {}
     fields["decision_comment"] = comment
+    before = {"cluster": req.cluster.name, "zone": req.cluster.zone_name, "flavor": req.flavor.name}
+    routed = _route_at_approval(req) if to == S.APPROVED and req.state in (S.SUBMITTED, S.PENDING_APPROVAL) else None
     won = move(
         req, to=to, actor_label=actor.label, actor=actor, reason=reason,
-        only_from=[S.SUBMITTED, S.PENDING_APPROVAL], fields=fields,
+        only_from=[S.SUBMITTED, S.PENDING_APPROVAL], fields=fields | (routed.fields if routed else {}),
     )
     if not won:
         current = WorkloadRequest.objects.filter(pk=req.pk).values_list("state", flat=True).first()
         raise ConflictError(f"The request is {current} now: someone already decided on it, or it was cancelled.")
+    if routed is not None:
+        _event(req, actor_label=actor.label, message=routed.message)
+        req.approval_note = routed.message  # type: ignore[attr-defined]  # the page's message says it too
+        if routed.fields:
+            after = {"cluster": req.cluster.name, "zone": req.cluster.zone_name, "flavor": req.flavor.name,
+                     "spilled": req.spilled, "why": routed.message[:300]}
+            audit_append([audit_entry(actor=actor, action="request.reroute", target=req, tenant=req.tenant,
+                                      project=req.project, before=before, after=after)])
     if to == S.APPROVED:
         _on_commit_approved(req, notify_requester=True)
     else:
         after_commit(notify.request_decided_notify, req.pk)
     return req
+
+
+# Routing again at approval (docs/federation.md, "Routing again at approval") -----------------------
+
+APPROVAL_ROUTING_LOCK = 26_001  # PostgreSQL advisory lock class: one tenant's approvals re-route one at a time
+
+
+@dataclass(frozen=True)
+class _Rerouted:
+    fields: dict[str, Any]  # empty: it stays where it is
+    message: str  # the timeline entry: where it moved and why, or why it stays
+
+
+def _approval_routing_lock(tenant_id: int) -> None:
+    """Held to the commit: a concurrent approval in the tenant routes after this one is written, and counts it."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [APPROVAL_ROUTING_LOCK, tenant_id])
+
+
+def _in_flight(req: WorkloadRequest, flavors: list[Flavor]) -> dict[int, tuple[Decimal, Decimal]]:
+    """Per flavor id, what approved requests (not in the cluster's queues yet) will take: (all, ``req``'s project).
+    The cluster's ClusterQueues do not show them yet; routing counts them as reserved. One query."""
+    out: dict[int, tuple[Decimal, Decimal]] = {}
+    rows = (WorkloadRequest.objects.filter(state=S.APPROVED, flavor__in=[f.pk for f in flavors]).exclude(pk=req.pk)
+            .values_list("flavor_id", "project_id", "flavor__kind", "gpus", "replicas", "cpu"))
+    for flavor_id, project_id, kind, gpus, replicas, cpu in rows:
+        demand = (Decimal(cpu) if kind == Flavor.Kind.CPU else Decimal(gpus)) * replicas
+        zone, project = out.get(flavor_id, (Decimal(0), Decimal(0)))
+        out[flavor_id] = (zone + demand, project + (demand if project_id == req.project_id else Decimal(0)))
+    return out
+
+
+def _route_at_approval(req: WorkloadRequest) -> _Rerouted | None:
+    """Route a request that waited for an approver again, by the submission's rule (``routing.route``: its consent,
+    its project's spill-over policy, the compatibility check, never a drained or unhealthy cluster), reading the
+    clusters' load now plus what was approved and is not in their queues yet. None: it stays, nothing to say."""
+    flavor = req.flavor
+    if flavor.kind in (Flavor.Kind.CPU, Flavor.Kind.HAMI):
+        return None  # not routed at submission either
+    needs = routing.Needs(tuple(req.accepted_models or ()), req.min_gpu_memory_gib, req.min_compute_capability,
+                          req.spill_consent)
+    candidates = _allowed_flavors(req.template)
+    demand = request_demand(flavor=flavor, gpus=req.gpus, replicas=req.replicas, cpu=req.cpu)
+
+    def usable(f: Flavor) -> bool:
+        return _routable_here(req.project, req.template, f, demand)
+
+    home = flavor
+    if req.spilled and req.spilled_from_model:  # routing starts again from its first model
+        home = next((f for f in candidates if f.kind == flavor.kind and (f.gpu_model or f.name) == req.spilled_from_model
+                     and f.cluster.role != "worker" and f.cluster.routable and usable(f)), None)
+        if home is None:
+            return None  # its first model is offered nowhere now: it stays where it spilled to
+    here = f"zone {req.cluster.zone_name} ({req.cluster.name}, {flavor})"
+    _approval_routing_lock(req.tenant_id)
+    try:
+        found = routing.route(project=req.project, flavor=home, needs=needs, demand=demand, candidates=candidates,
+                              usable=usable, in_flight=_in_flight(req, candidates))
+    except ValidationError as exc:
+        return _Rerouted({}, f"Approved where it is, in {here}: routing at approval found no model that runs it "
+                             f"({' '.join(exc.messages)}); it waits there."[:1000])
+    new = found.flavor
+    if found.nowhere:
+        return _Rerouted({}, f"Approved where it is, in {here}: no zone can take it now ({found.reason}) It waits "
+                             f"there."[:1000])
+    if new.pk == flavor.pk:
+        return None
+    if req.topology and not quota_manifests.placed_by_topology(new.cluster, new):
+        return _Rerouted({}, f"Not re-routed at approval: {new} would be freer, but its cluster places nothing by "
+                             f"rack or block; it stays in {here}."[:1000])
+    back = " (its first model has room again)" if req.spilled and not found.spilled else ""
+    message = (f"Re-routed at approval from {here} to zone {new.cluster.zone_name} ({new.cluster.name}, {new}){back}: "
+               f"{found.reason}")
+    fields = found.fields() | {"route_reason": message[:500]}
+    return _Rerouted(fields, message[:1000])
 
 
 @transaction.atomic

@@ -60,7 +60,7 @@ from portal.leases import Lease
 from . import kinds, notify
 from .kinds import uses_volcano
 from .manifests import cluster_queue_name, installation_id
-from .models import Reclaim, RequestState, WorkloadRequest
+from .models import Reclaim, RequestEvent, RequestState, WorkloadRequest
 from .pending import request_pending_reason, topology_hosts
 from .preemption import preemption_of
 from .states import ACTIVE, move
@@ -150,6 +150,11 @@ def summarize(key: str, obj: dict[str, Any]) -> dict[str, Any]:
                 hosts[host] = hosts.get(host, 0) + pods
         if hosts:
             out["topo"] = dict(sorted(hosts.items())[:50])
+        # The flavors Kueue admitted it on (where Kueue chose between flavors, the request's flavor follows them).
+        admitted_on = sorted({str(name) for psa in (status.get("admission") or {}).get("podSetAssignments") or []
+                              for name in (psa.get("flavors") or {}).values()})
+        if admitted_on:
+            out["fl"] = admitted_on[:8]
         # Kueue MultiKueue on a manager cluster: the worker it was dispatched to, and its admission checks' word
         if status.get("clusterName"):
             out["worker"] = str(status["clusterName"])[:253]
@@ -204,6 +209,41 @@ def current_workload_uid(objects: dict[str, dict[str, Any]]) -> str:
     uids = [(((v.get("c") or {}).get("Finished") or [""])[0] == "True", v.get("uid") or "")
             for k, v in objects.items() if k.startswith("workload/")]
     return next((uid for _, uid in sorted(uids) if uid), "")
+
+
+def admitted_flavor(objects: dict[str, dict[str, Any]], choice: list[str]) -> str:
+    """The flavor among ``choice`` that Kueue admitted the request's current Workload on (its admission's
+    ``podSetAssignments[].flavors``, as summarized), or "" (not admitted, or pinned)."""
+    uid = current_workload_uid(objects)
+    for key, summary in objects.items():
+        if key.startswith("workload/") and summary.get("uid", "") == uid:
+            return next((name for name in summary.get("fl") or () if name in choice), "")
+    return ""
+
+
+def _kueue_chose(req: WorkloadRequest, objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Where Kueue chose between flavors for ``req`` (``kueue_flavors``): the fields that make the request say the
+    flavor it was admitted on (``flavor``, ``spilled``, ``spilled_from_model``), with a timeline entry; {} when nothing
+    changed. The request page, the API and billing then name the model that ran."""
+    choice = [c for c in req.kueue_flavors or [] if isinstance(c, dict) and c.get("name")]
+    if len(choice) < 2:
+        return {}
+    name = admitted_flavor(objects, [c["name"] for c in choice])
+    if not name or name == req.flavor.name:
+        return {}
+    from quotas.models import Flavor
+
+    flavor = Flavor.objects.filter(cluster_id=req.cluster_id, name=name).first()
+    if flavor is None:
+        return {}
+    first = (list(req.accepted_models or ()) or [choice[0].get("model") or ""])[0]
+    model = flavor.gpu_model or flavor.name
+    spilled = model != first
+    why = f": {first} was full there; the job consented and the project allows {model}." if spilled else "."
+    RequestEvent.objects.create(request=req, actor_label=ACTOR,
+                                message=f"Kueue admitted it on {model} (flavor {name}) in its queue's flavor order{why}"[:1000])
+    req.flavor, req.spilled, req.spilled_from_model = flavor, spilled, first if spilled else ""
+    return {"flavor": flavor, "spilled": spilled, "spilled_from_model": req.spilled_from_model}
 
 
 def reclaims_link(*, uids: Iterable[str] = (), admitted: Iterable[int] = ()) -> int:
@@ -735,6 +775,8 @@ class StatusFollower:
                     req.first_admitted_at = values["first_admitted_at"] = item.admitted
                 item.admitted = None
                 admitted.add(req.pk)
+            if item.status != item.original and req.kueue_flavors:
+                values.update(_kueue_chose(req, item.status.get("objects") or {}))
             writes.append((req, values))
         # "Why is it pending?" for the waiting requests that changed (or have no sentence yet), with who is ahead of
         # each counted for all of them in one query (not one count per request: a resync of thousands).

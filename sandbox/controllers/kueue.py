@@ -22,9 +22,13 @@ One :meth:`Kueue.reconcile` pass does, in order:
    ``Inadmissible`` (``LocalQueue x doesn't exist``, ``ClusterQueue x is inactive``...). Flavors are tried in
    order per resource group; the whole pod set must fit one flavor per group: nominal quota, else borrowing from
    the cohort (``borrowingLimit`` of the borrower, ``lendingLimit`` of the lenders, plus the quota of Cohort
-   objects in the cohort tree). ``whenCanBorrow: MayStopSearch`` (default) takes the first flavor that fits with
-   borrowing, ``TryNextFlavor`` prefers a later flavor that fits without. No fit: ``QuotaReserved=False`` reason
-   ``Pending`` with Kueue's message (``couldn't assign flavors to pod set main: insufficient unused quota for
+   objects in the cohort tree). Flavor fungibility as Kueue v0.17's flavor assigner: a flavor the pod set's node
+   selector or required node affinity rules out is skipped (only the label keys the flavor pins are compared);
+   ``whenCanBorrow: MayStopSearch`` (default) takes the first flavor that fits with borrowing, ``TryNextFlavor``
+   prefers a later flavor that fits without (else the first that fits by borrowing); ``whenCanPreempt:
+   TryNextFlavor`` (default) tries the next flavor when this one needs preemption, ``MayStopSearch`` stops there and
+   preempts (a flavor found before that fits by borrowing is preferred, as Kueue's ``BorrowingOverPreemption``).
+   No fit: ``QuotaReserved=False`` reason ``Pending`` with Kueue's message (``couldn't assign flavors to pod set main: insufficient unused quota for
    nvidia.com/gpu in flavor h100-80gb, 4 more needed``) — unless preemption can make room:
    ``withinClusterQueue: LowerPriority | LowerOrNewerEqualPriority`` evicts lower-priority workloads of the same
    ClusterQueue; ``reclaimWithinCohort: Any | LowerPriority`` evicts workloads of other ClusterQueues that borrow,
@@ -53,7 +57,9 @@ Topology Aware Scheduling: a pod set whose flavor names a ``Topology`` is placed
 pods are gated (``kueue.x-k8s.io/topology``) until each is given its host.
 
 Not simulated: admission checks (treated as Ready), partial admission (``minCount``),
-fair sharing, ``borrowWithinCohort`` preemption, flavor fungibility ``whenCanPreempt``/``preference``,
+fair sharing, ``borrowWithinCohort`` preemption, flavor fungibility ``preference`` (and, under ``whenCanPreempt:
+MayStopSearch``, Kueue's moving on when a flavor's preemption finds no candidates; Kueue compares a pod's node
+affinity with the label keys of every flavor of the group, the sandbox with the keys of the flavor it tries),
 ``waitForPodsReady``, LimitRanges/RuntimeClass overhead, MultiKueue, the visibility API,
 Cohort borrowing/lending limits (a Cohort object's own ``nominalQuota`` simply adds to the shared pool).
 """
@@ -902,6 +908,7 @@ class Kueue:
         groups = (cq.get("spec") or {}).get("resourceGroups") or []
         fung = (cq.get("spec") or {}).get("flavorFungibility") or {}
         try_next_on_borrow = fung.get("whenCanBorrow") == "TryNextFlavor"
+        stop_on_preempt = fung.get("whenCanPreempt") == "MayStopSearch"
         podsets_out = []
         total_usage: dict = defaultdict(Decimal)
         overall_mode = "fit"
@@ -967,11 +974,13 @@ class Kueue:
                     if mode == "preempt":
                         preempt_options.append((fname, greq))
                     reasons.extend(msgs)
+                    if mode == "preempt" and stop_on_preempt:
+                        break  # whenCanPreempt: MayStopSearch: this flavor, by preemption (a borrowing fit before wins)
                 if chosen is None:
                     chosen = borrow_pick
                 if chosen is None:
                     return None, None, (f"couldn't assign flavors to pod set {ps.get('name', 'main')}: "
-                                        + ", ".join(reasons)), preempt_options
+                                        + ", ".join(sorted(reasons))), preempt_options  # sorted, as Kueue's
                 fname, mode = chosen
                 if mode == "borrow":
                     overall_mode = "borrow"

@@ -216,11 +216,13 @@ class _Domain:
         self.children: list[_Domain] = []
 
 
-def _sorted(domains: list[_Domain]) -> list[_Domain]:
-    return sorted(domains, key=lambda d: (-d.state, d.values))
+def _sorted(domains: list[_Domain], least_free: bool = False) -> list[_Domain]:
+    """Kueue's sortedDomains: BestFit most room first, LeastFreeCapacity least room first; then by level values."""
+    return sorted(domains, key=lambda d: (d.state if least_free else -d.state, d.values))
 
 
 def _best_fit(domains: list[_Domain], needed: int) -> _Domain:
+    """findBestFitDomainBy: the first domain with the least room that still holds ``needed``, else the first."""
     best = domains[0]
     for d in domains:
         if needed <= d.state < best.state:
@@ -228,31 +230,18 @@ def _best_fit(domains: list[_Domain], needed: int) -> _Domain:
     return best
 
 
-def _take(domains: list[_Domain], count: int) -> list[tuple[_Domain, int]]:
-    """Greedy over ``domains`` (most room first), the last one by best fit: [(domain, pods)]."""
-    out = []
+def _update_counts(domains: list[_Domain], count: int, best_fit: bool) -> list[tuple[_Domain, int]]:
+    """updateCountsToMinimumGeneric (pods, no leader): ``count`` pods over ``domains`` in their order, the last
+    domain by best fit: [(domain, pods)]."""
+    out: list[tuple[_Domain, int]] = []
     remaining = count
-    rest = _sorted(domains)
-    while remaining > 0 and rest:
-        d = rest[0]
+    for i, candidate in enumerate(domains):
+        d = _best_fit(domains[i:], remaining) if best_fit and candidate.state >= remaining else candidate
         if d.state >= remaining:
-            d = _best_fit(rest, remaining)
-        if d.state <= 0:
-            break
-        n = min(d.state, remaining)
-        out.append((d, n))
-        remaining -= n
-        rest = [x for x in rest if x is not d]
-    return out
-
-
-def _leaves_of(picked: list[tuple[_Domain, int]]) -> list[tuple[_Domain, int]]:
-    out = []
-    for d, n in picked:
-        if not d.children:
-            out.append((d, n))
-        else:
-            out += _leaves_of(_take(d.children, n))
+            out.append((d, remaining))
+            return out
+        remaining -= d.state
+        out.append((d, d.state))
     return out
 
 
@@ -311,24 +300,56 @@ def assign(*, topology: dict, flavor: dict, template: dict, count: int, per_pod:
             msg += f". Total nodes: {total}; excluded: " + ", ".join(f"{k}: {v}" for k, v in sorted(excluded.items()))
         return msg
 
-    if not roots:
-        return None, f"no topology domains at level: {level_label or levels[0]}"
-    level = levels.index(level_label) if level_label else 0
-    picked = None
-    while picked is None:
-        at_level = [d for v, d in by_values.items() if len(v) == level + 1]
-        top = _sorted(at_level)[0]
-        if top.state >= count and level_label:
-            picked = [(_best_fit(_sorted(at_level), count), count)]
-        elif required:
-            return None, not_fit(top.state)
-        elif level > 0 and level_label:
-            level -= 1  # preferred: the level above
-        else:  # spread over the top level
-            picked = _take(at_level, count)
-            placed = sum(n for _, n in picked)
-            if placed < count:
-                return None, not_fit(placed)
-    hosts = _leaves_of(picked)
+    # Kueue's findTopologyAssignment without slices, leaders or balanced placement (an alpha gate, off in v0.17): an
+    # unconstrained pod set (the annotation, or TAS implied by a queue of TAS flavors only) is placed at the lowest
+    # level by LeastFreeCapacity (TASProfileMixed, on by default since v0.15), the others by BestFit.
+    unconstrained = not level_label
+    least_free = unconstrained
+    per_level: dict[int, list[_Domain]] = {}
+    for v, d in by_values.items():
+        per_level.setdefault(len(v) - 1, []).append(d)
+
+    def find_level(idx: int) -> tuple[int, list[_Domain]] | str:
+        """findLevelWithFitDomains: the level and the domains that hold the pod set, or the not-fit message."""
+        ordered = _sorted(per_level.get(idx) or [], least_free)
+        if not ordered:
+            return f"no topology domains at level: {levels[idx]}"
+        top = ordered[0]
+        if not least_free and top.state >= count:
+            top = _best_fit(ordered, count)
+        if least_free:
+            fitting = next((d for d in ordered if d.state >= count), None)
+            if fitting is not None:
+                return idx, [fitting]
+            if required:
+                return not_fit(ordered[-1].state)
+        if top.state < count:
+            if required:
+                return not_fit(top.state)
+            if idx > 0 and not unconstrained:
+                return find_level(idx - 1)  # preferred: the level above
+            results, remaining = [], count
+            for j, candidate in enumerate(ordered):
+                if remaining <= 0:
+                    break
+                d = _best_fit(ordered[j:], remaining) if not least_free and candidate.state >= remaining else candidate
+                results.append(d)
+                remaining -= d.state
+            if remaining > 0:
+                return not_fit(count - remaining)
+            return idx, results
+        return idx, [top]
+
+    found = find_level(levels.index(level_label) if level_label else len(levels) - 1)
+    if isinstance(found, str):
+        return None, found
+    level, fit = found
+    picked = _update_counts(fit, count, not least_free)
+    while level < len(levels) - 1:
+        # Above the lowest level Kueue takes the children of every picked domain together, sorted, greedily (the
+        # last by best fit), without keeping each parent's share: a spread over blocks may use racks unevenly.
+        children = [c for d, _n in picked for c in d.children]
+        picked = _update_counts(_sorted(children, least_free), count, not least_free)
+        level += 1
     lowest = len(levels) - 1 if levels[-1] == HOSTNAME else 0
-    return encode(levels[lowest:], [(list(d.values[lowest:]), n) for d, n in hosts]), ""
+    return encode(levels[lowest:], [(list(d.values[lowest:]), n) for d, n in picked if n > 0]), ""

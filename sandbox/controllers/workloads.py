@@ -21,7 +21,7 @@
 * :class:`Kubelet` — bound pods: ``Pending`` (ContainerCreating) for ``start_delay`` simulated seconds, then
   ``Running`` (podIP, hostIP, ready containers, Pulled/Created/Started events, log lines), then after the simulated
   duration (annotation ``sandbox.gpuportal.dev/duration``; default 180 s for Job, Volcano Job and bare pods, forever
-  for Deployment/StatefulSet pods) ``Succeeded`` (exit code 0) or ``Failed`` (``sandbox.gpuportal.dev/outcome:
+  for Deployment/StatefulSet pods and for a container running agnhost's ``pause``, as Kueue's samples do) ``Succeeded`` (exit code 0) or ``Failed`` (``sandbox.gpuportal.dev/outcome:
   Failed``, exit code 1). Transition times are exact even when a tick comes late (``finishedAt = startedAt +
   duration``). Restart of containers in place (``restartPolicy: OnFailure``) is not simulated: a failing container
   fails its pod.
@@ -151,12 +151,17 @@ def delete_pods(ctx, owner: dict, pods: list[dict], component: str) -> None:
             ctx.event(owner, "Normal", "SuccessfulDelete", f"Deleted pod: {p['metadata']['name']}", component)
 
 
+PAUSE_ARG = "pause"  # registry.k8s.io/e2e-test-images/agnhost's subcommand that never exits
+
+
 def pod_duration(pod: dict) -> float | None:
     """Simulated run time of a pod: its duration annotation, else the default for its owner kind."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     d = parse_duration(ann.get(DURATION_ANNOTATION))
     if d is not None:
         return max(0.0, d)
+    if any((c.get("args") or [None])[0] == PAUSE_ARG for c in (pod.get("spec") or {}).get("containers") or []):
+        return None  # agnhost's ``pause`` waits for ever (a real kubelet's pod of Kueue's samples never completes)
     ref = controller_ref(pod)
     kind = (ref or {}).get("kind")
     if ref is None or (kind == "Job" and (ref.get("apiVersion") or "").startswith(("batch/", "batch.volcano.sh/"))):

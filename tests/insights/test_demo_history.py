@@ -50,7 +50,7 @@ def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
     preempted = RequestEvent.objects.filter(request__seeded=True, to_state=S.PREEMPTED)
     assert preempted.count() >= 5
     reasons = set(preempted.values_list("message", flat=True))
-    assert PREEMPT_REASON in reasons and GANG_RESTART_REASON in reasons  # Volcano gangs before the switch to F
+    assert PREEMPT_REASON in reasons and GANG_RESTART_REASON in reasons  # Volcano gangs since the switch to E
     reclaims = {m for m in reasons if "due to reclamation within the cohort" in m}
     assert reclaims and reasons - reclaims <= {PREEMPT_REASON, GANG_RESTART_REASON}
     # each reclaim names its lender's Workload UID, and a Reclaim row links the two requests
@@ -61,7 +61,20 @@ def test_seed_writes_three_weeks_of_marked_history(seeded) -> None:
         assert reclaim.lender.project != reclaim.borrower.project and reclaim.lender.tenant == reclaim.borrower.tenant
     assert Reclaim.objects.filter(seeded=True).count() == len(reclaims) > 0
     switch = ArchitectureChange.objects.get(fingerprint=SWITCH_FINGERPRINT)
-    assert (switch.from_architecture, switch.to_architecture, switch.state) == ("E", "F", "applied")
+    # The live configuration and the last change agree: F until the switch, E (the demo's H100 zone) since.
+    assert (switch.from_architecture, switch.to_architecture, switch.state) == ("F", "E", "applied")
+    assert switch.cluster.architecture == "E"
+    offline = history.filter(flavor__name="h100-80gb-offline")
+    gangs = RequestEvent.objects.filter(request__in=offline, message__startswith="Volcano scheduled the gang")
+    kueue = RequestEvent.objects.filter(request__in=offline, message__startswith="Admitted by Kueue")
+    assert gangs.exists() and kueue.exists()
+    assert not gangs.filter(request__approved_at__lt=switch.finished_at).exists()  # Kueue admitted them under F
+    assert not kueue.filter(request__approved_at__gte=switch.finished_at).exists()  # Volcano's since
+    assert not gangs.exclude(request__template__kind="training").exists()
+    # Volcano's pool takes no notebooks: after the switch they ran on the online H100s (Kueue's under E)
+    assert not offline.filter(approved_at__gte=switch.finished_at, template__kind="notebook").exists()
+    assert not Reclaim.objects.filter(seeded=True, lender__flavor__name="h100-80gb-offline",
+                                      evicted_at__gte=switch.finished_at).exists()  # no Kueue reclaim in Volcano's pool
     assert RequestEvent.objects.filter(request__seeded=True, from_state=S.PREEMPTED, to_state=S.QUEUED).count() == preempted.count()
     # The timeline is in the past, in order: submitted first, the final state last.
     req = history.filter(events__to_state=S.PREEMPTED).first()

@@ -14,11 +14,13 @@ from django.core.management import call_command
 
 from portal.kube import kube_cache_clear, kube_for
 from quotas import manifests as m
+from quotas.demo import seed_quota_demo
 from quotas.models import Cluster, Quota
 from quotas.reconcile import reconcile, workload_usage
 from quotas.tasks import architecture_change_apply_task
 from workloads.models import RequestState, WorkloadRequest
 from tenants.access import Actor
+from tenants.demo import seed_demo
 from workloads import services
 from workloads.tasks import request_changed_task, request_materialize_task, requests_sync_task
 
@@ -27,14 +29,22 @@ API = "/api/v1"
 
 
 def _without_the_demo_service(made: dict) -> None:
-    """The demo's inference service (chat-demo) holds one offline H100 lent to acme-vision's online queue; this
-    story's 8-GPU fine-tune needs a whole node, so the service is stopped and its objects removed first."""
+    """The demo's inference service (chat-demo) is not part of this story (it runs on acme-vision's online H100s),
+    so it is stopped and its objects removed first."""
     service = next((r for r in made.values() if r.name == "chat-demo"), None)
     if service is None:
         return
     made.pop(service.name, None)
     stopped = services.request_stop(actor=Actor(user=service.requested_by), request=service, reason="not in this test")
     request_changed_task.apply(args=[stopped.pk, "stop"]).get()
+
+
+def _seed_demo_on_f() -> None:
+    """The demo as `make run` seeds it, on architecture F (its H100 zone runs E, where Volcano, not a ClusterQueue,
+    holds the training): these stories are about the work in Kueue's queues."""
+    seed_demo()
+    seed_quota_demo(architecture="F", reconcile_now=False)
+    call_command("seed_demo", stdout=io.StringIO())
 
 
 def _settle(sandbox, rounds: int = 3) -> None:
@@ -70,7 +80,7 @@ def _h100_held(kube, namespace: str) -> Decimal:
 def test_switching_architectures_says_what_moves_and_keeps_usage_true(api, as_user, fresh_sandbox, settings) -> None:
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     kube_cache_clear()
-    call_command("seed_demo", stdout=io.StringIO())  # architecture F, the demo requests
+    _seed_demo_on_f()  # architecture F, the demo requests
     cluster = Cluster.objects.get(name="sandbox")
     kube = kube_for(cluster)
     made = {r.name: r for r in WorkloadRequest.objects.filter(idempotency_key__startswith="demo-")}
@@ -128,7 +138,7 @@ def test_switching_architectures_says_what_moves_and_keeps_usage_true(api, as_us
 def test_drain_holds_removed_queues_until_their_work_is_done(api, fresh_sandbox, settings) -> None:
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     kube_cache_clear()
-    call_command("seed_demo", stdout=io.StringIO())
+    _seed_demo_on_f()
     cluster = Cluster.objects.get(name="sandbox")
     kube = kube_for(cluster)
     made = {r.name: r for r in WorkloadRequest.objects.filter(idempotency_key__startswith="demo-")}
@@ -149,7 +159,7 @@ def test_drain_holds_removed_queues_until_their_work_is_done(api, fresh_sandbox,
     reconcile(cluster, kube=kube)  # the periodic reconcile leaves a draining queue alone...
     assert all(kube.get(m.KUEUE, "ClusterQueue", name) is not None for name in held)
     assert _used("acme-vision") == _h100_held(kube, namespace)
-    fresh_sandbox.advance(3 * 3600)  # the training job ends; the notebook runs until it is deleted...
+    fresh_sandbox.advance(9 * 3600)  # the training job ends (8 h); the notebook runs until it is deleted...
     for wl in kube.list(m.KUEUE, "Workload", namespace=namespace)[0]:
         owner = wl["metadata"]["ownerReferences"][0]
         if owner["name"] == made["explore-data"].k8s_name:  # ...as its user does, with kubectl

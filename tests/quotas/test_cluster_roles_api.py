@@ -61,3 +61,43 @@ def test_ops_set_multikueue_roles_through_the_api_with_the_forms_rules(api, clus
     assert api("ops").get(f"{URL}hub/").json()["admission_check"] == "mk"
     # Researchers write nothing.
     assert api("carol").patch(f"{URL}west/", {"role": "manager"}, format="json").status_code == 403
+
+
+def test_a_multikueue_worker_keeps_its_managers_architecture_and_switches(api, cast) -> None:
+    """MultiKueue dispatches by the manager's queue names and flavors: a worker whose architecture (or, where the
+    architecture switches them, MIG or HAMi flavors) differs from its manager's is refused with a field error, and so
+    is a manager's change that would leave its workers differing; nothing is saved."""
+    ops = api("ops")
+    Cluster.objects.create(name="hub", architecture="E", role="manager")
+    Cluster.objects.create(name="west", architecture="B")
+    assert ops.post(URL, {"name": "east", "architecture": "E", "role": "worker", "manager": "hub"},
+                    format="json").status_code == 201
+    # Registered or made a worker with another architecture: refused on what differs.
+    refused = ops.post(URL, {"name": "north", "architecture": "B", "role": "worker", "manager": "hub"}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["fields"]["architecture"] == [
+        "A MultiKueue worker needs its manager's queues (same ClusterQueue and LocalQueue names and flavors): north "
+        "would have architecture B, not E as on its manager hub. Set it as on hub, or choose another manager."]
+    assert not Cluster.objects.filter(name="north").exists()
+    refused = ops.patch(f"{URL}west/", {"role": "worker", "manager": "hub"}, format="json")
+    assert refused.status_code == 400 and "west would have architecture B, not E" in refused.json()["fields"]["manager"][0]
+    # A worker's own change: its architecture, or a MIG/HAMi switch its architecture (E) makes per cluster.
+    refused = ops.patch(f"{URL}east/", {"architecture": "F"}, format="json")
+    assert refused.status_code == 400 and "east would have architecture F, not E" in refused.json()["fields"]["architecture"][0]
+    refused = ops.patch(f"{URL}east/", {"use_mig": True}, format="json")
+    assert refused.status_code == 400 and "east would have MIG flavors on, not off" in refused.json()["fields"]["use_mig"][0]
+    # The manager's change while its worker differs would differ: refused, saying what to change first.
+    refused = ops.patch(f"{URL}hub/", {"use_hami": True}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["fields"]["use_hami"] == [
+        "Its MultiKueue workers would no longer have its queues: east would have HAMi flavors off, not on. Make east "
+        "standalone first (their role), change hub, change east the same way, then make them its workers again."]
+    refused = ops.patch(f"{URL}hub/", {"architecture": "F"}, format="json")
+    assert refused.status_code == 400 and "east would have architecture E, not F" in refused.json()["fields"]["architecture"][0]
+    assert [(c.name, c.architecture, c.use_mig, c.use_hami, c.role) for c in Cluster.objects.order_by("name")] == [
+        ("east", "E", False, False, "worker"), ("hub", "E", False, False, "manager"), ("west", "B", False, False, "standalone")]
+    # The order the message gives works: the worker standalone, both changed, the worker again.
+    assert ops.patch(f"{URL}east/", {"role": "standalone", "manager": None}, format="json").status_code == 200
+    assert ops.patch(f"{URL}hub/", {"use_hami": True}, format="json").status_code == 200
+    assert ops.patch(f"{URL}east/", {"use_hami": True}, format="json").status_code == 200
+    assert ops.patch(f"{URL}east/", {"role": "worker", "manager": "hub"}, format="json").status_code == 200

@@ -180,6 +180,7 @@ def test_b_manifests_match_the_expected_objects() -> None:
                 ]},
             ],
             "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+            "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
             "stopPolicy": "None",
         },
     }, "gpu-portal")

@@ -1,6 +1,8 @@
-"""The demo as ``make run`` seeds it, against the sandbox cluster: every seeded flavor is enforced by the
-architecture the demo starts on, and the request meant to wait for quota really waits (its Workload stays
-``QuotaReserved=False``) instead of being admitted by borrowing.
+"""The demo as ``make run`` seeds it, against the sandbox cluster: the H100 training zone runs architecture E, every
+seeded flavor is enforced by it, training is gang-scheduled by Volcano (a Volcano Queue per project, a Volcano Job and
+its PodGroup per request), and the request meant to wait for quota really waits in the project's Volcano Queue
+instead of being admitted by borrowing, while the notebook and the inference service run on the online H100s Kueue
+admits.
 
 The seed command runs as ``make run`` runs it (sandbox reachable: inventory, flavors, quotas, first
 reconcile); then the materialize and status tasks run in this process, as the worker and beat would.
@@ -16,13 +18,16 @@ from django.core.management import call_command
 from portal.kube import kube_cache_clear, kube_for
 from quotas import manifests as m
 from quotas.capacity import flavor_enforcement
-from quotas.models import Cluster
+from quotas.models import ArchitectureChange, Cluster
 from tenants.models import Project
 from workloads.models import RequestState, WorkloadRequest
 from workloads.tasks import request_materialize_task, requests_sync_task
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(240)]
 S = RequestState
+
+
+VC_JOB = "batch.volcano.sh/v1alpha1"
 
 
 def _quota_reserved(wl: dict) -> str:
@@ -35,17 +40,28 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     call_command("seed_demo", stdout=io.StringIO())
     cluster = Cluster.objects.get(name="sandbox")
     kube = kube_for(cluster)
+    # The H100 training zone runs E, and its last (seeded) architecture change says so.
+    assert cluster.architecture == "E"
+    last = ArchitectureChange.objects.filter(cluster=cluster).order_by("-finished_at").first()
+    assert (last.from_architecture, last.to_architecture, last.state) == ("F", "E", "applied")
 
     flavors = list(cluster.flavors.all())
     assert {f.kind for f in flavors} == {"whole", "mig", "hami", "cpu"}
     refused = {f.name: flavor_enforcement(cluster, f).reason for f in flavors if not flavor_enforcement(cluster, f).enforced}
     assert refused == {}
+    assert {f.name for f in flavors if flavor_enforcement(cluster, f).by == "volcano"} == {"h100-80gb-offline"}
     kueue = {f.name for f in flavors if flavor_enforcement(cluster, f).by == "kueue"}
     live = {o["metadata"]["name"] for o in kube.list(m.KUEUE, "ResourceFlavor")[0]}
     assert kueue <= live  # enforced means materialized: the seed's reconcile applied a ResourceFlavor for each
+    assert "h100-80gb-offline" not in live  # Volcano's alone
+    queue = kube.get(m.VOLCANO_QUEUE, "Queue", "acme-vision")  # nominal 6 + borrowing limit 2
+    assert queue is not None and str(queue["spec"]["capability"]["nvidia.com/gpu"]) == "8"
 
     made = {r.name: r for r in WorkloadRequest.objects.filter(idempotency_key__startswith="demo-")}
     assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep", "chat-demo"}
+    assert {r.name: r.flavor.name for r in made.values()} == {
+        "resnet-baseline": "h100-80gb-offline", "llm-finetune": "h100-80gb-offline", "hparam-sweep": "h100-80gb-offline",
+        "explore-data": "h100-80gb-online", "chat-demo": "h100-80gb-online"}
     assert made["chat-demo"].state == S.APPROVED  # the project admin approved it: a service to call at once
     for req in sorted((r for r in made.values() if r.state == S.APPROVED), key=lambda r: r.pk):
         request_materialize_task.apply(args=[req.pk]).get()
@@ -54,19 +70,28 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
         requests_sync_task.apply().get()
 
     namespace = Project.objects.get(slug=made["llm-finetune"].project.slug).namespace
+    # Training is gang-scheduled by Volcano: a Volcano Job in the project's Volcano Queue, with its PodGroup; no Kueue
+    # Workload. The running one-GPU job's gang is Running; the fine-tune's waits in the queue.
+    jobs = {j["metadata"]["name"]: j for j in kube.list(VC_JOB, "Job", namespace=namespace)[0]}
+    running, waiting = (WorkloadRequest.objects.get(pk=made[n].pk) for n in ("resnet-baseline", "llm-finetune"))
+    assert set(jobs) == {running.k8s_name, waiting.k8s_name}
+    assert {j["spec"]["queue"] for j in jobs.values()} == {"acme-vision"}
+    groups = {g["metadata"]["ownerReferences"][0]["name"]: g for g in kube.list(m.VOLCANO_QUEUE, "PodGroup", namespace=namespace)[0]}
+    assert groups[running.k8s_name]["status"]["phase"] == "Running"
+    assert groups[waiting.k8s_name]["status"]["phase"] != "Running"
+    assert running.state == S.RUNNING
+    assert waiting.state == S.QUEUED and waiting.pending_reason.startswith("waiting for 8 x"), waiting.pending_reason
+    assert "in the project's Volcano queue" in waiting.pending_reason, waiting.pending_reason
+    # The notebook and the service's replica are Kueue's (each pod of a Deployment is a Workload), on online H100s.
     workloads = kube.list(m.KUEUE, "Workload", namespace=namespace)[0]
-    held = [wl for wl in workloads if _quota_reserved(wl) == "False"]
-    admitted = [wl for wl in workloads if _quota_reserved(wl) == "True"]
-    # Admitted: the training job, the notebook and the service's replica (each pod of a Deployment is a Workload).
-    assert len(held) == 1 and len(admitted) == 3, [(w["metadata"]["name"], _quota_reserved(w)) for w in workloads]
-    waiting = WorkloadRequest.objects.get(pk=made["llm-finetune"].pk)
-    assert held[0]["metadata"]["ownerReferences"][0]["name"] == waiting.k8s_name
-    assert waiting.state == S.QUEUED and waiting.pending_reason.startswith("waiting for"), waiting.pending_reason
-    for name in ("resnet-baseline", "explore-data", "chat-demo"):
+    assert len(workloads) == 2 and all(_quota_reserved(w) == "True" for w in workloads), workloads
+    assert {a["flavors"]["nvidia.com/gpu"] for w in workloads for a in w["status"]["admission"]["podSetAssignments"]} == {
+        "h100-80gb-online"}
+    for name in ("explore-data", "chat-demo"):
         assert WorkloadRequest.objects.get(pk=made[name].pk).state == S.RUNNING
     # The README's walk through the demo's service: carol makes a key on its endpoint page and calls it ten times in
-    # a row with the README's body; the autoscaler takes it from 1 to 2 replicas (both admitted: acme-vision lends
-    # two offline H100s to its online queue).
+    # a row with the README's body; the autoscaler takes it from 1 to 2 replicas (both admitted: acme-vision has four
+    # online H100s, the notebook holds one).
     chat = made["chat-demo"]
     client.force_login(chat.requested_by)
     page = client.post(f"/requests/{chat.pk}/endpoint/keys/", {"name": "laptop"}, follow=True).content.decode()
@@ -82,18 +107,18 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
         fresh_sandbox.advance(5)
         requests_sync_task.apply().get()
     assert WorkloadRequest.objects.get(pk=chat.pk).state_reason == "2 of 2 replicas ready."
-    # It keeps waiting: more time changes nothing while the others hold the quota.
-    fresh_sandbox.advance(5)
-    requests_sync_task.apply().get()
-    wl = kube.get(m.KUEUE, "Workload", held[0]["metadata"]["name"], namespace)
-    assert _quota_reserved(wl) == "False"
-    # And it still waits once the short training job has finished (two simulated hours later): it needs the
-    # notebook's GPU too, so a new user who opens the demo minutes after `make run` still sees it held.
+    # It keeps waiting while the one-GPU job holds a GPU of the queue's 8: a new user who opens the demo minutes after
+    # `make run` (three simulated hours later) still sees it held.
     fresh_sandbox.advance(3 * 3600)
     for _ in range(3):
         fresh_sandbox.advance(5)
         requests_sync_task.apply().get()
-    assert WorkloadRequest.objects.get(pk=made["resnet-baseline"].pk).state == S.SUCCEEDED
-    wl = kube.get(m.KUEUE, "Workload", held[0]["metadata"]["name"], namespace)
-    assert _quota_reserved(wl) == "False"
-    assert WorkloadRequest.objects.get(pk=made["llm-finetune"].pk).state == S.QUEUED
+    assert WorkloadRequest.objects.get(pk=running.pk).state == S.RUNNING
+    assert WorkloadRequest.objects.get(pk=waiting.pk).state == S.QUEUED
+    # Once the one-GPU job has finished (its 8 simulated hours), Volcano starts the whole gang at once.
+    fresh_sandbox.advance(6 * 3600)
+    for _ in range(4):
+        fresh_sandbox.advance(5)
+        requests_sync_task.apply().get()
+    assert WorkloadRequest.objects.get(pk=running.pk).state == S.SUCCEEDED
+    assert WorkloadRequest.objects.get(pk=waiting.pk).state == S.RUNNING

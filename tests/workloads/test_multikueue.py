@@ -202,3 +202,55 @@ def test_a_request_routed_to_a_multikueue_manager_runs_on_the_worker_that_admits
     assert mk.try_get(KUEUE, "MultiKueueConfig", "multikueue")["spec"]["clusters"] == ["mk-worker2"]
     assert mk.try_get(KUEUE, "MultiKueueCluster", "mk-worker2") is not None
     assert plan_build(manager_row, kube=kube_for(manager_row)).empty
+
+
+def test_a_worker_whose_queues_differ_from_its_managers_is_refused_and_left_out(three, api, as_user) -> None:
+    """A worker with another architecture than its manager's would never admit what MultiKueue dispatches: the
+    cluster page and the API refuse it (a field error, nothing saved), a manager's architecture change is refused
+    while its workers differ, and a mismatch already in the data is reported by the manager's plan, which leaves the
+    worker out of MultiKueue (its Secret and MultiKueueCluster pruned) instead of dispatching to it."""
+    clusters, sandboxes = three["clusters"], three["sandboxes"]
+    manager = clusters["pool-manager"]
+    ops, ops_api = as_user("ops"), api("ops")
+    assert _settings(ops, "pool-manager", role="manager").status_code == 302
+    assert _settings(ops, "mk-worker1", role="worker", manager_id=manager.pk).status_code == 302
+    # worker2 runs F (allowed while standalone): as pool-manager's worker it is refused next to the manager field.
+    assert ops_api.patch("/api/v1/clusters/mk-worker2/", {"architecture": "F"}, format="json").status_code == 200
+    refused = _settings(ops, "mk-worker2", role="worker", manager_id=manager.pk)
+    assert refused.status_code == 200
+    (error,) = refused.context["settings_form"].errors["manager_id"]
+    assert "mk-worker2 would have architecture F, not B as on its manager pool-manager" in error
+    assert "mk-worker2 would have architecture F, not B as on its manager pool-manager" in refused.content.decode()
+    assert Cluster.objects.get(name="mk-worker2").role == "standalone"
+    # A worker's own architecture, and its manager's through the API or an architecture change: refused.
+    refused = ops_api.patch("/api/v1/clusters/mk-worker1/", {"architecture": "F"}, format="json")
+    assert refused.status_code == 400 and "mk-worker1 would have architecture F, not B" in refused.json()["fields"]["architecture"][0]
+    refused = ops_api.patch("/api/v1/clusters/pool-manager/", {"architecture": "F"}, format="json")
+    assert refused.status_code == 400 and "Make mk-worker1 standalone first" in refused.json()["fields"]["architecture"][0]
+    refused = ops_api.post("/api/v1/clusters/pool-manager/architecture/",
+                           {"architecture": "F", "fingerprint": "0" * 64}, format="json")
+    assert refused.status_code == 400 and "Make mk-worker1 standalone first" in refused.json()["fields"]["architecture"][0]
+    applied = ops.post("/ops/clusters/pool-manager/apply/", {"architecture": "F", "fingerprint": "0" * 64}, follow=True)
+    assert "Nothing was applied: Its MultiKueue workers would no longer have its queues" in applied.content.decode()
+    assert Cluster.objects.get(name="pool-manager").architecture == "B"
+
+    # The manager's reconcile writes worker1's MultiKueue objects.
+    manager_row = Cluster.objects.get(name="pool-manager")
+    assert reconcile(manager_row, kube=kube_for(manager_row)).ok
+    mk = sandboxes["pool-manager"].store
+    assert mk.try_get(KUEUE, "MultiKueueCluster", "mk-worker1") is not None
+
+    # A mismatch in existing data (written before these checks): the plan reports it and writes nothing broken.
+    Cluster.objects.filter(name="mk-worker1").update(architecture="F")
+    plan = plan_build(manager_row, kube=kube_for(manager_row))
+    assert plan.worker_mismatches == [
+        "worker mk-worker1 has architecture F, not B as on its manager pool-manager: left out of MultiKueue (a workload "
+        "dispatched there would never be admitted); make it match, or make it standalone"]
+    assert "left out of MultiKueue" in plan.summary() and "left out of MultiKueue" in plan.text()
+    assert {i.label for i in plan.deletes} >= {"Secret kueue-system/mk-worker1-kubeconfig", "MultiKueueCluster mk-worker1"}
+    assert not plan.creates and not [i for i in plan.changes if "mk-worker1" in i.label]
+    page = as_user("ops").get("/ops/clusters/pool-manager/").content.decode()
+    assert "MultiKueue:</strong> Worker mk-worker1 has architecture F, not B as on its manager pool-manager" in page
+    assert reconcile(manager_row, kube=kube_for(manager_row)).ok
+    assert mk.try_get(KUEUE, "MultiKueueCluster", "mk-worker1") is None
+    assert mk.try_get("v1", "Secret", "mk-worker1-kubeconfig", "kueue-system") is None

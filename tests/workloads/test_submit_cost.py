@@ -19,12 +19,12 @@ TRAIN = {"template": "training", "flavor": "h100", "gpus": 1, "duration_hours": 
 # The token with its project, tenant and its user's memberships there (1: the project is the token's own, the
 # permission comes from the memberships), the Idempotency-Key's earlier request and the name in one (1), the quota row
 # (1), the request (1), both timeline entries (1), the audit chain in one statement (1); BEGIN and COMMIT (2). The
-# template with its flavors, the images and the approval rule come from the process's catalogue copy. And the check
-# that the project's queues can ever admit it (``quotas.selectors.queue_offers``, the rule the form offers by): the
-# tenant's quota rows, their flavors and its active projects with the tenant (3).
-# docs/performance.md, "Submissions".
-MAX_QUERIES = 11
-MAX_STATEMENTS = 9
+# template with its flavors, the images and the approval rule come from the process's catalogue copy, and what the
+# project's queues can ever admit (``quotas.selectors.queue_offers``, the rule the form offers by) from the process's
+# copy of the offers (``quotas.selectors.OFFERS``; the warm-up read it: the tenant's quota rows, their flavors, its
+# active projects). docs/performance.md, "Submissions".
+MAX_QUERIES = 8
+MAX_STATEMENTS = 6
 
 
 @pytest.mark.postgresql  # the audit chain in one statement is PostgreSQL's (on SQLite it is three: 10 in all)

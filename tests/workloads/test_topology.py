@@ -68,7 +68,7 @@ def test_placement_annotations_name_the_levels_label() -> None:
 def demo(settings, tmp_path) -> None:
     settings.KUBECONFIG = str(tmp_path / "no-cluster")
     seed_demo()
-    seed_quota_demo(reconcile_now=False)
+    seed_quota_demo(architecture="F", reconcile_now=False)  # Kueue TAS places the training here (E: Volcano's HyperNodes)
     seed_catalogue()
 
 

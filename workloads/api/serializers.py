@@ -326,6 +326,9 @@ class PlacementSerializer(serializers.Serializer):
     min_gpu_memory_gib = serializers.IntegerField(allow_null=True)
     min_compute_capability = serializers.CharField()
     spill_consent = serializers.BooleanField()
+    kueue_models = serializers.ListField(
+        child=serializers.CharField(), help_text="Inside its cluster, the GPU models Kueue chooses between in its queue's "
+                                                 "flavor order (empty: pinned to its flavor's model).")
     worker = serializers.CharField(required=False, allow_null=True,
                                    help_text="On a Kueue MultiKueue manager cluster: the worker cluster it was "
                                              "dispatched to (null until one admitted it, and on other clusters).")
@@ -333,11 +336,14 @@ class PlacementSerializer(serializers.Serializer):
 
 def placement_data(*, cluster: str, zone: str, model: str, redispatched_from: str | None, spilled: bool,
                    spilled_from_model: str, route_reason: str, spill_consent: bool, accepted_models: Any,
-                   min_gpu_memory_gib: int | None, min_compute_capability: str) -> dict[str, Any]:
+                   min_gpu_memory_gib: int | None, min_compute_capability: str, kueue_flavors: Any = None) -> dict[str, Any]:
+    if isinstance(kueue_flavors, str):  # a JSON column read as text
+        kueue_flavors = json.loads(kueue_flavors or "[]")
     return {"cluster": cluster, "zone": zone or cluster, "gpu_model": model or "", "spilled": spilled,
             "spilled_from_model": spilled_from_model, "reason": route_reason, "redispatched_from": redispatched_from,
             "accepted_models": list(accepted_models or []), "min_gpu_memory_gib": min_gpu_memory_gib,
-            "min_compute_capability": min_compute_capability, "spill_consent": spill_consent}
+            "min_compute_capability": min_compute_capability, "spill_consent": spill_consent,
+            "kueue_models": [str(c.get("model") or c.get("name")) for c in kueue_flavors or [] if isinstance(c, dict)]}
 
 
 class RequestDetailSerializer(RequestSerializer):

@@ -1,0 +1,99 @@
+"""The approvals inbox reads its unfiltered first page through kept queries (``selectors.inbox_first_page``,
+``approvable_projects``; ``portal.compiled``, docs/performance.md): once warm, a view of it compiles no SQL, and it
+shows what the filtered (ORM) path shows: the requests waiting in the projects the approver may decide, oldest
+first, 25 a page with the right count, never another tenant's nor one only shared with the approver."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db.models.sql.compiler import SQLCompiler
+from django.test import Client
+from django.utils import timezone
+
+from workloads.extensions import extension_request_create
+from workloads.models import RequestState, WorkloadRequest
+from workloads.sharing import request_share
+
+from .factories import make_request
+
+pytestmark = [pytest.mark.django_db]
+
+
+def _names(body: str) -> list[str]:
+    return re.findall(r'id="approval-\d+-h"><a href="[^"]*">([^<]+)</a>', body)
+
+
+def _compiled_sql(monkeypatch, client: Client, path: str) -> list[str]:
+    """The SQL Django's compiler builds for one GET of ``path``, after two warming ones."""
+    for _ in range(2):
+        assert client.get(path).status_code == 200
+    built: list[str] = []
+    real = SQLCompiler.as_sql
+
+    def spy(self, *args, **kwargs):
+        sql = real(self, *args, **kwargs)
+        built.append(sql[0])
+        return sql
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", spy)
+    try:
+        assert client.get(path).status_code == 200
+    finally:
+        monkeypatch.undo()
+    return built
+
+
+def _waiting(cast, cat, n: int) -> list[WorkloadRequest]:
+    start = timezone.now() - timedelta(days=1)
+    rows = []
+    for i in range(n):
+        req = make_request(cat, cast.vision, cast.carol, name=f"wait-{i:02d}")
+        WorkloadRequest.objects.filter(pk=req.pk).update(created_at=start + timedelta(minutes=i))
+        rows.append(req)
+    return rows
+
+
+def test_first_page_compiles_no_sql_once_warm(cast, cat, monkeypatch) -> None:
+    _waiting(cast, cat, 3)
+    running = make_request(cat, cast.vision, cast.carol, state=RequestState.RUNNING, name="longer")
+    extension_request_create(actor=cast.actor("carol"), request=running, hours=2, reason="more time")
+    client = Client()
+    client.force_login(cast.bob)
+    built = _compiled_sql(monkeypatch, client, "/approvals/")
+    assert built == [], built
+    body = client.get("/approvals/").content.decode()
+    assert _names(body) == ["wait-00", "wait-01", "wait-02"]
+    assert 'id="extension-' in body and "more time" in body
+    # A filter is the ORM's (compiled per view): the same rows.
+    filtered = client.get(f"/approvals/?project={cast.vision.slug}").content.decode()
+    assert _names(filtered) == _names(body)
+
+
+def test_pages_count_and_scope_as_the_filtered_list(cast, cat) -> None:
+    _waiting(cast, cat, 30)
+    make_request(cat, cast.llm, cast.frank, name="globex-wait")  # another tenant
+    make_request(cat, cast.nlp, cast.alice, name="nlp-wait")  # acme, a project bob may not decide
+    shared = make_request(cat, cast.nlp, cast.alice, name="nlp-shared")
+    request_share(actor=cast.actor("alice"), request=shared, user="bob", level="view")
+    client = Client()
+    client.force_login(cast.bob)
+    first = client.get("/approvals/").content.decode()
+    assert _names(first) == [f"wait-{i:02d}" for i in range(25)]
+    assert "1–25 of 30" in first and "Page 1 of 2" in first
+    second = client.get("/approvals/?page=2").content.decode()
+    assert _names(second) == [f"wait-{i:02d}" for i in range(25, 30)]
+    for body in (first, second):
+        assert "globex-wait" not in body and "nlp-wait" not in body and "nlp-shared" not in body
+    filtered = client.get(f"/approvals/?project={cast.vision.slug}").content.decode()
+    assert _names(filtered) == _names(first) and "1–25 of 30" in filtered
+    # The project filter offers the projects bob decides, alice's all of acme's, by name.
+    assert re.findall(r'<option value="([^"]+)"', first.split('name="project"', 1)[1].split("</select>", 1)[0]) == [
+        "", cast.vision.slug]
+    client.force_login(cast.alice)
+    body = client.get("/approvals/").content.decode()
+    assert {"nlp-wait", "nlp-shared", "wait-00"} <= set(_names(body)) and "globex-wait" not in body
+    options = body.split('name="project"', 1)[1].split("</select>", 1)[0]
+    assert re.findall(r'<option value="([^"]+)"', options) == ["", cast.nlp.slug, cast.vision.slug]
