@@ -94,6 +94,33 @@ def _dec(value: int | None) -> Decimal | None:
 DEMO_ARCHITECTURE = Architecture.E
 
 
+def _tenant_totals() -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> what the demo promises the tenants of it in all."""
+    out: dict[tuple[str, str], int] = {}
+    for owner, rows in QUOTAS.items():
+        if "-" not in owner:  # a tenant's rows (project slugs are "<tenant>-...")
+            for flavor_name, resource, nominal, _b, _l in rows:
+                out[(flavor_name, resource)] = out.get((flavor_name, resource), 0) + nominal
+    return out
+
+
+def _fits(tenant: Tenant, project: Project | None, flavor: Flavor, resource: str, nominal: int,
+          planned: dict[tuple[str, str], int]) -> bool:
+    """May the seed write this missing row without breaking an invariant over what is there? An existing row is
+    never written anyway (create-only)."""
+    rows = Quota.objects.filter(flavor=flavor, resource=resource)
+    if rows.filter(tenant=tenant, project=project).exists():
+        return True  # there already: get_or_create leaves it alone
+    if project is not None:
+        return rows.filter(tenant=tenant, project=None).exists()
+    promised = sum(rows.filter(project=None).values_list("nominal", flat=True), Decimal(0))
+    if promised + nominal > planned.get((flavor.name, resource), nominal):
+        log.warning("demo: no %s quota on %s for %s: the tenants hold %s of it already", resource, flavor.name,
+                    tenant.slug, promised)
+        return False
+    return True
+
+
 def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: bool = True) -> dict[str, Any]:
     """Create the demo cluster, flavors and quotas that are missing; existing rows are left as they are. Needs ``tenants.demo.seed_demo()`` first.
 
@@ -128,7 +155,10 @@ def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: boo
         flavors = {f.name: f for f in cluster.flavors.all()}
         written = 0
         # The seed writes rows directly: these numbers satisfy the quota invariants by construction
-        # (projects within tenants, tenants within the profile's capacity).
+        # (projects within tenants, tenants within the profile's capacity). A database seeded by an older demo may
+        # hold other numbers: a missing tenant row is written only while the tenants' rows of its flavor stay within
+        # the demo's own total for it, and a missing project row only under its tenant's row.
+        planned = _tenant_totals()
         for owner, rows in QUOTAS.items():
             project = Project.objects.filter(slug=owner).select_related("tenant").first()
             tenant = project.tenant if project else Tenant.objects.filter(slug=owner).first()
@@ -136,7 +166,7 @@ def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: boo
                 continue
             for flavor_name, resource, nominal, borrowing, lending in rows:
                 flavor = flavors.get(flavor_name)
-                if flavor is None:
+                if flavor is None or not _fits(tenant, project, flavor, resource, nominal, planned):
                     continue
                 # Create only what is missing: a restart of `make run` seeds again, and must never put back the
                 # demo's numbers over quotas that ops, a tenant admin or a MIG change set since.

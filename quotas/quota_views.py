@@ -47,14 +47,13 @@ from .views import (
 
 
 def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: ProjectQuotaForm | None = None) -> HttpResponse:
-    tenant_rows = list(selectors.tenant_quotas_for(tenant=tenant))
+    tenant_rows = selectors.tenant_quota_rows(tenant=tenant)
     project_rows = selectors.project_quotas_for(tenant=tenant)
     split: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(lambda: {"assigned": ZERO, "used": ZERO})
     by_project: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(dict)
     # The same query tells when the in-use figures were read (the oldest of the rows' clusters' readings).
     readings: set[Any] = set()
-    for row in project_rows.values("project__slug", "flavor_id", "resource", "nominal", "used",
-                                   "flavor__cluster__reconciled_at"):
+    for row in selectors.project_quota_split(tenant=tenant):
         key = (row["flavor_id"], row["resource"])
         split[key]["assigned"] += row["nominal"]
         split[key]["used"] += row["used"]

@@ -25,7 +25,8 @@ The rule, at submission (``services._submit`` calls ``route`` after its own chec
    flavor Kueue admitted back into the request.
 
 Only when there is a choice (another cluster of its model, or a spill target) are clusters read: a request with one
-possible place goes there as before, at no extra cost.
+possible place goes there as before, at no extra cost. A request that waited for an approver is routed again by the
+same rule when it is approved (``services._route_at_approval``, with ``in_flight``; docs/federation.md).
 """
 
 from __future__ import annotations
@@ -296,12 +297,13 @@ def _kueue_chooses(fn: Callable[..., Route]) -> Callable[..., Route]:
 @_kueue_chooses
 def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, candidates: list[Flavor],
           usable: Callable[[Flavor], bool], exclude_cluster: Cluster | None = None,
-          in_flight: dict[int, tuple[Decimal, Decimal]] | None = None) -> Route:
+          in_flight: Callable[[], dict[int, tuple[Decimal, Decimal]]] | None = None) -> Route:
     """Where a request of ``project`` asking ``demand`` of ``flavor`` runs (see the module's rule).
 
     ``candidates``: the flavors the template allows (active, with their clusters); ``usable(flavor)``: the
     submission's own rules (enforced, quota enough, the queues admit it), asked of each candidate considered.
-    ``in_flight``: per flavor id, demand approved but not in the cluster yet (zone, project), counted as reserved.
+    ``in_flight()``: per flavor id, demand approved but not in the clusters' queues yet (zone, project), counted as
+    reserved; called once, only when clusters are read, before they are (re-routing at approval takes its lock there).
     Raises ValidationError (``flavor`` / ``accepted_models``) when the declared needs rule a model out."""
     home_model = _model(flavor)
     order = list(needs.accepted_models) or [home_model]
@@ -348,6 +350,7 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
         return Route(flavor, nowhere=True,
                      reason=f"Zone {flavor.cluster.zone_name} is {state} and no other zone may take it: it waits there.")
 
+    extra = in_flight() if in_flight is not None else {}
     loads: dict[int, Load] = {}
     by_cluster: dict[int, list[Flavor]] = {}
     for f in considered:
@@ -356,7 +359,7 @@ def route(*, project: Project, flavor: Flavor, needs: Needs, demand: Decimal, ca
         found = zone_load(fl[0].cluster, project, fl)
         if found:
             loads.update(found)
-    for pk, (zone_extra, project_extra) in (in_flight or {}).items():
+    for pk, (zone_extra, project_extra) in extra.items():
         if pk in loads:  # approved, not in the cluster's queues yet (re-routing at approval)
             loads[pk].reserved += zone_extra
             loads[pk].project_reserved += project_extra

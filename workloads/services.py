@@ -684,7 +684,6 @@ def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> Wor
     reason = f"{verb} by {actor.label}" + (f": {comment}" if comment else ".")
     fields: dict[str, Any] = {"approved_by": actor.user} if to == S.APPROVED and actor.user is not None else {}
     fields["decision_comment"] = comment
-    before = {"cluster": req.cluster.name, "zone": req.cluster.zone_name, "flavor": req.flavor.name}
     routed = _route_at_approval(req) if to == S.APPROVED and req.state in (S.SUBMITTED, S.PENDING_APPROVAL) else None
     won = move(
         req, to=to, actor_label=actor.label, actor=actor, reason=reason,
@@ -697,10 +696,9 @@ def _decide(*, actor: Actor, req: WorkloadRequest, to: str, comment: str) -> Wor
         _event(req, actor_label=actor.label, message=routed.message)
         req.approval_note = routed.message  # type: ignore[attr-defined]  # the page's message says it too
         if routed.fields:
-            after = {"cluster": req.cluster.name, "zone": req.cluster.zone_name, "flavor": req.flavor.name,
-                     "spilled": req.spilled, "why": routed.message[:300]}
+            after = _where(req) | {"spilled": req.spilled, "why": routed.message[:300]}
             audit_append([audit_entry(actor=actor, action="request.reroute", target=req, tenant=req.tenant,
-                                      project=req.project, before=before, after=after)])
+                                      project=req.project, before=routed.before, after=after)])
     if to == S.APPROVED:
         _on_commit_approved(req, notify_requester=True)
     else:
@@ -717,6 +715,11 @@ APPROVAL_ROUTING_LOCK = 26_001  # PostgreSQL advisory lock class: one tenant's a
 class _Rerouted:
     fields: dict[str, Any]  # empty: it stays where it is
     message: str  # the timeline entry: where it moved and why, or why it stays
+    before: dict[str, Any]  # where it was (the audit's "before" of a move)
+
+
+def _where(req: WorkloadRequest) -> dict[str, str]:
+    return {"cluster": req.cluster.name, "zone": req.cluster.zone_name, "flavor": req.flavor.name}
 
 
 def _approval_routing_lock(tenant_id: int) -> None:
@@ -760,33 +763,39 @@ def _route_at_approval(req: WorkloadRequest) -> _Rerouted | None:
                      and f.cluster.role != "worker" and f.cluster.routable and usable(f)), None)
         if home is None:
             return None  # its first model is offered nowhere now: it stays where it spilled to
-    here = f"zone {req.cluster.zone_name} ({req.cluster.name}, {flavor})"
-    _approval_routing_lock(req.tenant_id)
+
+    def in_flight() -> dict[int, tuple[Decimal, Decimal]]:  # only when clusters are read: lock, then count
+        _approval_routing_lock(req.tenant_id)
+        return _in_flight(req, candidates)
+
     try:
         found = routing.route(project=req.project, flavor=home, needs=needs, demand=demand, candidates=candidates,
-                              usable=usable, in_flight=_in_flight(req, candidates))
+                              usable=usable, in_flight=in_flight)
     except ValidationError as exc:
+        here = f"zone {req.cluster.zone_name} ({req.cluster.name}, {flavor})"
         return _Rerouted({}, f"Approved where it is, in {here}: routing at approval found no model that runs it "
-                             f"({' '.join(exc.messages)}); it waits there."[:1000])
+                             f"({' '.join(exc.messages)}); it waits there."[:1000], {})
     new = found.flavor
+    if new.pk == flavor.pk and not found.nowhere:
+        return None
+    here = f"zone {req.cluster.zone_name} ({req.cluster.name}, {flavor})"
     if found.nowhere:
         return _Rerouted({}, f"Approved where it is, in {here}: no zone can take it now ({found.reason}) It waits "
-                             f"there."[:1000])
-    if new.pk == flavor.pk:
-        return None
+                             f"there."[:1000], {})
     if req.topology and not quota_manifests.placed_by_topology(new.cluster, new):
         return _Rerouted({}, f"Not re-routed at approval: {new} would be freer, but its cluster places nothing by "
-                             f"rack or block; it stays in {here}."[:1000])
+                             f"rack or block; it stays in {here}."[:1000], {})
     back = " (its first model has room again)" if req.spilled and not found.spilled else ""
     message = (f"Re-routed at approval from {here} to zone {new.cluster.zone_name} ({new.cluster.name}, {new}){back}: "
                f"{found.reason}")
     fields = found.fields() | {"route_reason": message[:500]}
-    return _Rerouted(fields, message[:1000])
+    return _Rerouted(fields, message[:1000], _where(req))
 
 
 @transaction.atomic
 def request_approve(*, actor: Actor, request: WorkloadRequest, comment: str = "") -> WorkloadRequest:
-    """An approver lets the request go ahead. Two approvers at once: one wins, the other gets 409."""
+    """An approver lets the request go ahead. Two approvers at once: one wins, the other gets 409. Routed again first
+    (``_route_at_approval``): it may move to a zone that is free now, or is approved where it is."""
     return _decide(actor=actor, req=request, to=S.APPROVED, comment=comment.strip())
 
 

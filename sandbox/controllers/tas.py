@@ -3,16 +3,20 @@
 A pod set is placed by topology when its flavor names a ``Topology`` (``ResourceFlavor.spec.topologyName``). Its pod
 template may ask ``kueue.x-k8s.io/podset-required-topology: <level label>`` (all pods in one domain of that level,
 else it waits) or ``kueue.x-k8s.io/podset-preferred-topology: <level label>`` (one domain of that level if one has
-room, else the level above, else spread); without either it is placed anywhere (spread). What follows Kueue v0.17's
-``pkg/cache/scheduler/tas_flavor_snapshot.go``:
+room, else the level above, else spread over the top level); ``podset-unconstrained-topology`` (or no annotation, TAS
+implied by a queue of TAS flavors only) places it at the lowest level by LeastFreeCapacity (Kueue's
+``TASProfileMixed``, on by default): the node with the least room that holds every pod, else the least roomy nodes
+first. What follows Kueue v0.17's ``pkg/cache/scheduler/tas_flavor_snapshot.go``:
 
 * the leaves are the Ready, schedulable nodes that carry every level's label and match the flavor's ``nodeLabels``;
   a leaf is excluded for an untolerated ``NoSchedule``/``NoExecute`` taint (the pod's tolerations and the flavor's),
   for the pod's ``nodeSelector``; its free capacity is its allocatable less the requests of the non-TAS pods bound
   to it and the TAS usage of admitted Workloads' ``topologyAssignment``; its "state" is how many pods fit;
 * a domain's state is the sum of its leaves'; at the asked level the domains are sorted by state (most first, then
-  by their values) and the best fit is taken: the fitting domain with the least room; below it, domains are taken
-  greedily, the last by best fit;
+  by their values) and the best fit is taken: the fitting domain with the least room (``findLevelWithFitDomains``);
+  then level by level down, the children of *all* the picked domains are sorted together and taken greedily, the last
+  by best fit (``updateCountsToMinimumGeneric``): a spread over two blocks keeps no block's share (Kueue's own
+  ``sample-job-preferred.yaml`` on the real control plane showed it: ``tests/sandbox/test_kueue_tas_examples.py``);
 * no fit: ``topology "<name>" allows to fit only <n> out of <count> pod(s)`` (``doesn't allow to fit any of``), with
   ``. Total nodes: <n>; excluded: resource "nvidia.com/gpu": 2, taint "...": 1`` when leaves were excluded;
 * the assignment lists the hostname level only (the lowest level is ``kubernetes.io/hostname``), in the v1beta2
@@ -24,7 +28,8 @@ Enforcement (``Kueue._enforce``): the admitted Job's pod template gets the sched
 next host of the assignment that still has room. A pod with a topology annotation is counted by the assignment, not
 again as a non-TAS pod (Kueue's ``utiltas.IsTAS``; Kueue v0.17 puts no label on it: the real control plane showed it).
 
-Not simulated: slices (``podset-slice-*``), leader/worker pod sets, the LeastFreeCapacity profile, topologies whose
+Not simulated: slices (``podset-slice-*``; the multi-layer annotation is refused as Kueue's webhook does without its
+alpha gate, ``sandbox/webhooks.py``), leader/worker pod sets, balanced placement (an alpha gate), topologies whose
 lowest level is not the hostname, node replacement on failure, preemption for fragmented capacity.
 """
 

@@ -124,3 +124,15 @@ def test_seed_is_idempotent(seeded) -> None:
     PoolSample.objects.all().delete()
     made = seed_insights_demo()
     assert made["requests"] == before["requests"] and made["samples"] == before["queue_samples"] + before["pool_samples"]
+
+
+def test_the_architecture_review_reads_the_demo_h100_zone_as_volcanos(seeded, client) -> None:
+    """The review page answers from the live configuration: the demo's H100 zone runs E, Volcano gang-schedules
+    training on its offline pool, and its last change (F -> E) agrees."""
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.get(username="ops"))
+    page = client.get("/ops/architecture-review/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Volcano gang-schedules training" in text and "(all workers start together or none)" in text

@@ -1,7 +1,7 @@
 """The demo's history feeds every metric: after ``manage.py seed_demo`` (the sandbox not running), each registered
 metric's default period (the last 7 days) has table rows and chart points for platform ops, and each metric a tenant
-admin sees has them for Acme (``gang-start``: the demo cluster ran architecture E, Volcano gangs, until a few days
-ago; ``reclaim-latency``: Acme's projects reclaim H100s lent to each other). The one documented exception says why in
+admin sees has them for Acme (``gang-start``: the demo cluster runs architecture E, Volcano gangs, since a switch a few
+days ago; ``reclaim-latency``: Acme's projects reclaim H100s lent to each other). The one documented exception says why in
 its note:
 
 * ``pending-now``: the table is what waits *now* (the chart is the sampled history), and without the sandbox

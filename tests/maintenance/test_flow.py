@@ -102,7 +102,7 @@ def test_a_failed_change_rolls_back_by_itself(cast, ops2, demo, django_capture_o
 
 
 def test_the_demo_has_a_mig_pool_a_tenant_admin_may_propose_for(cast, fresh_sandbox, settings) -> None:
-    """``make run``'s demo (architecture F): alice proposes for the A100 pool her tenant uses, ops approve."""
+    """``make run``'s demo (architecture E, MIG on): alice proposes for the A100 pool her tenant uses, ops approve."""
     from portal.kube import kube_cache_clear
     from quotas.demo import seed_quota_demo
     from quotas.models import NodePool

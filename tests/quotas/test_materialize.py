@@ -129,8 +129,10 @@ def _job(name: str, gpus: int) -> str:
            "metadata": {"name": name, "namespace": "acme-vision",
                         "labels": {"kueue.x-k8s.io/queue-name": "acme-vision", "kueue.x-k8s.io/priority-class": "batch"},
                         "annotations": {"sandbox.gpuportal.dev/duration": "2h"}},
+           # the offline pool (acme-vision also has online H100s, which Kueue would try next)
            "spec": {"parallelism": gpus, "completions": gpus,
-                    "template": {"spec": {"restartPolicy": "Never", "containers": containers}}}}
+                    "template": {"spec": {"restartPolicy": "Never", "containers": containers,
+                                          "nodeSelector": {"gpuportal.dev/pool": "offline"}}}}}
     return json.dumps(job)
 
 

@@ -146,3 +146,25 @@ def test_a_pod_set_that_asks_for_no_topology_skips_a_tas_flavor_in_a_mixed_queue
     wl = workload(sim, "asks")
     assert cond(wl, "Admitted")["status"] == "True"
     assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"] == "h100"
+
+
+def test_an_unconstrained_pod_set_takes_the_node_with_the_least_room_that_holds_it(sim):
+    """Kueue v0.17 places an unconstrained pod set by LeastFreeCapacity at the hostname level (TASProfileMixed, on by
+    default): the node with the least room that holds it, whichever rack it is in (not the best-fit rack first)."""
+    first = sim.job("first", "t", requests={"nvidia.com/gpu": 2, "cpu": 1, "memory": "1Gi"}, queue="lq",
+                    tolerations=[GPU_TOLERATION], indexed=True, duration="3600")
+    first["spec"]["template"]["spec"]["nodeSelector"] = {**OFFLINE, "kubernetes.io/hostname": "gpu-h100-2"}
+    first["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": RACK}}
+    sim.create(first)  # on gpu-h100-2 (rack-a2): 6 GPUs left there
+    sim.settle()
+    assert workload(sim, "first")["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["slices"][0][
+        "valuesPerLevel"] == [{"universal": "gpu-h100-2"}]
+    job = sim.job("anywhere", "t", requests={"nvidia.com/gpu": 4, "cpu": 1, "memory": "1Gi"}, queue="lq",
+                  tolerations=[GPU_TOLERATION], indexed=True, duration="3600")
+    job["spec"]["template"]["spec"]["nodeSelector"] = dict(OFFLINE)
+    job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}}
+    sim.create(job)
+    sim.settle()
+    ta = workload(sim, "anywhere")["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    # rack-a1's gpu-h100-1 has 8 free, rack-a2's gpu-h100-2 6 and gpu-h100-3 8: the least room that holds 4 GPUs
+    assert ta["slices"][0]["valuesPerLevel"] == [{"universal": "gpu-h100-2"}]

@@ -7,7 +7,8 @@ The expected outcomes are what real Kueue v0.17 did with the same nodes and samp
 (``tests/realcluster/test_kueue_tas_examples_parity.py`` runs :func:`scenario` on both and compares).
 
 The cluster: two blocks of two racks of two nodes, 8 CPUs each (rack names repeat across blocks, as in Kueue's own
-example table: ``rack-1`` is in both blocks and is two domains).
+example table: ``rack-1`` is in both blocks and is two domains), and a third block with one rack of two GPU nodes
+(6 CPUs, 4 GPUs, the ``nvidia.com/gpu`` taint) for ``sample-gpu-queues.yaml``, whose flavor tolerates it.
 """
 
 from __future__ import annotations
@@ -94,9 +95,8 @@ def scenario(cluster: Any) -> dict:
     """Kueue's TAS samples on ``cluster`` (a sandbox or the real control plane); what a user sees, as a dict."""
     seen: dict = {}
     kubectl(cluster, "apply", "-f", str(TAS / "sample-queues.yaml"))
-    cq = wait(lambda: cond(get(cluster, "clusterqueue", "tas-cluster-queue"), "Active").get("status") == "True",
-              "the ClusterQueue active")
-    assert cq
+    wait(lambda: cond(get(cluster, "clusterqueue", "tas-cluster-queue"), "Active").get("status") == "True",
+         "the ClusterQueue active")
     # rack-required: 10 pods of 1 CPU; a rack holds 16
     seen["required"] = placed(cluster, create(cluster, "sample-job-required.yaml"), 10)
     # block-preferred: 40 pods; a block holds 32 (26 left in block-1 after the required job), so they spread
@@ -187,3 +187,21 @@ def test_kueues_tas_samples_behave_as_on_real_kueue(tas_sandbox) -> None:
     seen = scenario(tas_sandbox)
     print(json.dumps(seen, indent=1, sort_keys=True))  # shown when the comparison fails
     assert seen == EXPECTED
+
+
+def test_a_pod_running_agnhost_pause_runs_until_deleted_as_on_a_kubelet() -> None:
+    """Kueue's samples run ``agnhost pause``, which never exits: their pods stay Running (the sandbox used to end a
+    Job's pod after its default 180 s), while a Job's pod of another command still ends."""
+    from sandbox.controllers.sim import Sim
+
+    sim = Sim()
+    sim.namespace("t")
+    for name, args in (("pause", ["pause"]), ("other", ["entrypoint-tester", "hello"])):
+        job = sim.job(name, "t", requests={"cpu": 1, "memory": "200Mi"})
+        job["spec"]["template"]["spec"]["containers"][0].update(
+            {"image": "registry.k8s.io/e2e-test-images/agnhost:2.53", "args": args})
+        sim.create(job)
+    sim.settle()
+    sim.advance(24 * 3600)
+    phases = {p["metadata"]["labels"]["job-name"]: p["status"]["phase"] for p in sim.pods("t")}
+    assert phases == {"pause": "Running", "other": "Succeeded"}

@@ -5,7 +5,7 @@ H100 first. Through the API: a consenting job whose project allows A100 gets pod
 Kueue choose; the queue lists H100 then A100 with its flavor fungibility written; a second one, submitted while
 H100 is still free, is admitted by Kueue on A100 once the first holds H100, and the follower writes that back: the
 request page, the API and billing name A100. A job that did not consent, and one whose project's policy refuses A100,
-stay pinned to H100 (and wait there while A100 has room). Other tenants see none of it. Materialization and the
+stay pinned to H100 (and wait there while A100 has room), and so does one where the queue lists A100 first. Other tenants see none of it. Materialization and the
 follower run in the test (no worker).
 """
 
@@ -117,6 +117,18 @@ def test_kueue_chooses_between_models_the_job_accepts_inside_one_cluster(mixed, 
     (gpus,) = [g for g in cq["spec"]["resourceGroups"] if "nvidia.com/gpu" in g["coveredResources"]]
     assert [f["name"] for f in gpus["flavors"]] == both
     assert cq["spec"]["flavorFungibility"] == {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
+
+    # Kueue tries the queue's flavors in their order: where ops list A100 before H100, a job that prefers H100 is not
+    # left to Kueue (it would try A100 first), it stays pinned.
+    a100 = Flavor.objects.get(cluster=mixed["cluster"], name="a100-80gb")
+    a100.order = 1
+    a100.save()  # as ops do: the submission catalogue is told (a queryset update() is not)
+    before = _submit(api, "a100-listed-first", 1, accepted_models=both, spill_consent=True)
+    assert before["placement"]["kueue_models"] == [] and before["placement"]["gpu_model"] == "h100-80gb", before
+    cancelled = api("carol").post(f"/api/v1/requests/{before['id']}/cancel/", {"reason": "order check"}, format="json")
+    assert cancelled.status_code == 200, cancelled.content
+    a100.order = 10
+    a100.save()
 
     # Two consenting jobs, both routed to H100 while it is free: Kueue may run either on A100.
     first = _submit(api, "first", 2, accepted_models=both, spill_consent=True)

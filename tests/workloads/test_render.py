@@ -275,3 +275,31 @@ def test_notebook_access_url() -> None:
     # No token in the link: the portal (or the ingress asking it) authorises and adds the token on the way in.
     assert notebook_access_url(request_id=1, ide="jupyterlab") == "/notebooks/1/lab"
     assert notebook_access_url(request_id=1, ide="vscode", base_url="https://nb.example/") == "https://nb.example/notebooks/1/"
+
+
+def test_a_request_kueue_chooses_for_allows_each_flavor_by_node_affinity_and_validates() -> None:
+    """Kueue's flavor fungibility (docs/cluster-objects.md, "Flavor fungibility"): the labels the flavors share stay in
+    the nodeSelector, the GPU product becomes one required node-affinity term per flavor, tolerations are the union."""
+    req = make_request("training", architecture="F", pool="offline", replicas=3)
+    a100_toleration = {"key": "a100", "operator": "Exists", "effect": "NoSchedule"}
+    req.kueue_flavors = [
+        {"name": "h100-80gb", "model": "h100-80gb", "tolerations": [GPU_TAINT_TOLERATION],
+         "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpuportal.dev/pool": "offline"}},
+        {"name": "a100-80gb", "model": "a100-80gb", "tolerations": [GPU_TAINT_TOLERATION, a100_toleration],
+         "node_labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "gpuportal.dev/pool": "offline"}},
+    ]
+    req.flavor.node_labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpuportal.dev/pool": "offline"}
+    objects = request_manifests(req)
+    dry_run(objects)
+    spec = top_level(objects)["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpuportal.dev/pool": "offline"}
+    assert spec["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]},
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]}]},
+    ]}}}
+    assert GPU_TAINT_TOLERATION in spec["tolerations"] and a100_toleration in spec["tolerations"]
+    assert spec["tolerations"].count(GPU_TAINT_TOLERATION) == 1
+    # Pinned (no choice, or a choice of one): the flavor's nodeSelector, no affinity.
+    req.kueue_flavors = req.kueue_flavors[:1]
+    pinned = top_level(request_manifests(req))["spec"]["template"]["spec"]
+    assert pinned["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" and "affinity" not in pinned
