@@ -19,6 +19,8 @@ from django.db import transaction
 from portal.cache import changed as cache_changed
 from tenants.models import Project, Tenant
 
+from . import architectures
+from .manifests import VOLCANO_QUEUE
 from .models import Architecture, Cluster, Flavor, Quota
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ def _dec(value: int | None) -> Decimal | None:
 # every kind the demo profile has is enforced, so the demo never offers a flavor that nothing on the cluster enforces.
 # The seeded history (insights/demo.py) ran F until an applied change F -> E.
 DEMO_ARCHITECTURE = Architecture.E
+VOLCANO_LESS_ARCHITECTURE = Architecture.F  # where the cluster serves no Volcano: Kueue admits the offline pool too
 
 
 def _tenant_totals() -> dict[tuple[str, str], int]:
@@ -131,19 +134,26 @@ def seed_quota_demo(*, architecture: str = DEMO_ARCHITECTURE, reconcile_now: boo
 
     from .inventory import flavors_discover, inventory_sync, node_taints
 
-    cluster, _ = Cluster.objects.get_or_create(
+    cluster, created = Cluster.objects.get_or_create(
         name=DEMO_CLUSTER,
         defaults={"architecture": architecture, "use_mig": True, "use_hami": True, "kubeconfig_path": str(settings.KUBECONFIG)},
     )
-    summary: dict[str, Any] = {"cluster": cluster.name, "architecture": cluster.architecture}
     kube = None
     try:
         kube = kube_for(cluster)
+        if created and architectures.of(cluster).volcano_pool and not kube.serves(VOLCANO_QUEUE, "Queue"):
+            # A cluster without Volcano (`make run CLUSTER=real`: the real control plane runs none) could never start
+            # E's training: the demo starts it on F instead, its offline pool Kueue's.
+            log.warning("demo: cluster %s serves no Volcano Queue; architecture %s instead of %s", cluster.name,
+                        VOLCANO_LESS_ARCHITECTURE, cluster.architecture)
+            Cluster.objects.filter(pk=cluster.pk).update(architecture=VOLCANO_LESS_ARCHITECTURE)
+            cluster.architecture = VOLCANO_LESS_ARCHITECTURE
+        summary: dict[str, Any] = {"cluster": cluster.name, "architecture": cluster.architecture}
         summary["inventory"] = inventory_sync(cluster, kube=kube)
         proposals = flavors_discover(cluster, taints_by_node=node_taints(kube))
     except (ClusterError, OSError, ValueError) as exc:
         log.warning("demo: sandbox cluster not reachable (%s); using the demo profile's flavors", exc)
-        summary["inventory"] = f"unavailable: {exc}"
+        summary = {"cluster": cluster.name, "architecture": cluster.architecture, "inventory": f"unavailable: {exc}"}
         kube = None
         existing = set(cluster.flavors.values_list("name", flat=True))
         proposals = [Flavor(cluster=cluster, **spec) for spec in FALLBACK_FLAVORS if spec["name"] not in existing]

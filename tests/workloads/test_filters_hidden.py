@@ -11,7 +11,7 @@ from portal.ui import filtered
 from workloads.filters import RequestFilter
 from workloads.models import WorkloadRequest
 
-from .workloads.factories import make_request
+from .factories import make_request
 
 pytestmark = [pytest.mark.django_db]
 
