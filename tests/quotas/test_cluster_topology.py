@@ -66,6 +66,11 @@ def test_ops_switch_topology_on_through_the_api_and_off_only_once_no_flavor_carr
     assert reconcile.plan_apply(plan).ok
     live = _live_topology_names(sandbox_demo)
     assert all(live[name] == m.TOPOLOGY_NAME for name in placed)
+    # The demo's H100 zone runs E: Volcano's offline pool gets the racks and blocks as HyperNodes, so a training gang
+    # there may ask for one rack (Kueue's TAS places the flavors above).
+    assert sandbox_demo.architecture == "E"
+    hypernodes = {h["metadata"]["name"] for h in kube_for(sandbox_demo).list(m.VOLCANO_TOPOLOGY, "HyperNode")[0]}
+    assert {"rack-a1", "rack-a2", "block-a"} <= hypernodes, hypernodes
 
     # Off is refused while the flavors carry it, and nothing changes.
     off = ops.patch(url, {"topology": ""}, format="json")
