@@ -328,8 +328,8 @@ def _live_objects(kube: Any, desired_kinds: set[tuple[str, str]], *, installatio
             if owner == "foreign" or (owner == "legacy" and key not in applied):
                 continue
             live[key] = obj
-            if kind == "ClusterQueue":
-                queues.append(obj)
+            if kind == "ClusterQueue" or (api_version, kind) == (m.VOLCANO_QUEUE, "Queue"):
+                queues.append(obj)  # their status is the quota in use (usage_readback)
     return live, queues
 
 
@@ -793,6 +793,8 @@ def usage_readback(cluster: Cluster, queues: list[dict[str, Any]],
     the sum of their projects'. Only rows whose numbers changed are written. Returns the number of rows written.
     """
     per_project: dict[tuple[str, str, str], list[Decimal]] = {}
+    volcano = [q for q in queues if q.get("kind") == "Queue"]
+    queues = [q for q in queues if q.get("kind") != "Queue"]
     if shared_usage:
         slug_of = {(ns or slug): slug for slug, ns in Project.objects.values_list("slug", "cluster_namespace")}
         for (namespace, flavor, resource), amount in shared_usage.items():
@@ -815,6 +817,8 @@ def usage_readback(cluster: Cluster, queues: list[dict[str, Any]],
     now = timezone.now()
     changed: list[Quota] = []
     rows = list(Quota.objects.filter(flavor__cluster=cluster).select_related("project", "flavor"))
+    if volcano:
+        _volcano_usage(cluster, volcano, rows, per_project)
     for row in rows:
         if row.project_id is None:
             continue
@@ -833,6 +837,30 @@ def usage_readback(cluster: Cluster, queues: list[dict[str, Any]],
     if changed:
         Quota.objects.bulk_update(changed, ["used", "borrowed", "usage_at"])
     return len(changed)
+
+
+def _volcano_usage(cluster: Cluster, queues: list[dict[str, Any]], rows: list[Quota],
+                   per_project: dict[tuple[str, str, str], list[Decimal]]) -> None:
+    """Architecture E: a project's Volcano Queue (``status.allocated``) is what its gangs hold of the Volcano-owned
+    flavors. A Queue caps resources, not flavors, so its numbers go to the project's one Volcano-owned flavor with
+    that resource (the usual case: one offline whole-GPU flavor); with several, none is guessed. What exceeds the
+    row's nominal is borrowed, as Kueue would count it."""
+    owned: dict[tuple[str, str], list[Quota]] = {}
+    for row in rows:
+        if row.project_id is not None and m.volcano_owned(cluster, row.flavor):
+            owned.setdefault((row.project.slug, row.resource), []).append(row)
+    for queue in queues:
+        project = ((queue.get("metadata") or {}).get("labels") or {}).get(m.PROJECT_LABEL)
+        allocated = (queue.get("status") or {}).get("allocated") or {}
+        for resource, value in allocated.items():
+            targets = owned.get((project or "", resource)) or []
+            if len(targets) != 1:
+                continue
+            row = targets[0]
+            used = _amount(resource, value)
+            acc = per_project.setdefault((row.project.slug, row.flavor.name, resource), [Decimal(0), Decimal(0)])
+            acc[0] += used
+            acc[1] += max(Decimal(0), used - row.nominal)
 
 
 QUOTA_KINDS = ("ClusterQueue", "Cohort")

@@ -117,8 +117,8 @@ def _inference_demo(project, cluster, admin: Membership, member: Membership,
                 idempotency_key="demo-inference", image=INFERENCE_IMAGE, gpus=1, replicas=2, duration_hours=720,
                 parameters={"model_uri": "hf://demo/tiny-chat", "min_replicas": 1, "target_requests_per_second": 0.05},
                 name=INFERENCE_NAME)
-        except Exception:  # this flavor is refused (no online quota, not admitted): try the next
-            logger.info("demo inference service not on %s", flavor, exc_info=True)
+        except Exception as exc:  # this flavor is refused (no online quota, not admitted): try the next
+            logger.info("demo inference service not on %s: %s", flavor, exc)
             continue
         if req.state == RequestState.PENDING_APPROVAL:
             req = services.request_approve(actor=Actor(user=admin.user), request=req, comment="Demo service.")

@@ -85,6 +85,29 @@ def queue_usage(cluster_queue: dict[str, Any] | None, flavor: str, resource: str
                       cohort=str(spec.get("cohortName") or ""))
 
 
+def volcano_queue_detail(queue: dict[str, Any] | None, *, resource: str, asks: int) -> str:
+    """The project's Volcano Queue in plain words when it is what holds a gang back: "the project's Volcano queue
+    may hold 8 and its running jobs use 1, so 8 more do not fit yet"; "" when the queue has room (or is unknown)."""
+    if not queue or not asks:
+        return ""
+    cap_raw = ((queue.get("spec") or {}).get("capability") or {}).get(resource)
+    if cap_raw is None:
+        return ""
+    cap = _num(resource, cap_raw)
+    used = _num(resource, ((queue.get("status") or {}).get("allocated") or {}).get(resource, 0))
+    if used + asks <= cap:
+        return ""
+    if asks > cap:
+        return (f"the project's Volcano queue may hold at most {_plain(cap)}, fewer than this job's {asks}; "
+                "it cannot start until the project's quota is raised")
+    return (f"the project's Volcano queue may hold {_plain(cap)} and its running jobs use {_plain(used)}, so "
+            f"{asks} more do not fit yet; it starts as a whole gang when its running jobs free {_plain(used + asks - cap)}")
+
+
+def _plain(value: Decimal) -> str:
+    return str(int(value)) if value == value.to_integral_value() else str(value.normalize())
+
+
 def _cond(summary: dict[str, Any], ctype: str) -> list[str] | None:
     return (summary.get("c") or {}).get(ctype)
 
@@ -192,6 +215,9 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
             if network := network_topology_sentence(unschedulable[0]["sched"][2]):
                 return f"{prefix}waiting for {what}: it {network}; {_ahead(ahead)}"
             return f"{prefix}waiting for {what}: no node has room for the whole gang ({unschedulable[0]['sched'][2]})"
+        held = volcano_queue_detail(cluster_queue, resource=resource, asks=gpus_total)
+        if held:
+            return f"{prefix}waiting for {what}: {held}; {_ahead(ahead)}"
         return f"{prefix}waiting for {what} in the project's Volcano queue (job {phase.lower()}); {_ahead(ahead)}"
 
     workloads = [v for k, v in objects.items() if k.startswith("workload/")]

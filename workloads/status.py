@@ -59,7 +59,7 @@ from portal.leases import Lease
 
 from . import kinds, notify
 from .kinds import uses_volcano
-from .manifests import cluster_queue_name, installation_id
+from .manifests import cluster_queue_name, installation_id, volcano_queue_name
 from .models import Reclaim, RequestEvent, RequestState, WorkloadRequest
 from .pending import request_pending_reason, topology_hosts
 from .preemption import preemption_of
@@ -69,6 +69,7 @@ logger = logging.getLogger(__name__)
 S = RequestState
 ACTOR = "cluster"
 KUEUE = "kueue.x-k8s.io/v1beta2"
+VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1"
 NAME_RE = re.compile(r"(?:^|-)req-(\d+)(?:-|$)")
 WORKLOAD_CONDITIONS = ("QuotaReserved", "Admitted", "Evicted", "Preempted", "Requeued", "Finished")
 JOB_CONDITIONS = ("Complete", "Failed", "Suspended")
@@ -747,7 +748,7 @@ class StatusFollower:
     def _save(self, items: Iterable[_Tracked], stats: CycleStats) -> None:
         """Write each request whose summary (or pending sentence) changed; unchanged ones cost nothing."""
         items = list(items)
-        queues: dict[str, dict[str, Any] | None] = {}
+        queues: dict[Any, dict[str, Any] | None] = {}
         uids: set[str] = set()  # Workload UIDs seen for the first time, and lenders named by this cycle's reclaims
         admitted: set[int] = set()
         writes: list[tuple[WorkloadRequest, dict[str, Any]]] = []
@@ -785,15 +786,19 @@ class StatusFollower:
         ahead = _ahead_counts([req for req, _ in waiting]) if waiting else {}
         for req, values in waiting:
             volcano = uses_volcano(req, req.cluster.architecture)
-            cq = None
-            if not volcano:
-                name = cluster_queue_name(_target_of(req))
-                if name not in queues:
-                    try:
-                        queues[name] = self.kube.get(KUEUE, "ClusterQueue", name)
-                    except (ClusterUnavailable, ClusterRejected):
-                        queues[name] = None
-                cq = queues[name]
+            # Kueue's ClusterQueue, or under Volcano the project's Queue: their numbers say what holds it back.
+            if volcano:
+                key = ("volcano", req.project.slug)
+                read = (VOLCANO_QUEUE, "Queue", volcano_queue_name(req.project.slug))
+            else:
+                key = cluster_queue_name(_target_of(req))
+                read = (KUEUE, "ClusterQueue", key)
+            if key not in queues:
+                try:
+                    queues[key] = self.kube.get(*read)
+                except (ClusterUnavailable, ClusterRejected):
+                    queues[key] = None
+            cq = queues[key]
             sentence = request_pending_reason(req, cluster_queue=cq, volcano=volcano, ahead=ahead.get(req.pk))
             if sentence != req.pending_reason:
                 values["pending_reason"] = sentence

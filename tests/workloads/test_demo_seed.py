@@ -81,7 +81,21 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     assert groups[waiting.k8s_name]["status"]["phase"] != "Running"
     assert running.state == S.RUNNING
     assert waiting.state == S.QUEUED and waiting.pending_reason.startswith("waiting for 8 x"), waiting.pending_reason
-    assert "in the project's Volcano queue" in waiting.pending_reason, waiting.pending_reason
+    # In plain words, with the queue's own numbers: acme-vision's Queue may hold 8 (6 + 2 borrowing), the one-GPU job
+    # holds 1 of them.
+    assert "the project's Volcano queue may hold 8 and its running jobs use 1" in waiting.pending_reason, waiting.pending_reason
+    assert "when its running jobs free 1" in waiting.pending_reason, waiting.pending_reason
+    # The quota in use under E is the Volcano Queue's own count: the reconcile reads it back, and the approver's
+    # inbox says "1 in use" next to hparam-sweep (a Kueue-only readback said 0 while the gang ran).
+    from quotas.models import Quota
+    from quotas.reconcile import reconcile
+
+    reconcile(cluster, kube=kube)
+    offline = Quota.objects.get(project__slug="acme-vision", flavor__name="h100-80gb-offline", resource="nvidia.com/gpu")
+    assert offline.used == 1 and offline.borrowed == 0
+    client.force_login(made["llm-finetune"].requested_by)
+    inbox = client.get("/approvals/").content.decode()
+    assert "6 nominal + 2 borrowable, 1 in use" in inbox, inbox[inbox.find("hparam-sweep"):][:2000]
     # The notebook and the service's replica are Kueue's (each pod of a Deployment is a Workload), on online H100s.
     workloads = kube.list(m.KUEUE, "Workload", namespace=namespace)[0]
     assert len(workloads) == 2 and all(_quota_reserved(w) == "True" for w in workloads), workloads
