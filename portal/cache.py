@@ -13,6 +13,7 @@ its own uncommitted write, which must never outlive a rollback in the memo).
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -59,6 +60,21 @@ def _remember(key: str, got: dict[str, Any]) -> str:
         versions.update({k: v for k, v in got.items() if k in _keys})
         versions[key] = version
     return version
+
+
+def versions_to_read() -> list[str]:
+    """The version keys for a caller that makes the request's first cache read (the session's load, the rate limit)
+    to fetch in its own round trip and hand to ``versions_read``; [] outside an HTTP request or once they are read."""
+    versions = _request_versions()
+    return sorted(_keys) if versions is not None and not versions else []
+
+
+def versions_read(got: dict[str, Any]) -> None:
+    """The version keys another caller fetched (``versions_to_read``) become the request's: later lookups are free.
+    A key that was missing is looked up (and made) by its first ``version_key`` as before."""
+    versions = _request_versions()
+    if versions is not None:
+        versions.update({k: v for k, v in got.items() if k in _keys})
 
 
 def version_forget(key: str) -> None:
@@ -141,8 +157,10 @@ def _new_version(key: str) -> None:
 def shared[V](name: str, key: str, load: Callable[[], V], timeout: int = 120) -> V:
     """``load()``, kept in the shared cache under ``key`` for the current version of ``name`` (``changed(name)``
     sets a new one after every write that can change it): one round trip (``get_many`` of the version and the
-    value) when it is there, so a value per user costs one cache read instead of a query. ``timeout`` bounds how
-    long a value outlives a write that forgot to call ``changed``.
+    value) when it is there, so a value per user costs one cache read instead of a query; none when this process
+    read or wrote it at the request's version (``_held``; the version comes with the request's one read of every
+    version). ``timeout`` bounds how long a value outlives a write that forgot to call ``changed`` (the shared copy
+    carries its expiry time, and the process's copy keeps it).
 
     Inside a transaction the value is loaded and not kept (it may include the caller's uncommitted writes). The
     version is read before ``load()`` runs, so a value computed while a write commits is kept under the older
@@ -154,12 +172,32 @@ def shared[V](name: str, key: str, load: Callable[[], V], timeout: int = 120) ->
     _keys.add(vkey)
     versions = _request_versions()
     if versions is not None and vkey in versions:
-        version, held = versions[vkey], cache.get(key)
+        version = versions[vkey]
+        mine = _held.get(key)
+        if mine is not None and mine[0] == version and mine[2] > time.time():
+            return mine[1]  # this process read it at this version: no round trip
+        held = cache.get(key)
     else:  # the value with the version(s): still one round trip
         got = cache.get_many([key, *(sorted(_keys) if versions is not None else [vkey])])
         version, held = _remember(vkey, got), got.get(key)
-    if isinstance(held, tuple) and len(held) == 2 and held[0] == version:
+    if isinstance(held, tuple) and len(held) == 3 and held[0] == version and held[2] > time.time():
+        _hold(key, held)
         return held[1]
     value = load()
-    cache.set(key, (version, value), timeout)
+    kept = (version, value, time.time() + timeout)
+    cache.set(key, kept, timeout)
+    _hold(key, kept)
     return value
+
+
+# ``shared``'s values as this process last read or wrote them: key -> (version, value, the time the shared copy
+# expires). Used while the request's version is still that one and until that time, so the value itself costs no
+# round trip: only the version, which comes with the request's one read of every version. At most _HELD_MAX keys.
+_held: dict[str, tuple[str, Any, float]] = {}
+_HELD_MAX = 10_000
+
+
+def _hold(key: str, kept: tuple[str, Any, float]) -> None:
+    if len(_held) >= _HELD_MAX and key not in _held:
+        _held.clear()
+    _held[key] = kept

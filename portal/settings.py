@@ -270,9 +270,10 @@ SIGNUP_THROTTLE_WINDOW = int(os.environ.get("SIGNUP_THROTTLE_WINDOW", "3600"))
 LOGIN_THROTTLE_IN_FLIGHT = int(os.environ.get("LOGIN_THROTTLE_IN_FLIGHT", "20"))
 LOGIN_THROTTLE_BUSY_RETRY = int(os.environ.get("LOGIN_THROTTLE_BUSY_RETRY", "5"))
 # Sessions stay server-side (never signed cookies). With Redis as the cache, ``cached_db`` writes them to the
-# database and the cache and reads them from the cache: a signed-in request's session costs no query.
+# database and the cache and reads them from the cache: a signed-in request's session costs no query. portal.sessions
+# is Django's ``cached_db`` that fetches the request's cache versions in the same round trip (portal/sessions.py).
 if REDIS_URL:
-    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+    SESSION_ENGINE = "portal.sessions"
 
 # Celery: Redis when configured, else the embedded broker (portal/broker.py): kombu's SQLAlchemy
 # transport on an SQLite file, one transaction per message, no server. Parallel test processes each

@@ -37,6 +37,23 @@ return {1, count, oldest}
 """
 
 
+# The same, reading the request's cache versions (``portal.cache.versions_to_read``, KEYS[2..]) in the same round trip:
+# a token's API call, whose first cache read is its rate limit, then needs no other round trip for its versions.
+_WINDOW_READ_SCRIPT = """
+local key, limit = KEYS[1], tonumber(ARGV[3])
+local read = redis.call('MGET', unpack(KEYS, 2))
+redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[2])
+local count = redis.call('ZCARD', key)
+local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] or ''
+if count >= limit then
+  return {0, count, oldest, read}
+end
+redis.call('ZADD', key, ARGV[1], ARGV[4])
+redis.call('EXPIRE', key, ARGV[5])
+return {1, count, oldest, read}
+"""
+
+
 # Several windows (a submission's user rate and submit rate) in one round trip: the same steps for each key.
 _WINDOWS_SCRIPT = """
 local out = {}
@@ -78,6 +95,26 @@ def _window(backend: Any, key: str, args: list[Any]) -> list[Any]:
     if _script is None:
         _script = client.register_script(_WINDOW_SCRIPT)
     return _script(keys=[key], args=args, client=client)
+
+
+def _window_and_versions(backend: Any, key: str, args: list[Any]) -> list[Any]:
+    """``_window``, and the request's cache versions read in the same script call when none is read yet (the
+    default cache only): handed to ``portal.cache.versions_read``."""
+    from django.core.cache import caches
+
+    from .cache import versions_read, versions_to_read
+
+    names = versions_to_read() if backend is caches["default"] else []
+    if not names:
+        return _window(backend, key, args)
+    client = backend._cache.get_client(key, write=True)
+    if "read" not in _scripts:
+        _scripts["read"] = client.register_script(_WINDOW_READ_SCRIPT)
+    keys = [backend.make_and_validate_key(name) for name in names]
+    allowed, count, oldest, values = _scripts["read"](keys=[key, *keys], args=args, client=client)
+    loads = backend._cache._serializer.loads
+    versions_read({name: loads(value) for name, value in zip(names, values, strict=True) if value is not None})
+    return [allowed, count, oldest]
 
 
 def _windows(backend: Any, keys: list[str], args: list[Any]) -> list[list[Any]]:
@@ -139,7 +176,8 @@ class _SettingsRateThrottle(throttling.SimpleRateThrottle):
         if self.key is None:
             return True
         self.now = self.timer()
-        allowed, count, oldest = _window(backend, backend.make_and_validate_key(self.key) + ":window", self._window_args())
+        allowed, count, oldest = _window_and_versions(backend, backend.make_and_validate_key(self.key) + ":window",
+                                                      self._window_args())
         # What DRF's list holds at this point: ``count`` calls, the oldest at ``oldest`` (or this one's).
         self._window = (int(count), float(oldest) if oldest else None)
         return bool(allowed)

@@ -49,7 +49,8 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     (the last page). ``most``: count at most that many rows past the page's start (``BoundedPaginator``).
     ``first``: reads the first page's rows (its first ``per_page + 1`` rows, as the queryset would) by a cheaper
     way than the queryset (a kept query, ``portal.compiled``); called only for the first page, the queryset then
-    only counted when the pagination asks."""
+    only counted when the pagination asks. With ``window``, ``first``'s rows carry the total (``_pager_total``) as
+    the queryset's would."""
     try:
         wanted = int(number)
     except (TypeError, ValueError):
@@ -63,9 +64,12 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     if count is not None:
         paginator.count = count
     counted = window and count is None and isinstance(queryset, QuerySet) and not queryset.query.distinct
-    if counted:
-        queryset = queryset.annotate(_pager_total=Window(Count("pk")))
-    rows = first() if first is not None and start == 0 and not counted else list(queryset[start:start + per_page + 1])
+    if first is not None and start == 0:
+        rows = first()
+    else:
+        if counted:
+            queryset = queryset.annotate(_pager_total=Window(Count("pk")))
+        rows = list(queryset[start:start + per_page + 1])
     if len(rows) > per_page:
         if counted:
             paginator.count = rows[0]._pager_total

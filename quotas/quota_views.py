@@ -48,12 +48,13 @@ from .views import (
 
 def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: ProjectQuotaForm | None = None) -> HttpResponse:
     tenant_rows = selectors.tenant_quota_rows(tenant=tenant)
-    project_rows = selectors.project_quotas_for(tenant=tenant)
     split: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(lambda: {"assigned": ZERO, "used": ZERO})
     by_project: dict[tuple[int, str], dict[str, Decimal]] = defaultdict(dict)
     # The same query tells when the in-use figures were read (the oldest of the rows' clusters' readings).
     readings: set[Any] = set()
+    split_rows = 0
     for row in selectors.project_quota_split(tenant=tenant):
+        split_rows += 1
         key = (row["flavor_id"], row["resource"])
         split[key]["assigned"] += row["nominal"]
         split[key]["used"] += row["used"]
@@ -64,14 +65,16 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
         s = split[(row.flavor_id, row.resource)]
         summary.append({"row": row, "assigned": s["assigned"], "unassigned": row.nominal - s["assigned"], "used": s["used"]})
 
-    projects = list(tenancy.projects_for(actor=actor).filter(tenant=tenant).order_by("name"))
-    rows = project_rows.order_by("project__name", "flavor__order", "flavor__name", "resource")
+    projects = tenancy.tenant_projects_for(actor=actor, tenant=tenant)
     flavors = [s["row"].flavor for s in summary]
     unique_flavors = list({f.pk: f for f in flavors}.values())
-    filterset = filtered(QuotaFilter, request, rows, hide=("tenant", "cluster", "flavor", "level"),
+    filterset = filtered(QuotaFilter, request, selectors.project_quotas_listed(tenant=tenant),
+                         hide=("tenant", "cluster", "flavor", "level"),
                          selects={"project": [(p.slug, p.name) for p in projects],
                                   "flavor_name": [(f.name, f.name) for f in unique_flavors]})
-    pager = Pager(request, filterset.qs)
+    # Unfiltered, the split above counted every project row, and the first page comes from a kept query.
+    pager = Pager(request, filterset.qs, count=None if filterset.is_active else split_rows,
+                  first=None if filterset.is_active else lambda: selectors.project_quotas_first(tenant=tenant))
     page_rows = list(pager)
     # What the cluster confirmed, for the tenant's rows and the page's project rows: one query for both.
     checks = selectors.quota_confirmations(tenant_rows + page_rows)
@@ -96,7 +99,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
         initial: dict[str, Any] = {}
         edit = request.GET.get("edit")
         if is_id(edit):
-            editing = project_rows.filter(pk=int(edit)).first()
+            editing = selectors.project_quotas_for(tenant=tenant).filter(pk=int(edit)).first()
             if editing is not None:
                 initial = {"project": editing.project.slug, "target": target_key(editing.flavor, editing.resource),
                            "nominal": fmt(editing.nominal),

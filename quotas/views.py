@@ -118,7 +118,10 @@ def dataset(label: str, values: list[Any], colour: str, stack: str | None = None
 
 
 def _visible_project(actor: Actor, slug: str) -> Project:
-    return get_object_or_404(tenancy.projects_for(actor=actor).select_related("tenant"), slug=slug)
+    project = tenancy.project_seen_by(actor=actor, slug=slug)
+    if project is None:
+        raise Http404("No Project matches the given query.")
+    return project
 
 
 def _filters_of(form: forms.Form, request: HttpRequest) -> SimpleNamespace:

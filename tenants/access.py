@@ -25,6 +25,7 @@ from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, 
 from django.db.models.expressions import RawSQL
 from django.contrib.auth.models import Group
 
+from portal.cache import Versioned
 from portal.compiled import Compiled
 
 from .models import ApiToken, Membership, Project, Role, Tenant
@@ -142,12 +143,40 @@ def _session_user_query(user_id: Any) -> Any:
 _SESSION_USER = Compiled(lambda user_id: _session_user_query(user_id)[:1])
 
 
+# The session users' rows (with the ops answer and the memberships), kept per process under the shared version of
+# ``SESSION_USERS``: a signed-in request reads its user with the request's versions (one round trip, with the session:
+# portal/sessions.py), not with a query. Every write that can change such a row sets a new version once it commits
+# (``session_users_changed``: a user saved or deleted, a membership or project written or deleted, a group joined or
+# left, a group saved or deleted; see TenantsConfig.ready). Inside a transaction the row is read from the database.
+SESSION_USERS = "session-users"
+_session_rows_kept = Versioned(SESSION_USERS)
+
+
+def session_users_changed(**kwargs: Any) -> None:
+    """(A signal receiver) a write that can change a session user's row: every process reads them again."""
+    _session_rows_kept.changed()
+
+
+def _session_user_row(user_id: int) -> tuple[tuple[str, ...], tuple[Any, ...]] | None:
+    found = _SESSION_USER.rows(user_id)  # compiled once per process (portal.compiled)
+    if not found:
+        return None
+    user = found[0]
+    names = tuple(f.attname for f in user._meta.concrete_fields)
+    return names, (*(getattr(user, name) for name in names), user.portal_is_ops, user.portal_memberships)
+
+
 def user_for_session(user_id: Any) -> Any:
     """The user a session names, read with whether they are in the ops group (an ``EXISTS`` in the same query),
-    so that ``is_ops`` asks nothing more in that request; None if there is no such user."""
+    so that ``is_ops`` asks nothing more in that request; None if there is no such user. A new instance per call,
+    from the row kept per process and version (``SESSION_USERS``)."""
     if isinstance(user_id, int) and not isinstance(user_id, bool):
-        found = _SESSION_USER.rows(user_id)  # compiled once per process (portal.compiled)
-        user = found[0] if found else None
+        row = _session_rows_kept.get(str(user_id), lambda: _session_user_row(user_id))
+        user = None
+        if row is not None:
+            names, values = row
+            user = get_user_model().from_db("default", names, values[:len(names)])
+            user.portal_is_ops, user.portal_memberships = values[len(names):]
     else:
         user = _session_user_query(user_id).first()
     if user is not None:

@@ -29,3 +29,15 @@ class TenantsConfig(AppConfig):
 
         m2m_changed.connect(approvals_changed, sender=get_user_model().groups.through, weak=False,
                             dispatch_uid="approvals-user-groups")
+
+        # The session users' kept rows (tenants.access.user_for_session): the user, their memberships, their groups.
+        from django.contrib.auth.models import Group
+
+        from .access import session_users_changed
+
+        for model in (get_user_model(), Membership, Project, Group):
+            post_save.connect(session_users_changed, sender=model, weak=False, dispatch_uid=f"session-users-save-{model.__name__}")
+            post_delete.connect(session_users_changed, sender=model, weak=False,
+                                dispatch_uid=f"session-users-delete-{model.__name__}")
+        m2m_changed.connect(session_users_changed, sender=get_user_model().groups.through, weak=False,
+                            dispatch_uid="session-users-groups")

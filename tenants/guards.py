@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
-from django.shortcuts import get_object_or_404
 
 from portal.exceptions import NotAllowed
 
@@ -46,7 +45,9 @@ def require(allowed: bool, message: str) -> None:
 
 
 def _tenant_page(actor: Actor, slug: str, may: Callable[[Actor, Tenant], bool], message: str) -> Tenant:
-    tenant = get_object_or_404(selectors.tenants_for(actor=actor), slug=slug)
+    tenant = selectors.tenant_seen_by(actor=actor, slug=slug)
+    if tenant is None:
+        raise Http404("No Tenant matches the given query.")
     if not may(actor, tenant):
         raise PermissionDenied(message)
     return tenant

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import BooleanField, ExpressionWrapper, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, Prefetch, Q, QuerySet, Window
+
+from portal.compiled import Compiled
+from portal.ui import PAGE_SIZE
 
 from .access import Actor, is_ops, ops_role, scope_of
 from .models import ApiToken, AuditEntry, GroupMapping, Invitation, Membership, OidcIdentity, Project, Role, Tenant
@@ -20,6 +23,75 @@ def projects_for(*, actor: Actor) -> QuerySet[Project]:
     scope = scope_of(actor)
     base = Project.objects.select_related("tenant")
     return base if scope.everything else base.filter(pk__in=sorted(scope.visible_projects))
+
+
+# The pages' lookups by slug and a tenant's projects, compiled once per process (portal.compiled): building and
+# compiling the querysets took longer than running them. Whether the actor sees the row is asked of their scope
+# (the same sets ``tenants_for`` and ``projects_for`` filter by), not in the SQL.
+_TENANT_BY_SLUG = Compiled(lambda slug: Tenant.objects.filter(slug=slug).order_by()[:1])
+_PROJECT_BY_SLUG = Compiled(lambda slug: Project.objects.select_related("tenant").filter(slug=slug).order_by()[:1])
+_TENANT_PROJECTS = Compiled(lambda tenant_id: Project.objects.filter(tenant_id=tenant_id).order_by("name"))
+
+
+def tenant_seen_by(*, actor: Actor, slug: str) -> Tenant | None:
+    """``tenants_for(actor).filter(slug=slug).first()``: the tenant ``slug`` if ``actor`` sees it, else None."""
+    found = _TENANT_BY_SLUG.rows(slug)
+    if not found:
+        return None
+    scope = scope_of(actor)
+    return found[0] if scope.everything or found[0].pk in scope.visible_tenants else None
+
+
+def project_seen_by(*, actor: Actor, slug: str) -> Project | None:
+    """``projects_for(actor).filter(slug=slug).first()`` (with its tenant): the project ``slug`` if ``actor`` sees it,
+    else None."""
+    found = _PROJECT_BY_SLUG.rows(slug)
+    if not found:
+        return None
+    scope = scope_of(actor)
+    return found[0] if scope.everything or found[0].pk in scope.visible_projects else None
+
+
+# A project page's first page of members and of tokens (their total in each row, ``portal.ui.page_of``'s window),
+# compiled once per process; tokens: all of the project's, or one user's.
+_MEMBERS_FIRST = Compiled(lambda project_id: Membership.objects.filter(project_id=project_id).select_related("user")
+                          .order_by("user__username").annotate(_pager_total=Window(Count("pk")))[:PAGE_SIZE + 1])
+_TOKENS_FIRST = Compiled(lambda project_id: ApiToken.objects.filter(project_id=project_id).select_related("user")
+                         .order_by("-created_at").annotate(_pager_total=Window(Count("pk")))[:PAGE_SIZE + 1])
+_OWN_TOKENS_FIRST = Compiled(lambda project_id, user_id: ApiToken.objects.filter(project_id=project_id, user_id=user_id)
+                             .select_related("user").order_by("-created_at")
+                             .annotate(_pager_total=Window(Count("pk")))[:PAGE_SIZE + 1])
+
+
+def project_members_first(*, actor: Actor, project: Project) -> list[Membership]:
+    """The first ``PAGE_SIZE + 1`` rows of ``memberships_for(actor).filter(project=project)`` by username, with their
+    users and the total as ``_pager_total``: every membership of a project the actor sees (none of one they do not)."""
+    scope = scope_of(actor)
+    if not (scope.everything or project.pk in scope.visible_projects):
+        return []
+    return _MEMBERS_FIRST.rows(project.pk)
+
+
+def project_tokens_first(*, actor: Actor, project: Project) -> list[ApiToken] | None:
+    """The first ``PAGE_SIZE + 1`` rows of ``tokens_for(actor).filter(project=project)``, newest first, with their
+    users and the total as ``_pager_total``: every token of the project for ops and its tenant's admins, the actor's
+    own for anyone else. None through an API token (``tokens_for``'s own rule)."""
+    if actor.token is not None:
+        return None
+    scope = scope_of(actor)
+    if scope.everything or project.pk in scope.project_ids("manage_members_project"):
+        return _TOKENS_FIRST.rows(project.pk)
+    return _OWN_TOKENS_FIRST.rows(project.pk, actor.user.pk)
+
+
+def tenant_projects_for(*, actor: Actor, tenant: Tenant) -> list[Project]:
+    """``projects_for(actor).filter(tenant=tenant).order_by("name")``: the projects of ``tenant`` that ``actor`` sees,
+    by name, each with ``tenant`` as its tenant (no join)."""
+    scope = scope_of(actor)
+    found = _TENANT_PROJECTS.rows(tenant.pk)
+    for project in found:
+        project.tenant = tenant
+    return found if scope.everything else [p for p in found if p.pk in scope.visible_projects]
 
 
 def projects_where(*, actor: Actor, perm: str) -> QuerySet[Project]:

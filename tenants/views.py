@@ -23,7 +23,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -123,7 +123,10 @@ def tenant_search(request: HttpRequest) -> HttpResponse:
 
 
 def _visible_project(actor: Actor, slug: str) -> Project:
-    return get_object_or_404(selectors.projects_for(actor=actor), slug=slug)
+    project = selectors.project_seen_by(actor=actor, slug=slug)
+    if project is None:
+        raise Http404("No Project matches the given query.")
+    return project
 
 
 NEW_TOKEN_SESSION_KEY = "tenants:new-token"
@@ -155,9 +158,13 @@ def _project_page(
                .select_related("user").order_by("user__username"))
     tokens = (selectors.tokens_for(actor=actor).filter(project=project).select_related(None)
               .select_related("user").order_by("-created_at"))
-    # A project's members and tokens: bounded lists, whose page rows carry their total (no COUNT query).
-    member_pager = Pager(request, members, param="members_page", window=True)
-    token_pager = Pager(request, tokens, param="tokens_page", window=True)
+    # A project's members and tokens: bounded lists, whose page rows carry their total (no COUNT query); their first
+    # pages from kept queries.
+    member_pager = Pager(request, members, param="members_page", window=True,
+                         first=lambda: selectors.project_members_first(actor=actor, project=project))
+    own_tokens = selectors.project_tokens_first(actor=actor, project=project)
+    token_pager = Pager(request, tokens, param="tokens_page", window=True,
+                        first=None if own_tokens is None else lambda: own_tokens)
     for m in member_pager:
         m.project, m.tenant = project, tenant
     for t in token_pager:

@@ -30,7 +30,7 @@ def redis_cache(settings) -> Iterator[str]:
     prefix = f"trips-{uuid.uuid4().hex[:8]}"
     settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": url,
                                    "KEY_PREFIX": prefix}}
-    settings.SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+    settings.SESSION_ENGINE = "portal.sessions"
     settings.API_RATE_USER = "1000/min"
     yield prefix
     client = redis.Redis.from_url(url)
@@ -69,16 +69,52 @@ def test_api_calls_and_pages_make_few_round_trips(cast, redis_cache) -> None:
     for client in (token, session):
         client.get(detail)  # warm: the versions exist, the session is in the cache
 
-    # The rate limit in one script call, the versions in one MGET; a session adds its GET.
-    assert commands(lambda: token.get(detail)) == [b"EVALSHA", b"MGET"]
-    assert commands(lambda: session.get(detail)) == [b"GET", b"EVALSHA", b"MGET"]
-    assert commands(lambda: session.get("/api/v1/requests/")) == [b"GET", b"EVALSHA", b"MGET"]
+    # A token: the rate limit's script reads the versions too (one round trip). A session: the session and the
+    # versions in one MGET, then the rate limit.
+    assert commands(lambda: token.get(detail)) == [b"EVALSHA"]
+    assert commands(lambda: session.get(detail)) == [b"MGET", b"EVALSHA"]
+    assert commands(lambda: session.get("/api/v1/requests/")) == [b"MGET", b"EVALSHA"]
 
-    # An approver's page: the session, then the badge's kept counts with the versions (after one page that
-    # counted); no count query.
+    # An approver's page: the session with the versions, and the badge's counts from this process's copy at that
+    # version (after one page that counted); no count query.
     services.request_submit(actor=cast.actor("carol"), project=cast.vision, template=cat.training, flavor=cat.h100,
                             gpus=4, parameters={"command": "python train.py"})
     bob = APIClient()
     bob.force_login(cast.bob)
     bob.get("/requests/")
-    assert commands(lambda: bob.get("/requests/")) == [b"GET", b"MGET"]
+    assert commands(lambda: bob.get("/requests/")) == [b"MGET"]
+    # The inbox reads kept tables before the navigation asks for the badge: still the one MGET.
+    bob.get("/approvals/")
+    assert commands(lambda: bob.get("/approvals/")) == [b"MGET"]
+
+
+def test_the_badge_follows_a_new_version_from_another_process(cast, redis_cache) -> None:
+    """The process's copy of the counts is used only at the version it was read at: a version set elsewhere (another
+    process's write) has the page read the counts again, and they are right."""
+    from django.core.cache import cache
+
+    cat = make_catalogue(cast)
+    bob = APIClient()
+    bob.force_login(cast.bob)
+    assert "nav-badge" not in bob.get("/requests/").content.decode()
+    services.request_submit(actor=cast.actor("carol"), project=cast.vision, template=cat.training, flavor=cat.h100,
+                            gpus=4, parameters={"command": "python train.py"})
+    assert '<span class="nav-badge" aria-hidden="true">1</span>' in bob.get("/requests/").content.decode()
+    assert commands(lambda: bob.get("/requests/")) == [b"MGET"]  # kept
+
+    cache.set("versioned:approvals", "set-by-another-process", None)
+    sent = commands(lambda: bob.get("/requests/"))
+    assert sent[0] == b"MGET" and b"GET" in sent[1:] and b"SET" in sent[1:], sent  # read again, kept again
+    assert '<span class="nav-badge" aria-hidden="true">1</span>' in bob.get("/requests/").content.decode()
+    assert commands(lambda: bob.get("/requests/")) == [b"MGET"]
+
+
+def test_a_tokens_rate_limit_still_limits_when_its_script_reads_the_versions(cast, redis_cache, settings) -> None:
+    settings.API_RATE_USER = "2/min"
+    _, raw = token_create(actor=cast.actor("carol"), project=cast.vision, name="ci", scope="read")
+    token = APIClient()
+    token.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert token.get("/api/v1/me/").status_code == 200  # the first: the script and the versions are made
+    assert commands(lambda: token.get("/api/v1/me/")) == [b"EVALSHA"]
+    refused = token.get("/api/v1/me/")
+    assert refused.status_code == 429 and refused.json()["error"] == "throttled"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from django.contrib import messages
@@ -58,11 +59,22 @@ INBOX_RELATED = (*ROW_RELATED, "tenant", "requested_by")
 INBOX_EXTENSION_RELATED = ("request__project__tenant", "request__template", "request__flavor", "requested_by")
 
 
+_FRESH = DecisionForm()
+
+
+def _fresh_form(prefix: str) -> DecisionForm:
+    """``DecisionForm(prefix=prefix)``, unbound: a shallow copy of one form built once, sharing its fields (a form
+    deep-copies its fields when built, once per row of the inbox; an unbound form's rendering never changes them)."""
+    form = copy.copy(_FRESH)
+    form.prefix, form._bound_fields_cache, form._errors = prefix, {}, None
+    return form
+
+
 def _inbox_row(req: WorkloadRequest, form: DecisionForm | None = None) -> dict[str, Any]:
     """A row of the inbox (the Jinja2 template ``workloads/_approval_row.html``): the request, its context, its
     decision form."""
     if form is None:
-        form = DecisionForm(prefix=f"decide-{req.pk}")
+        form = _fresh_form(f"decide-{req.pk}")
     return {"req": req, "info": selectors.approval_context(req), "form": form}
 
 
@@ -84,7 +96,10 @@ def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisi
     )
 
     def first(extensions: bool, related: tuple[str, ...], columns: tuple[str, ...]) -> Any:
-        """The first page unfiltered, from a kept query (``selectors.inbox_first_page``); None: the filters' own."""
+        """The first page unfiltered, from a kept query (``selectors.inbox_first_page``); None: the filters' own.
+        No extension request waits for the approver (their kept counts, the navigation's): none is read."""
+        if extensions and not selectors.approvals_waiting_counts_kept(actor=actor).get("extensions", 1):
+            return list
         if extensions or not filterset.is_active:
             return lambda: selectors.inbox_first_page(actor=actor, extensions=extensions, related=related,
                                                       columns=columns, limit=PAGE_SIZE + 1)
@@ -95,7 +110,7 @@ def _approvals_page(request: HttpRequest, actor: Actor, *, bulk_form: BulkDecisi
     extension_pager = Pager(request, selectors.inbox_extension_rows(actor=actor).select_related(*INBOX_EXTENSION_RELATED)
                             .only(*INBOX_EXTENSION_COLUMNS), param="extensions_page",
                             first=first(True, INBOX_EXTENSION_RELATED, INBOX_EXTENSION_COLUMNS))
-    extension_rows = [{"ext": ext, "form": DecisionForm(prefix=f"extension-{ext.pk}")} for ext in extension_pager]
+    extension_rows = [{"ext": ext, "form": _fresh_form(f"extension-{ext.pk}")} for ext in extension_pager]
     selected = selected or {}
     return page(request, "workloads/approvals.html", {
         "filterset": filterset, "pager": pager, "rows": rows, "extension_pager": extension_pager,

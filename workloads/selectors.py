@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass
 from decimal import Decimal
 from collections.abc import Hashable, Iterable, Mapping
@@ -345,11 +346,14 @@ _ALL_PROJECTS = Compiled(lambda: Project.objects.order_by("name").values_list("p
 
 def approvable_projects(*, actor: Actor) -> list[tuple[int, str, str]]:
     """(id, slug, name) of the projects where ``actor`` may approve, by name: the inbox's projects (one kept query,
-    ``portal.compiled``)."""
+    ``portal.compiled``), kept in the shared cache per set of projects under ``tenants.access.APPROVALS`` (a project
+    saved or deleted, a membership changed: ``approvals_changed``), so a warm inbox reads no table for them."""
     scope = scope_of(actor)
     if scope.everything:
-        return _ALL_PROJECTS.rows()
-    return _APPROVABLE.rows(tuple(scope.project_ids("approve_project")))
+        return shared(APPROVALS, "approvable-projects:all", lambda: list(_ALL_PROJECTS.rows()))
+    ids = tuple(sorted(scope.project_ids("approve_project")))
+    key = "approvable-projects:" + hashlib.sha1(",".join(map(str, ids)).encode()).hexdigest()
+    return shared(APPROVALS, key, lambda: list(_APPROVABLE.rows(ids)))
 
 
 def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[ExtensionRequest]:
@@ -386,22 +390,24 @@ def approvals_waiting(*, actor: Actor) -> QuerySet[WorkloadRequest]:
 
 def approvals_waiting_counts(*, actor: Actor) -> dict[str, int]:
     """How many things wait for ``actor``'s decision: ``requests`` (``approvals_waiting``) and ``quota`` (the quota
-    requests inbox, ``quotas.selectors.quota_requests_for(inbox=True)``). One query for both."""
+    requests inbox, ``quotas.selectors.quota_requests_for(inbox=True)``); ``extensions``, the pending extension
+    requests among them (``inbox_extension_rows``: the inbox reads none while it is 0). One query for all three."""
     from django.contrib.auth import get_user_model
 
     from quotas.selectors import quota_requests_for
 
     if actor.user is None or not actor.user.is_authenticated or actor.token is not None:
-        return {"requests": 0, "quota": 0}  # an API token decides nothing
+        return {"requests": 0, "quota": 0, "extensions": 0}  # an API token decides nothing
     row = (
         get_user_model().objects.filter(pk=actor.user.pk)
         .annotate(requests=_Count(approvals_waiting(actor=actor).order_by().values("pk")),
-                  quota=_Count(quota_requests_for(actor=actor, inbox=True).order_by().values("pk")))
-        .values_list("requests", "quota")
+                  quota=_Count(quota_requests_for(actor=actor, inbox=True).order_by().values("pk")),
+                  extensions=_Count(inbox_extension_rows(actor=actor).order_by().values("pk")))
+        .values_list("requests", "quota", "extensions")
         .first()
     )
-    requests, quota = row or (0, 0)
-    return {"requests": requests or 0, "quota": quota or 0}
+    requests, quota, extensions = row or (0, 0, 0)
+    return {"requests": requests or 0, "quota": quota or 0, "extensions": extensions or 0}
 
 
 def approvals_waiting_counts_kept(*, actor: Actor) -> dict[str, int]:
@@ -411,8 +417,8 @@ def approvals_waiting_counts_kept(*, actor: Actor) -> dict[str, int]:
     cache read."""
     user = actor.user
     if user is None or not user.is_authenticated or actor.token is not None:
-        return {"requests": 0, "quota": 0}
-    return dict(shared(APPROVALS, f"approvals-waiting:{user.pk}", lambda: approvals_waiting_counts(actor=actor)))
+        return {"requests": 0, "quota": 0, "extensions": 0}
+    return dict(shared(APPROVALS, f"approvals-waiting:{user.pk}:2", lambda: approvals_waiting_counts(actor=actor)))
 
 
 def request_approvers(*, project: Any, exclude_user_id: int | None = None) -> list[Any]:

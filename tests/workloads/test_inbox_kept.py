@@ -100,3 +100,39 @@ def test_pages_count_and_scope_as_the_filtered_list(cast, cat) -> None:
         *(f"wait-{i:02d}" for i in range(25, 30)), "nlp-wait", "nlp-shared"]
     options = body.split('name="project"', 1)[1].split("</select>", 1)[0]
     assert re.findall(r'<option value="([^"]*)"', options) == ["", cast.nlp.slug, cast.vision.slug]
+
+
+def _queries(client: Client, path: str) -> list[str]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert client.get(path).status_code == 200
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(path).status_code == 200
+    return [q["sql"] for q in ctx.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as a server runs: the kept values are used
+def test_warm_inbox_reads_neither_projects_nor_extensions_while_none_waits(cast, cat) -> None:
+    """The project filter's choices are kept with the approver's counts (``approvable_projects``, under
+    ``APPROVALS``), and no extension request is read while the counts say none waits: the unfiltered inbox in
+    four queries (the session's user, the page's rows, their quota rows and queue). Each change shows at once."""
+    from tenants.services import project_update
+
+    _waiting(cast, cat, 2)
+    client = Client()
+    client.force_login(cast.bob)
+    sql = _queries(client, "/approvals/")
+    assert not [q for q in sql if q.startswith(('SELECT "tenants_project".', 'SELECT "workloads_extensionrequest".'))]
+    assert len(sql) <= 4, sql
+
+    # An extension request asked for: in the inbox at the next visit (its count changed with it).
+    running = make_request(cat, cast.vision, cast.carol, state=RequestState.RUNNING, name="longer")
+    extension_request_create(actor=cast.actor("carol"), request=running, hours=2, reason="more time please")
+    body = client.get("/approvals/").content.decode()
+    assert 'id="extension-' in body and "more time please" in body
+    # A project renamed: the filter offers its new name at the next visit.
+    project_update(actor=cast.actor("ops"), project=cast.vision, name="Vision Renamed")
+    body = client.get("/approvals/").content.decode()
+    options = body.split('name="project"', 1)[1].split("</select>", 1)[0]
+    assert ">Vision Renamed</option>" in options and _names(body) == ["wait-00", "wait-01"]
