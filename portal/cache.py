@@ -175,7 +175,7 @@ def shared[V](name: str, key: str, load: Callable[[], V], timeout: int = 120) ->
         version = versions[vkey]
         mine = _held.get(key)
         if mine is not None and mine[0] == version and mine[2] > time.time():
-            return mine[1]  # this process read it at this version: no round trip
+            return _copy(mine[1])  # this process read it at this version: no round trip
         held = cache.get(key)
     else:  # the value with the version(s): still one round trip
         got = cache.get_many([key, *(sorted(_keys) if versions is not None else [vkey])])
@@ -195,6 +195,12 @@ def shared[V](name: str, key: str, load: Callable[[], V], timeout: int = 120) ->
 # round trip: only the version, which comes with the request's one read of every version. At most _HELD_MAX keys.
 _held: dict[str, tuple[str, Any, float]] = {}
 _HELD_MAX = 10_000
+
+
+def _copy(value: Any) -> Any:
+    """A list, dict or set handed out from ``_held`` is a copy (a caller may change it, as it could change the one it
+    unpickled); what it holds is shared: ``shared``'s values are plain data (numbers, strings, tuples)."""
+    return value.copy() if isinstance(value, list | dict | set) else value
 
 
 def _hold(key: str, kept: tuple[str, Any, float]) -> None:

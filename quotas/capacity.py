@@ -26,7 +26,7 @@ from portal.quantities import in_portal_units, parse_quantity
 
 from . import architectures
 
-from .manifests import RACK_LABEL, ClusterRow, offered_kinds, topology_flavor, volcano_owned
+from .manifests import ClusterRow, offered_kinds, topology_flavor, topology_label, volcano_owned
 from .models import Cluster, Flavor, Node
 
 GPU = "nvidia.com/gpu"
@@ -131,11 +131,12 @@ def fmt_gpus(value: Decimal) -> str:
 def rack_fragmentation(cluster: Cluster, flavors: Iterable[Flavor], nodes: Iterable[Node],
                        in_use: dict[str, Decimal] | None) -> list[RackFree]:
     """For each flavor placed by topology (``manifests.topology_flavor``): the free whole GPUs of its nodes (the
-    inventory's allocatable, less ``in_use``: GPUs held per node name) in total and per rack (the nodes'
-    ``cloud.provider.com/topology-rack`` label). Nodes that do not count (not ready, gone) or are cordoned offer
+    inventory's allocatable, less ``in_use``: GPUs held per node name) in total and per rack (the nodes' label of
+    the cluster's rack level: ``cloud.provider.com/topology-rack`` with the preset, the one ops named otherwise). Nodes that do not count (not ready, gone) or are cordoned offer
     nothing. No query: the caller hands in what it read."""
     in_use = in_use or {}
     nodes = [n for n in nodes if n.counts_capacity and not n.unschedulable]
+    rack_label = topology_label(cluster, "rack")
     out = []
     for flavor in flavors:
         if not (flavor.active and topology_flavor(cluster, flavor)):
@@ -145,7 +146,7 @@ def rack_fragmentation(cluster: Cluster, flavors: Iterable[Flavor], nodes: Itera
         for node in nodes:
             if not flavor_matches(flavor, node):
                 continue
-            rack = str((node.labels or {}).get(RACK_LABEL) or "")
+            rack = str((node.labels or {}).get(rack_label) or "") if rack_label else ""
             if not rack:
                 unlabelled += 1
                 continue

@@ -190,8 +190,17 @@ class ClusterSettingsForm(forms.Form):
     topology = forms.ChoiceField(
         choices=Cluster._meta.get_field("topology").choices, required=False, label="Topology-aware placement",
         help_text="Block, rack, host: Kueue places distributed training within one rack or block, from the nodes' "
-                  "cloud.provider.com/topology-block and -rack labels. Applied through the plan below; switching it "
-                  "off needs the placed flavors deleted first (Kueue cannot take a flavor's topology off).",
+                  "cloud.provider.com/topology-block and -rack labels; or the levels named below. Applied through the "
+                  "plan below; switching it off or changing its levels needs the placed flavors deleted first (Kueue "
+                  "cannot take a flavor's topology off, nor change a Topology's levels).",
+    )
+    topology_levels = forms.CharField(
+        required=False, label="Topology levels (with “The levels named below”)",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text="One level a line, highest first: its name and its node label key, e.g. “zone "
+                  "topology.kubernetes.io/zone”, “rack example.com/rack”, “nvlink nvidia.com/gpu.clique”, “host "
+                  "kubernetes.io/hostname”. At most 8; the hostname only last. Requests may ask for one rack, block or "
+                  "NVLink domain (level nvlink).",
     )
     prometheus_cluster = forms.CharField(
         max_length=63, required=False, label="Prometheus cluster label value",
@@ -217,6 +226,8 @@ class ClusterSettingsForm(forms.Form):
     @classmethod
     def for_cluster(cls, cluster: Cluster, data: Any = None) -> ClusterSettingsForm:
         initial = {name: getattr(cluster, name) for name in cls.base_fields}
+        initial["topology_levels"] = "\n".join(f"{lv.get('name', '')} {lv.get('label', '')}"
+                                                for lv in cluster.topology_levels or () if isinstance(lv, dict))
         form = cls(data, initial=initial, prefix="settings")
         form.fields["manager_id"].choices = [("", "—")] + [  # type: ignore[attr-defined]
             (c.pk, c.name) for c in Cluster.objects.exclude(pk=cluster.pk).only("pk", "name").order_by("name")]
@@ -224,6 +235,19 @@ class ClusterSettingsForm(forms.Form):
 
     def clean_role(self) -> str:
         return self.cleaned_data.get("role") or self.initial.get("role") or "standalone"  # not sent: unchanged
+
+    def clean_topology_levels(self) -> list[dict[str, str]]:
+        """"name label" lines -> [{"name", "label"}]; the service checks the names and label keys."""
+        levels = []
+        for n, line in enumerate((self.cleaned_data.get("topology_levels") or "").splitlines(), 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2:
+                raise forms.ValidationError(f"Line {n}: give a level's name and its node label key, separated by a "
+                                            f"space (e.g. rack example.com/rack), not {line.strip()!r}.")
+            levels.append({"name": parts[0], "label": parts[1]})
+        return levels
 
 
 class ArchitectureForm(forms.Form):

@@ -110,16 +110,23 @@ DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 POD_GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")  # real pod resources (not Kueue's HAMi totals)
 
 # Kueue Topology Aware Scheduling (docs/cluster-objects.md, "Topology-aware placement"). A cluster with
-# ``topology`` set gets one Topology whose levels are these node labels, highest first (the labels of Kueue's own
-# TAS examples); its whole-GPU flavors name it in ``spec.topologyName``. A multi-pod training request that asks for
-# one rack or block carries the level's label in a pod template annotation.
+# ``topology`` set gets one Topology whose levels are node labels, highest first: the preset's (the labels of Kueue's
+# own TAS examples) or, with ``topology`` "custom", the levels ops name (``Cluster.topology_levels``: a name and a
+# node label each, e.g. zone topology.kubernetes.io/zone, rack, nvlink nvidia.com/gpu.clique, host). Its whole-GPU
+# flavors name it in ``spec.topologyName``. A multi-pod training request that asks for one rack, block or NVLink
+# domain carries the level's label in a pod template annotation.
 TOPOLOGY_NAME = "gpu-portal"
 BLOCK_LABEL = "cloud.provider.com/topology-block"
 RACK_LABEL = "cloud.provider.com/topology-rack"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+NVLINK_LABEL = "nvidia.com/gpu.clique"  # GPU Feature Discovery's NVLink clique (one NVLink domain)
 TOPOLOGY_LEVELS: dict[str, tuple[tuple[str, str], ...]] = {
     "block-rack-host": (("block", BLOCK_LABEL), ("rack", RACK_LABEL), ("host", HOSTNAME_LABEL)),
 }
+CUSTOM_TOPOLOGY = "custom"  # Cluster.topology: the levels ops name (Cluster.topology_levels)
+MAX_TOPOLOGY_LEVELS = 8
+# The level names placement understands (others are allowed: Kueue places by them, no request asks for them).
+LEVEL_WORDS = {"zone": "zone", "block": "block", "rack": "rack", "nvlink": "NVLink domain", "host": "host"}
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 # A pod set on a placed flavor that asks for no rack or block still asks Kueue for TAS explicitly: in a ClusterQueue
@@ -131,14 +138,20 @@ PLACEMENTS: dict[str, tuple[str, str]] = {
     "rack": (REQUIRED_TOPOLOGY, "rack"),
     "block": (REQUIRED_TOPOLOGY, "block"),
     "prefer-rack": (PREFERRED_TOPOLOGY, "rack"),
+    "nvlink": (REQUIRED_TOPOLOGY, "nvlink"),
+    "prefer-nvlink": (PREFERRED_TOPOLOGY, "nvlink"),
 }
 # Volcano's network-topology-aware scheduling (docs/cluster-objects.md, "Volcano HyperNodes"): on a cluster with a
-# topology whose Volcano hands out the training pool (architecture E), the reconcile writes one HyperNode per rack
-# (tier 1, its nodes by the rack label) and per block (tier 2, its racks), from the node labels the inventory read;
-# a Volcano training job that asks for one rack or block carries ``spec.networkTopology`` with that tier.
-HYPERNODE_TIERS = {"rack": 1, "block": 2}
-# A request's placement choice -> Volcano's networkTopology (mode, highest tier allowed).
-VOLCANO_PLACEMENTS: dict[str, tuple[str, int]] = {"rack": ("hard", 1), "block": ("hard", 2), "prefer-rack": ("soft", 1)}
+# topology whose Volcano hands out the training pool (architecture E), the reconcile writes one HyperNode per value of
+# each level above the host, the lowest level tier 1 (its nodes by that level's label), each level above one tier
+# higher (its members the HyperNodes below): with the preset, racks (tier 1) and blocks (tier 2); with levels rack,
+# nvlink, host: NVLink domains (tier 1) and racks (tier 2). A Volcano training job that asks for one rack, block or
+# NVLink domain carries ``spec.networkTopology`` with that level's tier.
+HYPERNODE_TIERS = {"rack": 1, "block": 2}  # the preset's
+# A request's placement choice -> Volcano's networkTopology (mode, the level whose tier is the highest allowed).
+VOLCANO_PLACEMENTS: dict[str, tuple[str, str]] = {
+    "rack": ("hard", "rack"), "block": ("hard", "block"), "prefer-rack": ("soft", "rack"),
+    "nvlink": ("hard", "nvlink"), "prefer-nvlink": ("soft", "nvlink")}
 
 
 # ----------------------------------------------------------------------------------------- the snapshot
@@ -196,8 +209,10 @@ class ClusterRow:
     use_mig: bool = False
     use_hami: bool = False
     volcano_capacity_plugin: bool = False
-    topology: str = ""  # Cluster.topology: a key of TOPOLOGY_LEVELS, or "" (no topology-aware placement)
+    topology: str = ""  # Cluster.topology: a key of TOPOLOGY_LEVELS, "custom", or "" (no topology-aware placement)
     admission_check: str = ""  # Cluster.multikueue_check: a MultiKueue manager's AdmissionCheck ("" elsewhere)
+    # Cluster.topology_levels ((name, node label), highest first): the levels of a "custom" topology.
+    topology_levels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -222,8 +237,9 @@ class Snapshot:
     # "namespace/name" of the portal's own ServiceAccount on this cluster (PORTAL_SERVICE_ACCOUNT): when set,
     # every project namespace (retained archived ones too) gets a RoleBinding of NAMESPACED_ROLE to it.
     service_account: str = ""
-    # (block, rack) label values of the cluster's nodes, as the inventory read them: its Volcano HyperNodes.
-    racks: tuple[tuple[str, str], ...] = ()
+    # Per node, the label values of the topology's levels above the host (``hypernode_levels``, highest first; the
+    # preset: (block, rack)), as the inventory read them: its Volcano HyperNodes.
+    racks: tuple[tuple[str, ...], ...] = ()
     # A MultiKueue manager's workers (empty elsewhere): its MultiKueue objects (render_multikueue).
     workers: tuple[WorkerRow, ...] = ()
 
@@ -354,7 +370,7 @@ def _entries(rows: Iterable[QuotaRow]) -> dict[tuple[str, str], _Entry]:
 def topology_flavor(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
     """Does ``flavor`` take part in ``cluster``'s topology (a whole-GPU flavor Kueue admits, with node labels,
     on a cluster with a topology)? Only those get ``spec.topologyName`` and only they offer placement by rack."""
-    return (getattr(cluster, "topology", "") in TOPOLOGY_LEVELS and flavor.kind == "whole" and bool(flavor.node_labels)
+    return (has_topology(cluster) and flavor.kind == "whole" and bool(flavor.node_labels)
             and not volcano_owned(cluster, flavor))
 
 
@@ -388,7 +404,7 @@ def tas_cpu_and_memory(cluster: ClusterRow, data: Snapshot, flavors: list[Flavor
 def volcano_topology_flavor(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
     """Does ``flavor`` take part in ``cluster``'s topology through Volcano (a whole-GPU flavor Volcano hands out, on a
     cluster with a topology)? Its gangs may ask for one rack or block: ``spec.networkTopology`` over the HyperNodes."""
-    return getattr(cluster, "topology", "") in TOPOLOGY_LEVELS and flavor.kind == "whole" and volcano_owned(cluster, flavor)
+    return has_topology(cluster) and flavor.kind == "whole" and volcano_owned(cluster, flavor)
 
 
 def placed_by_topology(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor) -> bool:
@@ -396,13 +412,48 @@ def placed_by_topology(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor
     return topology_flavor(cluster, flavor) or volcano_topology_flavor(cluster, flavor)
 
 
+def cluster_levels(cluster: ClusterRow | Cluster | Any) -> tuple[tuple[str, str], ...]:
+    """A cluster's topology levels, (name, node label), highest first: the preset's, the ones ops named (topology
+    "custom"), or () without a topology."""
+    topology = getattr(cluster, "topology", "") or ""
+    if topology == CUSTOM_TOPOLOGY:
+        out = []
+        for level in getattr(cluster, "topology_levels", None) or ():
+            name, label = (level.get("name"), level.get("label")) if isinstance(level, Mapping) else level
+            out.append((str(name or ""), str(label or "")))
+        return tuple(out)
+    return TOPOLOGY_LEVELS.get(topology, ())
+
+
+def has_topology(cluster: ClusterRow | Cluster | Any) -> bool:
+    return bool(cluster_levels(cluster))
+
+
+def level_names(cluster: ClusterRow | Cluster | Any) -> list[str]:
+    """The names of ``cluster``'s topology levels, highest first (["block", "rack", "host"] for the preset)."""
+    return [name for name, _label in cluster_levels(cluster)]
+
+
+def hypernode_levels(cluster: ClusterRow | Cluster | Any) -> tuple[tuple[str, str], ...]:
+    """The levels Volcano HyperNodes are written for: every level above the host, highest first."""
+    return tuple((n, lbl) for n, lbl in cluster_levels(cluster) if lbl != HOSTNAME_LABEL)
+
+
+def hypernode_tier(cluster: ClusterRow | Cluster | Any, level: str) -> int:
+    """A level's HyperNode tier (1: the lowest level above the host); 0 when the cluster has no such level."""
+    names = [n for n, _lbl in hypernode_levels(cluster)]
+    return len(names) - names.index(level) if level in names else 0
+
+
 def network_topology(cluster: ClusterRow | Cluster, flavor: FlavorRow | Flavor, placement: str) -> dict[str, Any]:
     """A Volcano Job's ``spec.networkTopology`` for a placement choice: "rack" -> ``{"mode": "hard",
-    "highestTierAllowed": 1}``; {} for "" or a flavor not placed through Volcano."""
+    "highestTierAllowed": 1}`` (the rack level's tier); {} for "", a flavor not placed through Volcano or a level
+    the cluster does not have."""
     if placement not in VOLCANO_PLACEMENTS or not volcano_topology_flavor(cluster, flavor):
         return {}
-    mode, tier = VOLCANO_PLACEMENTS[placement]
-    return {"mode": mode, "highestTierAllowed": tier}
+    mode, level = VOLCANO_PLACEMENTS[placement]
+    tier = hypernode_tier(cluster, level)
+    return {"mode": mode, "highestTierAllowed": tier} if tier else {}
 
 
 def hypernode_name(level: str, value: str) -> str:
@@ -411,44 +462,63 @@ def hypernode_name(level: str, value: str) -> str:
     return re.sub(r"[^a-z0-9.-]", "-", name.lower()).strip("-.")[:253]
 
 
-def render_hypernodes(racks: Iterable[tuple[str, str]]) -> list[dict]:
-    """Volcano HyperNodes from the nodes' (block, rack) labels: one per rack (tier 1, its nodes by the rack label)
-    and one per block (tier 2, its racks by name). A rack without a block gets no block."""
-    by_block: dict[str, set[str]] = {}
+def render_hypernodes(racks: Iterable[tuple[str, ...]],
+                      levels: tuple[tuple[str, str], ...] = (("block", BLOCK_LABEL), ("rack", RACK_LABEL))) -> list[dict]:
+    """Volcano HyperNodes from the nodes' label values of ``levels`` (the levels above the host, highest first;
+    the preset's (block, rack) by default): one per value of the lowest level (tier 1, its nodes by that level's
+    label) and one per value of each level above (one tier higher, the HyperNodes below it by name). A node without
+    a value at some level is in no HyperNode from there up (a rack without a block gets no block)."""
+    depth = len(levels)
+    members: list[dict[str, set[str]]] = [{} for _ in levels]
+    for row in sorted(set(racks)):
+        values = tuple(row)[:depth] + ("",) * (depth - len(row))
+        below = ""
+        for i in range(depth - 1, -1, -1):
+            name, _label = levels[i]
+            value = values[i]
+            if not value or (i < depth - 1 and not below):
+                break
+            members[i].setdefault(value, set())
+            if i < depth - 1:
+                members[i][value].add(below)
+            below = hypernode_name(name, value)
     out = []
-    for block, rack in sorted(set(racks)):
-        if not rack:
-            continue
-        out.append({"apiVersion": VOLCANO_TOPOLOGY, "kind": "HyperNode",
-                    "metadata": {"name": hypernode_name("rack", rack), "labels": labels()},
-                    "spec": {"tier": HYPERNODE_TIERS["rack"], "tierName": "rack", "members": [
-                        {"type": "Node", "selector": {"labelMatch": {"matchLabels": {RACK_LABEL: rack}}}}]}})
-        if block:
-            by_block.setdefault(block, set()).add(hypernode_name("rack", rack))
-    for block, names in sorted(by_block.items()):
-        out.append({"apiVersion": VOLCANO_TOPOLOGY, "kind": "HyperNode",
-                    "metadata": {"name": hypernode_name("block", block), "labels": labels()},
-                    "spec": {"tier": HYPERNODE_TIERS["block"], "tierName": "block", "members": [
-                        {"type": "HyperNode", "selector": {"exactMatch": {"name": n}}} for n in sorted(names)]}})
+    for i in range(depth - 1, -1, -1):
+        name, label = levels[i]
+        tier = depth - i
+        for value, children in sorted(members[i].items()):
+            if i == depth - 1:
+                spec_members = [{"type": "Node", "selector": {"labelMatch": {"matchLabels": {label: value}}}}]
+            else:
+                spec_members = [{"type": "HyperNode", "selector": {"exactMatch": {"name": n}}} for n in sorted(children)]
+            out.append({"apiVersion": VOLCANO_TOPOLOGY, "kind": "HyperNode",
+                        "metadata": {"name": hypernode_name(name, value), "labels": labels()},
+                        "spec": {"tier": tier, "tierName": name, "members": spec_members}})
     return out
 
 
 def topology_label(cluster: ClusterRow | Cluster, level: str) -> str:
-    """The node label of a topology level ("rack", "block") on ``cluster``; "" when it has no such level."""
-    return dict(TOPOLOGY_LEVELS.get(getattr(cluster, "topology", ""), ())).get(level, "")
+    """The node label of a topology level ("rack", "block", "nvlink") on ``cluster``; "" when it has no such level."""
+    return dict(cluster_levels(cluster)).get(level, "")
 
 
 def placement_annotations(cluster: ClusterRow | Cluster, placement: str) -> dict[str, str]:
     """The pod template annotation of a placement choice (``PLACEMENTS``): e.g. "rack" ->
-    ``{"kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}``; {} for "" or no topology."""
+    ``{"kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}``; {} for "", no topology or a
+    level the cluster does not have."""
     annotation, level = PLACEMENTS.get(placement or "", ("", ""))
     label = topology_label(cluster, level) if annotation else ""
     return {annotation: label} if label else {}
 
 
+def placement_offered(cluster: ClusterRow | Cluster, placement: str) -> bool:
+    """Does ``cluster``'s topology have the level a placement choice asks for ("" is always offered)?"""
+    return not placement or bool(topology_label(cluster, PLACEMENTS.get(placement, ("", ""))[1]))
+
+
 def render_topology(cluster: ClusterRow) -> dict:
     """Kueue's Topology: the levels' node labels, highest first (Kueue requires hostname, if present, last)."""
-    levels = [{"nodeLabel": label} for _name, label in TOPOLOGY_LEVELS[cluster.topology]]
+    levels = [{"nodeLabel": label} for _name, label in cluster_levels(cluster)]
     return {"apiVersion": KUEUE, "kind": "Topology", "metadata": {"name": TOPOLOGY_NAME, "labels": labels()},
             "spec": {"levels": levels}}
 
@@ -839,7 +909,8 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
     """
     if not isinstance(cluster, ClusterRow):
         cluster = ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin,
-                             getattr(cluster, "topology", ""), getattr(cluster, "multikueue_check", ""))
+                             getattr(cluster, "topology", ""), getattr(cluster, "multikueue_check", ""),
+                             cluster_levels(cluster))
     arch = architectures.of(cluster)
     flavors = kueue_flavors(cluster, data.flavors)
     data, flavors = tas_cpu_and_memory(cluster, data, flavors)
@@ -852,7 +923,7 @@ def desired_state(cluster: ClusterRow | Any, data: Snapshot) -> list[dict]:
     if any(topology_flavor(cluster, f) for f in flavors):
         objects.append(render_topology(cluster))
     if any(volcano_topology_flavor(cluster, f) for f in data.flavors):
-        objects += render_hypernodes(data.racks)
+        objects += render_hypernodes(data.racks, hypernode_levels(cluster))
     objects += render_priority_classes()
     if arch.shared_queue:
         totals = _a_totals(data)

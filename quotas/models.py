@@ -33,8 +33,9 @@ FLAVOR_NAME = RegexValidator(
 Architecture = models.TextChoices("Architecture", [(letter, (letter, label)) for letter, label in architectures.choices()])
 
 
-# Cluster.topology's choices (a key of quotas.manifests.TOPOLOGY_LEVELS, or "" for off).
-CLUSTER_TOPOLOGIES = [("", "None"), ("block-rack-host", "Block, rack, host")]
+# Cluster.topology's choices (a key of quotas.manifests.TOPOLOGY_LEVELS, "custom" for the levels ops name in
+# Cluster.topology_levels, or "" for off).
+CLUSTER_TOPOLOGIES = [("", "None"), ("block-rack-host", "Block, rack, host"), ("custom", "The levels named below")]
 # How work reaches a cluster (docs/federation.md, "Kueue MultiKueue"): the portal routes to a standalone cluster itself;
 # a MultiKueue manager's Kueue sends what the portal submits there on to its workers; a worker takes work only from its
 # manager (the portal routes nothing to it directly, but provisions its projects' queues, which MultiKueue needs).
@@ -74,6 +75,10 @@ class Cluster(models.Model):
         max_length=20, blank=True, choices=CLUSTER_TOPOLOGIES,
         help_text="Topology-aware placement: the node labels of blocks and racks (empty: off).",
     )
+    # With topology "custom": the levels, highest first, [{"name": "rack", "label": "example.com/rack"}, ...]
+    # (quotas.services checks them: Kubernetes label keys, at most 8, no duplicates, the hostname only last).
+    topology_levels = models.JSONField(default=list, blank=True,
+                                       help_text="Topology \"custom\": its levels, highest first (name, node label).")
     # Federation (docs/federation.md): the zone this cluster is (one GPU model's pool, as a rule), the failure domain
     # it shares with other clusters (a site, a power feed: what one outage takes down together), and whether ops
     # drain it (no new work is routed here; pending work that has not started moves elsewhere once).

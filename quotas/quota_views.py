@@ -185,7 +185,9 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     rows = selectors.project_quota_summary(project=project, flavors=row_flavors)
     requests = _listed(selectors.quota_requests_for(actor=actor)).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
-    pager = Pager(request, filterset.qs)
+    # Unfiltered, the first page comes from a kept query.
+    pager = Pager(request, filterset.qs, first=None if filterset.is_active
+                  else lambda: selectors.project_quota_requests_first(actor=actor, project=project))
     _shown(pager)
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows, row_flavors),

@@ -60,7 +60,9 @@ def _reserved(name: str) -> bool:
 Key = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
 MANAGED_SELECTOR = labels.managed_selector()
 # Fields Kubernetes refuses to change in place: a different value means delete and create again.
-IMMUTABLE = {("LocalQueue", ("spec", "clusterQueue"))}
+# A Topology's levels too (Kueue v0.17: "field is immutable"); the services refuse to change them while flavors carry
+# the Topology, so the one replaced is unused and Kueue lets it go (its resource-in-use finalizer).
+IMMUTABLE = {("LocalQueue", ("spec", "clusterQueue")), ("Topology", ("spec", "levels"))}
 APPLY_WORKERS = 8  # tenant units applied side by side
 
 
@@ -97,14 +99,15 @@ def snapshot_load(cluster: Cluster) -> m.Snapshot:
         for f in flavors
     ]
     cluster_row = m.ClusterRow(cluster.name, cluster.architecture, cluster.use_mig, cluster.use_hami, cluster.volcano_capacity_plugin,
-                               cluster.topology, cluster.multikueue_check)
-    # Volcano HyperNodes (one per rack and block) come from the nodes' topology labels; read only where they are drawn.
-    racks: set[tuple[str, str]] = set()
-    if cluster.topology in m.TOPOLOGY_LEVELS:
+                               cluster.topology, cluster.multikueue_check, m.cluster_levels(cluster))
+    # Volcano HyperNodes (one per value of each level above the host) come from the nodes' topology labels; read only
+    # where they are drawn.
+    racks: set[tuple[str, ...]] = set()
+    if levels := m.hypernode_levels(cluster):
         for node_labels in Node.objects.filter(cluster=cluster, present=True).values_list("labels", flat=True):
-            rack = (node_labels or {}).get(m.RACK_LABEL)
-            if rack:
-                racks.add(((node_labels or {}).get(m.BLOCK_LABEL, ""), rack))
+            values = tuple(str((node_labels or {}).get(label) or "") for _name, label in levels)
+            if values[-1]:
+                racks.add(values)
     return m.Snapshot(cluster_row, tuple(flavor_rows), tuple(tenants), tuple(projects), installation_id(),
                       service_account=getattr(settings, "PORTAL_SERVICE_ACCOUNT", ""), racks=tuple(sorted(racks)),
                       workers=_workers(cluster))

@@ -660,6 +660,28 @@ def quota_requests_listed(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaReq
     return requests.select_related(None).only(*_SHOWN)
 
 
+# The project quota page's first page of the project's quota requests (listed), compiled once per process: all of
+# them, or one requester's.
+_PROJECT_REQUESTS_FIRST = Compiled(lambda project_id: quota_requests_listed(
+    QuotaRequest.objects.filter(project_id=project_id)).order_by("-created_at")[:PAGE_SIZE + 1])
+_OWN_PROJECT_REQUESTS_FIRST = Compiled(lambda project_id, user_id: quota_requests_listed(
+    QuotaRequest.objects.filter(project_id=project_id, requested_by_id=user_id)).order_by("-created_at")[:PAGE_SIZE + 1])
+
+
+def project_quota_requests_first(*, actor: Actor, project: Project) -> list[QuotaRequest]:
+    """The first ``PAGE_SIZE + 1`` rows of ``quota_requests_listed(quota_requests_for(actor)).filter(project=project)
+    .order_by("-created_at")``: every request of the project for ops, its approvers and its tenant's admins, the
+    actor's own for anyone else."""
+    if actor.token is not None:  # quota_requests_for's own rule, not kept
+        return list(quota_requests_listed(quota_requests_for(actor=actor)).filter(project=project)
+                    .order_by("-created_at")[:PAGE_SIZE + 1])
+    if not _ops(actor):
+        scope = scope_of(actor)
+        if project.pk not in scope.project_ids("approve_project") and project.tenant_id not in scope.tenant_ids("change_tenant"):
+            return _OWN_PROJECT_REQUESTS_FIRST.rows(project.pk, actor.user.pk)
+    return _PROJECT_REQUESTS_FIRST.rows(project.pk)
+
+
 def _padded(ids: set[int]) -> tuple[int, ...]:
     """``ids`` sorted, the last repeated up to a power of two: the number of ids is part of a compiled query's
     shape, so a page's lists of ids come in a few lengths (a few statements per connection) instead of one each."""

@@ -35,6 +35,7 @@ from tenants.guards import require
 from tenants.models import DNS1123_LABEL, Project, Tenant
 
 from . import architectures, policy, selectors, states
+from . import manifests as qm
 from .events import schedule_reconcile
 from .exceptions import AlreadyDecided, QuotaExceeded
 from .manifests import topology_flavor
@@ -51,7 +52,7 @@ Status = QuotaRequest.Status
 _LABEL_RE = cast("re.Pattern[str]", DNS1123_LABEL.regex)
 
 CLUSTER_FIELDS = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "kubeconfig_path",
-                  "topology", "prometheus_cluster", "role", "manager_id", "admission_check"]
+                  "topology", "topology_levels", "prometheus_cluster", "role", "manager_id", "admission_check"]
 FLAVOR_FIELDS = [
     "cluster", "name", "display_name", "kind", "gpu_product", "gpu_model", "mig_profile", "hami_memory_mib",
     "hami_cores_percent", "pool_label", "node_labels", "taints", "tolerations", "order", "active",
@@ -90,11 +91,74 @@ def _cluster_check(cluster: Cluster, changed: set[str] | frozenset[str] = frozen
         raise Invalid(f"Overcommit is a percentage from 0 to {MAX_OVERCOMMIT_PERCENT}.", field="overcommit_percent")
     if cluster.kubeconfig_path and not cluster.kubeconfig_path.startswith("/"):
         raise Invalid("Give the absolute path of the kubeconfig file mounted into the portal.", field="kubeconfig_path")
+    _topology_levels_check(cluster)
     _multikueue_check(cluster)
     multikueue_match_check(cluster, changed)
     _full_clean(cluster, exclude=["kubeconfig_encrypted"])
     if Cluster.objects.filter(name=cluster.name).exclude(pk=cluster.pk).exists():
         raise Invalid(f"A cluster named {cluster.name!r} already exists.", field="name")
+
+
+# A Kubernetes label key: an optional DNS subdomain prefix and "/", then a name of up to 63 characters.
+_LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_key_error(key: str) -> str:
+    """Why ``key`` is not a Kubernetes label key ("" when it is one)."""
+    prefix, _slash, name = key.rpartition("/")
+    if "/" in prefix:
+        return "has more than one '/'"
+    if "/" in key and not prefix:
+        return "has an empty prefix before '/'"
+    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix)):
+        return "has a prefix that is not a DNS subdomain (lower-case letters, digits, '-' and '.', up to 253)"
+    if not _LABEL_NAME_RE.match(name):
+        return ("has a name that is not 1 to 63 letters, digits, '-', '_' or '.', beginning and ending with a letter "
+                "or digit")
+    return ""
+
+
+def _topology_levels_check(cluster: Cluster) -> None:
+    """A "custom" topology's levels (``Cluster.topology_levels``), highest first, as Kueue's Topology takes them: 1 to
+    ``MAX_TOPOLOGY_LEVELS``, each a name (a DNS label: rack, nvlink, zone...) and a node label key, no name or label
+    twice, ``kubernetes.io/hostname`` only as the lowest. Other topologies name no levels."""
+    levels = cluster.topology_levels
+    field = "topology_levels"
+    if cluster.topology != qm.CUSTOM_TOPOLOGY:
+        if levels:
+            raise Invalid(f'Levels are named with topology "{qm.CUSTOM_TOPOLOGY}" only: set it, or send no levels.',
+                          field=field)
+        return
+    if not isinstance(levels, list) or not levels:
+        raise Invalid("Name the levels, highest first: e.g. [{\"name\": \"rack\", \"label\": \"example.com/rack\"}, "
+                      "{\"name\": \"host\", \"label\": \"kubernetes.io/hostname\"}].", field=field)
+    if len(levels) > qm.MAX_TOPOLOGY_LEVELS:
+        raise Invalid(f"At most {qm.MAX_TOPOLOGY_LEVELS} levels, not {len(levels)}.", field=field)
+    names: set[str] = set()
+    keys: set[str] = set()
+    for n, level in enumerate(levels, 1):
+        if not isinstance(level, dict) or set(level) - {"name", "label"}:
+            raise Invalid(f"Level {n}: give an object with a name and a label only.", field=field)
+        name, label = level.get("name"), level.get("label")
+        if not isinstance(name, str) or not _LABEL_RE.match(name) or len(name) > 20:
+            raise Invalid(f"Level {n}: the name {name!r} is not lower-case letters, digits and '-' (up to 20), "
+                          "e.g. zone, block, rack, nvlink, host.", field=field)
+        if not isinstance(label, str) or not label:
+            raise Invalid(f"Level {n} ({name}): give its node label key, e.g. topology.kubernetes.io/zone.", field=field)
+        why = label_key_error(label)
+        if why:
+            raise Invalid(f"Level {n} ({name}): {label!r} is not a Kubernetes label key: it {why}.", field=field)
+        if name in names:
+            raise Invalid(f"Level {n}: the name {name!r} is used twice.", field=field)
+        if label in keys:
+            raise Invalid(f"Level {n} ({name}): the label {label!r} is used twice.", field=field)
+        if label == qm.HOSTNAME_LABEL and n != len(levels):
+            raise Invalid(f"Level {n} ({name}): {qm.HOSTNAME_LABEL} can only be the lowest level (Kueue's rule).",
+                          field=field)
+        names.add(name)
+        keys.add(label)
+    cluster.topology_levels = [{"name": str(lv["name"]), "label": str(lv["label"])} for lv in levels]
 
 
 def _multikueue_check(cluster: Cluster) -> None:
@@ -174,6 +238,7 @@ def cluster_create(
     kubeconfig: str = "",
     kubeconfig_path: str = "",
     topology: str = "",
+    topology_levels: list | None = None,
     role: str = "standalone",
     manager_id: int | None = None,
     admission_check: str = "",
@@ -182,8 +247,8 @@ def cluster_create(
     cluster = Cluster(
         name=name, architecture=architecture, use_mig=use_mig, use_hami=use_hami,
         volcano_capacity_plugin=volcano_capacity_plugin, overcommit_percent=overcommit_percent,
-        kubeconfig_path=kubeconfig_path, topology=topology, role=role, manager_id=manager_id,
-        admission_check=admission_check,
+        kubeconfig_path=kubeconfig_path, topology=topology, topology_levels=topology_levels or [], role=role,
+        manager_id=manager_id, admission_check=admission_check,
     )
     _cluster_check(cluster, frozenset({"architecture", "use_mig", "use_hami"}))
     if kubeconfig:
@@ -219,7 +284,10 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
     before = snapshot(cluster, CLUSTER_FIELDS)
     old_overcommit = cluster.overcommit_percent
     switching_off = cluster.topology and not changes.get("topology", cluster.topology)
-    carrying = _flavors_carrying_topology(cluster) if switching_off else []
+    if changes.get("topology", cluster.topology) != qm.CUSTOM_TOPOLOGY and "topology_levels" not in changes:
+        changes["topology_levels"] = []  # the preset or off: the levels named for "custom" go
+    old_levels = qm.cluster_levels(cluster)
+    carrying = _flavors_carrying_topology(cluster) if cluster.topology else []
     kubeconfig = changes.pop("kubeconfig", None)
     old_manager = cluster.manager_id
     changed = {field for field, value in changes.items() if getattr(cluster, field) != value}
@@ -239,7 +307,18 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **changes: Any) -> Cluster
             raise Invalid(f"Deactivate the cluster's {kind} flavors first.", field=flag)
     if cluster.overcommit_percent < old_overcommit:
         _check_promises_fit(cluster)
-    if carrying:
+    relabelled = bool(old_levels) and qm.has_topology(cluster) and [lbl for _n, lbl in qm.cluster_levels(cluster)] \
+        != [lbl for _n, lbl in old_levels]
+    if carrying and relabelled:
+        names = ", ".join(carrying)
+        raise Invalid(
+            f"The topology's levels cannot change while flavors {names} carry it: Kueue does not allow changing a "
+            "Topology's levels, nor removing a flavor's topology. Drain the queues using them, deactivate "
+            f"{names} and apply the plan (the reconcile takes them off the queues and deletes them), then change the "
+            "levels (the reconcile replaces the Topology) and activate them again.",
+            field="topology_levels" if cluster.topology == qm.CUSTOM_TOPOLOGY else "topology",
+        )
+    if carrying and switching_off:
         names = ", ".join(carrying)
         raise Invalid(
             f"Topology cannot be switched off while flavors {names} carry it: Kueue does not allow removing a flavor's "

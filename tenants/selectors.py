@@ -72,12 +72,13 @@ def project_members_first(*, actor: Actor, project: Project) -> list[Membership]
     return _MEMBERS_FIRST.rows(project.pk)
 
 
-def project_tokens_first(*, actor: Actor, project: Project) -> list[ApiToken] | None:
+def project_tokens_first(*, actor: Actor, project: Project) -> list[ApiToken]:
     """The first ``PAGE_SIZE + 1`` rows of ``tokens_for(actor).filter(project=project)``, newest first, with their
     users and the total as ``_pager_total``: every token of the project for ops and its tenant's admins, the actor's
-    own for anyone else. None through an API token (``tokens_for``'s own rule)."""
-    if actor.token is not None:
-        return None
+    own for anyone else."""
+    if actor.token is not None:  # tokens_for's own rule (the token itself), not kept
+        return list(tokens_for(actor=actor).filter(project=project).select_related(None).select_related("user")
+                    .order_by("-created_at").annotate(_pager_total=Window(Count("pk")))[:PAGE_SIZE + 1])
     scope = scope_of(actor)
     if scope.everything or project.pk in scope.project_ids("manage_members_project"):
         return _TOKENS_FIRST.rows(project.pk)

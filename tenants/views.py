@@ -162,9 +162,8 @@ def _project_page(
     # pages from kept queries.
     member_pager = Pager(request, members, param="members_page", window=True,
                          first=lambda: selectors.project_members_first(actor=actor, project=project))
-    own_tokens = selectors.project_tokens_first(actor=actor, project=project)
     token_pager = Pager(request, tokens, param="tokens_page", window=True,
-                        first=None if own_tokens is None else lambda: own_tokens)
+                        first=lambda: selectors.project_tokens_first(actor=actor, project=project))
     for m in member_pager:
         m.project, m.tenant = project, tenant
     for t in token_pager:

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.forms.renderers import get_default_renderer
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -59,13 +60,18 @@ INBOX_RELATED = (*ROW_RELATED, "tenant", "requested_by")
 INBOX_EXTENSION_RELATED = ("request__project__tenant", "request__template", "request__flavor", "requested_by")
 
 
-_FRESH = DecisionForm()
+_FRESH: dict[Any, DecisionForm] = {}  # form renderer -> an unbound DecisionForm
 
 
 def _fresh_form(prefix: str) -> DecisionForm:
-    """``DecisionForm(prefix=prefix)``, unbound: a shallow copy of one form built once, sharing its fields (a form
-    deep-copies its fields when built, once per row of the inbox; an unbound form's rendering never changes them)."""
-    form = copy.copy(_FRESH)
+    """``DecisionForm(prefix=prefix)``, unbound: a shallow copy of one form built once (per form renderer), sharing
+    its fields (a form deep-copies its fields when built, once per row of the inbox; an unbound form's rendering
+    never changes them)."""
+    renderer = get_default_renderer()
+    fresh = _FRESH.get(renderer)
+    if fresh is None:
+        fresh = _FRESH[renderer] = DecisionForm()
+    form = copy.copy(fresh)
     form.prefix, form._bound_fields_cache, form._errors = prefix, {}, None
     return form
 

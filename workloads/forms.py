@@ -28,7 +28,7 @@ from tenants.forms import add_service_error
 from tenants.models import Project
 
 from . import kinds, routing
-from .models import Image, Priority, ServiceTemplate
+from .models import REQUEST_TOPOLOGIES, Image, Priority, ServiceTemplate
 from .schema import PREFIX, form_fields
 from .submission_checks import DEFAULT_DURATION_HOURS, MAX_REPLICAS
 
@@ -218,8 +218,7 @@ class RequestForm(OneTimeFormMixin, forms.Form):
     # Distributed training on a flavor placed by topology only (``_topology_field``): Kueue TAS's rack or block.
     topology = forms.ChoiceField(
         label="Placement", required=False,
-        choices=[("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
-                 ("prefer-rack", "Prefer one rack")])
+        choices=REQUEST_TOPOLOGIES)
     # Federation (``_model_fields``; docs/federation.md): what the image needs, the models it accepts after the
     # flavor's own, in order, and consent to spill over (offered only where a project's policy allows it).
     min_gpu_memory_gib = IntegerField(
@@ -340,8 +339,11 @@ class RequestForm(OneTimeFormMixin, forms.Form):
             del fields["topology"]
             return
         names = ", ".join(str(f) for f in placed)
-        fields["topology"].help_text = (f"Distributed jobs of 2 or more workers on {names}: every worker in one rack "
-                                        f"or block (it waits until one has room), or one rack if there is room.")
+        # Only the placements whose level one of those clusters has (an NVLink domain where ops named that level).
+        fields["topology"].choices = [(value, words) for value, words in REQUEST_TOPOLOGIES  # type: ignore[attr-defined]
+                                      if any(quota_manifests.placement_offered(f.cluster, value) for f in placed)]
+        fields["topology"].help_text = (f"Distributed jobs of 2 or more workers on {names}: every worker in one rack, "
+                                        f"block or NVLink domain (it waits until one has room), or one if there is room.")
 
     def _model_fields(self, fields: dict[str, forms.Field], flavors: Iterable[Flavor]) -> None:
         """The GPU models a job accepts after its flavor's own, offered only where they run an image with the

@@ -138,7 +138,8 @@ LIVE_STATES = ["submitted", "pending_approval", "approved", "queued", "running",
 
 # A request's placement choices (WorkloadRequest.topology; the API names them RequestTopologyEnum).
 REQUEST_TOPOLOGIES = [("", "Anywhere"), ("rack", "Within one rack"), ("block", "Within one block"),
-                      ("prefer-rack", "Prefer one rack")]
+                      ("prefer-rack", "Prefer one rack"), ("nvlink", "Within one NVLink domain"),
+                      ("prefer-nvlink", "Prefer one NVLink domain")]
 
 
 class WorkloadRequest(models.Model):
@@ -231,7 +232,7 @@ class WorkloadRequest(models.Model):
     # Topology-aware placement (docs/cluster-objects.md, "Topology-aware placement"): multi-pod training on a
     # flavor of a cluster with a topology may ask for all its pods within one rack or block (Kueue TAS).
     topology = models.CharField(
-        max_length=12, blank=True, default="", choices=REQUEST_TOPOLOGIES,
+        max_length=20, blank=True, default="", choices=REQUEST_TOPOLOGIES,
         help_text="Placement of its pods (multi-pod training on a topology-aware flavor).",
     )
 

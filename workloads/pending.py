@@ -30,14 +30,16 @@ _INSUFFICIENT = re.compile(r"insufficient (?:unused )?quota for (?P<resource>\S+
 # Kueue TAS (pkg/cache/scheduler/tas_flavor_snapshot.go, notFitMessage): no domain of the asked level has room.
 _TOPOLOGY = re.compile(r'topology "[^"]*" (?:allows to fit only (?P<fit>\d+) out of|doesn\'t allow to fit any of) '
                        r'(?P<count>\d+) pod\(s\)')
-TOPOLOGY_LEVEL = {"rack": "rack", "prefer-rack": "rack", "block": "block"}  # WorkloadRequest.topology -> level word
+# WorkloadRequest.topology -> level word
+TOPOLOGY_LEVEL = {"rack": "rack", "prefer-rack": "rack", "block": "block", "nvlink": "NVLink domain",
+                  "prefer-nvlink": "NVLink domain"}
 # Volcano's network-topology-aware scheduling (the sandbox's words, sandbox/controllers/hypernodes.py): a hard-mode
 # gang fits within no HyperNode of the tier it may use.
 _NETWORK_TOPOLOGY = re.compile(
     r"network topology unsatisfied: the gang of (?P<pods>\d+) pod\(s\) needs (?P<need>[\d.]+) \S+ within one "
     r"hypernode of tier <= (?P<tier>\d+)(?:; the emptiest, \S+ \(tier \d+\), has (?P<free>[\d.]+) free and room for "
     r"(?P<room>\d+) pod\(s\))?")
-TIER_LEVEL = {1: "rack", 2: "block"}  # quotas.manifests.HYPERNODE_TIERS, the other way round
+TIER_LEVEL = {1: "rack", 2: "block"}  # the preset's quotas.manifests.HYPERNODE_TIERS, the other way round
 
 
 @dataclass(frozen=True)
@@ -133,14 +135,15 @@ def topology_sentence(message: str, *, gpus_per_pod: int, flavor_label: str, top
     return (f"waiting for room for {count} workers in one {level}; the emptiest {level} has room for {fit} now")
 
 
-def network_topology_sentence(message: str) -> str:
+def network_topology_sentence(message: str, topology: str = "") -> str:
     """Volcano's unsatisfied network topology in plain words, or "" when ``message`` is not one: "needs 16 GPUs within
-    one rack (tier 1); the emptiest has 8 free (room for 1 of 2 workers)"."""
+    one rack (tier 1); the emptiest has 8 free (room for 1 of 2 workers)". ``topology``: the request's placement
+    choice, which names the level (tiers differ per cluster: an NVLink domain is tier 1 where it is a level)."""
     found = _NETWORK_TOPOLOGY.search(message or "")
     if found is None:
         return ""
     tier = int(found.group("tier"))
-    where = f"one {TIER_LEVEL.get(tier, 'network domain')} (tier {tier})"
+    where = f"one {TOPOLOGY_LEVEL.get(topology) or TIER_LEVEL.get(tier, 'network domain')} (tier {tier})"
     head = f"needs {found.group('need')} GPUs within {where}"
     if found.group("free") is None:
         return f"{head}; the cluster has no such domain"
@@ -212,7 +215,7 @@ def pending_sentence(*, state: str, kind: str, gpus_total: int, flavor_name: str
         vc = objects.get("vcjob") or {}
         phase = vc.get("phase") or "Pending"
         if unschedulable:
-            if network := network_topology_sentence(unschedulable[0]["sched"][2]):
+            if network := network_topology_sentence(unschedulable[0]["sched"][2], topology):
                 return f"{prefix}waiting for {what}: it {network}; {_ahead(ahead)}"
             return f"{prefix}waiting for {what}: no node has room for the whole gang ({unschedulable[0]['sched'][2]})"
         held = volcano_queue_detail(cluster_queue, resource=resource, asks=gpus_total)
@@ -331,8 +334,14 @@ def request_placement(request: WorkloadRequest) -> str:
     if not hosts:
         return ""
     labels = dict(Node.objects.filter(cluster_id=request.cluster_id, name__in=list(hosts)).values_list("name", "labels"))
-    return placement_sentence(hosts, labels, rack_label=quota_manifests.RACK_LABEL,
-                              block_label=quota_manifests.BLOCK_LABEL)
+    cluster = request.flavor.cluster if request.flavor_id else None
+    sentence = placement_sentence(hosts, labels, rack_label=quota_manifests.topology_label(cluster, "rack"),
+                                  block_label=quota_manifests.topology_label(cluster, "block"))
+    nvlink = quota_manifests.topology_label(cluster, "nvlink")
+    domains = sorted({(labels.get(h) or {}).get(nvlink, "") for h in hosts}) if nvlink else []
+    if len(domains) == 1 and domains[0]:
+        sentence = f"in NVLink domain {domains[0]}, {sentence}"
+    return sentence
 
 
 def requests_ahead(request: WorkloadRequest) -> int:

@@ -34,7 +34,7 @@ from .schema import parameters_validate
 
 DEFAULT_DURATION_HOURS = 8
 MAX_REPLICAS = 64
-TOPOLOGY_CHOICES = ("", "rack", "block", "prefer-rack")
+TOPOLOGY_CHOICES = ("", "rack", "block", "prefer-rack", "nvlink", "prefer-nvlink")
 
 
 def _name_taken(project: Project, name: str, *, other_than: int | None = None) -> bool:
@@ -269,6 +269,11 @@ def _check_topology(template: ServiceTemplate, flavor: Flavor | None, replicas: 
     elif not quota_manifests.placed_by_topology(flavor.cluster, flavor):
         errors.add("topology", f"Flavor {flavor} is not placed by topology: its cluster has no racks and blocks "
                                f"configured, or the flavor is not a whole-GPU flavor Kueue or Volcano hands out.")
+    elif not quota_manifests.placement_offered(flavor.cluster, topology):
+        level = quota_manifests.PLACEMENTS[topology][1]
+        names = ", ".join(quota_manifests.level_names(flavor.cluster))
+        errors.add("topology", f"Cluster {flavor.cluster.name} has no {quota_manifests.LEVEL_WORDS.get(level, level)} "
+                               f"level (its levels: {names}): choose a placement by one of those.")
     return topology
 
 

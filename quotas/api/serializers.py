@@ -18,6 +18,9 @@ ROLE_HELP = ("How work reaches the cluster (docs/federation.md, \"Kueue MultiKue
              "only; needs `manager`).")
 MANAGER_HELP = "A MultiKueue worker's manager cluster (name); null for other roles."
 CHECK_HELP = "A MultiKueue manager's AdmissionCheck name (empty: multikueue); ops only."
+LEVELS_HELP = ('With topology "custom": its levels, highest first, each {"name", "label"} (a name such as zone, block, '
+               'rack, nvlink or host and a node label key), at most 8, no duplicates, kubernetes.io/hostname only last; '
+               "[] otherwise. Placement asks for one rack, block or NVLink domain (level nvlink).")
 
 
 class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
@@ -31,12 +34,13 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     manager = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), required=False,
                                            allow_null=True, help_text=MANAGER_HELP)
     admission_check = serializers.CharField(max_length=63, required=False, allow_blank=True, help_text=CHECK_HELP)
+    topology_levels = JSONObjectListField(required=False, help_text=LEVELS_HELP)
 
     class Meta:
         model = Cluster
         fields = [
             "id", "name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent",
-            "topology", "role", "manager", "admission_check", "kubeconfig", "kubeconfig_path", "has_kubeconfig",
+            "topology", "topology_levels", "role", "manager", "admission_check", "kubeconfig", "kubeconfig_path", "has_kubeconfig",
             "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error",
             "last_seen_at",
         ]
@@ -58,8 +62,8 @@ class ClusterSerializer(StrictSerializerMixin, serializers.ModelSerializer):
 
 # What only ops read about a cluster; everyone else gets these keys with null (one shape for everyone).
 CLUSTER_OPS_ONLY = [
-    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "admission_check",
-    "kubeconfig_path", "has_kubeconfig",
+    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "topology_levels",
+    "admission_check", "kubeconfig_path", "has_kubeconfig",
     "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
 ]
 OPS_ONLY = "Ops only: null for everyone else."
@@ -77,6 +81,7 @@ class ClusterReadSerializer(serializers.ModelSerializer):
     overcommit_percent = serializers.IntegerField(read_only=True, allow_null=True, help_text=OPS_ONLY)
     topology = serializers.ChoiceField(choices=Cluster._meta.get_field("topology").choices, read_only=True, allow_null=True,
                                        help_text=OPS_ONLY)
+    topology_levels = JSONObjectListField(read_only=True, allow_null=True, help_text=f"{LEVELS_HELP} {OPS_ONLY}")
     kubeconfig_path = serializers.CharField(read_only=True, allow_null=True, help_text=OPS_ONLY)
     has_kubeconfig = serializers.SerializerMethodField(help_text=OPS_ONLY)
     inventory_synced_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=OPS_ONLY)

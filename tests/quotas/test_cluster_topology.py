@@ -119,3 +119,44 @@ def test_ops_switch_topology_on_the_settings_page_and_see_why_off_is_refused(as_
     assert re.search(r"Topology cannot be switched off while flavors [\w.-]+(, [\w.-]+)* carry it", body)
     sandbox_demo.refresh_from_db()
     assert sandbox_demo.topology == RACKS
+
+
+NVLINK_LEVELS = [{"name": "block", "label": m.BLOCK_LABEL}, {"name": "rack", "label": m.RACK_LABEL},
+                 {"name": "nvlink", "label": m.NVLINK_LABEL}, {"name": "host", "label": m.HOSTNAME_LABEL}]
+
+
+def test_levels_change_only_once_no_flavor_carries_the_topology_and_the_reconcile_replaces_it(api, sandbox_demo) -> None:
+    """Kueue v0.17 refuses any change to a Topology's levels ("field is immutable"): the portal refuses to change them
+    while flavors carry the Topology; once none does, the Topology is gone too and comes back with the new ones."""
+    ops = api("ops")
+    url = f"/api/v1/clusters/{sandbox_demo.pk}/"
+    assert ops.patch(url, {"topology": RACKS}, format="json").status_code == 200
+    placed = _placed(sandbox_demo)
+    assert reconcile.reconcile(sandbox_demo).ok
+
+    refused = ops.patch(url, {"topology": "custom", "topology_levels": NVLINK_LEVELS}, format="json")
+    assert refused.status_code == 400, refused.content
+    words = " ".join(refused.json()["fields"]["topology_levels"])
+    assert f"levels cannot change while flavors {', '.join(placed)} carry it" in words and "deactivate" in words
+    sandbox_demo.refresh_from_db()
+    assert (sandbox_demo.topology, sandbox_demo.topology_levels) == (RACKS, [])
+    # The preset's own labels, named: nothing Kueue sees changes, so it is allowed.
+    same = [lv for lv in NVLINK_LEVELS if lv["name"] != "nvlink"]
+    assert ops.patch(url, {"topology": "custom", "topology_levels": same}, format="json").status_code == 200
+    assert not [i for i in reconcile.plan_build(sandbox_demo).items if i.key[1] == "Topology"]
+
+    for name in placed:
+        assert ops.post(f"/api/v1/flavors/{Flavor.objects.get(cluster=sandbox_demo, name=name).pk}/deactivate/").status_code == 200
+    sandbox_demo.refresh_from_db()
+    assert reconcile.reconcile(sandbox_demo).ok
+    changed = ops.patch(url, {"topology_levels": NVLINK_LEVELS}, format="json")
+    assert changed.status_code == 200, changed.content
+    Flavor.objects.filter(cluster=sandbox_demo, name__in=placed).update(active=True)
+    sandbox_demo.refresh_from_db()
+    plan = reconcile.plan_build(sandbox_demo)
+    # The old Topology went with the flavors (nothing placed, nothing to name it): it is created with the new levels.
+    assert [(i.action, i.key[3]) for i in plan.items if i.key[1] == "Topology"] == [("create", m.TOPOLOGY_NAME)]
+    assert reconcile.plan_apply(plan).ok
+    live = kube_for(sandbox_demo).get(m.KUEUE, "Topology", m.TOPOLOGY_NAME)
+    assert live["spec"]["levels"] == [{"nodeLabel": lv["label"]} for lv in NVLINK_LEVELS]
+    assert all(_live_topology_names(sandbox_demo)[name] == m.TOPOLOGY_NAME for name in placed)

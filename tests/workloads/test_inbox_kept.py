@@ -136,3 +136,22 @@ def test_warm_inbox_reads_neither_projects_nor_extensions_while_none_waits(cast,
     body = client.get("/approvals/").content.decode()
     options = body.split('name="project"', 1)[1].split("</select>", 1)[0]
     assert ">Vision Renamed</option>" in options and _names(body) == ["wait-00", "wait-01"]
+
+
+def test_each_rows_decision_form_is_a_fresh_forms_even_after_a_refused_decision(cast, cat) -> None:
+    """The rows' decision forms are copies of one built form (``approval_views._fresh_form``): each row's comment
+    field is what ``DecisionForm(prefix=...)`` writes, with its own prefix, and a refused decision's bound form (its
+    error, its text) stays in its own answer, never in a later page's rows."""
+    from workloads.forms import DecisionForm
+
+    rows = _waiting(cast, cat, 2)
+    client = Client()
+    client.force_login(cast.bob)
+    refused = client.post(f"/requests/{rows[0].pk}/decide/", {"decision": "reject", f"decide-{rows[0].pk}-comment": "",
+                                                             "next": "inbox"}, HTTP_HX_REQUEST="true")
+    assert refused.status_code in (200, 400) and "errorlist" in refused.content.decode()
+    body = client.get("/approvals/").content.decode()
+    assert "errorlist" not in body
+    for req in rows:
+        assert str(DecisionForm(prefix=f"decide-{req.pk}")["comment"]) in body
+    assert body.count('name="decide-') == 2
