@@ -16,6 +16,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.cache import read_forget, read_with_versions
 from portal.notify import notify_send, portal_link
 from tenants.access import ops_role
 from tenants.models import Tenant
@@ -89,18 +90,21 @@ CACHE_SECONDS = 300
 def _cutting_changes(now: datetime) -> list[MigChange]:
     """The changes the quota pages may name (approved, running, or succeeded within ``SHOWN_AFTER``), kept in the
     shared cache: the quota pages are among the most opened, and these rarely change. Every status move of a change
-    forgets the list (``states.move``)."""
-    found = cache.get(CACHE_KEY)
+    forgets the list (``states.move``). Read with the request's cache versions (``portal.cache.read_with_versions``:
+    no round trip of its own)."""
+    found = read_with_versions(CACHE_KEY)
     if found is None:
         found = list(MigChange.objects.filter(Q(status__in=[S.APPROVED, S.RUNNING])
                                               | Q(status=S.SUCCEEDED, finished_at__gte=now - SHOWN_AFTER))
                      .order_by("-window_start", "-pk"))
         cache.set(CACHE_KEY, found, CACHE_SECONDS)
+        read_forget(CACHE_KEY)
     return found
 
 
 def cutting_changes_forget() -> None:
     cache.delete(CACHE_KEY)
+    read_forget(CACHE_KEY)
 
 
 def _admin_emails(tenant_slugs: list[str]) -> dict[str, list[str]]:

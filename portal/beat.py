@@ -57,10 +57,10 @@ def _keys() -> tuple[str, str]:
 
 def beat_last_seen() -> dict[str, Any] | None:
     """The active scheduler's last heartbeat: ``{"at": epoch seconds, "holder": "host:pid:random"}``, or None
-    when no beat has sent anything (within a day)."""
-    from django.core.cache import cache
+    when no beat has sent anything (within a day). Read with the request's cache versions (one round trip)."""
+    from .cache import read_with_versions
 
-    seen = cache.get(_keys()[1])
+    seen = read_with_versions(_keys()[1])
     return seen if isinstance(seen, dict) and "at" in seen else None
 
 

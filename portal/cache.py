@@ -45,8 +45,13 @@ def version_key(key: str) -> str:
     versions = _request_versions()
     if versions is not None and key in versions:
         return versions[key]
-    got = cache.get_many(sorted(_keys) if versions is not None else [key])
+    got = cache.get_many(_request_keys() if versions is not None else [key])
     return _remember(key, got)
+
+
+def _request_keys() -> list[str]:
+    """What the request's first read fetches: every version key and every ``read_with_versions`` key."""
+    return [*sorted(_keys), *sorted(_values)]
 
 
 def _remember(key: str, got: dict[str, Any]) -> str:
@@ -59,6 +64,7 @@ def _remember(key: str, got: dict[str, Any]) -> str:
     if versions is not None:
         versions.update({k: v for k, v in got.items() if k in _keys})
         versions[key] = version
+        _request.values = {k: got.get(k) for k in _values}
     return version
 
 
@@ -66,7 +72,7 @@ def versions_to_read() -> list[str]:
     """The version keys for a caller that makes the request's first cache read (the session's load, the rate limit)
     to fetch in its own round trip and hand to ``versions_read``; [] outside an HTTP request or once they are read."""
     versions = _request_versions()
-    return sorted(_keys) if versions is not None and not versions else []
+    return _request_keys() if versions is not None and not versions else []
 
 
 def versions_read(got: dict[str, Any]) -> None:
@@ -75,6 +81,29 @@ def versions_read(got: dict[str, Any]) -> None:
     versions = _request_versions()
     if versions is not None:
         versions.update({k: v for k, v in got.items() if k in _keys})
+        _request.values = {k: got.get(k) for k in _values}
+
+
+# Plain cache values (not versions) that many requests read: fetched with the request's versions, in the same round
+# trip (``read_with_versions``), as they were at that moment.
+_values: set[str] = set()
+
+
+def read_with_versions(key: str) -> Any:
+    """``cache.get(key)``, fetched with the request's versions once the process has asked for ``key`` (one round trip
+    for all); outside a request, or not fetched with them, read now. A caller that writes ``key`` calls
+    ``read_forget(key)`` so that the rest of its request reads it again."""
+    _values.add(key)
+    values = getattr(_request, "values", None)
+    if _request_versions() is None or values is None or key not in values:
+        return cache.get(key)
+    return values[key]
+
+
+def read_forget(key: str) -> None:
+    values = getattr(_request, "values", None)
+    if values is not None:
+        values.pop(key, None)
 
 
 def version_forget(key: str) -> None:
@@ -132,6 +161,7 @@ class Versioned:
 
 def _request_started(**kwargs: Any) -> None:
     _request.versions = {}
+    _request.values = None
 
 
 request_started.connect(_request_started, dispatch_uid="portal-cache-versioned")
@@ -178,7 +208,7 @@ def shared[V](name: str, key: str, load: Callable[[], V], timeout: int = 120) ->
             return _copy(mine[1])  # this process read it at this version: no round trip
         held = cache.get(key)
     else:  # the value with the version(s): still one round trip
-        got = cache.get_many([key, *(sorted(_keys) if versions is not None else [vkey])])
+        got = cache.get_many([key, *(_request_keys() if versions is not None else [vkey])])
         version, held = _remember(vkey, got), got.get(key)
     if isinstance(held, tuple) and len(held) == 3 and held[0] == version and held[2] > time.time():
         _hold(key, held)

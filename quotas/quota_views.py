@@ -74,7 +74,7 @@ def _tenant_quotas(request: HttpRequest, actor: Actor, tenant: Tenant, *, form: 
                                   "flavor_name": [(f.name, f.name) for f in unique_flavors]})
     # Unfiltered, the split above counted every project row, and the first page comes from a kept query.
     pager = Pager(request, filterset.qs, count=None if filterset.is_active else split_rows,
-                  first=None if filterset.is_active else lambda: selectors.project_quotas_first(tenant=tenant))
+                  first=None if filterset.is_active else lambda: selectors.project_quotas_first(tenant=tenant, projects=projects))
     page_rows = list(pager)
     # What the cluster confirmed, for the tenant's rows and the page's project rows: one query for both.
     checks = selectors.quota_confirmations(tenant_rows + page_rows)

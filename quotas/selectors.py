@@ -217,14 +217,26 @@ def project_quotas_listed(*, tenant: Tenant) -> QuerySet[Quota]:
     return project_quotas_for(tenant=tenant).order_by("project__name", "flavor__order", "flavor__name", "resource")
 
 
-# The first page the tenant quotas page's pager reads of its project rows, unfiltered (compiled once per process).
-_PROJECT_QUOTAS_FIRST = Compiled(lambda tenant_id: project_quotas_listed(tenant=Tenant(pk=tenant_id))[:PAGE_SIZE + 1])
+# The first page the tenant quotas page's pager reads of its project rows, unfiltered (compiled once per process);
+# their projects come from the page's own list of them, not a join.
+_PROJECT_QUOTAS_FIRST = Compiled(lambda tenant_id: project_quotas_listed(tenant=Tenant(pk=tenant_id))
+                                 .select_related(None).select_related("flavor__cluster")[:PAGE_SIZE + 1])
 
 
-def project_quotas_first(*, tenant: Tenant) -> list[Quota]:
+def project_quotas_first(*, tenant: Tenant, projects: list[Project]) -> list[Quota]:
     """The first ``PAGE_SIZE + 1`` rows of ``project_quotas_listed(tenant)`` (with their projects, flavors and
-    clusters): what ``portal.ui.Pager`` reads of its first page."""
-    return _PROJECT_QUOTAS_FIRST.rows(tenant.pk)
+    clusters): what ``portal.ui.Pager`` reads of its first page. Each row's project is taken from ``projects`` (the
+    tenant's, as the page has them); one not among them is read (one query for them all)."""
+    rows = _PROJECT_QUOTAS_FIRST.rows(tenant.pk)
+    known = {p.pk: p for p in projects}
+    missing = {r.project_id for r in rows} - known.keys()
+    if missing:
+        for project in Project.objects.filter(pk__in=missing):
+            project.tenant = tenant
+            known[project.pk] = project
+    for row in rows:
+        row.project = known[row.project_id]
+    return rows
 
 
 # The tenant quotas page's two reads of every row, compiled once per process (portal.compiled): building and compiling

@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.django_db]
 ROOT = Path(__file__).resolve().parent.parent
 API = "/api/v1"
 CLUSTER_OPS_ONLY = {
-    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "admission_check", "kubeconfig_path",
+    "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology", "topology_levels", "admission_check",
+    "kubeconfig_path",
     "has_kubeconfig", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at", "health", "last_error", "last_seen_at",
 }
 

@@ -118,3 +118,25 @@ def test_a_tokens_rate_limit_still_limits_when_its_script_reads_the_versions(cas
     assert commands(lambda: token.get("/api/v1/me/")) == [b"EVALSHA"]
     refused = token.get("/api/v1/me/")
     assert refused.status_code == 429 and refused.json()["error"] == "throttled"
+
+
+def test_the_quota_and_capacity_pages_read_their_plain_values_with_the_versions(cast, redis_cache) -> None:
+    """The maintenance notices' list (quota pages) and the beat's heartbeat (capacity) come in the request's one MGET
+    (``portal.cache.read_with_versions``); the list forgotten is read again at the next page."""
+    from maintenance.notices import cutting_changes_forget
+
+    make_catalogue(cast)
+    alice, ops = APIClient(), APIClient()
+    alice.force_login(cast.alice)
+    ops.force_login(cast.ops)
+    for _ in range(2):  # the first page asks for the keys; the second fetches them with the versions
+        alice.get("/tenants/acme/quotas/")
+        ops.get("/ops/capacity/")
+    assert commands(lambda: alice.get("/tenants/acme/quotas/")) == [b"MGET"]
+    assert commands(lambda: alice.get("/projects/acme-vision/quota/")) == [b"MGET"]
+    assert commands(lambda: ops.get("/ops/capacity/")) == [b"MGET"]
+
+    cutting_changes_forget()  # as a change's move does: the next page reads the changes and keeps them again
+    sent = commands(lambda: alice.get("/tenants/acme/quotas/"))
+    assert sent[0] == b"MGET" and b"SET" in sent[1:], sent
+    assert commands(lambda: alice.get("/tenants/acme/quotas/")) == [b"MGET"]

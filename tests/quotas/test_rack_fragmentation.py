@@ -74,3 +74,16 @@ def test_a_rack_that_holds_every_free_gpu_is_not_fragmented(as_user, cast, racks
     _admitted(racks, cast, {"n3": 1}, gpus=8)  # r2 full: every free GPU is in r1
     body = _page(as_user, racks.cluster)
     assert "r1: 16 of 16 · r2: 0 of 8" in body and "16 free, all in one rack" in body
+
+
+def test_free_gpus_per_rack_read_the_rack_label_ops_named(as_user, cast, racks) -> None:
+    """With levels ops name (topology "custom"), the racks are the values of their rack level's label."""
+    cluster = racks.cluster
+    for name, rack in (("n1", "x1"), ("n2", "x1"), ("n3", "x2")):
+        node = cluster.nodes.get(name=name)
+        node.labels = {**node.labels, "example.com/rack": rack}
+        node.save()
+    Cluster.objects.filter(pk=cluster.pk).update(topology="custom", topology_levels=[
+        {"name": "rack", "label": "example.com/rack"}, {"name": "host", "label": "kubernetes.io/hostname"}])
+    body = _page(as_user, cluster)
+    assert "x1: 16 of 16 · x2: 8 of 8" in body and "1 node without a rack label" in body

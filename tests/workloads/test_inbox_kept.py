@@ -138,7 +138,7 @@ def test_warm_inbox_reads_neither_projects_nor_extensions_while_none_waits(cast,
     assert ">Vision Renamed</option>" in options and _names(body) == ["wait-00", "wait-01"]
 
 
-def test_each_rows_decision_form_is_a_fresh_forms_even_after_a_refused_decision(cast, cat) -> None:
+def test_each_rows_decision_form_is_a_fresh_one_even_after_a_refused_decision(cast, cat) -> None:
     """The rows' decision forms are copies of one built form (``approval_views._fresh_form``): each row's comment
     field is what ``DecisionForm(prefix=...)`` writes, with its own prefix, and a refused decision's bound form (its
     error, its text) stays in its own answer, never in a later page's rows."""

@@ -210,3 +210,24 @@ def test_a_gang_asking_for_one_nvlink_domain_runs_within_one_and_the_next_waits_
     assert second.state == S.QUEUED
     assert ("it needs 16 GPUs within one NVLink domain (tier 1); the emptiest has 8 free (room for 1 of 2 workers)"
             in second.pending_reason), second.pending_reason
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("demo")
+def test_the_request_page_says_which_nvlink_domain_kueue_placed_it_in() -> None:
+    from quotas.models import Node
+
+    _nvlink()
+    response = _api().post("/api/v1/requests/", TRAIN | {"topology": "nvlink"}, format="json")
+    req = WorkloadRequest.objects.get(pk=response.json()["id"])
+    Node.objects.create(cluster=req.cluster, name="gpu-h100-2", labels={
+        m.RACK_LABEL: "rack-a2", m.BLOCK_LABEL: "block-a", m.NVLINK_LABEL: "clique-7"})
+    req.state = "running"
+    req.cluster_status = {"objects": {"workload/w": {"c": {"Admitted": ["True", "Admitted", ""]},
+                                                     "topo": {"gpu-h100-2": 2}}}}
+    req.save()
+    web = DjangoClient()
+    web.force_login(_carol())
+    page = html.unescape(web.get(f"/requests/{req.pk}/").content.decode())
+    assert "Placement:</strong> within one nvlink domain" in page
+    assert "placed in NVLink domain clique-7, in rack rack-a2 (block block-a): gpu-h100-2 (2 pods)" in page
