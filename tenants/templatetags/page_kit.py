@@ -89,10 +89,11 @@ def url_kept_tag(name: str, *args: Any) -> str:
 
 
 @register.simple_tag
-def url_if(name: str) -> str:
-    """``{% url name as var %}`` of a name that may not exist (an app not installed): its URL, or ""."""
+def url_if(name: str, *args: Any) -> str:
+    """``{% url name arg as var %}`` of a name that may not exist (an app not installed): its URL (kept as
+    ``url_kept`` keeps it), or ""."""
     try:
-        return url_kept(name)
+        return url_kept(name, *args)
     except NoReverseMatch:
         return ""
 

@@ -143,3 +143,38 @@ def _suspended(api_client: Any, req) -> bool:
     from kubernetes import client
 
     return bool(client.BatchV1Api(api_client).read_namespaced_job(req.k8s_name, req.project.namespace).spec.suspend)
+
+
+def test_topology_levels_ops_name_are_taken_and_real_kueue_refuses_to_change_them(cluster_under_test) -> None:
+    """The Topology the portal renders for levels ops name (zone, rack, an NVLink domain, host) is accepted alike, and
+    a change of its levels is refused alike: Kueue v0.17 makes them immutable, which is why the portal refuses to
+    change them while flavors carry the Topology and the reconcile replaces, never updates, one that differs."""
+    import contextlib
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    levels = (("zone", "topology.kubernetes.io/zone"), ("rack", m.RACK_LABEL), ("nvlink", m.NVLINK_LABEL),
+              ("host", m.HOSTNAME_LABEL))
+    topology = m.render_topology(m.ClusterRow("c", topology="custom", topology_levels=levels))
+    topology["metadata"]["name"] = "nvlink-levels-check"
+    api_client = _api(cluster_under_test)
+    custom = client.CustomObjectsApi(api_client)
+    group, version = m.KUEUE.split("/")
+    try:
+        created = custom.create_cluster_custom_object(group, version, "topologies", topology)
+        observed = {"levels": [lv["nodeLabel"] for lv in created["spec"]["levels"]]}
+        try:
+            custom.patch_cluster_custom_object(group, version, "topologies", "nvlink-levels-check",
+                                               {"spec": {"levels": [{"nodeLabel": m.RACK_LABEL},
+                                                                    {"nodeLabel": m.HOSTNAME_LABEL}]}})
+            observed["change"] = "accepted"
+        except ApiException as exc:
+            observed["change"] = f"{exc.status}: {'field is immutable' in (exc.body or '')}"
+        assert observed == {"levels": [lv for _n, lv in levels], "change": "422: True"}, (
+            _kind(cluster_under_test), observed)
+        _same_on_both("topology: levels ops name", cluster_under_test, observed)
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(group, version, "topologies", "nvlink-levels-check")
+        api_client.close()

@@ -37,6 +37,12 @@ def test_a_missing_name() -> None:
         render("{% url_kept 'no-such-page' %}")
     assert render("{% url_if 'no-such-page' as u %}[{{ u }}]") == render("{% url 'no-such-page' as u %}[{{ u }}]") == "[]"
     assert render("{% url_if 'home' as u %}[{{ u }}]") == render("{% url 'home' as u %}[{{ u }}]")
+    # With an argument (the tenant tabs' optional pages): the same, and "" for a name that does not exist.
+    for slug in ("acme", "acme-vision", "x"):
+        assert (render("{% url_if 'tenant-quotas' s as u %}[{{ u }}]", s=slug)
+                == render("{% url 'tenant-quotas' s as u %}[{{ u }}]", s=slug) == f"[/tenants/{slug}/quotas/]")
+        assert render("{% url_if 'no-such-page' s as u %}[{{ u }}]", s=slug) == "[]"
+    assert render("{% url_if 'quota-request' 7 as u %}[{{ u }}]") == render("{% url 'quota-request' 7 as u %}[{{ u }}]")
 
 
 @pytest.mark.parametrize("value", [
