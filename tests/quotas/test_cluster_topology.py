@@ -160,3 +160,15 @@ def test_levels_change_only_once_no_flavor_carries_the_topology_and_the_reconcil
     live = kube_for(sandbox_demo).get(m.KUEUE, "Topology", m.TOPOLOGY_NAME)
     assert live["spec"]["levels"] == [{"nodeLabel": lv["label"]} for lv in NVLINK_LEVELS]
     assert all(_live_topology_names(sandbox_demo)[name] == m.TOPOLOGY_NAME for name in placed)
+
+
+def test_a_live_topology_whose_levels_differ_is_replaced_never_updated(sandbox_demo) -> None:
+    """Levels changed behind the services' back (the database edited, an older portal's Topology): the plan deletes
+    and recreates the Topology instead of an update Kueue refuses ("field is immutable")."""
+    Cluster.objects.filter(pk=sandbox_demo.pk).update(topology=RACKS)
+    sandbox_demo.refresh_from_db()
+    assert reconcile.reconcile(sandbox_demo).ok
+    Cluster.objects.filter(pk=sandbox_demo.pk).update(topology="custom", topology_levels=NVLINK_LEVELS)
+    sandbox_demo.refresh_from_db()
+    plan = reconcile.plan_build(sandbox_demo)
+    assert [(i.action, i.key[3]) for i in plan.items if i.key[1] == "Topology"] == [("replace", m.TOPOLOGY_NAME)]
