@@ -34,6 +34,7 @@ from django.template import engines
 from django.template.defaultfilters import register as builtin_filters
 from django.templatetags.static import static
 from django.urls import reverse
+from django.utils.html import conditional_escape
 from django.utils.timezone import template_localtime
 from django.utils.translation import get_language
 from jinja2 import Environment, pass_context
@@ -107,5 +108,8 @@ def environment(**options: Any) -> Environment:
             func = _tag(compiled)
             if func is not None:
                 env.globals[name] = func
+    # ``{{ value }}`` as Django's engine escapes it (``'`` as ``&#x27;``, MarkupSafe writes ``&#39;``; a safe string
+    # kept): the form includes' labels and help texts (templates/jinja2/includes/), the same HTML as Django's.
+    env.filters["dj"] = conditional_escape
     env.globals.update(url=url, static=static)
     return env

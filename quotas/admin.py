@@ -17,6 +17,7 @@ from .models import AppliedObject, Cluster, Flavor, Node, NodePool, Quota, Quota
 @admin.register(Cluster)
 class ClusterAdmin(OpsReadOnlyAdmin):
     fields = ["name", "architecture", "use_mig", "use_hami", "volcano_capacity_plugin", "overcommit_percent", "topology",
+              "topology_levels",
               "kubeconfig_path", "inventory_synced_at", "inventory_error", "reconciled_at", "created_at"]
     list_display = ["name", "architecture", "use_mig", "use_hami", "overcommit_percent", "topology", "inventory_synced_at",
                     "reconciled_at"]
