@@ -89,7 +89,7 @@ def test_training_within_one_rack_says_where_it_ran_and_why_the_next_one_waits(s
         first = _submit(page, cast, h100, "in-one-rack", workers=2)
         _wait(sb, cluster, first.pk, {RequestState.RUNNING})
         page.reload()
-        expect(page.locator(".topology-placement")).to_contain_text("within one rack; placed in rack rack-a1 (block block-a)")
+        expect(page.locator(".topology-placement")).to_contain_text("Within one rack; placed in rack rack-a1 (block block-a)")
 
         second = _submit(page, cast, h100, "needs-a-whole-rack", workers=3)
         _wait(sb, cluster, second.pk, {RequestState.QUEUED})

@@ -229,5 +229,5 @@ def test_the_request_page_says_which_nvlink_domain_kueue_placed_it_in() -> None:
     web = DjangoClient()
     web.force_login(_carol())
     page = html.unescape(web.get(f"/requests/{req.pk}/").content.decode())
-    assert "Placement:</strong> within one nvlink domain" in page
+    assert "Placement:</strong> Within one NVLink domain" in page
     assert "placed in NVLink domain clique-7, in rack rack-a2 (block block-a): gpu-h100-2 (2 pods)" in page

@@ -146,7 +146,7 @@ def test_the_request_page_says_why_it_waits_and_where_it_was_placed(demo) -> Non
     web = DjangoClient()
     web.force_login(_carol())
     page = web.get(f"/requests/{req.pk}/").content.decode()
-    assert "Placement:</strong> within one rack" in page
+    assert "Placement:</strong> Within one rack" in page
     assert "the emptiest rack has room for 4 now" in page
     cluster = req.cluster
     for name, rack in (("gpu-h100-2", "rack-a2"), ("gpu-h100-3", "rack-a2")):
