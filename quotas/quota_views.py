@@ -241,12 +241,14 @@ def _item_context(item: QuotaRequest, *, error: str | None = None, note: str | N
 def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     visible = _listed(selectors.quota_requests_for(actor=actor)).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, visible, hide=("inbox", "flavor"), selects={
-        "project": list(tenancy.projects_for(actor=actor).order_by("name").values_list("slug", "name")),
+        "project": selectors.project_choices_for(actor=actor),
     })
     # Tenants may be thousands: typed (slug or name), with suggestions as one types (the page's datalist).
     filterset.filters["tenant"] = TenantSlugOrName(field_name="project__tenant")
     tenant_search_widget(filterset.form.fields["tenant"], list_id="tenant-options")
-    return {"filterset": filterset, "pager": Pager(request, filterset.qs)}
+    # Unfiltered, the first page comes from a kept query (the same rows).
+    first = None if filterset.is_active else lambda: selectors.quota_requests_first(actor=actor)
+    return {"filterset": filterset, "pager": Pager(request, filterset.qs, first=first)}
 
 
 @login_required
@@ -259,7 +261,8 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
         context = _all_requests(request, actor) | {"inbox_count": inbox_qs.count(), "oob": True}
         _shown(context["pager"])
         return render(request, "quotas/_request_table.html", context)
-    inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page")
+    inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page",
+                  first=lambda: selectors.quota_requests_first(actor=actor, inbox=True))
     inbox_items = list(inbox)
     table = _all_requests(request, actor)
     _shown(inbox_items, table["pager"])

@@ -168,8 +168,8 @@ def _tenant_offers(tenant_ids: set[int], kinds: list[Any]) -> dict[int, frozense
         )
         ids = {p.slug: p.pk for p in project_rows}
         names = {f.name: f.pk for f in mine.values()}
-        for slug, kind, flavor in m.queue_offers(data, kinds):
-            found[tenant_of[ids[slug]]].add((ids[slug], kind, names[flavor]))
+        for slug, kind, flavor_name in m.queue_offers(data, kinds):
+            found[tenant_of[ids[slug]]].add((ids[slug], kind, names[flavor_name]))
     return {tenant_id: frozenset(offers) for tenant_id, offers in found.items()}
 
 
@@ -692,6 +692,52 @@ def project_quota_requests_first(*, actor: Actor, project: Project) -> list[Quot
         if project.pk not in scope.project_ids("approve_project") and project.tenant_id not in scope.tenant_ids("change_tenant"):
             return _OWN_PROJECT_REQUESTS_FIRST.rows(project.pk, actor.user.pk)
     return _PROJECT_REQUESTS_FIRST.rows(project.pk)
+
+
+# The quota requests page's first pages (its table of every request one sees, its inbox) and its project filter's
+# choices, compiled once per process: the same rows as ``quota_requests_for`` (and ``projects_for``), in the same
+# order. A list of ids comes padded (``_padded``: an empty one as ``(0,)``, which matches no row).
+_SEEN_ALL_FIRST = Compiled(lambda: quota_requests_listed(QuotaRequest.objects.all()).order_by("-created_at")[:PAGE_SIZE + 1])
+_SEEN_FIRST = Compiled(lambda user_id, projects, tenants: quota_requests_listed(QuotaRequest.objects.filter(
+    Q(requested_by_id=user_id) | Q(project_id__in=projects) | Q(project__tenant_id__in=tenants)))
+    .order_by("-created_at")[:PAGE_SIZE + 1])
+_INBOX_ALL_FIRST = Compiled(lambda: with_quota_now(quota_requests_listed(QuotaRequest.objects.filter(
+    status=QuotaRequest.Status.PENDING))).order_by("created_at")[:PAGE_SIZE + 1])
+_INBOX_FIRST = Compiled(lambda user_id, projects, tenants: with_quota_now(quota_requests_listed(QuotaRequest.objects.filter(
+    Q(approver__in=[Approver.PROJECT_ADMIN, Approver.TENANT_ADMIN], project__tenant_id__in=tenants)
+    | (Q(approver=Approver.PROJECT_ADMIN, project_id__in=projects) & ~Q(requested_by_id=user_id)),
+    status=QuotaRequest.Status.PENDING))).order_by("created_at")[:PAGE_SIZE + 1])
+_PROJECT_CHOICES_ALL = Compiled(lambda: Project.objects.order_by("name").values("slug", "name"))
+_PROJECT_CHOICES = Compiled(lambda ids: Project.objects.filter(pk__in=ids).order_by("name").values("slug", "name"))
+
+
+def quota_requests_first(*, actor: Actor, inbox: bool = False) -> list[QuotaRequest]:
+    """The first ``PAGE_SIZE + 1`` rows of ``quota_requests_listed(quota_requests_for(actor=actor, inbox=inbox))``
+    newest first (``inbox``: oldest first, ``with_quota_now``), as the quota requests page lists them."""
+    if actor.token is not None:  # quota_requests_for's own rule, not kept
+        rows = quota_requests_listed(quota_requests_for(actor=actor, inbox=inbox))
+        return list((with_quota_now(rows).order_by("created_at") if inbox else rows.order_by("-created_at"))[:PAGE_SIZE + 1])
+    if _ops(actor):
+        return _INBOX_ALL_FIRST.rows() if inbox else _SEEN_ALL_FIRST.rows()
+    scope = scope_of(actor)
+    projects, tenants = scope.project_ids("approve_project"), scope.tenant_ids("change_tenant")
+    if inbox:
+        if not projects and not tenants:
+            return []  # as the ORM: nothing to decide, no query
+        return _INBOX_FIRST.rows(actor.user.pk, _padded(set(projects)), _padded(set(tenants)))
+    return _SEEN_FIRST.rows(actor.user.pk, _padded(set(projects)), _padded(set(tenants)))
+
+
+def project_choices_for(*, actor: Actor) -> list[tuple[str, str]]:
+    """``projects_for(actor).order_by("name").values_list("slug", "name")``: a project filter's choices."""
+    scope = scope_of(actor)
+    if scope.everything:
+        rows = _PROJECT_CHOICES_ALL.rows()
+    elif not scope.visible_projects:
+        return []
+    else:
+        rows = _PROJECT_CHOICES.rows(_padded(set(scope.visible_projects)))
+    return [(r["slug"], r["name"]) for r in rows]
 
 
 def _padded(ids: set[int]) -> tuple[int, ...]:

@@ -191,7 +191,7 @@ def multikueue_match_check(cluster: Cluster, changed: set[str] | frozenset[str] 
     if cluster.role == "worker" and cluster.manager_id:
         manager = Cluster.objects.filter(pk=cluster.manager_id).first()
         found = architectures.queue_mismatch(manager, cluster) if manager is not None else []
-        if found:
+        if found and manager is not None:
             field = next((f for f, _ in found if f in changed), "manager_id")
             raise Invalid(
                 f"A MultiKueue worker needs its manager's queues (same ClusterQueue and LocalQueue names and flavors): "

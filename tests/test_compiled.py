@@ -190,7 +190,7 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
                       ("carol", f"/projects/{cast.vision.slug}/"), ("alice", f"/projects/{cast.vision.slug}/"),
                       ("bob", "/approvals/"), ("ops", "/approvals/"),
                       ("alice", f"/tenants/{cast.acme.slug}/quotas/"), ("ops", "/ops/capacity/"),
-                      ("bob", "/quota-requests/")]:
+                      ("bob", "/quota-requests/"), ("ops", "/quota-requests/")]:
         browser.force_login(getattr(cast, who))
         assert browser.get(path).status_code == 200, (who, path)
     portal = [c for c in module.ALL if not c._build.__module__.startswith("tests")]

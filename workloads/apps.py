@@ -29,6 +29,13 @@ class WorkloadsConfig(AppConfig):
         m2m_changed.connect(catalogue_changed, sender=ServiceTemplate.allowed_flavors.through, weak=False,
                             dispatch_uid="catalogue-template-flavors")
 
+        # The shares kept per process (workloads.shared.SHARES): a share saved or deleted (also by a cascade).
+        from .models import RequestShare
+        from .shared import shares_changed
+
+        post_save.connect(shares_changed, sender=RequestShare, weak=False, dispatch_uid="shares-save")
+        post_delete.connect(shares_changed, sender=RequestShare, weak=False, dispatch_uid="shares-delete")
+
         # What waits for approvers (selectors.approvals_waiting_counts_kept): a request saved while pending approval
         # (a submission's INSERT), an extension request written (created, or any save) or a request deleted changes
         # it; state moves (UPDATEs) say so themselves (states, extension_states).

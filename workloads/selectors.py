@@ -356,6 +356,52 @@ def approvable_projects(*, actor: Actor) -> list[tuple[int, str, str]]:
     return shared(APPROVALS, key, lambda: list(_APPROVABLE.rows(ids)))
 
 
+def _row_names() -> tuple[dict[int, ServiceTemplate], dict[int, Flavor]]:
+    return ({t.pk: t for t in ServiceTemplate.objects.only("id", "name")},
+            {f.pk: f for f in Flavor.objects.only("id", "name", "display_name")})
+
+
+def attach_template_and_flavor(rows: list[WorkloadRequest]) -> None:
+    """Give the ops list's rows their template and flavor (the name each row shows) from the table of every
+    template's and flavor's name kept with the catalogue (``CATALOGUE``: a template or flavor written reads it
+    again), not from two queries per page; each distinct one a new instance for this call. A row whose template
+    or flavor the kept table lacks (written since) has both read from the database (``prefetch_related``)."""
+    from django.db.models import prefetch_related_objects
+
+    templates, flavors = CATALOGUE.get("row-names", _row_names)
+    mine: dict[tuple[str, int], Any] = {}
+    missing = []
+    for row in rows:
+        if row.template_id not in templates or (row.flavor_id is not None and row.flavor_id not in flavors):
+            missing.append(row)
+            continue
+        key = ("t", row.template_id)
+        if key not in mine:
+            mine[key] = copy.copy(templates[row.template_id])
+        row.template = mine[key]
+        if row.flavor_id is not None:
+            key = ("f", row.flavor_id)
+            if key not in mine:
+                mine[key] = copy.copy(flavors[row.flavor_id])
+            row.flavor = mine[key]
+    if missing:
+        prefetch_related_objects(missing, "template", "flavor")
+
+
+def visible_project_choices(*, actor: Actor) -> list[tuple[str, str]]:
+    """(slug, name) of the projects ``actor`` sees, by name: the request list's project filter. Kept as
+    ``approvable_projects`` is (under ``APPROVALS``, per set of projects: a project saved or deleted, a membership
+    changed reads them again), so a warm request list reads no project for its drop-down."""
+    scope = scope_of(actor)
+    if scope.everything:
+        rows = shared(APPROVALS, "approvable-projects:all", lambda: list(_ALL_PROJECTS.rows()))
+    else:
+        ids = tuple(sorted(scope.visible_projects))
+        key = "visible-projects:" + hashlib.sha1(",".join(map(str, ids)).encode()).hexdigest()
+        rows = shared(APPROVALS, key, lambda: list(_APPROVABLE.rows(ids)))
+    return [(slug, name) for _, slug, name in rows]
+
+
 def extension_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[ExtensionRequest]:
     """Extension requests of the requests ``actor`` can see (``requests_for``), newest first.
 
@@ -751,17 +797,25 @@ def template_slug_choices(*, actor: Actor) -> list[tuple[str, str]]:
 
 def flavor_and_template_choices(*, actor: Actor) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``quotas.selectors.flavor_name_choices`` and ``template_slug_choices`` in one query (a UNION): a request
-    filter's two drop-downs."""
+    filter's two drop-downs. Ops and everyone else each have one answer, kept per process with the catalogue
+    (``CATALOGUE``: a template, flavor or cluster written reads them again); inside a transaction always read."""
+    ops = _is_ops(actor)
+    flavors, slugs = CATALOGUE.get(f"filter-choices:{'ops' if ops else 'live'}",
+                                   lambda: _flavor_and_template_choices(actor, ops))
+    return list(flavors), list(slugs)
+
+
+def _flavor_and_template_choices(actor: Actor, ops: bool) -> tuple[tuple[tuple[str, str], ...], ...]:
     from quotas.selectors import flavors_for
 
-    templates = ServiceTemplate.objects.all() if _is_ops(actor) else live_templates()
+    templates = ServiceTemplate.objects.all() if ops else live_templates()
     both = (flavors_for(actor=actor).order_by().values_list("name", Value("flavor"))
             .union(templates.order_by().values_list("slug", Value("template"))))
     flavors: set[str] = set()
     slugs: set[str] = set()
     for value, what in both:
         (flavors if what == "flavor" else slugs).add(value)
-    return [(n, n) for n in sorted(flavors)], [(n, n) for n in sorted(slugs)]
+    return tuple((n, n) for n in sorted(flavors)), tuple((n, n) for n in sorted(slugs))
 
 
 def images_for(*, actor: Actor) -> QuerySet[Image]:

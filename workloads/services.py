@@ -757,7 +757,7 @@ def _route_at_approval(req: WorkloadRequest) -> _Rerouted | None:
     def usable(f: Flavor) -> bool:
         return _routable_here(req.project, req.template, f, demand)
 
-    home = flavor
+    home: Flavor | None = flavor
     if req.spilled and req.spilled_from_model:  # routing starts again from its first model
         home = next((f for f in candidates if f.kind == flavor.kind and (f.gpu_model or f.name) == req.spilled_from_model
                      and f.cluster.role != "worker" and f.cluster.routable and usable(f)), None)

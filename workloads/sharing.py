@@ -26,7 +26,7 @@ from tenants.models import Membership
 
 from . import policy
 from .models import RequestShare, WorkloadRequest
-from .shared import OPERATE, VIEW
+from .shared import OPERATE, VIEW, shares_changed
 
 LEVELS: dict[str, tuple[str, ...]] = {"view": (VIEW,), "operate": (VIEW, OPERATE)}
 LEVEL_LABELS = {"view": "View", "operate": "View and operate (logs, notebook)"}
@@ -96,6 +96,7 @@ def request_share(*, actor: Actor, request: WorkloadRequest, user: str, level: s
         audit_record(actor=actor, action="request.share", target=req, tenant=req.tenant, project=req.project,
                      before=before, after=after)
     scope_forget()
+    shares_changed()  # bulk_create sends no signal
     return {"user": colleague, "level": level}
 
 
@@ -113,4 +114,5 @@ def request_unshare(*, actor: Actor, request: WorkloadRequest, user: str) -> boo
     audit_record(actor=actor, action="request.unshare", target=req, tenant=req.tenant, project=req.project,
                  before={"user": user, "level": "operate" if OPERATE in codenames else "view"})
     scope_forget()
+    shares_changed()  # bulk_create sends no signal
     return True
