@@ -787,15 +787,13 @@ class StatusFollower:
         for req, values in waiting:
             volcano = uses_volcano(req, req.cluster.architecture)
             # Kueue's ClusterQueue, or under Volcano the project's Queue: their numbers say what holds it back.
-            if volcano:
-                key = ("volcano", req.project.slug)
-                read = (VOLCANO_QUEUE, "Queue", volcano_queue_name(req.project.slug))
-            else:
-                key = cluster_queue_name(_target_of(req))
-                read = (KUEUE, "ClusterQueue", key)
+            key: Any = ("volcano", req.project.slug) if volcano else cluster_queue_name(_target_of(req))
             if key not in queues:
                 try:
-                    queues[key] = self.kube.get(*read)
+                    if volcano:
+                        queues[key] = self.kube.get(VOLCANO_QUEUE, "Queue", volcano_queue_name(req.project.slug))
+                    else:
+                        queues[key] = self.kube.get(KUEUE, "ClusterQueue", key)
                 except (ClusterUnavailable, ClusterRejected):
                     queues[key] = None
             cq = queues[key]
