@@ -246,9 +246,11 @@ def _all_requests(request: HttpRequest, actor: Actor) -> dict[str, Any]:
     # Tenants may be thousands: typed (slug or name), with suggestions as one types (the page's datalist).
     filterset.filters["tenant"] = TenantSlugOrName(field_name="project__tenant")
     tenant_search_widget(filterset.form.fields["tenant"], list_id="tenant-options")
-    # Unfiltered, the first page comes from a kept query (the same rows).
+    # Unfiltered, the first page comes from a kept query (the same rows), and the count is kept too.
     first = None if filterset.is_active else lambda: selectors.quota_requests_first(actor=actor)
-    return {"filterset": filterset, "pager": Pager(request, filterset.qs, first=first)}
+    counts = None if filterset.is_active else selectors.quota_request_counts_kept(actor=actor)
+    return {"filterset": filterset, "pager": Pager(request, filterset.qs, first=first,
+                                                   count=counts["seen"] if counts else None)}
 
 
 @login_required
@@ -258,10 +260,12 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target == "all":
         # A decision was made in place on this page (event ``approvals-changed``): the table of every request
         # and the inbox's count follow it; the decided card itself was already replaced.
-        context = _all_requests(request, actor) | {"inbox_count": inbox_qs.count(), "oob": True}
+        counts = selectors.quota_request_counts_kept(actor=actor)
+        context = _all_requests(request, actor) | {"inbox_count": counts["inbox"] if counts else inbox_qs.count(), "oob": True}
         _shown(context["pager"])
         return render(request, "quotas/_request_table.html", context)
-    inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page",
+    counts = selectors.quota_request_counts_kept(actor=actor)  # kept: the inbox's pager counts nothing
+    inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page", count=counts["inbox"] if counts else None,
                   first=lambda: selectors.quota_requests_first(actor=actor, inbox=True))
     inbox_items = list(inbox)
     table = _all_requests(request, actor)

@@ -659,6 +659,37 @@ def quota_requests_for(*, actor: Actor, inbox: bool = False) -> QuerySet[QuotaRe
     return base.filter(status=QuotaRequest.Status.PENDING).filter(tenant_tier | project_tier)
 
 
+class _CountOf(Subquery):
+    """``(SELECT count(*) FROM (<queryset>))``: a queryset's count as an expression (several counts, one query)."""
+
+    template = "(SELECT count(*) FROM (%(subquery)s) _counted)"
+    output_field = IntegerField()
+
+
+def quota_request_counts_kept(*, actor: Actor) -> dict[str, int] | None:
+    """How many quota requests the quota requests page lists for a signed-in ``actor``: ``inbox`` (what they may
+    decide now, ``quota_requests_for(inbox=True)``) and ``seen`` (every one they see), in one query, kept per user in
+    the shared cache under ``tenants.access.APPROVALS`` (every quota request write, membership, project and ops group
+    change calls ``approvals_changed``) and held in process at that version: the page's unfiltered pagers count
+    nothing. None for a token or an anonymous caller (the page is for people signed in)."""
+    from portal.cache import shared
+    from tenants.access import APPROVALS
+
+    user = actor.user
+    if user is None or not user.is_authenticated or actor.token is not None:
+        return None
+
+    def load() -> dict[str, int]:
+        row = (get_user_model().objects.filter(pk=user.pk)
+               .annotate(inbox=_CountOf(quota_requests_for(actor=actor, inbox=True).order_by().values("pk")),
+                         seen=_CountOf(quota_requests_for(actor=actor).order_by().values("pk")))
+               .values_list("inbox", "seen").first())
+        inbox, seen = row or (0, 0)
+        return {"inbox": inbox or 0, "seen": seen or 0}
+
+    return dict(shared(APPROVALS, f"quota-request-counts:{user.pk}", load))
+
+
 # The columns of a quota request its card, table row and request line show, and the policies (``quotas.may_decide``,
 # ``may_withdraw``) read: not the applied objects' JSON, not the reminder's time.
 _SHOWN = ("project", "flavor", "resource", "amount", "until", "reason", "requested_by", "status", "approver",

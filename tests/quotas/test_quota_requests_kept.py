@@ -128,3 +128,43 @@ def test_warm_page_compiles_none_of_its_sql(as_user, cast, split, monkeypatch) -
     monkeypatch.undo()
     assert not [sql for sql in built if "quotas_quotarequest" in sql or '"tenants_project"."name"' in sql], built
     assert len(ctx.captured_queries) <= 4
+
+
+@pytest.mark.parametrize("who", READERS)
+def test_kept_counts_are_the_orm_counts(cast, asked, who) -> None:
+    actor = cast.actor(who)
+    counts = selectors.quota_request_counts_kept(actor=actor)
+    assert counts == {"inbox": selectors.quota_requests_for(actor=actor, inbox=True).count(),
+                      "seen": selectors.quota_requests_for(actor=actor).count()}, who
+
+
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as a server runs: the counts are kept
+def test_a_full_page_counts_nothing_and_follows_every_write(as_user, cast, split) -> None:
+    """With more than a page of requests, the unfiltered page reads its counts from the kept pair: no COUNT query.
+    A new request, a decision and a membership change each show at once."""
+    for i in range(27):
+        _ask(cast.vision, cast.carol, minutes=i + 1, flavor=split.h100)
+    client = as_user("bob")
+    assert client.get("/quota-requests/").status_code == 200
+    with CaptureQueriesContext(connection) as ctx:
+        body = client.get("/quota-requests/").content.decode()
+    assert not [q["sql"] for q in ctx.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert "1–25 of 27" in body and '<span class="badge badge-request-pending">27</span>' in body
+    # A new request: 28 in both.
+    _ask(cast.vision, cast.carol, flavor=split.h100)
+    body = client.get("/quota-requests/").content.decode()
+    assert "1–25 of 28" in body and '<span class="badge badge-request-pending">28</span>' in body
+    # Decided elsewhere (a status move): out of the inbox, still in the table.
+    first = QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING).order_by("created_at").first()
+    from quotas.services import quota_request_reject
+    quota_request_reject(actor=cast.actor("alice"), request=first, comment="not now")
+    body = client.get("/quota-requests/").content.decode()
+    assert "1–25 of 28" in body and '<span class="badge badge-request-pending">27</span>' in body
+    # Bob loses his project admin role: he decides nothing there any more, and sees only his own requests.
+    from tenants.models import Membership
+    Membership.objects.filter(user=cast.bob, project=cast.vision).delete()
+    body = client.get("/quota-requests/").content.decode()
+    assert "1–25 of" not in body and '<span class="badge badge-request-pending">' not in body
+    # Filtered, the table is counted by the ORM, as before.
+    body = as_user("alice").get(f"/quota-requests/?project={cast.vision.slug}").content.decode()
+    assert "1–25 of 28" in body
