@@ -564,7 +564,12 @@ _ACTIVE_FLAVORS = Compiled(lambda cluster_id: Flavor.objects.filter(cluster_id=c
 _NODES = Compiled(lambda cluster_id: Node.objects.filter(cluster_id=cluster_id).select_related("pool")
                   .order_by("present", "ready", "name"))  # nodes_for(...).order_by("present", "ready", "name")
 _POOLS = Compiled(lambda cluster_id: NodePool.objects.filter(cluster_id=cluster_id).order_by("name"))  # node_pools_for
-_PROMISES = Compiled(lambda cluster_id: tenant_promises_for(cluster=cluster_id)[:PAGE_SIZE + 1])  # a pager's first read
+# A pager's first read of tenant_promises_for(cluster): the tenants only joined, the flavors are the page's own; the
+# columns the rows show and their confirmations read (quota_confirmations), no limits, times or tenant details.
+_PROMISE_SHOWN = ("tenant", "project", "flavor", "resource", "nominal", "used", "tenant__name", "tenant__slug")
+_PROMISES = Compiled(lambda cluster_id: Quota.objects.filter(flavor__cluster_id=cluster_id, project__isnull=True)
+                     .select_related("tenant").order_by("tenant__name", "flavor__order", "flavor__name", "resource")
+                     .only(*_PROMISE_SHOWN)[:PAGE_SIZE + 1])
 
 
 def capacity_clusters() -> list[Cluster]:
@@ -591,10 +596,22 @@ def capacity_pools(*, cluster: Cluster) -> list[NodePool]:
     return _POOLS.rows(cluster.pk)
 
 
-def tenant_promises_first(*, cluster: Cluster) -> list[Quota]:
+def tenant_promises_first(*, cluster: Cluster, flavors: dict[int, Flavor] | None = None) -> list[Quota]:
     """The first ``PAGE_SIZE + 1`` rows of ``tenant_promises_for(cluster)``: what ``portal.ui.Pager`` reads of its
-    first page."""
-    return _PROMISES.rows(cluster.pk)
+    first page. Each row's flavor is the one in ``flavors`` (id -> flavor, as ``capacity_flavors`` read them: the page
+    has them already) or, for a flavor not in it (an inactive one), read in one query; every flavor's ``cluster`` is
+    ``cluster``. Half the models per row of joining the flavor and its cluster again."""
+    rows = _PROMISES.rows(cluster.pk)
+    known = dict(flavors or {})
+    missing = {r.flavor_id for r in rows} - known.keys()
+    if missing:
+        for flavor in Flavor.objects.filter(pk__in=missing):
+            known[flavor.pk] = flavor
+    for flavor in known.values():
+        flavor.cluster = cluster
+    for r in rows:
+        r.flavor = known[r.flavor_id]
+    return rows
 
 
 def project_sums_for(*, cluster: Cluster) -> dict[tuple[int, str], dict[str, Any]]:

@@ -324,7 +324,7 @@ def _capacity_page(request: HttpRequest, actor: Actor, clusters: list[Cluster], 
     # Unfiltered, the sums above counted the rows: the pager need not.
     known = None if quota_filter.is_active else sum(r["tenant_rows"] for r in sums.values())
     quota_pager = Pager(request, quota_filter.qs, param="quotas_page", count=known,
-                        first=None if quota_filter.is_active else lambda: selectors.tenant_promises_first(cluster=cluster))
+                        first=None if quota_filter.is_active else lambda: selectors.tenant_promises_first(cluster=cluster, flavors=flavors))
     quota_items = list(quota_pager)
     checks = selectors.quota_confirmations(quota_items)
     not_enforced = [(f, flavor_enforcement(cluster, f)) for f in flavors.values()]

@@ -28,8 +28,17 @@ def resource_label(resource: str, in_gib: Any = False) -> SafeString:
     """A resource's name with the unit its figures are in: ``memory`` (GiB), ``nvidia.com/total-gpumem`` (MiB of
     GPU memory), ``nvidia.com/gpu`` (count), for the Resource column of quota and capacity tables. ``in_gib``: the
     table shows HAMi's GPU memory in GiB (``qty_in``)."""
-    unit = "GiB of GPU memory" if in_gib and resource == TOTAL_GPUMEM else resource_unit(resource)
-    return format_html('<code>{}</code> <span class="unit muted small">({})</span>', resource, unit)
+    key = (resource, bool(in_gib))
+    label = _RESOURCE_LABELS.get(key)
+    if label is None:  # a handful of resources: each label made once per process (format_html costs ~10 µs a row)
+        unit = "GiB of GPU memory" if in_gib and resource == TOTAL_GPUMEM else resource_unit(resource)
+        label = format_html('<code>{}</code> <span class="unit muted small">({})</span>', resource, unit)
+        if len(_RESOURCE_LABELS) < 1024:
+            _RESOURCE_LABELS[key] = label
+    return label
+
+
+_RESOURCE_LABELS: dict[tuple[Any, bool], SafeString] = {}
 
 
 @register.filter

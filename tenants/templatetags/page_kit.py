@@ -160,6 +160,13 @@ def jinja(context: template.Context, name: str, **values: Any) -> SafeString:
     return mark_safe(template.template.render(values))
 
 
+@register.simple_tag(takes_context=True)
+def jinja_body(context: template.Context, name: str) -> SafeString:
+    """``jinja`` with the whole page's context: a page whose body is one Jinja2 template, the Django template only
+    extending the page frame (``base.html``) with it (docs/performance.md)."""
+    return jinja(context, name, **context.flatten())
+
+
 class _Values:
     """What ``render_value_in_context`` reads of a template context: the settings' defaults, autoescape on."""
 
