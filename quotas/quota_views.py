@@ -263,7 +263,7 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
         counts = selectors.quota_request_counts_kept(actor=actor)
         context = _all_requests(request, actor) | {"inbox_count": counts["inbox"] if counts else inbox_qs.count(), "oob": True}
         _shown(context["pager"])
-        return render(request, "quotas/_request_table.html", context)
+        return render(request, "quotas/_request_table.html", context, using="jinja2")
     counts = selectors.quota_request_counts_kept(actor=actor)  # kept: the inbox's pager counts nothing
     inbox = Pager(request, selectors.with_quota_now(inbox_qs), param="inbox_page", count=counts["inbox"] if counts else None,
                   first=lambda: selectors.quota_requests_first(actor=actor, inbox=True))
