@@ -1,10 +1,14 @@
-"""The Jinja2 environment of the hot pages' repeated parts (``TEMPLATES``' second engine, templates/jinja2/).
+"""The Jinja2 environment of the hot pages (``TEMPLATES``' second engine, templates/jinja2/).
 
-A list's rows (the approvals inbox, the quota request cards and rows, the capacity page's node rows) are Jinja2
-templates: compiled to Python once, a row costs a fraction of what Django's engine spends walking its nodes
-(docs/performance.md). The page around them stays a Django template and writes the rows with
-``{% jinja "name.html" key=value %}`` (``tenants/templatetags/page_kit.py``); an htmx answer of one row renders the
-same template (``render(request, name, context, using="jinja2")``). One template per output, nothing written twice.
+A list's rows (the approvals inbox, the quota request cards and rows, the capacity page's node rows), the hottest
+pages' whole bodies (the capacity page, the quota requests page) and the partials they share with other pages (a
+form and its fields, the filters form, the pagination, a chart, the "in use as of" line, a cluster's health, the
+capacity section's tabs) are Jinja2 templates: compiled to Python once, they cost a fraction of what Django's engine
+spends walking its nodes (docs/performance.md). The page frame (``base.html``) stays a Django template; a page writes
+rows with ``{% jinja "name.html" key=value %}`` and a whole body with ``{% jinja_body "name.html" %}``
+(``tenants/templatetags/page_kit.py``); a shared partial's Django include of the same name is one line that writes
+the Jinja2 template. An htmx answer renders the same template (``render(request, name, context, using="jinja2")``).
+One template per output, nothing written twice.
 
 What the templates may call, with the same names as in Django templates:
 

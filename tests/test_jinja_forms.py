@@ -1,5 +1,7 @@
-"""The forms written by Jinja2 (templates/jinja2/includes/form_fields.html and field.html, docs/performance.md) are
-byte for byte what the Django includes (templates/includes/form_fields.html, form_errors.html, field.html) write:
+"""The forms written by Jinja2 (templates/jinja2/includes/form_fields.html, form_errors.html and field.html: the
+only templates of a form; the Django includes of the same names write them, docs/performance.md) are byte for byte
+what the Django templates they replaced wrote (kept below as the reference, ``OLD``), through the Django includes and
+through ``{% jinja %}``:
 every kind of field and widget the portal's forms use, labels and help texts with markup and apostrophes (Django
 writes ``'`` as ``&#x27;``, MarkupSafe as ``&#39;``), safe help texts, field errors, the form's own errors and a
 hidden field's, unbound and bound; and the portal's forms that pages write this way."""
@@ -10,17 +12,22 @@ from decimal import Decimal
 
 import pytest
 from django import forms
-from django.template import engines
+from django.template import Context, Engine, engines
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy
 
 from quotas.forms import DecisionForm, ProjectQuotaForm, QuotaRequestForm, TenantQuotaForm
 from tenants.forms import ProjectIdleForm, TokenCreateForm
 
-DJANGO_FORM = engines["django"].from_string('{% include "includes/form_fields.html" %}')
+# The Django includes as they were before the forms had one template each: the reference.
+OLD = {'form_fields.html': '{% include "includes/form_errors.html" %}\n{% for hidden in form.hidden_fields %}{{ hidden }}{% endfor %}\n{% for field in form.visible_fields %}{% include "includes/field.html" %}{% endfor %}\n', 'form_errors.html': '{# The errors of a form that belong to no visible field: its own and its hidden fields\'. Each error is shown once: field errors only next to their field (includes/field.html), never in this summary too. #}\n{% if form.non_field_errors %}<div class="form-errors" role="alert">{{ form.non_field_errors }}</div>{% endif %}\n{% for hidden in form.hidden_fields %}{% if hidden.errors %}<div class="form-errors" role="alert">{{ hidden.errors }}</div>{% endif %}{% endfor %}\n', 'field.html': '<div class="field{% if field.errors %} field-invalid{% endif %}{% if field.field.widget.input_type == \'checkbox\' %} field-check{% endif %}">\n  <label for="{{ field.id_for_label }}">{{ field.label }}</label>\n  {{ field }}\n  {{ field.errors }}\n  {% if field.help_text %}<p class="help" id="{{ field.auto_id }}_helptext">{{ field.help_text }}</p>{% endif %}\n</div>\n'}
+REFERENCE = Engine(loaders=[("django.template.loaders.locmem.Loader", {f"includes/{name}": text for name, text in OLD.items()})])
+DJANGO_FORM = REFERENCE.from_string('{% include "includes/form_fields.html" %}')
+DJANGO_FIELD = REFERENCE.from_string('{% include "includes/field.html" %}')
 JINJA_FORM = engines["django"].from_string('{% load page_kit %}{% jinja "includes/form_fields.html" form=form %}')
-DJANGO_FIELD = engines["django"].from_string('{% include "includes/field.html" %}')
 JINJA_FIELD = engines["django"].from_string('{% load page_kit %}{% jinja "includes/field.html" field=field %}')
+INCLUDED_FORM = engines["django"].from_string('{% include "includes/form_fields.html" %}')  # the pages' Django include
+INCLUDED_FIELD = engines["django"].from_string('{% include "includes/field.html" %}')
 CHOICES = [("", "Any"), ("a", "A & <b>'s"), ("b", "B")]
 
 
@@ -52,7 +59,9 @@ class Everything(forms.Form):
 
 
 def both(form: forms.Form) -> tuple[str, str]:
-    return DJANGO_FORM.render({"form": form}), JINJA_FORM.render({"form": form})
+    reference = DJANGO_FORM.render(Context({"form": form}))
+    assert INCLUDED_FORM.render({"form": form}) == reference  # a Django page's include writes the same
+    return reference, JINJA_FORM.render({"form": form})
 
 
 @pytest.mark.parametrize("data", [
@@ -88,7 +97,9 @@ def test_one_field_is_written_as_django_writes_it():
     form = Everything({"text": "", "flag": "on"})
     form.is_valid()
     for field in form:
-        assert JINJA_FIELD.render({"field": field}) == DJANGO_FIELD.render({"field": field}), field.name
+        reference = DJANGO_FIELD.render(Context({"field": field}))
+        assert JINJA_FIELD.render({"field": field}) == reference, field.name
+        assert INCLUDED_FIELD.render({"field": field}) == reference, field.name
 
 
 @pytest.mark.django_db
