@@ -155,7 +155,7 @@ def extension_decide(request: HttpRequest, pk: int) -> HttpResponse:
         ext = _visible_extension(actor, ext.pk)
         response = render(request, "workloads/_extension_row.html",
                           {"ext": ext, "form": form if error else DecisionForm(prefix=f"extension-{ext.pk}"),
-                           "error": error, "done": done})
+                           "error": error, "done": done}, using="jinja2")
         return _changed(response) if done else response
     if form.has_error("comment"):
         req = _visible_request(actor, ext.request_id)
