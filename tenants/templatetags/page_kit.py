@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import html
 import re
+import threading
 from datetime import datetime
 from typing import Any
 
 from django import template
 from django.conf import settings
+from django.core.signals import request_finished, request_started
 from django.template import engines
 from django.template.base import render_value_in_context
 from django.template.defaultfilters import date as date_filter
@@ -44,10 +46,38 @@ _MISSING = object()
 _URLS: dict[tuple[Any, ...], Any] = {}
 
 
+_request = threading.local()  # .where: (URLconf, script prefix) of the HTTP request this thread serves, or None
+
+
+def _request_started(**kwargs: Any) -> None:
+    _request.where = None  # looked up at the request's first URL (the handler sets the prefix before this signal)
+
+
+def _request_finished(**kwargs: Any) -> None:
+    _request.where = _OUTSIDE
+
+
+_OUTSIDE = ("", "")  # outside a request (a task, the shell, a test rendering a template): looked up every call
+request_started.connect(_request_started, dispatch_uid="page-kit-urls-started")
+request_finished.connect(_request_finished, dispatch_uid="page-kit-urls-finished")
+
+
+def _where() -> tuple[str, str]:
+    """The URLconf and script prefix URLs are reversed under: looked up once per request (each lookup reads two
+    context-local values, about a twentieth of a page of links), on every call outside one."""
+    where = getattr(_request, "where", _OUTSIDE)
+    if where is None or where is _OUTSIDE:
+        found = (get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
+        if where is None:
+            _request.where = found
+        return found
+    return where
+
+
 def _kept(name: str, kind: str) -> tuple[str, str] | str | None:
     """The URL of ``name`` ("" kind: no argument), or its (head, tail) around the marker of ``kind``; None when
     the marker does not fit the pattern (then every call reverses)."""
-    key = (name, kind, get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
+    key = (name, kind, *_where())
     kept = _URLS.get(key, _MISSING)
     if kept is _MISSING:
         if kind == "":

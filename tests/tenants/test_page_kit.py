@@ -82,3 +82,25 @@ def test_display_is_djangos_get_field_display() -> None:
             assert render('{{ r|display:"status" }}/{{ r|display:"approver" }}', r=r) == (
                 f"{r.get_status_display()}/{r.get_approver_display()}")
     assert render('{{ r|display:"state" }}', r=WorkloadRequest(state="<b>")) == "&lt;b&gt;"  # escaped as any value
+
+
+@pytest.mark.django_db
+def test_a_requests_urls_follow_its_script_prefix(as_user) -> None:
+    """The URLconf and script prefix are looked up once per request: a request served under ``/portal`` writes every
+    link under it, the next request without a prefix writes none, and a template rendered outside a request (an
+    email, a task) writes Django's own."""
+    from django.urls import set_script_prefix
+
+    from django.conf import settings
+
+    settings.STATIC_URL  # noqa: B018 read (and kept by Django) before the prefix changes: other tests' static URLs stay
+    client = as_user("carol")
+    set_script_prefix("/portal/")  # as the WSGI handler sets it from SCRIPT_NAME (the test client does not)
+    try:
+        under = client.get("/requests/").content.decode()
+    finally:
+        set_script_prefix("/")
+    assert 'href="/portal/requests/new/"' in under and 'href="/requests/new/"' not in under
+    plain = client.get("/requests/").content.decode()
+    assert 'href="/requests/new/"' in plain and 'href="/portal/' not in plain
+    assert render("{% url_kept 'request-detail' 7 %}") == render("{% url 'request-detail' 7 %}") == "/requests/7/"
