@@ -272,7 +272,7 @@ class RequestSerializer(serializers.ModelSerializer):
             "pending_reason": selectors.request_pending_reason(_PendingView(row)),  # type: ignore[arg-type]
             "cost_estimate": estimate, "requested_by": row["requested_by_username"],
             "approved_by": row["approved_by_username"], "decision_comment": row["decision_comment"],
-            **_iso_dates(f, row, _DATE_COLUMNS),
+            **_iso_dates(f, row, _DATE_COLUMNS, flavors.zone),
         }
 
 
@@ -607,20 +607,23 @@ def _plain(fields: dict[str, serializers.Field], name: str, value: Any) -> Any:
 _DATE_COLUMNS = ("created_at", "updated_at", "approved_at", "queued_at", "started_at", "finished_at", "expires_at")
 
 
-def _iso_dates(fields: dict[str, serializers.Field], row: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+def _iso_dates(fields: dict[str, serializers.Field], row: dict[str, Any], names: tuple[str, ...],
+               zone: Any = None) -> dict[str, Any]:
     """``DateTimeField.to_representation`` of each column, without its per-value work: the current time zone is
-    looked up once, not per value. The same text (ISO 8601 in the current time zone, ``Z`` for UTC) while the fields
-    keep DRF's default format; otherwise each goes through its field."""
+    looked up once (``zone``: a page's, looked up once for all its rows), not per value. The same text (ISO 8601 in
+    the current time zone, ``Z`` for UTC) while the fields keep DRF's default format; otherwise each goes through
+    its field."""
     if not _iso_fields(fields, names):
         return {name: _plain(fields, name, row[name]) for name in names}
-    zone = timezone.get_current_timezone()
+    if zone is None:
+        zone = timezone.get_current_timezone()
     out = {}
     for name in names:
         value = row[name]
         if value is None:
             out[name] = None
             continue
-        text = (value.astimezone(zone) if timezone.is_aware(value) else timezone.make_aware(value, zone)).isoformat()
+        text = (value.astimezone(zone) if value.utcoffset() is not None else timezone.make_aware(value, zone)).isoformat()
         out[name] = text[:-6] + "Z" if text.endswith("+00:00") else text
     return out
 
@@ -689,6 +692,7 @@ class RowFlavors:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self._ids = {row["flavor_id"] for row in rows}
         self._flavors: dict[int, Flavor] | None = None
+        self.zone = timezone.get_current_timezone()  # the page's dates are written in it (looked up once a page)
 
     def get(self, flavor_id: int) -> Flavor | None:
         if self._flavors is None or flavor_id not in self._flavors:
@@ -701,6 +705,7 @@ class _KnownFlavor:
 
     def __init__(self, flavor: Flavor | None) -> None:
         self._flavor = flavor
+        self.zone = None  # one row: looked up by _iso_dates
 
     def get(self, flavor_id: int) -> Flavor | None:
         return self._flavor
