@@ -36,6 +36,15 @@ class BoundedPaginator(Paginator):
         return found
 
 
+def first_page_asked(request: HttpRequest, param: str = "page") -> bool:
+    """Whether the request asks for the first page of the list paged by ``param``: none, 1, or a value that is not a
+    number (``page_of`` reads those as the first page)."""
+    try:
+        return int(request.GET.get(param) or 1) <= 1
+    except (TypeError, ValueError):
+        return True
+
+
 def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, count: int | None = None,
             window: bool = False, most: int | None = None, first: Callable[[], list[Any]] | None = None) -> Page:
     """``Paginator(queryset, per_page).get_page(number)``, counting only when it must.

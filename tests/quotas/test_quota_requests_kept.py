@@ -168,3 +168,22 @@ def test_a_full_page_counts_nothing_and_follows_every_write(as_user, cast, split
     # Filtered, the table is counted by the ORM, as before.
     body = as_user("alice").get(f"/quota-requests/?project={cast.vision.slug}").content.decode()
     assert "1–25 of 28" in body
+
+
+def test_the_inbox_pages_past_the_kept_first_page(as_user, cast, split) -> None:
+    """The inbox's first page is the kept one (its queryset not even built); a later page, or a page number that is
+    not one, reads as before."""
+    rows = [_ask(cast.vision, cast.carol, minutes=i + 1, flavor=split.h100) for i in range(28)]
+    oldest_first = [r.pk for r in reversed(rows)]
+    client = as_user("bob")
+
+    def inbox(path: str) -> list[int]:
+        body = client.get(path).content.decode()
+        part = body.split('id="inbox-h"', 1)[1].split('id="all-h"', 1)[0]
+        return [int(pk) for pk in re.findall(r'<li class="card request-card" id="request-(\d+)"', part)]
+
+    assert inbox("/quota-requests/") == oldest_first[:25]
+    assert inbox("/quota-requests/?inbox_page=2") == oldest_first[25:]
+    assert inbox("/quota-requests/?inbox_page=x") == inbox("/quota-requests/?inbox_page=0") == oldest_first[:25]
+    body = client.get("/quota-requests/?inbox_page=2").content.decode()
+    assert "26–28 of 28" in body and "Page 2 of 2" in body
