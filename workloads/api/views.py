@@ -421,11 +421,13 @@ class RequestViewSet(RequestKeysMixin, RequestSharesMixin, mixins.CreateModelMix
 
     def list(self, request: Request, *args, **kwargs) -> Response:
         """Newest first (``?ordering=`` another order); paged by cursor: follow ``next`` (docs: README, Using the API)."""
-        queryset = self._filtered(selectors.request_scope_for(actor=actor_of(request)))
         if self._filters_asked():
-            queryset = selectors.request_rows(queryset)
-        # else the page is read by ``read_page`` (the same rows, from a compiled query): ``queryset`` only gives
-        # the pagination its order
+            queryset = selectors.request_rows(self._filtered(selectors.request_scope_for(actor=actor_of(request))))
+        else:
+            # The page is read by ``read_page`` (the actor's rows, from a compiled query): ``queryset`` only gives the
+            # pagination its order and model. An empty one (building the actor's scope as a queryset, ~0.4 ms, would
+            # be thrown away); were it ever read, it would read nothing, never another tenant's rows.
+            queryset = WorkloadRequest.objects.none().order_by(*self.ordering)
         page = list(self.paginate_queryset(queryset))
         return self.get_paginated_response(RequestSerializer(page, many=True).data)
 
