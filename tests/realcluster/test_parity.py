@@ -304,6 +304,10 @@ def test_preemption_by_priority_is_told_in_the_words_the_portal_reads(cluster_un
     job = world.wait(job, lambda r: r.state in (S.PREEMPTED, S.QUEUED) and any(
         "Preempted" in m for m in r.events.values_list("message", flat=True)), advance=2, timeout=120, also=notebook)
     notebook = world.wait(notebook, lambda r: r.state == S.RUNNING, advance=5, timeout=150, also=job)
+    # Who is ahead of the job is read again by the status follower once the notebook is admitted (on its own
+    # schedule): compared once it has, not while the notebook may still count as waiting ahead.
+    job = world.wait(job, lambda r: r.state == S.QUEUED and r.pending_reason.endswith("nothing is ahead of you"),
+                     advance=2, timeout=120, also=notebook)
     kube = kube_for(world.cluster)
     workloads = _custom(kube, "workloads", cast.vision.namespace)
     victim = next(w for w in workloads if (_cond(w, "Preempted") or {}).get("status") == "True")
