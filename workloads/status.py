@@ -435,7 +435,8 @@ class StatusFollower:
 
     def _refresh_pending(self, stats: CycleStats) -> None:
         """Rewrite the pending sentences of the waiting requests whose ClusterQueue changed since the last look (its
-        usage, its quota): one GET per queue in use, and writes only where the sentence changed."""
+        usage, its quota) or whose queue's waiting requests changed (one left, one came): one GET per queue in use,
+        and writes only where the sentence changed."""
         self.pending_at = time.time()
         waiting = list(WorkloadRequest.objects.filter(cluster=self.cluster, state__in=[S.QUEUED, S.PREEMPTED])
                        .select_related("flavor", "template", "project", "cluster").order_by("created_at")
@@ -450,8 +451,10 @@ class StatusFollower:
                 cq = self.kube.get(KUEUE, "ClusterQueue", name)
             except (ClusterUnavailable, ClusterRejected):
                 continue
+            # Who waits ahead is the portal's own reading (the requests still waiting), not the queue's: a request
+            # that leaves the wait in a cycle where the queue's usage did not change must still move the others up.
             digest = hashlib.sha256(repr(((cq or {}).get("spec"), ((cq or {}).get("status") or {}).get(
-                "flavorsUsage"))).encode()).hexdigest()[:16]
+                "flavorsUsage"), [(r.pk, r.priority) for r in reqs])).encode()).hexdigest()[:16]
             digests[name] = digest
             if self.queue_digests.get(name) == digest:
                 continue
