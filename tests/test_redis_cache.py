@@ -55,3 +55,38 @@ def test_one_client_per_pool_shared_by_threads(backend) -> None:
         t.join()
     assert not errors
     assert all(client is first for client in seen)
+
+
+def test_clear_deletes_only_this_caches_keys(backend, settings) -> None:
+    """The cache shares its Redis database with the broker's queues, the leases and other caches (another test
+    process's prefix): ``clear()`` deletes this cache's keys, of every version, and leaves the rest."""
+    client = backend._cache.get_client(write=True)
+    other = RedisCache(settings.REDIS_URL or "redis://127.0.0.1:6379/15", {"KEY_PREFIX": f"{backend.key_prefix}x"})
+    queue = f"queue-{uuid.uuid4().hex[:8]}"
+    try:
+        backend.set("a", 1)
+        backend.set("a", 2, version=7)
+        backend.set_many({f"m{n}": n for n in range(1200)})  # more than one batch of deletes
+        other.set("a", "kept")
+        client.lpush(queue, b"a queued task")
+        backend.clear()
+        assert backend.get("a") is None and backend.get("a", version=7) is None and backend.get("m1199") is None
+        assert list(client.scan_iter(f"{backend.key_prefix}:*")) == []
+        assert other.get("a") == "kept"  # a prefix that only starts like this one's
+        assert client.lrange(queue, 0, -1) == [b"a queued task"]
+    finally:
+        client.delete(queue)
+        other.delete("a")
+
+
+def test_clear_treats_a_prefix_with_glob_characters_literally(settings) -> None:
+    url = settings.REDIS_URL or "redis://127.0.0.1:6379/15"
+    tag = uuid.uuid4().hex[:8]
+    starry, plain = RedisCache(url, {"KEY_PREFIX": f"g*{tag}"}), RedisCache(url, {"KEY_PREFIX": f"gX{tag}"})
+    try:
+        starry.set("k", 1)
+        plain.set("k", 2)
+        starry.clear()
+        assert starry.get("k") is None and plain.get("k") == 2
+    finally:
+        plain.delete("k")
