@@ -4,7 +4,8 @@ A list's rows (the approvals inbox, the quota request cards and rows, the capaci
 pages' whole bodies (the capacity page, the quota requests page) and the partials they share with other pages (a
 form and its fields, the filters form, the pagination, a chart, the "in use as of" line, a cluster's health, the
 capacity section's tabs) are Jinja2 templates: compiled to Python once, they cost a fraction of what Django's engine
-spends walking its nodes (docs/performance.md). The page frame (``base.html``) stays a Django template; a page writes
+spends walking its nodes (docs/performance.md). So is the page frame (``frame.html``: head, navigation, messages,
+footer), which Django's ``base.html`` writes around a page's blocks with ``{% jinja_frame %}``; a page writes
 rows with ``{% jinja "name.html" key=value %}`` and a whole body with ``{% jinja_body "name.html" %}``
 (``tenants/templatetags/page_kit.py``); a shared partial's Django include of the same name is one line that writes
 the Jinja2 template. An htmx answer renders the same template (``render(request, name, context, using="jinja2")``).

@@ -85,7 +85,7 @@ def test_capacity_rows_say_their_figures_in_one_render_per_table(as_user, cast, 
     client = as_user("ops")
     assert client.get("/ops/capacity/").status_code == 200
     few = list(jinja_renders)
-    assert few == ["quotas/capacity_body.html"]  # the whole body, its two row tables included: one render
+    assert few == ["quotas/capacity_body.html", "frame.html"]  # the whole body, its two row tables included: one render
     ops = cast.actor("ops")
     for i in range(5):
         tenant = TenantModel.objects.create(name=f"Extra {i}", slug=f"extra-{i}")

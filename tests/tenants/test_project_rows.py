@@ -78,7 +78,8 @@ def test_each_list_is_one_render_whatever_its_rows(as_user, cast, jinja_renders)
     many = client.get("/projects/acme-vision/")
     assert len(section_rows(many.content.decode(), "tokens")) == 9
     assert (jinja_renders, [t.name for t in many.templates]) == few
-    # The rows' two lists, their pagination and the page's forms (includes/form_fields.html), one render each whatever
-    # the rows.
+    # The rows' two lists, their pagination, the page's forms (includes/form_fields.html) and the frame, one render
+    # each whatever the rows.
     assert jinja_renders.count("tenants/_project_rows.html") == 2
-    assert set(jinja_renders) == {"tenants/_project_rows.html", "includes/pagination.html", "includes/form_fields.html"}
+    assert set(jinja_renders) == {"tenants/_project_rows.html", "includes/pagination.html", "includes/form_fields.html",
+                                  "frame.html"}
