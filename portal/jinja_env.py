@@ -90,6 +90,24 @@ def _kept_numbers(func: Any) -> Any:
     return floatformat
 
 
+def _kept_static() -> Any:
+    """``static(path)`` remembered per path (forgotten when a setting changes): the frame writes five on every page,
+    each a storage lookup and a ``urljoin``; a file's URL does not change while the process runs (the manifest, when
+    there is one, is read once too)."""
+    kept: dict[str, str] = {}
+
+    def kept_static(path: str) -> str:
+        found = kept.get(path)
+        if found is None:
+            if len(kept) >= _KEPT_MOST:
+                kept.clear()
+            found = kept[path] = static(path)
+        return found
+
+    setting_changed.connect(lambda **kwargs: kept.clear(), weak=False)
+    return kept_static
+
+
 def _tag(compiled: Any) -> Any:
     """A simple tag's own function (``None`` for an inclusion tag or a tag of another kind)."""
     func = getattr(compiled, "__wrapped__", None)
@@ -116,5 +134,5 @@ def environment(**options: Any) -> Environment:
     # ``{{ value }}`` as Django's engine escapes it (``'`` as ``&#x27;``, MarkupSafe writes ``&#39;``; a safe string
     # kept): the form includes' labels and help texts (templates/jinja2/includes/), the same HTML as Django's.
     env.filters["dj"] = conditional_escape
-    env.globals.update(url=url, static=static)
+    env.globals.update(url=url, static=_kept_static())
     return env

@@ -107,3 +107,14 @@ def test_without_a_request_the_frame_is_the_bare_page(db) -> None:
     new = engines["django"].from_string(PAGE).render({})
     assert new == old and "<nav" not in new
     assert engines["django"].get_template("500.html").render({}) == reference().get_template("500.html").render(Context({}))
+
+
+def test_the_frames_static_urls_follow_the_setting(cast, settings) -> None:
+    """The frame's ``static()`` URLs are kept per process, and forgotten when a setting changes."""
+    page = engines["django"].from_string(PAGE)
+    assert 'href="/static/css/portal.css"' in page.render({}, request=request_for(cast.carol, "/"))
+    settings.STATIC_URL = "/assets/"
+    new = page.render({}, request=request_for(cast.carol, "/"))
+    assert 'href="/assets/css/portal.css"' in new and 'src="/assets/vendor/htmx.min.js"' in new
+    old = reference().from_string(PAGE).render(RequestContext(request_for(cast.carol, "/"), {}))
+    assert masked(new) == masked(old)
