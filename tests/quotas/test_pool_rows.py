@@ -71,7 +71,7 @@ def test_pool_rows_are_what_the_django_loop_wrote(as_user, split, jinja_renders)
 
     response = as_user("ops").get(f"/ops/capacity/?cluster={cluster.name}")
     assert response.status_code == 200
-    assert jinja_renders == ["quotas/capacity_body.html"]  # the whole page body, pool table included: one render
+    assert jinja_renders == ["quotas/capacity_body.html", "frame.html"]  # the body, pool table included: one render
     pools = response.context["pools"]
     kinds = {(p["pool"].name if p["pool"] else None) for p in pools}
     assert {"h100 <pool>", "mig", "cpu-only", None} <= kinds
