@@ -30,7 +30,10 @@ def test_a_live_holder_keeps_other_followers_off_and_a_dead_one_is_replaced_with
     settings.PORTAL_FOLLOW_LEASE_SECONDS = 30
     req = world.submit("carol", "training", "h100-80gb-offline", gpus=1, duration_hours=1)
     assert request_materialize(request_id=req.pk) == "queued"
-    world.sandbox.advance(30)  # the Job's pod runs in the cluster
+    # The Job's pod runs in the cluster: first the cluster settles (Kueue admits, the pod is made and bound now), then
+    # time passes its start delay. Advancing at once could bind the pod only after the clock moved, left Pending.
+    world.sandbox.settle()
+    world.sandbox.advance(30)
 
     # Another replica's follower holds the cluster (it dies in 2 s: its lease is not renewed after that).
     other = Lease(follow_lease(world.cluster).key.removeprefix("portal:lease:"), 2, token="other-host:4242:abcd")
