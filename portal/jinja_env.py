@@ -42,7 +42,7 @@ from django.urls import reverse
 from django.utils.html import conditional_escape
 from django.utils.timezone import template_localtime
 from django.utils.translation import get_language
-from jinja2 import Environment, pass_context
+from jinja2 import Environment, Template, pass_context
 
 
 def url(name: str, *args: Any) -> str:
@@ -115,6 +115,20 @@ def _tag(compiled: Any) -> Any:
         return None
     params = list(inspect.signature(func).parameters)
     return pass_context(func) if params and params[0] == "context" else func
+
+
+def render_released(template: Template, values: dict[str, Any]) -> str:
+    """``template.render(values)``, then its context emptied: a context that a macro imported with it refers back to
+    is a reference cycle, which would keep everything the page handed the template (its rows, pagers, forms) until
+    the cyclic garbage collector came by (portal/template_backend.py says why that matters)."""
+    context = template.new_context(values)
+    try:
+        return template.environment.concat(template.root_render_func(context))  # type: ignore[attr-defined]
+    except Exception:
+        template.environment.handle_exception()
+    finally:
+        context.vars.clear()
+        context.parent.clear()
 
 
 def environment(**options: Any) -> Environment:

@@ -103,7 +103,9 @@ WSGI_APPLICATION = "portal.wsgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Django's, letting go of a page's context once it is written (portal/template_backend.py).
+        "BACKEND": "portal.template_backend.DjangoTemplates",
+        "NAME": "django",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {

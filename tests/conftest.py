@@ -150,3 +150,27 @@ def token_client(cast: Cast):
 @pytest.fixture
 def password() -> str:
     return PASSWORD
+
+
+@pytest.fixture
+def jinja_renders(monkeypatch) -> list[str]:
+    """The names of the Jinja2 templates rendered from the top, in order (an include or a macro inside one is not a
+    render): those the pages write (``portal.jinja_env.render_released``) and the htmx answers (``Template.render``)."""
+    from jinja2 import Template
+
+    from portal import jinja_env
+
+    names: list[str] = []
+    real_render, real_released = Template.render, jinja_env.render_released
+
+    def render(self, *args, **kwargs):
+        names.append(self.name)
+        return real_render(self, *args, **kwargs)
+
+    def released(template, values):
+        names.append(template.name)
+        return real_released(template, values)
+
+    monkeypatch.setattr(Template, "render", render)
+    monkeypatch.setattr(jinja_env, "render_released", released)
+    return names

@@ -37,6 +37,8 @@ from django.utils.hashable import make_hashable
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from portal import jinja_env
+
 register = template.Library()
 
 _ID_MARK = 918273645
@@ -187,7 +189,7 @@ def jinja(context: template.Context, name: str, **values: Any) -> SafeString:
               "csrf_input": format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)}
     for processor in template.backend.template_context_processors:
         values.update(processor(request))
-    return mark_safe(template.template.render(values))
+    return mark_safe(jinja_env.render_released(template.template, values))
 
 
 @register.simple_tag(takes_context=True)

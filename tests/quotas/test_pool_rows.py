@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from django.template import Context, engines
-from jinja2 import Template
 
 from quotas.models import Node, NodePool
 
@@ -37,19 +36,6 @@ DJANGO_POOL_ROWS = """{% load quota_tags %}{% for p in pools %}
               </tr>
             {% endfor %}"""
 
-
-@pytest.fixture
-def jinja_renders(monkeypatch):
-    """The names of the Jinja2 templates rendered from the top."""
-    names: list[str] = []
-    real = Template.render
-
-    def counting(self, *args, **kwargs):
-        names.append(self.name)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Template, "render", counting)
-    return names
 
 
 def pool_tbody(body: str) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-from jinja2 import Template
 
 from quotas import services
 from quotas.models import Quota
@@ -18,19 +16,6 @@ from tests.factories import make_project
 
 GPU = "nvidia.com/gpu"
 
-
-@pytest.fixture
-def jinja_renders(monkeypatch):
-    """The names of the Jinja2 templates rendered from the top (an include inside one is not a render)."""
-    names: list[str] = []
-    real = Template.render
-
-    def counting(self, *args, **kwargs):
-        names.append(self.name)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Template, "render", counting)
-    return names
 
 
 def rows(body: str, table: str) -> list[str]:

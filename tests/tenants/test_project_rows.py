@@ -7,27 +7,12 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
-from jinja2 import Template
 
 from tenants.models import ApiToken, Role
 from tenants.services import token_create, token_revoke
 from tests.factories import UserFactory, make_member
 
-
-@pytest.fixture
-def jinja_renders(monkeypatch):
-    """The names of the Jinja2 templates rendered from the top (an include inside one is not a render)."""
-    names: list[str] = []
-    real = Template.render
-
-    def counting(self, *args, **kwargs):
-        names.append(self.name)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Template, "render", counting)
-    return names
 
 
 def section_rows(body: str, section: str) -> list[str]:
