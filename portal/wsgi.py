@@ -3,6 +3,8 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from portal import gc_pacing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 application = get_wsgi_application()
 
@@ -20,3 +22,4 @@ def _freeze_startup_objects() -> None:
 
 
 _freeze_startup_objects()
+gc_pacing.install()  # collections between requests, not in them (portal/gc_pacing.py)
