@@ -6,6 +6,7 @@ of the idle threshold is never answered from days rolled up under the old one; a
 from __future__ import annotations
 
 import io
+import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -37,7 +38,13 @@ def _today() -> datetime:
 @pytest.fixture
 def history(cast, cat) -> dict[str, Any]:
     """Three requests of two tenants on two flavors, sampled from ``DAYS`` days ago until now, with utilisations
-    around the idle threshold (5 %, 4.99 %), figures with many decimals and several devices."""
+    around the idle threshold (5 %, 4.99 %), figures with many decimals and several devices.
+
+    The tests compare periods counted from today's 00:00 UTC with what was rolled up of whole days before it: a test
+    that began just before midnight would end on another day. Less than two minutes before midnight, it waits."""
+    left = (_today() + timedelta(days=1) - timezone.now()).total_seconds()
+    if left < 120:
+        time.sleep(left + 1)
     reqs = [make_request(cat, cast.vision, cast.carol, state=RequestState.RUNNING, gpus=2),
             make_request(cat, cast.nlp, cast.alice, state=RequestState.RUNNING, gpus=1, flavor=cat.mig),
             make_request(cat, cast.llm, cast.frank, state=RequestState.RUNNING, gpus=3)]
