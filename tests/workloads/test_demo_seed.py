@@ -65,11 +65,23 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     assert made["chat-demo"].state == S.APPROVED  # the project admin approved it: a service to call at once
     for req in sorted((r for r in made.values() if r.state == S.APPROVED), key=lambda r: r.pk):
         request_materialize_task.apply(args=[req.pk]).get()
-    for _ in range(4):
+    namespace = Project.objects.get(slug=made["llm-finetune"].project.slug).namespace
+
+    def gang_running() -> bool:
+        groups = kube.list(m.VOLCANO_QUEUE, "PodGroup", namespace=namespace)[0]
+        job = WorkloadRequest.objects.get(pk=made["resnet-baseline"].pk)
+        return job.state == S.RUNNING and any(
+            g["metadata"]["ownerReferences"][0]["name"] == job.k8s_name and g.get("status", {}).get("phase") == "Running"
+            for g in groups)
+
+    # Twenty simulated seconds at least, then until the one-GPU job's gang runs (at most a minute more): under load
+    # a pod can be bound a step later than usual, and its start delay counts from then.
+    for step in range(16):
         fresh_sandbox.advance(5)
         requests_sync_task.apply().get()
+        if step >= 3 and gang_running():
+            break
 
-    namespace = Project.objects.get(slug=made["llm-finetune"].project.slug).namespace
     # Training is gang-scheduled by Volcano: a Volcano Job in the project's Volcano Queue, with its PodGroup; no Kueue
     # Workload. The running one-GPU job's gang is Running; the fine-tune's waits in the queue.
     jobs = {j["metadata"]["name"]: j for j in kube.list(VC_JOB, "Job", namespace=namespace)[0]}
