@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from portal.cache import read_forget, read_with_versions
 from portal.events import after_commit
 from portal.exceptions import Invalid
 from portal.notify import notify_send, portal_link
@@ -136,6 +137,7 @@ def _check(budget: Budget) -> None:
 
 
 def _refusing_changed() -> None:
+    read_forget(REFUSING_KEY)  # the rest of this request reads it again
     after_commit(cache.delete, REFUSING_KEY)
 
 
@@ -252,7 +254,7 @@ def budgets_check_task() -> int:
 
 # ------------------------------------------------------------------------------------------------ submissions
 def _refusing_tenants() -> set[int]:
-    known = cache.get(REFUSING_KEY)
+    known = read_with_versions(REFUSING_KEY)  # fetched with the request's cache versions: no round trip of its own
     if known is None:
         known = sorted(set(Budget.objects.filter(refuse_when_spent=True).order_by().values_list("tenant_id", flat=True)))
         cache.set(REFUSING_KEY, known, None)

@@ -75,6 +75,30 @@ return out
 """
 
 
+# The same, reading the request's cache versions in the same round trip: KEYS are the windows' keys (ARGV[1] of them),
+# then the versions' (``portal.cache.versions_to_read``); the versions' values come last in the answer.
+_WINDOWS_READ_SCRIPT = """
+local windows = tonumber(ARGV[1])
+local out = {}
+for i = 1, windows do
+  local key, a = KEYS[i], (i - 1) * 5 + 1
+  local limit = tonumber(ARGV[a + 3])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[a + 2])
+  local count = redis.call('ZCARD', key)
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] or ''
+  if count >= limit then
+    table.insert(out, {0, count, oldest})
+  else
+    redis.call('ZADD', key, ARGV[a + 1], ARGV[a + 4])
+    redis.call('EXPIRE', key, ARGV[a + 5])
+    table.insert(out, {1, count, oldest})
+  end
+end
+table.insert(out, redis.call('MGET', unpack(KEYS, windows + 1)))
+return out
+"""
+
+
 _script: Any = None
 _scripts: dict[str, Any] = {}
 
@@ -118,10 +142,25 @@ def _window_and_versions(backend: Any, key: str, args: list[Any]) -> list[Any]:
 
 
 def _windows(backend: Any, keys: list[str], args: list[Any]) -> list[list[Any]]:
+    """Each window's verdict, and the request's cache versions read in the same script call when none is read yet
+    (the default cache only; as ``_window_and_versions``)."""
+    from django.core.cache import caches
+
+    from .cache import versions_read, versions_to_read
+
     client = backend._cache.get_client(keys[0], write=True)
-    if "many" not in _scripts:
-        _scripts["many"] = client.register_script(_WINDOWS_SCRIPT)
-    return _scripts["many"](keys=keys, args=args, client=client)
+    names = versions_to_read() if backend is caches["default"] else []
+    if not names:
+        if "many" not in _scripts:
+            _scripts["many"] = client.register_script(_WINDOWS_SCRIPT)
+        return _scripts["many"](keys=keys, args=args, client=client)
+    if "many-read" not in _scripts:
+        _scripts["many-read"] = client.register_script(_WINDOWS_READ_SCRIPT)
+    extra = [backend.make_and_validate_key(name) for name in names]
+    *verdicts, values = _scripts["many-read"](keys=[*keys, *extra], args=[len(keys), *args], client=client)
+    loads = backend._cache._serializer.loads
+    versions_read({name: loads(value) for name, value in zip(names, values, strict=True) if value is not None})
+    return verdicts
 
 
 def allow_each(throttles: list[Any], request: Any, view: Any) -> list[bool] | None:

@@ -124,12 +124,21 @@ def audit_entry(
     )
 
 
-def audit_append(entries: list[AuditEntry]) -> list[AuditEntry]:
+def audit_append(entries: list[AuditEntry], *, along: list[models.Model] | None = None) -> list[AuditEntry]:
     """Chain ``entries`` (from ``audit_entry``) in their order and write them: the head read under its lock, one
-    INSERT for all of them, the head written once. Inside the caller's transaction (no savepoint of its own)."""
+    INSERT for all of them, the head written once. Inside the caller's transaction (no savepoint of its own).
+
+    ``along``: unsaved rows of one other table that belong to the same change (a request's timeline entries),
+    written with the entries: on PostgreSQL in the same statement (one round trip less), elsewhere by one
+    ``bulk_create`` first. Their primary keys are set, in their order."""
+    along = along or []
     if not entries:
+        if along:
+            type(along[0]).objects.bulk_create(along)
         return entries
-    if not (connection.vendor == "postgresql" and _append_in_one_statement(entries)):
+    if not (connection.vendor == "postgresql" and _append_in_one_statement(entries, along)):
+        if along:
+            type(along[0]).objects.bulk_create(along)
         _append_the_long_way(entries)
     _anchor_on_commit(entries[-1].seq, entries[-1].entry_hash)
     return entries
@@ -181,11 +190,33 @@ def _digest_parts(entry: AuditEntry) -> list[str] | None:
     return [first[0], second[0], second[1]]
 
 
-def _append_in_one_statement(entries: list[AuditEntry]) -> bool:
+def _along_insert(rows: list[models.Model], params: list[Any]) -> str:
+    """The CTE that inserts ``rows`` (one model) in their order, once the head is read (none without a head row:
+    then the caller writes them the long way), returning their ids."""
+    model = type(rows[0])
+    if any(type(row) is not model for row in rows):
+        raise TypeError("audit_append: the rows along must be of one model.")
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    values = []
+    for n, row in enumerate(rows):
+        cells = [str(n)]
+        for field in fields:
+            cells.append(f"CAST(%s AS {field.db_type(connection)})")
+            params.append(field.get_db_prep_save(field.pre_save(row, True), connection))
+        values.append(f"({', '.join(cells)})")
+    names = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    aliases = ", ".join(f"c{i}" for i in range(len(fields)))
+    return (f"along AS (INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) SELECT {aliases} "
+            f"FROM (VALUES {', '.join(values)}) AS v(n, {aliases}), head ORDER BY v.n "
+            f"RETURNING {connection.ops.quote_name(model._meta.pk.column)})")
+
+
+def _append_in_one_statement(entries: list[AuditEntry], along: list[models.Model] | None = None) -> bool:
     """PostgreSQL: lock the head, chain and insert the entries and move the head in one statement (the database
-    computes each sha256 from the canonical JSON cut around ``prev_hash`` and ``seq``). The hashes are computed
-    again here and must agree, or the transaction fails. False when there is no head row yet or an entry cannot
-    be cut: then the caller writes the chain the long way."""
+    computes each sha256 from the canonical JSON cut around ``prev_hash`` and ``seq``), and insert the rows
+    ``along`` in it too. The hashes are computed again here and must agree, or the transaction fails. False when
+    there is no head row yet or an entry cannot be cut (nothing is written then): the caller writes the chain the
+    long way."""
     parts = [_digest_parts(entry) for entry in entries]
     if any(p is None for p in parts):
         return False
@@ -211,14 +242,20 @@ def _append_in_one_statement(entries: list[AuditEntry]) -> bool:
     names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
     steps.append(f"ins AS (INSERT INTO {table} ({names}, seq, prev_hash, entry_hash) "
                  + " UNION ALL ".join(selects) + " RETURNING id, seq)")
+    if along:
+        steps.append(_along_insert(along, params))
+    also = ", (SELECT array_agg(id ORDER BY id) FROM along)" if along else ""
     sql = (f"WITH {', '.join(steps)} UPDATE {head_table} AS h SET seq = {prev}.seq, hash = {prev}.hash FROM {prev}, head "
-           f"WHERE h.id = 1 RETURNING head.seq, head.hash, h.hash, (SELECT array_agg(id ORDER BY seq) FROM ins)")
+           f"WHERE h.id = 1 RETURNING head.seq, head.hash, h.hash, (SELECT array_agg(id ORDER BY seq) FROM ins){also}")
     with transaction.atomic(savepoint=False), prepared_cursor() as cursor:  # planned once per connection and shape
         cursor.execute(sql, params)
         row = cursor.fetchone()
         if row is None:
             return False  # no head row yet (nothing was inserted either)
-        seq, prev_hash, head_hash, ids = row
+        seq, prev_hash, head_hash, ids = row[:4]
+        for written, pk in zip(along or [], row[4] if along else [], strict=True):
+            written.pk = pk
+            written._state.adding, written._state.db = False, connection.alias
         for entry, pk in zip(entries, ids, strict=True):
             seq += 1
             entry.pk, entry.seq, entry.prev_hash = pk, seq, prev_hash

@@ -141,3 +141,60 @@ def test_the_quota_and_capacity_pages_read_their_plain_values_with_the_versions(
     sent = commands(lambda: alice.get("/tenants/acme/quotas/"))
     assert sent[0] == b"MGET" and b"SET" in sent[1:], sent
     assert commands(lambda: alice.get("/tenants/acme/quotas/")) == [b"MGET"]
+
+
+def test_a_token_submission_reads_its_versions_and_the_budget_list_in_its_rate_limit_script(cast, redis_cache,
+                                                                                             settings) -> None:
+    """A submission's two rate limits, the request's versions and the list of tenants whose budgets refuse come in one
+    script call (``portal.throttles._windows``, ``portal.cache.read_with_versions``): no MGET, no GET. A refusing
+    budget set in the meantime still refuses the next submission."""
+    from datetime import UTC, datetime, timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing import budgets, costs, services as billing_services
+    from billing.models import UsageInterval
+
+    cat = make_catalogue(cast)
+    settings.API_RATE_SUBMIT = "1000/min"
+    _, raw = token_create(actor=cast.actor("carol"), project=cast.vision, name="ci", scope="read+submit")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+    def post(name: str):
+        return client.post("/api/v1/requests/", {"template": "training", "flavor": "h100", "name": name,
+                                                 "parameters": {"command": "python train.py"}}, format="json")
+
+    for name in ("warm-1", "warm-2"):  # the first asks for the budget list's key; from the second it comes along
+        assert post(name).status_code == 201
+    sent: list[bytes] = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counting(self, command, *args, **kwargs):
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        sent.append(packed.split(b"\r\n")[2])
+        return original(self, command, *args, **kwargs)
+
+    redis.connection.Connection.send_packed_command = counting
+    try:
+        answer = post("counted")
+    finally:
+        redis.connection.Connection.send_packed_command = original
+    assert answer.status_code == 201, answer.content
+    assert sent[0] == b"EVALSHA" and sent.count(b"EVALSHA") <= 2, sent  # (the second: the audit anchor's thread)
+    assert b"MGET" not in sent and b"GET" not in sent, sent
+
+    # Ops make the project's budget refuse once spent; it is spent: the next submission is refused.
+    billing_services.price_create(actor=cast.actor("ops"), unit="gpu", key="h100-80gb", amount=Decimal(60),
+                                  effective_from=datetime(2026, 1, 1, tzinfo=UTC))
+    req = make_request(cat, cast.vision, cast.carol, state="succeeded")
+    end = timezone.now() - timedelta(minutes=1)
+    UsageInterval.objects.create(request=req, tenant=req.tenant, project=req.project, cluster=cat.cluster,
+                                 run_key=f"wl/{req.pk}", source="workload", object_uid=f"u{req.pk}", object_name="w",
+                                 unit="gpu", key="h100-80gb", quantity=Decimal(1),
+                                 started_at=max(end - timedelta(minutes=30), costs.month_start()), ended_at=end)
+    budgets.budget_create(actor=cast.actor("ops"), tenant=cast.acme, project=cast.vision, amount=Decimal("0.01"),
+                          refuse_when_spent=True)
+    refused = post("refused")
+    assert refused.status_code == 400 and "budget" in refused.json()["fields"]["project"][0], refused.json()

@@ -691,6 +691,51 @@ def quota_ceiling(*, project: Project, flavor: Flavor, resource: str = "") -> Ce
     return _ceiling(resource, row, tenant_row.nominal if tenant_row else None, projects_nominal)
 
 
+Ceilings = dict[tuple[int, str], Ceiling]  # one project's, by (flavor id, resource): what ``quota_ceiling`` answers
+
+
+def quota_ceilings_kept(*, project: Project) -> Ceilings | None:
+    """Every ``quota_ceiling`` of ``project`` (a flavor and resource not in it: no quota), from the process's copy of
+    its tenant's quota rows (kept at ``quotas.selectors.OFFERS``' version, which every quota write moves), for a
+    caller about to open its transaction: the submission's "can it ever run" check needs no query of its own. None
+    inside a transaction, where nothing is kept (the caller asks ``quota_ceiling``)."""
+    from quotas.selectors import OFFERS
+
+    if not OFFERS.usable():
+        return None
+    by_tenant: dict[int, dict[int, Ceilings]] = OFFERS.get("ceilings", dict)
+    tenant = by_tenant.get(project.tenant_id)
+    if tenant is None:
+        tenant = by_tenant[project.tenant_id] = _tenant_ceilings(project.tenant_id)
+    return tenant.get(project.pk, {})
+
+
+def _tenant_ceilings(tenant_id: int) -> dict[int, Ceilings]:
+    """``quota_ceiling`` of every quota row of the tenant's projects, by project id: one query."""
+    rows = list(Quota.objects.filter(tenant_id=tenant_id).order_by("project_id", "flavor_id", "resource", "id"))
+    pools = {(r.flavor_id, r.resource): r.nominal for r in rows if r.project_id is None}
+    projects_nominal: dict[tuple[int, str], Decimal] = {}
+    for row in rows:
+        if row.project_id is not None:
+            key = (row.flavor_id, row.resource)
+            projects_nominal[key] = projects_nominal.get(key, Decimal(0)) + row.nominal
+    out: dict[int, Ceilings] = {}
+    for row in rows:
+        key = (row.flavor_id, row.resource)
+        if row.project_id is not None and key not in out.setdefault(row.project_id, {}):  # the first, as first() reads
+            out[row.project_id][key] = _ceiling(row.resource, row, pools.get(key), projects_nominal.get(key, Decimal(0)))
+    return out
+
+
+def ceiling_of(ceilings: Ceilings | None, *, project: Project, flavor: Flavor, resource: str = "") -> Ceiling:
+    """``quota_ceiling`` from ``ceilings`` (``quota_ceilings_kept``), or read now when there are none."""
+    if ceilings is None:
+        return quota_ceiling(project=project, flavor=flavor, resource=resource)
+    resource = resource or flavor.primary_resource
+    found = ceilings.get((flavor.pk, resource))
+    return found if found is not None else _ceiling(resource, None, None, Decimal(0))
+
+
 def flavors_with_quota(*, projects: Iterable[Project]) -> dict[int, set[int]]:
     """Per project id, the ids of the flavors whose ceiling (``quota_ceiling``) is above 0. One query."""
     projects = list(projects)

@@ -127,8 +127,10 @@ def request_demand(*, flavor: Flavor, gpus: int, replicas: int, cpu: Decimal) ->
     return per_pod * replicas
 
 
-def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, field: str = "gpus") -> None:
-    ceiling = quota_ceiling(project=project, flavor=flavor)
+def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, field: str = "gpus",
+                        ceilings: selectors.Ceilings | None = None) -> None:
+    """``ceilings``: the project's, as the caller read them (``selectors.quota_ceilings_kept``; None: read now)."""
+    ceiling = selectors.ceiling_of(ceilings, project=project, flavor=flavor)
     if demand <= ceiling.total:
         return
     what = f"{fmt(demand)} x {flavor} ({ceiling.resource})"
@@ -144,7 +146,7 @@ def _check_can_ever_run(*, project: Project, flavor: Flavor, demand: Decimal, fi
 
 
 def _check_share_fits_quota(*, project: Project, flavor: Flavor, vgpus: int, share: tuple[int, int],
-                            field: str = "") -> None:
+                            field: str = "", ceilings: selectors.Ceilings | None = None) -> None:
     """A HAMi request's vGPUs count against the project's GPU memory and cores quota too (Kueue's resource
     transformations: ``total-gpumem`` = vGPUs x the share's MiB, ``total-gpucores`` = vGPUs x its %): refuse a share
     size that could never fit, in GiB and % as it was asked."""
@@ -152,7 +154,7 @@ def _check_share_fits_quota(*, project: Project, flavor: Flavor, vgpus: int, sha
     checks = ((TOTAL_GPUMEM, memory_mib, "share_memory_gib"), (TOTAL_GPUCORES, cores_percent, "share_cores_percent"))
     for resource, per_vgpu, share_field in checks:
         need = Decimal(per_vgpu) * vgpus
-        ceiling = quota_ceiling(project=project, flavor=flavor, resource=resource)
+        ceiling = selectors.ceiling_of(ceilings, project=project, flavor=flavor, resource=resource)
         if need <= ceiling.total:
             continue
         if resource == TOTAL_GPUMEM:
@@ -164,13 +166,13 @@ def _check_share_fits_quota(*, project: Project, flavor: Flavor, vgpus: int, sha
 
 
 def _routable_here(project: Project, template: ServiceTemplate, flavor: Flavor, demand: Decimal,
-                   offered: set[int] | None = None) -> bool:
+                   offered: set[int] | None = None, ceilings: selectors.Ceilings | None = None) -> bool:
     """Whether the submission's own rules let the request run on ``flavor`` (a routing candidate): enforced, sized,
     the project's quota enough, its queues admit the kind (``offered``: see ``_check_queue_admits``)."""
     if not is_enforced(flavor) or not flavor.hami_sized or kinds.kueue_cannot_admit(kind=template.kind, flavor=flavor):
         return False
     try:
-        _check_can_ever_run(project=project, flavor=flavor, demand=demand)
+        _check_can_ever_run(project=project, flavor=flavor, demand=demand, ceilings=ceilings)
         _check_queue_admits(project=project, template=template, flavor=flavor, offered=offered)
     except Invalid:
         return False
@@ -482,6 +484,7 @@ def request_submit(
     # What the project's queues offer, from the process's copy (``quotas.selectors.OFFERS``; None inside a caller's
     # transaction: read in the check). Three queries less per submission than reading it in the transaction.
     offered = selectors.queue_offered_flavors_kept(project=project, kind=template.kind)
+    ceilings = selectors.quota_ceilings_kept(project=project)  # likewise: the quota read of "can it ever run"
     try:
         with transaction.atomic():
             req = _submit(
@@ -490,7 +493,7 @@ def request_submit(
                 duration_hours=duration_hours, priority=priority, name=name, idempotency_key=idempotency_key,
                 idempotency_fingerprint=fingerprint, name_taken=name_taken, images=images, rule=rule,
                 share=(share_memory_gib, share_cores_percent, share_preset), needs=needs or routing.Needs(),
-                topology=topology, offered=offered,
+                topology=topology, offered=offered, ceilings=ceilings,
             )
     except IntegrityError:
         # A concurrent retry with the same key won the insert (the unique constraint decides).
@@ -548,9 +551,9 @@ def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor
             parameters: dict[str, Any], size: _Size, decision: Decision, idempotency_key: str,
             idempotency_fingerprint: str, share: tuple[int, int] = (0, 0), needs: routing.Needs = _NO_NEEDS,
             where: routing.Route | None = None, topology: str = "") -> WorkloadRequest:
-    """Write the request in the state the decision gives it, its two timeline entries (submitted, then approved or
-    pending approval), a notebook's home volume and the two audit entries: one INSERT each, plus the audit chain's
-    lock and head (``tenants.audit.audit_append``)."""
+    """Write the request in the state the decision gives it, a notebook's home volume, then its two timeline entries
+    (submitted, then approved or pending approval) and the two audit entries, with the audit chain's lock and head, in
+    one statement (``tenants.audit.audit_append``)."""
     req = WorkloadRequest(
         tenant=project.tenant, project=project, cluster=flavor.cluster, template=template, name=name,
         image=image, flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu, memory_gib=size.memory_gib,
@@ -578,8 +581,8 @@ def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor
                                                 reason=decision.reason)
     if where is not None and where.reason:
         submitted_event.message = f"{submitted_event.message} {where.reason}"[:1000]  # where it runs, and why
-    # Kept on the row for the API's answer (no read-back of what was just written).
-    req.written_timeline = RequestEvent.objects.bulk_create([submitted_event, decided_event])  # type: ignore[attr-defined]
+    # Kept on the row for the API's answer (no read-back of what was just written); written with the audit entries.
+    req.written_timeline = [submitted_event, decided_event]  # type: ignore[attr-defined]
     if kinds.get(template.kind).interactive:
         # The home volume (the StatefulSet's claim) is the requester's own: only their requests may mount it.
         Volume.objects.create(project=project, name=manifests.notebook_home_claim(req.k8s_name), owner=actor.user,
@@ -587,7 +590,8 @@ def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor
     snap = _request_snapshot(req) | {"state": S.SUBMITTED, "template": f"{template.slug} v{template.version}"}
     submitted_entry = audit_entry(actor=actor, action="request.submit", target=req, tenant=project.tenant,
                                   project=project, after=snap)
-    audit_append([submitted_entry, decided_entry])  # the chain lock is held to the commit: audit last
+    # The chain lock is held to the commit: audit last, the timeline's two entries in the same statement.
+    audit_append([submitted_entry, decided_entry], along=req.written_timeline)  # type: ignore[attr-defined]
     return req
 
 
@@ -615,6 +619,7 @@ def _submit(
     needs: routing.Needs = _NO_NEEDS,
     topology: str = "",
     offered: set[int] | None = None,
+    ceilings: selectors.Ceilings | None = None,
 ) -> WorkloadRequest:
     _require_usable(project, "submitting a request")
     _require_live(template)
@@ -635,13 +640,15 @@ def _submit(
 
     # The request could never be admitted: refuse now rather than queue it forever.
     demand = request_demand(flavor=flavor, gpus=size.gpus, replicas=size.replicas, cpu=size.cpu)
-    _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if size.replicas > 1 else "gpus")
+    _check_can_ever_run(project=project, flavor=flavor, demand=demand, field="replicas" if size.replicas > 1 else "gpus",
+                        ceilings=ceilings)
     if flavor.kind == Flavor.Kind.HAMI:
-        _check_share_fits_quota(project=project, flavor=flavor, vgpus=size.gpus * size.replicas, share=hami_share)
+        _check_share_fits_quota(project=project, flavor=flavor, vgpus=size.gpus * size.replicas, share=hami_share,
+                                ceilings=ceilings)
     _check_queue_admits(project=project, template=template, flavor=flavor, offered=offered)
     # Federation: the model check, then which cluster and flavor (workloads/routing.py; docs/federation.md).
     where = routing.route(project=project, flavor=flavor, needs=needs, demand=demand, candidates=_allowed_flavors(template),
-                          usable=lambda f: _routable_here(project, template, f, demand, offered))
+                          usable=lambda f: _routable_here(project, template, f, demand, offered, ceilings))
     flavor = where.flavor
     if topology and not quota_manifests.placed_by_topology(flavor.cluster, flavor):
         raise Invalid(f"It would run on {flavor}, whose cluster places nothing by rack or block: submit it without "

@@ -20,7 +20,9 @@
    of ``SEQUENTIAL`` (token, session, a small project's session), ``--sequential`` times each, one request at a
    time: their p50/p95/max.
 4. Submissions, in this process: ``--submissions`` POSTs to ``/api/v1/requests/`` with a read+submit token,
-   each approved by the global rule; queries per submission and p50/p95 ms.
+   each approved by the global rule; queries per submission and p50/p95 ms. After seeding, this process collects
+   its garbage as a web worker does (``portal.gc_pacing.start_web_worker``, as ``portal/wsgi.py``); each timed
+   call includes the collection after its response.
 5. ``--concurrency 4,16``: throughput (req/s) of the floor list, the API list (token) and API submissions with
    4, then 16 concurrent clients (threads of this process, tests/bench/concurrency.py) against gunicorn with
    ``--workers`` sync workers, ``--duration`` seconds per endpoint and level in two interleaved halves; each
@@ -125,6 +127,8 @@ django.setup()
 from django.conf import settings
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext, setup_test_environment
+
+from portal import gc_pacing
 
 from tests.bench.speedworld import (
     ENDPOINTS, GPU_FLAVOR, HOT_PROJECT, World, count_queries, make_clients, seed_base, seed_rows,
@@ -723,6 +727,11 @@ def main() -> int:
         print(f"seeded in {time.monotonic() - started:.1f} s: {ARGS.n} requests ({hot_rows} in {HOT_PROJECT}), "
               f"{ARGS.projects} extra projects, {world.counts['quota_requests']} quota requests")
 
+        # From here this process collects its garbage as a web worker does (portal/wsgi.py): what is alive now out
+        # of the collector's sight, collections after each response. Without it, the submissions timed in process
+        # (and pages with --in-process) met Python's default pacing over the 150,000-odd objects the seeding left:
+        # 3-5 ms of collections in a submission's p50 at N=100,000 that no web worker spends.
+        gc_pacing.start_web_worker()
         by = make_clients(world)
         sqls = {name: count_queries(by[who], world.path(path)) for name, _, who, path in ENDPOINTS}
         queries = {name: len(sql) for name, sql in sqls.items()}

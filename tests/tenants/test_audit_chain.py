@@ -267,3 +267,46 @@ def test_an_api_write_publishes_the_head_to_the_file_and_metrics(api, cast, anch
     assert found[("gpuportal_audit_anchor_seq", (("store", "file"),))] == last.seq
     assert found[("gpuportal_audit_anchor_seq", (("store", "redis"),))] == last.seq
     assert client.hget(key, "seq") == str(last.seq).encode() and client.hget(key, "hash") == last.entry_hash.encode()
+
+
+# Rows written along with the entries ----------------------------------------------------------------------------------
+def test_rows_along_are_written_with_the_entries_in_one_statement(cast, django_capture_on_commit_callbacks) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    from tenants.audit import audit_append, audit_entry
+    from workloads.models import RequestEvent
+
+    from ..workloads.factories import make_catalogue, make_request
+
+    req = make_request(make_catalogue(cast), cast.vision, cast.carol)
+    events = [RequestEvent(request=req, to_state="submitted", actor_label="test", message=f"along {i}")
+              for i in range(3)]
+    entries = [audit_entry(actor=Actor.system(), action=f"test.along.{i}", target=cast.acme) for i in range(2)]
+    with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as ctx:
+        audit_append(entries, along=events)
+    if connection.vendor == "postgresql":
+        assert len(ctx.captured_queries) == 1, [q["sql"][:80] for q in ctx.captured_queries]
+    written = list(RequestEvent.objects.filter(message__startswith="along ").order_by("pk"))
+    assert [e.message for e in written] == ["along 0", "along 1", "along 2"]
+    assert [e.pk for e in events] == [e.pk for e in written]  # each row's key, in the order given
+    assert all(e.at is not None and not e._state.adding for e in events)
+    assert [e.seq for e in entries] == [entries[0].seq, entries[0].seq + 1]
+    assert "audit log intact" in verify()
+
+
+def test_rows_along_are_written_once_when_the_chain_has_no_head_yet(cast) -> None:
+    """With no head row the one statement writes nothing (not even the rows along): the long way writes them all."""
+    from tenants.audit import audit_append, audit_entry
+    from workloads.models import RequestEvent
+
+    from ..workloads.factories import make_catalogue, make_request
+
+    req = make_request(make_catalogue(cast), cast.vision, cast.carol)
+    tamper(f"DELETE FROM {TABLE}")  # a new log: no entry, no head row
+    tamper(f"DELETE FROM {HEAD_TABLE}")
+    events = [RequestEvent(request=req, to_state="submitted", actor_label="test", message=f"headless {i}")
+              for i in range(2)]
+    audit_append([audit_entry(actor=Actor.system(), action="test.headless", target=cast.acme)], along=events)
+    assert RequestEvent.objects.filter(message__startswith="headless ").count() == 2
+    assert all(e.pk is not None for e in events)
+    assert AuditChainHead.objects.get(pk=1).seq == 1 and AuditEntry.objects.get().action == "test.headless"

@@ -65,3 +65,52 @@ def test_a_quota_written_through_the_api_is_seen_by_the_next_submission(token_cl
     assert back.status_code == 200, back.content
     accepted = client.post(API, TRAIN | {"name": "after"}, format="json")
     assert accepted.status_code == 201, accepted.content
+
+
+def test_a_second_submission_reads_no_quota_row(token_client, cast, cat) -> None:
+    """The "can it ever run" ceiling comes from the process's copy of the tenant's quota rows too
+    (``selectors.quota_ceilings_kept``); too much is still refused, with the ceiling's figures."""
+    from quotas.models import Quota
+
+    row = Quota.objects.get(project=cast.vision, flavor=cat.h100, resource=cat.h100.primary_resource)
+    row.nominal, row.borrowing_limit = 2, 0
+    row.save()  # a write: the next submission reads the rows again
+    client, _ = token_client("carol", cast.vision, "read+submit")
+    assert client.post(API, TRAIN | {"name": "first"}, format="json").status_code == 201
+    with CaptureQueriesContext(connection) as second:
+        assert client.post(API, TRAIN | {"name": "second"}, format="json").status_code == 201
+    assert not [q for q in second.captured_queries if 'FROM "quotas_quota"' in q["sql"]], \
+        "\n".join(q["sql"][:200] for q in second.captured_queries)
+    with CaptureQueriesContext(connection) as big:
+        refused = client.post(API, TRAIN | {"name": "big", "gpus": 3}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert "(2 nominal + 0 borrowable = 2)" in refused.json()["fields"]["gpus"][0], refused.content
+    assert not [q for q in big.captured_queries if 'FROM "quotas_quota"' in q["sql"]]
+
+
+def test_the_kept_ceilings_are_the_ceilings(cast, cat) -> None:
+    """Every project, flavor and resource: the kept ceiling is ``quota_ceiling``'s, with a tenant pool, without one
+    (the projects' sum), with and without a borrowing limit, and for a flavor without a row (nothing)."""
+    from decimal import Decimal
+
+    from quotas.models import Flavor, Quota
+    from tenants.models import Project
+    from workloads import selectors
+
+    vision_h100 = Quota.objects.filter(project=cast.vision, flavor=cat.h100).first()
+    if vision_h100 is not None:  # no borrowing limit: bounded by the cohort (the pool, or the projects' sum)
+        vision_h100.borrowing_limit = None
+        vision_h100.save()
+    Quota.objects.filter(tenant=cast.acme, project__isnull=True).delete()  # no pool: the projects' sum
+    checked = 0
+    for project in Project.objects.select_related("tenant"):
+        kept = selectors.quota_ceilings_kept(project=project)
+        assert kept is not None
+        for flavor in Flavor.objects.all():
+            for resource in {flavor.primary_resource, *flavor.resource_names}:
+                assert selectors.ceiling_of(kept, project=project, flavor=flavor, resource=resource) == \
+                    selectors.quota_ceiling(project=project, flavor=flavor, resource=resource), (project, flavor, resource)
+                checked += 1
+    assert checked > 10
+    assert any(c.total > 0 for c in selectors.quota_ceilings_kept(project=cast.vision).values())
+    assert selectors.ceiling_of({}, project=cast.vision, flavor=cat.h100).total == Decimal(0)
