@@ -36,6 +36,19 @@ class BoundedPaginator(Paginator):
         return found
 
 
+class CountedBy(Paginator):
+    """A ``Paginator`` whose count is ``counter()`` (a count kept elsewhere), asked only when the pagination shows it:
+    a page that comes back short, or a first page whose next page is never counted, costs nothing."""
+
+    def __init__(self, object_list: Any, per_page: int, *, counter: Callable[[], int]):
+        super().__init__(object_list, per_page)
+        self._counter = counter
+
+    @cached_property
+    def count(self) -> int:
+        return self._counter()
+
+
 def first_page_asked(request: HttpRequest, param: str = "page") -> bool:
     """Whether the request asks for the first page of the list paged by ``param``: none, 1, or a value that is not a
     number (``page_of`` reads those as the first page)."""
@@ -45,7 +58,8 @@ def first_page_asked(request: HttpRequest, param: str = "page") -> bool:
         return True
 
 
-def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, count: int | None = None,
+def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *,
+            count: int | Callable[[], int] | None = None,
             window: bool = False, most: int | None = None, first: Callable[[], list[Any]] | None = None) -> Page:
     """``Paginator(queryset, per_page).get_page(number)``, counting only when it must.
 
@@ -54,7 +68,8 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
     counts when the pagination asks how many there are, unless the caller knows (``count``) or asks for
     ``window``: the page's rows then carry the total (``COUNT(*) OVER ()``). That suits lists bounded by what
     they belong to (a project's members or tokens), never a history that grows, where the database would read
-    every row to count them instead of stopping at the page. A number past the end falls back to Django's own
+    every row to count them instead of stopping at the page. ``count`` may be a function (a kept count): called only
+    when the pagination asks (``CountedBy``). A number past the end falls back to Django's own
     (the last page). ``most``: count at most that many rows past the page's start (``BoundedPaginator``).
     ``first``: reads the first page's rows (its first ``per_page + 1`` rows, as the queryset would) by a cheaper
     way than the queryset (a kept query, ``portal.compiled``); called only for the first page, the queryset then
@@ -66,11 +81,13 @@ def page_of(queryset: QuerySet[Any] | list[Any], per_page: int, number: Any, *, 
         wanted = 1
     wanted = max(wanted, 1)
     start = (wanted - 1) * per_page
-    if most is not None and count is None and not window:
-        paginator: Paginator = BoundedPaginator(queryset, per_page, bound=start + most)
+    if callable(count):
+        paginator: Paginator = CountedBy(queryset, per_page, counter=count)
+    elif most is not None and count is None and not window:
+        paginator = BoundedPaginator(queryset, per_page, bound=start + most)
     else:
         paginator = Paginator(queryset, per_page)
-    if count is not None:
+    if count is not None and not callable(count):
         paginator.count = count
     counted = window and count is None and isinstance(queryset, QuerySet) and not queryset.query.distinct
     if first is not None and start == 0:
@@ -93,7 +110,8 @@ class Pager:
     """A page of a list plus the links to its neighbours, keeping the other query parameters (filters)."""
 
     def __init__(self, request: HttpRequest, queryset: QuerySet[Any] | list[Any], *, param: str = "page",
-                 per_page: int = PAGE_SIZE, count: int | None = None, window: bool = False, most: int | None = None,
+                 per_page: int = PAGE_SIZE, count: int | Callable[[], int] | None = None, window: bool = False,
+                 most: int | None = None,
                  first: Callable[[], list[Any]] | None = None):
         self.request = request
         self.param = param

@@ -185,9 +185,14 @@ def _project_quota(request: HttpRequest, actor: Actor, project: Project, *, form
     rows = selectors.project_quota_summary(project=project, flavors=row_flavors)
     requests = _listed(selectors.quota_requests_for(actor=actor)).filter(project=project).order_by("-created_at")
     filterset = filtered(QuotaRequestFilter, request, requests, hide=("tenant", "project", "flavor", "inbox", "approver"))
-    # Unfiltered, the first page comes from a kept query.
+    # Unfiltered, the first page comes from a kept query, and the count (asked only when more than a page) is kept.
+    def kept_count() -> int:
+        known = selectors.project_quota_request_count_kept(actor=actor, project=project)
+        return filterset.qs.count() if known is None else known
+
     pager = Pager(request, filterset.qs, first=None if filterset.is_active
-                  else lambda: selectors.project_quota_requests_first(actor=actor, project=project))
+                  else lambda: selectors.project_quota_requests_first(actor=actor, project=project),
+                  count=None if filterset.is_active else kept_count)
     _shown(pager)
     context = {
         "project": project, "tenant": tenant, "rows": rows, "chart": _usage_chart(project, rows, row_flavors),

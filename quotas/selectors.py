@@ -707,6 +707,23 @@ def quota_request_counts_kept(*, actor: Actor) -> dict[str, int] | None:
     return dict(shared(APPROVALS, f"quota-request-counts:{user.pk}", load))
 
 
+def project_quota_request_count_kept(*, actor: Actor, project: Project) -> int | None:
+    """How many quota requests the project quota page lists for a signed-in ``actor`` (``quota_requests_for(actor)``
+    in ``project``), kept per user and project in the shared cache under ``tenants.access.APPROVALS``, as
+    ``quota_request_counts_kept``. None for a token or an anonymous caller."""
+    from portal.cache import shared
+    from tenants.access import APPROVALS
+
+    user = actor.user
+    if user is None or not user.is_authenticated or actor.token is not None:
+        return None
+
+    def load() -> int:
+        return quota_requests_for(actor=actor).filter(project=project).order_by().count()
+
+    return int(shared(APPROVALS, f"project-quota-request-count:{user.pk}:{project.pk}", load))
+
+
 # The columns of a quota request its card, table row and request line show, and the policies (``quotas.may_decide``,
 # ``may_withdraw``) read: not the applied objects' JSON, not the reminder's time.
 _SHOWN = ("project", "flavor", "resource", "amount", "until", "reason", "requested_by", "status", "approver",
