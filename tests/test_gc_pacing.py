@@ -1,6 +1,7 @@
 """The web workers' garbage collector runs between requests (portal/gc_pacing.py): a request's own objects do not
-trigger a collection mid-page, and each finished request collects the youngest generation, every tenth the middle
-one too, every thousandth all of them; what a request leaves in reference cycles is gone after it."""
+trigger a collection mid-page, and each request, as it starts, collects the youngest generation, every tenth the
+middle one too, every thousandth all of them; what a request leaves in reference cycles is gone by the next one's
+end."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_a_page_meets_no_collection_and_its_cycles_go_after_it(db, paced) -> Non
     gone = weakref.ref(left)
     del left
     client.get("/accounts/login/")
-    assert paced == [0]  # one collection, the youngest generation's, after the page
+    assert paced == [0]  # one collection, the youngest generation's, as the page starts
     assert gone() is None
 
 
@@ -61,3 +62,22 @@ def test_uninstalled_python_paces_it_again(paced) -> None:
     gc_pacing.uninstall()
     assert gc.get_threshold()[0] != gc_pacing.THRESHOLD
     gc_pacing.install()
+
+
+def test_what_a_request_left_is_collected_by_the_next_one_in_the_youngest_generation(db, paced) -> None:
+    """The finished request's cycles are unreachable once the next one starts: the youngest generation's collection
+    frees them, and nothing of them reaches the middle generation."""
+    client = Client()
+    client.get("/accounts/login/")
+    freed: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 0:
+            freed.append(info["collected"])
+
+    gc.callbacks.append(count)
+    try:
+        client.get("/accounts/login/")
+    finally:
+        gc.callbacks.remove(count)
+    assert freed and freed[0] > 0  # the page before's cycles (its template contexts, its request)

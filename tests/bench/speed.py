@@ -22,7 +22,7 @@
 4. Submissions, in this process: ``--submissions`` POSTs to ``/api/v1/requests/`` with a read+submit token,
    each approved by the global rule; queries per submission and p50/p95 ms. After seeding, this process collects
    its garbage as a web worker does (``portal.gc_pacing.start_web_worker``, as ``portal/wsgi.py``); each timed
-   call includes the collection after its response.
+   call includes the collection it starts with (of what the call before left).
 5. ``--concurrency 4,16``: throughput (req/s) of the floor list, the API list (token) and API submissions with
    4, then 16 concurrent clients (threads of this process, tests/bench/concurrency.py) against gunicorn with
    ``--workers`` sync workers, ``--duration`` seconds per endpoint and level in two interleaved halves; each
@@ -728,7 +728,7 @@ def main() -> int:
               f"{ARGS.projects} extra projects, {world.counts['quota_requests']} quota requests")
 
         # From here this process collects its garbage as a web worker does (portal/wsgi.py): what is alive now out
-        # of the collector's sight, collections after each response. Without it, the submissions timed in process
+        # of the collector's sight, a collection as each request starts. Without it, the submissions timed in process
         # (and pages with --in-process) met Python's default pacing over the 150,000-odd objects the seeding left:
         # 3-5 ms of collections in a submission's p50 at N=100,000 that no web worker spends.
         gc_pacing.start_web_worker()
