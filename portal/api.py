@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.paginator import Paginator as DjangoPaginator
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -25,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.exceptions import PortalError
-from portal.inputs import check_offset_text, reject_nul, validate_offset
+from portal.inputs import check_offset_text, filters_asked, reject_nul, validate_offset
 
 
 class PageSizeMixin:
@@ -45,8 +46,23 @@ class PageSizeMixin:
         return min(int(raw), self.max_page_size)
 
 
+class _Counted(DjangoPaginator):
+    """A ``Paginator`` told its count (a count kept elsewhere): no ``COUNT(*)``."""
+
+    def __init__(self, object_list: Any, per_page: int, *, count: int) -> None:
+        super().__init__(object_list, per_page)
+        self.__dict__["count"] = count  # Paginator.count is a cached_property: this is its value
+
+
 class Pagination(PageSizeMixin, pagination.PageNumberPagination):
-    """``page`` from 1, with ``count``: the small lists."""
+    """``page`` from 1, with ``count``: the small lists. A view with a ``kept_count()`` (the unfiltered list's count,
+    kept elsewhere; None when it has none for this caller) is not counted again while no query parameter filters."""
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> list | None:
+        kept = getattr(view, "kept_count", None)
+        count = kept() if kept is not None and not filters_asked(request) else None
+        self.django_paginator_class = DjangoPaginator if count is None else functools.partial(_Counted, count=count)
+        return super().paginate_queryset(queryset, request, view)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict]:
         parameters = super().get_schema_operation_parameters(view)

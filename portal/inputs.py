@@ -299,6 +299,35 @@ def _search_filter() -> type:
 
 SearchFilter = _search_filter()
 
+# Query parameters that page a list and ask for nothing else: the paginations' (``portal.api``) and DRF's format.
+PAGING_PARAMS = frozenset({"cursor", "page", "page_size", "format"})
+
+
+def filters_asked(request: Any) -> bool:
+    """Does a query parameter ask an API list for more than a page: a filter, an order, a search, or a name that no
+    backend knows (the backends then run, and ignore it, as always)?"""
+    return not PAGING_PARAMS.issuperset(request.query_params)
+
+
+def _filter_backend() -> type:
+    from django_filters.rest_framework import DjangoFilterBackend
+
+    class FilterBackend(DjangoFilterBackend):
+        """django-filter's backend (every API list's ``filterset_class``), not run when no query parameter asks for
+        more than a page (``filters_asked``). Without a value every filter hands the queryset on unchanged, and
+        building the FilterSet (a deep copy of each filter, its form, the form's validation) was about 6 % of a
+        20-row API list. With any other parameter it runs as before: its 400s for bad values included."""
+
+        def filter_queryset(self, request: Any, queryset: Any, view: Any) -> Any:
+            if not filters_asked(request):
+                return queryset
+            return super().filter_queryset(request, queryset, view)
+
+    return FilterBackend
+
+
+FilterBackend = _filter_backend()
+
 
 def _json_parser() -> type:
     from rest_framework import exceptions, parsers

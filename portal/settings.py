@@ -422,7 +422,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "portal.inputs.FilterBackend",
         "rest_framework.filters.OrderingFilter",
         "portal.inputs.SearchFilter",
     ],

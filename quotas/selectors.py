@@ -730,11 +730,12 @@ _SHOWN = ("project", "flavor", "resource", "amount", "until", "reason", "request
           "decided_by", "decided_at", "comment", "created_at", "share_memory_mib", "share_cores_percent")
 
 
-def quota_requests_listed(requests: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
-    """``requests`` reading only the shown columns of the quota request table and no related table: a page of them
-    then costs the database no join to plan (about 1 ms for the four) and the ORM one model per row instead of six,
-    with no flavor's JSON to decode. ``with_shown_related`` puts on the page's rows what they show of the related."""
-    return requests.select_related(None).only(*_SHOWN)
+def quota_requests_listed(requests: QuerySet[QuotaRequest], *also: str) -> QuerySet[QuotaRequest]:
+    """``requests`` reading only the shown columns of the quota request table (and the columns ``also`` names) and no
+    related table: a page of them then costs the database no join to plan (about 1 ms for the four) and the ORM one
+    model per row instead of six, with no flavor's JSON to decode. ``with_shown_related`` puts on the page's rows what
+    they show of the related."""
+    return requests.select_related(None).only(*_SHOWN, *also)
 
 
 # The project quota page's first page of the project's quota requests (listed), compiled once per process: all of
@@ -816,17 +817,19 @@ def _padded(ids: set[int]) -> tuple[int, ...]:
 
 
 def _named(kind: int, queryset: QuerySet, *texts: str, number: str | None = None) -> QuerySet:
-    """``(kind, pk, text, text, text, number)`` rows of ``queryset``: the branches of ``_SHOWN_RELATED``'s union."""
+    """``(kind, pk, text, text, text, text, number)`` rows of ``queryset``: the branches of ``_SHOWN_RELATED``'s
+    union."""
     blank = Value("", output_field=CharField())
     return queryset.order_by().values_list(
-        Value(kind, output_field=IntegerField()), "pk", *texts, *([blank] * (3 - len(texts))),
+        Value(kind, output_field=IntegerField()), "pk", *texts, *([blank] * (4 - len(texts))),
         number or Value(0, output_field=IntegerField()))
 
 
 def _shown_related(projects: tuple[int, ...], flavors: tuple[int, ...], users: tuple[int, ...]) -> QuerySet:
     User = get_user_model()
-    return _named(0, Project.objects.filter(pk__in=projects), "slug", "name", "tenant__name", number="tenant_id").union(
-        _named(1, Flavor.objects.filter(pk__in=flavors), "name", "display_name"),
+    return _named(0, Project.objects.filter(pk__in=projects), "slug", "name", "tenant__name", "tenant__slug",
+                  number="tenant_id").union(
+        _named(1, Flavor.objects.filter(pk__in=flavors), "name", "display_name", "cluster__name", number="cluster_id"),
         _named(2, User.objects.filter(pk__in=users), User.USERNAME_FIELD),
         all=True,
     )
@@ -843,11 +846,11 @@ def _partial(model: Any, **values: Any) -> Any:
 
 
 def with_shown_related(requests: list[QuotaRequest]) -> list[QuotaRequest]:
-    """The related rows a quota request's card, table row or request line shows, put on ``requests`` (read with
-    ``quota_requests_listed``, from one list or several): the project (slug, name, its tenant's name), the flavor's
-    name and display name, the requester's and decider's usernames. One query for any number of rows. Each related row is one model
-    instance with only those fields: another field would be read by a query of its own, which the pages' query
-    counts would catch."""
+    """The related rows a quota request's card, table row, request line or API row shows, put on ``requests`` (read
+    with ``quota_requests_listed``, from one list or several): the project (slug, name, its tenant's name and slug),
+    the flavor's name, display name and cluster's name, the requester's and decider's usernames. One query for any
+    number of rows. Each related row is one model instance with only those fields: another field would be read by a
+    query of its own, which the pages' query counts would catch."""
     if not requests:
         return requests
     User = get_user_model()
@@ -858,15 +861,21 @@ def with_shown_related(requests: list[QuotaRequest]) -> list[QuotaRequest]:
     flavors: dict[int, Flavor] = {}
     people: dict[int, Any] = {}
     tenants: dict[int, Tenant] = {}
-    for kind, pk, first, second, third, number in found:
+    clusters: dict[int, Cluster] = {}
+    for kind, pk, first, second, third, fourth, number in found:
         if kind == 0:
             project = projects[pk] = _partial(Project, id=pk, slug=first, name=second, tenant_id=number)
             tenant = tenants.get(number)
             if tenant is None:
-                tenant = tenants[number] = _partial(Tenant, id=number, name=third)
+                tenant = tenants[number] = _partial(Tenant, id=number, name=third, slug=fourth)
             project.tenant = tenant
         elif kind == 1:
-            flavors[pk] = _partial(Flavor, id=pk, name=first, display_name=second)  # a HAMi share says its display name
+            # A HAMi share says its display name; the API its cluster's name.
+            flavor = flavors[pk] = _partial(Flavor, id=pk, name=first, display_name=second, cluster_id=number)
+            cluster = clusters.get(number)
+            if cluster is None:
+                cluster = clusters[number] = _partial(Cluster, id=number, name=third)
+            flavor.cluster = cluster
         else:
             people[pk] = _partial(User, **{"id": pk, User.USERNAME_FIELD: first})
     for r in requests:

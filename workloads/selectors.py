@@ -123,12 +123,14 @@ def request_page(*, actor: Actor, keys: list[tuple[str, bool]], values: list | N
     return compiled.rows(*([] if everything else [ids]), *(values or []))
 
 
-def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -> QuerySet[WorkloadRequest]:
+def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False,
+                 also: tuple[str, ...] = ()) -> QuerySet[WorkloadRequest]:
     """``queryset`` (from ``request_scope_for``, filtered and ordered) as dicts: ``REQUEST_ROW_COLUMNS`` and what
     the API shows of the related rows (``tenant_slug``, ``project_slug``, ``project_cluster_namespace``, ``template_*``,
     ``flavor_name``, ``flavor_display_name``, ``requested_by_username``, ``approved_by_username``); ``detail`` adds
     ``cluster_status``, ``has_extension_requests`` and on PostgreSQL ``timeline_json`` (the timeline as a JSON
-    list of [at, from_state, to_state, actor_label, message], oldest first)."""
+    list of [at, from_state, to_state, actor_label, message], oldest first); ``also``: more of the request's own
+    columns."""
     from django.contrib.auth import get_user_model
 
     from tenants.models import Tenant
@@ -147,7 +149,7 @@ def request_rows(queryset: QuerySet[WorkloadRequest], *, detail: bool = False) -
         "requested_by_username": _one(user, "username", "requested_by_id"),
         "approved_by_username": _one(user, "username", "approved_by_id"),
     }
-    columns: tuple[str, ...] = REQUEST_ROW_COLUMNS
+    columns: tuple[str, ...] = (*REQUEST_ROW_COLUMNS, *also)
     if detail:
         columns = (*columns, "cluster_status", "project_id", *PLACEMENT_COLUMNS)
         related.update(cluster_name=_one(Cluster, "name", "cluster_id"), cluster_zone=_one(Cluster, "zone", "cluster_id"),
@@ -273,17 +275,36 @@ _QUEUE_OF = Compiled(
 )
 
 
+def _approval_context_read(pairs: set[tuple[int, int]]) -> tuple[dict[int, list[Quota]], dict[tuple[int, int], Any]]:
+    """For these (project, flavor) pairs: each project's quota rows, and per pair what waits and what runs (two
+    queries)."""
+    projects = tuple(sorted({p for p, _ in pairs}))
+    flavors = tuple(sorted({f for _, f in pairs}))
+    quota_rows: dict[int, list[Quota]] = {pk: [] for pk in projects}
+    for row in _QUOTA_ROWS_OF.rows(projects):
+        quota_rows[row.project_id].append(row)
+    return quota_rows, {(q["project_id"], q["flavor_id"]): q for q in _QUEUE_OF.rows(projects, flavors)}
+
+
+def with_approval_context_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``with_approval_context`` for rows of ``request_rows(..., also=("project_id",))`` (the API inbox's):
+    ``waiting_ahead``, ``in_use`` and ``quota_rows`` put in each row; two queries for any number of rows."""
+    if not rows:
+        return rows
+    quota_rows, queue = _approval_context_read({(r["project_id"], r["flavor_id"]) for r in rows})
+    for r in rows:
+        found = queue.get((r["project_id"], r["flavor_id"]), {})
+        r.update(waiting_ahead=found.get("waiting_ahead") or 0, in_use=found.get("in_use") or 0,
+                 quota_rows=quota_rows[r["project_id"]])
+    return rows
+
+
 def with_approval_context(requests: list[WorkloadRequest]) -> list[WorkloadRequest]:
     """What ``approvals_inbox_for`` annotates and prefetches, put on rows read with ``context=False``:
     ``waiting_ahead``, ``in_use`` and the project's ``quota_rows``; two queries for any number of rows."""
     if not requests:
         return requests
-    projects = tuple(sorted({r.project_id for r in requests}))
-    flavors = tuple(sorted({r.flavor_id for r in requests}))
-    quota_rows: dict[int, list[Quota]] = {pk: [] for pk in projects}
-    for row in _QUOTA_ROWS_OF.rows(projects):
-        quota_rows[row.project_id].append(row)
-    queue = {(q["project_id"], q["flavor_id"]): q for q in _QUEUE_OF.rows(projects, flavors)}
+    quota_rows, queue = _approval_context_read({(r.project_id, r.flavor_id) for r in requests})
     for r in requests:
         found = queue.get((r.project_id, r.flavor_id), {})
         # Attributes the page reads, set on the instances (django-stubs types only the model's fields).
@@ -495,7 +516,16 @@ def approval_context(request: WorkloadRequest) -> dict[str, Any]:
     rows = getattr(request.project, "quota_rows", None)  # prefetched by approvals_inbox_for()
     if rows is None:
         rows = Quota.objects.filter(project=request.project)
-    rows = [row for row in rows if row.flavor_id == request.flavor_id]
+    return approval_context_of(quota_rows=rows, flavor_id=request.flavor_id, in_use=getattr(request, "in_use", None),
+                               waiting_ahead=getattr(request, "waiting_ahead", None),
+                               cost_estimate=request_cost_estimate(request))
+
+
+def approval_context_of(*, quota_rows: Iterable[Quota], flavor_id: int | None, in_use: int | None,
+                        waiting_ahead: int | None, cost_estimate: str | None) -> dict[str, Any]:
+    """``approval_context`` from its parts: the project's quota rows (those of ``flavor_id`` are shown), the GPUs in
+    use, the requests waiting ahead and the cost estimate (None without a price list)."""
+    rows = [row for row in quota_rows if row.flavor_id == flavor_id]
     return {
         "quota": [
             {
@@ -506,10 +536,10 @@ def approval_context(request: WorkloadRequest) -> dict[str, Any]:
             }
             for row in rows
         ],
-        "in_use": getattr(request, "in_use", None),
-        "waiting_ahead": getattr(request, "waiting_ahead", None),
+        "in_use": in_use,
+        "waiting_ahead": waiting_ahead,
         # From billing's price list once it registers an estimator (portal.extensions); None until then.
-        "cost_estimate": request_cost_estimate(request),
+        "cost_estimate": cost_estimate,
     }
 
 

@@ -105,7 +105,8 @@ def test_a_field_not_read_is_not_guessed(cast, asked) -> None:
         description, status = project.description, project.status
     assert len(more) == 2
     assert (description, status) == ("read <from> the row", type(project).objects.get(pk=project.pk).status)
-    assert light[0].flavor.get_deferred_fields() >= {"cluster_id"}
+    assert light[0].flavor.get_deferred_fields() >= {"active", "gpu_model"}
+    assert light[0].flavor.cluster.get_deferred_fields() >= {"architecture"}
 
 
 def test_one_query_whatever_the_number_of_rows(cast, asked) -> None:
@@ -115,9 +116,11 @@ def test_one_query_whatever_the_number_of_rows(cast, asked) -> None:
             selectors.with_shown_related(light)
         assert len(read) == 1, size
         for r, full in zip(light, _full([r.pk for r in asked[:size]]), strict=True):
-            assert (r.project.slug, r.project.name, r.project.tenant_id, r.project.tenant.name) == (
-                full.project.slug, full.project.name, full.project.tenant_id, full.project.tenant.name)
-            assert r.flavor.name == full.flavor.name
+            assert (r.project.slug, r.project.name, r.project.tenant_id, r.project.tenant.name, r.project.tenant.slug) == (
+                full.project.slug, full.project.name, full.project.tenant_id, full.project.tenant.name,
+                full.project.tenant.slug)
+            assert (r.flavor.name, r.flavor.cluster_id, r.flavor.cluster.name) == (
+                full.flavor.name, full.flavor.cluster_id, full.flavor.cluster.name)
             assert r.requested_by.get_username() == full.requested_by.get_username()
             assert (r.decided_by and r.decided_by.get_username()) == (full.decided_by and full.decided_by.get_username())
     with CaptureQueriesContext(connection) as none:
@@ -137,3 +140,22 @@ def test_the_pages_show_them(as_user, cast, asked) -> None:
     assert "/projects/globex-llm/quota/" in body and "acme-vision" not in body
     body = as_user("bob").get("/projects/acme-vision/quota/").content.decode()
     assert body.count('<li class="request-line">') == sum(1 for r in asked if r.project_id == cast.vision.pk)
+
+
+@pytest.mark.parametrize("who", ["ops", "alice", "bob", "carol", "frank"])
+def test_the_api_list_writes_each_row_as_the_detail_does(api, cast, asked, who) -> None:
+    """``GET /api/v1/quota-requests/`` reads its page without joins and the related rows after it: each row is what
+    the detail (read with every join) answers, for every reader; the page's count is the list's length."""
+    client = api(who)
+    listed = client.get("/api/v1/quota-requests/?page_size=500")
+    assert listed.status_code == 200, listed.content
+    body = listed.json()
+    assert body["count"] == len(body["results"]) > 0
+    for row in body["results"]:
+        detail = client.get(f"/api/v1/quota-requests/{row['id']}/")
+        assert detail.status_code == 200
+        assert row == detail.json()
+    # Filtered or not, the same rows for the same filter.
+    pending = client.get("/api/v1/quota-requests/?status=pending&page_size=500").json()
+    assert pending["count"] == len(pending["results"]) == sum(r["status"] == "pending" for r in body["results"])
+

@@ -91,3 +91,36 @@ def test_the_pages_context_queries_are_the_selectors_annotations(cast, cat) -> N
     assert {(r.waiting_ahead, r.in_use) for r in plain} >= {(3, 7), (0, 0)}
     assert any(len([q for q in r.project.quota_rows if q.flavor_id == r.flavor_id]) == 2 for r in plain)
     assert selectors.with_approval_context([]) == []
+
+
+def test_the_api_inbox_reads_rows_with_the_same_context(api, cast, cat, token_client) -> None:
+    """``GET /api/v1/approvals/`` reads its page as rows (``request_rows``) and their context after it
+    (``with_approval_context_rows``): each row's ``context`` is ``approval_context`` of the request read with the
+    selectors' annotations, for rows of several projects and flavors; filters, orders and pages apply; a token of an
+    approver sees its own project's only."""
+    from quotas.models import Quota
+    from workloads import selectors
+
+    for project in (cast.vision, cast.nlp, cast.llm):
+        for flavor in (cat.h100, cat.mig):
+            make_request(cat, project, cast.carol, flavor=flavor)
+    for state, replicas, gpus in ((RequestState.RUNNING, 2, 3), (RequestState.QUEUED, 1, 2)):
+        make_request(cat, cast.vision, cast.carol, state=state, replicas=replicas, gpus=gpus)
+    Quota.objects.create(tenant=cast.acme, project=cast.vision, flavor=cat.h100, resource="cpu", nominal=Decimal("16"))
+    annotated = {r.pk: r for r in selectors.approvals_inbox_for(actor=cast.actor("ops"))}
+    body = api("ops").get("/api/v1/approvals/").json()
+    assert body["count"] == len(body["results"]) == 6
+    assert [row["id"] for row in body["results"]] == list(annotated)
+    for row in body["results"]:
+        assert row["context"] == selectors.approval_context(annotated[row["id"]])
+        assert row["project"] == annotated[row["id"]].project.slug
+    assert any(row["context"]["in_use"] == 6 and row["context"]["waiting_ahead"] == 1 for row in body["results"])
+    page = api("ops").get("/api/v1/approvals/?page_size=2&page=2&ordering=-created_at").json()
+    assert [row["id"] for row in page["results"]] == list(annotated)[::-1][2:4] and page["count"] == 6
+    mig = api("ops").get(f"/api/v1/approvals/?flavor={cat.mig.name}").json()
+    assert len(mig["results"]) == 3 and {row["flavor"] for row in mig["results"]} == {cat.mig.name}
+    # bob approves vision only; erin, globex's admin, none of acme's.
+    assert {row["project"] for row in api("bob").get("/api/v1/approvals/").json()["results"]} == {cast.vision.slug}
+    assert {row["project"] for row in api("erin").get("/api/v1/approvals/").json()["results"]} == {cast.llm.slug}
+    client, _ = token_client("alice", cast.nlp)
+    assert {row["project"] for row in client.get("/api/v1/approvals/").json()["results"]} <= {cast.nlp.slug}

@@ -563,10 +563,14 @@ class InboxSerializer(RequestSerializer):
         fields = RequestSerializer.Meta.fields + ["context"]
         read_only_fields = fields
 
-    def to_representation(self, instance: WorkloadRequest) -> dict[str, Any]:  # type: ignore[override]
-        """A request of ``selectors.with_approval_context`` (its context put on it)."""
-        data = super().to_representation(instance)
-        data["context"] = selectors.approval_context(instance)
+    def row_json(self, row: dict[str, Any], flavors: RowFlavors | _KnownFlavor) -> dict[str, Any]:
+        """A row of ``selectors.request_rows(..., also=("project_id",))`` with its context put in it
+        (``selectors.with_approval_context_rows``): the request's JSON and its ``context``, whose cost estimate is
+        the request's."""
+        data = super().row_json(row, flavors)
+        data["context"] = selectors.approval_context_of(
+            quota_rows=row["quota_rows"], flavor_id=row["flavor_id"], in_use=row["in_use"],
+            waiting_ahead=row["waiting_ahead"], cost_estimate=data["cost_estimate"])
         return data
 
 

@@ -17,7 +17,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from portal.api import CursorPagination
 from portal.exceptions import Invalid
-from portal.inputs import NUL, NUL_MESSAGE, is_id
+from portal.inputs import NUL, NUL_MESSAGE, filters_asked, is_id
 from portal.throttles import SubmitRateThrottle, allow_each
 from quotas.selectors import flavors_for
 from tenants.access import Actor
@@ -397,15 +397,8 @@ class RequestViewSet(RequestKeysMixin, RequestSharesMixin, mixins.CreateModelMix
             raise Http404
         return RequestDetailSerializer(row).data
 
-    def _filtered(self, queryset):
-        """``filter_queryset``, skipped when no query parameter filters, searches or orders: building the FilterSet
-        (its form and choices) costs ~2 ms and would change nothing."""
-        if self._filters_asked():
-            return self.filter_queryset(queryset)
-        return queryset.order_by(*self.ordering)
-
     def _filters_asked(self) -> bool:
-        return bool(set(self.request.query_params) - {"cursor", "page_size"})
+        return filters_asked(self.request)
 
     def read_page(self, keys: list, values: list | None, backwards: bool, limit: int) -> list | None:
         """The list's page from a compiled query when nothing filters, searches or orders (``CursorPagination`` asks;
@@ -422,7 +415,7 @@ class RequestViewSet(RequestKeysMixin, RequestSharesMixin, mixins.CreateModelMix
     def list(self, request: Request, *args, **kwargs) -> Response:
         """Newest first (``?ordering=`` another order); paged by cursor: follow ``next`` (docs: README, Using the API)."""
         if self._filters_asked():
-            queryset = selectors.request_rows(self._filtered(selectors.request_scope_for(actor=actor_of(request))))
+            queryset = selectors.request_rows(self.filter_queryset(selectors.request_scope_for(actor=actor_of(request))))
         else:
             # The page is read by ``read_page`` (the actor's rows, from a compiled query): ``queryset`` only gives the
             # pagination its order and model. An empty one (building the actor's scope as a queryset, ~0.4 ms, would
@@ -649,13 +642,15 @@ class ApprovalInboxViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
     ordering = ["created_at", "id"]
 
     def get_queryset(self):
-        # The rows alone; their context comes after the page (``paginate_queryset``): two queries for the page, not two
-        # subqueries per row that each count the project's whole queue in that flavor.
-        return selectors.approvals_inbox_for(actor=actor_of(self.request), context=False)
+        # The requests alone, no related table joined: the filters and the order apply to them.
+        return selectors.approvals_inbox_rows(actor=actor_of(self.request))
 
     def paginate_queryset(self, queryset):
-        page = super().paginate_queryset(queryset)
-        return None if page is None else selectors.with_approval_context(list(page))
+        # The page read as rows (what it shows of the related tables as subqueries, as the request list), then their
+        # context: two queries for the page, not two subqueries per row that each count the project's whole queue
+        # in that flavor.
+        page = super().paginate_queryset(selectors.request_rows(queryset, also=("project_id",)))
+        return None if page is None else selectors.with_approval_context_rows(list(page))
 
     @extend_schema(responses={200: WaitingSerializer})
     @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
