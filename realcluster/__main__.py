@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -30,11 +29,7 @@ def build_kwok() -> float | None:
                                                          (mod / "go.sum").stat().st_mtime):
         return None
     started = time.monotonic()
-    controlplane.log("building kwok (sigs.k8s.io/kwok/cmd/kwok) ...")
-    out = subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(target), "sigs.k8s.io/kwok/cmd/kwok"],
-                         cwd=mod, env=controlplane.go_env(), capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"go build sigs.k8s.io/kwok/cmd/kwok failed:\n{out.stderr[-4000:]}")
+    controlplane.go_build(target, "sigs.k8s.io/kwok/cmd/kwok", "-s -w", cwd=mod, inputs=[mod / "go.mod", mod / "go.sum"])
     took = time.monotonic() - started
     controlplane.log(f"built kwok in {took:.0f} s")
     return took

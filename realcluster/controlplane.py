@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import hashlib
 import json
 import os
 import secrets
@@ -109,21 +110,61 @@ def ldflags(name: str) -> str:
 
 
 def build(names: list[str] | None = None, *, force: bool = False) -> dict[str, float]:
-    """``go build`` each binary that is missing or stale into ``realcluster/bin`` (Go's build cache makes a
-    rebuild after an unrelated change a link step only). Returns the seconds each build took."""
+    """``go build`` each binary that is missing or stale into ``realcluster/bin`` (``go_build``: from the binary
+    cache when the same build was made before, in another checkout too). Returns the seconds each build took."""
     todo = list(names or BINARIES) if force else stale(names)
     took: dict[str, float] = {}
-    BIN.mkdir(exist_ok=True)
+    inputs = [HERE / "go.mod", HERE / "go.sum", *sorted((HERE / "cmd").rglob("*.go"))]
     for name in todo:
         started = time.monotonic()
-        log(f"building {name} ({BINARIES[name]}) ...")
-        out = subprocess.run(["go", "build", "-trimpath", f"-ldflags={ldflags(name)}", "-o", str(BIN / name), BINARIES[name]],
-                             cwd=HERE, env=go_env(), capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"go build {BINARIES[name]} failed:\n{out.stderr[-4000:]}")
+        go_build(BIN / name, BINARIES[name], ldflags(name), cwd=HERE, inputs=inputs, use_cache=not force)
         took[name] = time.monotonic() - started
         log(f"built {name} in {took[name]:.0f} s")
     return took
+
+
+def binary_cache() -> Path:
+    """Where built binaries are kept between checkouts: ``REALCLUSTER_CACHE``, else the user's cache folder."""
+    if os.environ.get("REALCLUSTER_CACHE"):
+        return Path(os.environ["REALCLUSTER_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-portal-realcluster"
+
+
+def cached_binary(name: str, package: str, flags: str, *, cwd: Path, inputs: list[Path]) -> Path:
+    """Where ``go_build`` keeps (or finds) the binary ``name`` of this build in the binary cache."""
+    digest = hashlib.sha256()
+    go = subprocess.run(["go", "env", "GOVERSION", "GOOS", "GOARCH"], cwd=cwd, env=go_env(), capture_output=True,
+                        text=True, check=False).stdout
+    for part in (package, flags, go, *(f"{p.relative_to(cwd)}\0{p.read_text()}" for p in inputs)):
+        digest.update(part.encode() + b"\0")
+    return binary_cache() / digest.hexdigest()[:32] / name
+
+
+def go_build(target: Path, package: str, flags: str, *, cwd: Path, inputs: list[Path], use_cache: bool = True) -> None:
+    """``go build -o target package`` in ``cwd``, or a copy of the binary the same build made before. Go's build
+    cache keeps the compiled packages but links again every time (minutes for the API server on a small machine);
+    this cache keeps the linked binary under a key of everything it is made from: the package, the link flags, the Go
+    version and platform, and the contents of ``inputs`` (go.mod, go.sum, the module's own sources). A fresh checkout
+    (CI's) then copies what an earlier one built."""
+    kept = cached_binary(target.name, package, flags, cwd=cwd, inputs=inputs)
+    target.parent.mkdir(exist_ok=True)
+    if use_cache and kept.is_file():
+        shutil.copyfile(kept, target)
+        target.chmod(0o755)
+        log(f"{target.name}: the same build from the binary cache ({kept.parent})")
+        return
+    log(f"building {target.name} ({package}) ...")
+    out = subprocess.run(["go", "build", "-trimpath", f"-ldflags={flags}", "-o", str(target), package],
+                         cwd=cwd, env=go_env(), capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"go build {package} failed:\n{out.stderr[-4000:]}")
+    try:  # kept for the next checkout; a cache that cannot be written is only slower
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f".{kept.name}.{os.getpid()}")
+        shutil.copyfile(target, partial)
+        partial.replace(kept)
+    except OSError as exc:
+        log(f"{target.name}: not kept in the binary cache ({exc})")
 
 
 def module_dir(module: str) -> Path:
