@@ -22,14 +22,15 @@ from . import controlplane, migmanager, nodes, volumes
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build_kwok() -> float | None:
+def build_kwok(*, force: bool = False) -> float | None:
     target = controlplane.BIN / "kwok"
     mod = controlplane.HERE / "kwok"
-    if target.exists() and target.stat().st_mtime >= max((mod / "go.mod").stat().st_mtime,
-                                                         (mod / "go.sum").stat().st_mtime):
+    if not force and target.exists() and target.stat().st_mtime >= max((mod / "go.mod").stat().st_mtime,
+                                                                       (mod / "go.sum").stat().st_mtime):
         return None
     started = time.monotonic()
-    controlplane.go_build(target, "sigs.k8s.io/kwok/cmd/kwok", "-s -w", cwd=mod, inputs=[mod / "go.mod", mod / "go.sum"])
+    controlplane.go_build(target, "sigs.k8s.io/kwok/cmd/kwok", "-s -w", cwd=mod, inputs=[mod / "go.mod", mod / "go.sum"],
+                          use_cache=not force)
     took = time.monotonic() - started
     controlplane.log(f"built kwok in {took:.0f} s")
     return took
@@ -76,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None)
     ap.add_argument("--no-kwok", action="store_true")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--force", action="store_true", help="build every binary again, not from the binary cache")
     args = ap.parse_args(argv)
     try:
-        took = controlplane.build()
+        took = controlplane.build(force=args.force)
         if not args.no_kwok:
-            k = build_kwok()
+            k = build_kwok(force=args.force)
             if k is not None:
                 took["kwok"] = k
     except RuntimeError as exc:
