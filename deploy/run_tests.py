@@ -40,7 +40,9 @@ def main(argv: list[str]) -> int:
     broker = (env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or "sqlite (var/test)").split("@")[-1]
     print(f"make test: database {database}, broker {broker}, run {run_id}", flush=True)
     workers = env.get("PYTEST_WORKERS", "2")
-    args = [sys.executable, "-m", "pytest", "-n", workers, "--dist", "loadgroup", *argv]
+    # The 25 slowest tests at the end: where a run's time went (CI has 90 minutes on a 2-core machine).
+    durations = [] if any(a.startswith("--durations") for a in argv) else ["--durations=25"]
+    args = [sys.executable, "-m", "pytest", "-n", workers, "--dist", "loadgroup", *durations, *argv]
     try:
         return subprocess.run(args, cwd=ROOT, env=env, check=False).returncode
     except KeyboardInterrupt:

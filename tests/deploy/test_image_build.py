@@ -42,7 +42,7 @@ def image() -> dict:
     return built
 
 
-def in_image(script: str, env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+def in_image(script: str, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
     """``sh -c script`` in the image as uid 10001 on a read-only root (deploy/build_image.py run)."""
     argv = [sys.executable, str(SCRIPT), "run", TAG]
     for key, value in env.items():
