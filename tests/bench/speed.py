@@ -238,7 +238,7 @@ TIMELINE: list[tuple[str, float, float]] = []
 def print_slowest(samples: dict[str, list[float]], n: int) -> None:
     """The n calls slowest next to their endpoint's p50: when they ran (seconds into the rounds, call number) and what
     ran just before; slow calls of many endpoints close together are the machine's, one endpoint's alone its own."""
-    if not TIMELINE:
+    if not TIMELINE or n <= 0:
         return
     t0 = TIMELINE[0][1]
     p50 = {name: statistics.median(values) for name, values in samples.items() if values}
