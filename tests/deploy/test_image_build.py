@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,17 @@ def in_image(script: str, env: dict[str, str], timeout: int = 600) -> subprocess
     argv = [sys.executable, str(SCRIPT), "run", TAG]
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
-    return subprocess.run([*argv, "--", "/bin/sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False)
+    # In a session of its own: on a timeout the whole tree goes (subprocess.run would kill the runner alone, and leave
+    # the role running in the image, a beat holding its lease while the rest of the suite runs).
+    with subprocess.Popen([*argv, "--", "/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def role_env(tmp_path: Path) -> dict[str, str]:
