@@ -174,7 +174,8 @@ class Volcano:
         ctx = self.ctx
         pods = pods_by_owner(ctx.list_items(POD))
         pgs = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in ctx.list_items(VC_PODGROUP)}
-        for job in ctx.list_items(VC_JOB):
+        # the controller's work queue takes jobs as they come: their PodGroups are made in the jobs' order
+        for job in sorted(ctx.list_items(VC_JOB), key=lambda j: (j["metadata"].get("creationTimestamp") or "", uid_of(j))):
             if is_deleting(job):
                 continue
             try:
@@ -504,8 +505,9 @@ class Volcano:
                 if not any((p.get("spec") or {}).get("nodeName") for p in by_group.get(key, [])):
                     q = pg_queue[key]
                     inqueue_res[q] = R.add(inqueue_res[q], R.parse_list((pg.get("spec") or {}).get("minResources")))
+        # Volcano's job order: priority, then creation, a tie within the second broken by uid (creation order here)
         pgs.sort(key=lambda pg: (-int((pg.get("spec") or {}).get("priority") or 0),
-                                 pg["metadata"].get("creationTimestamp") or "", pg["metadata"]["name"]))
+                                 pg["metadata"].get("creationTimestamp") or "", uid_of(pg)))
         for pg in pgs:
             key = (pg["metadata"]["namespace"], pg["metadata"]["name"])
             phase = (pg.get("status") or {}).get("phase") or "Pending"

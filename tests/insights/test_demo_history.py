@@ -15,7 +15,7 @@ from django.db.models import F, Min
 from django.utils import timezone
 
 from billing.models import Price, UsageInterval
-from insights.demo import (GANG_RESTART_REASON, HISTORY_DAYS, PREEMPT_REASON, RUN_KEY_PREFIX, SWITCH_FINGERPRINT,
+from insights.demo import (GANG_RESTART_REASON, HISTORY_DAYS, PREEMPT_REASON, RUN_KEY_PREFIX, SLOT, SWITCH_FINGERPRINT,
                            seeded_counts)
 from insights.models import PoolSample, QueueSample
 from quotas.models import ArchitectureChange, Flavor
@@ -118,11 +118,16 @@ def test_seed_is_idempotent(seeded) -> None:
     call_command("seed_demo", stdout=io.StringIO())
     assert seeded_counts() == before
 
-    # On an empty history it writes everything again.
+    # On an empty history it writes everything again. The samples' grid follows the clock (hour-aligned from three
+    # weeks back, one per 5 minutes up to ten minutes ago), so it is written again at a time that gives the same grid:
+    # a later minute could add a slot, a later hour drop twelve.
+    first = QueueSample.objects.filter(seeded=True).aggregate(Min("at"))["at__min"]
+    slots = QueueSample.objects.filter(seeded=True).values("at").distinct().count()
+    end = max(first + slots * SLOT, first - timedelta(hours=1) + timedelta(days=HISTORY_DAYS))
     WorkloadRequest.objects.filter(seeded=True).delete()
     QueueSample.objects.all().delete()
     PoolSample.objects.all().delete()
-    made = seed_insights_demo()
+    made = seed_insights_demo(now=end + timedelta(minutes=10))
     assert made["requests"] == before["requests"] and made["samples"] == before["queue_samples"] + before["pool_samples"]
 
 

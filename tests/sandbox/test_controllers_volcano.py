@@ -218,6 +218,34 @@ def test_queue_capability(sim):
     assert podgroup(sim, "two")["status"]["phase"] in ("Inqueue", "Running")
 
 
+def test_jobs_of_one_second_are_enqueued_in_the_order_they_came_not_by_name(sim):
+    # Volcano orders jobs of one priority by creation and breaks a tie within the (whole) second by uid; the
+    # sandbox's uids are time-ordered, so the job that came first is enqueued first even when its name sorts last.
+    sim.create({"apiVersion": SCHED, "kind": "Queue", "metadata": {"name": "capped"},
+                "spec": {"capability": {"nvidia.com/gpu": "8"}}})
+    tol = [GPU_TOLERATION, ONLINE_TOL]
+    sim.create(vcjob("req-98", replicas=1, gpus=1, queue="capped", tolerations=tol, duration="100"))
+    sim.create(vcjob("req-100", replicas=1, gpus=8, queue="capped", tolerations=tol, duration="100"))
+    first, second = (sim.get(VCJOB, "Job", n, "t")["metadata"] for n in ("req-98", "req-100"))
+    assert first["creationTimestamp"] == second["creationTimestamp"] and first["uid"] < second["uid"]
+    sim.settle()
+    assert podgroup(sim, "req-98")["status"]["phase"] in ("Inqueue", "Running")
+    assert podgroup(sim, "req-100")["status"]["phase"] == "Pending"
+    sim.advance(2)
+    assert phase(sim, "req-98") == "Running" and phase(sim, "req-100") == "Pending"
+
+
+def test_sandbox_uids_are_uuids_in_creation_order(sim):
+    import uuid
+
+    names = [f"cm-{i}" for i in range(300)]
+    for n in reversed(names):
+        sim.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "t"}})
+    uids = [sim.get("v1", "ConfigMap", n, "t")["metadata"]["uid"] for n in reversed(names)]
+    assert uids == sorted(uids) and len(set(uids)) == 300
+    assert {uuid.UUID(u).version for u in uids} == {7}
+
+
 def test_plugins_env_svc_pytorch(sim):
     job = vcjob("ddp", replicas=2, tolerations=[GPU_TOLERATION, ONLINE_TOL], plugins={"pytorch": ["--port=29500"], "env": []})
     job["spec"]["tasks"] = [

@@ -14,6 +14,7 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from portal.kube import kube_cache_clear, kube_for
 from quotas import manifests as m
@@ -34,9 +35,23 @@ def _quota_reserved(wl: dict) -> str:
     return next((c["status"] for c in (wl.get("status") or {}).get("conditions") or [] if c["type"] == "QuotaReserved"), "")
 
 
+def _next_request_id(value: int) -> None:
+    table = WorkloadRequest._meta.db_table
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [table, value - 1])
+        else:
+            cur.execute("DELETE FROM sqlite_sequence WHERE name = %s", [table])
+            cur.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (%s, %s)", [table, value - 1])
+
+
 def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh_sandbox, settings, client) -> None:
     settings.KUBECONFIG = str(fresh_sandbox.kubeconfig)
     kube_cache_clear()
+    # The requests' ids cross from two digits to three: the fine-tune's Job (req-100) sorts before the one-GPU job's
+    # (req-98) by name, though it came later; Volcano takes them in the order they came (a suite that had made 97
+    # requests before saw the fine-tune enqueued first, holding the whole queue).
+    _next_request_id(98)
     call_command("seed_demo", stdout=io.StringIO())
     cluster = Cluster.objects.get(name="sandbox")
     kube = kube_for(cluster)
@@ -58,6 +73,7 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
     assert queue is not None and str(queue["spec"]["capability"]["nvidia.com/gpu"]) == "8"
 
     made = {r.name: r for r in WorkloadRequest.objects.filter(idempotency_key__startswith="demo-")}
+    assert (made["resnet-baseline"].pk, made["llm-finetune"].pk) == (98, 100)
     assert set(made) == {"resnet-baseline", "explore-data", "llm-finetune", "hparam-sweep", "chat-demo"}
     assert {r.name: r.flavor.name for r in made.values()} == {
         "resnet-baseline": "h100-80gb-offline", "llm-finetune": "h100-80gb-offline", "hparam-sweep": "h100-80gb-offline",
