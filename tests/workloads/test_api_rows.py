@@ -103,6 +103,22 @@ def test_dates_are_written_in_the_current_time_zone(api, cast, cat, settings) ->
     assert listed[reqs[2].pk]["expires_at"].endswith("+05:30")
 
 
+def test_dates_in_utc_are_what_drf_writes(api, cast, cat, settings) -> None:
+    """In UTC (the default) a date read from PostgreSQL is written as it is; the text is DRF's own."""
+    from rest_framework import serializers
+
+    settings.TIME_ZONE = "UTC"
+    reqs = _variety(cast, cat)
+    listed = {row["id"]: row for row in api("carol").get(f"{API}/requests/").json()["results"]}
+    field = serializers.DateTimeField()
+    for req in reqs:
+        req.refresh_from_db()
+        for name in ("created_at", "updated_at", "approved_at", "started_at", "finished_at", "expires_at"):
+            value = getattr(req, name)
+            assert listed[req.pk][name] == (None if value is None else field.to_representation(value)), name
+    assert listed[reqs[0].pk]["created_at"].endswith("Z")
+
+
 def test_a_price_list_prices_the_list_the_detail_and_the_inbox_alike(api, cast, cat) -> None:
     """With a price list every request has a cost estimate (one flavor query per page), the same in the list,
     its detail and the approver's inbox; nothing is metered yet, so its cost so far is 0.00."""

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -621,13 +621,17 @@ def _iso_dates(fields: dict[str, serializers.Field], row: dict[str, Any], names:
         return {name: _plain(fields, name, row[name]) for name in names}
     if zone is None:
         zone = timezone.get_current_timezone()
+    # In UTC (the default), a value read from PostgreSQL is already in it (datetime.UTC): written as it is.
+    utc = zone is UTC or getattr(zone, "key", None) == "UTC"
     out = {}
     for name in names:
         value = row[name]
         if value is None:
             out[name] = None
             continue
-        text = (value.astimezone(zone) if value.utcoffset() is not None else timezone.make_aware(value, zone)).isoformat()
+        if not (utc and value.tzinfo is UTC):
+            value = value.astimezone(zone) if value.utcoffset() is not None else timezone.make_aware(value, zone)
+        text = value.isoformat()
         out[name] = text[:-6] + "Z" if text.endswith("+00:00") else text
     return out
 
