@@ -225,6 +225,26 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, instance: QuotaRequest) -> dict:
+        """The row, written at once rather than field by field (DRF's loop reads each field's attribute path and
+        checks it for None: about 60 % of a page of 50 quota requests). The declared fields above are the schema and
+        format the amount and the dates; ``tests/quotas/test_quota_request_json.py`` holds the text to DRF's own."""
+        f = self.fields
+        project, flavor, decided_by = instance.project, instance.flavor, instance.decided_by
+        until, decided_at = instance.until, instance.decided_at
+        return {
+            "id": instance.pk, "tenant": project.tenant.slug, "project": project.slug, "cluster": flavor.cluster.name,
+            "flavor": instance.flavor_id, "flavor_name": flavor.name, "resource": instance.resource,
+            "amount": f["amount"].to_representation(instance.amount), "what": str(instance.what),
+            "share": self.get_share(instance),
+            "until": None if until is None else f["until"].to_representation(until), "reason": instance.reason,
+            "requested_by": instance.requested_by.username, "status": instance.status, "approver": instance.approver,
+            "decided_by": None if decided_by is None else decided_by.username,
+            "decided_at": None if decided_at is None else f["decided_at"].to_representation(decided_at),
+            "comment": instance.comment, "applied": instance.applied,
+            "created_at": f["created_at"].to_representation(instance.created_at),
+        }
+
     @extend_schema_field(ShareSerializer(allow_null=True))
     def get_share(self, request: QuotaRequest) -> dict | None:
         if not request.is_share:
