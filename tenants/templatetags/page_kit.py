@@ -36,6 +36,7 @@ from django.utils.encoding import force_str
 from django.utils.hashable import make_hashable
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import get_language
 
 from portal import jinja_env
 
@@ -163,13 +164,17 @@ _LABELS: dict[Any, dict[Any, Any]] = {}
 def display(obj: Any, name: str) -> Any:
     """``obj.get_<name>_display()``: the label of a field's choice (a request's state, a quota request's status),
     with the field's choices made a dict once instead of at every call (Django flattens and hashes them each time:
-    most of a list row's time went to its state's label)."""
+    most of a list row's time went to its state's label). The labels are kept as text per active language, since a
+    lazy label is translated again at each ``str()``."""
     field = obj._meta.get_field(name)
-    labels = _LABELS.get(field)
+    key = (field, get_language())
+    labels = _LABELS.get(key)
     if labels is None:
-        labels = _LABELS[field] = dict(make_hashable(field.flatchoices))
+        labels = _LABELS[key] = {make_hashable(value): force_str(label, strings_only=True)
+                                 for value, label in field.flatchoices}
     value = getattr(obj, field.attname)
-    return force_str(labels.get(make_hashable(value), value), strings_only=True)
+    found = labels.get(make_hashable(value))
+    return force_str(value, strings_only=True) if found is None else found
 
 
 @register.simple_tag(takes_context=True)
