@@ -536,9 +536,11 @@ class DeploymentController:
 
 
 def _max_unavailable(spec: dict, replicas: int) -> int:
+    """As Kubernetes' deployment controller: only a RollingUpdate may run short of replicas (a Recreate Deployment is
+    Available only when all its replicas are), and a percentage rounds down."""
     strat = spec.get("strategy") or {}
-    if strat.get("type") == "Recreate":
-        return replicas
+    if strat.get("type", "RollingUpdate") != "RollingUpdate" or not replicas:
+        return 0
     v = ((strat.get("rollingUpdate") or {}).get("maxUnavailable", "25%"))
     if isinstance(v, str) and v.endswith("%"):
         return int(replicas * int(v[:-1]) // 100)

@@ -515,6 +515,43 @@ def test_a_finished_job_is_removed_after_its_ttl(cluster_under_test) -> None:
         api_client.close()
 
 
+def test_a_recreate_deployment_is_available_only_with_all_its_replicas(cluster_under_test) -> None:
+    """The beat's Deployment is ``Recreate`` (never two at once). Such a Deployment may be short of no replica: the
+    deployment controller says Available only once every replica is, and never while its one pod cannot be placed."""
+    from kubernetes import client
+
+    api_client = _api(cluster_under_test)
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    ns = f"parity-recreate-{int(time.time() * 1000) % 10**8}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    def deployment(name: str, cpu: str) -> dict:
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"tolerations": [{"operator": "Exists"}],
+                                               "containers": [{"name": "main", "image": "registry.example/beat:1",
+                                                               "resources": {"requests": {"cpu": cpu}}}]}}}}
+
+    def available(name: str) -> tuple[str, int] | None:
+        status = apps.read_namespaced_deployment_status(name, ns).status
+        cond = next((c for c in status.conditions or [] if c.type == "Available"), None)
+        return (cond.status, status.available_replicas or 0) if cond else None
+
+    try:
+        apps.create_namespaced_deployment(ns, deployment("placed", "100m"))
+        apps.create_namespaced_deployment(ns, deployment("unplaceable", "100000"))  # no node has 100,000 CPUs
+        _eventually(lambda: available("placed") == ("True", 1), "the placeable Deployment Available", 60,
+                    cluster_under_test)
+        _eventually(lambda: available("unplaceable"), "the unplaceable Deployment's Available condition", 60,
+                    cluster_under_test)
+        cluster_under_test.advance(5)
+        assert available("unplaceable") == ("False", 0)
+    finally:
+        core.delete_namespace(ns)
+        api_client.close()
+
+
 def test_a_mig_layout_change_runs_through_every_step(cluster_under_test, cast, settings) -> None:
     """The portal's MIG change (cordon, drain, relabel, reconfigure, verify, quotas, uncordon) against each cluster's
     MIG manager (the sandbox's own; on the real control plane the same logic as a stand-in, realcluster/migmanager.py):

@@ -200,6 +200,21 @@ def test_deployment_scale_and_status(sim):
     assert f"Scaled down replica set web-{h} from 5 to 1" in msgs
 
 
+def test_a_recreate_deployment_is_available_only_when_all_its_replicas_are(sim):
+    """Kubernetes allows no unavailable replica outside RollingUpdate: a Recreate Deployment's Available condition
+    waits for every replica (it said True at once, with none ready)."""
+    recreate = deployment("beat", 1)
+    recreate["spec"]["strategy"] = {"type": "Recreate"}
+    sim.create(recreate)
+    sim.settle()
+    d = sim.get("apps/v1", "Deployment", "beat", "t")
+    assert "availableReplicas" not in d["status"] and cond(d, "Available")["status"] == "False"
+    sim.advance(2)
+    d = sim.get("apps/v1", "Deployment", "beat", "t")
+    assert d["status"]["availableReplicas"] == 1 and cond(d, "Available")["status"] == "True"
+
+
+
 def test_deployment_template_change_replaces_pods(sim):
     sim.create(deployment("api", 2))
     sim.settle()
