@@ -8,6 +8,7 @@ Committed transactions (``transaction=True``): the kept counts are only used out
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -39,13 +40,16 @@ def redis_cache(settings) -> Iterator[str]:
 
 
 def commands(call) -> list[bytes]:
-    """The Redis commands sent while ``call()`` runs (their names)."""
+    """The Redis commands ``call()`` sends (their names), from its own thread: the audit anchor's thread sends the
+    newest audit head on its own time (``tenants.anchor``), which may fall inside the call; it is not the call's."""
     sent: list[bytes] = []
     original = redis.connection.Connection.send_packed_command
+    caller = threading.get_ident()
 
     def counting(self, command, *args, **kwargs):
-        packed = b"".join(command) if isinstance(command, list) else bytes(command)
-        sent.append(packed.split(b"\r\n")[2])
+        if threading.get_ident() == caller:
+            packed = b"".join(command) if isinstance(command, list) else bytes(command)
+            sent.append(packed.split(b"\r\n")[2])
         return original(self, command, *args, **kwargs)
 
     redis.connection.Connection.send_packed_command = counting

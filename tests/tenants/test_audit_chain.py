@@ -65,7 +65,10 @@ def tamper(sql: str, params: list | None = None) -> None:
 @pytest.fixture
 def log(cast, django_capture_on_commit_callbacks):
     """A log of at least six entries, including awkward values (IPv6, floats, non-ASCII, nesting), anchored as
-    each commit would anchor it (the test's transaction never commits: its after-commit handlers run here)."""
+    each commit would anchor it (the test's transaction never commits: its after-commit handlers run here), the
+    Redis anchor sent (its sender may be resting, holding the last head)."""
+    from tenants.anchor import anchor_flush
+
     alice = Actor(user=cast.alice, ip="2001:DB8:0:0::1")
     with django_capture_on_commit_callbacks(execute=True):
         services.project_update(actor=alice, project=cast.vision, description="Ünïcode — vision")
@@ -76,6 +79,7 @@ def log(cast, django_capture_on_commit_callbacks):
         services.project_update(actor=alice, project=cast.nlp, description="nlp")
     entries = list(AuditEntry.objects.order_by("seq"))
     assert len(entries) >= 6
+    assert anchor_flush()
     return entries
 
 
@@ -267,6 +271,26 @@ def test_an_api_write_publishes_the_head_to_the_file_and_metrics(api, cast, anch
     assert found[("gpuportal_audit_anchor_seq", (("store", "file"),))] == last.seq
     assert found[("gpuportal_audit_anchor_seq", (("store", "redis"),))] == last.seq
     assert client.hget(key, "seq") == str(last.seq).encode() and client.hget(key, "hash") == last.entry_hash.encode()
+
+
+def test_the_redis_anchor_sends_the_latest_head_once_per_rest_and_at_once_when_flushed(anchor, settings) -> None:
+    """After a send the sender rests: heads published meanwhile wait (no round trip, no wake-up per commit) and the
+    latest of them goes out when the rest ends, or at once when a reader flushes; an older head never follows a newer."""
+    from tenants.anchor import _RedisSender
+
+    _, client, key = anchor
+    sender = _RedisSender()
+    sender.REST = 60.0  # longer than the test: only a flush ends it here
+    sender.submit(settings.REDIS_URL, key, 1, "a" * 64)
+    assert sender.flush(5.0)
+    assert client.hget(key, "seq") == b"1"
+    for seq in (2, 3, 4):
+        sender.submit(settings.REDIS_URL, key, seq, f"{seq}" * 64)
+    sender.submit(settings.REDIS_URL, key, 3, "3" * 64)  # a late writer with an older head
+    assert client.hget(key, "seq") == b"1"  # resting: nothing sent yet
+    assert sender.flush(5.0)
+    assert client.hmget(key, "seq", "hash") == [b"4", b"4" * 64]
+    assert sender.flush(0.5)  # nothing waits: a flush returns at once
 
 
 # Rows written along with the entries ----------------------------------------------------------------------------------
