@@ -208,8 +208,8 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
     except ClusterUnavailable:  # a serving kind's discovery: give the claims back, the task retries
         _release(claimed)
         raise
-    # The cluster calls of a batch run side by side (an apply waits on the API server, not on us); the database
-    # writes stay in this thread, in the claimed order.
+    # The cluster calls of a batch run side by side, one lane per project queue (an apply waits on the API server, not
+    # on us); the database writes stay in this thread, in the claimed order.
     outcomes = _apply_side_by_side(rendered)
     applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]] = []
     unavailable: WorkloadRequest | None = None
@@ -320,13 +320,42 @@ def _apply_pool() -> ThreadPoolExecutor:
         return _pool[1]
 
 
+def _apply_lane(items: list[tuple[WorkloadRequest, list[dict[str, Any]]]]) -> list[tuple[str, Any, Any]]:
+    """One lane's requests applied one after another, in the order given. Once the cluster is unavailable the rest of
+    the lane is not tried (each is told so): they are released with it and come back in the same order."""
+    out: list[tuple[str, Any, Any]] = []
+    for req, objects in items:
+        if out and out[-1][0] == "unavailable":
+            out.append(("unavailable", objects[0], out[-1][2]))
+            continue
+        out.append(_apply_one(req, objects))
+    return out
+
+
+def _lane(req: WorkloadRequest) -> tuple[int, int]:
+    """The queue a request waits in on its cluster: its project's (Kueue LocalQueue, Volcano Queue)."""
+    return req.cluster_id, req.project_id
+
+
 def _apply_side_by_side(rendered: list[tuple[WorkloadRequest, list[dict[str, Any]]]]) -> list[tuple[str, Any, Any]]:
-    """``_apply_one`` for every request, up to ``APPLY_THREADS`` at once; the outcomes in the same order."""
-    if len(rendered) <= 1:
-        return [_apply_one(req, objects) for req, objects in rendered]
+    """``_apply_one`` for every request; the outcomes in the same order. The lanes (``_lane``) run side by side, up to
+    ``APPLY_THREADS`` at once; within a lane the requests are applied one after another in the order given (the claim's:
+    by id, the order they were submitted). Kueue and Volcano take work of one priority by creation, so a project's
+    requests reach its queue in the order they were submitted, whatever the threads do; applied side by side, a
+    later request could be created first and hold the queue ahead of an earlier one."""
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for index, (req, _) in enumerate(rendered):
+        lanes.setdefault(_lane(req), []).append(index)
+    if len(lanes) <= 1:
+        return _apply_lane(rendered)
     for req, _ in rendered:
         kube_for(req.cluster)  # made here, once, rather than by several threads at the same time
-    return list(_apply_pool().map(lambda item: _apply_one(*item), rendered))
+    outcomes: list[Any] = [None] * len(rendered)
+    done = _apply_pool().map(lambda indexes: _apply_lane([rendered[i] for i in indexes]), lanes.values())
+    for indexes, results in zip(lanes.values(), done, strict=True):
+        for index, result in zip(indexes, results, strict=True):
+            outcomes[index] = result
+    return outcomes
 
 
 def _record_queued(applied: list[tuple[WorkloadRequest, list[dict[str, Any]]]], out: dict[str, int]) -> None:

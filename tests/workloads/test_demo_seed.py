@@ -90,9 +90,10 @@ def test_demo_enforces_every_flavor_and_really_holds_one_request_for_quota(fresh
             g["metadata"]["ownerReferences"][0]["name"] == job.k8s_name and g.get("status", {}).get("phase") == "Running"
             for g in groups)
 
-    # Twenty simulated seconds at least, then until the one-GPU job's gang runs (at most a minute more): under load
-    # a pod can be bound a step later than usual, and its start delay counts from then.
-    for step in range(16):
+    # Twenty simulated seconds at least, then until the one-GPU job's gang runs (at most three minutes more): under
+    # load a pod can be bound a step or several later than usual (the sandbox's controllers run in a thread of their
+    # own, given real time by each step's status sync), and its start delay counts from then.
+    for step in range(40):
         fresh_sandbox.advance(5)
         requests_sync_task.apply().get()
         if step >= 3 and gang_running():

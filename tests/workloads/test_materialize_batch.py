@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.kube import ClusterUnavailable
 from tenants.models import AuditEntry
 from workloads import hooks, materialize
 from workloads.models import RequestEvent, RequestState, WorkloadRequest
@@ -63,6 +64,43 @@ def test_one_run_applies_several_and_a_second_run_creates_nothing(world: World) 
     assert all(world.objects(r) == {"batch/v1/Job": 1} for r in reqs)
     assert RequestEvent.objects.count() == events
     assert AuditEntry.objects.filter(action="request.queued").count() == audits
+
+
+def test_a_projects_requests_reach_its_queue_in_the_order_they_were_submitted(world: World) -> None:
+    """One run applies a batch side by side, yet one project's requests are created in the order they came: Kueue and
+    Volcano take work of one priority by creation, so a later request created first would hold the queue ahead of an
+    earlier one (the demo's eight-GPU fine-tune did, ahead of the one-GPU job submitted before it). The sandbox's
+    uids are time-ordered, so sorting the Jobs by uid sorts them by creation."""
+    reqs = _submit(world, 12)
+    out = request_materialize_task.apply(args=[reqs[0].pk]).get()
+    assert out["claimed"] == 12 and out["queued"] == 12
+    uids = _jobs(world, reqs)
+    assert sorted(uids, key=uids.get) == [r.pk for r in reqs]
+
+
+def test_an_outage_mid_batch_records_what_was_applied_and_keeps_the_order(world: World) -> None:
+    """The cluster answers half its calls 503: each run records what it applied, releases the rest (a project's
+    requests after the one that failed are not tried), and later runs apply them. In the end every request is queued
+    once, with one Job each, created in the order they were submitted."""
+    reqs = _submit(world, 10)
+    pks = [r.pk for r in reqs]
+    world.sandbox.faults.replace({"error_rate": 0.5, "error_codes": [503], "retry_after": 0})
+    runs = unavailable = 0
+    try:
+        while WorkloadRequest.objects.filter(pk__in=pks, state=S.APPROVED).exists() and runs < 200:
+            runs += 1
+            try:
+                materialize.requests_materialize()
+            except ClusterUnavailable:
+                unavailable += 1
+    finally:
+        world.sandbox.faults.replace({})
+    assert unavailable, "no call failed: the outage path was not taken"
+    assert set(WorkloadRequest.objects.filter(pk__in=pks).values_list("state", flat=True)) == {S.QUEUED}
+    assert AuditEntry.objects.filter(action="request.queued").count() == 10
+    assert all(world.objects(r) == {"batch/v1/Job": 1} for r in reqs)
+    uids = _jobs(world, reqs)
+    assert sorted(uids, key=uids.get) == pks
 
 
 def test_a_live_claim_is_left_alone_and_a_stale_one_taken_over(world: World) -> None:
