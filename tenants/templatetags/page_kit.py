@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import html
 import re
-import threading
 from datetime import datetime
 from typing import Any
 
 from django import template
 from django.conf import settings
-from django.core.signals import request_finished, request_started
 from django.template import engines
 from django.template.base import render_value_in_context
 from django.template.defaultfilters import date as date_filter
@@ -36,9 +34,11 @@ from django.utils.encoding import force_str
 from django.utils.hashable import make_hashable
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import get_current_timezone_name
 from django.utils.translation import get_language
 
 from portal import jinja_env
+from portal.per_request import once
 
 register = template.Library()
 
@@ -49,32 +49,14 @@ _MISSING = object()
 _URLS: dict[tuple[Any, ...], Any] = {}
 
 
-_request = threading.local()  # .where: (URLconf, script prefix) of the HTTP request this thread serves, or None
-
-
-def _request_started(**kwargs: Any) -> None:
-    _request.where = None  # looked up at the request's first URL (the handler sets the prefix before this signal)
-
-
-def _request_finished(**kwargs: Any) -> None:
-    _request.where = _OUTSIDE
-
-
-_OUTSIDE = ("", "")  # outside a request (a task, the shell, a test rendering a template): looked up every call
-request_started.connect(_request_started, dispatch_uid="page-kit-urls-started")
-request_finished.connect(_request_finished, dispatch_uid="page-kit-urls-finished")
+def _urls_here() -> tuple[str, str]:
+    return get_urlconf() or settings.ROOT_URLCONF, get_script_prefix()
 
 
 def _where() -> tuple[str, str]:
     """The URLconf and script prefix URLs are reversed under: looked up once per request (each lookup reads two
-    context-local values, about a twentieth of a page of links), on every call outside one."""
-    where = getattr(_request, "where", _OUTSIDE)
-    if where is None or where is _OUTSIDE:
-        found = (get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
-        if where is None:
-            _request.where = found
-        return found
-    return where
+    context-local values, about a twentieth of a page of links; ``portal.per_request``), on every call outside one."""
+    return once("urls", _urls_here)
 
 
 def _kept(name: str, kind: str) -> tuple[str, str] | str | None:
@@ -129,6 +111,13 @@ def url_if(name: str, *args: Any) -> str:
         return url_kept(name, *args)
     except NoReverseMatch:
         return ""
+
+
+@register.simple_tag
+def zone() -> str:
+    """The name of the time zone the pages write dates in, said after a date: ``TIME_ZONE`` ("UTC" unless set), or
+    a zone a middleware activated. Read once per request (``portal.per_request``)."""
+    return once("time zone name", get_current_timezone_name)
 
 
 @register.filter(expects_localtime=True, is_safe=False)

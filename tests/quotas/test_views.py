@@ -550,6 +550,21 @@ def test_inbox_and_list_are_scoped(as_user, cast, split, django_assert_max_num_q
     assert "No request matches these filters." in body
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
+def test_cards_write_dates_in_the_portals_zone_and_name_it(as_user, cast, split, settings, zone) -> None:
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    settings.TIME_ZONE = zone
+    mine = ask(cast, split)
+    QuotaRequest.objects.filter(pk=mine.pk).update(created_at=datetime(2026, 12, 4, 23, 30, tzinfo=UTC))
+    body = text(as_user("bob").get("/quota-requests/"))
+    card = body[body.index(f'id="request-{mine.pk}"'):]
+    local = datetime(2026, 12, 4, 23, 30, tzinfo=UTC).astimezone(ZoneInfo(zone))
+    assert f"carol, {local:%Y-%m-%d %H:%M} {zone}</dd>" in card  # Berlin: 2026-12-05 00:30, said so
+    assert zone == "UTC" or " UTC" not in card[:card.index("</li>")]
+
+
 def test_approve_with_comment_raises_the_quota(as_user, cast, split) -> None:
     request = ask(cast, split)
     response = as_user("bob").post(f"/quota-requests/{request.pk}/decide/",
