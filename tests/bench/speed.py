@@ -89,7 +89,9 @@ def parse_args() -> argparse.Namespace:
                         help="cProfile 20 in-process calls of this endpoint and print the top functions; repeatable")
     parser.add_argument("--profile-top", action="append", default=[], metavar="ENDPOINT",
                         help="cProfile 20 in-process calls of this endpoint ('submission': the API POST) and print its 15 "
-                             "costliest functions by cumulative time, the portal's own and the stack's; repeatable")
+                             "costliest functions by cumulative time, the portal's own and the stack's; repeatable (environment: "
+                             "PROFILE_TOP=N functions, PROFILE_ALL=N the stack's too, PROFILE_DUMP=file the raw profile "
+                             "for pstats' callers and callees)")
     parser.add_argument("--trace-submission", action="store_true",
                         help="time the steps of 20 in-process submissions: each SQL statement, Redis command and the "
                              "broker publish, and what is left (Python)")
@@ -488,6 +490,8 @@ def profile_top(by: dict, world: World, name: str, calls: int = 20, top: int = i
         once(3 + i)
     profiler.disable()
     wall = (time.perf_counter() - start) * 1000 / calls
+    if os.environ.get("PROFILE_DUMP"):  # the raw profile, for pstats (callers, callees): PROFILE_DUMP=file
+        profiler.dump_stats(os.environ["PROFILE_DUMP"])
     stats = pstats.Stats(profiler).stats  # (file, line, function) -> (primitive calls, calls, tottime, cumtime, callers)
     print(f"\n--- profile of {name}: {calls} calls in process, {wall:.1f} ms per call under cProfile")
     parts = []
