@@ -57,9 +57,24 @@ class ClusterRejected(ClusterError):
     reason: str
     message: str
     causes: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)  # the Status's ``details`` (name, group, kind)
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
+
+    @property
+    def missing_namespace(self) -> str | None:
+        """The namespace a namespaced write was refused for because it is gone, else None: it does not exist (404
+        with ``details.kind`` ``namespaces``) or is being deleted (403 with the cause ``NamespaceTerminating``,
+        "namespace X is being terminated"), as kube-apiserver answers."""
+        if self.status == 404 and self.details.get("kind") == "namespaces" and not self.details.get("group"):
+            return str(self.details.get("name") or "") or None
+        if self.status == 403:
+            for cause in self.causes:
+                words = str(cause.get("message") or "").split()
+                if cause.get("reason") == "NamespaceTerminating" and len(words) > 1 and words[0] == "namespace":
+                    return words[1]
+        return None
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason}: {self.message}"
@@ -183,8 +198,10 @@ class Kube:
             if retry_after is None:
                 retry_after = (body.get("details") or {}).get("retryAfterSeconds")
             raise ClusterUnavailable(f"{what}: {status} {reason or 'error'}: {message}", status=status, retry_after=retry_after)
-        causes = list((body.get("details") or {}).get("causes") or [])
-        raise ClusterRejected(status=status, reason=reason or str(status), message=message, causes=causes)
+        details = body.get("details") if isinstance(body.get("details"), dict) else {}
+        causes = list(details.get("causes") or [])
+        raise ClusterRejected(status=status, reason=reason or str(status), message=message, causes=causes,
+                              details=details)
 
     # -- discovery ---------------------------------------------------------------------------------------------
     def kueue_api(self, *, refresh: bool = False) -> str | None:

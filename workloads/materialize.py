@@ -137,6 +137,11 @@ def request_materialize(*, request_id: int) -> str:
         prometheus.materialize_error(cluster=req.cluster.name, reason="unavailable")
         raise
     except ClusterRejected as exc:
+        if exc.missing_namespace:  # the reconcile puts it back: wait as for an outage
+            prometheus.materialize_error(cluster=req.cluster.name, reason="unavailable")
+            missing = NamespaceMissing(exc, current)
+            _restore_namespaces(missing, req.cluster_id)
+            raise missing from exc
         prometheus.materialize_error(cluster=req.cluster.name, reason="rejected")
         reason = f"The cluster refused {_describe(current)}: {exc.message}"[:500]
         if move(req, to=S.FAILED, actor_label=MATERIALIZER, reason=reason, only_from=[S.APPROVED]):
@@ -227,6 +232,9 @@ def requests_materialize(*, request_id: int | None = None, limit: int = BATCH) -
             unavailable = req
     if unavailable is not None:
         prometheus.materialize_error(cluster=unavailable.cluster.name, reason="unavailable")
+        for cluster_id, exc in {r.cluster_id: e for r, (o, _, e) in zip(claimed, outcomes, strict=True)
+                                if o == "unavailable" and isinstance(e, NamespaceMissing)}.items():
+            _restore_namespaces(exc, cluster_id)
         applied_pks = {a.pk for a, _ in applied}
         _release([r for r, (outcome, _, _) in zip(claimed, outcomes, strict=True) if outcome != "rejected" and r.pk not in applied_pks])
         _record_queued(applied, out)
@@ -292,18 +300,44 @@ def _call_quietly(fn: Any) -> None:
 APPLY_THREADS = 8
 
 
+class NamespaceMissing(ClusterUnavailable):
+    """The cluster refused a request's object because the project's namespace is not there (deleted by hand, a
+    cluster rebuilt from scratch). The portal owns that namespace and its reconcile puts it back, so the request waits
+    as for an outage (released, retried) instead of failing; the run queues a reconcile of the cluster."""
+
+    def __init__(self, exc: ClusterRejected, obj: dict[str, Any]) -> None:
+        super().__init__(f"{_describe(obj)}: namespace {exc.missing_namespace} is missing on the cluster; the portal "
+                         f"restores it and tries again", status=exc.status)
+        self.namespace = exc.missing_namespace
+
+
 def _apply_one(req: WorkloadRequest, objects: list[dict[str, Any]]) -> tuple[str, dict[str, Any], Exception | None]:
-    """Apply one request's objects in order: ("applied" | "rejected" | "unavailable", the object at hand, the error)."""
+    """Apply one request's objects in order: ("applied" | "rejected" | "unavailable", the object at hand, the error).
+    A missing namespace is "unavailable" (``NamespaceMissing``), not a refusal."""
     kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process; thread-safe
     current = objects[0]
     try:
         for current in objects:
             kube.apply(current)
     except ClusterRejected as exc:
+        if exc.missing_namespace:
+            return "unavailable", current, NamespaceMissing(exc, current)
         return "rejected", current, exc
     except ClusterUnavailable as exc:
         return "unavailable", current, exc
     return "applied", current, None
+
+
+def _restore_namespaces(exc: Exception, cluster_id: int) -> None:
+    """After a ``NamespaceMissing``: queue the cluster's reconcile at once (it re-creates the project's namespace and
+    queues; the periodic one would, later). A broker error is logged: the periodic reconcile still comes."""
+    if not isinstance(exc, NamespaceMissing):
+        return
+    logger.warning("%s; reconciling the cluster", exc)
+    try:
+        enqueue("quotas.reconcile_cluster", cluster_id)
+    except Exception:  # the broker: the periodic reconcile catches up
+        logger.exception("could not queue the reconcile of cluster %s", cluster_id)
 
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None

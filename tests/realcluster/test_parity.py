@@ -552,6 +552,53 @@ def test_a_recreate_deployment_is_available_only_with_all_its_replicas(cluster_u
         api_client.close()
 
 
+def test_a_write_into_a_missing_or_terminating_namespace_names_the_namespace(cluster_under_test) -> None:
+    """The materializer waits (and has the namespace restored) instead of failing a request when its project's
+    namespace is gone: ``ClusterRejected.missing_namespace`` reads the namespace from the cluster's refusal, a 404
+    for a namespace that does not exist and a 403 ``NamespaceTerminating`` for one being deleted."""
+    from kubernetes import client
+
+    from portal.kube import ClusterRejected, Kube
+
+    api_client = _api(cluster_under_test)
+    core = client.CoreV1Api(api_client)
+    kube = Kube(kubeconfig_path=str(cluster_under_test.kubeconfig))
+    stamp = int(time.time() * 1000) % 10**8
+    missing, held = f"parity-missing-{stamp}", f"parity-held-{stamp}"
+
+    def config_map(ns: str, name: str, finalizers: list[str] | None = None) -> dict:
+        meta: dict[str, Any] = {"name": name, "namespace": ns, **({"finalizers": finalizers} if finalizers else {})}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"a": "b"}}
+
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": held}})
+    try:
+        with pytest.raises(ClusterRejected) as gone:
+            kube.apply(config_map(missing, "one"))
+        assert (gone.value.status, gone.value.missing_namespace) == (404, missing), gone.value
+        kube.apply(config_map(held, "holder", ["parity.example/hold"]))  # keeps the namespace terminating
+        core.delete_namespace(held)
+
+        def refused() -> ClusterRejected | None:
+            try:
+                kube.apply(config_map(held, f"late-{time.monotonic_ns()}"))
+            except ClusterRejected as exc:
+                return exc
+            return None
+
+        terminating = _eventually(refused, "a write into the terminating namespace refused", 60, cluster_under_test)
+        assert (terminating.status, terminating.missing_namespace) == (403, held), terminating
+        with pytest.raises(ClusterRejected) as invalid:  # a refusal of another kind names no namespace
+            kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Not_A_Name", "namespace": "default"}})
+        assert invalid.value.status == 422 and invalid.value.missing_namespace is None, invalid.value
+    finally:
+        with contextlib.suppress(Exception):
+            core.patch_namespaced_config_map("holder", held, {"metadata": {"finalizers": None}})
+        with contextlib.suppress(Exception):
+            core.delete_namespace(held)
+        kube.close()
+        api_client.close()
+
+
 def test_a_mig_layout_change_runs_through_every_step(cluster_under_test, cast, settings) -> None:
     """The portal's MIG change (cordon, drain, relabel, reconfigure, verify, quotas, uncordon) against each cluster's
     MIG manager (the sandbox's own; on the real control plane the same logic as a stand-in, realcluster/migmanager.py):

@@ -4,6 +4,7 @@ one (a worker that died) is taken over. Materialization runs in the test (no wor
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -176,3 +177,56 @@ def test_a_full_batch_queues_another_run(world: World, hooks_called, monkeypatch
     assert out["queued"] == 5
     assert hooks_called == [("approved", None), ("approved", None)]  # after each full batch: a backlog is shared
     assert {r.state for r in WorkloadRequest.objects.filter(pk__in=[r.pk for r in reqs])} == {S.QUEUED}
+
+
+def test_a_namespace_deleted_outside_the_portal_is_restored_and_its_requests_wait_for_it(world: World) -> None:
+    """Someone deletes a project's namespace (or the cluster is rebuilt): its approved requests do not fail with
+    "namespaces not found". The run releases them, queues a reconcile of the cluster, and once that has put the
+    namespace back the next run creates their Jobs, in order."""
+    from celery import current_app
+    from kubernetes import client as k8s, config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+
+    from quotas.tasks import reconcile_cluster_task
+
+    reqs = _submit(world, 3)
+    pks = [r.pk for r in reqs]
+    namespace = reqs[0].project.namespace
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config(str(world.sandbox.kubeconfig)))
+    core.delete_namespace(namespace)
+    deadline = timezone.now() + timedelta(seconds=60)
+    while timezone.now() < deadline:
+        try:
+            core.read_namespace(namespace)
+        except ApiException as exc:
+            assert exc.status == 404
+            break
+    else:
+        pytest.fail(f"namespace {namespace} was not removed")
+
+    queue = f"restore-{os.getpid()}"
+    current_app.conf.task_routes = {"quotas.reconcile_cluster": {"queue": queue}}
+    current_app.amqp.flush_routes()
+    current_app.amqp.__dict__.pop("router", None)
+    try:
+        with pytest.raises(materialize.NamespaceMissing, match=f"namespace {namespace} is missing"):
+            materialize.requests_materialize()
+        with current_app.connection_for_read() as conn:
+            message = conn.SimpleQueue(queue).get(timeout=10)
+            message.ack()
+    finally:
+        current_app.conf.task_routes = None
+        current_app.amqp.flush_routes()
+        current_app.amqp.__dict__.pop("router", None)
+    assert message.headers["task"] == "quotas.reconcile_cluster"
+    rows = WorkloadRequest.objects.filter(pk__in=pks)
+    assert set(rows.values_list("state", flat=True)) == {S.APPROVED}
+    assert set(rows.values_list("claimed_at", flat=True)) == {None}
+
+    reconcile_cluster_task.apply(args=message.payload[0]).get()  # what the queued message runs
+    core.read_namespace(namespace)
+    out = materialize.requests_materialize()
+    assert out["queued"] == 3
+    assert set(rows.values_list("state", flat=True)) == {S.QUEUED}
+    uids = _jobs(world, reqs)
+    assert sorted(uids, key=uids.get) == pks
