@@ -313,9 +313,14 @@ class NamespaceMissing(ClusterUnavailable):
 
 def _apply_one(req: WorkloadRequest, objects: list[dict[str, Any]]) -> tuple[str, dict[str, Any], Exception | None]:
     """Apply one request's objects in order: ("applied" | "rejected" | "unavailable", the object at hand, the error).
-    A missing namespace is "unavailable" (``NamespaceMissing``), not a refusal."""
-    kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process; thread-safe
+    A missing namespace is "unavailable" (``NamespaceMissing``), not a refusal; so is a kubeconfig that cannot be read
+    now (its file gone while a cluster restarts, say): the requests are released and tried again, never lost to an
+    error no run expected."""
     current = objects[0]
+    try:
+        kube = kube_for(req.cluster)  # one client (and connection pool) per cluster and process; thread-safe
+    except Exception as exc:  # no client for this cluster now: an outage, retried (its health shows why)
+        return "unavailable", current, ClusterUnavailable(f"cluster {req.cluster.name}: {type(exc).__name__}: {exc}")
     try:
         for current in objects:
             kube.apply(current)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -230,3 +231,22 @@ def test_a_namespace_deleted_outside_the_portal_is_restored_and_its_requests_wai
     assert set(rows.values_list("state", flat=True)) == {S.QUEUED}
     uids = _jobs(world, reqs)
     assert sorted(uids, key=uids.get) == pks
+
+
+def test_a_kubeconfig_that_cannot_be_read_is_an_outage_not_a_lost_run(world: World, tmp_path) -> None:
+    """The cluster's kubeconfig file is gone for a moment (a sandbox restarting writes it anew): the run releases its
+    requests and raises ``ClusterUnavailable`` (the task retries) instead of an error that leaves them claimed; with
+    the file back the next run queues them."""
+    kubeconfig = tmp_path / "cluster.kubeconfig"
+    kubeconfig.write_text(Path(world.sandbox.kubeconfig).read_text())
+    type(world.cluster).objects.filter(pk=world.cluster.pk).update(kubeconfig_path=str(kubeconfig))
+    reqs = _submit(world, 2)
+    rows = WorkloadRequest.objects.filter(pk__in=[r.pk for r in reqs])
+    text = kubeconfig.read_text()
+    kubeconfig.unlink()
+    with pytest.raises(ClusterUnavailable, match="FileNotFoundError"):
+        materialize.requests_materialize()
+    assert set(rows.values_list("state", "claimed_at")) == {(S.APPROVED, None)}
+    kubeconfig.write_text(text)
+    assert materialize.requests_materialize()["queued"] == 2
+    assert set(rows.values_list("state", flat=True)) == {S.QUEUED}
