@@ -12,7 +12,8 @@ Beat is a child of its own, not embedded in the worker: a beat that dies is noti
 child (embedded, it died alone while its worker ran on, and nothing followed the requests' states). Its
 schedule's state is kept in the shared cache, not in a file (portal/beat.py), and its lease keeps it to one.
 
-Only Ctrl-C or SIGTERM stops everything: each child runs in its own process group (so Ctrl-C reaches
+Only Ctrl-C, SIGTERM or SIGHUP (its terminal closed) stops everything, and so does the end of the process that
+started it (``make`` killed: it passes no signal on): each child runs in its own process group (so Ctrl-C reaches
 only this supervisor), which gets SIGTERM, then SIGKILL for whatever is left; all within 10 seconds.
 
 Without DATABASE_URL / REDIS_URL it needs no server: SQLite for the data and the cache, and the
@@ -42,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -193,6 +195,25 @@ def stop_all(children: list[Child]) -> None:
     say(f"stopped: web server, worker, beat, sandbox cluster ({timings})")
 
 
+def watch_parent() -> None:
+    """Stop everything once whoever started devstack is gone: ``make`` killed with SIGTERM does not pass the signal
+    on, and the children (each in a process group of its own) would otherwise run on unseen, holding the ports. A
+    devstack started as an orphan has nothing to watch."""
+    parent = os.getppid()
+    if parent == 1:
+        return
+
+    def watch() -> None:
+        while not _stopping:
+            if os.getppid() != parent:
+                say(f"the process that started it (pid {parent}) exited; stopping")
+                _stopping.append("parent exited")
+                return
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def step(*args: str, env: dict[str, str] | None = None) -> None:
     """One `manage.py` command, stoppable by Ctrl-C/SIGTERM like the rest."""
     proc = subprocess.Popen([PY, "manage.py", *args], cwd=ROOT, start_new_session=True, env=env)
@@ -322,6 +343,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)  # its terminal closed (the children, in groups of their own, get none)
+    watch_parent()
 
     # One Prometheus folder for the worker and the web server: /metrics sums both (portal/prometheus.py); emptied
     # here so a new run starts its counters at zero.

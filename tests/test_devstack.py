@@ -65,12 +65,16 @@ def group_members(pgid: int, at_least: int, timeout: float = 60) -> list[int]:
 class Devstack:
     """deploy/devstack.py in a subprocess; its output is collected line by line."""
 
-    def __init__(self, var_dir: Path, **extra_env: str) -> None:
+    def __init__(self, var_dir: Path, *, under_shell: bool = False, **extra_env: str) -> None:
+        """``under_shell``: started by a shell that waits for it, as ``make`` starts it (``proc`` is the shell)."""
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS}
         env.update(PORTAL_VAR_DIR=str(var_dir), PORTAL_PORT=str(self.port), SANDBOX_PORT=str(free_port()),
                    PYTHONUNBUFFERED="1", **extra_env)
-        self.proc = subprocess.Popen([sys.executable, "deploy/devstack.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        command = [sys.executable, "deploy/devstack.py"]
+        if under_shell:
+            command = ["sh", "-c", f'"{sys.executable}" deploy/devstack.py; echo "devstack returned $?"']
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -186,3 +190,39 @@ def test_killed_worker_and_beat_are_restarted_and_sigterm_stops_everything(devst
     assert not left, f"left behind: {left}"
     assert took < 10
     devstack.wait_for(r"devstack: stopped", timeout=1)
+
+
+@pytest.mark.timeout(300)
+def test_the_end_of_the_process_that_started_it_stops_everything(tmp_path) -> None:
+    """`make` killed with SIGTERM passes no signal on to the supervisor: devstack notices that its parent is gone and
+    stops every child, leaving nothing behind (its children run in process groups of their own and would otherwise
+    hold the ports)."""
+    # The parent: a shell that runs devstack and waits for it, as make does; it is killed, devstack is not.
+    stack = Devstack(tmp_path / "var", under_shell=True)
+    shell = stack.proc
+    try:
+        stack.wait_for(r"devstack: started web \(pid \d+\)", timeout=240)
+        supervisor = next(pid for pid, _ in process_groups().items()
+                          if pid != shell.pid and _parent_of(pid) == shell.pid)
+        everything = {supervisor, *stack.started().values()}
+        before = [pid for pid, g in process_groups().items() if g in everything or pid == supervisor]
+        assert len(before) >= 5  # devstack, sandbox(es), worker, beat, web
+        os.kill(shell.pid, signal.SIGKILL)  # the parent dies without a word to its child
+        shell.wait(timeout=5)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(pid in process_groups() for pid in before):
+            time.sleep(0.2)
+        left = [pid for pid in before if pid in process_groups()]
+        assert not left, f"left behind: {left}\n{stack.output[-3000:]}"
+        stack.wait_for(r"devstack: the process that started it \(pid \d+\) exited; stopping", timeout=1)
+        stack.wait_for(r"devstack: stopped", timeout=1)
+    finally:
+        stack.kill()
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
