@@ -15,6 +15,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from tests.browser.pages import stay
+
 from quotas.models import QuotaRequest
 from tests.workloads.factories import make_catalogue, make_request
 from workloads import services
@@ -162,7 +164,7 @@ def test_the_quota_inbox_table_follows_a_decision_made_in_place(signed_in, cast,
     quota_link.click()
     row = bob.locator(f"#quota-request-row-{request.pk}")
     expect(row).to_contain_text("Pending")
-    bob.evaluate("window.__stayed = true")
+    stay(bob)
     card = bob.get_by_role("list", name="Waiting for you").get_by_role("listitem").filter(has_text=f"#{request.pk}")
     card.get_by_role("button", name=f"Approve #{request.pk}").click()
     expect(card).to_contain_text("Approved by bob")

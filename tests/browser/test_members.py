@@ -7,6 +7,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.pages import stay
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
@@ -31,7 +33,7 @@ def test_admin_adds_changes_and_removes_a_member(signed_in) -> None:
     expect(projects.filter(has_text="NLP")).to_contain_text("Member")
 
     # alice makes her a viewer, in place (htmx): the page does not reload.
-    alice.evaluate("window.__stayed = true")
+    stay(alice)
     row = alice.locator("tr", has_text="carol").filter(has=alice.get_by_role("link", name="NLP"))
     row.get_by_label("Role of carol").select_option(label="Viewer")
     row.get_by_role("button", name="Save role of carol").click()

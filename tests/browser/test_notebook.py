@@ -13,6 +13,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.pages import stay
+
 from tests.workloads.test_lifecycle import World, _world, celery_worker_thread, worker  # noqa: F401 - fixtures
 from workloads.models import RequestState
 
@@ -94,7 +96,7 @@ def test_logs_page_follows_downloads_and_shows_cluster_time_in_the_readers_zone(
         expect(first_time).to_contain_text("GMT+9")
 
         # Follow: the cluster writes more lines; they appear without a reload.
-        page.evaluate("window.__stayed = true")
+        stay(page)
         world.sandbox.advance(65)
         expect(page.locator(".log-line", has_text="step 300")).to_have_count(1, timeout=15_000)
         assert lines.count() > before

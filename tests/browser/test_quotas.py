@@ -8,6 +8,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.pages import stay
+
 from quotas import services
 from quotas.models import Quota, QuotaRequest
 from tests.quotas.factories import GPU, make_fleet
@@ -51,7 +53,7 @@ def test_quota_request_is_made_approved_and_seen(signed_in, split) -> None:
     card = inbox.get_by_role("listitem").filter(has_text=f"#{request.pk}")
     expect(card).to_contain_text("Paper deadline next week.")
     expect(card).to_contain_text("4 promised, 3 in use")
-    bob.evaluate("window.__stayed = true")
+    stay(bob)
     card.get_by_label(f"Comment on #{request.pk}").fill("Go ahead; release them after the deadline.")
     card.get_by_role("button", name=f"Approve #{request.pk}").click()
     expect(card).to_contain_text("Approved by bob")

@@ -13,6 +13,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.pages import stay
+
 from tests.workloads.factories import make_catalogue
 from workloads.models import RequestState, WorkloadRequest
 from workloads.states import move
@@ -52,7 +54,7 @@ def test_researcher_submits_a_training_job_and_watches_it_run(signed_in, cast, c
     expect(row.locator(".state")).to_have_text("Approved")
 
     # The cluster takes it: the list follows without a reload.
-    page.evaluate("window.__stayed = true")
+    stay(page)
     move(req, to=S.QUEUED, actor_label="materializer", reason="Objects created in the cluster.")
     expect(row.locator(".state")).to_have_text("Queued")
     move(req, to=S.RUNNING, actor_label="cluster", reason="Its pods run.")
@@ -76,7 +78,7 @@ def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, ca
     expect(carol.locator(".state-line .state")).to_have_text("Pending approval")
     expect(carol.locator(".pending")).to_contain_text("Awaiting approval by a project admin")
     expect(carol.locator(".pending")).to_contain_text("Inference services need a project admin's approval.")
-    carol.evaluate("window.__stayed = true")
+    stay(carol)
 
     bob = signed_in("bob")
     bob.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals", exact=True).click()
@@ -84,7 +86,7 @@ def test_approver_decides_from_the_inbox_and_the_requester_sees_it(signed_in, ca
     expect(item).to_contain_text("8 nominal + 2 borrowable")
     expect(item).to_contain_text("Billing not configured.")
     item.get_by_label("Comment on llm-api").fill("ok for the demo")
-    bob.evaluate("window.__stayed = true")
+    stay(bob)
     item.get_by_role("button", name="Approve llm-api").click()
     expect(item).to_contain_text("llm-api approved.")
     expect(item.get_by_role("button")).to_have_count(0)

@@ -137,10 +137,12 @@ def celery_worker_thread() -> Iterator[None]:
     Redis queue behind, which can swallow the next test's first message.)"""
     # A queue of our own: no other test process's worker (another xdist worker, another checkout's run on the
     # same Redis) can take our tasks to its own database, and ours takes none of theirs.
-    queue = f"lifecycle-{os.getpid()}"
+    queue = _queue()
     app.conf.task_routes = {"workloads.tasks.*": {"queue": queue}}
     app.amqp.flush_routes()
     app.amqp.__dict__.pop("router", None)
+    with app.connection_for_write() as conn:  # what an earlier module's tests set off and left unread
+        conn.default_channel.client.delete(*_queue_keys(queue))
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=20,
                           queues=[queue]):
@@ -151,9 +153,44 @@ def celery_worker_thread() -> Iterator[None]:
         app.amqp.__dict__.pop("router", None)
 
 
+def _queue() -> str:
+    return f"lifecycle-{os.getpid()}"
+
+
+def _queue_keys(queue: str) -> list[str]:
+    """The Redis lists behind one queue: kombu keeps one per priority step beside the plain one."""
+    return [queue] + [f"{queue}\x06\x16{step}" for step in range(1, 10)]
+
+
+def _wait_until_idle(timeout: float = 30.0) -> None:
+    """Wait until the worker has nothing queued, reserved or running, for a moment in a row.
+
+    A test's last action (a stop, a cancel) sets off a task after the test's own checks are done. Flushing
+    the database while that task still holds rows can deadlock the flush, and a task left over runs in the
+    next test with the database closed to it."""
+    from celery.worker import state as worker_state
+
+    keys = _queue_keys(_queue())
+    deadline = time.monotonic() + timeout
+    quiet_since: float | None = None
+    with app.connection_for_read() as conn:
+        client = conn.default_channel.client
+        while time.monotonic() < deadline:
+            busy = worker_state.active_requests or worker_state.reserved_requests or any(client.llen(k) for k in keys)
+            now = time.monotonic()
+            if busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= 0.3:
+                return
+            time.sleep(0.05)
+
+
 @pytest.fixture
 def worker(celery_worker_thread, transactional_db) -> Iterator[None]:
     yield
+    _wait_until_idle()
     connections.close_all()
 
 
