@@ -172,6 +172,11 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
     assert made.status_code == 201, made.content
     again = client.post("/api/v1/requests/", body | {"name": ""}, format="json", HTTP_IDEMPOTENCY_KEY="prep-2")
     assert again.status_code == 201, again.content
+    # Refused submissions with a key look for the call they may repeat: by key and name, and by key alone.
+    for name, key in (("prep", "prep-3"), ("", "prep-4")):
+        refused = client.post("/api/v1/requests/", body | {"name": name, "gpus": 10_000}, format="json",
+                              HTTP_IDEMPOTENCY_KEY=key)
+        assert refused.status_code == 400, refused.content
     assert client.get(f"/api/v1/requests/{made.json()['id']}/").status_code == 200
     assert client.get("/api/v1/requests/").status_code == 200
     pending = client.post("/api/v1/requests/", body | {"name": "big", "gpus": 4}, format="json")

@@ -28,6 +28,7 @@ from portal.exceptions import (
     IdempotencyKeyReused,
     Invalid,
     NotAllowed,
+    PortalError,
     ReadOnlyTenant,
 )
 from portal.extensions import submission_guard
@@ -473,10 +474,12 @@ def request_submit(
                "share_preset": share_preset}, topology=topology,
     ) if idempotency_key else ""
     given_name = (name or "").strip()
-    found, name_taken = _replay_and_name(actor, idempotency_key, project, given_name)
-    if found is not None:
-        _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
-        return found
+    # With a key the submission goes ahead without first looking for the call it may repeat (a round trip and a
+    # plan on every submission, for the rare retry): the unique constraint on the requester's keys refuses the
+    # second row, and a refusal of any other kind looks for the earlier call before it is given (``_replayed``).
+    # The name is then left to its partial unique constraint too, and looked up only when the submission fails.
+    optimistic = bool(idempotency_key)
+    name_taken = False if optimistic and given_name else None
 
     # The catalogue's images and rule, read before the transaction (from the process's copy: ``selectors.CATALOGUE``).
     images = selectors.curated_images()
@@ -496,17 +499,38 @@ def request_submit(
                 topology=topology, offered=offered, ceilings=ceilings,
             )
     except IntegrityError:
-        # A concurrent retry with the same key won the insert (the unique constraint decides).
+        # A retry with the same key (an earlier or a concurrent call won the insert: the unique constraint decides).
         found = _replay(actor, idempotency_key)
         if found is not None:
             _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
             return found
-        # Or a concurrent submission took the name (the partial unique constraint on live names decides).
+        # Or another submission took the name (the partial unique constraint on live names decides).
         if given_name and _name_taken(project, given_name):
             raise ValidationError({"name": [_name_taken_message(project, given_name)]}) from None
         raise
+    except (ValidationError, PortalError) as refusal:
+        if not optimistic:
+            raise
+        found = _replayed(actor, idempotency_key, project, given_name, refusal)
+        _check_replay_matches(found, project=project, template=template, fingerprint=fingerprint)
+        return found
     req.replayed = False  # type: ignore[attr-defined]
     return req
+
+
+def _replayed(actor: Actor, key: str, project: Project, name: str, refusal: Exception) -> WorkloadRequest:
+    """The request an earlier call with ``key`` made, when a submission with that key was refused: a retry gets what
+    the first call made whatever would refuse it now (the quota it uses itself, a budget since spent). Else the
+    refusal, with the name's error among the fields when a live request of the project holds ``name`` (the error a
+    look-up before the checks would have given with the others)."""
+    found, taken = _replay_and_name(actor, key, project, name)
+    if found is not None:
+        return found
+    if taken:
+        message = _name_taken_message(project, name)
+        fields = refusal.message_dict if isinstance(refusal, ValidationError) and hasattr(refusal, "error_dict") else {}
+        raise ValidationError({"name": [message]} | {k: v for k, v in fields.items() if k != "name"}) from refusal
+    raise refusal
 
 
 def _replay_query(user_id: int, key: str, project_id: int | None = None, name: str = "") -> Any:

@@ -108,3 +108,39 @@ def test_the_form_sent_again_with_other_values_gets_a_new_key(as_user, cat) -> N
     again = client.post("/requests/new/?template=training", edited | {"idempotency_key": fresh})
     assert again.status_code == 302 and WorkloadRequest.objects.count() == 2
     assert WorkloadRequest.objects.get(idempotency_key=fresh).gpus == 2
+
+
+# A submission with a key goes ahead without first looking for the call it may repeat; a refusal looks for it.
+def test_a_retry_gets_the_first_request_even_where_a_new_one_would_now_be_refused(api, cast, cat) -> None:
+    from quotas.services import quota_set
+    from tenants.access import Actor
+
+    client = api("carol")
+    first = post(client, TRAIN | {"gpus": 8, "name": "big-run"}, "deadline-1")
+    assert first.status_code == 201, first.content
+    # The project's quota is cut to 2 since: 8 GPUs could never run there now.
+    quota_set(actor=Actor(user=cast.ops), project=cast.vision, flavor=cat.h100, resource="nvidia.com/gpu", nominal=2,
+              borrowing_limit=0)
+    fresh = post(client, TRAIN | {"gpus": 8, "name": "big-run-2"}, "deadline-2")
+    assert fresh.status_code == 400 and "gpus" in fresh.json()["fields"], fresh.content
+    again = post(client, TRAIN | {"gpus": 8, "name": "big-run"}, "deadline-1")
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true", again.content
+    assert again.json()["id"] == first.json()["id"]
+    # A different body under the key is still the client's mistake, refused or not.
+    assert_reused(post(client, TRAIN | {"gpus": 9, "name": "big-run"}, "deadline-1"))
+    assert WorkloadRequest.objects.filter(requested_by=cast.carol).count() == 1
+
+
+def test_a_taken_name_is_named_with_the_other_errors(api, cat) -> None:
+    client = api("carol")
+    assert post(client, TRAIN | {"name": "nightly"}, "night-1").status_code == 201
+    # The name is held by a live request, and the duration is out of bounds: both are said at once.
+    refused = post(client, TRAIN | {"name": "nightly", "duration_hours": 10_000}, "night-2")
+    assert refused.status_code == 400, refused.content
+    fields = refused.json()["fields"]
+    assert fields["name"] == ["nightly is already in use by an active request in acme-vision."]
+    assert "duration_hours" in fields
+    # Only the name: the constraint refuses the row, and the answer says why.
+    taken = post(client, TRAIN | {"name": "nightly"}, "night-3")
+    assert taken.status_code == 400 and list(taken.json()["fields"]) == ["name"], taken.content
+    assert WorkloadRequest.objects.count() == 1
