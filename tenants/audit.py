@@ -190,25 +190,57 @@ def _digest_parts(entry: AuditEntry) -> list[str] | None:
     return [first[0], second[0], second[1]]
 
 
-def _along_insert(rows: list[models.Model], params: list[Any]) -> str:
-    """The CTE that inserts ``rows`` (one model) in their order, once the head is read (none without a head row:
-    then the caller writes them the long way), returning their ids."""
-    model = type(rows[0])
-    if any(type(row) is not model for row in rows):
-        raise TypeError("audit_append: the rows along must be of one model.")
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+def _along_fields(model: type[models.Model]) -> list[Any]:
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _along_insert(model: type[models.Model], count: int) -> str:
+    """The CTE that inserts ``count`` rows of ``model`` in their order, once the head is read (none without a head
+    row: then the caller writes them the long way), returning their ids."""
+    fields = _along_fields(model)
     values = []
-    for n, row in enumerate(rows):
-        cells = [str(n)]
-        for field in fields:
-            cells.append(f"CAST(%s AS {field.db_type(connection)})")
-            params.append(field.get_db_prep_save(field.pre_save(row, True), connection))
+    for n in range(count):
+        cells = [str(n), *(f"CAST(%s AS {field.db_type(connection)})" for field in fields)]
         values.append(f"({', '.join(cells)})")
     names = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     aliases = ", ".join(f"c{i}" for i in range(len(fields)))
     return (f"along AS (INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) SELECT {aliases} "
             f"FROM (VALUES {', '.join(values)}) AS v(n, {aliases}), head ORDER BY v.n "
             f"RETURNING {connection.ops.quote_name(model._meta.pk.column)})")
+
+
+_COLUMNS = [f for f in _STORED if f.column not in _CHAINED]
+# The statement's text for each shape (entries, the model and number of rows along): the same for every call of a
+# shape, and writing it (a column type and a cast per value) took longer than computing the values.
+_STATEMENTS: dict[tuple[int, Any, int], str] = {}
+
+
+def _statement(entries: int, model: type[models.Model] | None, along: int) -> str:
+    key = (entries, model, along)
+    sql = _STATEMENTS.get(key)
+    if sql is not None:
+        return sql
+    table = connection.ops.quote_name(AuditEntry._meta.db_table)
+    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    steps = ["head AS (SELECT seq, hash FROM " + head_table + " WHERE id = 1 FOR UPDATE)"]
+    prev = "head"
+    for n in range(1, entries + 1):
+        digest = ("encode(sha256(convert_to(CAST(%s AS text) || '\"' || " + prev + ".hash || '\"' || CAST(%s AS text) || ("
+                  + prev + ".seq + 1)::text || CAST(%s AS text), 'UTF8')), 'hex')")
+        steps.append(f"e{n} AS (SELECT {prev}.seq + 1 AS seq, {prev}.hash AS prev, {digest} AS hash FROM {prev})")
+        prev = f"e{n}"
+    casts = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in _COLUMNS)
+    selects = [f"SELECT {casts}, e{n}.seq, e{n}.prev, e{n}.hash FROM e{n}" for n in range(1, entries + 1)]
+    names = ", ".join(connection.ops.quote_name(f.column) for f in _COLUMNS)
+    steps.append(f"ins AS (INSERT INTO {table} ({names}, seq, prev_hash, entry_hash) "
+                 + " UNION ALL ".join(selects) + " RETURNING id, seq)")
+    if model is not None:
+        steps.append(_along_insert(model, along))
+    also = ", (SELECT array_agg(id ORDER BY id) FROM along)" if model is not None else ""
+    sql = (f"WITH {', '.join(steps)} UPDATE {head_table} AS h SET seq = {prev}.seq, hash = {prev}.hash FROM {prev}, head "
+           f"WHERE h.id = 1 RETURNING head.seq, head.hash, h.hash, (SELECT array_agg(id ORDER BY seq) FROM ins){also}")
+    _STATEMENTS[key] = sql
+    return sql
 
 
 def _append_in_one_statement(entries: list[AuditEntry], along: list[models.Model] | None = None) -> bool:
@@ -220,33 +252,19 @@ def _append_in_one_statement(entries: list[AuditEntry], along: list[models.Model
     parts = [_digest_parts(entry) for entry in entries]
     if any(p is None for p in parts):
         return False
-    table = connection.ops.quote_name(AuditEntry._meta.db_table)
-    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
-    columns = [f for f in _STORED if f.column not in _CHAINED]
+    model = type(along[0]) if along else None
+    if along and any(type(row) is not model for row in along):
+        raise TypeError("audit_append: the rows along must be of one model.")
     params: list[Any] = []
-    steps = ["head AS (SELECT seq, hash FROM " + head_table + " WHERE id = 1 FOR UPDATE)"]
-    prev = "head"
-    for n, cut in enumerate(parts, start=1):
-        digest = ("encode(sha256(convert_to(CAST(%s AS text) || '\"' || " + prev + ".hash || '\"' || CAST(%s AS text) || ("
-                  + prev + ".seq + 1)::text || CAST(%s AS text), 'UTF8')), 'hex')")
-        steps.append(f"e{n} AS (SELECT {prev}.seq + 1 AS seq, {prev}.hash AS prev, {digest} AS hash FROM {prev})")
+    for cut in parts:
         params.extend(cut)  # type: ignore[arg-type]
-        prev = f"e{n}"
-    selects = []
-    for n, entry in enumerate(entries, start=1):
-        values = []
-        for field in columns:
-            values.append(f"CAST(%s AS {field.db_type(connection)})")
-            params.append(field.get_db_prep_save(getattr(entry, field.attname), connection))
-        selects.append(f"SELECT {', '.join(values)}, e{n}.seq, e{n}.prev, e{n}.hash FROM e{n}")
-    names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
-    steps.append(f"ins AS (INSERT INTO {table} ({names}, seq, prev_hash, entry_hash) "
-                 + " UNION ALL ".join(selects) + " RETURNING id, seq)")
+    for entry in entries:
+        params.extend(field.get_db_prep_save(getattr(entry, field.attname), connection) for field in _COLUMNS)
     if along:
-        steps.append(_along_insert(along, params))
-    also = ", (SELECT array_agg(id ORDER BY id) FROM along)" if along else ""
-    sql = (f"WITH {', '.join(steps)} UPDATE {head_table} AS h SET seq = {prev}.seq, hash = {prev}.hash FROM {prev}, head "
-           f"WHERE h.id = 1 RETURNING head.seq, head.hash, h.hash, (SELECT array_agg(id ORDER BY seq) FROM ins){also}")
+        fields = _along_fields(model)  # type: ignore[arg-type]
+        for row in along:
+            params.extend(field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields)
+    sql = _statement(len(entries), model, len(along or []))
     with transaction.atomic(savepoint=False), prepared_cursor() as cursor:  # planned once per connection and shape
         cursor.execute(sql, params)
         row = cursor.fetchone()
