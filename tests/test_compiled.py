@@ -5,6 +5,8 @@ query's parameters is never kept (it runs as it is, every time)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from datetime import timedelta
 
 import pytest
@@ -204,7 +206,47 @@ def test_every_compiled_query_of_the_portal_prepares(cast, token_client) -> None
     assert all(not c._unpreparable for c in portal), [c._build.__module__ for c in portal if c._unpreparable]
     assert len(_prepared_statements()) >= 5
     # The replay check is kept unprepared (its partial indexes need a plan made with the values).
-    assert not [s for s in _prepared_statements() if "idempotency_key" in s]
+    assert not [s for s in _prepared_statements() if s.startswith("SELECT") and "idempotency_key" in s]
+    # A submission's INSERT is prepared (portal.compiled.KeptInsert).
+    assert [s for s in _prepared_statements() if s.startswith('INSERT INTO "workloads_workloadrequest"')]
+
+
+@postgres_only
+def test_a_kept_insert_writes_what_save_writes_and_signals_as_save_does(cast, settings) -> None:
+    from django.db.models.signals import post_save, pre_save
+
+    from portal.compiled import KeptInsert
+
+    seen: list[tuple[str, str, bool | None]] = []
+
+    def noted(signal: str) -> Any:
+        return lambda sender, instance, **kw: seen.append((signal, instance.slug, kw.get("created")))
+
+    pre_save.connect(noted("pre"), sender=Project, weak=False, dispatch_uid="kept-pre")
+    post_save.connect(noted("post"), sender=Project, weak=False, dispatch_uid="kept-post")
+    try:
+        kept = KeptInsert(Project)
+        first = Project(tenant=cast.acme, name="Kept", slug="kept-one", description="by the kept insert")
+        kept.insert(first)
+        second = Project(tenant=cast.acme, name="Kept 2", slug="kept-two", description="by the kept insert")
+        kept.insert(second)
+        saved = Project(tenant=cast.acme, name="Saved", slug="kept-three", description="by the kept insert")
+        saved.save(force_insert=True)
+        settings.DB_PREPARE = False  # then it is save() itself
+        unprepared = Project(tenant=cast.acme, name="Off", slug="kept-four", description="by the kept insert")
+        kept.insert(unprepared)
+    finally:
+        pre_save.disconnect(dispatch_uid="kept-pre", sender=Project)
+        post_save.disconnect(dispatch_uid="kept-post", sender=Project)
+    assert seen == [(when, slug, created) for slug in ("kept-one", "kept-two", "kept-three", "kept-four")
+                    for when, created in (("pre", None), ("post", True))]
+    assert first.pk and second.pk > first.pk and not first._state.adding and first._state.db == "default"
+    ignore = {"id", "slug", "name", "created_at", "updated_at"}
+    rows = [{k: v for k, v in row.items() if k not in ignore}
+            for row in Project.objects.filter(description="by the kept insert").order_by("pk").values()]
+    assert len(rows) == 4 and all(row == rows[2] for row in rows)  # the kept inserts wrote what save() wrote
+    assert Project.objects.get(pk=first.pk).created_at == first.created_at  # auto_now_add set on the instance too
+    assert len([s for s in _prepared_statements() if s.startswith('INSERT INTO "tenants_project"')]) == 1
 
 
 @postgres_only

@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from portal.compiled import Compiled
+from portal.compiled import Compiled, KeptInsert
 from portal.events import after_commit
 from portal.exceptions import (
     ConflictError,
@@ -569,6 +569,7 @@ def _replay_and_name(actor: Actor, key: str, project: Project, name: str) -> tup
 
 
 _NO_NEEDS = routing.Needs()  # the default: frozen, so one shared instance is safe
+_INSERT_REQUEST = KeptInsert(WorkloadRequest)  # the request's INSERT written once, prepared (portal.compiled)
 
 
 def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor: Flavor, image: str, name: str,
@@ -595,7 +596,7 @@ def _record(*, actor: Actor, project: Project, template: ServiceTemplate, flavor
     )
     to = S.APPROVED if decision.auto else S.PENDING_APPROVAL
     first_state(req, to=to, reason=decision.reason, fields=None if decision.auto else {"pending_reason": decision.reason})
-    req.save(force_insert=True)
+    _INSERT_REQUEST.insert(req)
     submitted_event = RequestEvent(
         request=req, from_state="", to_state=S.SUBMITTED, actor_label=actor.label[:200],
         message=(f"Submitted: {template.name} v{template.version}, {size.gpus} x {flavor} x {size.replicas}"
