@@ -250,6 +250,33 @@ def test_a_kept_insert_writes_what_save_writes_and_signals_as_save_does(cast, se
 
 
 @postgres_only
+def test_a_kept_statement_of_many_values_is_cut_once(cast) -> None:
+    """psycopg's cache of how a statement is cut around its placeholders takes the request's INSERT (56 values)."""
+    from psycopg import _queries
+
+    from portal.compiled import KeptInsert
+    from tests.workloads.factories import make_catalogue, make_request
+    from workloads.models import WorkloadRequest
+
+    cat = make_catalogue(cast)
+    template = make_request(cat, cast.vision, cast.carol, name="model-row")
+    kept = KeptInsert(WorkloadRequest)
+    assert len(kept._fields) > 50
+    rows = []
+    for n in range(3):
+        row = WorkloadRequest.objects.get(pk=template.pk)
+        row.pk, row.id, row.name, row.idempotency_key = None, None, f"kept-{n}", ""
+        rows.append(row)
+    kept.insert(rows[0])
+    before = _queries._query2pg.cache_info()
+    kept.insert(rows[1])
+    kept.insert(rows[2])
+    after = _queries._query2pg.cache_info()
+    assert after.hits >= before.hits + 2 and after.misses == before.misses
+    assert WorkloadRequest.objects.filter(name__startswith="kept-").count() == 3
+
+
+@postgres_only
 def test_prepare_false_keeps_a_statement_unprepared(cast) -> None:
     compiled = Compiled(lambda slug: Project.objects.filter(slug=slug).exclude(slug="zz-unprepared")
                         .values_list("slug", flat=True), prepare=False)
