@@ -467,7 +467,7 @@ class ArchitectureChange(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="architecture_changes")
     from_architecture = models.CharField(max_length=1, choices=Architecture.choices)
     to_architecture = models.CharField(max_length=1, choices=Architecture.choices)
-    fingerprint = models.CharField(max_length=64, help_text="The plan the person reviewed (sha256 of its text).")
+    fingerprint = models.CharField(max_length=64, help_text="The plan the person reviewed (a sha256 of what it writes).")
     state = models.CharField(max_length=10, choices=State.choices, default=State.REQUESTED)
     state_reason = models.TextField(blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

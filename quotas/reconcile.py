@@ -347,8 +347,16 @@ def _any_objects(kube: Any, kinds: set[tuple[str, str]]) -> dict[Key, dict]:
 
 
 def plan_fingerprint(plan: Plan) -> str:
-    """What the person reviewed: applying re-plans and refuses when this differs."""
-    return hashlib.sha256(plan.text().encode()).hexdigest()
+    """What the person reviewed: applying re-plans and refuses when this differs.
+
+    It covers what will be written: the summary, and each item's action, object and diff, except the live
+    content of an object to be deleted. Controllers keep writing their own metadata on live objects (Kueue puts
+    its in-use finalizer on a new ClusterQueue a moment after it is made); that changes the diff shown for a
+    deletion, not what the deletion does."""
+    parts = [plan.text().split("\n", 1)[0]]
+    parts += ["|".join(map(str, (item.action, *item.key))) + ("" if item.action == "delete" else "\n" + item.diff)
+              for item in plan.items]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _namespace_of(key: Key) -> str:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from portal.kube import ClusterUnavailable, Kube
 from quotas import manifests as m
 from quotas.demo import seed_quota_demo
+from quotas.exceptions import PlanChanged
 from quotas.models import AppliedObject, Cluster, Flavor, Quota
 from quotas.architecture import architecture_change_apply, architecture_change_start
 from quotas.reconcile import plan_apply, plan_build, plan_fingerprint, plan_for_architecture_change, reconcile, snapshot_load
@@ -274,6 +275,27 @@ def test_architecture_changes_are_planned_then_applied_and_audited(demo, path: s
     assert entries.count() == len(path) - 1
     with pytest.raises(ValueError):
         plan_apply(plan_for_architecture_change(cluster, path[0], kube=kube), kube=kube)  # only through the service
+
+
+def test_a_reviewed_plan_holds_while_controllers_mark_what_it_deletes_and_not_when_its_writes_change(demo) -> None:
+    """Kueue puts its in-use finalizer on a ClusterQueue a moment after it is made; a plan reviewed just before
+    that (which deletes the queue) is still the plan applied. A changed flavor is a different plan."""
+    cluster, kube, _ = demo
+    assert reconcile(cluster, kube=kube).ok
+    reviewed = plan_for_architecture_change(cluster, "A", kube=kube)
+    assert "acme-vision" in {i.key[3] for i in reviewed.deletes if i.key[1] == "ClusterQueue"}
+    kube.patch(KUEUE, "ClusterQueue", "acme-vision", {"metadata": {
+        "finalizers": ["example.com/held"], "annotations": {"example.com/seen": "yes"}, "labels": {"team": "x"}}})
+    again = plan_for_architecture_change(cluster, "A", kube=kube)
+    assert again.text() != reviewed.text()  # the deletion shows the object as it is now
+    assert plan_fingerprint(again) == plan_fingerprint(reviewed)
+    Flavor.objects.filter(cluster=cluster, name="h100-80gb-online").update(
+        taints=[{"key": "nvidia.com/gpu", "value": "online", "effect": "NoSchedule"}])
+    assert plan_fingerprint(plan_for_architecture_change(cluster, "A", kube=kube)) != plan_fingerprint(reviewed)
+    with pytest.raises(PlanChanged):
+        architecture_change_start(actor=Actor(user=None), cluster=cluster, architecture="A",
+                                  fingerprint=plan_fingerprint(reviewed))
+    kube.patch(KUEUE, "ClusterQueue", "acme-vision", {"metadata": {"finalizers": None}})
 
 
 def test_task_and_command(demo, capsys) -> None:
